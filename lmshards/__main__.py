@@ -1,0 +1,5 @@
+import sys
+
+from lmshards.cli import main
+
+sys.exit(main())

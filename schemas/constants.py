@@ -1,0 +1,37 @@
+"""Values both sides of the contract (preprocess writer, trainer reader) must agree on."""
+
+from __future__ import annotations
+
+# Features of every record: int64 vectors of exactly seq_len values. These are the names
+# Hugging Face's TPU run_mlm example parses, so its users can switch without changes.
+INPUT_IDS = "input_ids"
+ATTENTION_MASK = "attention_mask"
+FEATURE_NAMES = (INPUT_IDS, ATTENTION_MASK)
+FEATURE_DTYPE = "int64"
+
+DEFAULT_SEQ_LEN = 128
+MIN_SEQ_LEN = 8
+
+TRAIN_SPLIT = "train"
+VALIDATION_SPLIT = "validation"
+SPLITS = (TRAIN_SPLIT, VALIDATION_SPLIT)
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = "lmshards.manifest"
+MANIFEST_FORMAT_VERSION = 1
+
+TOKENIZER_JSON = "tokenizer.json"
+# The small JSON that `lmshards tokenizer train` writes beside tokenizer.json.
+TOKENIZER_INFO_JSON = "lmshards_tokenizer.json"
+FINGERPRINT_PREFIX = "sha256:"
+
+# Special-token roles recorded in the manifest; the trainer never masks these ids.
+SPECIAL_ROLES = ("pad", "mask", "cls", "sep", "unk")
+# Spellings of each role in BERT-style and RoBERTa-style vocabularies.
+ROLE_SPELLINGS: dict[str, tuple[str, ...]] = {
+    "pad": ("[PAD]", "<pad>"),
+    "mask": ("[MASK]", "<mask>"),
+    "cls": ("[CLS]", "<s>"),
+    "sep": ("[SEP]", "</s>"),
+    "unk": ("[UNK]", "<unk>"),
+}

@@ -1,0 +1,13 @@
+"""Errors on user input. Each message names the bad value and how to fix it."""
+
+
+class LmshardsError(Exception):
+    """Base class for errors a user can fix; the CLI prints the message without a traceback."""
+
+
+class TokenizerError(LmshardsError):
+    """The tokenizer path is missing, unreadable or not a tokenizer."""
+
+
+class ManifestError(LmshardsError):
+    """The manifest is missing, corrupt or does not describe a complete output."""

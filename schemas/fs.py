@@ -1,0 +1,110 @@
+"""Filesystem helpers over fsspec, so local paths and gs:// behave the same on both sides."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import uuid
+from typing import Any
+
+# gcsfs probes every bucket over gRPC first; against an emulator each open then waits 60 s.
+if os.environ.get("STORAGE_EMULATOR_HOST"):
+    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+
+import fsspec  # noqa: E402  (must follow the environment set-up above)
+
+
+def is_remote(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def filesystem(path: str) -> tuple[Any, str]:
+    """Returns (fsspec filesystem, path without protocol for it)."""
+    fs, stripped = fsspec.core.url_to_fs(path, **_storage_options(path))
+    return fs, stripped
+
+
+def _storage_options(path: str) -> dict[str, Any]:
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+    if path.startswith("gs://") and emulator:
+        endpoint = emulator if "://" in emulator else f"http://{emulator}"
+        return {"endpoint_url": endpoint, "token": "anon"}
+    return {}
+
+
+def join(base: str, *parts: str) -> str:
+    if is_remote(base):
+        return posixpath.join(base, *parts)
+    return os.path.join(base, *parts)
+
+
+def exists(path: str) -> bool:
+    fs, p = filesystem(path)
+    return fs.exists(p)
+
+
+def isdir(path: str) -> bool:
+    fs, p = filesystem(path)
+    return fs.isdir(p)
+
+
+def open_file(path: str, mode: str = "rb"):
+    """Opens a local or remote file; text modes decode as UTF-8."""
+    fs, p = filesystem(path)
+    if "b" in mode:
+        return fs.open(p, mode)
+    return fs.open(p, mode, encoding="utf-8")
+
+
+def read_text(path: str) -> str:
+    with open_file(path, "r") as f:
+        return f.read()
+
+
+def read_bytes(path: str) -> bytes:
+    with open_file(path, "rb") as f:
+        return f.read()
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+    """Writes data so that readers never see half a file.
+
+    Locally: a temporary name, then rename. On object stores an object only appears once its
+    upload is finalized, so a direct write is already atomic (and GCS has no cheap rename).
+    """
+    fs, p = filesystem(path)
+    if is_remote(path):
+        with fs.open(p, "wb") as f:
+            f.write(data)
+        return
+    parent = os.path.dirname(p)
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    tmp = f"{p}.tmp-{uuid.uuid4().hex}"
+    with fs.open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, p)
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def size(path: str) -> int:
+    fs, p = filesystem(path)
+    return int(fs.size(p))
+
+
+def listdir(path: str) -> list[str]:
+    """Full paths (with protocol for remote) of the entries directly under path."""
+    fs, p = filesystem(path)
+    entries = fs.ls(p, detail=False)
+    if is_remote(path):
+        protocol = path.split("://", 1)[0]
+        return [f"{protocol}://{e}" for e in entries]
+    return list(entries)
+
+
+def makedirs(path: str) -> None:
+    fs, p = filesystem(path)
+    fs.makedirs(p, exist_ok=True)

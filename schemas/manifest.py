@@ -1,0 +1,225 @@
+"""The manifest: the only sign that a preprocess output is complete, and what the trainer trusts.
+
+Written last by the pipeline (temp name, then rename); read by `lmshards inspect` and the trainer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from schemas import fs
+from schemas.constants import (
+    ATTENTION_MASK,
+    FEATURE_DTYPE,
+    FEATURE_NAMES,
+    INPUT_IDS,
+    MANIFEST_FORMAT,
+    MANIFEST_FORMAT_VERSION,
+    MANIFEST_NAME,
+    SPLITS,
+)
+from schemas.errors import ManifestError
+
+# Keys left out when comparing two manifests for determinism.
+VOLATILE_KEYS = ("created_at",)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardInfo:
+    """One TFRecord file; `path` is relative to the output directory."""
+
+    path: str
+    records: int
+    bytes: int
+    sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitTotals:
+    """Counts for one split. Token accounting balances: tokens_in == tokens_written + tokens_dropped."""
+
+    documents: int = 0  # documents assigned to this split (non-empty, tokenized)
+    documents_empty: int = 0  # empty or whitespace-only documents skipped
+    documents_invalid_utf8: int = 0  # documents with undecodable bytes (kept, decoded with U+FFFD)
+    documents_nul: int = 0  # documents holding NUL bytes (kept, NULs removed)
+    tokens_in: int = 0  # tokens produced by the tokenizer, special tokens included
+    tokens_written: int = 0  # real (non-padding) tokens in the written records
+    tokens_dropped: int = 0  # tokens of a final partial block dropped by --remainder drop
+    padding_tokens: int = 0  # pad tokens added by --remainder pad (attention_mask 0)
+    records: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitInfo:
+    shards: tuple[ShardInfo, ...]
+    totals: SplitTotals
+
+    @property
+    def records(self) -> int:
+        return sum(s.records for s in self.shards)
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerInfo:
+    fingerprint: str
+    vocab_size: int
+    special_token_ids: dict[str, int]  # role -> id, e.g. {"pad": 1, "mask": 4}
+    all_special_ids: tuple[int, ...]
+    model_max_length: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class InputFileInfo:
+    path: str
+    bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    tool_version: str
+    seq_len: int
+    tokenizer: TokenizerInfo
+    splits: dict[str, SplitInfo]
+    inputs: tuple[InputFileInfo, ...]
+    seed: int
+    options: dict[str, Any]
+    created_at: str = ""
+    format: str = MANIFEST_FORMAT
+    format_version: int = MANIFEST_FORMAT_VERSION
+
+    def features(self) -> dict[str, dict[str, Any]]:
+        return feature_spec(self.seq_len)
+
+    def shard_paths(self, output_dir: str, split: str) -> list[str]:
+        """Absolute paths (local or gs://) of a split's shards, in manifest order."""
+        return [fs.join(output_dir, s.path) for s in self.split(split).shards]
+
+    def split(self, name: str) -> SplitInfo:
+        if name not in self.splits:
+            raise ManifestError(f"Split {name!r} not in manifest; it has {sorted(self.splits)}.")
+        return self.splits[name]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["features"] = self.features()
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+def feature_spec(seq_len: int) -> dict[str, dict[str, Any]]:
+    """Name -> {dtype, shape} of every record feature, as recorded in the manifest."""
+    return {name: {"dtype": FEATURE_DTYPE, "shape": [seq_len]} for name in FEATURE_NAMES}
+
+
+def check_accounting(manifest: Manifest) -> None:
+    """Raises ManifestError unless every split's counts are internally consistent."""
+    for name, split in manifest.splits.items():
+        t = split.totals
+        if t.tokens_in != t.tokens_written + t.tokens_dropped:
+            raise ManifestError(
+                f"Split {name!r}: tokens_in {t.tokens_in} != tokens_written {t.tokens_written} "
+                f"+ tokens_dropped {t.tokens_dropped}."
+            )
+        if t.records != split.records:
+            raise ManifestError(f"Split {name!r}: totals say {t.records} records, shards hold {split.records}.")
+        if t.tokens_written + t.padding_tokens != t.records * manifest.seq_len:
+            raise ManifestError(
+                f"Split {name!r}: {t.tokens_written} tokens + {t.padding_tokens} padding != "
+                f"{t.records} records x seq_len {manifest.seq_len}."
+            )
+
+
+def manifest_from_dict(data: dict[str, Any]) -> Manifest:
+    """Builds a Manifest from its JSON form. Raises ManifestError on a wrong format or version."""
+    if data.get("format") != MANIFEST_FORMAT:
+        raise ManifestError(f"Not an lmshards manifest (format {data.get('format')!r}).")
+    if data.get("format_version") != MANIFEST_FORMAT_VERSION:
+        raise ManifestError(
+            f"Manifest format version {data.get('format_version')!r} is not supported by this version "
+            f"(expects {MANIFEST_FORMAT_VERSION}); re-run `lmshards preprocess` or upgrade lmshards."
+        )
+    try:
+        tok = data["tokenizer"]
+        splits = {
+            name: SplitInfo(
+                shards=tuple(ShardInfo(**s) for s in split["shards"]),
+                totals=SplitTotals(**split["totals"]),
+            )
+            for name, split in data["splits"].items()
+        }
+        return Manifest(
+            tool_version=data["tool_version"],
+            seq_len=int(data["seq_len"]),
+            tokenizer=TokenizerInfo(
+                fingerprint=tok["fingerprint"],
+                vocab_size=int(tok["vocab_size"]),
+                special_token_ids={k: int(v) for k, v in tok["special_token_ids"].items()},
+                all_special_ids=tuple(int(i) for i in tok["all_special_ids"]),
+                model_max_length=tok.get("model_max_length"),
+            ),
+            splits=splits,
+            inputs=tuple(InputFileInfo(**i) for i in data["inputs"]),
+            seed=int(data["seed"]),
+            options=dict(data["options"]),
+            created_at=data.get("created_at", ""),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise ManifestError(f"Manifest is malformed: {e!r}.") from e
+
+
+def manifest_path(output_dir: str) -> str:
+    return fs.join(output_dir, MANIFEST_NAME)
+
+
+def write_manifest(output_dir: str, manifest: Manifest) -> str:
+    """Checks the accounting, then writes manifest.json atomically. Returns its path."""
+    check_accounting(manifest)
+    path = manifest_path(output_dir)
+    fs.write_text_atomic(path, manifest.to_json())
+    return path
+
+
+def read_manifest(output_dir: str) -> Manifest:
+    """Reads `{output_dir}/manifest.json`.
+
+    Raises:
+      ManifestError: no manifest (an incomplete output, or not a preprocess output), or a bad one.
+    """
+    path = manifest_path(output_dir)
+    if not fs.exists(path):
+        raise ManifestError(
+            f"No {MANIFEST_NAME} in {output_dir!r}: incomplete or not a preprocess output. "
+            "Run `lmshards preprocess ... --output DIR` to completion (the manifest is written last)."
+        )
+    try:
+        data = json.loads(fs.read_text(path))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ManifestError(f"{path!r} is not valid JSON ({e}); re-run `lmshards preprocess`.") from e
+    manifest = manifest_from_dict(data)
+    unknown = set(manifest.splits) - set(SPLITS)
+    if unknown:
+        raise ManifestError(f"{path!r} names unknown splits {sorted(unknown)}; expected {list(SPLITS)}.")
+    check_accounting(manifest)
+    return manifest
+
+
+__all__ = [
+    "ATTENTION_MASK",
+    "INPUT_IDS",
+    "InputFileInfo",
+    "Manifest",
+    "ShardInfo",
+    "SplitInfo",
+    "SplitTotals",
+    "TokenizerInfo",
+    "check_accounting",
+    "feature_spec",
+    "manifest_from_dict",
+    "manifest_path",
+    "read_manifest",
+    "write_manifest",
+]

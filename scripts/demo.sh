@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Sets up ./.venv if needed, then runs the main job end to end on the bundled sample corpus.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/setup_env.sh
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TF_CPP_MIN_LOG_LEVEL=2
+exec .venv/bin/lmshards demo --output "${1:-demo_output}"

@@ -1,0 +1,70 @@
+"""lmshards packaging. Also what Dataflow workers install (`--setup_file ./setup.py`).
+
+Every third-party version is pinned here, once. The default install is what a preprocess worker
+needs (Beam, tensorflow-transform, tokenizers, fsspec/gcsfs); the trainer, tokenizer training,
+export and test tools are extras.
+"""
+
+import re
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+PINS = {
+    "apache-beam": "2.77.0",
+    "tensorflow": "2.21.0",
+    "tensorflow-transform": "1.21.0",
+    "tokenizers": "0.23.3",
+    "fsspec": "2026.9.0",
+    "gcsfs": "2026.10.1",
+    "keras": "3.15.1",
+    "keras-hub": "0.32.0",
+    "transformers": "5.24.0",
+    "datasets": "5.2.0",
+    "huggingface-hub": "2.4.0",
+    "safetensors": "0.8.0",
+    "torch": "2.13.0",
+    "matplotlib": "3.11.2",
+    "psutil": "7.2.2",
+    "pytest": "9.2.0",
+    "pytest-timeout": "2.4.0",
+    "gcp-storage-emulator": "2026.7.19",
+}
+
+
+def pinned(name: str, extras: str = "") -> str:
+    return f"{name}{extras}=={PINS[name]}"
+
+
+WORKER = [
+    pinned("apache-beam", "[gcp]"),
+    pinned("tensorflow"),
+    pinned("tensorflow-transform"),
+    pinned("tokenizers"),
+    pinned("fsspec"),
+    pinned("gcsfs"),
+]
+EXTRAS = {
+    "data": [pinned("transformers"), pinned("datasets"), pinned("psutil")],
+    "train": [pinned("tensorflow"), pinned("keras"), pinned("keras-hub"), pinned("psutil")],
+    "export": [pinned("torch"), pinned("transformers"), pinned("safetensors"), pinned("huggingface-hub")],
+    "report": [pinned("matplotlib")],
+    "test": [pinned("pytest"), pinned("pytest-timeout"), pinned("gcp-storage-emulator"), pinned("psutil")],
+}
+EXTRAS["all"] = sorted({req for name, reqs in EXTRAS.items() if name != "test" for req in reqs})
+
+VERSION = re.search(r'__version__ = "([^"]+)"', Path(__file__).with_name("schemas").joinpath("version.py").read_text())[1]
+
+setup(
+    name="lmshards",
+    version=VERSION,
+    description="Tokenizer training, Beam preprocessing to balanced TFRecord shards, and TPU-ready masked-LM training",
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.11,<3.12",
+    packages=find_packages(include=["lmshards", "preprocess", "preprocess.*", "schemas", "schemas.*", "train", "train.*"]),
+    install_requires=WORKER,
+    extras_require=EXTRAS,
+    entry_points={"console_scripts": ["lmshards = lmshards.cli:main"]},
+)
