@@ -24,7 +24,6 @@ PINS = {
     "huggingface-hub": "2.4.0",
     "safetensors": "0.8.0",
     "torch": "2.13.0",
-    "matplotlib": "3.11.2",
     "psutil": "7.2.2",
     "pytest": "9.2.0",
     "pytest-timeout": "2.4.0",
@@ -48,7 +47,6 @@ EXTRAS = {
     "data": [pinned("transformers"), pinned("datasets"), pinned("psutil")],
     "train": [pinned("tensorflow"), pinned("keras"), pinned("keras-hub"), pinned("psutil")],
     "export": [pinned("torch"), pinned("transformers"), pinned("safetensors"), pinned("huggingface-hub")],
-    "report": [pinned("matplotlib")],
     "test": [pinned("pytest"), pinned("pytest-timeout"), pinned("gcp-storage-emulator"), pinned("psutil")],
 }
 EXTRAS["all"] = sorted({req for name, reqs in EXTRAS.items() if name != "test" for req in reqs})

@@ -21,7 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": ("train.cli", "train a masked LM on preprocess shards"),
     "export": ("train.export_cli", "export a training run to a Hugging Face model directory"),
     "fill-mask": ("train.fill_mask_cli", "run transformers' fill-mask on an exported model"),
-    "demo": ("train.demo", "the whole story on the bundled sample corpus"),
+    "demo": ("lmshards.demo", "the whole story on the bundled sample corpus"),
 }
 
 
