@@ -1,0 +1,133 @@
+"""Model and run configuration: frozen dataclasses, presets and defaults in one place."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from schemas import fs
+from schemas.errors import LmshardsError
+
+FAMILIES = ("roberta", "bert")
+# RoBERTa reserves positions 0 and 1 (padding_idx + 1), so roberta-base has 514 positions for 512 tokens.
+ROBERTA_POSITION_OFFSET = 2
+
+RUN_CONFIG_JSON = "run_config.json"
+RUN_SUMMARY_JSON = "run_summary.json"
+METRICS_JSONL = "metrics.jsonl"
+CHECKPOINTS_DIR = "checkpoints"
+TENSORBOARD_DIR = "tensorboard"
+TOKENIZER_DIR = "tokenizer"
+
+STRATEGIES = ("auto", "tpu", "mirrored", "cpu")
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+LR_SCHEDULES = ("linear", "cosine")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Everything needed to rebuild the network; `vocabulary_size` 0 means "take it from the manifest"."""
+
+    family: str = "roberta"
+    vocabulary_size: int = 0
+    num_layers: int = 2
+    num_heads: int = 2
+    hidden_dim: int = 64
+    intermediate_dim: int = 128
+    dropout: float = 0.1
+    max_sequence_length: int = 514
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def max_tokens(self) -> int:
+        """Longest token sequence the model accepts (RoBERTa spends two positions on its offset)."""
+        offset = ROBERTA_POSITION_OFFSET if self.family == "roberta" else 0
+        return self.max_sequence_length - offset
+
+
+# Presets per family differ only in max positions (roberta-base 514, bert-base 512).
+_PRESET_DIMS = {
+    "tiny": dict(num_layers=2, num_heads=2, hidden_dim=64, intermediate_dim=128),
+    "small": dict(num_layers=4, num_heads=4, hidden_dim=256, intermediate_dim=1024),
+    "base": dict(num_layers=12, num_heads=12, hidden_dim=768, intermediate_dim=3072),
+}
+PRESETS = tuple(_PRESET_DIMS)
+
+
+def preset_config(name: str, *, family: str, vocabulary_size: int) -> ModelConfig:
+    """A preset's ModelConfig for `family`, with the vocabulary taken from the manifest."""
+    if name not in _PRESET_DIMS:
+        raise LmshardsError(f"Unknown --model_preset {name!r}; choose one of {list(PRESETS)}.")
+    _check_family(family)
+    positions = 512 + (ROBERTA_POSITION_OFFSET if family == "roberta" else 0)
+    return ModelConfig(family=family, vocabulary_size=vocabulary_size, max_sequence_length=positions, **_PRESET_DIMS[name])
+
+
+def model_config_from_dict(data: dict[str, Any], *, source: str) -> ModelConfig:
+    """Builds a ModelConfig from JSON fields. Raises LmshardsError naming unknown or missing fields."""
+    names = {f.name for f in dataclasses.fields(ModelConfig)}
+    unknown = set(data) - names
+    if unknown:
+        raise LmshardsError(f"Model config {source!r} has unknown fields {sorted(unknown)}; allowed: {sorted(names)}.")
+    try:
+        config = ModelConfig(**data)
+    except TypeError as e:
+        raise LmshardsError(f"Model config {source!r} is invalid: {e}.") from e
+    _check_family(config.family)
+    return config
+
+
+def read_model_config(path: str) -> ModelConfig:
+    """Reads a --model_config JSON file (the ModelConfig fields; `family` may be omitted)."""
+    if not fs.exists(path):
+        raise LmshardsError(f"--model_config {path!r} does not exist; pass a JSON file with the ModelConfig fields.")
+    try:
+        data = json.loads(fs.read_text(path))
+    except json.JSONDecodeError as e:
+        raise LmshardsError(f"--model_config {path!r} is not valid JSON: {e}.") from e
+    if not isinstance(data, dict):
+        raise LmshardsError(f"--model_config {path!r} must hold a JSON object.")
+    return model_config_from_dict(data, source=path)
+
+
+def _check_family(family: str) -> None:
+    if family not in FAMILIES:
+        raise LmshardsError(f"Unknown model family {family!r}; choose one of {list(FAMILIES)}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """One training run, as given on the command line (recorded in run_config.json)."""
+
+    shards: str
+    output: str
+    model_preset: str = "tiny"
+    model_config: str | None = None
+    model_family: str = "roberta"
+    tokenizer: str | None = None
+    steps: int | None = None
+    epochs: float | None = None
+    per_replica_batch: int = 32
+    learning_rate: float = 5e-4
+    weight_decay: float = 0.01
+    warmup_steps: int | None = None
+    lr_schedule: str = "linear"
+    clip_norm: float | None = None
+    mlm_probability: float = 0.15
+    shuffle_buffer: int = 10_000
+    seed: int = 0
+    strategy: str = "auto"
+    tpu: str | None = None
+    precision: str = "float32"
+    steps_per_execution: int = 1
+    checkpoint_every: int = 500
+    keep: int = 3
+    eval_every: int = 1000
+    eval_steps: int | None = None
+    log_every: int = 50
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
