@@ -1,0 +1,1 @@
+"""Benchmarks, each run side by side with a reference; see bench/README.md."""

@@ -1,0 +1,403 @@
+"""Preprocessing benchmark: `lmshards preprocess` side by side with the tokenizer ceiling and an HF-style baseline.
+
+In one run, on the same machine, with the same tokenizer.json:
+  (a) ceiling   - reference_ceiling.py: Tokenizer.encode_batch over all lines, all cores;
+  (b) lmshards  - `lmshards preprocess` on Beam's DirectRunner, multi_processing mode, 2 workers;
+  (c) hf_style  - reference_hf_style.py: datasets.map tokenize + group_texts + serial TFRecordWriter, num_proc=2.
+Each runs in a fresh subprocess; wall time is the process's, start to exit (imports and start-up included),
+and peak RSS is the peak of the summed RSS of its whole process tree (see _measure.py). (b) also runs on
+smaller subsets of the corpus to show how its peak RSS grows with input.
+
+Usage (from the repository root, with the venv active):
+  python -m bench.bench_preprocess --corpus /tmp/bench-corpus/en --json bench-preprocess.json
+  python -m bench.bench_preprocess --corpus data/sample/en --sizes 1 --skip-baseline   # quick check
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from bench._measure import MB, SAMPLE_INTERVAL_S, Measurement, load_average, run_checked
+from schemas.constants import DEFAULT_SEQ_LEN
+from schemas.manifest import read_manifest
+
+BENCH_DIR = Path(__file__).resolve().parent
+CEILING_SCRIPT = BENCH_DIR / "reference_ceiling.py"
+HF_STYLE_SCRIPT = BENCH_DIR / "reference_hf_style.py"
+
+NUM_WORKERS = 2  # (b)'s --direct_num_workers and (c)'s num_proc: the machine this targets has 2 cores
+DEFAULT_SIZES = ("30", "65", "all")  # MB of input for (b)'s RSS-growth runs; "all" is the whole corpus
+TOKENIZER_VOCAB_SIZE = 32000
+TOKENIZER_SAMPLE_BYTES = 20_000_000
+TOKENIZER_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+RUN_TIMEOUT_S = 3600.0
+RESULT_PREFIX = "RESULT "  # the line a reference script prints its counts on, as JSON
+
+# What the product promises on the ~130 MB corpus.
+TARGET_VS_CEILING = 0.7  # (b) throughput / (a) throughput
+TARGET_VS_BASELINE = 2.0  # (b) throughput / (c) throughput
+
+CEILING, LMSHARDS, HF_STYLE = "ceiling", "lmshards", "hf_style"
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    corpus: Path
+    sizes: tuple[str, ...]
+    skip_baseline: bool
+    json_out: Path | None
+    work_dir: Path
+    seq_len: int
+    keep_outputs: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Input:
+    """A set of text files the systems read; `label` is e.g. '30MB' or 'all'."""
+
+    label: str
+    files: tuple[Path, ...]
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.files)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    system: str
+    input_label: str
+    input_bytes: int
+    tokens: int  # tokens the system produced (special tokens included); see token_note
+    records: int | None
+    wall_s: float  # process start to exit
+    internal_s: float | None  # the script's own timed region, where it reports one
+    peak_rss_bytes: int  # peak summed RSS of the process tree (counts shared pages once per process)
+    peak_pss_bytes: int  # peak summed PSS of the process tree (shared pages divided): compare on this
+    max_single_rss_bytes: int
+    peak_processes: int
+    load_before: tuple[float, float, float]
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.input_bytes / MB / self.wall_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.wall_s
+
+
+TOKEN_NOTES = {
+    CEILING: "tokens of every non-empty line",
+    LMSHARDS: "manifest tokens_in summed over splits",
+    HF_STYLE: "tokens written (each 1000-row batch's remainder dropped)",
+}
+
+
+def corpus_files(corpus: Path) -> list[Path]:
+    """The *.txt files directly under corpus, sorted. Raises SystemExit if there are none."""
+    files = sorted(p for p in corpus.glob("*.txt") if p.is_file() and p.stat().st_size > 0)
+    if not files:
+        raise SystemExit(f"--corpus {str(corpus)!r} holds no non-empty *.txt files; pass the directory with the text.")
+    return files
+
+
+def take_subset(files: Sequence[Path], target_bytes: int, out_dir: Path) -> list[Path]:
+    """Writes about target_bytes of the corpus to out_dir: the same leading share of every file.
+
+    Taking a prefix of each file (cut at a line end) keeps the mix of sources of the full corpus.
+    """
+    total = sum(f.stat().st_size for f in files)
+    share = min(1.0, target_bytes / total)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for f in files:
+        data = f.read_bytes()
+        cut = data.rfind(b"\n", 0, int(len(data) * share)) + 1
+        if cut == 0:
+            continue
+        dest = out_dir / f.name
+        dest.write_bytes(data[:cut])
+        written.append(dest)
+    return written
+
+
+def inputs_for(config: Config, files: list[Path]) -> dict[str, Input]:
+    """size label -> Input; subsets are written once under the work dir and reused."""
+    total = sum(f.stat().st_size for f in files)
+    inputs = {}
+    for size in config.sizes:
+        if size == "all" or float(size) * MB >= total:
+            inputs[size] = Input("all", tuple(files))
+            continue
+        key = hashlib.sha256(repr([(str(f), f.stat().st_size) for f in files]).encode()).hexdigest()[:12]
+        out_dir = config.work_dir / f"subset-{key}-{size}MB"
+        subset = sorted(out_dir.glob("*.txt")) if out_dir.is_dir() else take_subset(files, int(float(size) * MB), out_dir)
+        inputs[size] = Input(f"{size}MB", tuple(subset))
+    return inputs
+
+
+def train_tokenizer(files: list[Path], work_dir: Path) -> Path:
+    """A RoBERTa-style byte-level BPE (vocab 32000) trained on a 20 MB sample; cached per corpus."""
+    key = hashlib.sha256(repr([(f.name, f.stat().st_size) for f in files]).encode()).hexdigest()[:12]
+    path = work_dir / f"tokenizer-{key}" / "tokenizer.json"
+    if path.exists():
+        return path
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    sample = take_subset(files, TOKENIZER_SAMPLE_BYTES, path.parent / "sample")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=TOKENIZER_VOCAB_SIZE,
+        special_tokens=list(TOKENIZER_SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train([str(f) for f in sample], trainer=trainer)
+    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")))
+    tmp = path.with_suffix(".tmp")
+    tok.save(str(tmp))
+    os.replace(tmp, path)
+    shutil.rmtree(path.parent / "sample")
+    return path
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment every system runs in: offline, quiet TF, tokenizers left at their default threading."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS")}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TF_CPP_MIN_LOG_LEVEL="2")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH_DIR.parent), env.get("PYTHONPATH")]))
+    env.update(extra)
+    return env
+
+
+def reported(m: Measurement) -> dict[str, Any]:
+    """The JSON a reference script printed after RESULT_PREFIX."""
+    for line in reversed(m.stdout.splitlines()):
+        if line.startswith(RESULT_PREFIX):
+            return json.loads(line[len(RESULT_PREFIX) :])
+    raise RuntimeError(f"{m.argv[:3]} printed no {RESULT_PREFIX!r} line; stdout tail:\n{m.stdout[-2000:]}")
+
+
+def run_ceiling(inp: Input, tokenizer: Path) -> Result:
+    load = load_average()
+    argv = [sys.executable, str(CEILING_SCRIPT), str(tokenizer), *map(str, inp.files)]
+    m = run_checked(argv, env=child_env(), timeout_s=RUN_TIMEOUT_S)
+    out = reported(m)
+    return _result(CEILING, inp, m, tokens=out["tokens"], records=None, internal_s=out["internal_s"], load=load)
+
+
+def run_lmshards(inp: Input, tokenizer: Path, config: Config) -> Result:
+    out_dir = Path(tempfile.mkdtemp(prefix=f"lmshards-{inp.label}-", dir=config.work_dir))
+    shutil.rmtree(out_dir)  # the pipeline creates its output directory
+    argv = [
+        sys.executable, "-m", "lmshards", "preprocess",
+        "--input", *map(str, inp.files),
+        "--tokenizer", str(tokenizer),
+        "--output", str(out_dir),
+        "--seq_len", str(config.seq_len),
+        "--direct_running_mode=multi_processing",
+        f"--direct_num_workers={NUM_WORKERS}",
+    ]  # fmt: skip
+    load = load_average()
+    try:
+        m = run_checked(argv, env=child_env(), timeout_s=RUN_TIMEOUT_S)
+        manifest = read_manifest(str(out_dir))
+    finally:
+        if not config.keep_outputs:
+            shutil.rmtree(out_dir, ignore_errors=True)
+    tokens = sum(s.totals.tokens_in for s in manifest.splits.values())
+    records = sum(s.totals.records for s in manifest.splits.values())
+    return _result(LMSHARDS, inp, m, tokens=tokens, records=records, internal_s=None, load=load)
+
+
+def run_hf_style(inp: Input, tokenizer: Path, config: Config) -> Result:
+    scratch = Path(tempfile.mkdtemp(prefix="hf-style-", dir=config.work_dir))
+    argv = [sys.executable, str(HF_STYLE_SCRIPT), str(tokenizer), str(scratch / "out"), str(config.seq_len),
+            str(NUM_WORKERS), *map(str, inp.files)]  # fmt: skip
+    load = load_average()
+    try:
+        # A fresh datasets cache, so the run is not served from an earlier one.
+        env = child_env(HF_DATASETS_CACHE=str(scratch / "hf-cache"))
+        m = run_checked(argv, env=env, timeout_s=RUN_TIMEOUT_S)
+    finally:
+        if not config.keep_outputs:
+            shutil.rmtree(scratch, ignore_errors=True)
+    out = reported(m)
+    return _result(HF_STYLE, inp, m, tokens=out["tokens"], records=out["records"], internal_s=out["internal_s"], load=load)
+
+
+def _result(system: str, inp: Input, m: Measurement, *, tokens: int, records: int | None,
+            internal_s: float | None, load: tuple[float, float, float]) -> Result:  # fmt: skip
+    return Result(
+        system=system,
+        input_label=inp.label,
+        input_bytes=inp.bytes,
+        tokens=int(tokens),
+        records=records,
+        wall_s=m.wall_s,
+        internal_s=internal_s,
+        peak_rss_bytes=m.peak_rss_bytes,
+        peak_pss_bytes=m.peak_pss_bytes,
+        max_single_rss_bytes=m.max_single_rss_bytes,
+        peak_processes=m.peak_processes,
+        load_before=load,
+    )
+
+
+def ratios(results: list[Result], label: str) -> dict[str, Any]:
+    """Throughput ratios of (b) against (a) and (c) on one input, with the promised targets."""
+    by_system = {r.system: r for r in results if r.input_label == label}
+    ours = by_system.get(LMSHARDS)
+    out: dict[str, Any] = {"input": label}
+    if ours is None:
+        return out
+    if CEILING in by_system:
+        value = ours.mb_per_s / by_system[CEILING].mb_per_s
+        out["b_over_a"] = {"value": value, "target": TARGET_VS_CEILING, "met": value >= TARGET_VS_CEILING}
+    if HF_STYLE in by_system:
+        base = by_system[HF_STYLE]
+        value = ours.mb_per_s / base.mb_per_s
+        out["b_over_c"] = {"value": value, "target": TARGET_VS_BASELINE, "met": value >= TARGET_VS_BASELINE}
+        out["memory_b_below_c"] = {
+            "b_pss_mb": ours.peak_pss_bytes / MB, "c_pss_mb": base.peak_pss_bytes / MB,
+            "b_rss_mb": ours.peak_rss_bytes / MB, "c_rss_mb": base.peak_rss_bytes / MB,
+            "met": ours.peak_pss_bytes < base.peak_pss_bytes and ours.peak_rss_bytes < base.peak_rss_bytes,
+        }  # fmt: skip
+    return out
+
+
+def table(results: list[Result]) -> str:
+    head = ("system", "input", "MB", "tokens", "wall s", "inner s", "MB/s", "Mtok/s", "peak PSS MB", "peak RSS MB", "max 1-proc MB",
+            "procs", "load1")  # fmt: skip
+    rows = [head]
+    for r in results:
+        rows.append((
+            r.system, r.input_label, f"{r.input_bytes / MB:.1f}", f"{r.tokens:,}", f"{r.wall_s:.1f}",
+            "-" if r.internal_s is None else f"{r.internal_s:.1f}", f"{r.mb_per_s:.2f}", f"{r.tokens_per_s / 1e6:.2f}",
+            f"{r.peak_pss_bytes / MB:.0f}", f"{r.peak_rss_bytes / MB:.0f}", f"{r.max_single_rss_bytes / MB:.0f}", str(r.peak_processes),
+            f"{r.load_before[0]:.2f}",
+        ))  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = ["  ".join(cell.rjust(w) if i > 1 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+             for row in rows]  # fmt: skip
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def ratio_lines(summary: dict[str, Any]) -> list[str]:
+    lines = []
+    for key, name in (("b_over_a", "lmshards / ceiling"), ("b_over_c", "lmshards / hf_style")):
+        if key in summary:
+            r = summary[key]
+            lines.append(f"{name} throughput on {summary['input']}: {r['value']:.2f} "
+                         f"(target >= {r['target']}: {'met' if r['met'] else 'NOT met'})")  # fmt: skip
+    if "memory_b_below_c" in summary:
+        r = summary["memory_b_below_c"]
+        lines.append(f"peak memory lmshards {r['b_pss_mb']:.0f} MB PSS / {r['b_rss_mb']:.0f} MB RSS vs hf_style "
+                     f"{r['c_pss_mb']:.0f} MB PSS / {r['c_rss_mb']:.0f} MB RSS "
+                     f"(lmshards below hf_style on both: {'met' if r['met'] else 'NOT met'})")  # fmt: skip
+    return lines
+
+
+def parse_args(argv: Sequence[str] | None) -> Config:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--corpus", required=True, type=Path, help="directory whose *.txt files are the corpus")
+    p.add_argument("--sizes", default=",".join(DEFAULT_SIZES),
+                   help="comma-separated input sizes in MB for lmshards' RSS-growth runs, 'all' = whole corpus; "
+                        "the ceiling and the baseline run on the largest (default: %(default)s)")  # fmt: skip
+    p.add_argument("--skip-baseline", action="store_true", help="do not run the (slow) HF-style baseline")
+    p.add_argument("--json", type=Path, help="also write the results to this JSON file")
+    p.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "lmshards-bench",
+                   help="tokenizer cache, subsets and scratch outputs (default: %(default)s)")  # fmt: skip
+    p.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN)
+    p.add_argument("--keep-outputs", action="store_true", help="keep each system's shards under --work-dir")
+    a = p.parse_args(argv)
+    sizes = tuple(s.strip() for s in a.sizes.split(",") if s.strip())
+    for s in sizes:
+        if s != "all" and not _positive_number(s):
+            p.error(f"--sizes: {s!r} is neither a number of MB nor 'all' (e.g. --sizes 30,65,all)")
+    if not sizes:
+        p.error("--sizes is empty (e.g. --sizes 30,65,all)")
+    return Config(corpus=a.corpus, sizes=sizes, skip_baseline=a.skip_baseline, json_out=a.json,
+                  work_dir=a.work_dir, seq_len=a.seq_len, keep_outputs=a.keep_outputs)  # fmt: skip
+
+
+def _positive_number(s: str) -> bool:
+    try:
+        return float(s) > 0
+    except ValueError:
+        return False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    config = parse_args(argv)
+    config.work_dir.mkdir(parents=True, exist_ok=True)
+    files = corpus_files(config.corpus)
+    inputs = inputs_for(config, files)
+    largest = max(inputs.values(), key=lambda i: i.bytes)
+    started = time.time()
+    print(f"corpus: {config.corpus} ({len(files)} files, {sum(f.stat().st_size for f in files) / MB:.1f} MB)")
+    tokenizer = train_tokenizer(files, config.work_dir)
+    print(f"tokenizer: {tokenizer}")
+
+    # The comparison first, back to back on the largest input; then lmshards alone on the smaller ones.
+    plan = [(CEILING, largest), (LMSHARDS, largest)]
+    if not config.skip_baseline:
+        plan.append((HF_STYLE, largest))
+    plan += [(LMSHARDS, inp) for inp in sorted(set(inputs.values()) - {largest}, key=lambda i: i.bytes)]
+    results = []
+    for system, inp in plan:
+        print(f"running {system} on {inp.label} ({inp.bytes / MB:.1f} MB) ...", flush=True)
+        if system == CEILING:
+            results.append(run_ceiling(inp, tokenizer))
+        elif system == LMSHARDS:
+            results.append(run_lmshards(inp, tokenizer, config))
+        else:
+            results.append(run_hf_style(inp, tokenizer, config))
+        r = results[-1]
+        print(f"  {r.wall_s:.1f} s, {r.mb_per_s:.2f} MB/s, peak RSS {r.peak_rss_bytes / MB:.0f} MB", flush=True)
+
+    summary = ratios(results, largest.label)
+    print()
+    print(table(results))
+    print()
+    print("\n".join(ratio_lines(summary)))
+    print(f"load average now: {' '.join(f'{x:.2f}' for x in load_average())} on {os.cpu_count()} cores")
+    if config.json_out:
+        report = {
+            "benchmark": "preprocess",
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+            "command": " ".join(["python -m bench.bench_preprocess", *(argv if argv is not None else sys.argv[1:])]),
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+            "corpus": {"dir": str(config.corpus), "files": len(files), "bytes": sum(f.stat().st_size for f in files)},
+            "tokenizer": {"path": str(tokenizer), "vocab_size": TOKENIZER_VOCAB_SIZE, "kind": "byte-level BPE"},
+            "seq_len": config.seq_len,
+            "num_workers": NUM_WORKERS,
+            "memory_method": "peaks of the summed psutil RSS and PSS over the process tree, sampled every "
+                             f"{SAMPLE_INTERVAL_S} s; max_single_rss = largest ru_maxrss of one process",  # fmt: skip
+            "token_notes": TOKEN_NOTES,
+            "results": [{**dataclasses.asdict(r), "mb_per_s": r.mb_per_s, "tokens_per_s": r.tokens_per_s} for r in results],
+            "ratios": summary,
+            "load_after": load_average(),
+        }
+        config.json_out.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {config.json_out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""The benchmark helpers: process-tree memory measurement, corpus subsets, ratios against the targets."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from bench._measure import MB, run_checked, run_measured
+from bench.bench_preprocess import CEILING, HF_STYLE, LMSHARDS, Input, Result, ratios, take_subset
+
+CHILD_MB = 200
+# A parent that stays small while its child holds CHILD_MB of touched memory for a second.
+PARENT_WITH_HUNGRY_CHILD = (
+    "import subprocess, sys; subprocess.check_call([sys.executable, '-c', "
+    f"\"import time; b = bytearray({CHILD_MB} * 10**6); time.sleep(1.0)\"])"
+)
+
+
+def test_peak_memory_counts_child_processes():
+    m = run_checked([sys.executable, "-c", PARENT_WITH_HUNGRY_CHILD])
+    assert m.returncode == 0
+    assert m.peak_processes == 2
+    # The child alone holds CHILD_MB; the tree sum must see it, plus two interpreters.
+    assert m.max_single_rss_bytes >= CHILD_MB * MB
+    assert m.peak_rss_bytes > m.max_single_rss_bytes  # both processes summed, not just the largest
+    assert CHILD_MB * MB <= m.peak_pss_bytes <= m.peak_rss_bytes
+    assert m.wall_s >= 1.0
+
+
+def test_run_checked_reports_stderr_of_a_failing_command():
+    with pytest.raises(RuntimeError, match="(?s)exited 3.*no such corpus"):
+        run_checked([sys.executable, "-c", "import sys; sys.stderr.write('no such corpus\\n'); sys.exit(3)"])
+    m = run_measured([sys.executable, "-c", "print('out')"])
+    assert (m.returncode, m.stdout, m.stderr) == (0, "out\n", "")  # the wrapper's rusage line is removed
+
+
+def test_subset_takes_the_same_leading_share_of_every_file_at_line_ends(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    a = src / "a.txt"
+    b = src / "b.txt"
+    a.write_text("".join(f"line {i} of a\n" for i in range(1000)))
+    b.write_text("".join(f"b{i}\n" for i in range(3000)))
+    total = a.stat().st_size + b.stat().st_size
+
+    out = take_subset([a, b], total // 4, tmp_path / "out")
+
+    assert [p.name for p in out] == ["a.txt", "b.txt"]
+    for source, part in zip((a, b), out):
+        data, whole = part.read_bytes(), source.read_bytes()
+        assert whole.startswith(data) and data.endswith(b"\n")
+        assert abs(len(data) / len(whole) - 0.25) < 0.01
+    assert total // 4 - 40 <= sum(p.stat().st_size for p in out) <= total // 4
+
+
+def _result(system: str, wall_s: float, pss_mb: float) -> Result:
+    return Result(
+        system=system, input_label="all", input_bytes=int(100 * MB), tokens=1000, records=None, wall_s=wall_s,
+        internal_s=None, peak_rss_bytes=int(pss_mb * MB), peak_pss_bytes=int(pss_mb * MB),
+        max_single_rss_bytes=0, peak_processes=1, load_before=(0.0, 0.0, 0.0),
+    )  # fmt: skip
+
+
+def test_ratios_compare_throughput_against_the_targets():
+    results = [_result(CEILING, 20.0, 300), _result(LMSHARDS, 25.0, 900), _result(HF_STYLE, 100.0, 1100)]
+    summary = ratios(results, "all")
+    assert summary["b_over_a"]["value"] == pytest.approx(0.8) and summary["b_over_a"]["met"]
+    assert summary["b_over_c"]["value"] == pytest.approx(4.0) and summary["b_over_c"]["met"]
+    assert summary["memory_b_below_c"]["met"]
+
+    slow = ratios([_result(CEILING, 20.0, 300), _result(LMSHARDS, 60.0, 1200), _result(HF_STYLE, 100.0, 1100)], "all")
+    assert not slow["b_over_a"]["met"] and not slow["b_over_c"]["met"] and not slow["memory_b_below_c"]["met"]
+    assert Input("all", ()).bytes == 0
