@@ -1,0 +1,155 @@
+"""`lmshards preprocess` flags: a PipelineOptions subclass, turned into a frozen PreprocessConfig.
+
+Our flags live beside Beam's own (--runner, --project, --temp_location, --direct_num_workers, ...),
+which pass through untouched to the runner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from preprocess.packing import DEFAULT_GROUP_TOKENS, REMAINDER_CHOICES, REMAINDER_DROP
+from preprocess.sharding import DEFAULT_SHARD_MULTIPLE, DEFAULT_TARGET_SHARD_MB
+from schemas.constants import DEFAULT_SEQ_LEN, MIN_SEQ_LEN
+from schemas.errors import LmshardsError
+
+DEFAULT_VALIDATION_FRACTION = 0.005
+DEFAULT_BATCH_SIZE = 1000  # documents per encode_batch call
+DEFAULT_RANGE_MB = 64.0  # bytes of input one read task covers
+DEFAULT_TOKENIZER_THREADS = 1
+
+
+class PreprocessError(LmshardsError):
+    """A bad preprocess flag value."""
+
+
+class LmshardsPreprocessOptions(PipelineOptions):
+    """The flags of `lmshards preprocess`; every other flag is a Beam pipeline option."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--input", action="append", default=None,
+                            help="Input file, directory or glob (local or gs://); repeatable.")
+        parser.add_argument("--tokenizer", default=None,
+                            help="tokenizer.json, or a directory holding one (local or gs://).")
+        parser.add_argument("--output", default=None, help="Output directory (local or gs://).")
+        parser.add_argument("--seq_len", type=int, default=DEFAULT_SEQ_LEN,
+                            help=f"Tokens per record (default {DEFAULT_SEQ_LEN}; >= {MIN_SEQ_LEN}, "
+                                 "<= the tokenizer's model_max_length).")
+        parser.add_argument("--remainder", choices=REMAINDER_CHOICES, default=REMAINDER_DROP,
+                            help="Final partial block of each packing group: drop it, or pad it "
+                                 "with the pad token (attention_mask 0). Default drop.")
+        parser.add_argument("--validation_fraction", type=float, default=DEFAULT_VALIDATION_FRACTION,
+                            help=f"Share of documents held out for validation (default {DEFAULT_VALIDATION_FRACTION}).")
+        parser.add_argument("--seed", type=int, default=0, help="Seed of the record shuffle (default 0).")
+        parser.add_argument("--target_shard_mb", type=float, default=DEFAULT_TARGET_SHARD_MB,
+                            help=f"Target shard size in MiB (default {DEFAULT_TARGET_SHARD_MB:g}).")
+        parser.add_argument("--num_shards", type=int, default=None,
+                            help="Shards per split, instead of --target_shard_mb.")
+        parser.add_argument("--shard_multiple", type=int, default=DEFAULT_SHARD_MULTIPLE,
+                            help=f"Round each split's shard count up to a multiple of this (default "
+                                 f"{DEFAULT_SHARD_MULTIPLE}, so every TPU host gets whole files).")
+        parser.add_argument("--doc_separator", default=None,
+                            help="How plain-text files split into documents (see the reader's choices).")
+        parser.add_argument("--text_field", default=None, help="JSON Lines field holding the text.")
+        parser.add_argument("--text_column", default=None, help="Parquet/CSV column holding the text.")
+        parser.add_argument("--overwrite", action="store_true",
+                            help="Replace an existing output (its manifest is deleted first).")
+        parser.add_argument("--tokenizer_threads", type=int, default=DEFAULT_TOKENIZER_THREADS,
+                            help="Rust tokenizer threads per worker process (default 1: the runner's "
+                                 "worker processes already use the cores).")
+        parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH_SIZE,
+                            help=f"Documents per tokenizer call (default {DEFAULT_BATCH_SIZE}); no effect on output.")
+        parser.add_argument("--range_mb", type=float, default=DEFAULT_RANGE_MB,
+                            help=f"MiB of input per read task (default {DEFAULT_RANGE_MB:g}); no effect on output.")
+        parser.add_argument("--packing_group_tokens", type=int, default=DEFAULT_GROUP_TOKENS,
+                            help=f"Approximate tokens per packing group (default {DEFAULT_GROUP_TOKENS}); "
+                                 "each group drops or pads at most one partial block.")
+
+
+@dataclasses.dataclass(frozen=True)
+class PreprocessConfig:
+    """Everything our own flags say, validated for range; passed down to every stage."""
+
+    inputs: tuple[str, ...]
+    tokenizer: str
+    output: str
+    seq_len: int = DEFAULT_SEQ_LEN
+    remainder: str = REMAINDER_DROP
+    validation_fraction: float = DEFAULT_VALIDATION_FRACTION
+    seed: int = 0
+    target_shard_mb: float = DEFAULT_TARGET_SHARD_MB
+    num_shards: int | None = None
+    shard_multiple: int = DEFAULT_SHARD_MULTIPLE
+    doc_separator: str | None = None
+    text_field: str | None = None
+    text_column: str | None = None
+    overwrite: bool = False
+    tokenizer_threads: int = DEFAULT_TOKENIZER_THREADS
+    batch_size: int = DEFAULT_BATCH_SIZE
+    range_mb: float = DEFAULT_RANGE_MB
+    packing_group_tokens: int = DEFAULT_GROUP_TOKENS
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    def manifest_options(self) -> dict[str, Any]:
+        """The options that decide the output's bytes (recorded in the manifest).
+
+        Paths, --overwrite and pure speed knobs (batch size, read range, threads) are left out, so
+        the same corpus gives the same manifest whatever the machine.
+        """
+        keys = ("seq_len", "remainder", "validation_fraction", "seed", "target_shard_mb", "num_shards",
+                "shard_multiple", "doc_separator", "text_field", "text_column", "packing_group_tokens")
+        return {key: getattr(self, key) for key in keys}
+
+
+def validate(config: PreprocessConfig) -> None:
+    """Range checks that need no I/O. Raises PreprocessError naming the flag and the fix."""
+    if not config.inputs:
+        raise PreprocessError("No --input given. Pass --input PATH_OR_GLOB (repeatable).")
+    if not config.tokenizer:
+        raise PreprocessError("No --tokenizer given. Pass a tokenizer.json or a tokenizer directory.")
+    if not config.output:
+        raise PreprocessError("No --output given. Pass --output DIR (local or gs://).")
+    if config.seq_len < MIN_SEQ_LEN:
+        raise PreprocessError(f"--seq_len {config.seq_len} is too small; use at least {MIN_SEQ_LEN}.")
+    if config.remainder not in REMAINDER_CHOICES:
+        raise PreprocessError(f"--remainder {config.remainder!r} is not one of {list(REMAINDER_CHOICES)}.")
+    if not 0.0 <= config.validation_fraction < 1.0:
+        raise PreprocessError(
+            f"--validation_fraction {config.validation_fraction} must be in [0, 1), e.g. 0.005."
+        )
+    if config.num_shards is not None and config.num_shards < 1:
+        raise PreprocessError(f"--num_shards {config.num_shards} must be at least 1.")
+    if config.target_shard_mb <= 0:
+        raise PreprocessError(f"--target_shard_mb {config.target_shard_mb} must be positive, e.g. 128.")
+    for flag in ("shard_multiple", "tokenizer_threads", "batch_size", "packing_group_tokens"):
+        if getattr(config, flag) < 1:
+            raise PreprocessError(f"--{flag} {getattr(config, flag)} must be at least 1.")
+    if config.range_mb <= 0:
+        raise PreprocessError(f"--range_mb {config.range_mb} must be positive, e.g. 64.")
+
+
+def config_from_options(options: PipelineOptions) -> PreprocessConfig:
+    """Our flags, as a PreprocessConfig. Raises PreprocessError on a bad value."""
+    flags = options.view_as(LmshardsPreprocessOptions)
+    fields = {f.name for f in dataclasses.fields(PreprocessConfig)} - {"inputs"}
+    values = {name: getattr(flags, name) for name in fields}
+    return PreprocessConfig(inputs=tuple(flags.input or ()), **values)
+
+
+def help_parser() -> argparse.ArgumentParser:
+    """A parser holding only our flags, for `lmshards preprocess --help`."""
+    parser = argparse.ArgumentParser(
+        prog="lmshards preprocess",
+        description="Text corpus -> tokenized, packed, shuffled, balanced TFRecord shards + manifest.json. "
+                    "Any Apache Beam pipeline option (--runner, --project, --region, --temp_location, "
+                    "--direct_num_workers, ...) passes through to the runner.",
+    )
+    LmshardsPreprocessOptions._add_argparse_args(parser)
+    return parser

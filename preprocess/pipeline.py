@@ -1,0 +1,431 @@
+"""The preprocess pipeline: read -> tokenize/split -> pack -> shuffle into shards -> manifest.
+
+Everything that can be wrong with the user's input is checked in `plan_preprocess`, before the
+pipeline is built; the stages below are deterministic functions of the documents' texts, so the
+output bytes do not depend on the runner, the worker count or the bundle sizes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import logging
+import os
+import time
+import uuid
+from typing import Any, Iterable, Sequence
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from preprocess.options import PreprocessConfig, PreprocessError
+from preprocess.packing import PackedBlocks, num_groups, order_by_hash, pack_blocks, REMAINDER_PAD
+from preprocess.sharding import MB, frame_record, num_shards_for, permute, record_bytes_upper_bound, shard_of
+from preprocess.tokenize import METRICS_NAMESPACE, GroupKey, TokenizeDocuments, TokenizeSettings
+from schemas import fs
+from schemas.constants import ATTENTION_MASK, FEATURE_NAMES, INPUT_IDS, SPLITS, TRAIN_SPLIT, VALIDATION_SPLIT
+from schemas.errors import TokenizerError
+from schemas.manifest import (
+    InputFileInfo,
+    Manifest,
+    ShardInfo,
+    SplitInfo,
+    SplitTotals,
+    TokenizerInfo,
+    manifest_path,
+    read_manifest,
+    write_manifest,
+)
+from schemas.shards import shard_relpath
+from schemas.tokenizer_info import all_special_ids, fingerprint, locate_tokenizer, model_max_length, special_token_ids
+from schemas.version import __version__
+
+_LOG = logging.getLogger(__name__)
+
+TEMP_DIR_NAME = ".lmshards-tmp"  # under the output; removed before the manifest is written
+
+
+@dataclasses.dataclass(frozen=True)
+class PreprocessPlan:
+    """A validated config plus everything learned from the inputs and tokenizer while building."""
+
+    config: PreprocessConfig
+    files: tuple[InputFileInfo, ...]
+    tokenizer_json: str
+    tokenizer: TokenizerInfo
+    pad_id: int | None
+    groups: dict[str, int]  # split -> packing groups
+    record_bytes: int  # upper bound of one framed record, for the shard count
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitLayout:
+    """Where a split's blocks go: N records, S shards, and each packing group's first global index."""
+
+    num_records: int
+    num_shards: int
+    group_offsets: dict[int, int]
+
+
+# ---------------------------------------------------------------- planning (before any work)
+
+
+def plan_preprocess(config: PreprocessConfig) -> PreprocessPlan:
+    """Checks the tokenizer, inputs and output and sizes the packing groups.
+
+    Raises:
+      LmshardsError: a bad tokenizer, seq_len, input or output; the message names the value.
+    """
+    source = locate_tokenizer(config.tokenizer)
+    tokenizer = _load_tokenizer(source.json_text, source.json_path)
+    max_len = model_max_length(source)
+    if max_len is not None and config.seq_len > max_len:
+        raise PreprocessError(
+            f"--seq_len {config.seq_len} exceeds the tokenizer's model_max_length {max_len} "
+            f"({config.tokenizer!r}); use --seq_len {max_len} or less."
+        )
+    roles = special_token_ids(source)
+    pad_id = roles.get("pad")
+    if config.remainder == REMAINDER_PAD and pad_id is None:
+        raise PreprocessError(
+            f"--remainder pad needs a pad token, and tokenizer {config.tokenizer!r} has none; "
+            "use --remainder drop or add a pad token."
+        )
+    info = TokenizerInfo(
+        fingerprint=fingerprint(source.json_text),
+        vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
+        special_token_ids=roles,
+        all_special_ids=tuple(all_special_ids(source)),
+        model_max_length=max_len,
+    )
+    files = _expand_inputs(config)
+    check_output(config.output, overwrite=config.overwrite)
+    total_bytes = sum(f.bytes for f in files)
+    fraction = config.validation_fraction
+    groups = {
+        TRAIN_SPLIT: num_groups(total_bytes, 1.0 - fraction, config.packing_group_tokens),
+        VALIDATION_SPLIT: num_groups(total_bytes, fraction, config.packing_group_tokens),
+    }
+    return PreprocessPlan(
+        config=config, files=files, tokenizer_json=source.json_text, tokenizer=info, pad_id=pad_id,
+        groups=groups, record_bytes=record_bytes_upper_bound(config.seq_len, info.vocab_size, FEATURE_NAMES),
+    )
+
+
+def _load_tokenizer(json_text: str, path: str):
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_str(json_text)
+    except Exception as e:  # the Rust side raises a bare Exception for any malformed tokenizer
+        raise TokenizerError(f"Tokenizer file {path!r} cannot be loaded by `tokenizers`: {e}.") from e
+
+
+def _expand_inputs(config: PreprocessConfig) -> tuple[InputFileInfo, ...]:
+    from preprocess.inputs import expand_inputs
+
+    return tuple(InputFileInfo(path=path, bytes=size) for path, size in expand_inputs(list(config.inputs)))
+
+
+def check_output(output: str, *, overwrite: bool) -> None:
+    """Raises PreprocessError if output is a file, or a non-empty directory without --overwrite."""
+    if not fs.exists(output):
+        return
+    if not fs.isdir(output):
+        raise PreprocessError(f"--output {output!r} is a file; pass a directory path.")
+    if fs.listdir(output) and not overwrite:
+        raise PreprocessError(
+            f"--output {output!r} is not empty; pass --overwrite to replace it, or choose a new directory."
+        )
+
+
+def clear_output(output: str) -> None:
+    """Empties output for --overwrite: the manifest first, so a crash midway never leaves a stale one."""
+    if not fs.exists(output):
+        return
+    filesystem, _ = fs.filesystem(output)
+    manifest = manifest_path(output)
+    if fs.exists(manifest):
+        filesystem.rm(fs.filesystem(manifest)[1])
+    for entry in fs.listdir(output):
+        filesystem.rm(fs.filesystem(entry)[1], recursive=True)
+
+
+# ---------------------------------------------------------------- stage 4: pack
+
+
+class _PackGroupFn(beam.DoFn):
+    """((split, group), [Chunk]) -> (split, group, PackedBlocks), plus (split, totals) on 'totals'."""
+
+    def __init__(self, *, seq_len: int, remainder: str, pad_id: int | None):
+        self._seq_len, self._remainder, self._pad_id = seq_len, remainder, pad_id
+        self._blocks = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "blocks")
+        self._dropped = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "tokens_dropped")
+        self._padding = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "padding_tokens")
+
+    def process(self, element):
+        (split, group), chunks = element
+        hashes, lengths, tokens = (np.concatenate(parts) for parts in zip(*chunks))
+        packed = pack_blocks(order_by_hash(hashes, lengths, tokens), seq_len=self._seq_len,
+                             remainder=self._remainder, pad_id=self._pad_id)
+        self._blocks.inc(packed.num_blocks)
+        self._dropped.inc(packed.tokens_dropped)
+        self._padding.inc(packed.padding_tokens)
+        yield split, group, packed
+        yield beam.pvalue.TaggedOutput("totals", (split, SplitTotals(
+            documents=int(hashes.size), tokens_in=packed.tokens_in, tokens_written=packed.tokens_written,
+            tokens_dropped=packed.tokens_dropped, padding_tokens=packed.padding_tokens, records=packed.num_blocks,
+        )))
+
+
+class PackBlocks(beam.PTransform):
+    """((split, group), Chunk) -> tagged outputs 'packed' (split, group, PackedBlocks) and 'totals'."""
+
+    def __init__(self, *, seq_len: int, remainder: str, pad_id: int | None):
+        super().__init__()
+        self._fn = _PackGroupFn(seq_len=seq_len, remainder=remainder, pad_id=pad_id)
+
+    def expand(self, chunks):
+        return (
+            chunks
+            | "GroupByPackingGroup" >> beam.GroupByKey()  # ((split, group), [Chunk])
+            | "Pack" >> beam.ParDo(self._fn).with_outputs("totals", main="packed")
+        )
+
+
+# ---------------------------------------------------------------- stage 5: shuffle and write shards
+
+
+def layout_splits(block_counts: Iterable[tuple[str, int, int]], *, record_bytes: int, target_shard_bytes: float,
+                  multiple: int, num_shards: int | None) -> dict[str, SplitLayout]:
+    """(split, group, blocks) for every packing group -> each split's SplitLayout (all splits present)."""
+    by_split: dict[str, dict[int, int]] = {split: {} for split in SPLITS}
+    for split, group, count in block_counts:
+        by_split[split][group] = count
+    layouts = {}
+    for split, counts in by_split.items():
+        offsets, total = {}, 0
+        for group in sorted(counts):
+            offsets[group] = total
+            total += counts[group]
+        shards = num_shards_for(total * record_bytes, target_shard_bytes=target_shard_bytes, multiple=multiple,
+                                num_shards=num_shards)
+        layouts[split] = SplitLayout(num_records=total, num_shards=shards, group_offsets=offsets)
+    return layouts
+
+
+class _SerializeFn(beam.DoFn):
+    """(split, group, PackedBlocks) -> ((split, shard), (position, framed tf.train.Example)) per block."""
+
+    def __init__(self, *, seq_len: int, seed: int):
+        self._seq_len, self._seed = seq_len, seed
+
+    def setup(self) -> None:
+        import tensorflow as tf
+        import tensorflow_transform as tft
+        from tensorflow_transform.tf_metadata import schema_utils
+
+        spec = {name: tf.io.FixedLenFeature([self._seq_len], tf.int64) for name in FEATURE_NAMES}
+        self._coder = tft.coders.ExampleProtoCoder(schema_utils.schema_from_feature_spec(spec))
+
+    def process(self, element, layouts: dict[str, SplitLayout]):
+        split, group, packed = element
+        layout = layouts[split]
+        indices = np.arange(packed.num_blocks, dtype=np.int64) + layout.group_offsets[group]
+        positions = permute(indices, layout.num_records, self._seed)
+        shards = shard_of(positions, layout.num_records, layout.num_shards)
+        full_mask = [1] * self._seq_len
+        for i, (row, position, shard) in enumerate(zip(packed.ids.tolist(), positions.tolist(), shards.tolist())):
+            mask = full_mask if i < packed.num_blocks - 1 else packed.attention_mask(i).tolist()
+            record = self._coder.encode({INPUT_IDS: row, ATTENTION_MASK: mask})
+            yield (split, shard), (position, frame_record(record))
+
+
+def _all_shard_keys(layouts: dict[str, SplitLayout]):
+    """((split, shard), None) for every shard, so that shards without records are written too."""
+    for split, layout in layouts.items():
+        for shard in range(layout.num_shards):
+            yield (split, shard), None
+
+
+class _WriteShardFn(beam.DoFn):
+    """((split, shard), [(position, frame) | None]) -> (split, ShardInfo), the file renamed into place."""
+
+    def __init__(self, output: str):
+        self._output = output
+
+    def process(self, element, layouts: dict[str, SplitLayout]):
+        (split, shard), values = element
+        frames = sorted(v for v in values if v is not None)
+        relpath = shard_relpath(split, shard, layouts[split].num_shards, len(frames))
+        temp = fs.join(self._output, TEMP_DIR_NAME, f"{split}-{shard:05d}-{uuid.uuid4().hex}")
+        fs.makedirs(fs.join(self._output, TEMP_DIR_NAME))
+        digest, size = hashlib.sha256(), 0
+        with fs.open_file(temp, "wb") as f:
+            for _, frame in frames:
+                f.write(frame)
+                digest.update(frame)
+                size += len(frame)
+        final = fs.join(self._output, relpath)
+        fs.makedirs(fs.join(self._output, split))
+        filesystem, temp_stripped = fs.filesystem(temp)
+        filesystem.mv(temp_stripped, fs.filesystem(final)[1])
+        yield split, ShardInfo(path=relpath, records=len(frames), bytes=size, sha256=digest.hexdigest())
+
+
+class WriteShards(beam.PTransform):
+    """(split, group, PackedBlocks) -> (split, ShardInfo): a seeded global shuffle into balanced shards."""
+
+    def __init__(self, *, output: str, seq_len: int, seed: int, record_bytes: int, target_shard_bytes: float,
+                 shard_multiple: int, num_shards: int | None):
+        super().__init__()
+        self._output, self._seq_len, self._seed = output, seq_len, seed
+        self._layout_args = dict(record_bytes=record_bytes, target_shard_bytes=target_shard_bytes,
+                                 multiple=shard_multiple, num_shards=num_shards)
+
+    def expand(self, packed):
+        layouts = (
+            packed
+            | "BlockCounts" >> beam.Map(lambda p: (p[0], p[1], p[2].num_blocks))  # (split, group, blocks)
+            | "AllBlockCounts" >> beam.combiners.ToList()
+            | "Layout" >> beam.Map(layout_splits, **self._layout_args)  # {split: SplitLayout}, one element
+        )
+        records = packed | "Serialize" >> beam.ParDo(
+            _SerializeFn(seq_len=self._seq_len, seed=self._seed), beam.pvalue.AsSingleton(layouts)
+        )  # ((split, shard), (position, frame))
+        every_shard = layouts | "EveryShard" >> beam.FlatMap(_all_shard_keys)  # ((split, shard), None)
+        return (
+            (records, every_shard)
+            | "WithEmptyShards" >> beam.Flatten()
+            | "GroupByShard" >> beam.GroupByKey()
+            | "WriteShard" >> beam.ParDo(_WriteShardFn(self._output), beam.pvalue.AsSingleton(layouts))
+        )
+
+
+# ---------------------------------------------------------------- stage 6: manifest
+
+
+def sum_totals(totals: Iterable[SplitTotals]) -> SplitTotals:
+    totals = list(totals)
+    fields = [f.name for f in dataclasses.fields(SplitTotals)]
+    return SplitTotals(**{name: sum(getattr(t, name) for t in totals) for name in fields})
+
+
+def build_manifest(plan: PreprocessPlan, shard_infos: Sequence[tuple[str, ShardInfo]],
+                   totals: Sequence[tuple[str, SplitTotals]], *, created_at: str) -> Manifest:
+    splits = {}
+    for split in SPLITS:
+        shards = tuple(sorted((info for s, info in shard_infos if s == split), key=lambda info: info.path))
+        splits[split] = SplitInfo(shards=shards, totals=sum_totals(t for s, t in totals if s == split))
+    return Manifest(
+        tool_version=__version__, seq_len=plan.config.seq_len, tokenizer=plan.tokenizer, splits=splits,
+        inputs=plan.files, seed=plan.config.seed, options=plan.config.manifest_options(), created_at=created_at,
+    )
+
+
+class _WriteManifestFn(beam.DoFn):
+    def __init__(self, plan: PreprocessPlan):
+        self._plan = plan
+
+    def process(self, results: list[tuple[str, Any]]):
+        shard_infos = [(s, v) for s, v in results if isinstance(v, ShardInfo)]
+        totals = [(s, v) for s, v in results if isinstance(v, SplitTotals)]
+        created_at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        manifest = build_manifest(self._plan, shard_infos, totals, created_at=created_at)
+        output = self._plan.config.output
+        temp = fs.join(output, TEMP_DIR_NAME)
+        if fs.exists(temp):
+            filesystem, stripped = fs.filesystem(temp)
+            filesystem.rm(stripped, recursive=True)
+        yield write_manifest(output, manifest)
+
+
+class WriteManifest(beam.PTransform):
+    """(split, ShardInfo) and (split, SplitTotals) -> the manifest path, written once every shard is in place."""
+
+    def __init__(self, plan: PreprocessPlan):
+        super().__init__()
+        self._plan = plan
+
+    def expand(self, pcolls):
+        return (
+            pcolls
+            | "ShardsAndTotals" >> beam.Flatten()
+            | "All" >> beam.combiners.ToList()
+            | "Write" >> beam.ParDo(_WriteManifestFn(self._plan))
+        )
+
+
+# ---------------------------------------------------------------- the whole pipeline
+
+
+def build_pipeline(pipeline: beam.Pipeline, plan: PreprocessPlan) -> beam.PCollection:
+    """Adds every stage to `pipeline`; returns the PCollection holding the manifest path."""
+    from preprocess.read import ReadDocuments
+
+    config = plan.config
+    batches = pipeline | "Read" >> ReadDocuments(
+        [f.path for f in plan.files], read_options(config), range_bytes=int(config.range_mb * MB),
+        batch_size=config.batch_size,
+    )  # list[str]
+    return process_batches(batches, plan)
+
+
+def process_batches(batches: beam.PCollection, plan: PreprocessPlan) -> beam.PCollection:
+    """Stages 2-6 on batches of documents (list[str]); returns the PCollection holding the manifest path."""
+    config = plan.config
+    chunks = batches | "Tokenize" >> TokenizeDocuments(TokenizeSettings(
+        tokenizer_json=plan.tokenizer_json, threads=config.tokenizer_threads,
+        validation_fraction=config.validation_fraction, groups=plan.groups,
+    ))  # ((split, group), Chunk)
+    packed = chunks | "Pack" >> PackBlocks(seq_len=config.seq_len, remainder=config.remainder, pad_id=plan.pad_id)
+    shards = packed.packed | "Shard" >> WriteShards(
+        output=config.output, seq_len=config.seq_len, seed=config.seed, record_bytes=plan.record_bytes,
+        target_shard_bytes=config.target_shard_mb * MB, shard_multiple=config.shard_multiple,
+        num_shards=config.num_shards,
+    )  # (split, ShardInfo)
+    return (shards, packed.totals) | "Manifest" >> WriteManifest(plan)
+
+
+def read_options(config: PreprocessConfig):
+    from preprocess.inputs import ReadOptions
+
+    given = {"doc_separator": config.doc_separator, "text_field": config.text_field,
+             "text_column": config.text_column}
+    return ReadOptions(**{key: value for key, value in given.items() if value is not None})
+
+
+def default_beam_args(beam_args: Sequence[str]) -> list[str]:
+    """Beam args plus our default runner: the FnApiRunner, one worker process per core.
+
+    Naming the FnApiRunner skips the DirectRunner's attempt to download the Prism runner.
+    """
+    args = list(beam_args)
+    given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
+    if "--runner" not in given:
+        args.append("--runner=FnApiRunner")
+        if "--direct_running_mode" not in given:
+            args.append("--direct_running_mode=multi_processing")
+        if "--direct_num_workers" not in given:
+            args.append(f"--direct_num_workers={os.cpu_count() or 1}")
+    return args
+
+
+def run_pipeline(config: PreprocessConfig, beam_args: Sequence[str] = ()) -> Manifest:
+    """Runs the whole preprocess and returns the manifest it wrote (local or gs:// output).
+
+    Raises:
+      LmshardsError: a bad input, tokenizer or output, found before any work starts.
+    """
+    plan = plan_preprocess(config)
+    options = PipelineOptions(default_beam_args(beam_args))
+    if config.overwrite:
+        clear_output(config.output)
+    started = time.monotonic()
+    with beam.Pipeline(options=options) as pipeline:
+        build_pipeline(pipeline, plan)
+    manifest = read_manifest(config.output)
+    _LOG.info("preprocess finished in %.1f s", time.monotonic() - started)
+    return manifest

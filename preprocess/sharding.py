@@ -1,0 +1,156 @@
+"""Pure functions of the shuffle -> shard -> write stages: shard counts, the seeded permutation, TFRecord framing.
+
+The global shuffle needs no sort: block i of N (numbered group by group) goes to position
+permute(i) of a seeded bijection of [0, N), and position p to shard p * S // N, so shards hold
+N // S or N // S + 1 records whatever the runner, worker count or bundle sizes.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import BinaryIO, Iterator
+
+import google_crc32c
+import numpy as np
+
+DEFAULT_TARGET_SHARD_MB = 128.0
+DEFAULT_SHARD_MULTIPLE = 8
+MB = 1 << 20
+
+# TFRecord framing: uint64 length, masked CRC32C of the length, data, masked CRC32C of the data.
+_LENGTH = struct.Struct("<Q")
+_CRC = struct.Struct("<I")
+FRAME_OVERHEAD_BYTES = _LENGTH.size + 2 * _CRC.size
+_CRC_MASK_DELTA = 0xA282EAD8
+
+_FEISTEL_ROUNDS = 4
+_U64 = np.uint64
+
+
+# ---------------------------------------------------------------- shard counts
+
+
+def num_shards_for(total_bytes: int, *, target_shard_bytes: float, multiple: int, num_shards: int | None = None) -> int:
+    """Shards for a split: `num_shards` if given, else ceil(total_bytes / target), rounded up to `multiple`.
+
+    A split with no bytes gets no shards.
+    """
+    if total_bytes <= 0:
+        return 0
+    count = num_shards if num_shards else math.ceil(total_bytes / target_shard_bytes)
+    return max(multiple, math.ceil(count / multiple) * multiple)
+
+
+def shard_of(positions: np.ndarray, num_records: int, num_shards: int) -> np.ndarray:
+    """Shard of each shuffled position: contiguous ranges whose sizes differ by at most 1."""
+    return (positions.astype(np.int64) * num_shards) // num_records
+
+
+
+def _varint_len(value: int) -> int:
+    return max(1, math.ceil(value.bit_length() / 7))
+
+
+def _field_len(payload: int) -> int:
+    """Bytes of a length-delimited protobuf field with a one-byte tag and `payload` bytes."""
+    return 1 + _varint_len(payload) + payload
+
+
+def record_bytes_upper_bound(seq_len: int, vocab_size: int, feature_names: tuple[str, ...]) -> int:
+    """Exact size of the largest framed record: a tf.train.Example of int64[seq_len] features.
+
+    Every input id is counted at the size of the largest id and every mask value at 1 byte, so
+    this bounds each record; shard counts derived from it keep shards at or below the target.
+    """
+    id_values = seq_len * _varint_len(max(vocab_size - 1, 1))
+    mask_values = seq_len * 1
+    features = 0
+    for name, values in zip(feature_names, (id_values, mask_values)):
+        feature = _field_len(_field_len(values))  # Feature{int64_list: Int64List{packed values}}
+        entry = _field_len(len(name.encode())) + _field_len(feature)
+        features += _field_len(entry)
+    return _field_len(features) + FRAME_OVERHEAD_BYTES
+
+
+# ---------------------------------------------------------------- the permutation
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64 finalizer on uint64 arrays (wrapping arithmetic)."""
+    x = (x ^ (x >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> _U64(27))) * _U64(0x94D049BB133111EB)
+    return x ^ (x >> _U64(31))
+
+
+def _feistel(x: np.ndarray, *, half_bits: int, keys: np.ndarray) -> np.ndarray:
+    mask = _U64((1 << half_bits) - 1)
+    left, right = x >> _U64(half_bits), x & mask
+    for key in keys:
+        left, right = right, left ^ (_mix64(right ^ key) & mask)
+    return (left << _U64(half_bits)) | right
+
+
+def permute(indices: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """A seeded bijection of [0, n) applied to `indices` (a Feistel network with cycle walking).
+
+    Pure and O(1) in memory: any subset of indices can be permuted independently, on any worker.
+    """
+    indices = np.asarray(indices, dtype=np.uint64)
+    if n <= 1:
+        return indices.astype(np.int64)
+    half_bits = max(1, math.ceil((n - 1).bit_length() / 2))
+    with np.errstate(over="ignore"):
+        keys = _mix64(np.arange(_FEISTEL_ROUNDS, dtype=np.uint64) + _U64(seed % (1 << 64)) * _U64(_FEISTEL_ROUNDS + 1))
+        out = _feistel(indices, half_bits=half_bits, keys=keys)
+        # Cycle walking: the network permutes [0, 4^half_bits); re-apply until inside [0, n).
+        outside = out >= _U64(n)
+        while outside.any():
+            out[outside] = _feistel(out[outside], half_bits=half_bits, keys=keys)
+            outside = out >= _U64(n)
+    return out.astype(np.int64)
+
+
+# ---------------------------------------------------------------- TFRecord framing
+
+
+def _masked_crc(data: bytes) -> int:
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + _CRC_MASK_DELTA) & 0xFFFFFFFF
+
+
+def frame_record(data: bytes) -> bytes:
+    """One TFRecord frame around `data` (what tf.io.TFRecordWriter writes)."""
+    length = _LENGTH.pack(len(data))
+    return length + _CRC.pack(_masked_crc(length)) + data + _CRC.pack(_masked_crc(data))
+
+
+class CorruptRecordError(ValueError):
+    """A TFRecord file whose framing or checksums are wrong."""
+
+
+def read_records(f: BinaryIO) -> Iterator[bytes]:
+    """Yields the records of a TFRecord stream, checking both CRCs of every frame.
+
+    Raises:
+      CorruptRecordError: a truncated frame or a CRC mismatch (the message gives the byte offset).
+    """
+    offset = 0
+    while True:
+        header = f.read(_LENGTH.size + _CRC.size)
+        if not header:
+            return
+        if len(header) < _LENGTH.size + _CRC.size:
+            raise CorruptRecordError(f"truncated record header at byte {offset}")
+        length_bytes = header[: _LENGTH.size]
+        if _CRC.unpack(header[_LENGTH.size:])[0] != _masked_crc(length_bytes):
+            raise CorruptRecordError(f"length checksum mismatch at byte {offset}")
+        (length,) = _LENGTH.unpack(length_bytes)
+        body = f.read(length + _CRC.size)
+        if len(body) < length + _CRC.size:
+            raise CorruptRecordError(f"truncated record at byte {offset}")
+        data = body[:length]
+        if _CRC.unpack(body[length:])[0] != _masked_crc(data):
+            raise CorruptRecordError(f"data checksum mismatch in the record at byte {offset}")
+        offset += FRAME_OVERHEAD_BYTES + length
+        yield data
