@@ -1,0 +1,345 @@
+"""Export of keras-hub masked LMs to transformers: equal logits, clean loading, same tokenizer ids."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import keras  # noqa: E402
+import keras_hub  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers  # noqa: E402
+
+from schemas.errors import LmshardsError, TokenizerError  # noqa: E402
+from schemas.tokenizer_info import fingerprint, locate_tokenizer, special_token_ids  # noqa: E402
+from train import export_cli  # noqa: E402
+from train.export import export_masked_lm, push_to_hub  # noqa: E402
+from train.hf_mapping import MaskedLMSpec, hf_config, hf_state_dict, keras_weight_names  # noqa: E402
+
+SEQ_LEN = 16
+TEXTS = ["The capital of France is Paris.", "Привет, мир!", "学而时习之，不亦说乎", "  spaced   out\ttext  "]
+BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def tiny_masked_lm(family: str, *, vocabulary_size: int, seed: int = 0):
+    """A 2-layer keras-hub masked LM whose every weight is moved off its initial value by seeded noise."""
+    kwargs = dict(
+        vocabulary_size=vocabulary_size,
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=32,
+        intermediate_dim=64,
+        max_sequence_length=SEQ_LEN,
+    )
+    if family == "roberta":
+        masked_lm = keras_hub.models.RobertaMaskedLM(keras_hub.models.RobertaBackbone(**kwargs), preprocessor=None)
+    else:
+        masked_lm = keras_hub.models.BertMaskedLM(keras_hub.models.BertBackbone(**kwargs), preprocessor=None)
+    perturb(masked_lm, seed=seed)
+    return masked_lm
+
+
+def perturb(masked_lm, *, seed: int) -> None:
+    """Biases and LayerNorm betas stop being 0, gammas stop being 1: a wrong mapping cannot pass."""
+    rng = np.random.default_rng(seed)
+    for variable in masked_lm.trainable_weights:
+        variable.assign(variable.numpy() + rng.normal(0.0, 0.1, variable.shape).astype("float32"))
+
+
+def padded_batch(family_pad_id: int, vocabulary_size: int, *, first_id: int, seed: int = 1):
+    """Random ids [3, SEQ_LEN]: one full row, two right-padded rows (pad id under attention_mask 0)."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(first_id, vocabulary_size, (3, SEQ_LEN)).astype("int32")
+    mask = np.ones_like(ids)
+    mask[1, 11:] = 0
+    mask[2, 3:] = 0
+    ids[mask == 0] = family_pad_id
+    return ids, mask
+
+
+def keras_outputs(masked_lm, family: str, ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sequence output, logits at every position) of the Keras model."""
+    inputs = {"token_ids": ids, "padding_mask": mask}
+    if family == "bert":
+        inputs["segment_ids"] = np.zeros_like(ids)
+    sequence = masked_lm.backbone(inputs, training=False)
+    if family == "bert":
+        sequence = sequence["sequence_output"]
+    positions = np.tile(np.arange(ids.shape[1], dtype="int32"), (ids.shape[0], 1))
+    logits = masked_lm({**inputs, "mask_positions": positions}, training=False)
+    return np.asarray(sequence), np.asarray(logits)
+
+
+def hf_outputs(model_dir: Path, ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    model = transformers.AutoModelForMaskedLM.from_pretrained(model_dir)
+    with torch.no_grad():
+        out = model(
+            input_ids=torch.tensor(ids, dtype=torch.long),
+            attention_mask=torch.tensor(mask, dtype=torch.long),
+            output_hidden_states=True,
+        )
+    return out.hidden_states[-1].numpy(), out.logits.numpy()
+
+
+def train_bert_tokenizer(path: Path, files: list[Path]) -> Path:
+    """A BERT-style WordPiece tokenizer.json ([PAD]=0 ... [MASK]=4) trained on part of the sample corpus."""
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    lines = [line for f in files for line in f.read_text(encoding="utf-8").splitlines()[:2000]]
+    tok.train_from_iterator(lines, trainer=trainers.WordPieceTrainer(vocab_size=600, special_tokens=BERT_SPECIALS))
+    tok.post_processor = processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))
+    tok.save(str(path))
+    return path
+
+
+def transformers_tokenizer_dir(tokenizer_json: Path, directory: Path) -> Path:
+    """The tokenizer saved as a transformers directory (tokenizer_config.json beside tokenizer.json)."""
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(tokenizer_json),
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def roberta_export(tmp_path_factory, sample_tokenizer):
+    specials = special_token_ids(locate_tokenizer(str(sample_tokenizer)))
+    vocabulary_size = Tokenizer.from_file(str(sample_tokenizer)).get_vocab_size()
+    masked_lm = tiny_masked_lm("roberta", vocabulary_size=vocabulary_size)
+    out = tmp_path_factory.mktemp("roberta") / "model"
+    export_masked_lm(
+        masked_lm, family="roberta", tokenizer_dir_or_json=str(sample_tokenizer), special_token_ids=specials, output_dir=str(out)
+    )
+    return masked_lm, out, specials
+
+
+@pytest.fixture(scope="module")
+def bert_tokenizer_dir(tmp_path_factory, sample_files) -> Path:
+    base = tmp_path_factory.mktemp("bert_tokenizer")
+    english = [f for f in sample_files if f.parent.name == "en"]
+    return transformers_tokenizer_dir(train_bert_tokenizer(base / "tokenizer.json", english), base / "hf")
+
+
+@pytest.fixture(scope="module")
+def bert_export(tmp_path_factory, bert_tokenizer_dir):
+    specials = special_token_ids(locate_tokenizer(str(bert_tokenizer_dir)))
+    masked_lm = tiny_masked_lm("bert", vocabulary_size=600)
+    out = tmp_path_factory.mktemp("bert") / "model"
+    export_masked_lm(
+        masked_lm, family="bert", tokenizer_dir_or_json=str(bert_tokenizer_dir), special_token_ids=specials, output_dir=str(out)
+    )
+    return masked_lm, out, specials
+
+
+def test_hf_state_dict_moves_roberta_positions_and_splits_heads_like_hf():
+    spec = MaskedLMSpec(
+        family="roberta", vocabulary_size=7, num_layers=1, num_heads=2, hidden_dim=4, intermediate_dim=6, dropout=0.0,
+        max_sequence_length=5, num_segments=0, activation="gelu", layer_norm_epsilon=1e-5, head_activation="gelu",
+        head_layer_norm_epsilon=1e-5,
+    )
+    rng = np.random.default_rng(0)
+    shapes = {
+        "token_embedding": (7, 4), "position_embedding": (5, 4), "layer.0.query.kernel": (4, 2, 2),
+        "layer.0.key.kernel": (4, 2, 2), "layer.0.value.kernel": (4, 2, 2), "layer.0.query.bias": (2, 2),
+        "layer.0.key.bias": (2, 2), "layer.0.value.bias": (2, 2), "layer.0.attention_output.kernel": (2, 2, 4),
+        "layer.0.intermediate.kernel": (4, 6), "layer.0.intermediate.bias": (6,), "layer.0.output.kernel": (6, 4),
+        "head.dense.kernel": (4, 4), "head.bias": (7,),
+    }
+    weights = {name: rng.normal(size=shapes.get(name, (4,))).astype("float32") for name in keras_weight_names(spec)}
+    state = hf_state_dict(weights, spec, pad_token_id=3)
+
+    positions = state["roberta.embeddings.position_embeddings.weight"]
+    assert positions.shape == (3 + 1 + 5, 4) == (hf_config(spec, {"pad": 3, "mask": 4})["max_position_embeddings"], 4)
+    np.testing.assert_array_equal(positions[4:], weights["position_embedding"])  # first token -> row padding_idx + 1
+    np.testing.assert_array_equal(positions[:4], 0.0)
+    np.testing.assert_array_equal(state["roberta.embeddings.token_type_embeddings.weight"], np.zeros((1, 4)))
+    query = state["roberta.encoder.layer.0.attention.self.query.weight"]  # torch [out = head * 2 + dim, in]
+    kernel = weights["layer.0.query.kernel"]  # keras [in, head, dim]
+    for h_in, head, dim in np.ndindex(kernel.shape):
+        assert query[head * 2 + dim, h_in] == kernel[h_in, head, dim]
+    output = state["roberta.encoder.layer.0.attention.output.dense.weight"]
+    assert output[1, 2 + 1] == weights["layer.0.attention_output.kernel"][1, 1, 1]
+    np.testing.assert_array_equal(state["lm_head.decoder.weight"], weights["token_embedding"])
+    np.testing.assert_array_equal(state["lm_head.decoder.bias"], weights["head.bias"])
+
+    with pytest.raises(ValueError, match="missing.*head.bias"):
+        hf_state_dict({k: v for k, v in weights.items() if k != "head.bias"}, spec, pad_token_id=3)
+
+
+def test_roberta_export_gives_keras_logits_at_every_real_token(roberta_export):
+    masked_lm, out, specials = roberta_export
+    ids, mask = padded_batch(specials["pad"], masked_lm.backbone.vocabulary_size, first_id=5)
+    _, keras_logits = keras_outputs(masked_lm, "roberta", ids, mask)
+    _, torch_logits = hf_outputs(out, ids, mask)
+
+    real = mask == 1
+    assert np.abs(torch_logits[real] - keras_logits[real]).max() < 1e-4
+    assert np.abs(keras_logits).max() > 0.5  # logits of a real scale, not all near zero
+
+
+def test_bert_export_gives_keras_encoder_states_and_close_logits(bert_export):
+    masked_lm, out, specials = bert_export
+    ids, mask = padded_batch(specials["pad"], masked_lm.backbone.vocabulary_size, first_id=5)
+    keras_states, keras_logits = keras_outputs(masked_lm, "bert", ids, mask)
+    torch_states, torch_logits = hf_outputs(out, ids, mask)
+
+    real = mask == 1
+    assert np.abs(torch_states[real] - keras_states[real]).max() < 1e-4
+    # BertForMaskedLM's head uses hidden_act and layer_norm_eps; keras-hub's uses exact GELU and
+    # epsilon 1e-5. The encoder is matched exactly, the head within a small, bounded difference.
+    assert np.abs(torch_logits[real] - keras_logits[real]).max() < 3e-3
+    np.testing.assert_array_equal(torch_logits[real].argmax(-1), keras_logits[real].argmax(-1))
+
+
+def test_bert_export_is_exact_when_the_keras_head_computes_like_hf(tmp_path, bert_tokenizer_dir):
+    from keras_hub.src.utils.keras_utils import gelu_approximate
+
+    masked_lm = tiny_masked_lm("bert", vocabulary_size=600, seed=3)
+    head = masked_lm.masked_lm_head
+    head.intermediate_activation = head._intermediate_dense.activation = gelu_approximate
+    head.layer_norm_epsilon = head._intermediate_layer_norm.epsilon = 1e-12
+    specials = special_token_ids(locate_tokenizer(str(bert_tokenizer_dir)))
+    out = tmp_path / "model"
+    export_masked_lm(
+        masked_lm, family="bert", tokenizer_dir_or_json=str(bert_tokenizer_dir), special_token_ids=specials, output_dir=str(out)
+    )
+    ids, mask = padded_batch(specials["pad"], 600, first_id=5, seed=4)
+    _, keras_logits = keras_outputs(masked_lm, "bert", ids, mask)
+    _, torch_logits = hf_outputs(out, ids, mask)
+    assert np.abs(torch_logits[mask == 1] - keras_logits[mask == 1]).max() < 1e-4
+
+
+@pytest.mark.parametrize("family", ["roberta", "bert"])
+def test_export_loads_cleanly_with_a_config_matching_model_and_tokenizer(family, roberta_export, bert_export):
+    masked_lm, out, specials = roberta_export if family == "roberta" else bert_export
+    model, info = transformers.AutoModelForMaskedLM.from_pretrained(out, output_loading_info=True)
+    assert {k: list(v) for k, v in info.items()} == {
+        "missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []
+    }
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+        + (["special_tokens_map.json"] if (out / "special_tokens_map.json").exists() else [])
+    )
+    config = model.config
+    backbone = masked_lm.backbone
+    assert type(model).__name__ == {"roberta": "RobertaForMaskedLM", "bert": "BertForMaskedLM"}[family]
+    assert (config.vocab_size, config.hidden_size, config.num_hidden_layers, config.num_attention_heads) == (
+        backbone.vocabulary_size, 32, 2, 2
+    )
+    assert config.intermediate_size == 64 and config.hidden_dropout_prob == pytest.approx(0.1)
+    expected = {
+        "roberta": ("gelu", 1e-5, SEQ_LEN + specials["pad"] + 1, 1),
+        "bert": ("gelu_pytorch_tanh", 1e-12, SEQ_LEN, 2),
+    }[family]
+    assert (config.hidden_act, config.layer_norm_eps, config.max_position_embeddings, config.type_vocab_size) == expected
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    assert config.pad_token_id == tokenizer.pad_token_id == specials["pad"]
+    assert tokenizer.mask_token_id == specials["mask"]
+    if family == "roberta":
+        assert (config.bos_token_id, config.eos_token_id) == (tokenizer.bos_token_id, tokenizer.eos_token_id) == (
+            specials["cls"], specials["sep"]
+        )
+    assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+
+
+def test_exported_tokenizers_give_the_tokenizers_library_ids(roberta_export, bert_export, sample_tokenizer, bert_tokenizer_dir):
+    for (_, out, _), tokenizer_json in ((roberta_export, sample_tokenizer), (bert_export, bert_tokenizer_dir / "tokenizer.json")):
+        reference = Tokenizer.from_file(str(tokenizer_json))
+        exported = transformers.AutoTokenizer.from_pretrained(out)
+        for text in TEXTS:
+            assert exported(text)["input_ids"] == reference.encode(text).ids, (out, text)
+    # A transformers tokenizer directory is copied byte for byte.
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert (bert_export[1] / name).read_bytes() == (bert_tokenizer_dir / name).read_bytes()
+
+
+def test_wrapped_mask_token_takes_the_space_before_it(roberta_export):
+    tokenizer = transformers.AutoTokenizer.from_pretrained(roberta_export[1])
+    ids = tokenizer("The capital of France is <mask>.")["input_ids"]
+    assert ids[ids.index(tokenizer.mask_token_id) - 1] == tokenizer("The capital of France is")["input_ids"][-2]
+
+
+def test_export_refuses_a_non_empty_output_and_a_tokenizer_with_other_role_ids(
+    tmp_path, roberta_export, sample_tokenizer, bert_tokenizer_dir
+):
+    masked_lm, out, specials = roberta_export
+    kwargs = dict(family="roberta", tokenizer_dir_or_json=str(sample_tokenizer), special_token_ids=specials)
+    with pytest.raises(LmshardsError, match="not an empty directory"):
+        export_masked_lm(masked_lm, output_dir=str(out), **kwargs)
+    with pytest.raises(TokenizerError, match="pad token has id 0, but the model was trained with 1"):
+        export_masked_lm(masked_lm, output_dir=str(tmp_path / "m"), **{**kwargs, "tokenizer_dir_or_json": str(bert_tokenizer_dir)})
+    assert not (tmp_path / "m").exists() and os.listdir(tmp_path) == []  # no partial output left behind
+    with pytest.raises(LmshardsError, match="expects a keras-hub BertBackbone"):
+        export_masked_lm(masked_lm, output_dir=str(tmp_path / "m"), **{**kwargs, "family": "bert"})
+
+
+def test_push_to_hub_offline_names_the_local_export(roberta_export):
+    out = str(roberta_export[1])
+    assert os.environ.get("HF_HUB_OFFLINE") == "1"
+    with pytest.raises(LmshardsError, match="unreachable") as raised:
+        push_to_hub(out, "someone/tiny-roberta")
+    assert out in str(raised.value)
+
+
+def write_training_run(run_dir: Path, *, tokenizer_json: Path, seed: int):
+    """A run directory as `lmshards train` leaves it, made with the trainer's own model and checkpoint code."""
+    import tensorflow as tf
+
+    from train.config import CHECKPOINTS_DIR, RUN_CONFIG_JSON, TOKENIZER_DIR, ModelConfig
+    from train.model import build_masked_lm, checkpoint_root
+
+    source = locate_tokenizer(str(tokenizer_json))
+    model_config = ModelConfig(
+        family="roberta", vocabulary_size=Tokenizer.from_file(str(tokenizer_json)).get_vocab_size(),
+        num_layers=1, num_heads=2, hidden_dim=32, intermediate_dim=64, max_sequence_length=SEQ_LEN,
+    )
+    masked_lm = build_masked_lm(model_config)
+    perturb(masked_lm, seed=seed)
+    manager = tf.train.CheckpointManager(checkpoint_root(masked_lm), str(run_dir / CHECKPOINTS_DIR), max_to_keep=2)
+    manager.save(checkpoint_number=1)
+    perturb(masked_lm, seed=seed + 1)  # the latest checkpoint differs from the first
+    manager.save(checkpoint_number=2)
+    (run_dir / TOKENIZER_DIR).mkdir()
+    shutil.copy(tokenizer_json, run_dir / TOKENIZER_DIR / "tokenizer.json")
+    run_config = {
+        "model": model_config.to_dict(),
+        "special_token_ids": special_token_ids(source),
+        "tokenizer_fingerprint": fingerprint(source.json_text),
+    }
+    (run_dir / RUN_CONFIG_JSON).write_text(json.dumps(run_config))
+    return masked_lm
+
+
+@pytest.mark.slow
+def test_export_cli_exports_the_latest_checkpoint_of_a_training_run(tmp_path, sample_tokenizer, bert_tokenizer_dir, capsys):
+    run_dir = tmp_path / "run"
+    masked_lm = write_training_run(run_dir, tokenizer_json=sample_tokenizer, seed=5)
+    out = tmp_path / "exported"
+
+    assert export_cli.main([str(run_dir), "--output", str(out)]) == 0
+    specials = special_token_ids(locate_tokenizer(str(sample_tokenizer)))
+    ids, mask = padded_batch(specials["pad"], masked_lm.backbone.vocabulary_size, first_id=5)
+    _, keras_logits = keras_outputs(masked_lm, "roberta", ids, mask)
+    _, torch_logits = hf_outputs(out, ids, mask)
+    assert np.abs(torch_logits[mask == 1] - keras_logits[mask == 1]).max() < 1e-4
+
+    code = export_cli.main([str(run_dir), "--output", str(tmp_path / "other"), "--tokenizer", str(bert_tokenizer_dir)])
+    assert code == 2
+    assert "is not the one the run was trained with" in capsys.readouterr().err
+    code = export_cli.main([str(tmp_path), "--output", str(tmp_path / "other")])
+    assert code == 2
+    assert "run_config.json" in capsys.readouterr().err

@@ -1,0 +1,310 @@
+"""Export a keras-hub masked LM to a Hugging Face transformers (PyTorch) model directory.
+
+The directory holds config.json, model.safetensors and the tokenizer files, so
+`transformers.pipeline("fill-mask", model=DIR)` and `AutoModelForMaskedLM.from_pretrained(DIR)`
+work offline. torch, transformers and huggingface_hub (the `export` extra) are imported inside
+the functions that need them: a training install does not have them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import uuid
+from typing import Any
+
+import numpy as np
+
+from schemas import fs
+from schemas.constants import ROLE_SPELLINGS
+from schemas.errors import LmshardsError, TokenizerError
+from schemas.tokenizer_info import TokenizerSource, fingerprint, locate_tokenizer
+from train.config import FAMILIES, TOKENIZER_DIR
+from train.hf_mapping import MaskedLMSpec, head_differences, hf_config, hf_state_dict
+
+logger = logging.getLogger(__name__)
+
+EXPORT_EXTRA_HINT = "Install the export extra: pip install 'lmshards[export]'."
+
+
+def masked_lm_spec(masked_lm: Any, *, family: str) -> MaskedLMSpec:
+    """Reads architecture, activations and epsilons off a keras-hub RobertaMaskedLM / BertMaskedLM."""
+    if family not in FAMILIES:
+        raise LmshardsError(f"Model family {family!r} is not supported; use one of {list(FAMILIES)}.")
+    backbone = masked_lm.backbone
+    expected = {"roberta": "RobertaBackbone", "bert": "BertBackbone"}[family]
+    if type(backbone).__name__ != expected:
+        raise LmshardsError(f"Family {family!r} expects a keras-hub {expected}, got {type(backbone).__name__}.")
+    encoder = backbone.transformer_layers[0]
+    head = masked_lm.masked_lm_head
+    return MaskedLMSpec(
+        family=family,
+        vocabulary_size=backbone.vocabulary_size,
+        num_layers=backbone.num_layers,
+        num_heads=backbone.num_heads,
+        hidden_dim=backbone.hidden_dim,
+        intermediate_dim=backbone.intermediate_dim,
+        dropout=float(backbone.dropout),
+        max_sequence_length=backbone.max_sequence_length,
+        num_segments=getattr(backbone, "num_segments", 0),
+        activation=_activation_name(encoder.activation),
+        layer_norm_epsilon=float(encoder.layer_norm_epsilon),
+        head_activation=_activation_name(head.intermediate_activation),
+        head_layer_norm_epsilon=float(head.layer_norm_epsilon),
+    )
+
+
+def _activation_name(activation: Any) -> str:
+    # keras.activations.gelu (exact) and keras_hub's gelu_approximate are the only ones keras-hub uses here.
+    return getattr(activation, "__name__", repr(activation))
+
+
+def keras_weights(masked_lm: Any, spec: MaskedLMSpec) -> dict[str, np.ndarray]:
+    """The masked LM's variables as numpy arrays, named as hf_mapping.keras_weight_names lists them."""
+    backbone = masked_lm.backbone
+    if getattr(backbone.token_embedding, "tie_weights", True) is False:
+        raise LmshardsError("The model's output projection is not tied to its token embedding; export supports tied models only.")
+    position = backbone.embeddings.position_embedding if spec.family == "roberta" else backbone.position_embedding
+    variables = {
+        "token_embedding": backbone.token_embedding.embeddings,
+        "position_embedding": position.position_embeddings,
+        "embeddings_norm.gamma": backbone.embeddings_layer_norm.gamma,
+        "embeddings_norm.beta": backbone.embeddings_layer_norm.beta,
+    }
+    if spec.family == "bert":
+        variables["segment_embedding"] = backbone.segment_embedding.embeddings
+    for i, layer in enumerate(backbone.transformer_layers):
+        attention = layer._self_attention_layer
+        dense = {
+            "query": attention.query_dense,
+            "key": attention.key_dense,
+            "value": attention.value_dense,
+            "attention_output": attention.output_dense,
+            "intermediate": layer._feedforward_intermediate_dense,
+            "output": layer._feedforward_output_dense,
+        }
+        for part, sublayer in dense.items():
+            variables[f"layer.{i}.{part}.kernel"] = sublayer.kernel
+            variables[f"layer.{i}.{part}.bias"] = sublayer.bias
+        for part, norm in (("attention_norm", layer._self_attention_layer_norm), ("output_norm", layer._feedforward_layer_norm)):
+            variables[f"layer.{i}.{part}.gamma"] = norm.gamma
+            variables[f"layer.{i}.{part}.beta"] = norm.beta
+    head = masked_lm.masked_lm_head
+    variables.update(
+        {
+            "head.dense.kernel": head._intermediate_dense.kernel,
+            "head.dense.bias": head._intermediate_dense.bias,
+            "head.norm.gamma": head._intermediate_layer_norm.gamma,
+            "head.norm.beta": head._intermediate_layer_norm.beta,
+            "head.bias": head._bias,
+        }
+    )
+    return {name: np.asarray(variable.numpy(), dtype=np.float32) for name, variable in variables.items()}
+
+
+def export_masked_lm(
+    masked_lm: Any,
+    *,
+    family: str,
+    tokenizer_dir_or_json: str,
+    special_token_ids: dict[str, int],
+    output_dir: str,
+) -> str:
+    """Writes the HF model directory for `masked_lm` at output_dir (a new or empty local directory).
+
+    The directory is built under a temporary name and renamed when complete. Returns output_dir.
+
+    Raises:
+      LmshardsError: output_dir is remote or not empty, the tokenizer is unusable or disagrees
+        with special_token_ids, or a role the model needs ('pad', 'mask') is missing.
+    """
+    spec = masked_lm_spec(masked_lm, family=family)
+    for role in ("pad", "mask"):
+        if role not in special_token_ids:
+            raise LmshardsError(f"special_token_ids {special_token_ids} has no {role!r} token; the exported model needs one.")
+    _check_output_dir(output_dir)
+    differences = head_differences(spec)
+    if differences:
+        logger.warning(
+            "transformers' %s head cannot compute exactly like the keras-hub one (%s); its logits differ slightly.",
+            spec.family,
+            "; ".join(differences),
+        )
+    staging = f"{output_dir.rstrip(os.sep)}.tmp-{uuid.uuid4().hex}"
+    try:
+        save_hf_model(keras_weights(masked_lm, spec), spec, special_token_ids=special_token_ids, output_dir=staging)
+        save_tokenizer(
+            tokenizer_dir_or_json,
+            special_token_ids=special_token_ids,
+            model_max_length=spec.max_sequence_length,
+            output_dir=staging,
+        )
+        check_tokenizer_matches(staging, special_token_ids=special_token_ids, vocabulary_size=spec.vocabulary_size)
+        if os.path.isdir(output_dir):
+            os.rmdir(output_dir)  # empty, checked above
+        os.replace(staging, output_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    logger.info("Exported %s model to %s", spec.family, output_dir)
+    return output_dir
+
+
+def _check_output_dir(output_dir: str) -> None:
+    if fs.is_remote(output_dir):
+        raise LmshardsError(
+            f"--output {output_dir!r} is remote; export to a local directory, then copy it or use --push_to_hub."
+        )
+    if os.path.exists(output_dir) and (not os.path.isdir(output_dir) or os.listdir(output_dir)):
+        raise LmshardsError(f"--output {output_dir!r} already exists and is not an empty directory; pass a new path.")
+
+
+def save_hf_model(
+    weights: dict[str, np.ndarray], spec: MaskedLMSpec, *, special_token_ids: dict[str, int], output_dir: str
+) -> None:
+    """Builds the transformers model, loads the mapped weights strictly and saves it (safetensors)."""
+    torch, transformers = _import_export_stack()
+    config_cls = {"roberta": transformers.RobertaConfig, "bert": transformers.BertConfig}[spec.family]
+    model_cls = {"roberta": transformers.RobertaForMaskedLM, "bert": transformers.BertForMaskedLM}[spec.family]
+    model = model_cls(config_cls(**hf_config(spec, special_token_ids)))
+    state = hf_state_dict(weights, spec, pad_token_id=special_token_ids["pad"])
+    expected = set(model.state_dict())
+    if set(state) != expected:
+        raise RuntimeError(
+            f"Weight mapping does not cover {model_cls.__name__}: missing {sorted(expected - set(state))}, "
+            f"unexpected {sorted(set(state) - expected)}"
+        )
+    model.load_state_dict({name: torch.from_numpy(value) for name, value in state.items()}, strict=True)
+    model.eval()
+    model.save_pretrained(output_dir)
+
+
+def save_tokenizer(
+    tokenizer_dir_or_json: str, *, special_token_ids: dict[str, int], model_max_length: int, output_dir: str
+) -> None:
+    """Puts the tokenizer files into output_dir (local or gs:// source).
+
+    A transformers tokenizer directory (it has tokenizer_config.json) is copied as is; a bare
+    tokenizer.json is wrapped as PreTrainedTokenizerFast with the role tokens filled in.
+    """
+    source = locate_tokenizer(tokenizer_dir_or_json)
+    if source.config:
+        os.makedirs(output_dir, exist_ok=True)
+        for path in fs.listdir(source.path):
+            if not fs.isdir(path):
+                name = path.rstrip("/").rsplit("/", 1)[-1]
+                with open(os.path.join(output_dir, name), "wb") as f:
+                    f.write(fs.read_bytes(path))
+        return
+    wrap_tokenizer_json(source, special_token_ids=special_token_ids, model_max_length=model_max_length).save_pretrained(
+        output_dir
+    )
+
+
+def wrap_tokenizer_json(source: TokenizerSource, *, special_token_ids: dict[str, int], model_max_length: int) -> Any:
+    """A transformers PreTrainedTokenizerFast over the tokenizer.json, with its role tokens set.
+
+    The mask token also takes the space before it (lstrip), as RoBERTa's does: in "is <mask>." the
+    model should predict the word with its leading space ("ĠParis"), not a bare space then a word.
+    """
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    parsed = json.loads(source.json_text)
+    for added in parsed.get("added_tokens", []):
+        if added["id"] == special_token_ids["mask"]:
+            added["lstrip"] = True
+    tokenizer = Tokenizer.from_str(json.dumps(parsed, ensure_ascii=False))
+    tokens = {f"{role}_token": tokenizer.id_to_token(token_id) for role, token_id in special_token_ids.items()}
+    if tokens.get("cls_token") == ROLE_SPELLINGS["cls"][1]:  # RoBERTa style: <s> ... </s> are also bos/eos
+        tokens["bos_token"] = tokens["cls_token"]
+        tokens["eos_token"] = tokens.get("sep_token")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        model_max_length=model_max_length,
+        **{name: token for name, token in tokens.items() if token is not None},
+    )
+
+
+def check_tokenizer_matches(model_dir: str, *, special_token_ids: dict[str, int], vocabulary_size: int) -> None:
+    """Raises LmshardsError unless the saved tokenizer's role ids are the ones the model was trained with."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    for role, token_id in special_token_ids.items():
+        actual = getattr(tokenizer, f"{role}_token_id", None)
+        if actual is not None and actual != token_id:
+            raise TokenizerError(
+                f"The tokenizer's {role} token has id {actual}, but the model was trained with {token_id}; "
+                "pass the tokenizer the run was trained with (--tokenizer)."
+            )
+    if len(tokenizer) > vocabulary_size:
+        raise TokenizerError(
+            f"The tokenizer has {len(tokenizer)} tokens, more than the model's vocabulary of {vocabulary_size}; "
+            "pass the tokenizer the run was trained with (--tokenizer)."
+        )
+
+
+def export_run(run_dir: str, *, output_dir: str, checkpoint: str | None = None, tokenizer: str | None = None) -> str:
+    """Exports a training run (its latest checkpoint, or `checkpoint`) to output_dir. Returns output_dir.
+
+    The tokenizer is RUN_DIR/tokenizer unless `tokenizer` is given; its fingerprint must match the
+    one the run recorded.
+    """
+    from train.model import load_model_from_run, read_run_config
+
+    run_config = read_run_config(run_dir)
+    tokenizer_path = tokenizer or fs.join(run_dir, TOKENIZER_DIR)
+    if not fs.exists(tokenizer_path):
+        raise LmshardsError(
+            f"The run {run_dir!r} has no {TOKENIZER_DIR}/ directory; pass --tokenizer PATH "
+            "(the tokenizer.json or directory the run was trained with)."
+        )
+    source = locate_tokenizer(tokenizer_path)
+    expected = run_config.get("tokenizer_fingerprint")
+    if expected and fingerprint(source.json_text) != expected:
+        raise TokenizerError(
+            f"Tokenizer {tokenizer_path!r} (fingerprint {fingerprint(source.json_text)}) is not the one the run was "
+            f"trained with ({expected}); pass the run's tokenizer with --tokenizer."
+        )
+    masked_lm, _ = load_model_from_run(run_dir, checkpoint=checkpoint)
+    return export_masked_lm(
+        masked_lm,
+        family=run_config["model"]["family"],
+        tokenizer_dir_or_json=tokenizer_path,
+        special_token_ids={role: int(i) for role, i in run_config["special_token_ids"].items()},
+        output_dir=output_dir,
+    )
+
+
+def push_to_hub(output_dir: str, repo_id: str) -> str:
+    """Uploads the exported directory to the Hub repo (created if needed). Returns the repo URL.
+
+    Raises:
+      LmshardsError: the Hub is unreachable (offline mode, no network) or refuses the upload; the
+        message says where the local export is.
+    """
+    import httpx
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    try:
+        url = api.create_repo(repo_id, exist_ok=True)
+        api.upload_folder(folder_path=output_dir, repo_id=repo_id, commit_message="Upload lmshards export")
+    except (OSError, httpx.HTTPError) as e:
+        raise LmshardsError(
+            f"Could not push to the Hugging Face Hub repo {repo_id!r}: the Hub is unreachable or refused the upload "
+            f"({type(e).__name__}: {e}). The local export is complete at {output_dir!r}; push it later with "
+            f"`hf upload {repo_id} {output_dir}` once online and logged in."
+        ) from e
+    return str(url)
+
+
+def _import_export_stack() -> tuple[Any, Any]:
+    try:
+        import torch
+        import transformers
+    except ImportError as e:
+        raise LmshardsError(f"Export needs torch and transformers ({e}). {EXPORT_EXTRA_HINT}") from e
+    return torch, transformers

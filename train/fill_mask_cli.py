@@ -1,0 +1,85 @@
+"""`lmshards fill-mask DIR TEXT`: top-k predictions for the masked token(s) of an exported model.
+
+Runs transformers' fill-mask pipeline on the CPU, offline-safe (DIR is a local directory).
+Either mask spelling works with either model family: `<mask>` and `[MASK]` are both replaced
+by the tokenizer's own mask token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from schemas.constants import ROLE_SPELLINGS
+from schemas.errors import LmshardsError
+
+DEFAULT_TOP_K = 5
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="lmshards fill-mask", description=__doc__.split("\n\n")[0])
+    parser.add_argument("model_dir", help="directory written by `lmshards export`")
+    parser.add_argument("text", help='text with one or more mask tokens, e.g. "The capital of France is <mask>."')
+    parser.add_argument("--top_k", type=int, default=DEFAULT_TOP_K, help="predictions per mask (default %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print the predictions as JSON (one list per mask)")
+    args = parser.parse_args(argv)
+    if args.top_k < 1:
+        parser.error(f"--top_k must be at least 1, got {args.top_k}")
+    return args
+
+
+def with_mask_token(text: str, mask_token: str) -> str:
+    """text with every known mask spelling replaced by mask_token.
+
+    Raises:
+      LmshardsError: the text holds no mask token in any spelling.
+    """
+    for spelling in ROLE_SPELLINGS["mask"]:
+        text = text.replace(spelling, mask_token)
+    if mask_token not in text:
+        spellings = " or ".join(dict.fromkeys((mask_token, *ROLE_SPELLINGS["mask"])))
+        raise LmshardsError(f"No mask token in {text!r}: put {spellings} where the model should fill in a token.")
+    return text
+
+
+def fill_mask(model_dir: str, text: str, *, top_k: int = DEFAULT_TOP_K) -> list[list[dict[str, Any]]]:
+    """Predictions for each mask in text, in order: [{score, token, token_str, sequence}, ...] per mask."""
+    if not os.path.isdir(model_dir):
+        raise LmshardsError(f"Model directory {model_dir!r} does not exist; pass the --output of `lmshards export`.")
+    try:
+        from transformers import pipeline
+    except ImportError as e:
+        raise LmshardsError(f"fill-mask needs transformers and torch ({e}). Install: pip install 'lmshards[export]'.") from e
+    try:
+        fill = pipeline("fill-mask", model=model_dir, device="cpu")
+    except (OSError, ValueError) as e:
+        raise LmshardsError(f"{model_dir!r} is not a loadable transformers model directory ({e}).") from e
+    predictions = fill(with_mask_token(text, fill.tokenizer.mask_token), top_k=top_k)
+    # One mask gives a flat list, several give a list per mask.
+    return predictions if isinstance(predictions[0], list) else [predictions]
+
+
+def format_predictions(per_mask: list[list[dict[str, Any]]]) -> str:
+    lines = []
+    for index, predictions in enumerate(per_mask):
+        if len(per_mask) > 1:
+            lines.append(f"mask {index + 1} of {len(per_mask)}:")
+        lines.append(f"{'score':>7}  {'token':>6}  {'token_str':<16}  sequence")
+        lines += [
+            f"{p['score']:7.4f}  {p['token']:>6}  {p['token_str']!r:<16}  {p['sequence']}" for p in predictions
+        ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    try:
+        per_mask = fill_mask(args.model_dir, args.text, top_k=args.top_k)
+    except LmshardsError as e:
+        print(f"lmshards fill-mask: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(per_mask, ensure_ascii=False, indent=2) if args.json else format_predictions(per_mask))
+    return 0
