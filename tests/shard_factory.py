@@ -1,0 +1,145 @@
+"""Real preprocess-style outputs for trainer tests and benchmarks: TFRecord shards plus a manifest.
+
+Writes exactly what the contract in schemas/ promises (shard names, features, sha256, balanced
+token accounting), from either the sample corpus tokenized with a real tokenizer or random ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from schemas import manifest as mf
+from schemas import tokenizer_info
+from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
+from schemas.shards import shard_relpath
+from schemas.version import __version__
+
+# Every VALIDATION_EVERY-th block goes to the validation split.
+VALIDATION_EVERY = 20
+
+
+def tokenizer_info_for(tokenizer_path: str) -> mf.TokenizerInfo:
+    from tokenizers import Tokenizer
+
+    source = tokenizer_info.locate_tokenizer(str(tokenizer_path))
+    return mf.TokenizerInfo(
+        fingerprint=tokenizer_info.fingerprint(source.json_text),
+        vocab_size=Tokenizer.from_str(source.json_text).get_vocab_size(),
+        special_token_ids=tokenizer_info.special_token_ids(source),
+        all_special_ids=tuple(tokenizer_info.all_special_ids(source)),
+    )
+
+
+def pack_blocks(token_ids: np.ndarray, *, seq_len: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Splits a token stream into [n, seq_len] blocks; the last one padded (attention_mask 0)."""
+    n = -(-len(token_ids) // seq_len)
+    ids = np.full(n * seq_len, pad_id, np.int64)
+    ids[: len(token_ids)] = token_ids
+    mask = np.zeros(n * seq_len, np.int64)
+    mask[: len(token_ids)] = 1
+    return ids.reshape(n, seq_len), mask.reshape(n, seq_len)
+
+
+def write_sample_shards(
+    out_dir: str | Path,
+    tokenizer_path: str | Path,
+    files: Sequence[Path],
+    *,
+    seq_len: int = 64,
+    train_shards: int = 8,
+    validation_shards: int = 2,
+    max_lines_per_file: int | None = None,
+) -> mf.Manifest:
+    """Tokenizes the files (one document per line), packs them into blocks and writes both splits."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_path))
+    info = tokenizer_info_for(str(tokenizer_path))
+    lines = []
+    for f in files:
+        text = [line for line in Path(f).read_text(encoding="utf-8").splitlines() if line.strip()]
+        lines += text[:max_lines_per_file]
+    stream = np.fromiter((i for enc in tok.encode_batch(lines) for i in enc.ids), np.int64)
+    ids, mask = pack_blocks(stream, seq_len=seq_len, pad_id=info.special_token_ids["pad"])
+    is_val = np.arange(len(ids)) % VALIDATION_EVERY == VALIDATION_EVERY - 1
+    splits = {
+        TRAIN_SPLIT: (ids[~is_val], mask[~is_val], train_shards),
+        VALIDATION_SPLIT: (ids[is_val], mask[is_val], validation_shards),
+    }
+    return write_shards(out_dir, splits, seq_len=seq_len, tokenizer=info, inputs=files)
+
+
+def write_random_shards(
+    out_dir: str | Path,
+    *,
+    records: int,
+    seq_len: int,
+    tokenizer: mf.TokenizerInfo,
+    num_shards: int = 8,
+    seed: int = 0,
+) -> mf.Manifest:
+    """Random non-special ids, the last 1/8 of each record padded: for benchmarks (train split only)."""
+    rng = np.random.default_rng(seed)
+    low = max(tokenizer.all_special_ids) + 1
+    ids = rng.integers(low, tokenizer.vocab_size, size=(records, seq_len), dtype=np.int64)
+    mask = np.ones_like(ids)
+    mask[:, seq_len - seq_len // 8 :] = 0
+    ids[mask == 0] = tokenizer.special_token_ids["pad"]
+    return write_shards(out_dir, {TRAIN_SPLIT: (ids, mask, num_shards)}, seq_len=seq_len, tokenizer=tokenizer, inputs=())
+
+
+def write_shards(
+    out_dir: str | Path,
+    splits: dict[str, tuple[np.ndarray, np.ndarray, int]],
+    *,
+    seq_len: int,
+    tokenizer: mf.TokenizerInfo,
+    inputs: Sequence[Path],
+) -> mf.Manifest:
+    """Writes split -> (ids, attention_mask, num_shards) as balanced shards, then the manifest (last)."""
+    import tensorflow as tf
+
+    out_dir = str(out_dir)
+    split_infos = {}
+    for split, (ids, mask, num_shards) in splits.items():
+        shards = []
+        for index, rows in enumerate(np.array_split(np.arange(len(ids)), num_shards)):
+            rel = shard_relpath(split, index, num_shards, len(rows))
+            path = os.path.join(out_dir, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with tf.io.TFRecordWriter(path) as writer:
+                for r in rows:
+                    writer.write(_example(ids[r], mask[r]))
+            data = Path(path).read_bytes()
+            shards.append(mf.ShardInfo(path=rel, records=len(rows), bytes=len(data), sha256=hashlib.sha256(data).hexdigest()))
+        real = int(mask.sum())
+        totals = mf.SplitTotals(
+            documents=len(ids), tokens_in=real, tokens_written=real, padding_tokens=int(mask.size - real), records=len(ids)
+        )
+        split_infos[split] = mf.SplitInfo(shards=tuple(shards), totals=totals)
+    manifest = mf.Manifest(
+        tool_version=__version__,
+        seq_len=seq_len,
+        tokenizer=tokenizer,
+        splits=split_infos,
+        inputs=tuple(mf.InputFileInfo(path=str(p), bytes=Path(p).stat().st_size) for p in inputs),
+        seed=0,
+        options={"remainder": "pad", "written_by": "tests.shard_factory"},
+    )
+    mf.write_manifest(out_dir, manifest)
+    return manifest
+
+
+def _example(ids: np.ndarray, mask: np.ndarray) -> bytes:
+    import tensorflow as tf
+
+    feature = {
+        INPUT_IDS: tf.train.Feature(int64_list=tf.train.Int64List(value=ids)),
+        ATTENTION_MASK: tf.train.Feature(int64_list=tf.train.Int64List(value=mask)),
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
