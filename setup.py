@@ -5,6 +5,7 @@ needs (Beam, tensorflow-transform, tokenizers, fsspec/gcsfs); the trainer, token
 export and test tools are extras.
 """
 
+import os
 import re
 from pathlib import Path
 
@@ -51,18 +52,30 @@ EXTRAS = {
 }
 EXTRAS["all"] = sorted({req for name, reqs in EXTRAS.items() if name != "test" for req in reqs})
 
+# The Dataflow worker distribution: preprocess/ + schemas/ and the WORKER pins only (no trainer, CLI,
+# extras or console script). Asked for with LMSHARDS_WORKER_PACKAGE=1 (Beam's stager runs
+# `setup.py sdist` in a subprocess that inherits it); a worker rebuilding that sdist knows it by the
+# name in its PKG-INFO. Its own name also keeps its egg-info apart from a full build's file list.
+WORKER_PACKAGE_ENV = "LMSHARDS_WORKER_PACKAGE"
+WORKER_DIST_NAME = "lmshards-worker"
+WORKER_PACKAGES = ["preprocess", "preprocess.*", "schemas", "schemas.*"]
+_PKG_INFO = Path(__file__).with_name("PKG-INFO")
+WORKER_ONLY = os.environ.get(WORKER_PACKAGE_ENV) == "1" or (
+    _PKG_INFO.is_file() and f"\nName: {WORKER_DIST_NAME}\n" in _PKG_INFO.read_text(encoding="utf-8")
+)
+
 VERSION = re.search(r'__version__ = "([^"]+)"', Path(__file__).with_name("schemas").joinpath("version.py").read_text())[1]
 
 setup(
-    name="lmshards",
+    name=WORKER_DIST_NAME if WORKER_ONLY else "lmshards",
     version=VERSION,
     description="Tokenizer training, Beam preprocessing to balanced TFRecord shards, and TPU-ready masked-LM training",
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.11,<3.12",
-    packages=find_packages(include=["lmshards", "preprocess", "preprocess.*", "schemas", "schemas.*", "train", "train.*"]),
+    packages=find_packages(include=WORKER_PACKAGES if WORKER_ONLY else [*WORKER_PACKAGES, "lmshards", "train", "train.*"]),
     install_requires=WORKER,
-    extras_require=EXTRAS,
-    entry_points={"console_scripts": ["lmshards = lmshards.cli:main"]},
+    extras_require={} if WORKER_ONLY else EXTRAS,
+    entry_points={} if WORKER_ONLY else {"console_scripts": ["lmshards = lmshards.cli:main"]},
 )
