@@ -120,7 +120,7 @@ def hf_state_dict(weights: dict[str, np.ndarray], spec: MaskedLMSpec, *, pad_tok
         for part in ("query", "key", "value"):
             _check_shape(w, f"{k}.{part}.kernel", (H, spec.num_heads, H // spec.num_heads))
             # [H, N, D] -> [H, N*D] -> torch [N*D, H]; N-major like HF's view(..., N, D).
-            out[f"{hf}.attention.self.{part}.weight"] = w[f"{k}.{part}.kernel"].reshape(H, H)
+            out[f"{hf}.attention.self.{part}.weight"] = w[f"{k}.{part}.kernel"].reshape(H, H).T
             out[f"{hf}.attention.self.{part}.bias"] = w[f"{k}.{part}.bias"].reshape(H)
         _check_shape(w, f"{k}.attention_output.kernel", (spec.num_heads, H // spec.num_heads, H))
         out[f"{hf}.attention.output.dense.weight"] = w[f"{k}.attention_output.kernel"].reshape(H, H).T
