@@ -41,6 +41,8 @@ class SplitTotals:
     """Counts for one split. Token accounting balances: tokens_in == tokens_written + tokens_dropped."""
 
     documents: int = 0  # documents assigned to this split (non-empty, tokenized)
+    # The reader counts these three over the whole input, before documents have a split: the
+    # preprocess pipeline records them in Manifest.reading and leaves them 0 here.
     documents_empty: int = 0  # empty or whitespace-only documents skipped
     documents_invalid_utf8: int = 0  # documents with undecodable bytes (kept, decoded with U+FFFD)
     documents_nul: int = 0  # documents holding NUL bytes (kept, NULs removed)
@@ -86,6 +88,9 @@ class Manifest:
     seed: int
     options: dict[str, Any]
     created_at: str = ""
+    # What reading the inputs found, over all splits: documents, documents_empty,
+    # documents_invalid_utf8, documents_nul, documents_split, documents_invalid_json, files_empty, bytes_read.
+    reading: dict[str, int] = dataclasses.field(default_factory=dict)
     format: str = MANIFEST_FORMAT
     format_version: int = MANIFEST_FORMAT_VERSION
 
@@ -166,6 +171,7 @@ def manifest_from_dict(data: dict[str, Any]) -> Manifest:
             seed=int(data["seed"]),
             options=dict(data["options"]),
             created_at=data.get("created_at", ""),
+            reading={k: int(v) for k, v in data.get("reading", {}).items()},
         )
     except (KeyError, TypeError, ValueError) as e:
         raise ManifestError(f"Manifest is malformed: {e!r}.") from e

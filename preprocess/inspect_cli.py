@@ -1,0 +1,114 @@
+"""`lmshards inspect PATH`: summarize a preprocess output; `--verify` re-reads every shard."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+from typing import Sequence
+
+from preprocess.sharding import CorruptRecordError, read_records
+from schemas import fs
+from schemas.constants import MANIFEST_NAME
+from schemas.errors import LmshardsError
+from schemas.manifest import Manifest, ShardInfo, read_manifest
+
+EXIT_MISMATCH = 1
+EXIT_USER_ERROR = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="lmshards inspect", description=__doc__.split("\n")[0])
+    parser.add_argument("path", help="A preprocess output directory (or its manifest.json), local or gs://.")
+    parser.add_argument("--verify", action="store_true",
+                        help="Re-read every shard: record count (TFRecord framing and CRCs), bytes and sha256.")
+    parser.add_argument("--json", action="store_true", help="Print the manifest as JSON.")
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    output = args.path.rstrip("/")
+    if output.endswith("/" + MANIFEST_NAME) or output == MANIFEST_NAME:
+        output = output[: -len(MANIFEST_NAME)].rstrip("/") or "."
+    try:
+        manifest = read_manifest(output)
+    except LmshardsError as e:
+        print(f"lmshards inspect: error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    print(manifest.to_json() if args.json else describe(manifest, output), end="" if args.json else "\n")
+    if not args.verify:
+        return 0
+    problems = verify(manifest, output)
+    for problem in problems:
+        print(f"MISMATCH {problem}", file=sys.stderr)
+    shards = sum(len(s.shards) for s in manifest.splits.values())
+    if problems:
+        print(f"verify: {len(problems)} problem(s) in {shards} shards", file=sys.stderr)
+        return EXIT_MISMATCH
+    print(f"verify: OK, {shards} shards match the manifest (records, bytes, sha256)", file=sys.stderr)
+    return 0
+
+
+def describe(manifest: Manifest, output: str) -> str:
+    """A few readable lines: what made the output, and what each split holds."""
+    tok = manifest.tokenizer
+    lines = [
+        f"{output}: {manifest.format} v{manifest.format_version}, lmshards {manifest.tool_version}, "
+        f"created {manifest.created_at or '?'}",
+        f"  seq_len {manifest.seq_len}, features {', '.join(manifest.features())}, seed {manifest.seed}",
+        f"  tokenizer {tok.fingerprint} vocab {tok.vocab_size:,} special {tok.special_token_ids}",
+        f"  inputs: {len(manifest.inputs)} files, {sum(i.bytes for i in manifest.inputs):,} bytes",
+        f"  options: {', '.join(f'{k}={v}' for k, v in sorted(manifest.options.items()))}",
+    ]
+    for name, split in manifest.splits.items():
+        t, records = split.totals, [s.records for s in split.shards]
+        size = sum(s.bytes for s in split.shards)
+        per_shard = f"{min(records)}-{max(records)} per shard" if records else "no shards"
+        lines += [
+            f"  {name}: {split.records:,} records in {len(split.shards)} shards ({per_shard}), {size:,} bytes",
+            f"    documents {t.documents:,}; tokens in {t.tokens_in:,}, written {t.tokens_written:,}, "
+            f"dropped {t.tokens_dropped:,}, padding {t.padding_tokens:,}",
+        ]
+    return "\n".join(lines)
+
+
+def verify(manifest: Manifest, output: str) -> list[str]:
+    """One line per shard that does not match the manifest (missing, bytes, sha256, records, framing)."""
+    problems = []
+    for name in manifest.splits:
+        for shard, path in zip(manifest.split(name).shards, manifest.shard_paths(output, name)):
+            problems += [f"{path}: {p}" for p in _verify_shard(shard, path)]
+    return problems
+
+
+class _HashingReader:
+    """A binary reader that hashes and counts every byte read through it."""
+
+    def __init__(self, f):
+        self._f, self.digest, self.bytes = f, hashlib.sha256(), 0
+
+    def read(self, n: int) -> bytes:
+        data = self._f.read(n)
+        self.digest.update(data)
+        self.bytes += len(data)
+        return data
+
+
+def _verify_shard(shard: ShardInfo, path: str) -> list[str]:
+    if not fs.exists(path):
+        return ["missing"]
+    problems = []
+    with fs.open_file(path, "rb") as f:
+        reader = _HashingReader(f)
+        records = 0
+        try:
+            for _ in read_records(reader):
+                records += 1
+        except CorruptRecordError as e:
+            problems.append(f"corrupt TFRecord: {e}")
+        while reader.read(1 << 20):  # hash whatever follows a corrupt frame too
+            pass
+    if reader.bytes != shard.bytes:
+        problems.append(f"{reader.bytes} bytes, manifest says {shard.bytes}")
+    if reader.digest.hexdigest() != shard.sha256:
+        problems.append(f"sha256 {reader.digest.hexdigest()}, manifest says {shard.sha256}")
+    if not problems and records != shard.records:
+        problems.append(f"{records} records, manifest says {shard.records}")
+    return problems
