@@ -1,4 +1,8 @@
-"""Flex Template entry point: `lmshards preprocess` with the launcher's --name=value parameters."""
+"""Flex Template entry point (FLEX_TEMPLATE_PYTHON_PY_FILE): `lmshards preprocess` with the launcher's flags.
+
+Not preprocess/__main__.py run as a file: that would put preprocess/ itself on sys.path, and its
+tokenize.py would shadow the standard library's tokenize module.
+"""
 
 import sys
 
