@@ -29,7 +29,8 @@ class RunCheckpoints:
 
     def restore_latest(self) -> str | None:
         """Restores the newest complete checkpoint; returns its prefix, or None if there is none."""
-        for prefix in reversed(self.manager.checkpoints):
+        state = tf.train.get_checkpoint_state(self.manager.directory)
+        for prefix in reversed(state.all_model_checkpoint_paths if state else []):
             if is_complete(prefix):
                 self.root.restore(prefix).assert_existing_objects_matched()
                 return prefix
