@@ -1,0 +1,99 @@
+"""ReadDocuments on a real Beam runner: every document of every format exactly once, stats as data and counters."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import logging
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.testing import test_pipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from preprocess import read
+from preprocess.inputs import InputError, ReadOptions, ReadStats, expand_inputs
+from preprocess.read import COUNTERS, METRICS_NAMESPACE, ReadDocuments
+
+LINES = b"\xef\xbb\xbf" + b"alpha one\r\n\r\nbeta \xff two\r\ngamma\x00 three\n   \ndelta four\n" * 3
+PARAGRAPHS = b"p1 line a\np1 line b\n\n\np2 only\n \t\np3 first\r\np3 second\r\n\r\np4\n\n" * 3
+
+
+def write_corpus(tmp_path: Path, text: bytes) -> list[Path]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "a.txt").write_bytes(text)
+    (tmp_path / "b.txt.gz").write_bytes(gzip.compress(text))
+    (tmp_path / "c.txt.bz2").write_bytes(bz2.compress(text))
+    (tmp_path / "d.jsonl").write_bytes(b'{"text": "json one"}\n{"text": \n{"text": "json two"}\n')
+    pq.write_table(pa.table({"text": ["pq one", "pq two", None, "pq three"]}), str(tmp_path / "e.parquet"),
+                   row_group_size=2)
+    return sorted(tmp_path.iterdir())
+
+
+def run_read(files, options: ReadOptions, *, range_bytes: int, batch_size: int, expected_docs, expected_stats):
+    pipeline = test_pipeline.TestPipeline(runner="FnApiRunner")
+    out = pipeline | ReadDocuments(files, options, range_bytes=range_bytes, batch_size=batch_size, with_stats=True)
+    assert_that(out.documents | "Flatten" >> beam.FlatMap(lambda batch: batch), equal_to(expected_docs))
+    assert_that(out.documents | "Sizes" >> beam.Map(len),
+                lambda sizes: _check(all(1 <= s <= batch_size for s in sizes), sizes), label="BatchSizes")
+    assert_that(out.stats, equal_to([expected_stats]), label="Stats")
+    result = pipeline.run()
+    result.wait_until_finish()
+    counters = {c.key.metric.name: c.committed
+                for c in result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]}
+    assert {name: counters.get(name, 0) for name in COUNTERS.values()} == {
+        COUNTERS[field]: value for field, value in expected_stats.as_dict().items()}
+
+
+def _check(ok: bool, what) -> None:
+    if not ok:
+        raise AssertionError(what)
+
+
+def text_size(paths) -> int:
+    return sum(len(gzip.decompress(p.read_bytes())) if p.suffix == ".gz" else
+               len(bz2.decompress(p.read_bytes())) if p.suffix == ".bz2" else p.stat().st_size
+               for p in paths if p.suffix != ".parquet")
+
+
+def test_read_documents_line_separated(tmp_path):
+    files = write_corpus(tmp_path, LINES)
+    per_text_file = ["alpha one", "beta \ufffd two", "gamma three", "delta four"] * 3
+    expected = per_text_file * 3 + ["json one", "json two", "pq one", "pq two", "pq three"]
+    stats = ReadStats(documents=len(expected), documents_empty=3 * 3 * 2 + 1, documents_invalid_utf8=9,
+                      documents_nul=9, documents_invalid_json=1,
+                      bytes_read=text_size(files) + len("pq onepq twopq three"))
+    run_read(expand_inputs([str(tmp_path)]), ReadOptions(), range_bytes=37, batch_size=5,
+             expected_docs=expected, expected_stats=stats)
+
+
+def test_read_documents_blank_line_separated_from_a_glob(tmp_path):
+    files = write_corpus(tmp_path, PARAGRAPHS)
+    per_text_file = ["p1 line a\np1 line b", "p2 only", "p3 first\np3 second", "p4"] * 3
+    expected = per_text_file * 3 + ["json one", "json two", "pq one", "pq two", "pq three"]
+    stats = ReadStats(documents=len(expected), documents_empty=1, documents_invalid_json=1,
+                      bytes_read=text_size(files) + len("pq onepq twopq three"))
+    run_read([str(tmp_path / "*")], ReadOptions(doc_separator="blank_line"), range_bytes=16, batch_size=512,
+             expected_docs=expected, expected_stats=stats)
+
+
+def test_read_documents_checks_inputs_while_building(tmp_path):
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 but not really")
+    with pytest.raises(InputError, match="bad.parquet"):
+        ReadDocuments([str(tmp_path / "bad.parquet")], ReadOptions())
+    with pytest.raises(InputError, match="matches no file"):
+        ReadDocuments([str(tmp_path / "*.txt")], ReadOptions())
+
+
+def test_progress_reports_rates(caplog):
+    progress = read._Progress(every_s=0.0)
+    with caplog.at_level(logging.INFO, logger="preprocess.read"):
+        progress.report(ReadStats(documents=10, bytes_read=2_000_000), finished=True)
+        progress.report(ReadStats(documents=5))
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[0].startswith("read 10 documents, 2.0 MB (") and "documents/s" in messages[0]
+    assert messages[1].startswith("read 15 documents, 2.0 MB (") and "MB/s" in messages[1]
