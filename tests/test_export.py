@@ -295,47 +295,41 @@ def test_push_to_hub_offline_names_the_local_export(roberta_export):
     assert out in str(raised.value)
 
 
-def write_training_run(run_dir: Path, *, tokenizer_json: Path, seed: int):
-    """A run directory as `lmshards train` leaves it, made with the trainer's own model and checkpoint code."""
-    import tensorflow as tf
+def train_tiny_run(tmp_path: Path, *, tokenizer_json: Path, files: list[Path]) -> Path:
+    """A real `lmshards train` run (4 steps, checkpoints at 2 and 4) on shards of the sample corpus."""
+    from tests.shard_factory import write_sample_shards
+    from train import cli as train_cli
 
-    from train.config import CHECKPOINTS_DIR, RUN_CONFIG_JSON, TOKENIZER_DIR, ModelConfig
-    from train.model import build_masked_lm, checkpoint_root
-
-    source = locate_tokenizer(str(tokenizer_json))
-    model_config = ModelConfig(
-        family="roberta", vocabulary_size=Tokenizer.from_file(str(tokenizer_json)).get_vocab_size(),
-        num_layers=1, num_heads=2, hidden_dim=32, intermediate_dim=64, max_sequence_length=SEQ_LEN,
-    )
-    masked_lm = build_masked_lm(model_config)
-    perturb(masked_lm, seed=seed)
-    manager = tf.train.CheckpointManager(checkpoint_root(masked_lm), str(run_dir / CHECKPOINTS_DIR), max_to_keep=2)
-    manager.save(checkpoint_number=1)
-    perturb(masked_lm, seed=seed + 1)  # the latest checkpoint differs from the first
-    manager.save(checkpoint_number=2)
-    (run_dir / TOKENIZER_DIR).mkdir()
-    shutil.copy(tokenizer_json, run_dir / TOKENIZER_DIR / "tokenizer.json")
-    run_config = {
-        "model": model_config.to_dict(),
-        "special_token_ids": special_token_ids(source),
-        "tokenizer_fingerprint": fingerprint(source.json_text),
-    }
-    (run_dir / RUN_CONFIG_JSON).write_text(json.dumps(run_config))
-    return masked_lm
+    write_sample_shards(tmp_path / "shards", tokenizer_json, files, seq_len=SEQ_LEN, train_shards=2, validation_shards=1, max_lines_per_file=40)
+    model_config = dict(num_layers=1, num_heads=2, hidden_dim=32, intermediate_dim=64, max_sequence_length=SEQ_LEN + 2)
+    (tmp_path / "model.json").write_text(json.dumps(model_config))
+    run_dir = tmp_path / "run"
+    args = ["--shards", str(tmp_path / "shards"), "--output", str(run_dir), "--tokenizer", str(tokenizer_json)]
+    args += ["--model_config", str(tmp_path / "model.json"), "--steps", "4", "--checkpoint_every", "2", "--keep", "2"]
+    args += ["--eval_every", "100", "--per_replica_batch", "4", "--strategy", "cpu", "--learning_rate", "0.01"]
+    assert train_cli.main(args) == 0
+    return run_dir
 
 
 @pytest.mark.slow
-def test_export_cli_exports_the_latest_checkpoint_of_a_training_run(tmp_path, sample_tokenizer, bert_tokenizer_dir, capsys):
-    run_dir = tmp_path / "run"
-    masked_lm = write_training_run(run_dir, tokenizer_json=sample_tokenizer, seed=5)
-    out = tmp_path / "exported"
+def test_export_cli_exports_a_training_run_at_its_latest_or_a_chosen_checkpoint(
+    tmp_path, sample_tokenizer, sample_files, bert_tokenizer_dir, capsys
+):
+    from train.model import load_model_from_run
 
-    assert export_cli.main([str(run_dir), "--output", str(out)]) == 0
+    run_dir = train_tiny_run(tmp_path, tokenizer_json=sample_tokenizer, files=sample_files)
     specials = special_token_ids(locate_tokenizer(str(sample_tokenizer)))
-    ids, mask = padded_batch(specials["pad"], masked_lm.backbone.vocabulary_size, first_id=5)
-    _, keras_logits = keras_outputs(masked_lm, "roberta", ids, mask)
-    _, torch_logits = hf_outputs(out, ids, mask)
-    assert np.abs(torch_logits[mask == 1] - keras_logits[mask == 1]).max() < 1e-4
+    first = str(run_dir / "checkpoints" / "ckpt-2")
+    exports = {None: tmp_path / "latest", first: tmp_path / "first"}
+    logits = {}
+    for checkpoint, out in exports.items():
+        assert export_cli.main([str(run_dir), "--output", str(out)] + (["--checkpoint", checkpoint] if checkpoint else [])) == 0
+        masked_lm, _ = load_model_from_run(str(run_dir), checkpoint=checkpoint)
+        ids, mask = padded_batch(specials["pad"], masked_lm.backbone.vocabulary_size, first_id=5)
+        _, keras_logits = keras_outputs(masked_lm, "roberta", ids, mask)
+        _, logits[checkpoint] = hf_outputs(out, ids, mask)
+        assert np.abs(logits[checkpoint][mask == 1] - keras_logits[mask == 1]).max() < 1e-4
+    assert np.abs(logits[None] - logits[first]).max() > 1e-3  # the two checkpoints really differ
 
     code = export_cli.main([str(run_dir), "--output", str(tmp_path / "other"), "--tokenizer", str(bert_tokenizer_dir)])
     assert code == 2
@@ -343,3 +337,4 @@ def test_export_cli_exports_the_latest_checkpoint_of_a_training_run(tmp_path, sa
     code = export_cli.main([str(tmp_path), "--output", str(tmp_path / "other")])
     assert code == 2
     assert "run_config.json" in capsys.readouterr().err
+    assert not (tmp_path / "other").exists()
