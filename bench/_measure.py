@@ -1,13 +1,15 @@
 """Shared benchmark helpers: run a command in a fresh process and measure its wall time and peak memory.
 
-Memory is measured over the whole process tree (the command and every descendant alive at that moment),
-sampled every `SAMPLE_INTERVAL_S`: Beam's multi_processing mode and `datasets.map(num_proc=...)` do their work
-in child processes, so the top process alone undercounts. Two sums are kept, and the peak of each reported:
-  - RSS: resident pages of each process, summed. Pages shared between processes (the libraries a
-    forked worker inherits from its parent, e.g. `datasets.map` workers forked from a process that
-    imported TensorFlow) are counted once per process, so this overstates forked trees.
-  - PSS: each shared page divided among the processes that share it (Linux smaps_rollup), summed:
-    the memory the tree really occupies. This is the figure to compare systems on.
+Memory is measured over the whole process tree (the command and every descendant alive at that moment):
+Beam's multi_processing mode and `datasets.map(num_proc=...)` do their work in child processes, so the top
+process alone undercounts. Two sums are kept, and the peak of each reported:
+  - RSS, sampled every `SAMPLE_INTERVAL_S`: resident pages of each process, summed. Pages shared between
+    processes (the libraries a forked worker inherits from its parent, e.g. `datasets.map` workers forked
+    from a process that imported TensorFlow) count once per process, so this overstates forked trees.
+  - PSS: each shared page divided among the processes that share it (Linux smaps_rollup), summed: the
+    memory the tree really occupies, the figure to compare systems on. The kernel walks every page
+    table to compute it (~50-250 ms for a 1 GB process), so it is sampled at most every
+    `PSS_MIN_INTERVAL_S` and at most `PSS_MAX_SHARE` of one core goes to it.
 Sampling can miss a spike shorter than the interval. The largest single-process `ru_maxrss` is reported
 beside them: an exact lower bound that no sampling can miss.
 """
@@ -18,14 +20,17 @@ import dataclasses
 import os
 import sys
 import tempfile
-import threading
 import time
 from typing import Any, Mapping, Sequence
 
 import psutil
 
-SAMPLE_INTERVAL_S = 0.2
 MB = 1e6
+SAMPLE_INTERVAL_S = 0.2
+PSS_MIN_INTERVAL_S = 1.0
+PSS_MAX_SHARE = 0.05  # of one core: after a PSS sample that took t seconds, wait at least t / PSS_MAX_SHARE
+
+_GONE = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,35 +40,42 @@ class Measurement:
     argv: tuple[str, ...]
     returncode: int
     wall_s: float
-    peak_rss_bytes: int  # peak of the summed RSS of the process tree (sampled)
-    peak_pss_bytes: int  # peak of the summed PSS of the process tree (sampled)
+    peak_rss_bytes: int  # peak of the summed RSS of the process tree
+    peak_pss_bytes: int  # peak of the summed PSS of the process tree
     max_single_rss_bytes: int  # largest ru_maxrss of any one process of the tree (exact, a lower bound)
     peak_processes: int  # most processes alive in the tree at one sample
+    pss_samples: int
     stdout: str
     stderr: str
 
 
-@dataclasses.dataclass(frozen=True)
-class TreeMemory:
-    rss_bytes: int
-    pss_bytes: int
-    processes: int
-
-
-def tree_memory(root: psutil.Process, *, include_root: bool = True) -> TreeMemory:
-    """Summed RSS and PSS of root's live descendants, and of root itself if asked."""
+def descendants(root: psutil.Process) -> list[psutil.Process]:
     try:
-        procs = [root, *root.children(recursive=True)] if include_root else root.children(recursive=True)
+        return root.children(recursive=True)
     except psutil.NoSuchProcess:
-        return TreeMemory(0, 0, 0)
-    rss, pss, count = 0, 0, 0
+        return []
+
+
+def summed_rss(procs: Sequence[psutil.Process]) -> int:
+    """Bytes; a process that exited meanwhile counts 0 (its memory is gone already)."""
+    total = 0
     for proc in procs:
         try:
-            info = proc.memory_full_info()
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue  # exited between listing and reading: its memory is gone already
-        rss, pss, count = rss + info.rss, pss + info.pss, count + 1
-    return TreeMemory(rss, pss, count)
+            total += proc.memory_info().rss
+        except _GONE:
+            continue
+    return total
+
+
+def summed_pss(procs: Sequence[psutil.Process]) -> int:
+    """Bytes; a process that exited meanwhile counts 0."""
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_full_info().pss
+        except _GONE:
+            continue
+    return total
 
 
 def run_measured(
@@ -73,18 +85,18 @@ def run_measured(
     cwd: str | None = None,
     timeout_s: float | None = None,
 ) -> Measurement:
-    """Runs argv to completion in a new process, sampling the tree's RSS until it exits.
+    """Runs argv to completion in a new process, sampling its tree's memory until it exits.
 
     stdout/stderr go to temporary files (not pipes), so a chatty command never blocks on a full pipe.
-    The single-process peak comes from `ru_maxrss` of the waited-for command, read in a wrapper
-    process of its own so that earlier runs of this process do not leak into it.
+    The command runs under a small wrapper process that reports `ru_maxrss` of what it waited for, so
+    that earlier runs made by this process do not leak into the figure; the wrapper itself is not counted.
     """
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         start = time.perf_counter()
         proc = psutil.Popen(
             [*_RUSAGE_WRAPPER, *argv], stdout=out, stderr=err, env=dict(env) if env else None, cwd=cwd
         )
-        peak = _sample_until_exit(proc, timeout_s=timeout_s, start=start)
+        peaks = _sample_until_exit(proc, timeout_s=timeout_s, start=start)
         wall = time.perf_counter() - start
         out.seek(0)
         err.seek(0)
@@ -94,32 +106,64 @@ def run_measured(
         argv=tuple(argv),
         returncode=proc.returncode,
         wall_s=wall,
-        peak_rss_bytes=max(peak.rss_bytes, max_single),
-        peak_pss_bytes=peak.pss_bytes,
+        peak_rss_bytes=max(peaks.rss, max_single),
+        peak_pss_bytes=peaks.pss,
         max_single_rss_bytes=max_single,
-        peak_processes=peak.processes,
+        peak_processes=peaks.processes,
+        pss_samples=peaks.pss_samples,
         stdout=stdout,
         stderr=stderr,
     )
 
 
-def _sample_until_exit(proc: psutil.Popen, *, timeout_s: float | None, start: float) -> TreeMemory:
-    """Peaks (each taken separately) of the tree's memory until proc exits."""
-    rss, pss, count = 0, 0, 0
+def run_checked(argv: Sequence[str], **kwargs: Any) -> Measurement:
+    """run_measured, raising RuntimeError with the tail of stderr if the command fails."""
+    m = run_measured(argv, **kwargs)
+    if m.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:4])} ... exited {m.returncode}; stderr tail:\n{m.stderr[-4000:]}")
+    return m
+
+
+def load_average() -> tuple[float, float, float]:
+    """The 1, 5 and 15 minute load averages (how busy the shared machine was)."""
+    return os.getloadavg()
+
+
+@dataclasses.dataclass
+class _Peaks:
+    rss: int = 0
+    pss: int = 0
+    processes: int = 0
+    pss_samples: int = 0
+
+
+def _sample_until_exit(proc: psutil.Popen, *, timeout_s: float | None, start: float) -> _Peaks:
+    peaks = _Peaks()
+    next_pss = start
     while proc.poll() is None:
-        now = tree_memory(proc, include_root=False)  # the root is the small rusage wrapper
-        rss, pss, count = max(rss, now.rss_bytes), max(pss, now.pss_bytes), max(count, now.processes)
-        if timeout_s is not None and time.perf_counter() - start > timeout_s:
+        procs = descendants(proc)  # the root is the wrapper: not counted
+        peaks.rss = max(peaks.rss, summed_rss(procs))
+        peaks.processes = max(peaks.processes, len(procs))
+        now = time.perf_counter()
+        if now >= next_pss and procs:
+            peaks.pss = max(peaks.pss, summed_pss(procs))
+            peaks.pss_samples += 1
+            cost = time.perf_counter() - now
+            next_pss = now + max(PSS_MIN_INTERVAL_S, cost / PSS_MAX_SHARE)
+        if timeout_s is not None and now - start > timeout_s:
             _kill_tree(proc)
             break
         time.sleep(SAMPLE_INTERVAL_S)
     proc.wait()
-    return TreeMemory(rss, pss, count)
+    return peaks
 
 
 def _kill_tree(proc: psutil.Popen) -> None:
-    for child in proc.children(recursive=True):
-        child.kill()
+    for child in descendants(proc):
+        try:
+            child.kill()
+        except _GONE:
+            continue
     proc.kill()
 
 
@@ -144,16 +188,3 @@ def _split_rusage_line(stderr: str) -> tuple[str, int]:
         else:
             kept.append(line)
     return "".join(kept), kib * 1024
-
-
-def load_average() -> tuple[float, float, float]:
-    """The 1, 5 and 15 minute load averages (how busy the shared machine was)."""
-    return os.getloadavg()
-
-
-def run_checked(argv: Sequence[str], **kwargs: Any) -> Measurement:
-    """run_measured, raising RuntimeError with the tail of stderr if the command fails."""
-    m = run_measured(argv, **kwargs)
-    if m.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[:4])} ... exited {m.returncode}; stderr tail:\n{m.stderr[-4000:]}")
-    return m

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from bench._measure import MB, SAMPLE_INTERVAL_S, Measurement, load_average, run_checked
+from bench._measure import MB, PSS_MIN_INTERVAL_S, SAMPLE_INTERVAL_S, Measurement, load_average, run_checked
 from schemas.constants import DEFAULT_SEQ_LEN
 from schemas.manifest import read_manifest
 
@@ -205,7 +205,7 @@ def run_lmshards(inp: Input, tokenizer: Path, config: Config) -> Result:
     shutil.rmtree(out_dir)  # the pipeline creates its output directory
     argv = [
         sys.executable, "-m", "lmshards", "preprocess",
-        "--input", *map(str, inp.files),
+        *(arg for f in inp.files for arg in ("--input", str(f))),
         "--tokenizer", str(tokenizer),
         "--output", str(out_dir),
         "--seq_len", str(config.seq_len),
@@ -387,8 +387,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "tokenizer": {"path": str(tokenizer), "vocab_size": TOKENIZER_VOCAB_SIZE, "kind": "byte-level BPE"},
             "seq_len": config.seq_len,
             "num_workers": NUM_WORKERS,
-            "memory_method": "peaks of the summed psutil RSS and PSS over the process tree, sampled every "
-                             f"{SAMPLE_INTERVAL_S} s; max_single_rss = largest ru_maxrss of one process",  # fmt: skip
+            "memory_method": f"peaks of the summed psutil RSS (every {SAMPLE_INTERVAL_S} s) and PSS (every "
+                             f">= {PSS_MIN_INTERVAL_S} s) over the process tree; max_single_rss = largest "
+                             "ru_maxrss of one process",  # fmt: skip
             "token_notes": TOKEN_NOTES,
             "results": [{**dataclasses.asdict(r), "mb_per_s": r.mb_per_s, "tokens_per_s": r.tokens_per_s} for r in results],
             "ratios": summary,

@@ -10,10 +10,10 @@ from bench._measure import MB, run_checked, run_measured
 from bench.bench_preprocess import CEILING, HF_STYLE, LMSHARDS, Input, Result, ratios, take_subset
 
 CHILD_MB = 200
-# A parent that stays small while its child holds CHILD_MB of touched memory for a second.
+# A parent that stays small while its child holds CHILD_MB of touched memory for long enough for PSS samples.
 PARENT_WITH_HUNGRY_CHILD = (
     "import subprocess, sys; subprocess.check_call([sys.executable, '-c', "
-    f"\"import time; b = bytearray({CHILD_MB} * 10**6); time.sleep(1.0)\"])"
+    f"\"import time; b = bytearray({CHILD_MB} * 10**6); time.sleep(2.5)\"])"
 )
 
 
@@ -25,7 +25,8 @@ def test_peak_memory_counts_child_processes():
     assert m.max_single_rss_bytes >= CHILD_MB * MB
     assert m.peak_rss_bytes > m.max_single_rss_bytes  # both processes summed, not just the largest
     assert CHILD_MB * MB <= m.peak_pss_bytes <= m.peak_rss_bytes
-    assert m.wall_s >= 1.0
+    assert m.pss_samples >= 2
+    assert m.wall_s >= 2.5
 
 
 def test_run_checked_reports_stderr_of_a_failing_command():
