@@ -12,6 +12,7 @@ from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from preprocess.inputs import DOC_SEPARATORS, LINE
 from preprocess.packing import DEFAULT_GROUP_TOKENS, REMAINDER_CHOICES, REMAINDER_DROP
 from preprocess.sharding import DEFAULT_SHARD_MULTIPLE, DEFAULT_TARGET_SHARD_MB
 from schemas.constants import DEFAULT_SEQ_LEN, MIN_SEQ_LEN
@@ -21,6 +22,7 @@ DEFAULT_VALIDATION_FRACTION = 0.005
 DEFAULT_BATCH_SIZE = 1000  # documents per encode_batch call
 DEFAULT_RANGE_MB = 64.0  # bytes of input one read task covers
 DEFAULT_TOKENIZER_THREADS = 1
+DEFAULT_TEXT_FIELD = "text"
 
 
 class PreprocessError(LmshardsError):
@@ -53,10 +55,13 @@ class LmshardsPreprocessOptions(PipelineOptions):
         parser.add_argument("--shard_multiple", type=int, default=DEFAULT_SHARD_MULTIPLE,
                             help=f"Round each split's shard count up to a multiple of this (default "
                                  f"{DEFAULT_SHARD_MULTIPLE}, so every TPU host gets whole files).")
-        parser.add_argument("--doc_separator", default=None,
-                            help="How plain-text files split into documents (see the reader's choices).")
-        parser.add_argument("--text_field", default=None, help="JSON Lines field holding the text.")
-        parser.add_argument("--text_column", default=None, help="Parquet/CSV column holding the text.")
+        parser.add_argument("--doc_separator", choices=DOC_SEPARATORS, default=LINE,
+                            help="Plain-text files: one document per line ('line', default) or documents "
+                                 "separated by blank lines ('blank_line').")
+        parser.add_argument("--text_field", default=DEFAULT_TEXT_FIELD,
+                            help=f"JSON Lines field holding the text (default {DEFAULT_TEXT_FIELD!r}).")
+        parser.add_argument("--text_column", default=DEFAULT_TEXT_FIELD,
+                            help=f"Parquet column holding the text (default {DEFAULT_TEXT_FIELD!r}).")
         parser.add_argument("--overwrite", action="store_true",
                             help="Replace an existing output (its manifest is deleted first).")
         parser.add_argument("--tokenizer_threads", type=int, default=DEFAULT_TOKENIZER_THREADS,
@@ -85,9 +90,9 @@ class PreprocessConfig:
     target_shard_mb: float = DEFAULT_TARGET_SHARD_MB
     num_shards: int | None = None
     shard_multiple: int = DEFAULT_SHARD_MULTIPLE
-    doc_separator: str | None = None
-    text_field: str | None = None
-    text_column: str | None = None
+    doc_separator: str = LINE
+    text_field: str = DEFAULT_TEXT_FIELD
+    text_column: str = DEFAULT_TEXT_FIELD
     overwrite: bool = False
     tokenizer_threads: int = DEFAULT_TOKENIZER_THREADS
     batch_size: int = DEFAULT_BATCH_SIZE

@@ -74,13 +74,12 @@ class PackedBlocks:
     def num_blocks(self) -> int:
         return int(self.ids.shape[0])
 
-    def attention_mask(self, index: int) -> np.ndarray:
-        """int32 [seq_len]: 1 for real tokens, 0 for padding, of block `index`."""
-        seq_len = self.ids.shape[1]
-        mask = np.ones(seq_len, dtype=np.int32)
-        if index == self.num_blocks - 1:
-            mask[self.last_length:] = 0
-        return mask
+    def attention_masks(self) -> np.ndarray:
+        """int32 [num_blocks, seq_len]: 1 for real tokens, 0 for padding."""
+        masks = np.ones(self.ids.shape, dtype=np.int32)
+        if self.num_blocks:
+            masks[-1, self.last_length:] = 0
+        return masks
 
 
 def pack_blocks(tokens: np.ndarray, *, seq_len: int, remainder: str, pad_id: int | None = None) -> PackedBlocks:

@@ -20,9 +20,11 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from preprocess.inputs import ReadOptions, ReadStats, expand_inputs, sum_stats
 from preprocess.options import PreprocessConfig, PreprocessError
 from preprocess.packing import PackedBlocks, num_groups, order_by_hash, pack_blocks, REMAINDER_PAD
-from preprocess.sharding import MB, frame_record, num_shards_for, permute, record_bytes_upper_bound, shard_of
+from preprocess.sharding import MB, encode_examples, frame_record, num_shards_for, permute, record_bytes_upper_bound, shard_of
+from preprocess.read import ReadDocuments
 from preprocess.tokenize import METRICS_NAMESPACE, GroupKey, TokenizeDocuments, TokenizeSettings
 from schemas import fs
 from schemas.constants import ATTENTION_MASK, FEATURE_NAMES, INPUT_IDS, SPLITS, TRAIN_SPLIT, VALIDATION_SPLIT
@@ -100,7 +102,8 @@ def plan_preprocess(config: PreprocessConfig) -> PreprocessPlan:
         all_special_ids=tuple(all_special_ids(source)),
         model_max_length=max_len,
     )
-    files = _expand_inputs(config)
+    read_options(config)  # checks the reading flags
+    files = tuple(expand_inputs(config.inputs))
     check_output(config.output, overwrite=config.overwrite)
     total_bytes = sum(f.bytes for f in files)
     fraction = config.validation_fraction
@@ -123,10 +126,6 @@ def _load_tokenizer(json_text: str, path: str):
         raise TokenizerError(f"Tokenizer file {path!r} cannot be loaded by `tokenizers`: {e}.") from e
 
 
-def _expand_inputs(config: PreprocessConfig) -> tuple[InputFileInfo, ...]:
-    from preprocess.inputs import expand_inputs
-
-    return tuple(InputFileInfo(path=path, bytes=size) for path, size in expand_inputs(list(config.inputs)))
 
 
 def check_output(output: str, *, overwrite: bool) -> None:
@@ -219,16 +218,9 @@ def layout_splits(block_counts: Iterable[tuple[str, int, int]], *, record_bytes:
 class _SerializeFn(beam.DoFn):
     """(split, group, PackedBlocks) -> ((split, shard), (position, framed tf.train.Example)) per block."""
 
-    def __init__(self, *, seq_len: int, seed: int):
-        self._seq_len, self._seed = seq_len, seed
-
-    def setup(self) -> None:
-        import tensorflow as tf
-        import tensorflow_transform as tft
-        from tensorflow_transform.tf_metadata import schema_utils
-
-        spec = {name: tf.io.FixedLenFeature([self._seq_len], tf.int64) for name in FEATURE_NAMES}
-        self._coder = tft.coders.ExampleProtoCoder(schema_utils.schema_from_feature_spec(spec))
+    def __init__(self, seed: int):
+        self._seed = seed
+        self._records = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records")
 
     def process(self, element, layouts: dict[str, SplitLayout]):
         split, group, packed = element
@@ -236,10 +228,9 @@ class _SerializeFn(beam.DoFn):
         indices = np.arange(packed.num_blocks, dtype=np.int64) + layout.group_offsets[group]
         positions = permute(indices, layout.num_records, self._seed)
         shards = shard_of(positions, layout.num_records, layout.num_shards)
-        full_mask = [1] * self._seq_len
-        for i, (row, position, shard) in enumerate(zip(packed.ids.tolist(), positions.tolist(), shards.tolist())):
-            mask = full_mask if i < packed.num_blocks - 1 else packed.attention_mask(i).tolist()
-            record = self._coder.encode({INPUT_IDS: row, ATTENTION_MASK: mask})
+        records = encode_examples({INPUT_IDS: packed.ids, ATTENTION_MASK: packed.attention_masks()})
+        self._records.inc(len(records))
+        for record, position, shard in zip(records, positions.tolist(), shards.tolist()):
             yield (split, shard), (position, frame_record(record))
 
 
@@ -278,10 +269,10 @@ class _WriteShardFn(beam.DoFn):
 class WriteShards(beam.PTransform):
     """(split, group, PackedBlocks) -> (split, ShardInfo): a seeded global shuffle into balanced shards."""
 
-    def __init__(self, *, output: str, seq_len: int, seed: int, record_bytes: int, target_shard_bytes: float,
+    def __init__(self, *, output: str, seed: int, record_bytes: int, target_shard_bytes: float,
                  shard_multiple: int, num_shards: int | None):
         super().__init__()
-        self._output, self._seq_len, self._seed = output, seq_len, seed
+        self._output, self._seed = output, seed
         self._layout_args = dict(record_bytes=record_bytes, target_shard_bytes=target_shard_bytes,
                                  multiple=shard_multiple, num_shards=num_shards)
 
@@ -293,7 +284,7 @@ class WriteShards(beam.PTransform):
             | "Layout" >> beam.Map(layout_splits, **self._layout_args)  # {split: SplitLayout}, one element
         )
         records = packed | "Serialize" >> beam.ParDo(
-            _SerializeFn(seq_len=self._seq_len, seed=self._seed), beam.pvalue.AsSingleton(layouts)
+            _SerializeFn(self._seed), beam.pvalue.AsSingleton(layouts)
         )  # ((split, shard), (position, frame))
         every_shard = layouts | "EveryShard" >> beam.FlatMap(_all_shard_keys)  # ((split, shard), None)
         return (
@@ -314,7 +305,7 @@ def sum_totals(totals: Iterable[SplitTotals]) -> SplitTotals:
 
 
 def build_manifest(plan: PreprocessPlan, shard_infos: Sequence[tuple[str, ShardInfo]],
-                   totals: Sequence[tuple[str, SplitTotals]], *, created_at: str) -> Manifest:
+                   totals: Sequence[tuple[str, SplitTotals]], *, reading: dict[str, int], created_at: str) -> Manifest:
     splits = {}
     for split in SPLITS:
         shards = tuple(sorted((info for s, info in shard_infos if s == split), key=lambda info: info.path))
@@ -322,6 +313,7 @@ def build_manifest(plan: PreprocessPlan, shard_infos: Sequence[tuple[str, ShardI
     return Manifest(
         tool_version=__version__, seq_len=plan.config.seq_len, tokenizer=plan.tokenizer, splits=splits,
         inputs=plan.files, seed=plan.config.seed, options=plan.config.manifest_options(), created_at=created_at,
+        reading=reading,
     )
 
 
@@ -329,11 +321,12 @@ class _WriteManifestFn(beam.DoFn):
     def __init__(self, plan: PreprocessPlan):
         self._plan = plan
 
-    def process(self, results: list[tuple[str, Any]]):
-        shard_infos = [(s, v) for s, v in results if isinstance(v, ShardInfo)]
-        totals = [(s, v) for s, v in results if isinstance(v, SplitTotals)]
+    def process(self, results: list[Any]):
+        shard_infos = [r for r in results if isinstance(r, tuple) and isinstance(r[1], ShardInfo)]
+        totals = [r for r in results if isinstance(r, tuple) and isinstance(r[1], SplitTotals)]
+        reading = sum_stats(r for r in results if isinstance(r, ReadStats)).as_dict()
         created_at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        manifest = build_manifest(self._plan, shard_infos, totals, created_at=created_at)
+        manifest = build_manifest(self._plan, shard_infos, totals, reading=reading, created_at=created_at)
         output = self._plan.config.output
         temp = fs.join(output, TEMP_DIR_NAME)
         if fs.exists(temp):
@@ -343,7 +336,7 @@ class _WriteManifestFn(beam.DoFn):
 
 
 class WriteManifest(beam.PTransform):
-    """(split, ShardInfo) and (split, SplitTotals) -> the manifest path, written once every shard is in place."""
+    """(split, ShardInfo), (split, SplitTotals) and ReadStats -> the manifest path, written once every shard is in place."""
 
     def __init__(self, plan: PreprocessPlan):
         super().__init__()
@@ -363,18 +356,20 @@ class WriteManifest(beam.PTransform):
 
 def build_pipeline(pipeline: beam.Pipeline, plan: PreprocessPlan) -> beam.PCollection:
     """Adds every stage to `pipeline`; returns the PCollection holding the manifest path."""
-    from preprocess.read import ReadDocuments
-
     config = plan.config
-    batches = pipeline | "Read" >> ReadDocuments(
-        [f.path for f in plan.files], read_options(config), range_bytes=int(config.range_mb * MB),
-        batch_size=config.batch_size,
-    )  # list[str]
-    return process_batches(batches, plan)
+    read = pipeline | "Read" >> ReadDocuments(
+        list(plan.files), read_options(config), range_bytes=int(config.range_mb * MB),
+        batch_size=config.batch_size, with_stats=True,
+    )  # documents: list[str]; stats: one ReadStats
+    return process_batches(read.documents, plan, read_stats=read.stats)
 
 
-def process_batches(batches: beam.PCollection, plan: PreprocessPlan) -> beam.PCollection:
-    """Stages 2-6 on batches of documents (list[str]); returns the PCollection holding the manifest path."""
+def process_batches(batches: beam.PCollection, plan: PreprocessPlan, *,
+                    read_stats: beam.PCollection | None = None) -> beam.PCollection:
+    """Stages 2-6 on batches of documents (list[str]); returns the PCollection holding the manifest path.
+
+    read_stats: the reader's one ReadStats, recorded in the manifest's `reading`.
+    """
     config = plan.config
     chunks = batches | "Tokenize" >> TokenizeDocuments(TokenizeSettings(
         tokenizer_json=plan.tokenizer_json, threads=config.tokenizer_threads,
@@ -382,19 +377,18 @@ def process_batches(batches: beam.PCollection, plan: PreprocessPlan) -> beam.PCo
     ))  # ((split, group), Chunk)
     packed = chunks | "Pack" >> PackBlocks(seq_len=config.seq_len, remainder=config.remainder, pad_id=plan.pad_id)
     shards = packed.packed | "Shard" >> WriteShards(
-        output=config.output, seq_len=config.seq_len, seed=config.seed, record_bytes=plan.record_bytes,
+        output=config.output, seed=config.seed, record_bytes=plan.record_bytes,
         target_shard_bytes=config.target_shard_mb * MB, shard_multiple=config.shard_multiple,
         num_shards=config.num_shards,
     )  # (split, ShardInfo)
-    return (shards, packed.totals) | "Manifest" >> WriteManifest(plan)
+    results = (shards, packed.totals) if read_stats is None else (shards, packed.totals, read_stats)
+    return results | "Manifest" >> WriteManifest(plan)
 
 
-def read_options(config: PreprocessConfig):
-    from preprocess.inputs import ReadOptions
-
-    given = {"doc_separator": config.doc_separator, "text_field": config.text_field,
-             "text_column": config.text_column}
-    return ReadOptions(**{key: value for key, value in given.items() if value is not None})
+def read_options(config: PreprocessConfig) -> ReadOptions:
+    """The reader's options from ours. Raises InputError on a bad value."""
+    return ReadOptions(doc_separator=config.doc_separator, text_field=config.text_field,
+                       text_column=config.text_column)
 
 
 def default_beam_args(beam_args: Sequence[str]) -> list[str]:
@@ -408,8 +402,8 @@ def default_beam_args(beam_args: Sequence[str]) -> list[str]:
         args.append("--runner=FnApiRunner")
         if "--direct_running_mode" not in given:
             args.append("--direct_running_mode=multi_processing")
-        if "--direct_num_workers" not in given:
-            args.append(f"--direct_num_workers={os.cpu_count() or 1}")
+            if "--direct_num_workers" not in given:
+                args.append(f"--direct_num_workers={os.cpu_count() or 1}")
     return args
 
 

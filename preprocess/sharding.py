@@ -111,6 +111,72 @@ def permute(indices: np.ndarray, n: int, seed: int) -> np.ndarray:
     return out.astype(np.int64)
 
 
+# ---------------------------------------------------------------- records
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field(tag: int, payload: bytes) -> bytes:
+    return bytes((tag,)) + _varint(len(payload)) + payload
+
+
+def _packed_varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Protobuf varints of rows [n, L] of uint32-range ints: (uint8 bytes of all rows, byte count per row)."""
+    flat = values.astype(np.uint32).reshape(-1)
+    width = _varint_len(int(flat.max(initial=0)))  # bytes of the longest varint
+    sizes = np.ones(flat.size, dtype=np.int8)
+    for k in range(1, width):
+        sizes += flat >= np.uint32(1 << (7 * k))
+    out = np.empty((flat.size, width), dtype=np.uint8)
+    for k in range(width):
+        column = (flat >> np.uint32(7 * k)) & np.uint32(0x7F)
+        if k < width - 1:
+            column |= (sizes > k + 1).astype(np.uint32) << np.uint32(7)  # continuation bit
+        out[:, k] = column
+    keep = np.arange(width, dtype=np.int8) < sizes[:, None]
+    return out[keep], sizes.reshape(values.shape).sum(axis=1, dtype=np.int64)
+
+
+def encode_examples(features: dict[str, np.ndarray]) -> list[bytes]:
+    """Serialized tf.train.Example protos, one per row: int64 feature `name` = features[name][i].
+
+    Byte-identical to protobuf's deterministic serialization (map keys sorted). Neither
+    tf.train.Example.SerializeToString() nor tensorflow-transform's ExampleProtoCoder promise a map
+    order (the coder was seen to change it between calls), and shards must be byte-reproducible.
+    Varints are built for all rows at once in numpy, and no worker needs to import TensorFlow.
+    """
+    names = sorted(features)
+    encoded = [_packed_varints(features[name]) for name in names]
+    datas = [data.tobytes() for data, _ in encoded]
+    ends = [np.cumsum(sizes).tolist() for _, sizes in encoded]
+    keys = [_field(0x0A, name.encode()) for name in names]
+    wrappers: dict[tuple[bytes, int], bytes] = {}  # (key, payload length) -> the entry's bytes before the payload
+
+    def entry(key: bytes, payload: bytes) -> bytes:
+        size = len(payload)
+        if (key, size) not in wrappers:
+            int64_list = 1 + len(_varint(size)) + size
+            feature = 1 + len(_varint(int64_list)) + int64_list
+            body = len(key) + 1 + len(_varint(feature)) + feature
+            wrappers[key, size] = (b"\n" + _varint(body) + key + b"\x12" + _varint(feature)
+                              + b"\x1a" + _varint(int64_list) + b"\n" + _varint(size))
+        return wrappers[key, size] + payload
+
+    records, starts = [], [0] * len(names)
+    for row in range(len(ends[0])):
+        body = b"".join(entry(keys[i], datas[i][starts[i]:ends[i][row]]) for i in range(len(names)))
+        records.append(b"\n" + _varint(len(body)) + body)
+        starts = [e[row] for e in ends]
+    return records
+
+
 # ---------------------------------------------------------------- TFRecord framing
 
 

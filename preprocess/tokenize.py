@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import logging
 import os
-import time
 from typing import Iterable, Iterator
 
 import apache_beam as beam
@@ -15,10 +13,7 @@ import numpy as np
 from preprocess.packing import doc_hash, split_name, split_of, validation_threshold
 from schemas.constants import SPLITS
 
-_LOG = logging.getLogger(__name__)
-
 METRICS_NAMESPACE = "lmshards"
-PROGRESS_EVERY_S = 10.0
 
 # A chunk of tokenized documents bound for one packing group:
 # (uint64 hashes [docs], int32 lengths [docs], int32 tokens [sum(lengths)]).
@@ -74,14 +69,15 @@ def route_documents(hashes: np.ndarray, lengths: np.ndarray, tokens: np.ndarray,
 
 
 class _TokenizeFn(beam.DoFn):
-    """list[str] -> ((split, group), Chunk) for each group the batch touches."""
+    """list[str] -> ((split, group), Chunk) for each group the batch touches.
+
+    Documents arrive non-empty (the reader skips and counts empty ones).
+    """
 
     def __init__(self, settings: TokenizeSettings):
         self._settings = settings
-        self._documents = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "documents")
-        self._empty = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "documents_empty")
+        self._documents = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "documents_tokenized")
         self._tokens = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "tokens")
-        self._bytes = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "text_bytes")
 
     def setup(self) -> None:
         limit_tokenizer_threads(self._settings.threads)
@@ -89,32 +85,15 @@ class _TokenizeFn(beam.DoFn):
 
         self._tokenizer = Tokenizer.from_str(self._settings.tokenizer_json)
         self._threshold = validation_threshold(self._settings.validation_fraction)
-        self._started = self._last_report = time.monotonic()
-        self._done_docs = self._done_bytes = 0
 
     def process(self, texts: list[str]) -> Iterable[tuple[GroupKey, Chunk]]:
-        kept = [t for t in texts if t.strip()]
-        self._empty.inc(len(texts) - len(kept))
-        if not kept:
+        if not texts:
             return
-        lengths, tokens = encode_documents(self._tokenizer, kept)
-        hashes = np.fromiter(map(doc_hash, kept), dtype=np.uint64, count=len(kept))
-        text_bytes = sum(len(t.encode("utf-8", "surrogatepass")) for t in kept)
-        self._documents.inc(len(kept))
+        lengths, tokens = encode_documents(self._tokenizer, texts)
+        hashes = np.fromiter(map(doc_hash, texts), dtype=np.uint64, count=len(texts))
+        self._documents.inc(len(texts))
         self._tokens.inc(int(tokens.size))
-        self._bytes.inc(text_bytes)
-        self._report_progress(len(kept), text_bytes)
         yield from route_documents(hashes, lengths, tokens, threshold=self._threshold, groups=self._settings.groups)
-
-    def _report_progress(self, docs: int, text_bytes: int) -> None:
-        self._done_docs += docs
-        self._done_bytes += text_bytes
-        now = time.monotonic()
-        if now - self._last_report >= PROGRESS_EVERY_S:
-            self._last_report = now
-            elapsed = now - self._started
-            _LOG.info("worker %d: tokenized %d documents (%.0f documents/s, %.2f MB/s)", os.getpid(),
-                      self._done_docs, self._done_docs / elapsed, self._done_bytes / elapsed / 1e6)
 
 
 class TokenizeDocuments(beam.PTransform):

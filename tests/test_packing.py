@@ -46,15 +46,14 @@ def test_pack_drop_continues_documents_and_drops_one_remainder():
     packed = pack_blocks(tokens, seq_len=8, remainder="drop")
     assert packed.ids.tolist() == [list(range(0, 8)), list(range(8, 16))]
     assert (packed.tokens_in, packed.tokens_written, packed.tokens_dropped, packed.padding_tokens) == (23, 16, 7, 0)
-    assert packed.attention_mask(1).tolist() == [1] * 8
+    assert packed.attention_masks().tolist() == [[1] * 8] * 2
 
 
 def test_pack_pad_fills_last_block_with_pad_and_mask_zero():
     packed = pack_blocks(np.arange(1, 20, dtype=np.int32), seq_len=8, remainder="pad", pad_id=0)
     assert packed.num_blocks == 3
     assert packed.ids[2].tolist() == [17, 18, 19, 0, 0, 0, 0, 0]
-    assert packed.attention_mask(2).tolist() == [1, 1, 1, 0, 0, 0, 0, 0]
-    assert packed.attention_mask(0).tolist() == [1] * 8
+    assert packed.attention_masks().tolist() == [[1] * 8, [1] * 8, [1, 1, 1, 0, 0, 0, 0, 0]]
     assert (packed.tokens_in, packed.tokens_written, packed.tokens_dropped, packed.padding_tokens) == (19, 19, 0, 5)
 
 

@@ -65,8 +65,8 @@ def test_pack_is_independent_of_how_documents_were_batched(remainder):
 
     def blocks(element):
         split, group, packed = element
-        return [(split, group, tuple(row), tuple(packed.attention_mask(i).tolist()))
-                for i, row in enumerate(packed.ids.tolist())]
+        return [(split, group, tuple(row), tuple(mask))
+                for row, mask in zip(packed.ids.tolist(), packed.attention_masks().tolist())]
 
     expected_tokens = [t for h in sorted(docs) for t in docs[h]]
     full, tail = divmod(tokens_in, 8)
@@ -102,7 +102,7 @@ def test_write_shards_shuffles_all_blocks_into_balanced_files(tmp_path):
     elements = [("train", g, packed) for g, packed in groups.items()]
     out = str(tmp_path)
     with _pipeline() as p:
-        infos = p | beam.Create(elements) | WriteShards(output=out, seq_len=seq_len, seed=5, record_bytes=1,
+        infos = p | beam.Create(elements) | WriteShards(output=out, seed=5, record_bytes=1,
                                                        target_shard_bytes=1 << 20, shard_multiple=4, num_shards=None)
         assert_that(infos | beam.Map(lambda kv: (kv[0], kv[1].records)), equal_to([("train", 5), ("train", 4)] * 2))
 

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from preprocess.sharding import (
     CorruptRecordError,
+    encode_examples,
     frame_record,
     num_shards_for,
     permute,
@@ -55,15 +56,30 @@ def test_permutation_is_pure_and_seeded():
     assert (full != np.arange(n)).mean() > 0.99  # it actually shuffles
 
 
-def test_record_bytes_upper_bound_is_exact_for_the_largest_record():
-    import tensorflow_transform as tft
-    from tensorflow_transform.tf_metadata import schema_utils
+def _tf_example(features: dict[str, list[int]]) -> bytes:
+    feature = {name: tf.train.Feature(int64_list=tf.train.Int64List(value=v)) for name, v in features.items()}
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True)
 
+
+@pytest.mark.parametrize("seq_len,vocab", [(8, 100), (8, 2000), (128, 50265), (64, 2**31 - 1)])
+def test_encode_examples_matches_protobuf_and_parses_with_the_run_mlm_spec(seq_len, vocab):
+    rng = np.random.default_rng(seq_len)
+    ids = rng.integers(0, vocab, size=(20, seq_len)).astype(np.int64)
+    ids[0], ids[1] = 0, vocab - 1
+    masks = np.ones_like(ids)
+    masks[-1, seq_len // 2:] = 0
+    records = encode_examples({"input_ids": ids, "attention_mask": masks})
+    assert records == [_tf_example({"input_ids": i, "attention_mask": m}) for i, m in zip(ids.tolist(), masks.tolist())]
+    spec = {name: tf.io.FixedLenFeature([seq_len], tf.int64) for name in ("input_ids", "attention_mask")}
+    parsed = tf.io.parse_example(records, spec)
+    assert np.array_equal(parsed["input_ids"].numpy(), ids)
+    assert np.array_equal(parsed["attention_mask"].numpy(), masks)
+
+
+def test_record_bytes_upper_bound_is_exact_for_the_largest_record():
     for seq_len, vocab in [(8, 2000), (128, 50265), (512, 120)]:
-        spec = {name: tf.io.FixedLenFeature([seq_len], tf.int64) for name in ("input_ids", "attention_mask")}
-        coder = tft.coders.ExampleProtoCoder(schema_utils.schema_from_feature_spec(spec))
-        largest = coder.encode({"input_ids": [vocab - 1] * seq_len, "attention_mask": [1] * seq_len})
-        assert record_bytes_upper_bound(seq_len, vocab, ("input_ids", "attention_mask")) == len(frame_record(largest))
+        largest = encode_examples({"input_ids": np.full((1, seq_len), vocab - 1), "attention_mask": np.ones((1, seq_len))})
+        assert record_bytes_upper_bound(seq_len, vocab, ("input_ids", "attention_mask")) == len(frame_record(largest[0]))
 
 
 def test_framing_matches_tensorflow_and_detects_corruption(tmp_path):
