@@ -230,10 +230,7 @@ def test_export_loads_cleanly_with_a_config_matching_model_and_tokenizer(family,
     assert {k: list(v) for k, v in info.items()} == {
         "missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []
     }
-    assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
-        + (["special_tokens_map.json"] if (out / "special_tokens_map.json").exists() else [])
-    )
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
     config = model.config
     backbone = masked_lm.backbone
     assert type(model).__name__ == {"roberta": "RobertaForMaskedLM", "bert": "BertForMaskedLM"}[family]
@@ -287,12 +284,21 @@ def test_export_refuses_a_non_empty_output_and_a_tokenizer_with_other_role_ids(
         export_masked_lm(masked_lm, output_dir=str(tmp_path / "m"), **{**kwargs, "family": "bert"})
 
 
-def test_push_to_hub_offline_names_the_local_export(roberta_export):
+def test_push_to_hub_offline_or_unreachable_names_the_local_export(roberta_export, monkeypatch):
+    from huggingface_hub import constants
+
     out = str(roberta_export[1])
-    assert os.environ.get("HF_HUB_OFFLINE") == "1"
+    assert constants.HF_HUB_OFFLINE
+    with pytest.raises(LmshardsError, match="offline mode is enabled") as raised:
+        push_to_hub(out, "someone/tiny-roberta")
+    assert f"The local export is complete at {out!r}" in str(raised.value)
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
     with pytest.raises(LmshardsError, match="unreachable") as raised:
         push_to_hub(out, "someone/tiny-roberta")
-    assert out in str(raised.value)
+    assert f"The local export is complete at {out!r}" in str(raised.value)
 
 
 def train_tiny_run(tmp_path: Path, *, tokenizer_json: Path, files: list[Path]) -> Path:

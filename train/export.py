@@ -285,14 +285,14 @@ def push_to_hub(output_dir: str, repo_id: str) -> str:
       LmshardsError: the Hub is unreachable (offline mode, no network) or refuses the upload; the
         message says where the local export is.
     """
-    import httpx
+    import httpx2  # huggingface_hub's HTTP client
     from huggingface_hub import HfApi
 
     api = HfApi()
     try:
         url = api.create_repo(repo_id, exist_ok=True)
         api.upload_folder(folder_path=output_dir, repo_id=repo_id, commit_message="Upload lmshards export")
-    except (OSError, httpx.HTTPError) as e:
+    except (OSError, httpx2.HTTPError) as e:  # offline mode and HTTP status errors are OSErrors
         raise LmshardsError(
             f"Could not push to the Hugging Face Hub repo {repo_id!r}: the Hub is unreachable or refused the upload "
             f"({type(e).__name__}: {e}). The local export is complete at {output_dir!r}; push it later with "
