@@ -79,6 +79,8 @@ _LINE_SPACE = b" \t\r\f\v\x00"
 _CONTENT_BYTE = re.compile(rb"[^ \t\r\n\f\v\x00]")
 _UP_TO_LAST_SPACE = re.compile(r".*\s", re.DOTALL)
 _BACKSCAN_BYTES = 64 * 1024
+# strict=False: raw control characters (tabs, NULs) inside JSON strings are accepted.
+_JSON = json.JSONDecoder(strict=False)
 
 
 class InputError(LmshardsError):
@@ -409,32 +411,35 @@ def _text_documents(f: BinaryIO, r: ReadRange, options: ReadOptions, stats: Read
     end = None if r.end < 0 else r.end
     bom = 0
     if r.start == 0:
-        first_line, prev_blank = 0, True
+        prev_blank = True
         if f.read(len(_BOM)) == _BOM:
-            bom = len(_BOM)  # dropped; the first line still starts at byte 0
+            bom = len(_BOM)
         else:
             f.seek(0)
     else:
         first_line = _next_line_start(f, r.start)
-        if first_line is None:  # the range holds the tail of the file's last line
-            stats.bytes_read += _share(r, f.tell())
+        if first_line is None or (end is not None and first_line >= end):  # no line starts in the range
+            stats.bytes_read += _share(r, f.tell() if first_line is None else first_line)
             return
         prev_blank = options.doc_separator == BLANK_LINE and _line_before_is_blank(f, first_line)
         f.seek(first_line)
     if detect_format(r.path) == JSONL:
-        records: _Records = _JsonLines(r.path, options, stats)
+        records: _Records = _JsonLines(r.path, options, stats, end=end)
     elif options.doc_separator == BLANK_LINE:
-        records = _BlankLineDocuments(options, stats, prev_blank=prev_blank)
+        records = _BlankLineDocuments(options, stats, end=end, prev_blank=prev_blank)
     else:
-        records = _LineDocuments(options, stats)
-    stop = None
-    for line_start, part, first, last in _line_parts(f, first_line):
-        if first and end is not None and line_start >= end and not records.open:
-            stop = line_start
+        records = _LineDocuments(options, stats, end=end)
+    for n, (whole, start, data, first, last) in enumerate(_line_events(f)):
+        # The range's first line is its own; any later line (or long line's first part) that
+        # starts at or after the range's end is the next range's, unless it continues a document.
+        if n and first and end is not None and start >= end and not records.open:
+            records.stop = start
             break
-        yield from records.part(line_start, part, first, last)
+        yield from records.lines(start, data) if whole else records.part(start, data, first, last)
+        if records.stop is not None:
+            break
     yield from records.close()
-    stop = f.tell() if stop is None else stop
+    stop = f.tell() if records.stop is None else records.stop
     stats.bytes_read += _share(r, stop)
     if r.start == 0 and stop == bom:
         stats.files_empty += 1
@@ -472,28 +477,40 @@ def _line_before_is_blank(f: BinaryIO, line_start: int) -> bool:
     return True
 
 
-def _line_parts(f: BinaryIO, line_start: int) -> Iterator[tuple[int, bytes, bool, bool]]:
-    """(line_start, part, first, last) for the lines from f's position on (the first line starts
-    at line_start, which is before f's position when a byte-order mark was dropped).
+def _line_events(f: BinaryIO) -> Iterator[tuple[bool, int, bytes, bool, bool]]:
+    """(whole, start, data, first, last) events covering the bytes from f's position on.
 
-    A line longer than a chunk comes in several parts; parts never hold the '\\n'.
+    whole=True: data is one or more complete lines, each ending in '\\n' (a last line without one
+    gets one). whole=False: data is a part of a line longer than READ_CHUNK_BYTES, without its
+    '\\n'; first and last mark the line's first and last parts. start is the offset of data[0].
     """
-    first, pos = True, f.tell()
-    chunk, i = f.read(READ_CHUNK_BYTES), 0
-    while chunk:
-        n = len(chunk)
-        while i < n:
-            newline = chunk.find(b"\n", i)
+    pos = f.tell()
+    carry = b""  # the start of a line that goes on in the next chunk
+    line_start = pos
+    streaming = False  # inside a long line, handed on in parts
+    while chunk := f.read(READ_CHUNK_BYTES):
+        base, pos = pos, pos + len(chunk)
+        if streaming:
+            newline = chunk.find(b"\n")
             if newline < 0:
-                yield line_start, chunk[i:], first, False
-                first = False
-                break
-            yield line_start, chunk[i:newline], first, True
-            first, line_start, i = True, pos + newline + 1, newline + 1
-        pos += n
-        chunk, i = f.read(READ_CHUNK_BYTES), 0
-    if not first:  # a last line without '\n'
-        yield line_start, b"", False, True
+                yield False, line_start, chunk, False, False
+                continue
+            yield False, line_start, chunk[:newline], False, True
+            streaming, chunk, base = False, chunk[newline + 1:], base + newline + 1
+            line_start = base
+        last_newline = chunk.rfind(b"\n")
+        if last_newline < 0:
+            carry += chunk
+            if len(carry) >= READ_CHUNK_BYTES:
+                yield False, line_start, carry, True, False
+                carry, streaming = b"", True
+            continue
+        yield True, line_start, carry + chunk[: last_newline + 1], True, True
+        carry, line_start = chunk[last_newline + 1:], base + last_newline + 1
+    if streaming:
+        yield False, line_start, b"", False, True
+    elif carry:
+        yield True, line_start, carry + b"\n", True, True
 
 
 class _Document:
@@ -525,7 +542,7 @@ class _Document:
         # Keep the last byte: it may be the '\r' of a CRLF that strip_cr must still see.
         cut = _utf8_boundary(raw, len(raw) - 1)
         self._raw, self._raw_bytes = [raw[cut:]], len(raw) - cut
-        return self.add_text(self._decode(raw[:cut]))
+        return self.add_text(self.decode(raw[:cut]))
 
     def strip_cr(self) -> None:
         """Drops a '\\r' ending the bytes fed so far (the CR of a CRLF line end)."""
@@ -549,7 +566,7 @@ class _Document:
         if self._raw:
             raw = self._raw[0] if len(self._raw) == 1 else b"".join(self._raw)
             self._raw = []
-            pieces = self.add_text(self._decode(raw))
+            pieces = self.add_text(self.decode(raw))
         pieces += self._keep([self._text])
         self._text = ""
         stats = self._stats
@@ -562,17 +579,23 @@ class _Document:
         stats.documents_nul += self._nul
         return pieces
 
-    def _decode(self, raw: bytes) -> str:
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            self._invalid_utf8 = True
-            return raw.decode("utf-8", errors="replace")
+    def decode(self, raw: bytes) -> str:
+        text, invalid_utf8 = _decode(raw)
+        self._invalid_utf8 |= invalid_utf8
+        return text
 
     def _keep(self, pieces: list[str]) -> list[str]:
         kept = [p for p in pieces if p and not p.isspace()]
         self._pieces += len(kept)
         return kept
+
+
+def _decode(raw: bytes) -> tuple[str, bool]:
+    """(text, whether raw held bytes that are not UTF-8, replaced by U+FFFD)."""
+    try:
+        return raw.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", errors="replace"), True
 
 
 def _utf8_boundary(data: bytes, pos: int) -> int:
@@ -606,23 +629,43 @@ def _split_long(text: str, max_chars: int) -> tuple[list[str], str]:
 
 
 class _Records:
-    """Turns the line parts of one range into documents."""
+    """Turns the line events of one range into documents; sets `stop` where the range's lines end."""
 
     open = False  # inside a document that began in this range (so reading must go on)
 
-    def part(self, line_start: int, part: bytes, first: bool, last: bool) -> list[str]:
+    def __init__(self, options: ReadOptions, stats: ReadStats, *, end: int | None):
+        self._options, self._stats, self._end = options, stats, end
+        self.stop: int | None = None
+
+    def lines(self, start: int, data: bytes) -> list[str]:
+        """Whole lines (data ends with '\\n'); the first one is known to be the range's."""
+        raise NotImplementedError
+
+    def part(self, start: int, part: bytes, first: bool, last: bool) -> list[str]:
+        """A part of a long line."""
         raise NotImplementedError
 
     def close(self) -> list[str]:
         return []
 
+    def _owned(self, start: int, data: bytes) -> bytes:
+        """The lines of data that start before the range's end (the first always does)."""
+        if self._end is None or start + len(data) <= self._end:
+            return data
+        cut = data.find(b"\n", max(0, self._end - 1 - start)) + 1
+        self.stop = start + cut
+        return data[:cut]
+
 
 class _LineDocuments(_Records):
-    def __init__(self, options: ReadOptions, stats: ReadStats):
-        self._options, self._stats = options, stats
+    def __init__(self, options: ReadOptions, stats: ReadStats, *, end: int | None):
+        super().__init__(options, stats, end=end)
         self._doc: _Document | None = None
 
-    def part(self, line_start: int, part: bytes, first: bool, last: bool) -> list[str]:
+    def lines(self, start: int, data: bytes) -> list[str]:
+        return _line_documents(self._owned(start, data), self._options, self._stats)
+
+    def part(self, start: int, part: bytes, first: bool, last: bool) -> list[str]:
         if first:
             self._doc = _Document(self._options, self._stats)
         pieces = self._doc.feed(part)
@@ -632,9 +675,54 @@ class _LineDocuments(_Records):
         return pieces
 
 
+# The lone surrogates that "surrogateescape" decoding makes of bytes that are not UTF-8.
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+
+
+def _line_documents(data: bytes, options: ReadOptions, stats: ReadStats) -> list[str]:
+    """One document per line of data (complete lines, each ending in '\\n'); the fast path.
+
+    Gives exactly what _Document gives line by line: the block is decoded at once, and lines are
+    looked at one by one only in blocks with bad bytes, NULs or very long lines.
+    """
+    try:
+        text, bad_bytes = data.decode("utf-8"), False
+    except UnicodeDecodeError:
+        text, bad_bytes = data.decode("utf-8", errors="surrogateescape"), True
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
+    lines = text.split("\n")
+    lines.pop()  # after the final '\n'
+    special = bad_bytes or "\x00" in text
+    if not special and (len(text) <= options.max_document_chars or max(map(len, lines)) <= options.max_document_chars):
+        documents = [line for line in lines if line and not line.isspace()]
+        stats.documents += len(documents)
+        stats.documents_empty += len(lines) - len(documents)
+        return documents
+    documents = []
+    for line in lines:
+        invalid_utf8 = False
+        if bad_bytes and _ESCAPED_BYTE.search(line):
+            line, invalid_utf8 = _decode(line.encode("utf-8", errors="surrogateescape"))
+        documents += _text_document(line, options, stats, invalid_utf8=invalid_utf8)
+    return documents
+
+
+def _text_document(text: str, options: ReadOptions, stats: ReadStats, *, invalid_utf8: bool = False) -> list[str]:
+    """The pieces of one document given as text; counts it in stats."""
+    if invalid_utf8 or "\x00" in text or len(text) > options.max_document_chars:
+        doc = _Document(options, stats, invalid_utf8=invalid_utf8)
+        return doc.add_text(text) + doc.finish()
+    if text and not text.isspace():
+        stats.documents += 1
+        return [text]
+    stats.documents_empty += 1
+    return []
+
+
 class _BlankLineDocuments(_Records):
-    def __init__(self, options: ReadOptions, stats: ReadStats, *, prev_blank: bool):
-        self._options, self._stats = options, stats
+    def __init__(self, options: ReadOptions, stats: ReadStats, *, end: int | None, prev_blank: bool):
+        super().__init__(options, stats, end=end)
         self._doc: _Document | None = None
         # Lines of a document that began in an earlier range are skipped up to the next blank line.
         self._skipping = not prev_blank
@@ -645,7 +733,40 @@ class _BlankLineDocuments(_Records):
     def open(self) -> bool:
         return self._doc is not None
 
-    def part(self, line_start: int, part: bytes, first: bool, last: bool) -> list[str]:
+    def lines(self, start: int, data: bytes) -> list[str]:
+        pieces: list[str] = []
+        paragraph: list[bytes] = []  # lines of the current document found in this block
+        line_start = start
+        lines = data.split(b"\n")
+        lines.pop()  # after the final '\n'
+        for n, line in enumerate(lines):
+            if n and not paragraph and self._doc is None and self._end is not None and line_start >= self._end:
+                self.stop = line_start
+                break
+            line_start += len(line) + 1
+            if _CONTENT_BYTE.search(line):
+                if not self._skipping:
+                    paragraph.append(line)
+            else:
+                if paragraph or self._doc is not None:
+                    pieces += self._add_lines(paragraph) + self.close()
+                    paragraph = []
+                self._skipping = False
+        if paragraph:  # goes on in the next block
+            pieces += self._add_lines(paragraph)
+        return pieces
+
+    def _add_lines(self, lines: list[bytes]) -> list[str]:
+        if not lines:
+            return []
+        # One CR before each line end goes: "a\r" + "\n" + "b\r" -> "a\nb".
+        raw = b"\n".join(lines).replace(b"\r\n", b"\n").removesuffix(b"\r")
+        if self._doc is None:
+            self._doc = _Document(self._options, self._stats)
+            return self._doc.feed(raw)
+        return self._doc.feed(b"\n") + self._doc.feed(raw)
+
+    def part(self, start: int, part: bytes, first: bool, last: bool) -> list[str]:
         if first:
             self._line_blank, self._held = True, []
         pieces: list[str] = []
@@ -677,34 +798,37 @@ class _BlankLineDocuments(_Records):
 
 
 class _JsonLines(_Records):
-    def __init__(self, path: str, options: ReadOptions, stats: ReadStats):
-        self._path, self._options, self._stats = path, options, stats
+    def __init__(self, path: str, options: ReadOptions, stats: ReadStats, *, end: int | None):
+        super().__init__(options, stats, end=end)
+        self._path = path
         self._raw: list[bytes] = []
         self._logged = 0
 
-    def part(self, line_start: int, part: bytes, first: bool, last: bool) -> list[str]:
+    def lines(self, start: int, data: bytes) -> list[str]:
+        documents = []
+        for line in self._owned(start, data).split(b"\n")[:-1]:
+            documents += self._record(line, start)
+            start += len(line) + 1
+        return documents
+
+    def part(self, start: int, part: bytes, first: bool, last: bool) -> list[str]:
         if first:
-            self._raw = []
-        if part:
-            self._raw.append(part)
+            self._raw, self._start = [], start
+        self._raw.append(part)
         if not last:
             return []
-        raw = b"".join(self._raw)
-        self._raw = []
-        return self._record(raw.removesuffix(b"\r"), line_start)
+        raw, self._raw = b"".join(self._raw), []
+        return self._record(raw, self._start)
 
     def _record(self, raw: bytes, line_start: int) -> list[str]:
+        raw = raw.removesuffix(b"\r")
         if not _CONTENT_BYTE.search(raw):
             self._stats.documents_empty += 1
             return []
-        try:
-            line = raw.decode("utf-8")
-            invalid_utf8 = False
-        except UnicodeDecodeError:
-            line, invalid_utf8 = raw.decode("utf-8", errors="replace"), True
+        line, invalid_utf8 = _decode(raw)
         field = self._options.text_field
         try:
-            value = json.loads(line, strict=False)
+            value = _JSON.decode(line)
             problem = None if isinstance(value, dict) else f"a JSON {type(value).__name__}, not an object"
             if problem is None:
                 value = value.get(field, ...)
@@ -719,8 +843,7 @@ class _JsonLines(_Records):
                 self._logged += 1
                 logger.warning("%s: line at byte %d skipped: %s.", self._path, line_start, problem)
             return []
-        doc = _Document(self._options, self._stats, invalid_utf8=invalid_utf8)
-        return doc.add_text(value or "") + doc.finish()
+        return _text_document(value or "", self._options, self._stats, invalid_utf8=invalid_utf8)
 
 
 def _parquet_documents(r: ReadRange, options: ReadOptions, stats: ReadStats) -> Iterator[str]:
@@ -745,11 +868,5 @@ def _parquet_documents(r: ReadRange, options: ReadOptions, stats: ReadStats) -> 
             stats.bytes_read += pc.sum(pc.binary_length(column)).as_py() or 0
             is_binary = pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)
             for value in column.to_pylist():
-                doc = _Document(options, stats)
-                if value is None:
-                    pieces = doc.finish()
-                elif is_binary:
-                    pieces = doc.feed(value) + doc.finish()
-                else:
-                    pieces = doc.add_text(value) + doc.finish()
-                yield from pieces
+                text, invalid_utf8 = _decode(value) if is_binary and value is not None else (value or "", False)
+                yield from _text_document(text, options, stats, invalid_utf8=invalid_utf8)
