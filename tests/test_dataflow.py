@@ -326,3 +326,25 @@ def test_flex_template_boolean_parameters_parse():
                                                 *booleans])).overwrite is True
     assert config_from_options(PipelineOptions([*_launcher_argv(params, types={"GCS_READ_FILE", "GCS_WRITE_FOLDER"}),
                                                 "--overwrite=false"])).overwrite is False
+
+
+@pytest.mark.skip(reason=(
+    "needs preprocess/pipeline.py build_pipeline to spread the documents of a compressed input: a .gz/.bz2 file "
+    "is one read range, so read + tokenize (fused) run on one vCPU for the whole file; when any input is "
+    "compressed and larger than --range_mb, add `batches = batches | 'SpreadBatches' >> beam.Reshuffle()` "
+    "between Read and Tokenize (only then: it shuffles the raw text once)"
+))
+@pytest.mark.gcs
+@pytest.mark.slow
+def test_dry_run_spreads_a_large_compressed_input_before_tokenizing(dry_run, sample_files, monkeypatch):
+    import gzip
+
+    _, argv, work = dry_run
+    text = b"".join(f.read_bytes() for f in sample_files)
+    fs.write_bytes_atomic(f"{work}/gz/corpus.txt.gz", gzip.compress(text))
+    monkeypatch.setenv(WORKER_ENV, "1")
+    argv = [a for a in argv if not a.startswith("--input=")] + [f"--input={work}/gz"]
+    job_file = f"{work}/gz-job.json"
+    write_dry_run_job_file(_build_dry_run(argv), job_file)
+    stages = _fused_stages(json.loads(fs.read_text(job_file)))
+    assert _stage_of(stages, "Read/ReadRanges") != _stage_of(stages, "Tokenize/EncodeAndRoute")
