@@ -202,9 +202,19 @@ def test_ranges_of_every_size_on_a_small_file(tmp_path, separator):
         assert read_in_ranges(path, options, range_bytes) == (whole, whole_stats), range_bytes
 
 
-def test_ranges_and_tiny_chunks_agree_on_split_documents(tmp_path, monkeypatch):
-    """Chunks of 7 bytes and decode blocks of 5 bytes cut through every multi-byte character and CRLF."""
-    monkeypatch.setattr(inputs, "READ_CHUNK_BYTES", 7)
+@pytest.mark.parametrize("data", [BOM + b" \r\nA\r\nB\n\nC", BOM + b"\nA\n\n\nB", b"\t\n\nA"])
+def test_blank_line_ranges_after_a_blank_first_line(tmp_path, data):
+    path = write(tmp_path / "a.txt", data)
+    options = ReadOptions(doc_separator="blank_line")
+    expected = expected_documents(data, "blank_line")
+    for range_bytes in range(1, len(data) + 1):
+        assert read_in_ranges(path, options, range_bytes)[0] == expected, range_bytes
+
+
+@pytest.mark.parametrize("chunk_bytes", [7, 64])
+def test_ranges_and_tiny_chunks_agree_on_split_documents(tmp_path, monkeypatch, chunk_bytes):
+    """Small chunks and decode blocks of 5 bytes cut through lines, multi-byte characters and CRLFs."""
+    monkeypatch.setattr(inputs, "READ_CHUNK_BYTES", chunk_bytes)
     monkeypatch.setattr(inputs, "DECODE_BYTES", 5)
     monkeypatch.setattr(inputs, "_BACKSCAN_BYTES", 3)
     data = random_corpus(7, lines=200, crlf=True, bom=True, final_newline=False)
@@ -307,7 +317,7 @@ def test_corrupt_compressed_files_are_named(tmp_path):
         list(iter_documents([str(truncated)], ReadOptions()))
 
 
-def test_jsonl_skips_and_counts_bad_lines(tmp_path, caplog):
+def test_jsonl_skips_and_counts_bad_lines(tmp_path, caplog, monkeypatch):
     lines = [
         b'{"text": "first", "id": 1}', b"{not json", b'{"body": "no text field"}', b'{"text": 42}', b"[1, 2]",
         b'{"text": null}', b'{"text": "  "}', b"", b'{"text": "nul\\u0000inside", "x": "\\u00e9"}',
@@ -324,6 +334,9 @@ def test_jsonl_skips_and_counts_bad_lines(tmp_path, caplog):
     located = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
     assert len(located) == inputs.MAX_LOGGED_BAD_LINES and all("a.jsonl: line at byte" in m for m in located)
     for range_bytes in (1, 37):
+        assert read_in_ranges(path, ReadOptions(), range_bytes) == (docs, stats)
+    monkeypatch.setattr(inputs, "READ_CHUNK_BYTES", 8)  # most lines now come in parts
+    for range_bytes in (3, len(data)):
         assert read_in_ranges(path, ReadOptions(), range_bytes) == (docs, stats)
 
 
