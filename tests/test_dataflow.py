@@ -7,7 +7,6 @@ the exact change in its reason.
 from __future__ import annotations
 
 import argparse
-import os
 import dataclasses
 import json
 import re
@@ -15,15 +14,12 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from google.cloud import dataflow_v1beta3  # ships with apache-beam[gcp]
 
-pytest.importorskip("apache_beam")
-
-from google.cloud import dataflow_v1beta3  # noqa: E402  (ships with apache-beam[gcp])
-
-from preprocess.options import LmshardsPreprocessOptions, PreprocessConfig, config_from_options  # noqa: E402
-from schemas import fs  # noqa: E402
-from tests.conftest import REPO  # noqa: E402
-from tests.test_packaging import NOT_ON_WORKERS, WORKER_ENV  # noqa: E402
+from preprocess.options import LmshardsPreprocessOptions, PreprocessConfig, config_from_options
+from schemas import fs
+from tests.conftest import REPO
+from tests.test_packaging import NOT_ON_WORKERS, WORKER_ENV
 
 METADATA = REPO / "dataflow_templates" / "preprocess" / "metadata.json"
 GCS_PARAM_TYPES = {"GCS_READ_FILE", "GCS_READ_FOLDER", "GCS_WRITE_FOLDER", "GCS_WRITE_FILE"}
@@ -88,14 +84,9 @@ def test_metadata_regexes_accept_defaults_and_gcs_paths_only_where_paths_go():
 def _launcher_argv(params: dict[str, dict], *, types: set[str]) -> list[str]:
     """The --name=value flags the Flex Template launcher passes, one sample value per parameter."""
     samples = {"GCS_READ_FILE": "gs://bucket/in/*.txt", "GCS_WRITE_FOLDER": "gs://bucket/out", "BOOLEAN": "true",
-               "TEXT": "body"}
-    argv = []
-    for name, param in params.items():
-        if param["paramType"] not in types:
-            continue
-        value = param.get("defaultValue") or samples.get(param["paramType"]) or param.get("enumOptions", [{}])[0].get("value") or "3"
-        argv.append(f"--{name}={value}")
-    return argv
+               "NUMBER": "3", "TEXT": "body"}
+    return [f"--{name}={param.get('defaultValue') or samples[param['paramType']]}"
+            for name, param in params.items() if param["paramType"] in types]
 
 
 def test_every_template_parameter_parses_as_the_launcher_passes_it():
@@ -106,6 +97,7 @@ def test_every_template_parameter_parses_as_the_launcher_passes_it():
     config = config_from_options(PipelineOptions(argv))
     assert config.inputs == ("gs://bucket/in/*.txt",) and config.output == "gs://bucket/out"
     assert config.seq_len == 128 and config.remainder == "drop" and config.doc_separator == "line"
+    assert config.num_shards == 3  # a number without a default takes the sample value
 
 
 # ---------------------------------------------------------------- the Dataflow job, built offline
@@ -163,15 +155,9 @@ def dry_run(gcs_emulator, sample_tokenizer, sample_files, tmp_path_factory):
         f"--sdk_container_image={IMAGE}", "--machine_type=n2-standard-4", "--max_num_workers=25",
         f"--dataflow_job_file={job_file}",
     ]
-    saved = os.environ.get(WORKER_ENV)
-    os.environ[WORKER_ENV] = "1"  # what the CLI is to set when it stages for Dataflow (see the skipped test)
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(WORKER_ENV, "1")  # what the CLI is to set when it stages for Dataflow (see the skipped test)
         result = _build_dry_run(argv)
-    finally:
-        if saved is None:
-            os.environ.pop(WORKER_ENV)
-        else:
-            os.environ[WORKER_ENV] = saved
     write_dry_run_job_file(result, job_file)
     return json.loads(Path(job_file).read_text()), argv, work
 
