@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -313,6 +314,16 @@ def ratio_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def source_version() -> dict[str, Any]:
+    """The commit of the lmshards tree being measured, and whether its pipeline code differs from it."""
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(BENCH_DIR.parent), *args], capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    changed = git("status", "--porcelain", "--", "preprocess", "schemas", "lmshards", "bench")
+    return {"commit": git("rev-parse", "HEAD") or None, "uncommitted_changes": bool(changed)}
+
+
 def parse_args(argv: Sequence[str] | None) -> Config:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", required=True, type=Path, help="directory whose *.txt files are the corpus")
@@ -382,6 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "benchmark": "preprocess",
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
             "command": " ".join(["python -m bench.bench_preprocess", *(argv if argv is not None else sys.argv[1:])]),
+            "lmshards": source_version(),
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
             "corpus": {"dir": str(config.corpus), "files": len(files), "bytes": sum(f.stat().st_size for f in files)},
             "tokenizer": {"path": str(tokenizer), "vocab_size": TOKENIZER_VOCAB_SIZE, "kind": "byte-level BPE"},
