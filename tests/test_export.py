@@ -344,3 +344,17 @@ def test_export_cli_exports_a_training_run_at_its_latest_or_a_chosen_checkpoint(
     assert code == 2
     assert "run_config.json" in capsys.readouterr().err
     assert not (tmp_path / "other").exists()
+
+
+@pytest.mark.gcs
+def test_export_copies_a_transformers_tokenizer_directory_from_gcs(gcs_emulator, bert_export, bert_tokenizer_dir, tmp_path):
+    from schemas import fs
+
+    remote = f"{gcs_emulator}/export-test/tokenizer"
+    for path in bert_tokenizer_dir.iterdir():
+        fs.write_bytes_atomic(fs.join(remote, path.name), path.read_bytes())
+    masked_lm, _, specials = bert_export
+    out = tmp_path / "model"
+    export_masked_lm(masked_lm, family="bert", tokenizer_dir_or_json=remote, special_token_ids=specials, output_dir=str(out))
+    for path in bert_tokenizer_dir.iterdir():
+        assert (out / path.name).read_bytes() == path.read_bytes()
