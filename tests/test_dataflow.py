@@ -19,7 +19,7 @@ from google.cloud import dataflow_v1beta3  # ships with apache-beam[gcp]
 from preprocess.options import LmshardsPreprocessOptions, PreprocessConfig, config_from_options
 from schemas import fs
 from tests.conftest import REPO
-from tests.test_packaging import NOT_ON_WORKERS, WORKER_ENV
+from tests.test_packaging import NOT_ON_WORKERS, WORKER_ENV, top_level
 
 METADATA = REPO / "dataflow_templates" / "preprocess" / "metadata.json"
 GCS_PARAM_TYPES = {"GCS_READ_FILE", "GCS_READ_FOLDER", "GCS_WRITE_FOLDER", "GCS_WRITE_FILE"}
@@ -209,8 +209,8 @@ def _stage_of(stages: list[set[str]], prefix: str) -> int:
 def test_dry_run_builds_every_stage_and_touches_no_storage(dry_run):
     job, _, work = dry_run
     assert job["job"]["type"] == "JOB_TYPE_BATCH"
-    top_level = {t["uniqueName"] for t in _transforms(job).values() if "/" not in t["uniqueName"]}
-    assert set(STAGES) <= top_level
+    stages = {t["uniqueName"] for t in _transforms(job).values() if "/" not in t["uniqueName"]}
+    assert set(STAGES) <= stages
     # Nothing written: no output, nothing staged under temp_location (a dry run only builds).
     assert not fs.exists(f"{work}/out")
     assert not fs.exists(f"{work}/tmp")
@@ -238,7 +238,7 @@ def test_dry_run_stages_the_worker_distribution_built_from_this_checkout(dry_run
     """Beam's stager ran `setup.py sdist` in the repository itself, stale egg-info and all."""
     artifacts = _artifacts(dry_run[0])
     with tarfile.open(artifacts["workflow.tar.gz"]) as tar:
-        top = {name.split("/")[1] for name in tar.getnames() if name.count("/") >= 1}
+        top = top_level(tar.getnames())
     assert {"preprocess", "schemas", "setup.py"} <= top
     assert top & NOT_ON_WORKERS == set()
 
@@ -293,7 +293,7 @@ def test_cli_dry_run_writes_the_job_file_and_never_touches_the_output(dry_run, t
     job = json.loads(job_file.read_text())
     assert set(STAGES) <= {t["uniqueName"] for t in _transforms(job).values()}
     with tarfile.open(_artifacts(job)["workflow.tar.gz"]) as tar:
-        assert not {name.split("/")[1] for name in tar.getnames() if name.count("/") >= 1} & NOT_ON_WORKERS
+        assert not top_level(tar.getnames()) & NOT_ON_WORKERS
     assert fs.read_text(f"{work}/out/keep.txt") == "an existing output"
 
 

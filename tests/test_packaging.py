@@ -67,7 +67,7 @@ def _sdist(src: Path, dist_dir: Path, *, worker: bool) -> Path:
     return tarball
 
 
-def _top_level(names: list[str]) -> set[str]:
+def top_level(names: list[str]) -> set[str]:
     """First path component under the sdist's root folder."""
     return {name.split("/")[1] for name in names if name.count("/") >= 1 and name.split("/")[1]}
 
@@ -96,7 +96,7 @@ def worker_sdist(checkout, tmp_path_factory) -> Path:
 def test_worker_sdist_holds_only_preprocess_and_schemas(worker_sdist):
     with tarfile.open(worker_sdist) as tar:
         names = tar.getnames()
-    top = _top_level(names)
+    top = top_level(names)
     assert top & NOT_ON_WORKERS == set()
     assert {"preprocess", "schemas", "setup.py", "PKG-INFO"} <= top
     expected_modules = {p.relative_to(REPO).as_posix() for pkg in WORKER_PACKAGES for p in (REPO / pkg).glob("*.py")}
@@ -143,8 +143,8 @@ def test_default_distribution_still_carries_everything(checkout, tmp_path):
     with tarfile.open(tarball) as tar:
         names = tar.getnames()
         pkg_info = tar.extractfile(f"{tarball.name[:-len('.tar.gz')]}/PKG-INFO").read().decode()
-    assert {"train", "lmshards", "preprocess", "schemas"} <= _top_level(names)
-    assert {"tests", "data"} & _top_level(names) == set()
+    assert {"train", "lmshards", "preprocess", "schemas"} <= top_level(names)
+    assert {"tests", "data"} & top_level(names) == set()
     meta = email.parser.Parser().parsestr(pkg_info)
     assert meta["Name"] == "lmshards"
     extras = {ast.literal_eval(key) for key in _setup_py_value("EXTRAS").keys}
