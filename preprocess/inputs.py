@@ -348,11 +348,11 @@ def iter_documents(
 ) -> Iterator[str]:
     """Every non-empty document of every input, file by file in sorted order, each file start to end.
 
-    Raises InputError as expand_inputs and plan_ranges do, before the first document.
+    Raises:
+      InputError: as expand_inputs and plan_ranges do, when called (not at the first document).
     """
     ranges = plan_ranges(expand_inputs(paths_or_patterns), options=options, range_bytes=sys.maxsize)
-    for r in ranges:
-        yield from read_range(r, options, stats)
+    return (document for r in ranges for document in read_range(r, options, stats))
 
 
 def read_range(r: ReadRange, options: ReadOptions, stats: ReadStats | None = None) -> Iterator[str]:
@@ -372,8 +372,8 @@ def read_range(r: ReadRange, options: ReadOptions, stats: ReadStats | None = Non
         try:
             with _open_decompressed(r.path, suffix) as f:
                 yield from _text_documents(f, r, options, stats)
-        except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as e:
-            if not suffix:
+        except (EOFError, zlib.error, OSError) as e:  # gzip.BadGzipFile and bz2's errors are OSErrors
+            if not suffix or isinstance(e, (FileNotFoundError, PermissionError)):
                 raise
             raise InputError(
                 f"{r.path!r}: corrupt or truncated {_COMPRESSIONS[suffix][0]} data ({e}). "

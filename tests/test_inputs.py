@@ -312,9 +312,14 @@ def test_corrupt_compressed_files_are_named(tmp_path):
     fake = write(tmp_path / "fake.txt.gz", b"plain text\n")
     with pytest.raises(InputError, match="fake.txt.gz.*not gzip"):
         plan_ranges(expand_inputs([str(fake)]), options=ReadOptions())
+    with pytest.raises(InputError, match="fake.txt.gz.*not gzip"):
+        iter_documents([str(fake)], ReadOptions())  # at the call, before any document is asked for
     truncated = write(tmp_path / "cut.txt.gz", gzip.compress(random_corpus(1, lines=2000, crlf=False, bom=False))[:2000])
     with pytest.raises(InputError, match="cut.txt.gz.*corrupt or truncated gzip"):
         list(iter_documents([str(truncated)], ReadOptions()))
+    bad_bz2 = write(tmp_path / "bad.txt.bz2", b"BZh9" + b"\x00" * 100)
+    with pytest.raises(InputError, match="bad.txt.bz2.*corrupt or truncated bzip2"):
+        list(iter_documents([str(bad_bz2)], ReadOptions()))
 
 
 def test_jsonl_skips_and_counts_bad_lines(tmp_path, caplog, monkeypatch):
@@ -403,5 +408,9 @@ def test_gcs_glob_and_gzip(gcs_emulator):
     stats = ReadStats()
     assert list(iter_documents([f"{gcs_emulator}/corpus/*.t*"], ReadOptions(), stats)) == ["zero", "one", "two", "three"]
     assert stats.bytes_read == 5 + len(data) and stats.documents_empty == 1
+    assert [f.path for f in expand_inputs([f"{gcs_emulator}/corpus"])] == [
+        f"{gcs_emulator}/corpus/a.txt", f"{gcs_emulator}/corpus/b.txt.gz", f"{gcs_emulator}/corpus/c.bin"]
     with pytest.raises(InputError, match="matches no file"):
         expand_inputs([f"{gcs_emulator}/corpus/*.parquet"])
+    with pytest.raises(InputError, match="does not exist"):
+        expand_inputs([f"{gcs_emulator}/corpus/missing.txt"])
