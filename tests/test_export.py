@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import keras  # noqa: E402
 import keras_hub  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -18,7 +16,7 @@ import transformers  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers  # noqa: E402
 
 from schemas.errors import LmshardsError, TokenizerError  # noqa: E402
-from schemas.tokenizer_info import fingerprint, locate_tokenizer, special_token_ids  # noqa: E402
+from schemas.tokenizer_info import locate_tokenizer, special_token_ids  # noqa: E402
 from train import export_cli  # noqa: E402
 from train.export import export_masked_lm, push_to_hub  # noqa: E402
 from train.hf_mapping import MaskedLMSpec, hf_config, hf_state_dict, keras_weight_names  # noqa: E402
@@ -230,7 +228,8 @@ def test_export_loads_cleanly_with_a_config_matching_model_and_tokenizer(family,
     assert {k: list(v) for k, v in info.items()} == {
         "missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []
     }
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
     config = model.config
     backbone = masked_lm.backbone
     assert type(model).__name__ == {"roberta": "RobertaForMaskedLM", "bert": "BertForMaskedLM"}[family]
@@ -278,7 +277,8 @@ def test_export_refuses_a_non_empty_output_and_a_tokenizer_with_other_role_ids(
     with pytest.raises(LmshardsError, match="not an empty directory"):
         export_masked_lm(masked_lm, output_dir=str(out), **kwargs)
     with pytest.raises(TokenizerError, match="pad token has id 0, but the model was trained with 1"):
-        export_masked_lm(masked_lm, output_dir=str(tmp_path / "m"), **{**kwargs, "tokenizer_dir_or_json": str(bert_tokenizer_dir)})
+        other_tokenizer = {**kwargs, "tokenizer_dir_or_json": str(bert_tokenizer_dir)}
+        export_masked_lm(masked_lm, output_dir=str(tmp_path / "m"), **other_tokenizer)
     assert not (tmp_path / "m").exists() and os.listdir(tmp_path) == []  # no partial output left behind
     with pytest.raises(LmshardsError, match="expects a keras-hub BertBackbone"):
         export_masked_lm(masked_lm, output_dir=str(tmp_path / "m"), **{**kwargs, "family": "bert"})
@@ -306,7 +306,9 @@ def train_tiny_run(tmp_path: Path, *, tokenizer_json: Path, files: list[Path]) -
     from tests.shard_factory import write_sample_shards
     from train import cli as train_cli
 
-    write_sample_shards(tmp_path / "shards", tokenizer_json, files, seq_len=SEQ_LEN, train_shards=2, validation_shards=1, max_lines_per_file=40)
+    write_sample_shards(
+        tmp_path / "shards", tokenizer_json, files, seq_len=SEQ_LEN, train_shards=2, validation_shards=1, max_lines_per_file=40
+    )
     model_config = dict(num_layers=1, num_heads=2, hidden_dim=32, intermediate_dim=64, max_sequence_length=SEQ_LEN + 2)
     (tmp_path / "model.json").write_text(json.dumps(model_config))
     run_dir = tmp_path / "run"
