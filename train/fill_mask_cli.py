@@ -63,6 +63,7 @@ def fill_mask(model_dir: str, text: str, *, top_k: int = DEFAULT_TOP_K) -> list[
 
 
 def format_predictions(per_mask: list[list[dict[str, Any]]]) -> str:
+    """One line per prediction (score, token id, token string, filled-in sequence), a header per mask."""
     lines = []
     for index, predictions in enumerate(per_mask):
         if len(per_mask) > 1:
