@@ -1,0 +1,125 @@
+"""`lmshards tokenizer train|inspect`: train a tokenizer on a corpus sample, or look at one before using it."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+from typing import Sequence
+
+from preprocess import inputs
+from preprocess import tokenizer_training as tt
+from schemas.errors import LmshardsError
+
+DEFAULT_INSPECT_DOCUMENTS = 1000
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
+def parse_size(value: str) -> int:
+    """Bytes from '1000000', '100MB', '1.5G' (decimal units; 'MiB' is read as MB)."""
+    match = _SIZE_RE.match(value)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a size; write e.g. 100MB, 1GB or 1000000.")
+    return int(float(match[1]) * _SIZE_UNITS[match[2].lower()])
+
+
+def _add_input_args(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    parser.add_argument("--input", action="append", required=required, default=[], metavar="PATH",
+                        help="file, directory or glob, local or gs://; text, JSONL or Parquet, optionally "
+                             ".gz/.bz2 (repeatable)")
+    parser.add_argument("--doc_separator", choices=inputs.DOC_SEPARATORS, default=inputs.LINE,
+                        help="text files: one document per line, or documents separated by blank lines")
+    parser.add_argument("--text_field", default="text", help="JSON Lines field holding the text")
+    parser.add_argument("--text_column", default="text", help="Parquet column holding the text")
+    parser.add_argument("--seed", type=int, default=tt.DEFAULT_SEED, help="seed of the document sample")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lmshards tokenizer", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train a Unigram, BPE or WordPiece tokenizer",
+                           description="Train a tokenizer on a seeded random sample of the corpus.")
+    _add_input_args(train, required=True)
+    train.add_argument("--output", required=True, help="output directory (local or gs://)")
+    train.add_argument("--model", choices=tt.MODELS, default=tt.DEFAULT_MODEL)
+    train.add_argument("--vocab_size", type=int, default=tt.DEFAULT_VOCAB_SIZE)
+    train.add_argument("--special_tokens", choices=sorted(tt.PRESETS), default="",
+                       help="special-token preset (default: roberta for unigram/bpe, bert for wordpiece)")
+    train.add_argument("--lowercase", action="store_true", help="wordpiece: lowercase and strip accents")
+    train.add_argument("--max_documents", type=int, default=None, help="cap on sampled documents")
+    train.add_argument("--max_bytes", type=parse_size, default=tt.DEFAULT_MAX_BYTES,
+                       help=f"cap on sampled text, e.g. 500MB (default {tt.DEFAULT_MAX_BYTES // 10**6} MB: "
+                            "trainer memory grows many times faster than the text)")
+
+    inspect = sub.add_parser("inspect", help="show how a tokenizer splits text or a corpus sample",
+                             description="Show tokens and ids of --text, and with --input the unknown-token "
+                                         "rate and tokens per word (per character for CJK) on a sample.")
+    inspect.add_argument("tokenizer", help="tokenizer directory or tokenizer.json (local or gs://)")
+    inspect.add_argument("--text", action="append", default=[], help="text to tokenize (repeatable)")
+    _add_input_args(inspect, required=False)
+    inspect.add_argument("--max_documents", type=int, default=DEFAULT_INSPECT_DOCUMENTS,
+                         help="documents sampled from --input")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return _train(args) if args.command == "train" else _inspect(args)
+    except LmshardsError as e:
+        print(f"lmshards tokenizer {args.command}: {e}", file=sys.stderr)
+        return 2
+
+
+def _train(args: argparse.Namespace) -> int:
+    config = tt.TrainConfig(
+        inputs=tuple(args.input), output=args.output, model=args.model, vocab_size=args.vocab_size,
+        special_tokens=args.special_tokens, lowercase=args.lowercase, max_documents=args.max_documents,
+        max_bytes=args.max_bytes, seed=args.seed, doc_separator=args.doc_separator,
+        text_field=args.text_field, text_column=args.text_column,
+    )
+    result = tt.train(config)
+    s = result.sample
+    print(f"Sampled {s.documents_sampled:,} of {s.documents_seen:,} documents "
+          f"({s.bytes_sampled / 1e6:,.1f} of {s.bytes_seen / 1e6:,.1f} MB; cap {config.max_bytes / 1e6:,.0f} MB)")
+    print(f"Trained {config.model} ({config.special_tokens} special tokens), vocabulary {result.vocab_size:,}, "
+          f"in {result.seconds:.1f} s; peak RSS {result.peak_rss_bytes / 2**20:,.0f} MiB")
+    print(f"Special token ids: {result.special_token_ids}")
+    print(f"Fingerprint: {result.fingerprint}")
+    print(f"Wrote {result.output}")
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    if not args.text and not args.input:
+        raise tt.TokenizerTrainingError("Nothing to inspect: pass --text TEXT and/or --input PATH.")
+    if args.max_documents < 1:
+        raise tt.TokenizerTrainingError(f"--max_documents must be at least 1, got {args.max_documents}.")
+    tok, roles = tt.load_tokenizer(args.tokenizer)
+    print(f"{args.tokenizer}: {type(tok.model).__name__}, vocabulary {tok.get_vocab_size():,}, special {roles}")
+    for text in args.text:
+        enc = tok.encode(text)
+        print(f"\ntext:    {text!r}")
+        print(f"tokens:  {enc.tokens}")
+        print(f"ids:     {enc.ids}")
+        print(f"decoded: {tok.decode(enc.ids)!r}")
+    if args.input:
+        options = inputs.ReadOptions(doc_separator=args.doc_separator, text_field=args.text_field,
+                                     text_column=args.text_column)
+        limit, _ = tt.sample_limit(inputs.iter_documents(args.input, options), seed=args.seed,
+                                           max_documents=args.max_documents, max_bytes=tt.DEFAULT_MAX_BYTES)
+        docs = tt.iter_sample(inputs.iter_documents(args.input, options), seed=args.seed, limit=limit)
+        report = tt.corpus_report(tok, docs, unk_id=roles.get("unk"))
+        print(f"\nSample of {report.documents:,} documents: {report.tokens:,} tokens, "
+              f"unknown-token rate {report.unknown_rate:.4%} ({report.unknown_tokens:,} unknown)")
+        if report.tokens_per_word is not None:
+            print(f"  {report.word_documents:,} word-separated documents: "
+                  f"{report.tokens_per_word:.3f} tokens per word ({report.words:,} words)")
+        if report.tokens_per_cjk_char is not None:
+            print(f"  {report.cjk_documents:,} CJK documents: "
+                  f"{report.tokens_per_cjk_char:.3f} tokens per character ({report.cjk_chars:,} CJK characters)")
+    return 0
