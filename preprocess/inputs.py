@@ -25,7 +25,8 @@ logged with the file's name.
   whitespace where possible (documents_split). Files are streamed in READ_CHUNK_BYTES chunks, so
   even a single 50 MB line never sits in memory whole.
 - JSON Lines: a line that is not a JSON object with a string text field is skipped
-  (documents_invalid_json); the first few are logged with their byte offset.
+  (documents_invalid_json); the first few are logged with their byte offset. A JSON line is parsed
+  whole, so it is held in memory whole (its text is then split like any long document).
 """
 
 from __future__ import annotations
