@@ -12,6 +12,9 @@ process alone undercounts. Two sums are kept, and the peak of each reported:
     `PSS_MIN_INTERVAL_S` and at most `PSS_MAX_SHARE` of one core goes to it.
 Sampling can miss a spike shorter than the interval. The largest single-process `ru_maxrss` is reported
 beside them: an exact lower bound that no sampling can miss.
+
+CPU seconds (user + system, the whole tree) are reported beside wall time: on a machine that others
+share, wall time stretches with their load, while CPU seconds mostly do not.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class Measurement:
     argv: tuple[str, ...]
     returncode: int
     wall_s: float
+    cpu_s: float  # user + system CPU seconds of the whole tree (every descendant its parent waited for)
     peak_rss_bytes: int  # peak of the summed RSS of the process tree
     peak_pss_bytes: int  # peak of the summed PSS of the process tree
     max_single_rss_bytes: int  # largest ru_maxrss of any one process of the tree (exact, a lower bound)
@@ -101,11 +105,12 @@ def run_measured(
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
-    stderr, max_single = _split_rusage_line(stderr)
+    stderr, max_single, cpu_s = _split_rusage_line(stderr)
     return Measurement(
         argv=tuple(argv),
         returncode=proc.returncode,
         wall_s=wall,
+        cpu_s=cpu_s,
         peak_rss_bytes=max(peaks.rss, max_single),
         peak_pss_bytes=peaks.pss,
         max_single_rss_bytes=max_single,
@@ -167,24 +172,27 @@ def _kill_tree(proc: psutil.Popen) -> None:
     proc.kill()
 
 
-# A tiny parent that runs the command, waits for it, and reports RUSAGE_CHILDREN.ru_maxrss (KiB on
-# Linux): the largest RSS any single process of the command's tree reached, as its parents reaped it.
-_RUSAGE_MARK = "__bench_max_single_rss_kib="
+# A tiny parent that runs the command, waits for it, and reports its RUSAGE_CHILDREN: ru_maxrss (KiB on
+# Linux), the largest RSS any single process of the command's tree reached, and the CPU seconds (user +
+# system) of the whole tree. Both cover every descendant that its parent waited for.
+_RUSAGE_MARK = "__bench_rusage="
 _RUSAGE_WRAPPER = (
     sys.executable,
     "-c",
     "import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
-    f"print('{_RUSAGE_MARK}%d' % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
+    "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+    f"print('{_RUSAGE_MARK}%d %.3f' % (u.ru_maxrss, u.ru_utime + u.ru_stime), file=sys.stderr); "
     "sys.exit(rc)",
 )
 
 
-def _split_rusage_line(stderr: str) -> tuple[str, int]:
-    """Removes the wrapper's rusage line from stderr; returns (stderr, max single RSS in bytes)."""
-    kept, kib = [], 0
+def _split_rusage_line(stderr: str) -> tuple[str, int, float]:
+    """Removes the wrapper's rusage line from stderr; returns (stderr, max single RSS bytes, CPU seconds)."""
+    kept, kib, cpu = [], 0, 0.0
     for line in stderr.splitlines(keepends=True):
         if line.startswith(_RUSAGE_MARK):
-            kib = int(line[len(_RUSAGE_MARK) :])
+            max_kib, cpu_s = line[len(_RUSAGE_MARK) :].split()
+            kib, cpu = int(max_kib), float(cpu_s)
         else:
             kept.append(line)
-    return "".join(kept), kib * 1024
+    return "".join(kept), kib * 1024, cpu

@@ -84,6 +84,7 @@ class Result:
     records: int | None
     wall_s: float  # process start to exit
     internal_s: float | None  # the script's own timed region, where it reports one
+    cpu_s: float  # user + system CPU seconds of the whole process tree
     peak_rss_bytes: int  # peak summed RSS of the process tree (counts shared pages once per process)
     peak_pss_bytes: int  # peak summed PSS of the process tree (shared pages divided): compare on this
     max_single_rss_bytes: int
@@ -251,6 +252,7 @@ def _result(system: str, inp: Input, m: Measurement, *, tokens: int, records: in
         records=records,
         wall_s=m.wall_s,
         internal_s=internal_s,
+        cpu_s=m.cpu_s,
         peak_rss_bytes=m.peak_rss_bytes,
         peak_pss_bytes=m.peak_pss_bytes,
         max_single_rss_bytes=m.max_single_rss_bytes,
@@ -266,13 +268,17 @@ def ratios(results: list[Result], label: str) -> dict[str, Any]:
     out: dict[str, Any] = {"input": label}
     if ours is None:
         return out
+    # Targets are on throughput (wall time); the CPU-time ratio says the same without the machine's other load.
     if CEILING in by_system:
-        value = ours.mb_per_s / by_system[CEILING].mb_per_s
-        out["b_over_a"] = {"value": value, "target": TARGET_VS_CEILING, "met": value >= TARGET_VS_CEILING}
+        ceiling = by_system[CEILING]
+        value = ours.mb_per_s / ceiling.mb_per_s
+        out["b_over_a"] = {"value": value, "target": TARGET_VS_CEILING, "met": value >= TARGET_VS_CEILING,
+                           "by_cpu_time": ceiling.cpu_s / ours.cpu_s}  # fmt: skip
     if HF_STYLE in by_system:
         base = by_system[HF_STYLE]
         value = ours.mb_per_s / base.mb_per_s
-        out["b_over_c"] = {"value": value, "target": TARGET_VS_BASELINE, "met": value >= TARGET_VS_BASELINE}
+        out["b_over_c"] = {"value": value, "target": TARGET_VS_BASELINE, "met": value >= TARGET_VS_BASELINE,
+                           "by_cpu_time": base.cpu_s / ours.cpu_s}  # fmt: skip
         out["memory_b_below_c"] = {
             "b_pss_mb": ours.peak_pss_bytes / MB, "c_pss_mb": base.peak_pss_bytes / MB,
             "b_rss_mb": ours.peak_rss_bytes / MB, "c_rss_mb": base.peak_rss_bytes / MB,
@@ -282,13 +288,13 @@ def ratios(results: list[Result], label: str) -> dict[str, Any]:
 
 
 def table(results: list[Result]) -> str:
-    head = ("system", "input", "MB", "tokens", "wall s", "inner s", "MB/s", "Mtok/s", "peak PSS MB", "peak RSS MB", "max 1-proc MB",
+    head = ("system", "input", "MB", "tokens", "wall s", "inner s", "cpu s", "MB/s", "Mtok/s", "peak PSS MB", "peak RSS MB", "max 1-proc MB",
             "procs", "load1")  # fmt: skip
     rows = [head]
     for r in results:
         rows.append((
             r.system, r.input_label, f"{r.input_bytes / MB:.1f}", f"{r.tokens:,}", f"{r.wall_s:.1f}",
-            "-" if r.internal_s is None else f"{r.internal_s:.1f}", f"{r.mb_per_s:.2f}", f"{r.tokens_per_s / 1e6:.2f}",
+            "-" if r.internal_s is None else f"{r.internal_s:.1f}", f"{r.cpu_s:.1f}", f"{r.mb_per_s:.2f}", f"{r.tokens_per_s / 1e6:.2f}",
             f"{r.peak_pss_bytes / MB:.0f}", f"{r.peak_rss_bytes / MB:.0f}", f"{r.max_single_rss_bytes / MB:.0f}", str(r.peak_processes),
             f"{r.load_before[0]:.2f}",
         ))  # fmt: skip
@@ -305,7 +311,8 @@ def ratio_lines(summary: dict[str, Any]) -> list[str]:
         if key in summary:
             r = summary[key]
             lines.append(f"{name} throughput on {summary['input']}: {r['value']:.2f} "
-                         f"(target >= {r['target']}: {'met' if r['met'] else 'NOT met'})")  # fmt: skip
+                         f"(target >= {r['target']}: {'met' if r['met'] else 'NOT met'}); "
+                         f"by CPU seconds: {r['by_cpu_time']:.2f}")  # fmt: skip
     if "memory_b_below_c" in summary:
         r = summary["memory_b_below_c"]
         lines.append(f"peak memory lmshards {r['b_pss_mb']:.0f} MB PSS / {r['b_rss_mb']:.0f} MB RSS vs hf_style "

@@ -26,7 +26,14 @@ def test_peak_memory_counts_child_processes():
     assert m.peak_rss_bytes > m.max_single_rss_bytes  # both processes summed, not just the largest
     assert CHILD_MB * MB <= m.peak_pss_bytes <= m.peak_rss_bytes
     assert m.pss_samples >= 2
+    assert 0.0 < m.cpu_s < m.wall_s  # both processes mostly sleep
     assert m.wall_s >= 2.5
+
+
+def test_cpu_seconds_include_grandchildren():
+    spin = "import time; t = time.process_time(); exec('while time.process_time() - t < 0.5: pass')"
+    m = run_checked([sys.executable, "-c", f"import subprocess, sys; subprocess.check_call([sys.executable, '-c', {spin!r}])"])
+    assert m.cpu_s >= 0.5
 
 
 def test_run_checked_reports_stderr_of_a_failing_command():
@@ -58,7 +65,7 @@ def test_subset_takes_the_same_leading_share_of_every_file_at_line_ends(tmp_path
 def _result(system: str, wall_s: float, pss_mb: float) -> Result:
     return Result(
         system=system, input_label="all", input_bytes=int(100 * MB), tokens=1000, records=None, wall_s=wall_s,
-        internal_s=None, peak_rss_bytes=int(pss_mb * MB), peak_pss_bytes=int(pss_mb * MB),
+        internal_s=None, cpu_s=wall_s, peak_rss_bytes=int(pss_mb * MB), peak_pss_bytes=int(pss_mb * MB),
         max_single_rss_bytes=0, peak_processes=1, load_before=(0.0, 0.0, 0.0),
     )  # fmt: skip
 
@@ -67,6 +74,7 @@ def test_ratios_compare_throughput_against_the_targets():
     results = [_result(CEILING, 20.0, 300), _result(LMSHARDS, 25.0, 900), _result(HF_STYLE, 100.0, 1100)]
     summary = ratios(results, "all")
     assert summary["b_over_a"]["value"] == pytest.approx(0.8) and summary["b_over_a"]["met"]
+    assert summary["b_over_a"]["by_cpu_time"] == pytest.approx(0.8)
     assert summary["b_over_c"]["value"] == pytest.approx(4.0) and summary["b_over_c"]["met"]
     assert summary["memory_b_below_c"]["met"]
 

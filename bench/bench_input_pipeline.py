@@ -1,0 +1,106 @@
+"""Input-pipeline benchmark: lmshards' train_dataset (read + parse + mask + batch) beside the reference.
+
+Usage: python bench/bench_input_pipeline.py SHARDS_DIR [--generate RECORDS] [--batch 256] [--epochs 2]
+With --generate and no manifest in SHARDS_DIR, first writes RECORDS random records of 128 tokens
+(8 shards + manifest). Reports sequences/s of our pipeline, the reference's vectorized and hf_style
+pipelines (bench/reference_input_baseline.py) in the same run, and masking alone: our stateless
+TF ops vs keras_hub.layers.MaskedLMMaskGenerator. Prints one `RESULT {json}` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import tensorflow as tf  # noqa: E402
+
+from bench.reference_input_baseline import run_all as run_reference  # noqa: E402
+from schemas import fs  # noqa: E402
+from schemas.manifest import TokenizerInfo, manifest_path, read_manifest  # noqa: E402
+from train import data  # noqa: E402
+from train.masking import mask_batch  # noqa: E402
+
+# A RoBERTa-style vocabulary for generated shards.
+GENERATED_TOKENIZER = TokenizerInfo(
+    fingerprint="sha256:" + "0" * 64, vocab_size=25_000,
+    special_token_ids={"cls": 0, "pad": 1, "sep": 2, "unk": 3, "mask": 4}, all_special_ids=(0, 1, 2, 3, 4),
+)
+MASKING_BATCHES = 200
+
+
+def our_pipeline(shards_dir: str, *, batch: int, epochs: int) -> float:
+    """Sequences/s over `epochs` epochs of data.train_dataset, as the trainer configures it."""
+    manifest = read_manifest(shards_dir)
+    files = data.split_files(manifest, shards_dir, "train")
+    spe = data.steps_per_epoch(files, num_pipelines=1, per_pipeline_batch=batch)
+    ds = data.train_dataset(files, seq_len=manifest.seq_len, batch_size=batch, steps_per_epoch=spe,
+                            shuffle_buffer=10_000, seed=0, start_step=0,
+                            masking=data.masking_spec(manifest, 0.15), with_segment_ids=False)
+    n, t = 0, time.perf_counter()
+    for _ in ds.take(spe * epochs):
+        n += batch
+    dt = time.perf_counter() - t
+    print(f"lmshards train_dataset: {n} seq in {dt:.1f}s = {n / dt:,.0f} seq/s")
+    return n / dt
+
+
+def masking_alone(shards_dir: str, *, batch: int) -> dict[str, float]:
+    """Sequences/s of each masker on the same in-memory batch (no reading or parsing)."""
+    import keras_hub
+
+    manifest = read_manifest(shards_dir)
+    spec = data.masking_spec(manifest, 0.15)
+    ds = data.eval_dataset(data.split_files(manifest, shards_dir, "train"), seq_len=manifest.seq_len, batch_size=batch,
+                           masking=spec, with_segment_ids=False, max_batches=1)
+    first = next(iter(ds))
+    ids = first["token_ids"]  # already masked once; the content does not matter for speed
+    attention = first["padding_mask"]
+    generator = keras_hub.layers.MaskedLMMaskGenerator(
+        vocabulary_size=spec.vocab_size, mask_selection_rate=spec.mlm_probability, mask_token_id=spec.mask_id,
+        mask_selection_length=spec.max_predictions, unselectable_token_ids=list(spec.special_ids),
+    )
+    candidates = {
+        "stateless_tf_ops": lambda i: mask_batch(ids, attention, spec, tf.stack([tf.constant(0, tf.int64), i])),
+        "keras_hub_MaskedLMMaskGenerator": lambda i: generator(ids),
+    }
+    results = {}
+    for name, fn in candidates.items():
+        stream = tf.data.Dataset.range(MASKING_BATCHES).map(fn, num_parallel_calls=tf.data.AUTOTUNE)
+        t = time.perf_counter()
+        for _ in stream:
+            pass
+        results[name] = MASKING_BATCHES * batch / (time.perf_counter() - t)
+        print(f"masking only, {name}: {results[name]:,.0f} seq/s")
+    return results
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("shards")
+    p.add_argument("--generate", type=int, help="write this many random 128-token records first if there is no manifest")
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--epochs", type=int, default=2)
+    args = p.parse_args()
+    if args.generate and not fs.exists(manifest_path(args.shards)):
+        from tests.shard_factory import write_random_shards
+
+        t = time.perf_counter()
+        write_random_shards(args.shards, records=args.generate, seq_len=128, tokenizer=GENERATED_TOKENIZER)
+        print(f"generated {args.generate} records in {time.perf_counter() - t:.1f}s")
+    ours = our_pipeline(args.shards, batch=args.batch, epochs=args.epochs)
+    reference = run_reference(args.shards)
+    masking = masking_alone(args.shards, batch=args.batch)
+    hf_style = dict(reference)["hf_style"]
+    print(f"lmshards / hf_style = {ours / hf_style:.1f}x")
+    print("RESULT " + json.dumps({"lmshards_seq_per_s": ours, "reference": reference, "masking_seq_per_s": masking,
+                                  "speedup_vs_hf_style": ours / hf_style, "cpus": os.cpu_count()}))
+
+
+if __name__ == "__main__":
+    main()
