@@ -430,6 +430,7 @@ def _text_documents(f: BinaryIO, r: ReadRange, options: ReadOptions, stats: Read
         records = _BlankLineDocuments(options, stats, end=end, prev_blank=prev_blank)
     else:
         records = _LineDocuments(options, stats, end=end)
+    counted = 0  # bytes_read so far, kept current for progress reports
     for n, (whole, start, data, first, last) in enumerate(_line_events(f)):
         # The range's first line is its own; any later line (or long line's first part) that
         # starts at or after the range's end is the next range's, unless it continues a document.
@@ -439,9 +440,12 @@ def _text_documents(f: BinaryIO, r: ReadRange, options: ReadOptions, stats: Read
         yield from records.lines(start, data) if whole else records.part(start, data, first, last)
         if records.stop is not None:
             break
+        share = _share(r, start + len(data))
+        stats.bytes_read += share - counted
+        counted = share
     yield from records.close()
     stop = f.tell() if records.stop is None else records.stop
-    stats.bytes_read += _share(r, stop)
+    stats.bytes_read += _share(r, stop) - counted
     if r.start == 0 and stop == bom:
         stats.files_empty += 1
 

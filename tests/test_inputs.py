@@ -255,6 +255,17 @@ def test_split_long_prefers_whitespace_and_loses_nothing():
     assert "x" * 16 in pieces  # no whitespace: a hard cut at the limit
 
 
+def test_bytes_read_grows_while_a_range_is_read(tmp_path):
+    line = b"x" * 99 + b"\n"
+    path = write(tmp_path / "a.txt", line * (3 * inputs.READ_CHUNK_BYTES // len(line)))
+    stats = ReadStats()
+    docs = iter_documents([str(path)], ReadOptions(), stats)
+    for _ in range(2 * inputs.READ_CHUNK_BYTES // len(line)):
+        next(docs)
+    assert 0 < stats.bytes_read < path.stat().st_size
+    assert sum(1 for _ in docs) and stats.bytes_read == path.stat().st_size
+
+
 def test_giant_single_line_streams_in_bounded_memory(tmp_path):
     """A 50 MB line (many multi-byte characters, one bad byte) never sits in memory whole."""
     unit = ("lorem ipsum d\u00f6lor \u65e5\u672c " * 4000).encode()
