@@ -22,7 +22,7 @@ from schemas.errors import LmshardsError
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_GLOB = str(REPO_ROOT / "data" / "sample" / "*" / "*.txt")
 MARKER = ".lmshards_demo"
-FILL_MASK_PROMPTS = ("The capital of France is <mask>.", "It is a truth universally acknowledged that a <mask>.")
+FILL_MASK_PROMPT = "The capital of France is <mask>."
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def steps_for(cfg: DemoConfig) -> list[tuple[str, list[str]]]:
                                "--eval_every", str(max(cfg.steps // 3, 1)),
                                "--checkpoint_every", str(max(cfg.steps // 3, 1))]),
         ("Export to Hugging Face", ["export", str(out / "run"), "--output", str(out / "hf_model")]),
-        ("Fill the mask", ["fill-mask", str(out / "hf_model"), *FILL_MASK_PROMPTS]),
+        ("Fill the mask", ["fill-mask", str(out / "hf_model"), FILL_MASK_PROMPT]),
     ]
 
 
