@@ -87,7 +87,8 @@ def _train(args: argparse.Namespace) -> int:
     print(f"Sampled {s.documents_sampled:,} of {s.documents_seen:,} documents "
           f"({s.bytes_sampled / 1e6:,.1f} of {s.bytes_seen / 1e6:,.1f} MB; cap {config.max_bytes / 1e6:,.0f} MB)")
     print(f"Trained {config.model} ({config.special_tokens} special tokens), vocabulary {result.vocab_size:,}, "
-          f"in {result.seconds:.1f} s; peak RSS {result.peak_rss_bytes / 2**20:,.0f} MiB")
+          f"in {result.seconds:.1f} s ({result.sampling_seconds:.1f} s of it sampling); "
+          f"peak RSS {result.peak_rss_bytes / 2**20:,.0f} MiB")
     print(f"Special token ids: {result.special_token_ids}")
     print(f"Fingerprint: {result.fingerprint}")
     print(f"Wrote {result.output}")

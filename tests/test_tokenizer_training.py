@@ -151,6 +151,12 @@ def test_post_processor_wraps_each_document(trained):
     enc = tok.encode("Hello world")
     assert enc.tokens[0] == preset.cls and enc.tokens[-1] == preset.sep
     assert preset.cls not in enc.tokens[1:-1]
+    # The mask token is matched in text; RoBERTa's takes the space before it (as roberta-base's does).
+    masked = tok.encode("Paris is <mask>. Paris is [MASK].", add_special_tokens=False).ids
+    mask_id = tok.token_to_id(preset.mask)
+    assert masked.count(mask_id) == 1
+    before = tok.encode("Paris is" if preset.mask_lstrip else "Paris is ", add_special_tokens=False).ids
+    assert masked[masked.index(mask_id) - len(before):masked.index(mask_id)] == before
 
 
 def _expected_decode(tok: Tokenizer, model: str, text: str) -> str:
