@@ -432,6 +432,11 @@ def train(config: TrainConfig) -> TrainResult:
         inputs.iter_documents(config.inputs, options, read_stats),
         seed=config.seed, max_documents=config.max_documents, max_bytes=config.max_bytes,
     )
+    if sample.documents_sampled == 0 and sample.documents_seen:
+        raise TokenizerTrainingError(
+            f"--max_bytes {config.max_bytes} is smaller than every one of the {sample.documents_seen:,} documents; "
+            "raise it."
+        )
     if sample.documents_sampled == 0:
         raise TokenizerTrainingError(
             f"No documents to train on: the {len(files)} input file(s) of --input {list(config.inputs)} "

@@ -265,6 +265,13 @@ def test_empty_corpus_is_a_clear_error(tmp_path, capsys):
     assert not (tmp_path / "out" / TOKENIZER_INFO_JSON).exists()
 
 
+def test_sample_cap_below_every_document_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "a.txt").write_text("a document longer than ten bytes\n")
+    code, err = _run(["train", "--input", str(tmp_path / "a.txt"), "--output", str(tmp_path / "out"),
+                      "--max_bytes", "10"], capsys)
+    assert code == 2 and "--max_bytes 10 is smaller than every one of the 1 documents" in err
+
+
 def test_missing_input_is_a_clear_error(tmp_path, capsys):
     code, err = _run(["train", "--input", str(tmp_path / "nope.txt"), "--output", str(tmp_path / "out")], capsys)
     assert code == 2 and "nope.txt" in err and "does not exist" in err
