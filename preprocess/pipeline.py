@@ -242,7 +242,13 @@ def _all_shard_keys(layouts: dict[str, SplitLayout]):
 
 
 class _WriteShardFn(beam.DoFn):
-    """((split, shard), [(position, frame) | None]) -> (split, ShardInfo), the file renamed into place."""
+    """((split, shard), [(position, frame) | None]) -> (split, ShardInfo), the file complete under its name.
+
+    Locally the shard is written under a temporary name, then renamed. On an object store it is
+    written under its final name: an object only appears once its upload is finalized, and a rename
+    there is a copy (gcsfs also first tries an API that emulators lack, with long retries).
+    A retried writer rewrites the same bytes, so either way readers never see half a shard.
+    """
 
     def __init__(self, output: str):
         self._output = output
@@ -251,18 +257,20 @@ class _WriteShardFn(beam.DoFn):
         (split, shard), values = element
         frames = sorted(v for v in values if v is not None)
         relpath = shard_relpath(split, shard, layouts[split].num_shards, len(frames))
-        temp = fs.join(self._output, TEMP_DIR_NAME, f"{split}-{shard:05d}-{uuid.uuid4().hex}")
-        fs.makedirs(fs.join(self._output, TEMP_DIR_NAME))
+        final = fs.join(self._output, relpath)
+        remote = fs.is_remote(final)
+        target = final if remote else fs.join(self._output, TEMP_DIR_NAME, f"{split}-{shard:05d}-{uuid.uuid4().hex}")
+        if not remote:
+            fs.makedirs(fs.join(self._output, TEMP_DIR_NAME))
+            fs.makedirs(fs.join(self._output, split))
         digest, size = hashlib.sha256(), 0
-        with fs.open_file(temp, "wb") as f:
+        with fs.open_file(target, "wb") as f:
             for _, frame in frames:
                 f.write(frame)
                 digest.update(frame)
                 size += len(frame)
-        final = fs.join(self._output, relpath)
-        fs.makedirs(fs.join(self._output, split))
-        filesystem, temp_stripped = fs.filesystem(temp)
-        filesystem.mv(temp_stripped, fs.filesystem(final)[1])
+        if not remote:
+            os.replace(target, final)
         yield split, ShardInfo(path=relpath, records=len(frames), bytes=size, sha256=digest.hexdigest())
 
 

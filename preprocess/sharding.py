@@ -195,28 +195,38 @@ class CorruptRecordError(ValueError):
     """A TFRecord file whose framing or checksums are wrong."""
 
 
-def read_records(f: BinaryIO) -> Iterator[bytes]:
+def read_records(f: BinaryIO, *, chunk_bytes: int = 1 << 20) -> Iterator[bytes]:
     """Yields the records of a TFRecord stream, checking both CRCs of every frame.
+
+    Reads `chunk_bytes` at a time: remote file objects pay a round of bookkeeping per read call.
 
     Raises:
       CorruptRecordError: a truncated frame or a CRC mismatch (the message gives the byte offset).
     """
-    offset = 0
-    while True:
-        header = f.read(_LENGTH.size + _CRC.size)
-        if not header:
-            return
-        if len(header) < _LENGTH.size + _CRC.size:
+    header_bytes = _LENGTH.size + _CRC.size
+    buffer, pos, offset, eof = b"", 0, 0, False
+
+    def available(n: int) -> bool:
+        nonlocal buffer, pos, eof
+        while len(buffer) - pos < n and not eof:
+            chunk = f.read(chunk_bytes)
+            eof = not chunk
+            buffer, pos = buffer[pos:] + chunk, 0
+        return len(buffer) - pos >= n
+
+    while available(1):
+        if not available(header_bytes):
             raise CorruptRecordError(f"truncated record header at byte {offset}")
-        length_bytes = header[: _LENGTH.size]
-        if _CRC.unpack(header[_LENGTH.size:])[0] != _masked_crc(length_bytes):
+        length_bytes = buffer[pos:pos + _LENGTH.size]
+        if _CRC.unpack_from(buffer, pos + _LENGTH.size)[0] != _masked_crc(length_bytes):
             raise CorruptRecordError(f"length checksum mismatch at byte {offset}")
         (length,) = _LENGTH.unpack(length_bytes)
-        body = f.read(length + _CRC.size)
-        if len(body) < length + _CRC.size:
+        if not available(header_bytes + length + _CRC.size):
             raise CorruptRecordError(f"truncated record at byte {offset}")
-        data = body[:length]
-        if _CRC.unpack(body[length:])[0] != _masked_crc(data):
+        start = pos + header_bytes
+        data = buffer[start:start + length]
+        if _CRC.unpack_from(buffer, start + length)[0] != _masked_crc(data):
             raise CorruptRecordError(f"data checksum mismatch in the record at byte {offset}")
+        pos = start + length + _CRC.size
         offset += FRAME_OVERHEAD_BYTES + length
         yield data

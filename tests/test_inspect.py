@@ -1,0 +1,58 @@
+"""`lmshards inspect`: the summary, --json, and --verify catching a flipped byte."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from preprocess.inspect_cli import main as inspect_main
+from preprocess.options import PreprocessConfig
+from preprocess.pipeline import run_pipeline
+from schemas.manifest import read_manifest
+
+
+@pytest.fixture(scope="module")
+def small_output(tmp_path_factory, sample_dir, sample_tokenizer):
+    """A real preprocess output of one sample file (in-process runner)."""
+    out = tmp_path_factory.mktemp("inspect") / "out"
+    config = PreprocessConfig(inputs=(str(sample_dir / "zh" / "lunyu_shijing.txt"),), tokenizer=str(sample_tokenizer),
+                              output=str(out), seq_len=64, validation_fraction=0.1, remainder="pad")
+    run_pipeline(config, ["--direct_running_mode=in_memory"])
+    return out
+
+
+@pytest.mark.slow
+def test_summary_and_json(small_output, capsys):
+    assert inspect_main([str(small_output)]) == 0
+    text = capsys.readouterr().out
+    manifest = read_manifest(str(small_output))
+    train = manifest.split("train")
+    assert f"{train.records:,} records in {len(train.shards)} shards" in text
+    assert manifest.tokenizer.fingerprint in text and "seq_len 64" in text
+    assert inspect_main([str(small_output / "manifest.json"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads((small_output / "manifest.json").read_text())
+
+
+@pytest.mark.slow
+def test_verify_passes_then_names_a_shard_with_one_flipped_byte(small_output, tmp_path, capsys):
+    assert inspect_main([str(small_output), "--verify"]) == 0
+    assert "verify: OK" in capsys.readouterr().err
+
+    broken = tmp_path / "broken"
+    shutil.copytree(small_output, broken)
+    shard = sorted((broken / "validation").iterdir())[1]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x20
+    shard.write_bytes(bytes(data))
+    assert inspect_main([str(broken), "--verify"]) == 1
+    err = capsys.readouterr().err
+    mismatches = [line for line in err.splitlines() if line.startswith("MISMATCH")]
+    assert mismatches and all(shard.name in line for line in mismatches)
+    assert "sha256" in err and "checksum mismatch" in err
+
+
+def test_missing_manifest_is_a_clear_error(tmp_path, capsys):
+    assert inspect_main([str(tmp_path)]) == 2
+    assert "incomplete or not a preprocess output" in capsys.readouterr().err

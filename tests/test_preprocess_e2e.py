@@ -1,0 +1,206 @@
+"""`lmshards preprocess` end to end: the bundled sample corpus, real runners, real files, gs:// via the emulator."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from preprocess.cli import main as preprocess_main
+from preprocess.inputs import ReadOptions, iter_documents
+from preprocess.options import PreprocessConfig
+from preprocess.packing import doc_hash, split_of, validation_threshold
+from preprocess.pipeline import run_pipeline
+from preprocess.sharding import read_records
+from schemas import fs
+from schemas.manifest import read_manifest
+from schemas.shards import parse_shard_name
+
+IN_PROCESS = ["--direct_running_mode=in_memory"]
+VALIDATION_FRACTION = 0.05
+GROUP_TOKENS = 200_000  # several packing groups on the ~1.5M-token sample
+
+
+def _config(inputs, tokenizer, output, **overrides) -> PreprocessConfig:
+    values = dict(inputs=tuple(str(i) for i in inputs), tokenizer=str(tokenizer), output=str(output),
+                  validation_fraction=VALIDATION_FRACTION, packing_group_tokens=GROUP_TOKENS)
+    return PreprocessConfig(**{**values, **overrides})
+
+
+def _sample_glob(sample_dir: Path) -> str:
+    return str(sample_dir / "*" / "*.txt")
+
+
+@pytest.fixture(scope="module")
+def sample_run(tmp_path_factory, sample_dir, sample_tokenizer):
+    """The sample corpus preprocessed by the in-process runner: (config, manifest)."""
+    config = _config([_sample_glob(sample_dir)], sample_tokenizer, tmp_path_factory.mktemp("run") / "out")
+    return config, run_pipeline(config, IN_PROCESS)
+
+
+def _files(output: str) -> dict[str, bytes]:
+    root = Path(output)
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _manifest_without_time(output: str) -> dict:
+    data = json.loads((Path(output) / "manifest.json").read_text())
+    data.pop("created_at")
+    return data
+
+
+@pytest.mark.slow
+def test_token_accounting_matches_an_independent_count(sample_run, sample_dir, sample_tokenizer):
+    from tokenizers import Tokenizer
+
+    config, manifest = sample_run
+    tokenizer = Tokenizer.from_file(str(sample_tokenizer))
+    docs = list(iter_documents([_sample_glob(sample_dir)], ReadOptions()))
+    lengths = np.array([len(e.ids) for i in range(0, len(docs), 2000)
+                        for e in tokenizer.encode_batch(docs[i:i + 2000])])
+    is_validation = split_of(np.array([doc_hash(d) for d in docs], dtype=np.uint64),
+                             validation_threshold(VALIDATION_FRACTION))
+    for name, selected in (("train", ~is_validation), ("validation", is_validation)):
+        totals = manifest.split(name).totals
+        assert totals.documents == int(selected.sum()) > 0
+        assert totals.tokens_in == int(lengths[selected].sum())
+        assert totals.tokens_in == totals.tokens_written + totals.tokens_dropped
+        assert totals.tokens_written == totals.records * config.seq_len and totals.padding_tokens == 0
+        # At most one partial block dropped per packing group.
+        assert totals.tokens_dropped < config.seq_len * max(1, totals.tokens_in // GROUP_TOKENS + 1)
+    assert manifest.reading["documents"] == len(docs)
+    assert manifest.tokenizer.vocab_size == tokenizer.get_vocab_size(with_added_tokens=True)
+    assert manifest.tokenizer.special_token_ids["pad"] == tokenizer.token_to_id("<pad>")
+
+
+@pytest.mark.slow
+def test_shards_are_balanced_and_parse_with_the_run_mlm_spec(sample_run):
+    import tensorflow as tf
+
+    config, manifest = sample_run
+    spec = {name: tf.io.FixedLenFeature([config.seq_len], tf.int64) for name in ("input_ids", "attention_mask")}
+    for name in ("train", "validation"):
+        split = manifest.split(name)
+        records = [s.records for s in split.shards]
+        assert len(records) % 8 == 0 and len(records) >= 8
+        assert max(records) - min(records) <= 1
+        paths = manifest.shard_paths(config.output, name)
+        assert [parse_shard_name(p)[3] for p in paths] == records
+        dataset = tf.data.TFRecordDataset(paths).batch(512).map(lambda x: tf.io.parse_example(x, spec))
+        count = 0
+        for batch in dataset:
+            ids = batch["input_ids"].numpy()
+            assert ids.shape[1] == config.seq_len and ids.max() < manifest.tokenizer.vocab_size
+            assert (batch["attention_mask"].numpy() == 1).all()
+            count += ids.shape[0]
+        assert count == split.records == split.totals.records
+    assert sorted(p.name for p in Path(config.output).iterdir()) == ["manifest.json", "train", "validation"]
+
+
+@pytest.mark.slow
+def test_output_bytes_do_not_depend_on_runner_workers_ranges_or_batches(sample_run, tmp_path, sample_dir,
+                                                                       sample_tokenizer):
+    config, _ = sample_run
+    other = _config([_sample_glob(sample_dir)], sample_tokenizer, tmp_path / "out", range_mb=0.25, batch_size=97)
+    run_pipeline(other, ["--direct_running_mode=multi_processing", "--direct_num_workers=2"])
+    assert _files(other.output).keys() == _files(config.output).keys()
+    for relpath, data in _files(config.output).items():
+        if relpath != "manifest.json":
+            assert _files(other.output)[relpath] == data, relpath
+    assert _manifest_without_time(other.output) == _manifest_without_time(config.output)
+
+
+@pytest.mark.slow
+def test_refuses_non_empty_output_and_overwrite_replaces_it(sample_run, tmp_path, sample_tokenizer, capsys):
+    config, _ = sample_run
+    before = _files(config.output)
+    argv = ["--input", config.inputs[0], "--tokenizer", config.tokenizer, "--output", config.output]
+    assert preprocess_main(argv) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert _files(config.output) == before
+
+    out = tmp_path / "out"
+    shutil.copytree(config.output, out)
+    (out / "stale.txt").write_text("left from an earlier run")
+    small = tmp_path / "small.txt"
+    small.write_text("\n".join(f"line {i} of a small corpus with some words" for i in range(400)))
+    argv = ["--input", str(small), "--tokenizer", config.tokenizer, "--output", str(out), "--overwrite",
+            "--seq_len", "16", *IN_PROCESS]
+    assert preprocess_main(argv) == 0
+    assert "records" in capsys.readouterr().out
+    manifest = read_manifest(str(out))
+    assert [i.path for i in manifest.inputs] == [str(small)]
+    assert not (out / "stale.txt").exists()
+    kept = {p for p in _files(str(out)) if p != "manifest.json"}
+    assert kept == {s.path for split in manifest.splits.values() for s in split.shards}
+
+
+@pytest.mark.slow
+def test_a_run_that_fails_midway_leaves_no_manifest(tmp_path, sample_tokenizer):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "good.txt").write_text("a good document\n" * 50)
+    (inputs / "bad.txt.gz").write_bytes(gzip.compress(b"a document\n" * 1000)[:-40])  # truncated: fails when read
+    config = _config([inputs], sample_tokenizer, tmp_path / "out")
+    with pytest.raises(Exception, match="bad.txt.gz"):
+        run_pipeline(config, IN_PROCESS)
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+@pytest.fixture
+def bad_inputs(tmp_path, sample_tokenizer, sample_dir):
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text('{"model": {"type": "BPE"')
+    short = tmp_path / "short_tokenizer"
+    short.mkdir()
+    shutil.copy(sample_tokenizer, short / "tokenizer.json")
+    (short / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 64}))
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a directory")
+    return {"corrupt": corrupt, "short": short, "a_file": a_file, "good": str(sample_tokenizer),
+            "input": str(sample_dir / "en" / "persuasion.txt"), "out": str(tmp_path / "out")}
+
+
+@pytest.mark.parametrize("case,flags,named", [
+    ("corrupt tokenizer", {"--tokenizer": "{corrupt}"}, "{corrupt}"),
+    ("seq_len too small", {"--seq_len": "4"}, "--seq_len 4"),
+    ("seq_len above model max", {"--tokenizer": "{short}", "--seq_len": "128"}, "model_max_length 64"),
+    ("output is a file", {"--output": "{a_file}"}, "{a_file}"),
+    ("missing glob", {"--input": "{out}/nowhere/*.txt"}, "nowhere/*.txt"),
+])
+def test_bad_input_is_a_clear_error_before_any_work(bad_inputs, capsys, case, flags, named):
+    args = {"--input": "{input}", "--tokenizer": "{good}", "--output": "{out}", **flags}
+    argv = [part.format(**bad_inputs) for flag, value in args.items() for part in (flag, value)]
+    assert preprocess_main(argv) == 2, case
+    err = capsys.readouterr().err
+    assert named.format(**bad_inputs) in err and "Traceback" not in err
+    assert not Path(bad_inputs["out"]).exists()
+
+
+@pytest.mark.gcs
+@pytest.mark.slow
+def test_gcs_inputs_tokenizer_and_output(gcs_emulator, sample_dir, sample_tokenizer):
+    bucket = gcs_emulator
+    for path in (sample_dir / "en" / "persuasion.txt", sample_dir / "zh" / "lunyu_shijing.txt"):
+        fs.write_bytes_atomic(f"{bucket}/corpus/{path.parent.name}/{path.name}", path.read_bytes())
+    fs.write_bytes_atomic(f"{bucket}/tok/tokenizer.json", sample_tokenizer.read_bytes())
+    config = _config([f"{bucket}/corpus/*/*.txt"], f"{bucket}/tok", f"{bucket}/out", target_shard_mb=0.05)
+    manifest = run_pipeline(config, IN_PROCESS)
+    assert read_manifest(config.output) == manifest
+    assert [i.path for i in manifest.inputs] == [f"{bucket}/corpus/en/persuasion.txt",
+                                                 f"{bucket}/corpus/zh/lunyu_shijing.txt"]
+    for name in ("train", "validation"):
+        split = manifest.split(name)
+        assert len(split.shards) % 8 == 0 and split.records > 0
+        for shard, path in zip(split.shards, manifest.shard_paths(config.output, name)):
+            data = fs.read_bytes(path)
+            assert len(data) == shard.bytes and hashlib.sha256(data).hexdigest() == shard.sha256
+            with fs.open_file(path, "rb") as f:
+                assert sum(1 for _ in read_records(f)) == shard.records
+    assert len(manifest.split("train").shards) > 8  # sized by bytes, rounded up to a multiple of 8
+    assert not any(".lmshards-tmp" in p for p in fs.listdir(config.output))
