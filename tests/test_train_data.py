@@ -80,16 +80,22 @@ def test_files_must_divide_between_input_pipelines(shards):
         data.pipeline_files(files, num_pipelines=3, pipeline_id=0)
 
 
-def test_corrupt_shard_is_named(shards, tmp_path):
+def corrupt_copy(shards: str, tmp_path) -> tuple[str, str]:
+    """A copy of the shards with bytes overwritten inside train shard 5 (same size: only reading finds it)."""
     copy = tmp_path / "shards"
     shutil.copytree(shards, copy)
-    manifest = read_manifest(str(copy))
-    bad = manifest.shard_paths(str(copy), "train")[5]
+    bad = read_manifest(str(copy)).shard_paths(str(copy), "train")[5]
     raw = bytearray(open(bad, "rb").read())
-    raw[len(raw) // 2: len(raw) // 2 + 8] = b"\xff" * 8  # same size, so only reading finds it
+    raw[len(raw) // 2: len(raw) // 2 + 8] = b"\xff" * 8
     open(bad, "wb").write(bytes(raw))
-    ds, _, _ = make_train_dataset(str(copy))
-    files = data.split_files(manifest, str(copy), "train")
+    return str(copy), bad
+
+
+def test_corrupt_shard_is_named(shards, tmp_path):
+    copy, bad = corrupt_copy(shards, tmp_path)
+    manifest = read_manifest(copy)
+    ds, _, _ = make_train_dataset(copy)
+    files = data.split_files(manifest, copy, "train")
     with pytest.raises(tf.errors.DataLossError) as e:
         for _ in ds.take(10_000):
             pass
@@ -116,6 +122,12 @@ def test_truncated_shard(capsys, shards, tmp_path):
     open(bad, "wb").write(raw[: len(raw) // 2])
     err = run_cli(capsys, "--shards", str(copy), "--output", str(tmp_path / "run"))
     assert repr(bad) in err and "truncated" in err
+
+
+def test_corrupt_shard_stops_training_with_its_name(capsys, shards, tmp_path):
+    copy, bad = corrupt_copy(shards, tmp_path)
+    err = run_cli(capsys, "--shards", copy, "--output", str(tmp_path / "run"), "--eval_every", "100")
+    assert repr(bad) in err and "is corrupt" in err and "Traceback" not in err
 
 
 def test_tokenizer_fingerprint_mismatch(capsys, shards, sample_tokenizer, tmp_path):

@@ -90,6 +90,23 @@ def test_loss_falls_and_eval_is_reported(uninterrupted):
     assert list((uninterrupted / "tensorboard").glob("events.out.tfevents.*"))
 
 
+def test_load_model_from_run_restores_the_trained_weights(uninterrupted):
+    import numpy as np
+
+    from schemas.errors import LmshardsError
+    from train.model import build_masked_lm, load_model_from_run
+
+    latest, config = load_model_from_run(str(uninterrupted))
+    named, _ = load_model_from_run(str(uninterrupted), str(uninterrupted / "checkpoints" / f"ckpt-{STEPS}"))
+    older, _ = load_model_from_run(str(uninterrupted), str(uninterrupted / "checkpoints" / "ckpt-200"))
+    weights = [w.numpy() for w in latest.weights]
+    for other, same in ((named, True), (older, False), (build_masked_lm(config), False)):
+        equal = all(np.array_equal(a, b.numpy()) for a, b in zip(weights, other.weights))
+        assert equal == same
+    with pytest.raises(LmshardsError, match="ckpt-7"):
+        load_model_from_run(str(uninterrupted), str(uninterrupted / "checkpoints" / "ckpt-7"))
+
+
 def test_sigterm_then_rerun_continues_like_an_uninterrupted_run(shards, sample_tokenizer, uninterrupted, tmp_path):
     run = tmp_path / "run"
     cmd = train_cmd(shards, run, "--tokenizer", str(sample_tokenizer))
