@@ -22,6 +22,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("preprocess").setLevel(logging.INFO)
+    worker_logs = logging.getLogger(WORKER_LOGGER)
+    worker_logs.setLevel(logging.INFO)
+    worker_logs.addFilter(_from_preprocess_or_error)
     try:
         check_flag_spelling(argv)
         config = config_from_options(PipelineOptions(argv))
@@ -34,6 +37,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(summary(manifest, config.output, time.monotonic() - started))
     return 0
+
+
+# multi_processing workers' log lines (our progress lines among them) reach the launcher through this logger.
+WORKER_LOGGER = "apache_beam.runners.portability.local_job_service"
+
+
+def _from_preprocess_or_error(record: logging.LogRecord) -> bool:
+    """Keeps worker lines logged by our code (progress, bad-file warnings) and any error; drops Beam's chatter."""
+    return record.levelno >= logging.ERROR or "/preprocess/" in record.getMessage()
 
 
 def check_flag_spelling(argv: Sequence[str]) -> None:

@@ -109,17 +109,21 @@ def pack_blocks(tokens: np.ndarray, *, seq_len: int, remainder: str, pad_id: int
     )
 
 
-def order_by_hash(hashes: np.ndarray, lengths: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-    """The documents' tokens (concatenated in `tokens`, sizes in `lengths`) reordered by hash.
-
-    Equal hashes are identical texts with identical tokens, so the result does not depend on the
-    order documents arrived in.
-    """
-    order = np.argsort(hashes, kind="stable")
+def gather_documents(lengths: np.ndarray, tokens: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """The tokens of documents `order` (indices; sizes in `lengths`, concatenated in `tokens`), concatenated."""
     lengths = lengths.astype(np.int64)
     starts = np.cumsum(lengths) - lengths
     new_lengths = lengths[order]
     new_starts = np.cumsum(new_lengths) - new_lengths
     # For every output position: its source position = source start - destination start + position.
     shift = np.repeat(starts[order] - new_starts, new_lengths)
-    return tokens[shift + np.arange(tokens.size, dtype=np.int64)]
+    return tokens[shift + np.arange(int(new_lengths.sum()), dtype=np.int64)]
+
+
+def order_by_hash(hashes: np.ndarray, lengths: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """The documents' tokens (concatenated in `tokens`, sizes in `lengths`) reordered by hash.
+
+    Equal hashes are identical texts with identical tokens, so the result does not depend on the
+    order documents arrived in.
+    """
+    return gather_documents(lengths, tokens, np.argsort(hashes, kind="stable"))

@@ -22,10 +22,18 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from preprocess.inputs import ReadOptions, ReadStats, expand_inputs, sum_stats
 from preprocess.options import PreprocessConfig, PreprocessError
-from preprocess.packing import PackedBlocks, num_groups, order_by_hash, pack_blocks, REMAINDER_PAD
-from preprocess.sharding import MB, encode_examples, frame_record, num_shards_for, permute, record_bytes_upper_bound, shard_of
+from preprocess.packing import REMAINDER_PAD, num_groups, order_by_hash, pack_blocks
 from preprocess.read import ReadDocuments
-from preprocess.tokenize import METRICS_NAMESPACE, GroupKey, TokenizeDocuments, TokenizeSettings
+from preprocess.sharding import (
+    MB,
+    encode_examples,
+    frame_record,
+    num_shards_for,
+    permute,
+    record_bytes_upper_bound,
+    shard_of,
+)
+from preprocess.tokenize import METRICS_NAMESPACE, TokenizeDocuments, TokenizeSettings, concat_chunks
 from schemas import fs
 from schemas.constants import ATTENTION_MASK, FEATURE_NAMES, INPUT_IDS, SPLITS, TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.errors import TokenizerError
@@ -126,8 +134,6 @@ def _load_tokenizer(json_text: str, path: str):
         raise TokenizerError(f"Tokenizer file {path!r} cannot be loaded by `tokenizers`: {e}.") from e
 
 
-
-
 def check_output(output: str, *, overwrite: bool) -> None:
     """Raises PreprocessError if output is a file, or a non-empty directory without --overwrite."""
     if not fs.exists(output):
@@ -166,7 +172,7 @@ class _PackGroupFn(beam.DoFn):
 
     def process(self, element):
         (split, group), chunks = element
-        hashes, lengths, tokens = (np.concatenate(parts) for parts in zip(*chunks))
+        hashes, lengths, tokens = concat_chunks(list(chunks))
         packed = pack_blocks(order_by_hash(hashes, lengths, tokens), seq_len=self._seq_len,
                              remainder=self._remainder, pad_id=self._pad_id)
         self._blocks.inc(packed.num_blocks)
@@ -216,7 +222,10 @@ def layout_splits(block_counts: Iterable[tuple[str, int, int]], *, record_bytes:
 
 
 class _SerializeFn(beam.DoFn):
-    """(split, group, PackedBlocks) -> ((split, shard), (position, framed tf.train.Example)) per block."""
+    """(split, group, PackedBlocks) -> ((split, shard), (positions, framed records)) per shard the group feeds.
+
+    Records travel in per-shard batches, not one element each: Beam's cost is per element.
+    """
 
     def __init__(self, seed: int):
         self._seed = seed
@@ -230,8 +239,10 @@ class _SerializeFn(beam.DoFn):
         shards = shard_of(positions, layout.num_records, layout.num_shards)
         records = encode_examples({INPUT_IDS: packed.ids, ATTENTION_MASK: packed.attention_masks()})
         self._records.inc(len(records))
-        for record, position, shard in zip(records, positions.tolist(), shards.tolist()):
-            yield (split, shard), (position, frame_record(record))
+        order = np.argsort(shards, kind="stable")
+        keys, firsts = np.unique(shards[order], return_index=True)
+        for shard, mine in zip(keys.tolist(), np.split(order, firsts[1:])):
+            yield (split, shard), (positions[mine], [frame_record(records[i]) for i in mine.tolist()])
 
 
 def _all_shard_keys(layouts: dict[str, SplitLayout]):
@@ -242,7 +253,7 @@ def _all_shard_keys(layouts: dict[str, SplitLayout]):
 
 
 class _WriteShardFn(beam.DoFn):
-    """((split, shard), [(position, frame) | None]) -> (split, ShardInfo), the file complete under its name.
+    """((split, shard), [(positions, frames) | None]) -> (split, ShardInfo), the file complete under its name.
 
     Locally the shard is written under a temporary name, then renamed. On an object store it is
     written under its final name: an object only appears once its upload is finalized, and a rename
@@ -255,7 +266,9 @@ class _WriteShardFn(beam.DoFn):
 
     def process(self, element, layouts: dict[str, SplitLayout]):
         (split, shard), values = element
-        frames = sorted(v for v in values if v is not None)
+        batches = [v for v in values if v is not None]
+        positions = np.concatenate([p for p, _ in batches]) if batches else np.zeros(0, dtype=np.int64)
+        frames = [frame for _, batch in batches for frame in batch]
         relpath = shard_relpath(split, shard, layouts[split].num_shards, len(frames))
         final = fs.join(self._output, relpath)
         remote = fs.is_remote(final)
@@ -265,10 +278,10 @@ class _WriteShardFn(beam.DoFn):
             fs.makedirs(fs.join(self._output, split))
         digest, size = hashlib.sha256(), 0
         with fs.open_file(target, "wb") as f:
-            for _, frame in frames:
-                f.write(frame)
-                digest.update(frame)
-                size += len(frame)
+            for i in np.argsort(positions, kind="stable").tolist():
+                f.write(frames[i])
+                digest.update(frames[i])
+                size += len(frames[i])
         if not remote:
             os.replace(target, final)
         yield split, ShardInfo(path=relpath, records=len(frames), bytes=size, sha256=digest.hexdigest())
@@ -293,7 +306,7 @@ class WriteShards(beam.PTransform):
         )
         records = packed | "Serialize" >> beam.ParDo(
             _SerializeFn(self._seed), beam.pvalue.AsSingleton(layouts)
-        )  # ((split, shard), (position, frame))
+        )  # ((split, shard), (positions, frames))
         every_shard = layouts | "EveryShard" >> beam.FlatMap(_all_shard_keys)  # ((split, shard), None)
         return (
             (records, every_shard)
@@ -419,15 +432,15 @@ def run_pipeline(config: PreprocessConfig, beam_args: Sequence[str] = ()) -> Man
     """Runs the whole preprocess and returns the manifest it wrote (local or gs:// output).
 
     Raises:
-      LmshardsError: a bad input, tokenizer or output, found before any work starts.
+      LmshardsError: a bad input, tokenizer or output, found before any work starts (and, with
+        --overwrite, before the old output is touched).
     """
     plan = plan_preprocess(config)
-    options = PipelineOptions(default_beam_args(beam_args))
+    pipeline = beam.Pipeline(options=PipelineOptions(default_beam_args(beam_args)))
+    build_pipeline(pipeline, plan)  # the reader checks every input file here
     if config.overwrite:
         clear_output(config.output)
     started = time.monotonic()
-    with beam.Pipeline(options=options) as pipeline:
-        build_pipeline(pipeline, plan)
-    manifest = read_manifest(config.output)
+    pipeline.run().wait_until_finish()
     _LOG.info("preprocess finished in %.1f s", time.monotonic() - started)
-    return manifest
+    return read_manifest(config.output)

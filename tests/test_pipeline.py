@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import apache_beam as beam
 import numpy as np
 import pytest
 import tensorflow as tf
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
-import apache_beam as beam
 
+from preprocess import tokenize
 from preprocess.packing import doc_hash, split_of, validation_threshold
 from preprocess.pipeline import PackBlocks, WriteShards, layout_splits
 from preprocess.sharding import read_records
@@ -21,11 +23,14 @@ GROUPS = {"train": 2, "validation": 3}
 
 
 def _pipeline() -> TestPipeline:
-    return TestPipeline(runner="FnApiRunner")
+    return TestPipeline(runner="FnApiRunner", options=PipelineOptions(["--direct_running_mode=in_memory"]))
 
 
-def test_tokenize_routes_every_document_to_its_split_and_group(sample_tokenizer):
+@pytest.mark.parametrize("flush_tokens", [50, 1 << 22])  # flushes within the bundle, or only at its end
+def test_tokenize_routes_every_document_to_its_split_and_group(sample_tokenizer, monkeypatch, flush_tokens):
     from tokenizers import Tokenizer
+
+    monkeypatch.setattr(tokenize, "FLUSH_TOKENS", flush_tokens)  # the in-process runner sees it
 
     tokenizer = Tokenizer.from_file(str(sample_tokenizer))
     settings = TokenizeSettings(tokenizer_json=sample_tokenizer.read_text(), threads=1,
