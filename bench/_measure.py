@@ -49,6 +49,7 @@ class Measurement:
     max_single_rss_bytes: int  # largest ru_maxrss of any one process of the tree (exact, a lower bound)
     peak_processes: int  # most processes alive in the tree at one sample
     pss_samples: int
+    mean_load1: float  # the machine's 1-minute load average, averaged over the samples
     stdout: str
     stderr: str
 
@@ -116,6 +117,7 @@ def run_measured(
         max_single_rss_bytes=max_single,
         peak_processes=peaks.processes,
         pss_samples=peaks.pss_samples,
+        mean_load1=sum(peaks.load1) / len(peaks.load1) if peaks.load1 else os.getloadavg()[0],
         stdout=stdout,
         stderr=stderr,
     )
@@ -140,6 +142,7 @@ class _Peaks:
     pss: int = 0
     processes: int = 0
     pss_samples: int = 0
+    load1: list[float] = dataclasses.field(default_factory=list)
 
 
 def _sample_until_exit(proc: psutil.Popen, *, timeout_s: float | None, start: float) -> _Peaks:
@@ -149,6 +152,7 @@ def _sample_until_exit(proc: psutil.Popen, *, timeout_s: float | None, start: fl
         procs = descendants(proc)  # the root is the wrapper: not counted
         peaks.rss = max(peaks.rss, summed_rss(procs))
         peaks.processes = max(peaks.processes, len(procs))
+        peaks.load1.append(os.getloadavg()[0])
         now = time.perf_counter()
         if now >= next_pss and procs:
             peaks.pss = max(peaks.pss, summed_pss(procs))

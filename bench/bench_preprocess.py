@@ -90,6 +90,7 @@ class Result:
     max_single_rss_bytes: int
     peak_processes: int
     load_before: tuple[float, float, float]
+    mean_load1: float  # 1-minute load average, averaged over the run
 
     @property
     def mb_per_s(self) -> float:
@@ -258,6 +259,7 @@ def _result(system: str, inp: Input, m: Measurement, *, tokens: int, records: in
         max_single_rss_bytes=m.max_single_rss_bytes,
         peak_processes=m.peak_processes,
         load_before=load,
+        mean_load1=m.mean_load1,
     )
 
 
@@ -289,14 +291,14 @@ def ratios(results: list[Result], label: str) -> dict[str, Any]:
 
 def table(results: list[Result]) -> str:
     head = ("system", "input", "MB", "tokens", "wall s", "inner s", "cpu s", "MB/s", "Mtok/s", "peak PSS MB", "peak RSS MB", "max 1-proc MB",
-            "procs", "load1")  # fmt: skip
+            "procs", "load")  # fmt: skip
     rows = [head]
     for r in results:
         rows.append((
             r.system, r.input_label, f"{r.input_bytes / MB:.1f}", f"{r.tokens:,}", f"{r.wall_s:.1f}",
             "-" if r.internal_s is None else f"{r.internal_s:.1f}", f"{r.cpu_s:.1f}", f"{r.mb_per_s:.2f}", f"{r.tokens_per_s / 1e6:.2f}",
             f"{r.peak_pss_bytes / MB:.0f}", f"{r.peak_rss_bytes / MB:.0f}", f"{r.max_single_rss_bytes / MB:.0f}", str(r.peak_processes),
-            f"{r.load_before[0]:.2f}",
+            f"{r.mean_load1:.1f}",
         ))  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = ["  ".join(cell.rjust(w) if i > 1 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths)))
@@ -387,7 +389,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             results.append(run_hf_style(inp, tokenizer, config))
         r = results[-1]
-        print(f"  {r.wall_s:.1f} s, {r.mb_per_s:.2f} MB/s, peak RSS {r.peak_rss_bytes / MB:.0f} MB", flush=True)
+        print(f"  {r.wall_s:.1f} s ({r.cpu_s:.1f} CPU s), {r.mb_per_s:.2f} MB/s, peak PSS {r.peak_pss_bytes / MB:.0f} MB, "
+              f"RSS {r.peak_rss_bytes / MB:.0f} MB, mean load {r.mean_load1:.1f}", flush=True)
 
     summary = ratios(results, largest.label)
     print()

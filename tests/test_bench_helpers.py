@@ -66,7 +66,7 @@ def _result(system: str, wall_s: float, pss_mb: float) -> Result:
     return Result(
         system=system, input_label="all", input_bytes=int(100 * MB), tokens=1000, records=None, wall_s=wall_s,
         internal_s=None, cpu_s=wall_s, peak_rss_bytes=int(pss_mb * MB), peak_pss_bytes=int(pss_mb * MB),
-        max_single_rss_bytes=0, peak_processes=1, load_before=(0.0, 0.0, 0.0),
+        max_single_rss_bytes=0, peak_processes=1, load_before=(0.0, 0.0, 0.0), mean_load1=0.0,
     )  # fmt: skip
 
 
