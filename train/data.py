@@ -8,6 +8,7 @@ so a resumed run restarts at (epoch, batch) and sees exactly the batches an unin
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import tensorflow as tf
@@ -24,6 +25,7 @@ MAX_INTERLEAVE = 8
 EVAL_SEED = 1234
 # Stateless seeds are [2] int64: (run seed, stream position). Pipelines get disjoint positions.
 _EPOCH_SALT = 1_000_003
+_MAXINT32 = 2**31 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,7 +136,8 @@ def train_dataset(
         return records.batch(batch_size, drop_remainder=True).take(steps_per_epoch)
 
     start_epoch, skip = divmod(start_step, steps_per_epoch)
-    batches = tf.data.Dataset.range(start_epoch, 2**62).flat_map(epoch_batches).skip(skip)
+    with _tensor_seeds_allowed():  # epoch_batches is traced here
+        batches = tf.data.Dataset.range(start_epoch, 2**62).flat_map(epoch_batches).skip(skip)
     # (step, serialized [batch_size])
     steps = tf.data.Dataset.range(start_step, 2**62)
     ds = tf.data.Dataset.zip(steps, batches)
@@ -147,6 +150,24 @@ def train_dataset(
         deterministic=True,
     )
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+@contextlib.contextmanager
+def _tensor_seeds_allowed():
+    """Lifts a TF global seed of 0 (mod 2**31 - 1) while a pipeline is traced, then restores it.
+
+    With such a global seed, TF's seed logic tests a tensor op seed (the per-epoch shuffle seed) for
+    truth, which fails while tracing. keras.utils.set_random_seed(0) sets exactly that global seed.
+    """
+    global_seed, _ = tf.compat.v1.get_seed(None)
+    clash = global_seed is not None and global_seed % _MAXINT32 == 0
+    if clash:
+        tf.random.set_seed(None)
+    try:
+        yield
+    finally:
+        if clash:
+            tf.random.set_seed(global_seed)
 
 
 def eval_dataset(

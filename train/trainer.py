@@ -242,10 +242,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
              plan.replicas, plan.global_batch, plan.steps_per_epoch, plan.total_steps)
 
     # --- model, optimizer and checkpoint, created under the strategy so variables are mirrored
-    # Weight init and dropout draw from keras' seed; TF's global seed is cleared again because every
-    # TF random op here is explicitly seeded, and a global seed of 0 breaks tensor-seeded tf.data shuffles.
-    keras.utils.set_random_seed(config.seed)
-    tf.random.set_seed(None)
+    keras.utils.set_random_seed(config.seed)  # weight initialisation and dropout
     keras.mixed_precision.set_dtype_policy(config.precision)
     with strategy.scope():
         model = build_masked_lm(model_config)
