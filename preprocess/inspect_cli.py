@@ -57,6 +57,8 @@ def describe(manifest: Manifest, output: str) -> str:
         f"  inputs: {len(manifest.inputs)} files, {sum(i.bytes for i in manifest.inputs):,} bytes",
         f"  options: {', '.join(f'{k}={v}' for k, v in sorted(manifest.options.items()))}",
     ]
+    if manifest.reading:
+        lines.append(f"  reading: {', '.join(f'{k} {v:,}' for k, v in sorted(manifest.reading.items()))}")
     for name, split in manifest.splits.items():
         t, records = split.totals, [s.records for s in split.shards]
         size = sum(s.bytes for s in split.shards)
@@ -95,20 +97,21 @@ def _verify_shard(shard: ShardInfo, path: str) -> list[str]:
     if not fs.exists(path):
         return ["missing"]
     problems = []
+    records: int | None = 0
     with fs.open_file(path, "rb") as f:
         reader = _HashingReader(f)
-        records = 0
         try:
             for _ in read_records(reader):
                 records += 1
         except CorruptRecordError as e:
             problems.append(f"corrupt TFRecord: {e}")
+            records = None  # unknown past a corrupt frame
         while reader.read(1 << 20):  # hash whatever follows a corrupt frame too
             pass
+    if records is not None and records != shard.records:
+        problems.append(f"{records} records, manifest says {shard.records}")
     if reader.bytes != shard.bytes:
         problems.append(f"{reader.bytes} bytes, manifest says {shard.bytes}")
     if reader.digest.hexdigest() != shard.sha256:
         problems.append(f"sha256 {reader.digest.hexdigest()}, manifest says {shard.sha256}")
-    if not problems and records != shard.records:
-        problems.append(f"{records} records, manifest says {shard.records}")
     return problems
