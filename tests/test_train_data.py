@@ -49,6 +49,9 @@ def unmasked(batch) -> np.ndarray:
 def test_an_epoch_is_exact_and_visits_each_record_at_most_once(shards):
     ds, spe, manifest = make_train_dataset(shards)
     assert spe == manifest.splits["train"].records // BATCH
+    predictions = data.masking_spec(manifest, 0.15).max_predictions
+    assert ds.element_spec["token_ids"].shape == (BATCH, SEQ_LEN)  # static, as XLA/TPU steps need
+    assert ds.element_spec["mask_positions"].shape == (BATCH, predictions)
     rows = np.concatenate([unmasked(b) for b in ds.take(spe)])
     assert len(rows) == spe * BATCH
     spec = {"input_ids": tf.io.FixedLenFeature([SEQ_LEN], tf.int64)}
@@ -75,6 +78,24 @@ def test_order_and_masks_are_deterministic_and_resume_mid_stream(shards):
     assert (next(iter(other_seed))["token_ids"].numpy() != expected[0]).any()
     # The second epoch reads in another order than the first.
     assert (expected[spe] != expected[0]).any()
+
+
+def test_eval_batches_are_full_and_fixed_and_cover_every_record(shards):
+    manifest = read_manifest(shards)
+    files = data.split_files(manifest, shards, "validation")
+    records = files.total_records
+    ds = data.eval_dataset(files, seq_len=SEQ_LEN, batch_size=BATCH, masking=data.masking_spec(manifest, 0.15),
+                           with_segment_ids=True, batches_multiple_of=4)
+    assert ds.element_spec["token_ids"].shape == (BATCH, SEQ_LEN)
+    batches = list(ds)
+    assert len(batches) % 4 == 0 and len(batches) >= records / BATCH
+    rows = np.concatenate([b["padding_mask"].numpy() for b in batches])
+    assert (rows.sum(axis=1) > 0).sum() == records  # padding rows only after the real ones
+    assert (rows[records:] == 0).all()
+    again = list(data.eval_dataset(files, seq_len=SEQ_LEN, batch_size=BATCH, masking=data.masking_spec(manifest, 0.15),
+                                   with_segment_ids=True, batches_multiple_of=4))
+    for a, b in zip(batches, again):
+        np.testing.assert_array_equal(a["token_ids"].numpy(), b["token_ids"].numpy())
 
 
 def test_files_must_divide_between_input_pipelines(shards):

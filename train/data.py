@@ -178,17 +178,31 @@ def eval_dataset(
     masking: MaskingSpec,
     with_segment_ids: bool,
     max_batches: int | None = None,
+    batches_multiple_of: int = 1,
 ) -> tf.data.Dataset:
-    """One pass over the files in manifest order, masked with the fixed EVAL_SEED (same masks every eval)."""
-    ds = tf.data.TFRecordDataset(list(files.paths), num_parallel_reads=min(len(files.paths), MAX_INTERLEAVE))
-    ds = ds.batch(batch_size, drop_remainder=False)
+    """One pass over the files in manifest order, masked with the fixed EVAL_SEED (same masks every eval).
+
+    Every batch has exactly batch_size rows and the batch count is a multiple of batches_multiple_of
+    (the replicas fed by this pipeline): the last batch is filled, and whole batches added, with
+    all-padding rows, which are never selected for prediction. Shapes stay static (TPUs need that)
+    and no record is left out.
+    """
+    batches = -(-files.total_records // batch_size)
     if max_batches is not None:
-        ds = ds.take(max_batches)
+        batches = min(batches, max_batches)
+    spec = {name: tf.io.FixedLenFeature([seq_len], tf.int64) for name in (INPUT_IDS, ATTENTION_MASK)}
+    ds = tf.data.TFRecordDataset(list(files.paths), num_parallel_reads=min(len(files.paths), MAX_INTERLEAVE))
+    ds = ds.batch(batch_size).take(batches).map(lambda serialized: tf.io.parse_example(serialized, spec))
+    padding = {name: tf.zeros([0, seq_len], tf.int64) for name in spec}
+    ds = ds.concatenate(tf.data.Dataset.from_tensors(padding).repeat(-batches % batches_multiple_of))
+    # {name: int64 [batch_size, seq_len]}
+    ds = ds.map(lambda f: {
+        name: tf.ensure_shape(tf.pad(v, [[0, batch_size - tf.shape(v)[0]], [0, 0]]), [batch_size, seq_len])
+        for name, v in f.items()
+    })
     ds = ds.enumerate().map(
-        lambda i, serialized: _parse_and_mask(
-            serialized, seq_len=seq_len, masking=masking, with_segment_ids=with_segment_ids,
-            seed=tf.stack([tf.constant(EVAL_SEED, tf.int64), i]),
-        ),
+        lambda i, f: _mask(f, masking=masking, with_segment_ids=with_segment_ids,
+                           seed=tf.stack([tf.constant(EVAL_SEED, tf.int64), i])),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     return ds.prefetch(tf.data.AUTOTUNE)
@@ -197,11 +211,16 @@ def eval_dataset(
 def _parse_and_mask(serialized, *, seq_len: int, masking: MaskingSpec, with_segment_ids: bool, seed) -> dict[str, tf.Tensor]:
     # One vectorized parse per batch: far cheaper than parse_single_example per record.
     spec = {name: tf.io.FixedLenFeature([seq_len], tf.int64) for name in (INPUT_IDS, ATTENTION_MASK)}
-    features = tf.io.parse_example(serialized, spec)
+    return _mask(tf.io.parse_example(serialized, spec), masking=masking, with_segment_ids=with_segment_ids, seed=seed)
+
+
+def _mask(features, *, masking: MaskingSpec, with_segment_ids: bool, seed) -> dict[str, tf.Tensor]:
     batch = mask_batch(features[INPUT_IDS], features[ATTENTION_MASK], masking, seed)
     if with_segment_ids:
         batch["segment_ids"] = tf.zeros_like(batch["token_ids"])
-    return batch
+    # Keep the static batch size (known after batch(drop_remainder=True) or eval padding) on every output.
+    rows = features[INPUT_IDS].shape[0]
+    return {name: tf.ensure_shape(t, [rows, *t.shape[1:]]) for name, t in batch.items()}
 
 
 def corrupt_shard_error(paths: tuple[str, ...], cause: Exception) -> LmshardsError:

@@ -49,10 +49,10 @@ def _tpu_strategy(tpu: str | None) -> tf.distribute.TPUStrategy:
     return tf.distribute.TPUStrategy(resolver)
 
 
-def uses_accelerator(strategy: tf.distribute.Strategy) -> bool:
-    """True for TPU/GPU strategies, where XLA compilation pays off."""
+def uses_gpus(strategy: tf.distribute.Strategy) -> bool:
+    """True when the strategy's replicas are GPUs, where an explicit jit_compile pays off."""
     if isinstance(strategy, tf.distribute.TPUStrategy):
-        return True
+        return False
     if isinstance(strategy, tf.distribute.MirroredStrategy):
         return any("GPU" in d.upper() for d in strategy.extended.worker_devices)
     return bool(tf.config.list_logical_devices("GPU"))

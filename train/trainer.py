@@ -46,7 +46,7 @@ from train.config import (  # noqa: E402
 )
 from train.model import build_masked_lm, checkpoint_root  # noqa: E402
 from train.optim import WarmupDecay, make_optimizer, warmup_steps_for  # noqa: E402
-from train.strategy import make_strategy, num_input_pipelines, uses_accelerator  # noqa: E402
+from train.strategy import make_strategy, num_input_pipelines, uses_gpus  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +171,8 @@ def masked_lm_sums(model: keras.Model, batch: dict[str, tf.Tensor], *, training:
     weights = batch["mask_weights"]
     ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=batch["mask_ids"], logits=logits)
     correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), batch["mask_ids"]), tf.float32)
+    # where, not a product: a row of eval padding may give non-finite logits, and 0 * nan is nan.
+    ce = tf.where(weights > 0, ce, 0.0)
     return tf.reduce_sum(ce * weights), tf.reduce_sum(weights), tf.reduce_sum(correct * weights)
 
 
@@ -283,7 +285,8 @@ def train(config: TrainConfig) -> dict[str, Any]:
         files = data.pipeline_files(files, num_pipelines=ctx.num_input_pipelines, pipeline_id=ctx.input_pipeline_id)
         max_batches = config.eval_steps * plan.replicas_per_pipeline if config.eval_steps else None
         return data.eval_dataset(files, seq_len=manifest.seq_len, batch_size=config.per_replica_batch,
-                                 masking=masking, with_segment_ids=with_segments, max_batches=max_batches)
+                                 masking=masking, with_segment_ids=with_segments, max_batches=max_batches,
+                                 batches_multiple_of=plan.replicas_per_pipeline)
 
     # --- step functions
     def replica_train_step(batch):
@@ -300,7 +303,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
     def replica_eval_step(batch):
         return masked_lm_sums(model, batch, training=False)
 
-    if uses_accelerator(strategy):
+    if uses_gpus(strategy):  # TPUs compile every step with XLA anyway
         replica_train_step = tf.function(replica_train_step, jit_compile=True)
 
     @tf.function
