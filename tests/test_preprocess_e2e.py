@@ -204,3 +204,22 @@ def test_gcs_inputs_tokenizer_and_output(gcs_emulator, sample_dir, sample_tokeni
                 assert sum(1 for _ in read_records(f)) == shard.records
     assert len(manifest.split("train").shards) > 8  # sized by bytes, rounded up to a multiple of 8
     assert not any(".lmshards-tmp" in p for p in fs.listdir(config.output))
+
+
+def test_worker_log_lines_of_ours_are_kept_and_shortened_beam_chatter_dropped():
+    import logging
+
+    from preprocess.cli import _from_preprocess_or_error
+
+    def record(level: int, entry: str) -> logging.LogRecord:
+        return logging.LogRecord("beam", level, __file__, 1, "Worker: %s", (entry,), None)
+
+    progress = record(logging.INFO, 'severity: INFO timestamp { seconds: 1 } message: "read 12 documents, 0.1 MB '
+                                     '(6 documents/s, 0.05 MB/s)" instruction_id: "bundle_5" log_location: '
+                                     '"/repo/preprocess/read.py:147" thread: "Thread-13"')
+    assert _from_preprocess_or_error(progress)
+    assert progress.getMessage() == "worker: read 12 documents, 0.1 MB (6 documents/s, 0.05 MB/s)"
+    chatter = record(logging.WARNING, 'message: "No semi_persistent_directory found" log_location: '
+                                      '"/venv/apache_beam/runners/worker/sdk_worker_main.py:421"')
+    assert not _from_preprocess_or_error(chatter)
+    assert _from_preprocess_or_error(record(logging.ERROR, 'message: "boom" log_location: "/venv/apache_beam/x.py:1"'))
