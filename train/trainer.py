@@ -54,6 +54,10 @@ log = logging.getLogger(__name__)
 _SCALAR_METADATA = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
 
 
+# Options that, with the global step, fix which batches and masks come next.
+_DATA_POSITION_OPTIONS = ("shards", "per_replica_batch", "seed", "shuffle_buffer", "mlm_probability")
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """Sizes derived from the manifest and the strategy before any compute."""
@@ -133,12 +137,16 @@ def write_run_config(config: TrainConfig, manifest: Manifest, model_config: Mode
     """Writes RUN_DIR/run_config.json; on a rerun the model must be the one already being trained."""
     path = fs.join(config.output, RUN_CONFIG_JSON)
     if fs.exists(path):
-        previous = json.loads(fs.read_text(path))["model"]
-        if previous != model_config.to_dict():
+        previous = json.loads(fs.read_text(path))
+        if previous["model"] != model_config.to_dict():
             raise LmshardsError(
-                f"{config.output!r} holds a run of another model ({previous}); this command builds {model_config.to_dict()}. "
-                "Use a new --output, or the same model options to resume."
+                f"{config.output!r} holds a run of another model ({previous['model']}); this command builds "
+                f"{model_config.to_dict()}. Use a new --output, or the same model options to resume."
             )
+        changed = [k for k in _DATA_POSITION_OPTIONS if previous["train"].get(k) != getattr(config, k)]
+        if changed:
+            log.warning("Resuming with other %s than before: the data order and masks will not continue the "
+                        "earlier run's sequence.", ", ".join(f"--{k}" for k in changed))
     run_config = {
         "tool_version": __version__,
         "train": config.to_dict(),
