@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -38,6 +39,7 @@ CEILING_SCRIPT = BENCH_DIR / "reference_ceiling.py"
 HF_STYLE_SCRIPT = BENCH_DIR / "reference_hf_style.py"
 
 NUM_WORKERS = 2  # (b)'s --direct_num_workers and (c)'s num_proc: the machine this targets has 2 cores
+DEFAULT_LMSHARDS_ARGS = f"--direct_running_mode=multi_processing --direct_num_workers={NUM_WORKERS}"
 DEFAULT_SIZES = ("30", "65", "all")  # MB of input for (b)'s RSS-growth runs; "all" is the whole corpus
 TOKENIZER_VOCAB_SIZE = 32000
 TOKENIZER_SAMPLE_BYTES = 20_000_000
@@ -61,6 +63,7 @@ class Config:
     work_dir: Path
     seq_len: int
     keep_outputs: bool
+    lmshards_args: tuple[str, ...]  # runner flags of (b)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,8 +215,7 @@ def run_lmshards(inp: Input, tokenizer: Path, config: Config) -> Result:
         "--tokenizer", str(tokenizer),
         "--output", str(out_dir),
         "--seq_len", str(config.seq_len),
-        "--direct_running_mode=multi_processing",
-        f"--direct_num_workers={NUM_WORKERS}",
+        *config.lmshards_args,
     ]  # fmt: skip
     load = load_average()
     try:
@@ -345,6 +347,9 @@ def parse_args(argv: Sequence[str] | None) -> Config:
                    help="tokenizer cache, subsets and scratch outputs (default: %(default)s)")  # fmt: skip
     p.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN)
     p.add_argument("--keep-outputs", action="store_true", help="keep each system's shards under --work-dir")
+    p.add_argument("--lmshards-args", default=DEFAULT_LMSHARDS_ARGS,
+                   help="runner (and other) flags for (b), replacing the default: %(default)r; e.g. "
+                        "'--direct_running_mode=in_memory --tokenizer_threads=2'")  # fmt: skip
     a = p.parse_args(argv)
     sizes = tuple(s.strip() for s in a.sizes.split(",") if s.strip())
     for s in sizes:
@@ -353,7 +358,8 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     if not sizes:
         p.error("--sizes is empty (e.g. --sizes 30,65,all)")
     return Config(corpus=a.corpus, sizes=sizes, skip_baseline=a.skip_baseline, json_out=a.json,
-                  work_dir=a.work_dir, seq_len=a.seq_len, keep_outputs=a.keep_outputs)  # fmt: skip
+                  work_dir=a.work_dir, seq_len=a.seq_len, keep_outputs=a.keep_outputs,
+                  lmshards_args=tuple(shlex.split(a.lmshards_args)))  # fmt: skip
 
 
 def _positive_number(s: str) -> bool:
@@ -409,6 +415,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "tokenizer": {"path": str(tokenizer), "vocab_size": TOKENIZER_VOCAB_SIZE, "kind": "byte-level BPE"},
             "seq_len": config.seq_len,
             "num_workers": NUM_WORKERS,
+            "lmshards_args": list(config.lmshards_args),
             "memory_method": f"peaks of the summed psutil RSS (every {SAMPLE_INTERVAL_S} s) and PSS (every "
                              f">= {PSS_MIN_INTERVAL_S} s) over the process tree; max_single_rss = largest "
                              "ru_maxrss of one process",  # fmt: skip

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from bench._measure import MB, run_checked, run_measured
-from bench.bench_preprocess import CEILING, HF_STYLE, LMSHARDS, Input, Result, ratios, take_subset
+from bench.bench_preprocess import CEILING, HF_STYLE, LMSHARDS, Input, Result, parse_args, ratios, take_subset
 
 CHILD_MB = 200
 # A parent that stays small while its child holds CHILD_MB of touched memory for long enough for PSS samples.
@@ -81,3 +81,12 @@ def test_ratios_compare_throughput_against_the_targets():
     slow = ratios([_result(CEILING, 20.0, 300), _result(LMSHARDS, 60.0, 1200), _result(HF_STYLE, 100.0, 1100)], "all")
     assert not slow["b_over_a"]["met"] and not slow["b_over_c"]["met"] and not slow["memory_b_below_c"]["met"]
     assert Input("all", ()).bytes == 0
+
+
+def test_flags_default_to_the_product_set_up_and_reject_bad_sizes(tmp_path, capsys):
+    config = parse_args(["--corpus", str(tmp_path)])
+    assert config.sizes == ("30", "65", "all")
+    assert config.lmshards_args == ("--direct_running_mode=multi_processing", "--direct_num_workers=2")
+    with pytest.raises(SystemExit):
+        parse_args(["--corpus", str(tmp_path), "--sizes", "30,ten"])
+    assert "'ten' is neither a number of MB nor 'all'" in capsys.readouterr().err
