@@ -1,0 +1,31 @@
+"""Optimizer: no weight decay on LayerNorm weights and biases; warmup then linear/cosine decay to 0."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("keras_hub")
+
+from train.config import preset_config  # noqa: E402
+from train.model import build_masked_lm  # noqa: E402
+from train.optim import WarmupDecay, make_optimizer, warmup_steps_for  # noqa: E402
+
+
+def test_weight_decay_skips_layer_norm_and_biases():
+    model = build_masked_lm(preset_config("tiny", family="bert", vocabulary_size=100))
+    schedule = WarmupDecay(peak=1e-3, warmup_steps=1, total_steps=10)
+    optimizer = make_optimizer(schedule=schedule, weight_decay=0.01, clip_norm=1.0, loss_scaling=False)
+    optimizer.build(model.trainable_variables)
+    decayed = {v.name for v in model.trainable_variables if optimizer._use_weight_decay(v)}
+    assert decayed == {"embeddings", "kernel"}
+
+
+@pytest.mark.parametrize("decay, middle", [("linear", 0.5e-3), ("cosine", 0.5e-3)])
+def test_schedule(decay, middle):
+    s = WarmupDecay(peak=1e-3, warmup_steps=10, total_steps=110, decay=decay)
+    assert [float(s(x)) for x in (0, 5, 10, 60, 110, 200)] == pytest.approx([0, 0.5e-3, 1e-3, middle, 0, 0], abs=1e-9)
+    assert float(s(35)) == pytest.approx(0.75e-3 if decay == "linear" else 0.5e-3 * (1 + 0.7071067811865476), rel=1e-5)
+
+
+def test_default_warmup_is_five_percent():
+    assert warmup_steps_for(1000, None) == 50 and warmup_steps_for(10, None) == 1 and warmup_steps_for(1000, 7) == 7
