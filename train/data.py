@@ -23,8 +23,9 @@ from train.masking import MaskingSpec, mask_batch, max_predictions_for
 MAX_INTERLEAVE = 8
 # Eval masking uses this seed whatever --seed is, so evaluations are comparable across runs.
 EVAL_SEED = 1234
-# Stateless seeds are [2] int64: (run seed, stream position). Pipelines get disjoint positions.
-_EPOCH_SALT = 1_000_003
+# Stateless seeds are [2] int64: (run seed, counter). Counters of pipelines, and of epoch vs batch
+# draws, never coincide: counter = (index * _PIPELINE_STRIDE + pipeline_id) * 2 + (0 for batches, 1 for epochs).
+_PIPELINE_STRIDE = 1_000_003
 _MAXINT32 = 2**31 - 1
 
 
@@ -124,7 +125,7 @@ def train_dataset(
     paths = tf.constant(files.paths)
 
     def epoch_batches(epoch):  # epoch: int64 scalar -> serialized [batch_size] strings
-        epoch_seed = tf.stack([tf.constant(seed, tf.int64), epoch * _EPOCH_SALT + pipeline_id])
+        epoch_seed = _stream_seed(seed, epoch, pipeline_id, epoch_draw=True)
         order = tf.random.experimental.stateless_shuffle(paths, seed=epoch_seed)
         records = tf.data.Dataset.from_tensor_slices(order).interleave(
             tf.data.TFRecordDataset,
@@ -144,12 +145,17 @@ def train_dataset(
     ds = ds.map(
         lambda step, serialized: _parse_and_mask(
             serialized, seq_len=seq_len, masking=masking, with_segment_ids=with_segment_ids,
-            seed=tf.stack([tf.constant(seed, tf.int64), step * _EPOCH_SALT + pipeline_id]),
+            seed=_stream_seed(seed, step, pipeline_id, epoch_draw=False),
         ),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _stream_seed(seed: int, index, pipeline_id: int, *, epoch_draw: bool) -> tf.Tensor:
+    counter = (index * _PIPELINE_STRIDE + pipeline_id) * 2 + int(epoch_draw)
+    return tf.stack([tf.constant(seed, tf.int64), counter])
 
 
 @contextlib.contextmanager

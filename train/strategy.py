@@ -20,7 +20,7 @@ def make_strategy(kind: str, *, tpu: str | None = None) -> tf.distribute.Strateg
     if kind == "tpu" or (kind == "auto" and _tpu_likely(tpu)):
         try:
             return _tpu_strategy(tpu)
-        except (ValueError, tf.errors.OpError) as e:
+        except (ValueError, RuntimeError, tf.errors.OpError) as e:
             if kind == "tpu":
                 raise LmshardsError(
                     f"No TPU reachable with --tpu {tpu!r} ({e}). On a TPU VM pass --tpu local; otherwise the TPU's name."
