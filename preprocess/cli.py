@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Sequence
 
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import DebugOptions, PipelineOptions
 
 from preprocess.options import PreprocessError, config_from_options, help_parser
 from schemas.errors import LmshardsError
@@ -36,6 +36,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LmshardsError as e:
         print(f"lmshards preprocess: error: {e}", file=sys.stderr)
         return 2
+    if manifest is None:
+        job_file = PipelineOptions(argv).view_as(DebugOptions).dataflow_job_file
+        print("lmshards preprocess: dry run, nothing submitted or written"
+              + (f"; Dataflow job written to {job_file}" if job_file else ""))
+        return 0
     print(summary(manifest, config.output, time.monotonic() - started))
     return 0
 

@@ -249,6 +249,11 @@ def detect_format(path: str) -> str:
     return _FORMAT_BY_EXTENSION.get(name[dot:], TEXT) if dot > 0 else TEXT
 
 
+def is_compressed(path: str) -> bool:
+    """True for .gz/.bz2 inputs: not splittable, each is read as one range."""
+    return _compression_suffix(path) is not None
+
+
 def _compression_suffix(path: str) -> str | None:
     lowered = path.lower()
     return next((suffix for suffix in _COMPRESSIONS if lowered.endswith(suffix)), None)

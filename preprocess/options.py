@@ -21,12 +21,24 @@ from schemas.errors import LmshardsError
 DEFAULT_VALIDATION_FRACTION = 0.005
 DEFAULT_BATCH_SIZE = 1000  # documents per encode_batch call
 DEFAULT_RANGE_MB = 64.0  # bytes of input one read task covers
-DEFAULT_TOKENIZER_THREADS = 1
+DEFAULT_TOKENIZER_THREADS = 0  # auto: see effective_tokenizer_threads in pipeline.py
 DEFAULT_TEXT_FIELD = "text"
 
 
 class PreprocessError(LmshardsError):
     """A bad preprocess flag value."""
+
+
+def parse_bool(value: str | bool) -> bool:
+    """'true'/'false' (any case, also 1/0, yes/no) as a bool, for flags given as --flag=value."""
+    if isinstance(value, bool):
+        return value
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
 
 
 class LmshardsPreprocessOptions(PipelineOptions):
@@ -62,11 +74,13 @@ class LmshardsPreprocessOptions(PipelineOptions):
                             help=f"JSON Lines field holding the text (default {DEFAULT_TEXT_FIELD!r}).")
         parser.add_argument("--text_column", default=DEFAULT_TEXT_FIELD,
                             help=f"Parquet column holding the text (default {DEFAULT_TEXT_FIELD!r}).")
-        parser.add_argument("--overwrite", action="store_true",
+        # nargs="?" so both `--overwrite` and the Flex Template launcher's `--overwrite=true` parse.
+        parser.add_argument("--overwrite", nargs="?", const=True, default=False, type=parse_bool,
                             help="Replace an existing output (its manifest is deleted first).")
         parser.add_argument("--tokenizer_threads", type=int, default=DEFAULT_TOKENIZER_THREADS,
-                            help="Rust tokenizer threads per worker process (default 1: the runner's "
-                                 "worker processes already use the cores).")
+                            help="Rust tokenizer threads per worker process. Default 0 = auto: every core "
+                                 "for the in-process DirectRunner (one worker), else 1 (the runner already "
+                                 "runs one worker process per core).")
         parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH_SIZE,
                             help=f"Documents per tokenizer call (default {DEFAULT_BATCH_SIZE}); no effect on output.")
         parser.add_argument("--range_mb", type=float, default=DEFAULT_RANGE_MB,
@@ -133,7 +147,9 @@ def validate(config: PreprocessConfig) -> None:
         raise PreprocessError(f"--num_shards {config.num_shards} must be at least 1.")
     if config.target_shard_mb <= 0:
         raise PreprocessError(f"--target_shard_mb {config.target_shard_mb} must be positive, e.g. 128.")
-    for flag in ("shard_multiple", "tokenizer_threads", "batch_size", "packing_group_tokens"):
+    if config.tokenizer_threads < 0:
+        raise PreprocessError(f"--tokenizer_threads {config.tokenizer_threads} must be >= 0 (0 = auto).")
+    for flag in ("shard_multiple", "batch_size", "packing_group_tokens"):
         if getattr(config, flag) < 1:
             raise PreprocessError(f"--{flag} {getattr(config, flag)} must be at least 1.")
     if config.range_mb <= 0:

@@ -55,7 +55,16 @@ def sample_tokenizer(tmp_path_factory, sample_files) -> Path:
 
 
 @pytest.fixture(scope="session")
-def gcs_emulator(tmp_path_factory):
-    """A GCS emulator on 127.0.0.1 with bucket `lmshards-test`; yields 'gs://lmshards-test'."""
+def gcs_emulator_session(tmp_path_factory):
+    """A GCS emulator on 127.0.0.1 with bucket `lmshards-test`, started once per test session."""
     with running_emulator(str(tmp_path_factory.mktemp("gcs"))):
         yield f"gs://{BUCKET}"
+
+
+@pytest.fixture(scope="module")
+def gcs_emulator(gcs_emulator_session, request):
+    """A gs:// prefix of the emulator's bucket that belongs to one test module, e.g. 'gs://lmshards-test/test_read'.
+
+    Test modules share one emulator; their own prefixes keep their globs from seeing each other's objects.
+    """
+    return f"{gcs_emulator_session}/{request.module.__name__.rsplit('.', 1)[-1]}"

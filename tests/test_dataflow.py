@@ -1,8 +1,4 @@
-"""The Dataflow production path: the Flex Template's parameters, and the Dataflow job built offline.
-
-Pipeline changes this path still needs are the skipped tests at the end of this file, each with
-the exact change in its reason.
-"""
+"""The Dataflow production path: the Flex Template's parameters, and the Dataflow job built offline."""
 
 from __future__ import annotations
 
@@ -16,7 +12,8 @@ from pathlib import Path
 import pytest
 from google.cloud import dataflow_v1beta3  # ships with apache-beam[gcp]
 
-from preprocess.options import LmshardsPreprocessOptions, PreprocessConfig, config_from_options
+from preprocess.dataflow import write_dry_run_job_file
+from preprocess.options import LmshardsPreprocessOptions, PreprocessConfig, config_from_options, parse_bool
 from schemas import fs
 from tests.conftest import REPO
 from tests.test_packaging import NOT_ON_WORKERS, WORKER_ENV, top_level
@@ -62,7 +59,7 @@ def test_metadata_parameters_match_the_pipeline_flags_one_to_one():
         if action.choices:
             assert [o["value"] for o in param["enumOptions"]] == list(action.choices), name
         assert (param["paramType"] == "NUMBER") == (action.type in (int, float)), name
-        assert (param["paramType"] == "BOOLEAN") == isinstance(action, argparse._StoreTrueAction), name
+        assert (param["paramType"] == "BOOLEAN") == (action.type is parse_bool), name
         if action.default is None or action.default is False:
             assert "defaultValue" not in param, name
         else:
@@ -106,27 +103,6 @@ IMAGE = "us-central1-docker.pkg.dev/lmshards-test/lmshards/preprocess:test"
 STAGES = ("Read", "Tokenize", "Pack", "Shard", "Manifest")  # the top-level stages of build_pipeline
 
 
-def write_dry_run_job_file(result, path: str) -> None:
-    """Writes the Dataflow job that a `--dry_run=True` run built but did not submit.
-
-    Beam 2.77's DataflowRunner returns from a dry run before it stages anything or writes
-    --dataflow_job_file, so nothing needs credentials or network. This fills in the job's
-    environment (worker pools, container image, pipeline options) the way submission would, and
-    writes {"job": the Dataflow Job as --dataflow_job_file has it, minus staged packages,
-    "pipeline": the Beam runner-API pipeline, with the artifacts that would be staged}.
-    """
-    from apache_beam.runners.dataflow.internal import apiclient
-    from google.protobuf import json_format
-
-    job = result.job
-    job.proto.environment = apiclient.Environment(
-        packages=[], options=job.options, environment_version=apiclient._FNAPI_ENVIRONMENT_MAJOR_VERSION,
-        proto_pipeline_staged_url="", proto_pipeline=job.proto_pipeline,
-    ).proto
-    document = {"job": json.loads(job.json()), "pipeline": json_format.MessageToDict(job.proto_pipeline)}
-    fs.write_text_atomic(path, json.dumps(document, indent=1, sort_keys=True) + "\n")
-
-
 def _build_dry_run(argv: list[str]):
     """What `lmshards preprocess ARGV` does up to pipeline.run(), on the DataflowRunner in dry-run mode."""
     import apache_beam as beam
@@ -156,7 +132,7 @@ def dry_run(gcs_emulator, sample_tokenizer, sample_files, tmp_path_factory):
         f"--dataflow_job_file={job_file}",
     ]
     with pytest.MonkeyPatch.context() as env:
-        env.setenv(WORKER_ENV, "1")  # what the CLI is to set when it stages for Dataflow (see the skipped test)
+        env.setenv(WORKER_ENV, "1")  # what run_pipeline sets when it stages with --setup_file
         result = _build_dry_run(argv)
     write_dry_run_job_file(result, job_file)
     return json.loads(Path(job_file).read_text()), argv, work
@@ -265,20 +241,8 @@ def test_dry_run_graph_spreads_the_read_and_fuses_no_fan_out_into_one_worker(dry
     assert _stage_of(stages, "Shard/WriteShard") != _stage_of(stages, "Manifest/Write")
 
 
-# ---------------------------------------------------------------- pipeline changes still to integrate
+# ---------------------------------------------------------------- the CLI path to Dataflow
 
-CLI_DRY_RUN_CHANGE = (
-    "needs preprocess/pipeline.py run_pipeline to honour Beam's dry run: with options.view_as(TestOptions).dry_run "
-    "set, skip clear_output (never delete on a dry run), replace `with beam.Pipeline(...)` by "
-    "`result = pipeline.run()`, call write_dry_run_job_file(result, DebugOptions.dataflow_job_file) (move it there "
-    "from this file) and return None instead of reading the manifest; preprocess/cli.py then prints "
-    "'dry run: Dataflow job written to PATH' and exits 0. And, when SetupOptions.setup_file is given, "
-    "os.environ.setdefault('LMSHARDS_WORKER_PACKAGE', '1') before pipeline.run(), so Beam's stager builds "
-    "the worker distribution"
-)
-
-
-@pytest.mark.skip(reason=CLI_DRY_RUN_CHANGE)
 @pytest.mark.gcs
 @pytest.mark.slow
 def test_cli_dry_run_writes_the_job_file_and_never_touches_the_output(dry_run, tmp_path, monkeypatch):
@@ -297,11 +261,6 @@ def test_cli_dry_run_writes_the_job_file_and_never_touches_the_output(dry_run, t
     assert fs.read_text(f"{work}/out/keep.txt") == "an existing output"
 
 
-@pytest.mark.skip(reason=(
-    "needs preprocess/options.py to accept --overwrite=true/false as the Flex Template launcher passes "
-    "every parameter as --name=value (argparse store_true rejects 'ignored explicit argument'): "
-    "add_argument('--overwrite', nargs='?', const=True, default=False, type=<'true'/'false' parser>)"
-))
 def test_flex_template_boolean_parameters_parse():
     from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -314,12 +273,6 @@ def test_flex_template_boolean_parameters_parse():
                                                 "--overwrite=false"])).overwrite is False
 
 
-@pytest.mark.skip(reason=(
-    "needs preprocess/pipeline.py build_pipeline to spread the documents of a compressed input: a .gz/.bz2 file "
-    "is one read range, so read + tokenize (fused) run on one vCPU for the whole file; when any input is "
-    "compressed and larger than --range_mb, add `batches = batches | 'SpreadBatches' >> beam.Reshuffle()` "
-    "between Read and Tokenize (only then: it shuffles the raw text once)"
-))
 @pytest.mark.gcs
 @pytest.mark.slow
 def test_dry_run_spreads_a_large_compressed_input_before_tokenizing(dry_run, sample_files, monkeypatch):
@@ -329,7 +282,7 @@ def test_dry_run_spreads_a_large_compressed_input_before_tokenizing(dry_run, sam
     text = b"".join(f.read_bytes() for f in sample_files)
     fs.write_bytes_atomic(f"{work}/gz/corpus.txt.gz", gzip.compress(text))
     monkeypatch.setenv(WORKER_ENV, "1")
-    argv = [a for a in argv if not a.startswith("--input=")] + [f"--input={work}/gz"]
+    argv = [a for a in argv if not a.startswith(("--input=", "--output="))] + [f"--input={work}/gz", f"--output={work}/gz-out"]
     job_file = f"{work}/gz-job.json"
     write_dry_run_job_file(_build_dry_run(argv), job_file)
     stages = _fused_stages(json.loads(fs.read_text(job_file)))
