@@ -397,7 +397,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
         "eval_accuracy": eval_record and eval_record["eval_accuracy"],
         "sequences_per_second": trained * plan.global_batch / train_time if trained else None,
         "tokens_per_second": trained * tokens_per_step / train_time if trained else None,
-        "steps_this_session": trained,
+        "steps_this_run": trained,  # steps this command trained (after a resume, fewer than global_step)
         "replicas": plan.replicas,
         "global_batch": plan.global_batch,
         "steps_per_epoch": plan.steps_per_epoch,
