@@ -40,7 +40,8 @@ def parse_args(argv: Sequence[str]) -> DemoConfig:
     p.add_argument("--output", default="demo_output", help="directory for every artifact (default: demo_output)")
     p.add_argument("--steps", type=int, default=300, help="training steps (default: 300)")
     p.add_argument("--vocab_size", type=int, default=8000, help="tokenizer vocabulary (default: 8000)")
-    p.add_argument("--model_preset", default="small", choices=("tiny", "small", "base"), help="default: small")
+    p.add_argument("--model_preset", default="tiny", choices=("tiny", "small", "base"),
+                   help="default: tiny, so the whole demo fits in minutes on a laptop CPU")
     p.add_argument("--per_replica_batch", type=int, default=32, help="sequences per step (default: 32)")
     p.add_argument("--seq_len", type=int, default=128, help="tokens per record (default: 128)")
     a = p.parse_args(argv)

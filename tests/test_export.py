@@ -203,13 +203,15 @@ def test_bert_export_gives_keras_encoder_states_and_close_logits(bert_export):
     np.testing.assert_array_equal(torch_logits[real].argmax(-1), keras_logits[real].argmax(-1))
 
 
-def test_bert_export_is_exact_when_the_keras_head_computes_like_hf(tmp_path, bert_tokenizer_dir):
-    from keras_hub.src.utils.keras_utils import gelu_approximate
+def test_bert_export_of_the_trainers_model_is_exact(tmp_path, bert_tokenizer_dir):
+    """The trainer builds BERT's head like HF's (the encoder's GELU and epsilon), so its export is exact."""
+    from train.config import ModelConfig
+    from train.model import build_masked_lm
 
-    masked_lm = tiny_masked_lm("bert", vocabulary_size=600, seed=3)
-    head = masked_lm.masked_lm_head
-    head.intermediate_activation = head._intermediate_dense.activation = gelu_approximate
-    head.layer_norm_epsilon = head._intermediate_layer_norm.epsilon = 1e-12
+    masked_lm = build_masked_lm(ModelConfig(family="bert", vocabulary_size=600, num_layers=2, num_heads=2,
+                                            hidden_dim=32, intermediate_dim=64, dropout=0.1,
+                                            max_sequence_length=SEQ_LEN))
+    perturb(masked_lm, seed=3)
     specials = special_token_ids(locate_tokenizer(str(bert_tokenizer_dir)))
     out = tmp_path / "model"
     export_masked_lm(

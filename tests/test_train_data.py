@@ -168,7 +168,7 @@ def test_seq_len_longer_than_the_model(capsys, shards, tmp_path):
     config = tmp_path / "model.json"
     config.write_text(json.dumps({"family": "roberta", "max_sequence_length": 20}))
     err = run_cli(capsys, "--shards", shards, "--output", str(tmp_path / "run"), "--model_config", str(config))
-    assert f"sequences of {SEQ_LEN} tokens" in err and "at most 18" in err and "--seq_len" in err
+    assert f"sequences of {SEQ_LEN} tokens" in err and "at most 20" in err and "--seq_len" in err
 
 
 def test_vocabulary_mismatch(capsys, shards, tmp_path):

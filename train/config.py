@@ -10,9 +10,6 @@ from schemas import fs
 from schemas.errors import LmshardsError
 
 FAMILIES = ("roberta", "bert")
-# RoBERTa reserves positions 0 and 1 (padding_idx + 1), so roberta-base has 514 positions for 512 tokens.
-ROBERTA_POSITION_OFFSET = 2
-
 RUN_CONFIG_JSON = "run_config.json"
 RUN_SUMMARY_JSON = "run_summary.json"
 METRICS_JSONL = "metrics.jsonl"
@@ -36,19 +33,14 @@ class ModelConfig:
     hidden_dim: int = 64
     intermediate_dim: int = 128
     dropout: float = 0.1
-    max_sequence_length: int = 514
+    max_sequence_length: int = 512  # tokens the model takes; an export to HF RoBERTa adds its offset of 2
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    @property
-    def max_tokens(self) -> int:
-        """Longest token sequence the model accepts (RoBERTa spends two positions on its offset)."""
-        offset = ROBERTA_POSITION_OFFSET if self.family == "roberta" else 0
-        return self.max_sequence_length - offset
 
-
-# Presets per family differ only in max positions (roberta-base 514, bert-base 512).
+# 512 tokens for either family: keras-hub numbers positions from 0, so exported to transformers
+# RoBERTa (positions start after padding_idx + 1) this is roberta-base's 514 positions.
 _PRESET_DIMS = {
     "tiny": dict(num_layers=2, num_heads=2, hidden_dim=64, intermediate_dim=128),
     "small": dict(num_layers=4, num_heads=4, hidden_dim=256, intermediate_dim=1024),
@@ -62,8 +54,7 @@ def preset_config(name: str, *, family: str, vocabulary_size: int) -> ModelConfi
     if name not in _PRESET_DIMS:
         raise LmshardsError(f"Unknown --model_preset {name!r}; choose one of {list(PRESETS)}.")
     _check_family(family)
-    positions = 512 + (ROBERTA_POSITION_OFFSET if family == "roberta" else 0)
-    return ModelConfig(family=family, vocabulary_size=vocabulary_size, max_sequence_length=positions, **_PRESET_DIMS[name])
+    return ModelConfig(family=family, vocabulary_size=vocabulary_size, max_sequence_length=512, **_PRESET_DIMS[name])
 
 
 def model_config_from_dict(data: dict[str, Any], *, source: str) -> ModelConfig:

@@ -37,7 +37,24 @@ def build_masked_lm(model_config: ModelConfig) -> keras_hub.models.MaskedLM:
         dropout=model_config.dropout,
         max_sequence_length=model_config.max_sequence_length,
     )
-    return task_cls(backbone=backbone, preprocessor=None)
+    masked_lm = task_cls(backbone=backbone, preprocessor=None)
+    if model_config.family == "bert":
+        match_head_to_encoder(masked_lm)
+    return masked_lm
+
+
+def match_head_to_encoder(masked_lm: keras_hub.models.MaskedLM) -> None:
+    """Makes BertMaskedLM's head use the encoder's activation and layer-norm epsilon, as BERT does.
+
+    keras-hub's BERT encoder uses tanh-approximate GELU and epsilon 1e-12 but builds its MLM head with
+    exact GELU and 1e-5; transformers' BertForMaskedLM (like the original BERT) uses the encoder's for
+    both. Matching them lets `lmshards export` reproduce the trained model's logits exactly. Both are
+    read at call time, so setting them before the first step changes no weight shape.
+    """
+    encoder = masked_lm.backbone.transformer_layers[0]
+    head = masked_lm.masked_lm_head
+    head.intermediate_activation = head._intermediate_dense.activation = encoder.activation
+    head.layer_norm_epsilon = head._intermediate_layer_norm.epsilon = encoder.layer_norm_epsilon
 
 
 def checkpoint_root(model: keras_hub.models.MaskedLM, **extra) -> tf.train.Checkpoint:

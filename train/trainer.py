@@ -91,10 +91,10 @@ def resolve_model_config(config: TrainConfig, manifest: Manifest) -> ModelConfig
             )
     else:
         model_config = preset_config(config.model_preset, family=config.model_family, vocabulary_size=vocab)
-    if manifest.seq_len > model_config.max_tokens:
+    if manifest.seq_len > model_config.max_sequence_length:
         raise LmshardsError(
             f"The shards hold sequences of {manifest.seq_len} tokens but the {model_config.family} model takes at most "
-            f"{model_config.max_tokens} (max_sequence_length {model_config.max_sequence_length}). Raise "
+            f"{model_config.max_sequence_length} (max_sequence_length). Raise "
             "max_sequence_length in --model_config, or re-run `lmshards preprocess` with a smaller --seq_len."
         )
     return model_config
