@@ -50,9 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="special-token preset (default: roberta for unigram/bpe, bert for wordpiece)")
     train.add_argument("--lowercase", action="store_true", help="wordpiece: lowercase and strip accents")
     train.add_argument("--max_documents", type=int, default=None, help="cap on sampled documents")
-    train.add_argument("--max_bytes", type=parse_size, default=tt.DEFAULT_MAX_BYTES,
-                       help=f"cap on sampled text, e.g. 500MB (default {tt.DEFAULT_MAX_BYTES // 10**6} MB: "
-                            "trainer memory grows many times faster than the text)")
+    train.add_argument("--max_bytes", type=parse_size, default=None,
+                       help=f"cap on sampled text, e.g. 500MB (default {tt.DEFAULT_MAX_BYTES // 10**6} MB for bpe and "
+                            f"wordpiece: trainer memory grows many times faster than the text; "
+                            f"{tt.DEFAULT_MAX_BYTES_BY_MODEL[tt.UNIGRAM] // 10**6} MB for unigram, whose training "
+                            "runs on one core)")
 
     inspect = sub.add_parser("inspect", help="show how a tokenizer splits text or a corpus sample",
                              description="Show tokens and ids of --text, and with --input the unknown-token "
@@ -79,7 +81,7 @@ def _train(args: argparse.Namespace) -> int:
     config = tt.TrainConfig(
         inputs=tuple(args.input), output=args.output, model=args.model, vocab_size=args.vocab_size,
         special_tokens=args.special_tokens, lowercase=args.lowercase, max_documents=args.max_documents,
-        max_bytes=args.max_bytes, seed=args.seed, doc_separator=args.doc_separator,
+        max_bytes=args.max_bytes or tt.DEFAULT_MAX_BYTES_BY_MODEL[args.model], seed=args.seed, doc_separator=args.doc_separator,
         text_field=args.text_field, text_column=args.text_column,
     )
     result = tt.train(config)

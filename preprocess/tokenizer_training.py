@@ -52,6 +52,9 @@ DEFAULT_VOCAB_SIZE = 32000
 # vocabulary; raise --max_bytes only on a machine with the memory for it (see the README for measured
 # peak RSS per sampled MB).
 DEFAULT_MAX_BYTES = 1_000_000_000
+# Unigram's EM runs on one core (tokenizers 0.23): ~20 s per sampled MB on a 2-core machine, so its
+# default sample is smaller; BPE/WordPiece train in parallel and take the general cap.
+DEFAULT_MAX_BYTES_BY_MODEL = {UNIGRAM: 100_000_000, BPE: DEFAULT_MAX_BYTES, WORDPIECE: DEFAULT_MAX_BYTES}
 DEFAULT_SEED = 0
 # The positional embedding size of BERT-base/RoBERTa-base; what transformers pads/truncates to.
 MODEL_MAX_LENGTH = 512
