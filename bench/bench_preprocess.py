@@ -2,7 +2,8 @@
 
 In one run, on the same machine, with the same tokenizer.json:
   (a) ceiling   - reference_ceiling.py: Tokenizer.encode_batch over all lines, all cores;
-  (b) lmshards  - `lmshards preprocess` on Beam's DirectRunner, multi_processing mode, 2 workers;
+  (b) lmshards  - `lmshards preprocess` with its default runner: Beam's DirectRunner engine in-process,
+                  the tokenizer's threads on every core (--lmshards-args to measure others, e.g. multi_processing);
   (c) hf_style  - reference_hf_style.py: datasets.map tokenize + group_texts + serial TFRecordWriter, num_proc=2.
 Each runs in a fresh subprocess; wall time is the process's, start to exit (imports and start-up included),
 and peak RSS is the peak of the summed RSS of its whole process tree (see _measure.py). (b) also runs on
@@ -38,8 +39,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 CEILING_SCRIPT = BENCH_DIR / "reference_ceiling.py"
 HF_STYLE_SCRIPT = BENCH_DIR / "reference_hf_style.py"
 
-NUM_WORKERS = 2  # (b)'s --direct_num_workers and (c)'s num_proc: the machine this targets has 2 cores
-DEFAULT_LMSHARDS_ARGS = f"--direct_running_mode=multi_processing --direct_num_workers={NUM_WORKERS}"
+NUM_WORKERS = 2  # (c)'s num_proc: the machine this targets has 2 cores
+DEFAULT_LMSHARDS_ARGS = ""  # the product's default runner set-up
 DEFAULT_SIZES = ("30", "65", "all")  # MB of input for (b)'s RSS-growth runs; "all" is the whole corpus
 TOKENIZER_VOCAB_SIZE = 32000
 TOKENIZER_SAMPLE_BYTES = 20_000_000
@@ -349,7 +350,7 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     p.add_argument("--keep-outputs", action="store_true", help="keep each system's shards under --work-dir")
     p.add_argument("--lmshards-args", default=DEFAULT_LMSHARDS_ARGS,
                    help="runner (and other) flags for (b), replacing the default: %(default)r; e.g. "
-                        "'--direct_running_mode=in_memory --tokenizer_threads=2'")  # fmt: skip
+                        "'--direct_running_mode=multi_processing --direct_num_workers=2'")  # fmt: skip
     a = p.parse_args(argv)
     sizes = tuple(s.strip() for s in a.sizes.split(",") if s.strip())
     for s in sizes:

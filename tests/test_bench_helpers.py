@@ -86,7 +86,7 @@ def test_ratios_compare_throughput_against_the_targets():
 def test_flags_default_to_the_product_set_up_and_reject_bad_sizes(tmp_path, capsys):
     config = parse_args(["--corpus", str(tmp_path)])
     assert config.sizes == ("30", "65", "all")
-    assert config.lmshards_args == ("--direct_running_mode=multi_processing", "--direct_num_workers=2")
+    assert config.lmshards_args == ()
     with pytest.raises(SystemExit):
         parse_args(["--corpus", str(tmp_path), "--sizes", "30,ten"])
     assert "'ten' is neither a number of MB nor 'all'" in capsys.readouterr().err
