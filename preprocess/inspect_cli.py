@@ -7,7 +7,7 @@ import hashlib
 import sys
 from typing import Sequence
 
-from preprocess.sharding import CorruptRecordError, read_records
+from schemas.records import CorruptRecordError, read_records
 from schemas import fs
 from schemas.constants import MANIFEST_NAME
 from schemas.errors import LmshardsError

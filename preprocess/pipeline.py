@@ -25,15 +25,8 @@ from preprocess.inputs import ReadOptions, ReadStats, expand_inputs, is_compress
 from preprocess.options import PreprocessConfig, PreprocessError
 from preprocess.packing import REMAINDER_PAD, num_groups, order_by_hash, pack_blocks
 from preprocess.read import ReadDocuments
-from preprocess.sharding import (
-    MB,
-    encode_examples,
-    frame_record,
-    num_shards_for,
-    permute,
-    record_bytes_upper_bound,
-    shard_of,
-)
+from preprocess.sharding import MB, num_shards_for, permute, shard_of
+from schemas.records import encode_examples, frame_record, record_bytes_upper_bound
 from preprocess.tokenize import METRICS_NAMESPACE, TokenizeDocuments, TokenizeSettings, concat_chunks
 from schemas import fs
 from schemas.constants import ATTENTION_MASK, FEATURE_NAMES, INPUT_IDS, SPLITS, TRAIN_SPLIT, VALIDATION_SPLIT

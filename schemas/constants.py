@@ -18,7 +18,10 @@ SPLITS = (TRAIN_SPLIT, VALIDATION_SPLIT)
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "lmshards.manifest"
-MANIFEST_FORMAT_VERSION = 1
+# 2: SplitTotals lost documents_empty/_invalid_utf8/_nul (never set per split; Manifest.reading has them).
+MANIFEST_FORMAT_VERSION = 2
+# Versions this release reads; older ones are upgraded on reading (their shards are unchanged).
+READABLE_MANIFEST_VERSIONS = (1, 2)
 
 TOKENIZER_JSON = "tokenizer.json"
 # The small JSON that `lmshards tokenizer train` writes beside tokenizer.json.

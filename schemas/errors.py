@@ -11,3 +11,7 @@ class TokenizerError(LmshardsError):
 
 class ManifestError(LmshardsError):
     """The manifest is missing, corrupt or does not describe a complete output."""
+
+
+class OutputError(LmshardsError):
+    """The output location is a file, not empty, not writable, or overlaps an input."""

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
+import shutil
 import uuid
-from typing import Any
+from typing import Any, Iterator
 
 # gcsfs probes every bucket over gRPC first; against an emulator each open then waits 60 s.
 if os.environ.get("STORAGE_EMULATOR_HOST"):
     os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 import fsspec  # noqa: E402  (must follow the environment set-up above)
+
+from schemas.errors import OutputError  # noqa: E402
 
 
 def is_remote(path: str) -> bool:
@@ -80,10 +84,27 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
     parent = os.path.dirname(p)
     if parent:
         fs.makedirs(parent, exist_ok=True)
-    tmp = f"{p}.tmp-{uuid.uuid4().hex}"
-    with fs.open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, p)
+    with atomic_local_path(p) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
+
+
+@contextlib.contextmanager
+def atomic_local_path(final: str) -> Iterator[str]:
+    """Yields a temporary sibling path of `final` to fill (a file or a directory), renamed to `final` on success.
+
+    On an error the temporary path is removed, so `final` is either absent or complete.
+    """
+    tmp = f"{final.rstrip(os.sep)}.tmp-{uuid.uuid4().hex}"
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    except BaseException:
+        if os.path.isdir(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif os.path.lexists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def write_text_atomic(path: str, text: str) -> None:
@@ -108,3 +129,22 @@ def listdir(path: str) -> list[str]:
 def makedirs(path: str) -> None:
     fs, p = filesystem(path)
     fs.makedirs(p, exist_ok=True)
+
+
+def check_output_dir(path: str, *, overwrite: bool, flag: str = "--output") -> bool:
+    """Checks that `path` can receive a new output: absent, an empty directory, or (with overwrite) a directory.
+
+    Returns True when the directory exists and is not empty (so the caller will replace its content).
+
+    Raises:
+      OutputError: path is a file, or a non-empty directory without overwrite.
+    """
+    if not exists(path):
+        return False
+    if not isdir(path):
+        raise OutputError(f"{flag} {path!r} is a file; pass a directory path.")
+    if not listdir(path):
+        return False
+    if not overwrite:
+        raise OutputError(f"{flag} {path!r} is not empty; pass --overwrite to replace it, or choose a new directory.")
+    return True

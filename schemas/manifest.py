@@ -12,15 +12,15 @@ from typing import Any
 from schemas import fs
 from schemas.constants import (
     ATTENTION_MASK,
-    FEATURE_DTYPE,
-    FEATURE_NAMES,
     INPUT_IDS,
     MANIFEST_FORMAT,
     MANIFEST_FORMAT_VERSION,
     MANIFEST_NAME,
+    READABLE_MANIFEST_VERSIONS,
     SPLITS,
 )
 from schemas.errors import ManifestError
+from schemas.records import feature_spec
 
 # Keys left out when comparing two manifests for determinism.
 VOLATILE_KEYS = ("created_at",)
@@ -41,11 +41,6 @@ class SplitTotals:
     """Counts for one split. Token accounting balances: tokens_in == tokens_written + tokens_dropped."""
 
     documents: int = 0  # documents assigned to this split (non-empty, tokenized)
-    # The reader counts these three over the whole input, before documents have a split: the
-    # preprocess pipeline records them in Manifest.reading and leaves them 0 here.
-    documents_empty: int = 0  # empty or whitespace-only documents skipped
-    documents_invalid_utf8: int = 0  # documents with undecodable bytes (kept, decoded with U+FFFD)
-    documents_nul: int = 0  # documents holding NUL bytes (kept, NULs removed)
     tokens_in: int = 0  # tokens produced by the tokenizer, special tokens included
     tokens_written: int = 0  # real (non-padding) tokens in the written records
     tokens_dropped: int = 0  # tokens of a final partial block dropped by --remainder drop
@@ -115,11 +110,6 @@ class Manifest:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
 
-def feature_spec(seq_len: int) -> dict[str, dict[str, Any]]:
-    """Name -> {dtype, shape} of every record feature, as recorded in the manifest."""
-    return {name: {"dtype": FEATURE_DTYPE, "shape": [seq_len]} for name in FEATURE_NAMES}
-
-
 def check_accounting(manifest: Manifest) -> None:
     """Raises ManifestError unless every split's counts are internally consistent."""
     for name, split in manifest.splits.items():
@@ -142,17 +132,18 @@ def manifest_from_dict(data: dict[str, Any]) -> Manifest:
     """Builds a Manifest from its JSON form. Raises ManifestError on a wrong format or version."""
     if data.get("format") != MANIFEST_FORMAT:
         raise ManifestError(f"Not an lmshards manifest (format {data.get('format')!r}).")
-    if data.get("format_version") != MANIFEST_FORMAT_VERSION:
+    version = data.get("format_version")
+    if version not in READABLE_MANIFEST_VERSIONS:
         raise ManifestError(
-            f"Manifest format version {data.get('format_version')!r} is not supported by this version "
-            f"(expects {MANIFEST_FORMAT_VERSION}); re-run `lmshards preprocess` or upgrade lmshards."
+            f"Manifest format version {version!r} is not supported by this version "
+            f"(reads {list(READABLE_MANIFEST_VERSIONS)}); re-run `lmshards preprocess` or upgrade lmshards."
         )
     try:
         tok = data["tokenizer"]
         splits = {
             name: SplitInfo(
                 shards=tuple(ShardInfo(**s) for s in split["shards"]),
-                totals=SplitTotals(**split["totals"]),
+                totals=SplitTotals(**_totals_fields(split["totals"])),
             )
             for name, split in data["splits"].items()
         }
@@ -172,9 +163,18 @@ def manifest_from_dict(data: dict[str, Any]) -> Manifest:
             options=dict(data["options"]),
             created_at=data.get("created_at", ""),
             reading={k: int(v) for k, v in data.get("reading", {}).items()},
+            format_version=int(version),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise ManifestError(f"Manifest is malformed: {e!r}.") from e
+
+
+# Per-split counters of format_version 1 that were always 0 (reading counts live in Manifest.reading).
+_V1_ONLY_TOTALS = ("documents_empty", "documents_invalid_utf8", "documents_nul")
+
+
+def _totals_fields(totals: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in totals.items() if k not in _V1_ONLY_TOTALS}
 
 
 def manifest_path(output_dir: str) -> str:

@@ -13,7 +13,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from preprocess import tokenize
 from preprocess.packing import doc_hash, split_of, validation_threshold
 from preprocess.pipeline import PackBlocks, WriteShards, layout_splits
-from preprocess.sharding import read_records
+from schemas.records import read_records
 from preprocess.tokenize import TokenizeDocuments, TokenizeSettings
 from schemas.manifest import SplitTotals
 from schemas.shards import parse_shard_name

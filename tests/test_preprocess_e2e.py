@@ -16,7 +16,7 @@ from preprocess.inputs import ReadOptions, iter_documents
 from preprocess.options import PreprocessConfig
 from preprocess.packing import doc_hash, split_of, validation_threshold
 from preprocess.pipeline import run_pipeline
-from preprocess.sharding import read_records
+from schemas.records import read_records
 from schemas import fs
 from schemas.manifest import read_manifest
 from schemas.shards import parse_shard_name
