@@ -88,7 +88,7 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=2)
     args = p.parse_args()
     if args.generate and not fs.exists(manifest_path(args.shards)):
-        from tests.shard_factory import write_random_shards
+        from tests.helpers.shard_factory import write_random_shards
 
         t = time.perf_counter()
         write_random_shards(args.shards, records=args.generate, seq_len=128, tokenizer=GENERATED_TOKENIZER)

@@ -87,7 +87,7 @@ def main() -> None:
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench_train_")
     shards = os.path.join(workdir, f"shards_{args.seq_len}")
     if not fs.exists(manifest_path(shards)):
-        from tests.shard_factory import write_random_shards
+        from tests.helpers.shard_factory import write_random_shards
 
         write_random_shards(shards, records=RECORDS, seq_len=args.seq_len, tokenizer=GENERATED_TOKENIZER)
     results = [bench_preset(preset, shards=shards, run_dir=tempfile.mkdtemp(dir=workdir, prefix=f"run_{preset}_"), args=args)

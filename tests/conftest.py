@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gcs_emulator import BUCKET, running_emulator
+from tests.helpers.gcs_emulator import BUCKET, running_emulator
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = REPO / "data" / "sample"

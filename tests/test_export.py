@@ -305,7 +305,7 @@ def test_push_to_hub_offline_or_unreachable_names_the_local_export(roberta_expor
 
 def train_tiny_run(tmp_path: Path, *, tokenizer_json: Path, files: list[Path]) -> Path:
     """A real `lmshards train` run (4 steps, checkpoints at 2 and 4) on shards of the sample corpus."""
-    from tests.shard_factory import write_sample_shards
+    from tests.helpers.shard_factory import write_sample_shards
     from train import cli as train_cli
 
     write_sample_shards(

@@ -13,7 +13,7 @@ tf = pytest.importorskip("tensorflow")
 
 from schemas.errors import LmshardsError  # noqa: E402
 from schemas.manifest import read_manifest  # noqa: E402
-from tests.shard_factory import write_sample_shards  # noqa: E402
+from tests.helpers.shard_factory import write_sample_shards  # noqa: E402
 from train import cli, data  # noqa: E402
 from train.checkpoint import RunCheckpoints  # noqa: E402
 

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("keras_hub")
 
-from tests.shard_factory import write_sample_shards  # noqa: E402
+from tests.helpers.shard_factory import write_sample_shards  # noqa: E402
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]

@@ -129,7 +129,7 @@ def write_shards(
         splits=split_infos,
         inputs=tuple(mf.InputFileInfo(path=str(p), bytes=Path(p).stat().st_size) for p in inputs),
         seed=0,
-        options={"remainder": "pad", "written_by": "tests.shard_factory"},
+        options={"remainder": "pad", "written_by": "tests.helpers.shard_factory"},
     )
     mf.write_manifest(out_dir, manifest)
     return manifest
