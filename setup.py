@@ -1,8 +1,8 @@
 """lmshards packaging. Also what Dataflow workers install (`--setup_file ./setup.py`).
 
 Every third-party version is pinned here, once. The default install is what a preprocess worker
-needs (Beam, tensorflow-transform, tokenizers, fsspec/gcsfs); the trainer, tokenizer training,
-export and test tools are extras.
+needs (Beam, tensorflow-transform, tokenizers, fsspec/gcsfs); the trainer, the corpus tools
+(tokenizer training, dataset export), model export and test tools are extras.
 """
 
 import os
@@ -52,13 +52,14 @@ EXTRAS = {
 }
 EXTRAS["all"] = sorted({req for name, reqs in EXTRAS.items() if name != "test" for req in reqs})
 
-# The Dataflow worker distribution: preprocess/ + schemas/ and the WORKER pins only (no trainer, CLI,
-# extras or console script). Asked for with LMSHARDS_WORKER_PACKAGE=1 (Beam's stager runs
+# The Dataflow worker distribution: preprocess/ + schemas/ and the WORKER pins only (no trainer, corpus
+# tools, CLI, extras or console script). Asked for with LMSHARDS_WORKER_PACKAGE=1 (Beam's stager runs
 # `setup.py sdist` in a subprocess that inherits it); a worker rebuilding that sdist knows it by the
 # name in its PKG-INFO. Its own name also keeps its egg-info apart from a full build's file list.
 WORKER_PACKAGE_ENV = "LMSHARDS_WORKER_PACKAGE"
 WORKER_DIST_NAME = "lmshards-worker"
 WORKER_PACKAGES = ["preprocess", "preprocess.*", "schemas", "schemas.*"]
+FULL_PACKAGES = [*WORKER_PACKAGES, "corpus_tools", "corpus_tools.*", "lmshards", "train", "train.*"]
 _PKG_INFO = Path(__file__).with_name("PKG-INFO")
 WORKER_ONLY = os.environ.get(WORKER_PACKAGE_ENV) == "1" or (
     _PKG_INFO.is_file() and f"\nName: {WORKER_DIST_NAME}\n" in _PKG_INFO.read_text(encoding="utf-8")
@@ -74,7 +75,7 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.11,<3.12",
-    packages=find_packages(include=WORKER_PACKAGES if WORKER_ONLY else [*WORKER_PACKAGES, "lmshards", "train", "train.*"]),
+    packages=find_packages(include=WORKER_PACKAGES if WORKER_ONLY else FULL_PACKAGES),
     install_requires=WORKER,
     extras_require={} if WORKER_ONLY else EXTRAS,
     entry_points={} if WORKER_ONLY else {"console_scripts": ["lmshards = lmshards.cli:main"]},

@@ -16,8 +16,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+import train  # noqa: E402,F401  (chooses Keras's backend, which importing TensorFlow already reads)
 import tensorflow as tf  # noqa: E402
 
 from bench.reference_input_baseline import run_all as run_reference  # noqa: E402
@@ -39,7 +39,7 @@ def our_pipeline(shards_dir: str, *, batch: int, epochs: int) -> tuple[float, fl
     manifest = read_manifest(shards_dir)
     files = data.split_files(manifest, shards_dir, "train")
     spe = data.steps_per_epoch(files, num_pipelines=1, per_pipeline_batch=batch)
-    ds = data.train_dataset(files, seq_len=manifest.seq_len, batch_size=batch, steps_per_epoch=spe,
+    ds = data.train_dataset(files, features=manifest.features(), batch_size=batch, steps_per_epoch=spe,
                             shuffle_buffer=10_000, seed=0, start_step=0,
                             masking=data.masking_spec(manifest, 0.15), with_segment_ids=False)
     n, t, c = 0, time.perf_counter(), time.process_time()
@@ -56,7 +56,7 @@ def masking_alone(shards_dir: str, *, batch: int) -> dict[str, float]:
 
     manifest = read_manifest(shards_dir)
     spec = data.masking_spec(manifest, 0.15)
-    ds = data.eval_dataset(data.split_files(manifest, shards_dir, "train"), seq_len=manifest.seq_len, batch_size=batch,
+    ds = data.eval_dataset(data.split_files(manifest, shards_dir, "train"), features=manifest.features(), batch_size=batch,
                            masking=spec, with_segment_ids=False, max_batches=1)
     first = next(iter(ds))
     ids = first["token_ids"]  # already masked once; the content does not matter for speed

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from bench._measure import MB, load_average, run_checked
-from preprocess.tokenizer_cli import parse_size
-from preprocess.tokenizer_training import DEFAULT_VOCAB_SIZE, MODELS
+from corpus_tools.tokenizer.cli import parse_size
+from corpus_tools.tokenizer.config import DEFAULT_VOCAB_SIZE, MODELS
 
 DEFAULT_SIZES = ("10MB", "100MB")
 DEFAULT_MODELS = MODELS

@@ -17,8 +17,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+import train  # noqa: E402,F401  (chooses Keras's backend, which importing TensorFlow already reads)
 import tensorflow as tf  # noqa: E402
 
 from bench.bench_input_pipeline import GENERATED_TOKENIZER  # noqa: E402
@@ -26,6 +26,7 @@ from schemas import fs  # noqa: E402
 from schemas.manifest import manifest_path  # noqa: E402
 from train.cli import parse_config  # noqa: E402
 from train.config import METRICS_JSONL, preset_config  # noqa: E402
+from train.families import DEFAULT_FAMILY  # noqa: E402
 from train.model import build_masked_lm  # noqa: E402
 from train.trainer import train  # noqa: E402
 
@@ -36,7 +37,7 @@ PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L4": 121e12,
 
 
 def model_flops_per_token(preset: str, *, vocab: int, seq_len: int) -> tuple[int, float]:
-    config = preset_config(preset, family="roberta", vocabulary_size=vocab)
+    config = preset_config(preset, family=DEFAULT_FAMILY, vocabulary_size=vocab)
     params = build_masked_lm(config).count_params()
     return params, 6.0 * params + 12.0 * config.num_layers * config.hidden_dim * seq_len
 

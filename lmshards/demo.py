@@ -7,7 +7,6 @@ process and every command line is printed for copying.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -17,12 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from schemas.errors import LmshardsError
+from schemas import fs
+from schemas.cli import CommandParser, run_command, setup_logging
+from schemas.errors import LmshardsError, OutputError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_GLOB = str(REPO_ROOT / "data" / "sample" / "*" / "*.txt")
 MARKER = ".lmshards_demo"
 FILL_MASK_PROMPT = "The capital of France is <mask>."
+COMMAND = "demo"
 
 
 @dataclass(frozen=True)
@@ -35,28 +37,36 @@ class DemoConfig:
     seq_len: int
 
 
-def parse_args(argv: Sequence[str]) -> DemoConfig:
-    p = argparse.ArgumentParser(prog="lmshards demo", description=__doc__.splitlines()[0])
-    p.add_argument("--output", default="demo_output", help="directory for every artifact (default: demo_output)")
-    p.add_argument("--steps", type=int, default=300, help="training steps (default: 300)")
-    p.add_argument("--vocab_size", type=int, default=8000, help="tokenizer vocabulary (default: 8000)")
+def build_parser() -> CommandParser:
+    p = CommandParser(COMMAND, description=__doc__.splitlines()[0])
+    p.add_argument("--output", default="demo_output",
+                   help="directory for every artifact; a re-run replaces only a directory an earlier demo made")
+    p.add_argument("--steps", type=int, default=300, help="training steps")
+    p.add_argument("--vocab_size", type=int, default=8000, help="tokenizer vocabulary")
     p.add_argument("--model_preset", default="tiny", choices=("tiny", "small", "base"),
-                   help="default: tiny, so the whole demo fits in minutes on a laptop CPU")
-    p.add_argument("--per_replica_batch", type=int, default=32, help="sequences per step (default: 32)")
-    p.add_argument("--seq_len", type=int, default=128, help="tokens per record (default: 128)")
-    a = p.parse_args(argv)
+                   help="tiny fits the whole demo in minutes on a laptop CPU")
+    p.add_argument("--per_replica_batch", type=int, default=32, help="sequences per step")
+    p.add_argument("--seq_len", type=int, default=128, help="tokens per record")
+    return p
+
+
+def parse_args(argv: Sequence[str]) -> DemoConfig:
+    p = build_parser()
+    a = p.parse_args(list(argv))
     if a.steps < 1:
         p.error(f"--steps must be >= 1, got {a.steps}")
     return DemoConfig(Path(a.output).resolve(), a.steps, a.vocab_size, a.model_preset, a.per_replica_batch, a.seq_len)
 
 
 def prepare_output(output: Path) -> None:
-    """Creates the demo directory; re-runs wipe only a directory this demo made (it holds MARKER)."""
-    if output.exists() and not output.is_dir():
-        raise LmshardsError(f"--output {str(output)!r} is a file; pass a directory path.")
-    if output.exists() and any(output.iterdir()):
+    """Creates the demo directory; re-runs wipe only a directory this demo made (it holds MARKER).
+
+    Raises:
+      OutputError: output is a file, or a non-empty directory without MARKER.
+    """
+    if fs.check_output_dir(str(output), overwrite=True):
         if not (output / MARKER).exists():
-            raise LmshardsError(
+            raise OutputError(
                 f"--output {str(output)!r} is not empty and was not made by `lmshards demo`; "
                 "pass an empty or new directory."
             )
@@ -126,15 +136,16 @@ def write_report(cfg: DemoConfig, timings: dict[str, float]) -> Path:
 
 def main(argv: Sequence[str]) -> int:
     cfg = parse_args(argv)
-    try:
-        prepare_output(cfg.output)
-        log_dir = cfg.output / "logs"
-        log_dir.mkdir()
-        timings = {title: run_step(title, step_argv, log_dir) for title, step_argv in steps_for(cfg)}
-        report = write_report(cfg, timings)
-    except LmshardsError as e:
-        print(f"lmshards demo: {e}", file=sys.stderr)
-        return 2
+    setup_logging(packages=("lmshards",))
+    return run_command(COMMAND, lambda: _run(cfg))
+
+
+def _run(cfg: DemoConfig) -> int:
+    prepare_output(cfg.output)
+    log_dir = cfg.output / "logs"
+    log_dir.mkdir()
+    timings = {title: run_step(title, step_argv, log_dir) for title, step_argv in steps_for(cfg)}
+    report = write_report(cfg, timings)
     out = cfg.output
     print("\n=== Artifacts")
     for label, path in (("tokenizer", out / "tokenizer"), ("shards + manifest", out / "shards"),

@@ -2,54 +2,92 @@
 
 from __future__ import annotations
 
-import difflib
 import logging
 import re
 import sys
 import time
 from typing import Sequence
 
-from apache_beam.options.pipeline_options import DebugOptions, PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from preprocess.options import PreprocessError, config_from_options, help_parser
-from schemas.errors import LmshardsError
+from preprocess import runners
+from preprocess.options import REQUIRED_FLAGS, LmshardsPreprocessOptions, config_from_options
+from schemas.cli import CommandParser, run_command, setup_logging, typo_hint
 from schemas.manifest import Manifest
+
+COMMAND = "preprocess"
+DESCRIPTION = (
+    "Text corpus -> tokenized, packed, shuffled, balanced TFRecord shards + manifest.json.\n\n"
+    "Any Apache Beam pipeline option (--runner, --project, --region, --temp_location, --direct_num_workers, ...) "
+    f"passes through to the runner. --runner: {', '.join(runners.SUGGESTED_RUNNERS)} or a runner's class path; "
+    "without it, Beam's FnApiRunner in this process."
+)
+# multi_processing workers' log lines (our progress lines among them) reach the launcher through this logger.
+WORKER_LOGGER = "apache_beam.runners.portability.local_job_service"
+_WORKER_MESSAGE = re.compile(r'message: "(.*?)" (?:instruction_id|transform_id|log_location):')
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "-h" in argv or "--help" in argv:
-        print(help_parser().format_help())
-        return 0
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("preprocess").setLevel(logging.INFO)
+    parser = build_parser()
+    _, others = parser.parse_known_args(argv)  # --help, missing required flags, bad values of ours
+    setup_logging(packages=["preprocess"])
     worker_logs = logging.getLogger(WORKER_LOGGER)
     worker_logs.setLevel(logging.INFO)
     worker_logs.addFilter(_from_preprocess_or_error)
-    try:
-        check_flag_spelling(argv)
-        config = config_from_options(PipelineOptions(argv))
-        from preprocess.pipeline import run_pipeline  # Beam graph code, after the cheap checks
+    return run_command(COMMAND, lambda: _preprocess(parser, argv, others))
 
-        started = time.monotonic()
-        manifest = run_pipeline(config, argv)
-    except LmshardsError as e:
-        print(f"lmshards preprocess: error: {e}", file=sys.stderr)
-        return 2
+
+def _preprocess(parser: CommandParser, argv: list[str], others: list[str]) -> int:
+    # The runner first: resolving it imports its module, which declares its own flags (Dask's).
+    runners.resolve_runner(PipelineOptions(argv).view_as(StandardOptions).runner or runners.FNAPI_RUNNER)
+    check_flag_spelling(parser, others)
+    config = config_from_options(PipelineOptions(argv))
+    from preprocess.pipeline import run_pipeline  # Beam graph code, after the cheap checks
+
+    started = time.monotonic()
+    manifest = run_pipeline(config, argv)
     if manifest is None:
-        job_file = PipelineOptions(argv).view_as(DebugOptions).dataflow_job_file
-        print("lmshards preprocess: dry run, nothing submitted or written"
+        job_file = runners.dry_run_job_file(PipelineOptions(argv))
+        print(f"lmshards {COMMAND}: dry run, nothing submitted or written"
               + (f"; Dataflow job written to {job_file}" if job_file else ""))
-        return 0
-    print(summary(manifest, config.output, time.monotonic() - started))
+    else:
+        print(summary(manifest, config.output, time.monotonic() - started))
     return 0
 
 
-# multi_processing workers' log lines (our progress lines among them) reach the launcher through this logger.
-WORKER_LOGGER = "apache_beam.runners.portability.local_job_service"
+def build_parser() -> CommandParser:
+    """Our flags, for --help and their checks; typo hints also draw on every Beam flag."""
+    parser = CommandParser(COMMAND, extra_flags=beam_flags(), description=DESCRIPTION, allow_abbrev=False)
+    LmshardsPreprocessOptions._add_argparse_args(parser)
+    for action in parser._actions:
+        if set(action.option_strings) & set(REQUIRED_FLAGS):
+            action.required = True
+    return parser
 
 
-_WORKER_MESSAGE = re.compile(r'message: "(.*?)" (?:instruction_id|transform_id|log_location):')
+def beam_flags() -> list[str]:
+    """Every flag of every Beam pipeline option class imported so far (ours included)."""
+    flags: list[str] = []
+
+    def collect(parser) -> None:
+        flags.extend(opt for action in parser._actions for opt in action.option_strings if opt.startswith("--"))
+
+    PipelineOptions([]).get_all_options(add_extra_args_fn=collect)
+    return flags
+
+
+def check_flag_spelling(parser: CommandParser, others: Sequence[str]) -> None:
+    """Rejects a flag that no option declares but that looks like a known one (--runer, --seq-len).
+
+    Other unknown flags pass through: a runner may read its own.
+    """
+    parser.extra_flags = tuple(beam_flags())  # now with the flags of the runner's own options
+    known = parser.known_flags()
+    unknown = [arg for arg in others if arg.startswith("--") and arg.split("=", 1)[0] not in known]
+    hints = [hint for hint in (typo_hint(arg, known) for arg in unknown) if hint]
+    if hints:
+        parser.error("; ".join(hints))
 
 
 def _from_preprocess_or_error(record: logging.LogRecord) -> bool:
@@ -66,23 +104,8 @@ def _from_preprocess_or_error(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.ERROR
 
 
-def check_flag_spelling(argv: Sequence[str]) -> None:
-    """Rejects a flag that no pipeline option declares but that looks like one of ours (e.g. --seq-len).
-
-    Other unknown flags pass through: a runner may define its own.
-    """
-    known = set(PipelineOptions([]).get_all_options())  # every declared option's name, ours included
-    ours = [opt for action in help_parser()._actions for opt in action.option_strings if opt.startswith("--")]
-    for arg in argv:
-        name = arg.split("=", 1)[0]
-        if name.startswith("--") and name[2:] not in known:
-            close = difflib.get_close_matches(name, ours, n=1)
-            if close:
-                raise PreprocessError(f"Unknown flag {name!r}; did you mean {close[0]!r}?")
-
-
 def summary(manifest: Manifest, output: str, seconds: float) -> str:
-    lines = [f"lmshards preprocess: wrote {output} in {seconds:.1f} s (seq_len {manifest.seq_len})"]
+    lines = [f"lmshards {COMMAND}: wrote {output} in {seconds:.1f} s (seq_len {manifest.seq_len})"]
     for name, split in manifest.splits.items():
         t = split.totals
         lines.append(

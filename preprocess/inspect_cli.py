@@ -7,34 +7,39 @@ import hashlib
 import sys
 from typing import Sequence
 
-from schemas.records import CorruptRecordError, read_records
 from schemas import fs
+from schemas.cli import EXIT_FAILURE, EXIT_OK, CommandParser, run_command, setup_logging
 from schemas.constants import MANIFEST_NAME
-from schemas.errors import LmshardsError
 from schemas.manifest import Manifest, ShardInfo, read_manifest
+from schemas.records import CorruptRecordError, read_records
 
-EXIT_MISMATCH = 1
-EXIT_USER_ERROR = 2
+COMMAND = "inspect"
+EXIT_MISMATCH = EXIT_FAILURE  # --verify found shards that do not match the manifest
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="lmshards inspect", description=__doc__.split("\n")[0])
-    parser.add_argument("path", help="A preprocess output directory (or its manifest.json), local or gs://.")
+def build_parser() -> CommandParser:
+    parser = CommandParser(COMMAND, description=__doc__.split("\n")[0])
+    parser.add_argument("path", help="a preprocess output directory (or its manifest.json), local or gs://")
     parser.add_argument("--verify", action="store_true",
-                        help="Re-read every shard: record count (TFRecord framing and CRCs), bytes and sha256.")
-    parser.add_argument("--json", action="store_true", help="Print the manifest as JSON.")
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+                        help="re-read every shard: record count (TFRecord framing and CRCs), bytes and sha256")
+    parser.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
+    setup_logging(packages=("preprocess", "schemas"))
+    return run_command(COMMAND, lambda: _inspect(args))
+
+
+def _inspect(args: argparse.Namespace) -> int:
     output = args.path.rstrip("/")
     if output.endswith("/" + MANIFEST_NAME) or output == MANIFEST_NAME:
         output = output[: -len(MANIFEST_NAME)].rstrip("/") or "."
-    try:
-        manifest = read_manifest(output)
-    except LmshardsError as e:
-        print(f"lmshards inspect: error: {e}", file=sys.stderr)
-        return EXIT_USER_ERROR
+    manifest = read_manifest(output)
     print(manifest.to_json() if args.json else describe(manifest, output), end="" if args.json else "\n")
     if not args.verify:
-        return 0
+        return EXIT_OK
     problems = verify(manifest, output)
     for problem in problems:
         print(f"MISMATCH {problem}", file=sys.stderr)
@@ -43,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"verify: {len(problems)} problem(s) in {shards} shards", file=sys.stderr)
         return EXIT_MISMATCH
     print(f"verify: OK, {shards} shards match the manifest (records, bytes, sha256)", file=sys.stderr)
-    return 0
+    return EXIT_OK
 
 
 def describe(manifest: Manifest, output: str) -> str:

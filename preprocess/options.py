@@ -13,16 +13,18 @@ from typing import Any
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from preprocess.inputs import DOC_SEPARATORS, LINE
-from preprocess.packing import DEFAULT_GROUP_TOKENS, REMAINDER_CHOICES, REMAINDER_DROP
-from preprocess.sharding import DEFAULT_SHARD_MULTIPLE, DEFAULT_TARGET_SHARD_MB
+from preprocess.pack import DEFAULT_GROUP_TOKENS, REMAINDER_CHOICES, REMAINDER_DROP
+from preprocess.shard import DEFAULT_SHARD_MULTIPLE, DEFAULT_TARGET_SHARD_MB
 from schemas.constants import DEFAULT_SEQ_LEN, MIN_SEQ_LEN
 from schemas.errors import LmshardsError
 
 DEFAULT_VALIDATION_FRACTION = 0.005
 DEFAULT_BATCH_SIZE = 1000  # documents per encode_batch call
 DEFAULT_RANGE_MB = 64.0  # bytes of input one read task covers
-DEFAULT_TOKENIZER_THREADS = 0  # auto: see effective_tokenizer_threads in pipeline.py
+DEFAULT_TOKENIZER_THREADS = 0  # auto: see preprocess.runners.tokenizer_threads
 DEFAULT_TEXT_FIELD = "text"
+# Declared optional to Beam (which parses every option class on every run), required by `lmshards preprocess`.
+REQUIRED_FLAGS = ("--input", "--tokenizer", "--output")
 
 
 class PreprocessError(LmshardsError):
@@ -52,28 +54,27 @@ class LmshardsPreprocessOptions(PipelineOptions):
                             help="tokenizer.json, or a directory holding one (local or gs://).")
         parser.add_argument("--output", default=None, help="Output directory (local or gs://).")
         parser.add_argument("--seq_len", type=int, default=DEFAULT_SEQ_LEN,
-                            help=f"Tokens per record (default {DEFAULT_SEQ_LEN}; >= {MIN_SEQ_LEN}, "
-                                 "<= the tokenizer's model_max_length).")
+                            help=f"Tokens per record (>= {MIN_SEQ_LEN}, <= the tokenizer's model_max_length).")
         parser.add_argument("--remainder", choices=REMAINDER_CHOICES, default=REMAINDER_DROP,
                             help="Final partial block of each packing group: drop it, or pad it "
-                                 "with the pad token (attention_mask 0). Default drop.")
+                                 "with the pad token (attention_mask 0).")
         parser.add_argument("--validation_fraction", type=float, default=DEFAULT_VALIDATION_FRACTION,
-                            help=f"Share of documents held out for validation (default {DEFAULT_VALIDATION_FRACTION}).")
+                            help="Share of documents held out for validation.")
         parser.add_argument("--seed", type=int, default=0, help="Seed of the record shuffle (default 0).")
         parser.add_argument("--target_shard_mb", type=float, default=DEFAULT_TARGET_SHARD_MB,
-                            help=f"Target shard size in MiB (default {DEFAULT_TARGET_SHARD_MB:g}).")
+                            help="Target shard size in MiB.")
         parser.add_argument("--num_shards", type=int, default=None,
                             help="Shards per split, instead of --target_shard_mb.")
         parser.add_argument("--shard_multiple", type=int, default=DEFAULT_SHARD_MULTIPLE,
-                            help=f"Round each split's shard count up to a multiple of this (default "
-                                 f"{DEFAULT_SHARD_MULTIPLE}, so every TPU host gets whole files).")
+                            help="Round each split's shard count up to a multiple of this (so every "
+                                 "TPU host gets whole files).")
         parser.add_argument("--doc_separator", choices=DOC_SEPARATORS, default=LINE,
-                            help="Plain-text files: one document per line ('line', default) or documents "
+                            help="Plain-text files: one document per line ('line') or documents "
                                  "separated by blank lines ('blank_line').")
         parser.add_argument("--text_field", default=DEFAULT_TEXT_FIELD,
-                            help=f"JSON Lines field holding the text (default {DEFAULT_TEXT_FIELD!r}).")
+                            help="JSON Lines field holding the text.")
         parser.add_argument("--text_column", default=DEFAULT_TEXT_FIELD,
-                            help=f"Parquet column holding the text (default {DEFAULT_TEXT_FIELD!r}).")
+                            help="Parquet column holding the text.")
         # nargs="?" so both `--overwrite` and the Flex Template launcher's `--overwrite=true` parse.
         parser.add_argument("--overwrite", nargs="?", const=True, default=False, type=parse_bool,
                             help="Replace an existing output (its manifest is deleted first).")
@@ -82,12 +83,12 @@ class LmshardsPreprocessOptions(PipelineOptions):
                                  "for the in-process DirectRunner (one worker), else 1 (the runner already "
                                  "runs one worker process per core).")
         parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH_SIZE,
-                            help=f"Documents per tokenizer call (default {DEFAULT_BATCH_SIZE}); no effect on output.")
+                            help="Documents per tokenizer call; no effect on output.")
         parser.add_argument("--range_mb", type=float, default=DEFAULT_RANGE_MB,
-                            help=f"MiB of input per read task (default {DEFAULT_RANGE_MB:g}); no effect on output.")
+                            help="MiB of input per read task; no effect on output.")
         parser.add_argument("--packing_group_tokens", type=int, default=DEFAULT_GROUP_TOKENS,
-                            help=f"Approximate tokens per packing group (default {DEFAULT_GROUP_TOKENS}); "
-                                 "each group drops or pads at most one partial block.")
+                            help="Approximate tokens per packing group; each group drops or pads at most "
+                                 "one partial block.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,15 +163,3 @@ def config_from_options(options: PipelineOptions) -> PreprocessConfig:
     fields = {f.name for f in dataclasses.fields(PreprocessConfig)} - {"inputs"}
     values = {name: getattr(flags, name) for name in fields}
     return PreprocessConfig(inputs=tuple(flags.input or ()), **values)
-
-
-def help_parser() -> argparse.ArgumentParser:
-    """A parser holding only our flags, for `lmshards preprocess --help`."""
-    parser = argparse.ArgumentParser(
-        prog="lmshards preprocess",
-        description="Text corpus -> tokenized, packed, shuffled, balanced TFRecord shards + manifest.json. "
-                    "Any Apache Beam pipeline option (--runner, --project, --region, --temp_location, "
-                    "--direct_num_workers, ...) passes through to the runner.",
-    )
-    LmshardsPreprocessOptions._add_argparse_args(parser)
-    return parser

@@ -1,4 +1,4 @@
-"""ReadDocuments: the Beam stage that reads the input files, range by range, into batches of documents.
+"""Stage 1, read: the input files, range by range, into batches of documents.
 
 The ranges (see preprocess.inputs) are planned, and every file checked, when the transform is
 constructed, i.e. while the pipeline is built and before any worker starts.
@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import NamedTuple, Sequence
+from typing import Iterable, Iterator, NamedTuple, Sequence, Union
 
 import apache_beam as beam
-from apache_beam.metrics import Metrics
 
 from preprocess.inputs import (
     DEFAULT_RANGE_BYTES,
@@ -23,18 +22,16 @@ from preprocess.inputs import (
     read_range,
     sum_stats,
 )
+from preprocess.metrics import counter
 from schemas.manifest import InputFileInfo
 
 logger = logging.getLogger(__name__)
 
-METRICS_NAMESPACE = "lmshards"
 # Documents per output element: large enough that Beam's per-element cost is small next to
 # tokenizing them, small enough that a batch is a few hundred KB.
 DEFAULT_DOC_BATCH = 512
 PROGRESS_EVERY_S = 10.0
-DOCUMENTS_TAG = "documents"
-STATS_TAG = "stats"
-# ReadStats field -> Beam counter name in METRICS_NAMESPACE.
+# ReadStats field -> Beam counter name.
 COUNTERS = {
     "documents": "documents_read",
     "documents_empty": "documents_empty",
@@ -46,87 +43,36 @@ COUNTERS = {
     "bytes_read": "bytes_read",
 }
 
-
-class ReadOutputs(NamedTuple):
-    documents: beam.PCollection  # list[str]
-    stats: beam.PCollection  # ReadStats: exactly one, the sum over every range
-
-
-class ReadDocuments(beam.PTransform):
-    """Input files -> batches of documents (list[str], at most batch_size each), in no fixed order.
-
-    files: InputFileInfo from expand_inputs, or paths/globs (expanded here).
-    with_stats: return ReadOutputs (documents, and the ReadStats totals as data, so that a manifest
-      can record them deterministically) instead of just the documents.
-
-    Raises:
-      InputError: (when constructed) an input that cannot be read as its format.
-    """
-
-    def __init__(
-        self,
-        files: Sequence[InputFileInfo | str],
-        options: ReadOptions,
-        *,
-        range_bytes: int = DEFAULT_RANGE_BYTES,
-        batch_size: int = DEFAULT_DOC_BATCH,
-        with_stats: bool = False,
-    ):
-        super().__init__()
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        patterns = [f for f in files if isinstance(f, str)]
-        infos = [f for f in files if not isinstance(f, str)] + (expand_inputs(patterns) if patterns else [])
-        self._ranges = plan_ranges(infos, options=options, range_bytes=range_bytes)
-        self._options = options
-        self._batch_size = batch_size
-        self._with_stats = with_stats
-
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection | ReadOutputs:
-        read = (
-            pbegin
-            | "ListRanges" >> beam.Create(self._ranges)  # ReadRange
-            | "SpreadRanges" >> beam.Reshuffle()  # ReadRange, each on any worker
-            | "ReadRanges" >> beam.ParDo(_ReadRangeFn(self._options, self._batch_size)).with_outputs(
-                STATS_TAG, main=DOCUMENTS_TAG)
-        )  # documents: list[str]; stats: ReadStats of one range
-        if not self._with_stats:
-            return read[DOCUMENTS_TAG]
-        totals = read[STATS_TAG] | "SumStats" >> beam.CombineGlobally(sum_stats)  # ReadStats
-        return ReadOutputs(documents=read[DOCUMENTS_TAG], stats=totals)
+# What reading one range emits on its single output: its document batches, then its ReadStats.
+# (One output, told apart by type: not every Beam runner keeps a ParDo's tagged outputs apart.)
+RangeOutput = Union[list[str], ReadStats]
 
 
-class _ReadRangeFn(beam.DoFn):
-    """ReadRange -> list[str] batches, then the range's ReadStats on STATS_TAG; counts in Metrics."""
+# ---------------------------------------------------------------- logic
 
-    def __init__(self, options: ReadOptions, batch_size: int):
-        self._options = options
-        self._batch_size = batch_size
-        self._counters = {field: Metrics.counter(METRICS_NAMESPACE, name) for field, name in COUNTERS.items()}
-        self._progress: _Progress | None = None
 
-    def setup(self) -> None:
-        self._progress = _Progress(PROGRESS_EVERY_S)
-
-    def process(self, r: ReadRange):
-        stats = ReadStats()
-        batch: list[str] = []
-        for document in read_range(r, self._options, stats):
-            batch.append(document)
-            if len(batch) == self._batch_size:
-                yield batch
-                batch = []
-                self._progress.report(stats)
-        if batch:
+def read_batches(r: ReadRange, options: ReadOptions, *, batch_size: int,
+                 stats: ReadStats) -> Iterator[list[str]]:
+    """The documents of range `r` in batches of at most batch_size; counts what it finds in `stats`."""
+    batch: list[str] = []
+    for document in read_range(r, options, stats):
+        batch.append(document)
+        if len(batch) == batch_size:
             yield batch
-        for field, counter in self._counters.items():
-            if value := getattr(stats, field):
-                counter.inc(value)
-        self._progress.report(stats, finished=True)
-        yield beam.pvalue.TaggedOutput(STATS_TAG, stats)
+            batch = []
+    if batch:
+        yield batch
 
 
-class _Progress:
+def is_stats(element: RangeOutput) -> bool:
+    return isinstance(element, ReadStats)
+
+
+def is_batch(element: RangeOutput) -> bool:
+    return not isinstance(element, ReadStats)
+
+
+class ReadProgress:
     """Logs one worker's reading rate (documents/s, MB/s) at most every `every_s` seconds."""
 
     def __init__(self, every_s: float):
@@ -148,3 +94,78 @@ class _Progress:
                 "read %d documents, %.1f MB (%.0f documents/s, %.2f MB/s)",
                 documents, nbytes / 1e6, documents / elapsed, nbytes / 1e6 / elapsed,
             )
+
+
+# ---------------------------------------------------------------- Beam
+
+
+class ReadOutputs(NamedTuple):
+    documents: beam.PCollection  # list[str]
+    stats: beam.PCollection  # ReadStats: exactly one, the sum over every range
+
+
+class ReadDocuments(beam.PTransform):
+    """Input files -> ReadOutputs: batches of documents (list[str], at most batch_size each, in no fixed
+    order), and the ReadStats totals as data, so that the manifest can record them deterministically.
+
+    files: InputFileInfo from expand_inputs, or paths/globs (expanded here).
+
+    Raises:
+      InputError: (when constructed) an input that cannot be read as its format.
+    """
+
+    def __init__(
+        self,
+        files: Sequence[InputFileInfo | str],
+        options: ReadOptions,
+        *,
+        range_bytes: int = DEFAULT_RANGE_BYTES,
+        batch_size: int = DEFAULT_DOC_BATCH,
+    ):
+        super().__init__()
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        patterns = [f for f in files if isinstance(f, str)]
+        infos = [f for f in files if not isinstance(f, str)] + (expand_inputs(patterns) if patterns else [])
+        self._ranges = plan_ranges(infos, options=options, range_bytes=range_bytes)
+        self._options = options
+        self._batch_size = batch_size
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> ReadOutputs:
+        read = (
+            pbegin
+            | "ListRanges" >> beam.Create(self._ranges)  # ReadRange
+            | "SpreadRanges" >> beam.Reshuffle()  # ReadRange, each on any worker
+            | "ReadRanges" >> beam.ParDo(_ReadRangeFn(self._options, self._batch_size))
+        )  # RangeOutput: list[str] batches, then the range's ReadStats
+        documents = read | "Documents" >> beam.Filter(is_batch)  # list[str]
+        stats = (
+            read
+            | "RangeStats" >> beam.Filter(is_stats)  # ReadStats, one per range
+            | "SumStats" >> beam.CombineGlobally(sum_stats)  # ReadStats, one
+        )
+        return ReadOutputs(documents=documents, stats=stats)
+
+
+class _ReadRangeFn(beam.DoFn):
+    """ReadRange -> its list[str] batches, then its ReadStats; counts in Metrics."""
+
+    def __init__(self, options: ReadOptions, batch_size: int):
+        self._options = options
+        self._batch_size = batch_size
+        self._counters = {field: counter(name) for field, name in COUNTERS.items()}
+        self._progress: ReadProgress | None = None
+
+    def setup(self) -> None:
+        self._progress = ReadProgress(PROGRESS_EVERY_S)
+
+    def process(self, r: ReadRange) -> Iterable[RangeOutput]:
+        stats = ReadStats()
+        for batch in read_batches(r, self._options, batch_size=self._batch_size, stats=stats):
+            yield batch
+            self._progress.report(stats)
+        for field, metric in self._counters.items():
+            if value := getattr(stats, field):
+                metric.inc(value)
+        self._progress.report(stats, finished=True)
+        yield stats

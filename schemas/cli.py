@@ -24,7 +24,8 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def command_prog(command: str) -> str:
-    return f"lmshards {command}"
+    """'lmshards <command>'; 'lmshards' for the top-level command ("")."""
+    return f"lmshards {command}" if command else "lmshards"
 
 
 def error_line(command: str, message: str) -> str:
@@ -40,7 +41,9 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
 
     def _get_help_string(self, action: argparse.Action) -> str:
         help_ = action.help or ""
-        if "%(default)" in help_ or action.default in (None, False, argparse.SUPPRESS) or action.required:
+        # `is`, not `in`: 0 == False, and a default of 0 is shown like any other.
+        unset = any(action.default is value for value in (None, False, argparse.SUPPRESS))
+        if "%(default)" in help_ or unset or action.required:
             return help_
         if isinstance(action.default, (list, tuple)) and not action.default:
             return help_

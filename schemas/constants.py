@@ -17,6 +17,8 @@ VALIDATION_SPLIT = "validation"
 SPLITS = (TRAIN_SPLIT, VALIDATION_SPLIT)
 
 MANIFEST_NAME = "manifest.json"
+# The TF Metadata schema of the records, beside the manifest (text-format schema_pb2.Schema).
+SCHEMA_NAME = "schema.pbtxt"
 MANIFEST_FORMAT = "lmshards.manifest"
 # 2: SplitTotals lost documents_empty/_invalid_utf8/_nul (never set per split; Manifest.reading has them).
 MANIFEST_FORMAT_VERSION = 2

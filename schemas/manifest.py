@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Any
 
 from schemas import fs
@@ -21,9 +22,13 @@ from schemas.constants import (
 )
 from schemas.errors import ManifestError
 from schemas.records import feature_spec
+from schemas.shards import parse_shard_name, shard_relpath
 
 # Keys left out when comparing two manifests for determinism.
 VOLATILE_KEYS = ("created_at",)
+# A URL scheme or a drive letter: `gs:`, `file:`, `C:`.
+_SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_REWRITE_HINT = "The manifest was altered or damaged; re-run `lmshards preprocess`."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,8 +133,75 @@ def check_accounting(manifest: Manifest) -> None:
             )
 
 
+def _relpath_problem(path: Any) -> str | None:
+    if not isinstance(path, str) or not path:
+        return "is not a path"
+    if "\0" in path:
+        return "contains a NUL character"
+    if "\\" in path:
+        return "contains a backslash"
+    if "://" in path or _SCHEME_RE.match(path):
+        return "has a scheme"
+    if path.startswith("/"):
+        return "is absolute"
+    segments = path.split("/")
+    if "" in segments:
+        return "has an empty segment"
+    if "." in segments or ".." in segments:
+        return "has a '.' or '..' segment"
+    return None
+
+
+def check_shard_relpath(path: str) -> str:
+    """Returns path when it is a normalised relative POSIX path that stays inside the output directory.
+
+    Raises:
+      ManifestError: path is absolute, has a scheme, a `.`/`..` or empty segment, a backslash or a NUL.
+    """
+    problem = _relpath_problem(path)
+    if problem:
+        raise ManifestError(
+            f"Manifest shard path {path!r} {problem}; shard paths are relative to the output directory, "
+            f"like {shard_relpath('train', 0, 1, 100)!r}. {_REWRITE_HINT}"
+        )
+    return path
+
+
+def check_shard(split: str, shard: ShardInfo) -> None:
+    """Checks that a shard listed under split lies at `{split}/{shard name}` and its name holds its record count.
+
+    Raises:
+      ManifestError: the path escapes the output directory, lies outside the split's directory, is not
+        a shard file name, or the record count in the name differs from the manifest's.
+    """
+    path = check_shard_relpath(shard.path)
+    directory, _, name = path.rpartition("/")
+    try:
+        name_split, _, _, records = parse_shard_name(name)
+    except ValueError:
+        raise ManifestError(
+            f"Manifest shard path {path!r} is not a shard file name ({shard_relpath(split, 0, 1, 100)!r} is one). "
+            f"{_REWRITE_HINT}"
+        ) from None
+    if directory != split or name_split != split:
+        raise ManifestError(
+            f"Manifest shard path {path!r} is listed under split {split!r} but is not a {split!r} shard "
+            f"in {split + '/'!r}. {_REWRITE_HINT}"
+        )
+    if records != shard.records:
+        raise ManifestError(
+            f"Manifest shard {path!r}: its file name says {records} records, the manifest says {shard.records}. "
+            f"{_REWRITE_HINT}"
+        )
+
+
 def manifest_from_dict(data: dict[str, Any]) -> Manifest:
-    """Builds a Manifest from its JSON form. Raises ManifestError on a wrong format or version."""
+    """Builds a Manifest from its JSON form.
+
+    Raises:
+      ManifestError: a wrong format or version, a malformed field, or a shard path that escapes the
+        shard set (see check_shard).
+    """
     if data.get("format") != MANIFEST_FORMAT:
         raise ManifestError(f"Not an lmshards manifest (format {data.get('format')!r}).")
     version = data.get("format_version")
@@ -147,6 +219,9 @@ def manifest_from_dict(data: dict[str, Any]) -> Manifest:
             )
             for name, split in data["splits"].items()
         }
+        for name, split in splits.items():
+            for shard in split.shards:
+                check_shard(name, shard)
         return Manifest(
             tool_version=data["tool_version"],
             seq_len=int(data["seq_len"]),
@@ -223,6 +298,8 @@ __all__ = [
     "SplitTotals",
     "TokenizerInfo",
     "check_accounting",
+    "check_shard",
+    "check_shard_relpath",
     "feature_spec",
     "manifest_from_dict",
     "manifest_path",

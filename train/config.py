@@ -8,8 +8,8 @@ from typing import Any
 
 from schemas import fs
 from schemas.errors import LmshardsError
+from train.families import DEFAULT_FAMILY, get_family
 
-FAMILIES = ("roberta", "bert")
 RUN_CONFIG_JSON = "run_config.json"
 RUN_SUMMARY_JSON = "run_summary.json"
 METRICS_JSONL = "metrics.jsonl"
@@ -26,21 +26,21 @@ LR_SCHEDULES = ("linear", "cosine")
 class ModelConfig:
     """Everything needed to rebuild the network; `vocabulary_size` 0 means "take it from the manifest"."""
 
-    family: str = "roberta"
+    family: str = DEFAULT_FAMILY
     vocabulary_size: int = 0
     num_layers: int = 2
     num_heads: int = 2
     hidden_dim: int = 64
     intermediate_dim: int = 128
     dropout: float = 0.1
-    max_sequence_length: int = 512  # tokens the model takes; an export to HF RoBERTa adds its offset of 2
+    max_sequence_length: int = 512  # tokens the model takes; an export may add the family's position offset
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
-# 512 tokens for either family: keras-hub numbers positions from 0, so exported to transformers
-# RoBERTa (positions start after padding_idx + 1) this is roberta-base's 514 positions.
+# 512 tokens for every family: keras-hub numbers positions from 0, so a family whose transformers form
+# numbers them after the padding index (ModelFamily.hf_position_offset) exports more, e.g. roberta-base's 514.
 _PRESET_DIMS = {
     "tiny": dict(num_layers=2, num_heads=2, hidden_dim=64, intermediate_dim=128),
     "small": dict(num_layers=4, num_heads=4, hidden_dim=256, intermediate_dim=1024),
@@ -53,7 +53,7 @@ def preset_config(name: str, *, family: str, vocabulary_size: int) -> ModelConfi
     """A preset's ModelConfig for `family`, with the vocabulary taken from the manifest."""
     if name not in _PRESET_DIMS:
         raise LmshardsError(f"Unknown --model_preset {name!r}; choose one of {list(PRESETS)}.")
-    _check_family(family)
+    get_family(family)
     return ModelConfig(family=family, vocabulary_size=vocabulary_size, max_sequence_length=512, **_PRESET_DIMS[name])
 
 
@@ -67,7 +67,7 @@ def model_config_from_dict(data: dict[str, Any], *, source: str) -> ModelConfig:
         config = ModelConfig(**data)
     except TypeError as e:
         raise LmshardsError(f"Model config {source!r} is invalid: {e}.") from e
-    _check_family(config.family)
+    get_family(config.family)
     return config
 
 
@@ -84,11 +84,6 @@ def read_model_config(path: str) -> ModelConfig:
     return model_config_from_dict(data, source=path)
 
 
-def _check_family(family: str) -> None:
-    if family not in FAMILIES:
-        raise LmshardsError(f"Unknown model family {family!r}; choose one of {list(FAMILIES)}.")
-
-
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """One training run, as given on the command line (recorded in run_config.json)."""
@@ -97,7 +92,7 @@ class TrainConfig:
     output: str
     model_preset: str = "tiny"
     model_config: str | None = None
-    model_family: str = "roberta"
+    model_family: str = DEFAULT_FAMILY
     tokenizer: str | None = None
     steps: int | None = None
     epochs: float | None = None

@@ -17,8 +17,11 @@ from schemas import fs
 from schemas.constants import ATTENTION_MASK, INPUT_IDS
 from schemas.errors import LmshardsError
 from schemas.manifest import Manifest
+from schemas.records import parse_spec
 from train.masking import MaskingSpec, mask_batch, max_predictions_for
 
+# The record features the model reads.
+READ_FEATURES = (INPUT_IDS, ATTENTION_MASK)
 # Files read at once per input pipeline; more only adds memory, the reads are already parallel.
 MAX_INTERLEAVE = 8
 # Eval masking uses this seed whatever --seed is, so evaluations are comparable across runs.
@@ -107,7 +110,7 @@ def masking_spec(manifest: Manifest, mlm_probability: float) -> MaskingSpec:
 def train_dataset(
     files: SplitFiles,
     *,
-    seq_len: int,
+    features: dict[str, dict],
     batch_size: int,
     steps_per_epoch: int,
     shuffle_buffer: int,
@@ -119,9 +122,11 @@ def train_dataset(
 ) -> tf.data.Dataset:
     """Endless masked batches for one input pipeline, starting at global step `start_step`.
 
+    features: the manifest's record features (Manifest.features()), from which the parse spec is built.
     Each epoch yields exactly `steps_per_epoch` batches of `batch_size`; batch k of the stream is
     masked with the stateless seed (seed, pipeline-unique k), wherever the stream was started.
     """
+    spec = parse_spec(features, names=READ_FEATURES)
     paths = tf.constant(files.paths)
 
     def epoch_batches(epoch):  # epoch: int64 scalar -> serialized [batch_size] strings
@@ -144,7 +149,7 @@ def train_dataset(
     ds = tf.data.Dataset.zip(steps, batches)
     ds = ds.map(
         lambda step, serialized: _parse_and_mask(
-            serialized, seq_len=seq_len, masking=masking, with_segment_ids=with_segment_ids,
+            serialized, spec=spec, masking=masking, with_segment_ids=with_segment_ids,
             seed=_stream_seed(seed, step, pipeline_id, epoch_draw=False),
         ),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -179,7 +184,7 @@ def _tensor_seeds_allowed():
 def eval_dataset(
     files: SplitFiles,
     *,
-    seq_len: int,
+    features: dict[str, dict],
     batch_size: int,
     masking: MaskingSpec,
     with_segment_ids: bool,
@@ -191,19 +196,19 @@ def eval_dataset(
     Every batch has exactly batch_size rows and the batch count is a multiple of batches_multiple_of
     (the replicas fed by this pipeline): the last batch is filled, and whole batches added, with
     all-padding rows, which are never selected for prediction. Shapes stay static (TPUs need that)
-    and no record is left out.
+    and no record is left out. features: the manifest's record features, as for train_dataset.
     """
     batches = -(-files.total_records // batch_size)
     if max_batches is not None:
         batches = min(batches, max_batches)
-    spec = {name: tf.io.FixedLenFeature([seq_len], tf.int64) for name in (INPUT_IDS, ATTENTION_MASK)}
+    spec = parse_spec(features, names=READ_FEATURES)
     ds = tf.data.TFRecordDataset(list(files.paths), num_parallel_reads=min(len(files.paths), MAX_INTERLEAVE))
     ds = ds.batch(batch_size).take(batches).map(lambda serialized: tf.io.parse_example(serialized, spec))
-    padding = {name: tf.zeros([0, seq_len], tf.int64) for name in spec}
+    padding = {name: tf.zeros([0, *feature.shape], feature.dtype) for name, feature in spec.items()}
     ds = ds.concatenate(tf.data.Dataset.from_tensors(padding).repeat(-batches % batches_multiple_of))
     # {name: int64 [batch_size, seq_len]}
     ds = ds.map(lambda f: {
-        name: tf.ensure_shape(tf.pad(v, [[0, batch_size - tf.shape(v)[0]], [0, 0]]), [batch_size, seq_len])
+        name: tf.ensure_shape(tf.pad(v, [[0, batch_size - tf.shape(v)[0]], [0, 0]]), [batch_size, *spec[name].shape])
         for name, v in f.items()
     })
     ds = ds.enumerate().map(
@@ -214,9 +219,8 @@ def eval_dataset(
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
-def _parse_and_mask(serialized, *, seq_len: int, masking: MaskingSpec, with_segment_ids: bool, seed) -> dict[str, tf.Tensor]:
+def _parse_and_mask(serialized, *, spec: dict, masking: MaskingSpec, with_segment_ids: bool, seed) -> dict[str, tf.Tensor]:
     # One vectorized parse per batch: far cheaper than parse_single_example per record.
-    spec = {name: tf.io.FixedLenFeature([seq_len], tf.int64) for name in (INPUT_IDS, ATTENTION_MASK)}
     return _mask(tf.io.parse_example(serialized, spec), masking=masking, with_segment_ids=with_segment_ids, seed=seed)
 
 

@@ -12,29 +12,33 @@ import json
 import logging
 import os
 import shutil
-import uuid
 from typing import Any
 
 import numpy as np
 
 from schemas import fs
-from schemas.constants import ROLE_SPELLINGS
 from schemas.errors import LmshardsError, TokenizerError
+from schemas.hf_tokenizer import wrap_fast_tokenizer
 from schemas.tokenizer_info import TokenizerSource, fingerprint, locate_tokenizer
-from train.config import FAMILIES, TOKENIZER_DIR
+from train.config import TOKENIZER_DIR
+from train.families import get_family
 from train.hf_mapping import MaskedLMSpec, head_differences, hf_config, hf_state_dict
 
 logger = logging.getLogger(__name__)
 
 EXPORT_EXTRA_HINT = "Install the export extra: pip install 'lmshards[export]'."
+# Roles every exported masked LM needs: padding (and position numbering) and the mask token.
+REQUIRED_ROLES = ("pad", "mask")
 
 
 def masked_lm_spec(masked_lm: Any, *, family: str) -> MaskedLMSpec:
-    """Reads architecture, activations and epsilons off a keras-hub RobertaMaskedLM / BertMaskedLM."""
-    if family not in FAMILIES:
-        raise LmshardsError(f"Model family {family!r} is not supported; use one of {list(FAMILIES)}.")
+    """Reads architecture, activations and epsilons off a keras-hub masked LM of the family `family`.
+
+    Raises:
+      LmshardsError: the family is unknown, or the model is not that family's keras-hub model.
+    """
+    expected = get_family(family).keras_backbone
     backbone = masked_lm.backbone
-    expected = {"roberta": "RobertaBackbone", "bert": "BertBackbone"}[family]
     if type(backbone).__name__ != expected:
         raise LmshardsError(f"Family {family!r} expects a keras-hub {expected}, got {type(backbone).__name__}.")
     encoder = backbone.transformer_layers[0]
@@ -66,14 +70,17 @@ def keras_weights(masked_lm: Any, spec: MaskedLMSpec) -> dict[str, np.ndarray]:
     backbone = masked_lm.backbone
     if getattr(backbone.token_embedding, "tie_weights", True) is False:
         raise LmshardsError("The model's output projection is not tied to its token embedding; export supports tied models only.")
-    position = backbone.embeddings.position_embedding if spec.family == "roberta" else backbone.position_embedding
+    family = spec.model_family
+    position = backbone
+    for name in family.keras_position_embedding.split("."):
+        position = getattr(position, name)
     variables = {
         "token_embedding": backbone.token_embedding.embeddings,
         "position_embedding": position.position_embeddings,
         "embeddings_norm.gamma": backbone.embeddings_layer_norm.gamma,
         "embeddings_norm.beta": backbone.embeddings_layer_norm.beta,
     }
-    if spec.family == "bert":
+    if family.uses_segment_ids:
         variables["segment_embedding"] = backbone.segment_embedding.embeddings
     for i, layer in enumerate(backbone.transformer_layers):
         attention = layer._self_attention_layer
@@ -111,20 +118,25 @@ def export_masked_lm(
     tokenizer_dir_or_json: str,
     special_token_ids: dict[str, int],
     output_dir: str,
+    overwrite: bool = False,
 ) -> str:
-    """Writes the HF model directory for `masked_lm` at output_dir (a new or empty local directory).
+    """Writes the HF model directory for `masked_lm` at output_dir (a local directory: new, empty, or with overwrite).
 
     The directory is built under a temporary name and renamed when complete. Returns output_dir.
 
     Raises:
-      LmshardsError: output_dir is remote or not empty, the tokenizer is unusable or disagrees
-        with special_token_ids, or a role the model needs ('pad', 'mask') is missing.
+      LmshardsError: output_dir is remote, a file, or not empty without overwrite; the tokenizer is
+        unusable or disagrees with special_token_ids; or a role the model needs (REQUIRED_ROLES) is missing.
     """
     spec = masked_lm_spec(masked_lm, family=family)
-    for role in ("pad", "mask"):
+    for role in REQUIRED_ROLES:
         if role not in special_token_ids:
             raise LmshardsError(f"special_token_ids {special_token_ids} has no {role!r} token; the exported model needs one.")
-    _check_output_dir(output_dir)
+    if fs.is_remote(output_dir):
+        raise LmshardsError(
+            f"--output {output_dir!r} is remote; export to a local directory, then copy it or use --push_to_hub."
+        )
+    replace = fs.check_output_dir(output_dir, overwrite=overwrite)
     differences = head_differences(spec)
     if differences:
         logger.warning(
@@ -132,8 +144,7 @@ def export_masked_lm(
             spec.family,
             "; ".join(differences),
         )
-    staging = f"{output_dir.rstrip(os.sep)}.tmp-{uuid.uuid4().hex}"
-    try:
+    with fs.atomic_local_path(output_dir) as staging:
         save_hf_model(keras_weights(masked_lm, spec), spec, special_token_ids=special_token_ids, output_dir=staging)
         save_tokenizer(
             tokenizer_dir_or_json,
@@ -142,31 +153,19 @@ def export_masked_lm(
             output_dir=staging,
         )
         check_tokenizer_matches(staging, special_token_ids=special_token_ids, vocabulary_size=spec.vocabulary_size)
-        if os.path.isdir(output_dir):
-            os.rmdir(output_dir)  # empty, checked above
-        os.replace(staging, output_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if replace:
+            shutil.rmtree(output_dir)  # only now that the new export is complete
     logger.info("Exported %s model to %s", spec.family, output_dir)
     return output_dir
-
-
-def _check_output_dir(output_dir: str) -> None:
-    if fs.is_remote(output_dir):
-        raise LmshardsError(
-            f"--output {output_dir!r} is remote; export to a local directory, then copy it or use --push_to_hub."
-        )
-    if os.path.exists(output_dir) and (not os.path.isdir(output_dir) or os.listdir(output_dir)):
-        raise LmshardsError(f"--output {output_dir!r} already exists and is not an empty directory; pass a new path.")
 
 
 def save_hf_model(
     weights: dict[str, np.ndarray], spec: MaskedLMSpec, *, special_token_ids: dict[str, int], output_dir: str
 ) -> None:
-    """Builds the transformers model, loads the mapped weights strictly and saves it (safetensors)."""
+    """Builds the family's transformers model, loads the mapped weights strictly and saves it (safetensors)."""
     torch, transformers = _import_export_stack()
-    config_cls = {"roberta": transformers.RobertaConfig, "bert": transformers.BertConfig}[spec.family]
-    model_cls = {"roberta": transformers.RobertaForMaskedLM, "bert": transformers.BertForMaskedLM}[spec.family]
+    config_cls = getattr(transformers, spec.model_family.hf_config_class)
+    model_cls = getattr(transformers, spec.model_family.hf_masked_lm_class)
     model = model_cls(config_cls(**hf_config(spec, special_token_ids)))
     state = hf_state_dict(weights, spec, pad_token_id=special_token_ids["pad"])
     expected = set(model.state_dict())
@@ -209,22 +208,13 @@ def wrap_tokenizer_json(source: TokenizerSource, *, special_token_ids: dict[str,
     model should predict the word with its leading space ("ĠParis"), not a bare space then a word.
     """
     from tokenizers import Tokenizer
-    from transformers import PreTrainedTokenizerFast
 
     parsed = json.loads(source.json_text)
     for added in parsed.get("added_tokens", []):
         if added["id"] == special_token_ids["mask"]:
             added["lstrip"] = True
     tokenizer = Tokenizer.from_str(json.dumps(parsed, ensure_ascii=False))
-    tokens = {f"{role}_token": tokenizer.id_to_token(token_id) for role, token_id in special_token_ids.items()}
-    if tokens.get("cls_token") == ROLE_SPELLINGS["cls"][1]:  # RoBERTa style: <s> ... </s> are also bos/eos
-        tokens["bos_token"] = tokens["cls_token"]
-        tokens["eos_token"] = tokens.get("sep_token")
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        model_max_length=model_max_length,
-        **{name: token for name, token in tokens.items() if token is not None},
-    )
+    return wrap_fast_tokenizer(tokenizer, special_token_ids=special_token_ids, model_max_length=model_max_length)
 
 
 def check_tokenizer_matches(model_dir: str, *, special_token_ids: dict[str, int], vocabulary_size: int) -> None:
@@ -246,7 +236,9 @@ def check_tokenizer_matches(model_dir: str, *, special_token_ids: dict[str, int]
         )
 
 
-def export_run(run_dir: str, *, output_dir: str, checkpoint: str | None = None, tokenizer: str | None = None) -> str:
+def export_run(
+    run_dir: str, *, output_dir: str, checkpoint: str | None = None, tokenizer: str | None = None, overwrite: bool = False
+) -> str:
     """Exports a training run (its latest checkpoint, or `checkpoint`) to output_dir. Returns output_dir.
 
     The tokenizer is RUN_DIR/tokenizer unless `tokenizer` is given; its fingerprint must match the
@@ -275,6 +267,7 @@ def export_run(run_dir: str, *, output_dir: str, checkpoint: str | None = None, 
         tokenizer_dir_or_json=tokenizer_path,
         special_token_ids={role: int(i) for role, i in run_config["special_token_ids"].items()},
         output_dir=output_dir,
+        overwrite=overwrite,
     )
 
 

@@ -10,22 +10,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
-from typing import Any
+from typing import Any, Sequence
 
+from schemas.cli import CommandParser, run_command, setup_logging
 from schemas.constants import ROLE_SPELLINGS
 from schemas.errors import LmshardsError
 
+COMMAND = "fill-mask"
 DEFAULT_TOP_K = 5
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="lmshards fill-mask", description=__doc__.split("\n\n")[0])
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = CommandParser(COMMAND, description=__doc__.split("\n\n")[0])
     parser.add_argument("model_dir", help="directory written by `lmshards export`")
     parser.add_argument("text", help='text with one or more mask tokens, e.g. "The capital of France is <mask>."')
-    parser.add_argument("--top_k", type=int, default=DEFAULT_TOP_K, help="predictions per mask (default %(default)s)")
+    parser.add_argument("--top_k", type=int, default=DEFAULT_TOP_K, help="predictions per mask")
     parser.add_argument("--json", action="store_true", help="print the predictions as JSON (one list per mask)")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(list(argv))
     if args.top_k < 1:
         parser.error(f"--top_k must be at least 1, got {args.top_k}")
     return args
@@ -75,12 +76,12 @@ def format_predictions(per_mask: list[list[dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> int:
+def _fill_mask(argv: Sequence[str]) -> None:
     args = parse_args(argv)
-    try:
-        per_mask = fill_mask(args.model_dir, args.text, top_k=args.top_k)
-    except LmshardsError as e:
-        print(f"lmshards fill-mask: {e}", file=sys.stderr)
-        return 2
+    setup_logging(packages=["train"])
+    per_mask = fill_mask(args.model_dir, args.text, top_k=args.top_k)
     print(json.dumps(per_mask, ensure_ascii=False, indent=2) if args.json else format_predictions(per_mask))
-    return 0
+
+
+def main(argv: Sequence[str]) -> int:
+    return run_command(COMMAND, lambda: _fill_mask(argv))

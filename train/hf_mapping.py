@@ -3,8 +3,11 @@
 Nothing here imports Keras, TensorFlow or torch: the mapping works on plain arrays, named as
 `keras_weight_names()` lists them, so it can be read and tested on its own.
 
+What differs between families (prefixes, head names, position numbering, segments) is read from
+the family's declaration in train/families/; the encoder layers map the same way for all.
+
 Shapes on the Keras side (H hidden, I intermediate, N heads, D = H / N, V vocabulary, L positions):
-  token embedding [V, H], position embedding [L, H], segment embedding [S, H] (BERT only),
+  token embedding [V, H], position embedding [L, H], segment embedding [S, H] (families with segments),
   attention q/k/v kernels [H, N, D] and biases [N, D], attention output kernel [N, D, H],
   Dense kernels [in, out]. torch Linear weights are [out, in].
 """
@@ -16,24 +19,18 @@ from typing import Any
 
 import numpy as np
 
-from train.config import FAMILIES
-
-HF_ARCHITECTURES = {"roberta": "RobertaForMaskedLM", "bert": "BertForMaskedLM"}
-# Prefix of the encoder's weights inside the transformers MaskedLM model.
-HF_BASE_PREFIX = {"roberta": "roberta", "bert": "bert"}
+from train.families import ModelFamily, family_names, get_family
 
 # keras-hub activation name -> transformers ACT2FN name computing the same function.
 # keras-hub's RoBERTa uses exact (erf) GELU; its BERT encoder uses the tanh approximation.
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_approximate": "gelu_pytorch_tanh"}
-# transformers' RobertaLMHead applies exact GELU whatever hidden_act says; BertLMPredictionHead uses hidden_act.
-HF_ROBERTA_HEAD_ACTIVATION = "gelu"
 
 
 @dataclasses.dataclass(frozen=True)
 class MaskedLMSpec:
     """What the export needs to know about a keras-hub masked LM besides its weights."""
 
-    family: str  # "roberta" | "bert"
+    family: str  # a registered family name (train/families)
     vocabulary_size: int
     num_layers: int
     num_heads: int
@@ -41,24 +38,28 @@ class MaskedLMSpec:
     intermediate_dim: int
     dropout: float
     max_sequence_length: int
-    num_segments: int  # BERT token types; RoBERTa has no segment embedding
+    num_segments: int  # token types of a family that uses segment ids; 0 otherwise
     activation: str  # encoder feed-forward activation, a key of HF_ACTIVATIONS
     layer_norm_epsilon: float  # embeddings and encoder layer norms
     head_activation: str  # MLM head dense activation, a key of HF_ACTIVATIONS
     head_layer_norm_epsilon: float
 
     def __post_init__(self) -> None:
-        if self.family not in FAMILIES:
-            raise ValueError(f"family {self.family!r} is not one of {FAMILIES}")
+        if self.family not in family_names():
+            raise ValueError(f"family {self.family!r} is not one of {family_names()}")
         for activation in (self.activation, self.head_activation):
             if activation not in HF_ACTIVATIONS:
                 raise ValueError(f"activation {activation!r} has no transformers equivalent; known: {sorted(HF_ACTIVATIONS)}")
+
+    @property
+    def model_family(self) -> ModelFamily:
+        return get_family(self.family)
 
 
 def keras_weight_names(spec: MaskedLMSpec) -> list[str]:
     """The names `hf_state_dict` expects, one per Keras variable of the masked LM (pooler excluded)."""
     names = ["token_embedding", "position_embedding", "embeddings_norm.gamma", "embeddings_norm.beta"]
-    if spec.family == "bert":
+    if spec.model_family.uses_segment_ids:
         names.append("segment_embedding")
     for i in range(spec.num_layers):
         for part in ("query", "key", "value", "attention_output", "intermediate", "output"):
@@ -67,16 +68,6 @@ def keras_weight_names(spec: MaskedLMSpec) -> list[str]:
             names += [f"layer.{i}.{norm}.gamma", f"layer.{i}.{norm}.beta"]
     names += ["head.dense.kernel", "head.dense.bias", "head.norm.gamma", "head.norm.beta", "head.bias"]
     return names
-
-
-def roberta_position_offset(pad_token_id: int) -> int:
-    """First row of HF RoBERTa's position table a real token uses: padding_idx + 1.
-
-    HF RoBERTa numbers non-pad tokens padding_idx+1, padding_idx+2, ... and gives pad tokens row
-    padding_idx; keras-hub numbers every token 0, 1, ... So HF rows [offset, offset + L) hold the
-    Keras rows [0, L) and the rows below stay zero.
-    """
-    return pad_token_id + 1
 
 
 def hf_state_dict(weights: dict[str, np.ndarray], spec: MaskedLMSpec, *, pad_token_id: int) -> dict[str, np.ndarray]:
@@ -99,19 +90,19 @@ def hf_state_dict(weights: dict[str, np.ndarray], spec: MaskedLMSpec, *, pad_tok
     _check_shape(w, "token_embedding", (V, H))
     _check_shape(w, "position_embedding", (L, H))
 
-    base = HF_BASE_PREFIX[spec.family]
+    family = spec.model_family
+    base = family.hf_base_prefix
     out: dict[str, np.ndarray] = {f"{base}.embeddings.word_embeddings.weight": w["token_embedding"]}
-    if spec.family == "roberta":
-        offset = roberta_position_offset(pad_token_id)
-        positions = np.zeros((offset + L, H), dtype=np.float32)
-        positions[offset:] = w["position_embedding"]
-        out[f"{base}.embeddings.position_embeddings.weight"] = positions
-        # keras-hub RoBERTa adds no token-type embedding: HF's single row must add nothing.
-        out[f"{base}.embeddings.token_type_embeddings.weight"] = np.zeros((1, H), dtype=np.float32)
-    else:
+    offset = family.hf_position_offset(pad_token_id)
+    positions = np.zeros((offset + L, H), dtype=np.float32)
+    positions[offset:] = w["position_embedding"]
+    out[f"{base}.embeddings.position_embeddings.weight"] = positions
+    if family.uses_segment_ids:
         _check_shape(w, "segment_embedding", (spec.num_segments, H))
-        out[f"{base}.embeddings.position_embeddings.weight"] = w["position_embedding"]
         out[f"{base}.embeddings.token_type_embeddings.weight"] = w["segment_embedding"]
+    else:
+        # The Keras model adds no token-type embedding: HF's single row must add nothing.
+        out[f"{base}.embeddings.token_type_embeddings.weight"] = np.zeros((1, H), dtype=np.float32)
     out[f"{base}.embeddings.LayerNorm.weight"] = w["embeddings_norm.gamma"]
     out[f"{base}.embeddings.LayerNorm.bias"] = w["embeddings_norm.beta"]
 
@@ -138,23 +129,15 @@ def hf_state_dict(weights: dict[str, np.ndarray], spec: MaskedLMSpec, *, pad_tok
 
     _check_shape(w, "head.dense.kernel", (H, H))
     _check_shape(w, "head.bias", (V,))
-    if spec.family == "roberta":
-        head = {"dense": "lm_head.dense", "norm": "lm_head.layer_norm", "bias": "lm_head.bias", "decoder": "lm_head.decoder"}
-    else:
-        head = {
-            "dense": "cls.predictions.transform.dense",
-            "norm": "cls.predictions.transform.LayerNorm",
-            "bias": "cls.predictions.bias",
-            "decoder": "cls.predictions.decoder",
-        }
-    out[f"{head['dense']}.weight"] = w["head.dense.kernel"].T
-    out[f"{head['dense']}.bias"] = w["head.dense.bias"]
-    out[f"{head['norm']}.weight"] = w["head.norm.gamma"]
-    out[f"{head['norm']}.bias"] = w["head.norm.beta"]
-    out[head["bias"]] = w["head.bias"]
+    head = family.hf_head
+    out[f"{head.dense}.weight"] = w["head.dense.kernel"].T
+    out[f"{head.dense}.bias"] = w["head.dense.bias"]
+    out[f"{head.norm}.weight"] = w["head.norm.gamma"]
+    out[f"{head.norm}.bias"] = w["head.norm.beta"]
+    out[head.bias] = w["head.bias"]
     # keras-hub's head projects with the (reversed) token embedding: the decoder is tied to it.
-    out[f"{head['decoder']}.weight"] = w["token_embedding"]
-    out[f"{head['decoder']}.bias"] = w["head.bias"]
+    out[f"{head.decoder}.weight"] = w["token_embedding"]
+    out[f"{head.decoder}.bias"] = w["head.bias"]
     return {name: np.ascontiguousarray(value) for name, value in out.items()}
 
 
@@ -164,14 +147,15 @@ def _check_shape(weights: dict[str, np.ndarray], name: str, shape: tuple[int, ..
 
 
 def hf_config(spec: MaskedLMSpec, special_token_ids: dict[str, int]) -> dict[str, Any]:
-    """The transformers config (as keyword arguments of RobertaConfig / BertConfig) for the model.
+    """The transformers config (keyword arguments of the family's config class) for the model.
 
     Raises:
-      KeyError: special_token_ids has no 'pad' (HF RoBERTa's position numbering depends on it).
+      KeyError: special_token_ids has no 'pad' (a family's position numbering may depend on it).
     """
+    family = spec.model_family
     pad = special_token_ids["pad"]
-    config: dict[str, Any] = {
-        "architectures": [HF_ARCHITECTURES[spec.family]],
+    return {
+        "architectures": [family.hf_masked_lm_class],
         "vocab_size": spec.vocabulary_size,
         "hidden_size": spec.hidden_dim,
         "num_hidden_layers": spec.num_layers,
@@ -185,26 +169,20 @@ def hf_config(spec: MaskedLMSpec, special_token_ids: dict[str, int]) -> dict[str
         "initializer_range": 0.02,
         "pad_token_id": pad,
         "tie_word_embeddings": True,
+        "max_position_embeddings": family.hf_position_offset(pad) + spec.max_sequence_length,
+        "type_vocab_size": spec.num_segments if family.uses_segment_ids else 1,
+        **family.hf_token_ids(special_token_ids),
     }
-    if spec.family == "roberta":
-        config["max_position_embeddings"] = roberta_position_offset(pad) + spec.max_sequence_length
-        config["type_vocab_size"] = 1
-        config["bos_token_id"] = special_token_ids.get("cls")
-        config["eos_token_id"] = special_token_ids.get("sep")
-    else:
-        config["max_position_embeddings"] = spec.max_sequence_length
-        config["type_vocab_size"] = spec.num_segments
-    return config
 
 
 def head_differences(spec: MaskedLMSpec) -> list[str]:
     """How the HF MLM head computes differently from the Keras one (empty when the export is exact).
 
-    HF uses one layer_norm_eps everywhere, and BertForMaskedLM's head uses hidden_act, while
+    HF uses one layer_norm_eps everywhere, and some heads (BertForMaskedLM's) use hidden_act, while
     keras-hub's BertMaskedLM head uses exact GELU and epsilon 1e-5 beside an encoder using
     tanh-GELU and 1e-12. The encoder is matched; the head then differs by a small amount.
     """
-    hf_head_activation = HF_ROBERTA_HEAD_ACTIVATION if spec.family == "roberta" else HF_ACTIVATIONS[spec.activation]
+    hf_head_activation = spec.model_family.hf_head_activation or HF_ACTIVATIONS[spec.activation]
     differences = []
     if HF_ACTIVATIONS[spec.head_activation] != hf_head_activation:
         differences.append(f"head activation {spec.head_activation} exported as {hf_head_activation}")

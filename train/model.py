@@ -1,33 +1,32 @@
-"""The network: a keras-hub RobertaMaskedLM or BertMaskedLM built from configuration only (no downloads)."""
+"""The network: the model family's keras-hub masked LM, built from configuration only (no downloads)."""
 
 from __future__ import annotations
 
 import json
-import os
 
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+import keras_hub
+import tensorflow as tf
 
-import keras_hub  # noqa: E402  (the backend must be chosen before keras is imported)
-import tensorflow as tf  # noqa: E402
+from schemas import fs
+from schemas.errors import LmshardsError
+from train.config import CHECKPOINTS_DIR, RUN_CONFIG_JSON, ModelConfig, model_config_from_dict
+from train.families import ModelFamily, get_family
 
-from schemas import fs  # noqa: E402
-from schemas.errors import LmshardsError  # noqa: E402
-from train.config import CHECKPOINTS_DIR, RUN_CONFIG_JSON, ModelConfig, model_config_from_dict  # noqa: E402
 
-_CLASSES = {
-    "roberta": (keras_hub.models.RobertaBackbone, keras_hub.models.RobertaMaskedLM),
-    "bert": (keras_hub.models.BertBackbone, keras_hub.models.BertMaskedLM),
-}
+def keras_hub_classes(family: ModelFamily) -> tuple[type, type]:
+    """(backbone class, masked LM class) that `family` names in keras_hub.models."""
+    return getattr(keras_hub.models, family.keras_backbone), getattr(keras_hub.models, family.keras_masked_lm)
 
 
 def build_masked_lm(model_config: ModelConfig) -> keras_hub.models.MaskedLM:
-    """A freshly initialised masked LM (backbone + MLM head, preprocessor=None).
+    """A freshly initialised masked LM (backbone + MLM head, preprocessor=None) of the config's family.
 
     Inputs: `token_ids`, `padding_mask` (int32 [batch, seq]; int32 because a bool mask fails under
-    MirroredStrategy), `segment_ids` for BERT, and `mask_positions` (int32 [batch, max_predictions]).
-    Output: logits [batch, max_predictions, vocabulary_size].
+    MirroredStrategy), `segment_ids` when the family uses them, and `mask_positions` (int32
+    [batch, max_predictions]). Output: logits [batch, max_predictions, vocabulary_size].
     """
-    backbone_cls, task_cls = _CLASSES[model_config.family]
+    family = get_family(model_config.family)
+    backbone_cls, masked_lm_cls = keras_hub_classes(family)
     backbone = backbone_cls(
         vocabulary_size=model_config.vocabulary_size,
         num_layers=model_config.num_layers,
@@ -37,19 +36,18 @@ def build_masked_lm(model_config: ModelConfig) -> keras_hub.models.MaskedLM:
         dropout=model_config.dropout,
         max_sequence_length=model_config.max_sequence_length,
     )
-    masked_lm = task_cls(backbone=backbone, preprocessor=None)
-    if model_config.family == "bert":
+    masked_lm = masked_lm_cls(backbone=backbone, preprocessor=None)
+    if family.match_head_to_encoder:
         match_head_to_encoder(masked_lm)
     return masked_lm
 
 
 def match_head_to_encoder(masked_lm: keras_hub.models.MaskedLM) -> None:
-    """Makes BertMaskedLM's head use the encoder's activation and layer-norm epsilon, as BERT does.
+    """Makes the MLM head use the encoder's activation and layer-norm epsilon.
 
-    keras-hub's BERT encoder uses tanh-approximate GELU and epsilon 1e-12 but builds its MLM head with
-    exact GELU and 1e-5; transformers' BertForMaskedLM (like the original BERT) uses the encoder's for
-    both. Matching them lets `lmshards export` reproduce the trained model's logits exactly. Both are
-    read at call time, so setting them before the first step changes no weight shape.
+    For families whose transformers head computes with the encoder's (ModelFamily.match_head_to_encoder),
+    this lets `lmshards export` reproduce the trained model's logits exactly. Both are read at call
+    time, so setting them before the first step changes no weight shape.
     """
     encoder = masked_lm.backbone.transformer_layers[0]
     head = masked_lm.masked_lm_head

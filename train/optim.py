@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import math
-import os
 
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
-import keras  # noqa: E402
+import keras
 
 # keras LayerNormalization weights are `gamma`/`beta`; Dense/MLM-head biases are `bias`/`output_bias`.
 NO_DECAY_NAMES = ["gamma", "beta", "bias"]

@@ -12,27 +12,24 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import signal
 import threading
 import time
 from typing import Any
 
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+import keras
+import tensorflow as tf
+from tensorflow.core.framework import summary_pb2
 
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from tensorflow.core.framework import summary_pb2  # noqa: E402
-
-from schemas import fs  # noqa: E402
-from schemas.constants import TRAIN_SPLIT, VALIDATION_SPLIT  # noqa: E402
-from schemas.errors import LmshardsError  # noqa: E402
-from schemas.manifest import Manifest, read_manifest  # noqa: E402
-from schemas.tokenizer_info import fingerprint, locate_tokenizer  # noqa: E402
-from schemas.version import __version__  # noqa: E402
-from train import data  # noqa: E402
-from train.checkpoint import RunCheckpoints  # noqa: E402
-from train.config import (  # noqa: E402
+from schemas import fs
+from schemas.constants import TRAIN_SPLIT, VALIDATION_SPLIT
+from schemas.errors import LmshardsError
+from schemas.manifest import Manifest, read_manifest
+from schemas.tokenizer_info import fingerprint, locate_tokenizer
+from schemas.version import __version__
+from train import data
+from train.checkpoint import RunCheckpoints
+from train.config import (
     CHECKPOINTS_DIR,
     METRICS_JSONL,
     RUN_CONFIG_JSON,
@@ -44,9 +41,10 @@ from train.config import (  # noqa: E402
     preset_config,
     read_model_config,
 )
-from train.model import build_masked_lm, checkpoint_root  # noqa: E402
-from train.optim import WarmupDecay, make_optimizer, warmup_steps_for  # noqa: E402
-from train.strategy import make_strategy, num_input_pipelines, uses_gpus  # noqa: E402
+from train.families import get_family
+from train.model import build_masked_lm, checkpoint_root
+from train.optim import WarmupDecay, make_optimizer, warmup_steps_for
+from train.strategy import make_strategy, num_input_pipelines, uses_gpus
 
 log = logging.getLogger(__name__)
 
@@ -277,12 +275,12 @@ def train(config: TrainConfig) -> dict[str, Any]:
 
     # --- input pipelines: one per worker host, each over its own files, starting where the checkpoint stopped
     train_files = data.split_files(manifest, config.shards, TRAIN_SPLIT)
-    with_segments = model_config.family == "bert"
+    with_segments = get_family(model_config.family).uses_segment_ids
 
     def train_input(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
         files = data.pipeline_files(train_files, num_pipelines=ctx.num_input_pipelines, pipeline_id=ctx.input_pipeline_id)
         return data.train_dataset(
-            files, seq_len=manifest.seq_len, batch_size=config.per_replica_batch,
+            files, features=manifest.features(), batch_size=config.per_replica_batch,
             steps_per_epoch=plan.steps_per_epoch * plan.replicas_per_pipeline, shuffle_buffer=config.shuffle_buffer,
             seed=config.seed, start_step=start_step * plan.replicas_per_pipeline, masking=masking,
             with_segment_ids=with_segments, pipeline_id=ctx.input_pipeline_id,
@@ -292,7 +290,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
         files = data.split_files(manifest, config.shards, VALIDATION_SPLIT)
         files = data.pipeline_files(files, num_pipelines=ctx.num_input_pipelines, pipeline_id=ctx.input_pipeline_id)
         max_batches = config.eval_steps * plan.replicas_per_pipeline if config.eval_steps else None
-        return data.eval_dataset(files, seq_len=manifest.seq_len, batch_size=config.per_replica_batch,
+        return data.eval_dataset(files, features=manifest.features(), batch_size=config.per_replica_batch,
                                  masking=masking, with_segment_ids=with_segments, max_batches=max_batches,
                                  batches_multiple_of=plan.replicas_per_pipeline)
 

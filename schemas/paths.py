@@ -1,0 +1,402 @@
+"""Guards on the locations a command reads and writes, local and gs://.
+
+- check_no_overlap: an output must not equal, lie inside, or contain an input.
+- owned_entries / clear_owned_output: --overwrite deletes only what an earlier lmshards run wrote.
+- check_writable / disk_error_message: a missing permission, a read-only file system or a full disk
+  is found before any work starts, and is reported in one line when it happens mid-run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import os
+import posixpath
+import re
+import uuid
+from typing import Any, NamedTuple, Sequence
+
+from schemas import fs
+from schemas.constants import MANIFEST_NAME, SCHEMA_NAME, SPLITS, TOKENIZER_INFO_JSON, TOKENIZER_JSON
+from schemas.errors import OutputError
+from schemas.shards import parse_shard_name
+from schemas.tokenizer_info import TOKENIZER_CONFIG_JSON
+
+# Under a preprocess output while it is written; removed before the manifest is written.
+TEMP_DIR_NAME = ".lmshards-tmp"
+# A preprocess output may carry the tokenizer it was made with.
+TOKENIZER_DIR_NAME = "tokenizer"
+# Written by transformers releases before 5 beside tokenizer_config.json.
+SPECIAL_TOKENS_MAP_JSON = "special_tokens_map.json"
+# Written last by `lmshards dataset export`: the sign of a complete export.
+EXPORT_SUCCESS_JSON = "_SUCCESS.json"
+# `{split}-{index:05d}-of-{count:05d}.{parquet|jsonl}`, the shards of `lmshards dataset export`.
+EXPORT_SHARD_RE = re.compile(r"^.+-\d{5,}-of-\d{5,}\.(?:parquet|jsonl)$")
+WRITE_PROBE_PREFIX = ".lmshards-write-probe-"
+
+PREPROCESS_OUTPUT = "preprocess"
+TOKENIZER_OUTPUT = "tokenizer"
+DATASET_EXPORT_OUTPUT = "dataset_export"
+
+# What an interrupted atomic write (schemas.fs.atomic_local_path) leaves: `{final}.tmp-{uuid4 hex}`.
+_ATOMIC_TMP_SUFFIX_RE = re.compile(r"\.tmp-[0-9a-f]{32}$")
+_GLOB_CHARS_RE = re.compile(r"[*?[]")
+# fsspec spells Google Cloud Storage both ways.
+_SCHEME_ALIASES = {"gcs": "gs"}
+_PROBE_BYTES = b"lmshards write probe\n"
+# How many foreign entries an error message names before "and N more".
+_FOREIGN_SHOWN = 5
+
+
+# ------------------------------------------------------------------------ inputs vs outputs
+
+
+@dataclasses.dataclass(frozen=True)
+class _Location:
+    scheme: str  # "" for a local path, else e.g. "gs"
+    parts: tuple[str, ...]  # resolved path components; the bucket first for object stores
+
+
+def _location(path: str) -> _Location:
+    """Where `path` points, cut at its first glob component (a glob may match anything below that)."""
+    scheme, sep, rest = path.partition("://")
+    if not sep or scheme == "file":
+        local = _before_glob((rest if sep else path).split(os.sep))
+        resolved = os.path.realpath(os.sep.join(local) if local != [""] else os.sep)
+        return _Location("", tuple(p for p in resolved.split(os.sep) if p))
+    parts = [p for p in posixpath.normpath("/" + rest).split("/") if p]
+    return _Location(_SCHEME_ALIASES.get(scheme, scheme), tuple(_before_glob(parts)))
+
+
+def _before_glob(parts: list[str]) -> list[str]:
+    for i, part in enumerate(parts):
+        if _GLOB_CHARS_RE.search(part):
+            return parts[:i]
+    return parts
+
+
+def _relation(output: _Location, source: _Location) -> str | None:
+    """How output lies relative to source: 'same', 'inside', 'contains', or None when apart."""
+    if output.scheme != source.scheme:
+        return None
+    if output.parts == source.parts:
+        return "same"
+    if output.parts[: len(source.parts)] == source.parts:
+        return "inside"
+    if source.parts[: len(output.parts)] == output.parts:
+        return "contains"
+    return None
+
+
+_OVERLAP_MESSAGES = {
+    "same": "{of} {output!r} is the same location as {inf} {source!r}; write the output to a separate directory.",
+    "inside": (
+        "{of} {output!r} is inside {inf} {source!r}: the output would be read back as input and --overwrite "
+        "could delete inputs; choose an {of} outside every input."
+    ),
+    "contains": (
+        "{of} {output!r} contains {inf} {source!r}: --overwrite would delete inputs; choose an {of} "
+        "that holds no input."
+    ),
+}
+
+
+def check_no_overlap(
+    inputs: Sequence[str], output: str, *, output_flag: str = "--output", input_flag: str = "--input"
+) -> None:
+    """Raises OutputError when `output` is equal to, inside, or contains any input.
+
+    Inputs may be files, directories or globs (a glob counts as its directory before the first
+    wildcard). Local paths are compared after resolving symlinks, `..` and the working directory;
+    object-store paths by bucket and path components, so gs://b/data and gs://b/data2 are apart.
+    No I/O beyond os.path.realpath.
+    """
+    target = _location(output)
+    for source in inputs:
+        if not source.strip():
+            continue
+        relation = _relation(target, _location(source))
+        if relation:
+            raise OutputError(
+                _OVERLAP_MESSAGES[relation].format(of=output_flag, output=output, inf=input_flag, source=source)
+            )
+
+
+# ------------------------------------------------------------------------ lmshards-owned outputs
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """The entries one kind of lmshards output puts in its directory."""
+
+    marker: str  # written last, deleted first: the sign of a complete output
+    files: frozenset[str] = frozenset()
+    file_pattern: re.Pattern[str] | None = None
+    scratch_dirs: frozenset[str] = frozenset()  # owned with everything they hold
+    shard_dirs: frozenset[str] = frozenset()  # owned while they hold only shards of their split
+    nested: tuple[tuple[str, str], ...] = ()  # (directory name, kind of the output it holds)
+
+
+_LAYOUTS = {
+    PREPROCESS_OUTPUT: _Layout(
+        marker=MANIFEST_NAME,
+        files=frozenset({SCHEMA_NAME}),
+        scratch_dirs=frozenset({TEMP_DIR_NAME}),
+        shard_dirs=frozenset(SPLITS),
+        nested=((TOKENIZER_DIR_NAME, TOKENIZER_OUTPUT),),
+    ),
+    TOKENIZER_OUTPUT: _Layout(
+        marker=TOKENIZER_INFO_JSON,
+        files=frozenset({TOKENIZER_JSON, TOKENIZER_CONFIG_JSON, SPECIAL_TOKENS_MAP_JSON}),
+    ),
+    DATASET_EXPORT_OUTPUT: _Layout(marker=EXPORT_SUCCESS_JSON, file_pattern=EXPORT_SHARD_RE),
+}
+OUTPUT_KINDS = tuple(_LAYOUTS)
+
+
+class OwnedEntries(NamedTuple):
+    owned: tuple[str, ...]  # top-level names an lmshards run wrote, the completion marker first
+    foreign: tuple[str, ...]  # paths (relative, '/'-separated) of everything else
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    name: str
+    type: str  # "file", "directory", or "other" (a symlink, a socket, ...)
+
+    @property
+    def shown(self) -> str:
+        return f"{self.name}/" if self.type == "directory" else self.name
+
+
+def _list(filesystem: Any, path: str) -> list[_Entry]:
+    entries = []
+    for info in filesystem.ls(path, detail=True):
+        name = info["name"].rstrip("/")
+        if name == path.rstrip("/"):  # an object store's placeholder for the directory itself
+            continue
+        kind = "other" if info.get("islink") else info["type"]
+        entries.append(_Entry(posixpath.basename(name), kind if kind in ("file", "directory") else "other"))
+    return sorted(entries, key=lambda e: e.name)
+
+
+def _is_owned_file(name: str, layout: _Layout) -> bool:
+    name = _ATOMIC_TMP_SUFFIX_RE.sub("", name)
+    if name == layout.marker or name in layout.files or name.startswith(WRITE_PROBE_PREFIX):
+        return True
+    return bool(layout.file_pattern and layout.file_pattern.match(name))
+
+
+def _is_shard_of(name: str, split: str) -> bool:
+    try:
+        return parse_shard_name(name)[0] == split
+    except ValueError:
+        return False
+
+
+def _foreign_in(filesystem: Any, path: str, name: str, layout: _Layout) -> list[str]:
+    """Foreign relative paths inside the top-level directory `name`; every one of them when it is not ours."""
+    if name in layout.scratch_dirs:
+        return []
+    if name in layout.shard_dirs:
+        return [f"{name}/{e.shown}" for e in _list(filesystem, path)
+                if not (e.type == "file" and _is_shard_of(e.name, name))]
+    for directory, kind in layout.nested:
+        if name == directory:
+            return [f"{name}/{f}" for f in _classify(filesystem, path, _LAYOUTS[kind]).foreign]
+    return [f"{name}/"]
+
+
+def _classify(filesystem: Any, path: str, layout: _Layout) -> OwnedEntries:
+    owned, foreign = [], []
+    for entry in _list(filesystem, path):
+        if entry.type == "file":
+            (owned if _is_owned_file(entry.name, layout) else foreign).append(entry.name)
+        elif entry.type == "directory":
+            inner = _foreign_in(filesystem, posixpath.join(path, entry.name), entry.name, layout)
+            if inner:
+                foreign.extend(inner)
+            else:
+                owned.append(entry.name)
+        else:
+            foreign.append(entry.shown)
+    # The marker goes first, so that deleting in this order never leaves a complete-looking output.
+    owned.sort(key=lambda n: _ATOMIC_TMP_SUFFIX_RE.sub("", n) != layout.marker)
+    return OwnedEntries(tuple(owned), tuple(foreign))
+
+
+def _layout(kind: str) -> _Layout:
+    if kind not in _LAYOUTS:
+        raise ValueError(f"unknown output kind {kind!r}; expected one of {OUTPUT_KINDS}")
+    return _LAYOUTS[kind]
+
+
+def _existing_directory(directory: str, flag: str) -> tuple[Any, str] | None:
+    """(filesystem, path) of directory, or None when nothing is there; OutputError when it is a file."""
+    filesystem, path = fs.filesystem(directory)
+    filesystem.invalidate_cache(path)  # other processes (Beam workers) may have written since the last listing
+    if not filesystem.exists(path):
+        return None
+    if not filesystem.isdir(path):
+        raise OutputError(f"{flag} {directory!r} is a file; pass a directory path.")
+    return filesystem, path
+
+
+def owned_entries(directory: str, *, kind: str, flag: str = "--output") -> OwnedEntries:
+    """Splits what `directory` holds into what an earlier lmshards `kind` output wrote and the rest.
+
+    `kind` is one of OUTPUT_KINDS. Split directories count as owned only while they hold nothing
+    but shard files of their split; symlinks are always foreign. A missing directory holds nothing.
+
+    Raises:
+      OutputError: directory is a file.
+    """
+    layout = _layout(kind)
+    found = _existing_directory(directory, flag)
+    if found is None:
+        return OwnedEntries((), ())
+    return _classify(*found, layout)
+
+
+def clear_owned_output(directory: str, *, kind: str, flag: str = "--output") -> tuple[str, ...]:
+    """Deletes what an earlier lmshards `kind` output left in directory (the marker first); returns the names.
+
+    Nothing is deleted unless everything there belongs to lmshards.
+
+    Raises:
+      OutputError: directory is a file, or holds entries lmshards did not write (a few are named).
+    """
+    owned, foreign = owned_entries(directory, kind=kind, flag=flag)
+    if foreign:
+        shown = ", ".join(repr(f) for f in foreign[:_FOREIGN_SHOWN])
+        more = f" and {len(foreign) - _FOREIGN_SHOWN} more" if len(foreign) > _FOREIGN_SHOWN else ""
+        raise OutputError(
+            f"{flag} {directory!r} holds files lmshards did not write ({shown}{more}); --overwrite only "
+            f"replaces an earlier lmshards {kind} output. Move those files away or choose another {flag}."
+        )
+    filesystem, path = fs.filesystem(directory)
+    for name in owned:
+        filesystem.rm(posixpath.join(path, name), recursive=True)
+    return owned
+
+
+def is_lmshards_output(directory: str) -> bool:
+    """True when directory holds a preprocess output, complete (manifest.json) or not (.lmshards-tmp)."""
+    return fs.exists(fs.join(directory, MANIFEST_NAME)) or fs.exists(fs.join(directory, TEMP_DIR_NAME))
+
+
+# ------------------------------------------------------------------------ preflight and disk errors
+
+# errno -> (what happened, how to fix it)
+_DISK_ERRORS = {
+    errno.ENOSPC: ("the disk is full", "free some space or choose another location"),
+    errno.EDQUOT: ("the disk quota is exceeded", "free some space, raise the quota or choose another location"),
+    errno.EROFS: ("the file system is read-only", "choose a location on a writable file system"),
+    errno.EACCES: ("permission denied", "fix its permissions or choose another location"),
+    errno.EPERM: ("permission denied", "fix its permissions or choose another location"),
+}
+# Beam re-raises a worker's error as text (e.g. RuntimeError("... OSError: [Errno 28] ...")).
+_ERRNO_IN_TEXT_RE = re.compile(r"\[Errno (\d+)\]")
+
+
+def _disk_errno(exc: BaseException) -> int | None:
+    """The errno of the first disk error in exc, its causes and contexts, or in their text."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _DISK_ERRORS:
+            return current.errno
+        for match in _ERRNO_IN_TEXT_RE.finditer(str(current)):
+            if int(match[1]) in _DISK_ERRORS:
+                return int(match[1])
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _describe(code: int) -> str:
+    what, fix = _DISK_ERRORS[code]
+    return f"{what} ({os.strerror(code)}); {fix}"
+
+
+def disk_error_message(exc: BaseException, path: str) -> str | None:
+    """One line naming path, the cause and the fix when exc is (or wraps) a full disk, quota, read-only or
+    permission error; None for any other error."""
+    code = _disk_errno(exc)
+    if code is None:
+        return None
+    return f"Cannot write to {path!r}: {_describe(code)}, then run the command again."
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def check_writable(location: str, *, flag: str = "--output") -> None:
+    """Creates location if missing (locally), then writes and removes a small probe file in it.
+
+    Object stores have no directories to create (and creating a bucket on a typo would be worse).
+
+    Raises:
+      OutputError: location is a file, or a file cannot be created and removed there; the message
+        names the location, the cause (permissions, read-only, full disk) and the fix.
+    """
+    probe_name = f"{WRITE_PROBE_PREFIX}{uuid.uuid4().hex}"
+    try:
+        if fs.is_remote(location):
+            _probe_remote(location, probe_name, flag)
+        else:
+            _probe_local(location, probe_name, flag)
+    except OutputError:
+        raise
+    # Any failure here means the command could not write its output; remote stores raise their own
+    # error classes (gcsfs: OSError for 403 but HttpError for others), so all become one message.
+    except Exception as e:
+        code = _disk_errno(e)
+        if code is not None:
+            raise OutputError(f"{flag} {location!r} is not writable: {_describe(code)}.") from e
+        raise OutputError(
+            f"{flag} {location!r} is not writable: a test file cannot be created and removed there "
+            f"({_one_line(e)}). Check the path, its permissions (for gs://: the bucket and your credentials), "
+            "or choose another location."
+        ) from e
+
+
+def _probe_local(location: str, probe_name: str, flag: str) -> None:
+    directory = location.removeprefix("file://")
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise OutputError(f"{flag} {location!r} is a file; pass a directory path.")
+    os.makedirs(directory, exist_ok=True)
+    probe = os.path.join(directory, probe_name)
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(_PROBE_BYTES)
+            f.flush()
+            os.fsync(f.fileno())  # a full disk may only show when the data reaches it
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(probe)
+        raise
+    os.remove(probe)
+
+
+def _probe_remote(location: str, probe_name: str, flag: str) -> None:
+    filesystem, path = fs.filesystem(location)
+    if filesystem.isfile(path):
+        raise OutputError(f"{flag} {location!r} is a file; pass a directory path.")
+    probe = posixpath.join(path.rstrip("/"), probe_name)
+    try:
+        filesystem.pipe_file(probe, _PROBE_BYTES)
+    except FileNotFoundError as e:  # an upload only fails with 404 when the bucket is missing
+        bucket = path.split("/", 1)[0]
+        raise OutputError(
+            f"{flag} {location!r} is not writable: bucket {bucket!r} does not exist or your credentials cannot "
+            "see it. Check the bucket name, or create the bucket first."
+        ) from e
+    except BaseException:
+        with contextlib.suppress(Exception):
+            filesystem.rm_file(probe)
+        raise
+    filesystem.rm_file(probe)

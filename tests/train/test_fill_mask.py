@@ -1,0 +1,112 @@
+"""`lmshards fill-mask` on tiny exported models: the Keras model's top-k, with either mask spelling."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import transformers
+from tokenizers import Tokenizer
+
+from schemas.tokenizer_info import locate_tokenizer, special_token_ids
+from tests.helpers.masked_lm_factory import tiny_masked_lm, train_bert_tokenizer, transformers_tokenizer_dir
+from train import fill_mask_cli
+from train.export import export_masked_lm
+
+TEXT = "The capital of France is <mask>."
+
+
+def export_tiny(family: str, tokenizer_path, out, *, vocabulary_size: int):
+    masked_lm = tiny_masked_lm(family, vocabulary_size=vocabulary_size, seed=7)
+    specials = special_token_ids(locate_tokenizer(str(tokenizer_path)))
+    export_masked_lm(
+        masked_lm, family=family, tokenizer_dir_or_json=str(tokenizer_path), special_token_ids=specials, output_dir=str(out)
+    )
+    return masked_lm, out
+
+
+@pytest.fixture(scope="module")
+def roberta_model(tmp_path_factory, sample_tokenizer):
+    vocabulary_size = Tokenizer.from_file(str(sample_tokenizer)).get_vocab_size()
+    return export_tiny("roberta", sample_tokenizer, tmp_path_factory.mktemp("fm") / "roberta", vocabulary_size=vocabulary_size)
+
+
+@pytest.fixture(scope="module")
+def bert_model(tmp_path_factory, sample_files):
+    base = tmp_path_factory.mktemp("fm_bert")
+    english = [f for f in sample_files if f.parent.name == "en"]
+    tokenizer_dir = transformers_tokenizer_dir(train_bert_tokenizer(base / "tokenizer.json", english), base / "tokenizer")
+    return export_tiny("bert", tokenizer_dir, base / "model", vocabulary_size=600)
+
+
+def run_json(capsys, *argv: str) -> list:
+    assert fill_mask_cli.main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def keras_top_k(masked_lm, model_dir, text: str, k: int) -> tuple[list[int], np.ndarray]:
+    """Top-k token ids and probabilities the Keras model gives the (single) mask in text."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
+    ids = np.array([tokenizer(text)["input_ids"]], dtype="int32")
+    inputs = {
+        "token_ids": ids,
+        "padding_mask": np.ones_like(ids),
+        "mask_positions": np.array([[ids[0].tolist().index(tokenizer.mask_token_id)]], dtype="int32"),
+    }
+    if "segment_ids" in masked_lm.input:
+        inputs["segment_ids"] = np.zeros_like(ids)
+    logits = np.asarray(masked_lm(inputs, training=False))[0, 0].astype("float64")
+    probabilities = np.exp(logits - logits.max())
+    probabilities /= probabilities.sum()
+    top = np.argsort(-probabilities)[:k]
+    return top.tolist(), probabilities[top]
+
+
+def test_fill_mask_json_is_the_keras_models_top_k(roberta_model, capsys):
+    masked_lm, out = roberta_model
+    (predictions,) = run_json(capsys, str(out), TEXT, "--top_k", "3")
+
+    tokens, probabilities = keras_top_k(masked_lm, out, TEXT, 3)
+    assert [p["token"] for p in predictions] == tokens
+    np.testing.assert_allclose([p["score"] for p in predictions], probabilities, atol=1e-5)
+    assert all(set(p) == {"score", "token", "token_str", "sequence"} for p in predictions)
+    assert all(p["sequence"].startswith("The capital of France is") for p in predictions)
+
+
+@pytest.mark.parametrize("family", ["roberta", "bert"])
+def test_either_mask_spelling_works_for_either_family(family, roberta_model, bert_model, capsys):
+    _, out = roberta_model if family == "roberta" else bert_model
+    angle = run_json(capsys, str(out), "The capital of France is <mask>.")
+    square = run_json(capsys, str(out), "The capital of France is [MASK].")
+    assert angle == square
+    assert len(angle) == 1 and len(angle[0]) == fill_mask_cli.DEFAULT_TOP_K
+
+
+def test_plain_output_lists_scores_tokens_and_sequences_per_mask(bert_model, capsys):
+    masked_lm, out = bert_model
+    text = "The capital of [MASK] is <mask>."
+    assert fill_mask_cli.main([str(out), text, "--top_k", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+
+    assert [lines[0], lines[4]] == ["mask 1 of 2:", "mask 2 of 2:"]
+    assert lines[1].split() == ["score", "token", "token_str", "sequence"] == lines[5].split()
+    (first, second) = run_json(capsys, str(out), text, "--top_k", "2")
+    for line, prediction in zip(lines[2:4] + lines[6:8], first + second):
+        score, token, *_ = line.split()
+        assert (float(score), int(token)) == (round(prediction["score"], 4), prediction["token"])
+        assert repr(prediction["token_str"]) in line and line.endswith(prediction["sequence"])
+
+
+def test_fill_mask_errors_name_the_problem(roberta_model, tmp_path, capsys):
+    _, out = roberta_model
+    assert fill_mask_cli.main([str(out), "No mask in this text."]) == 2
+    err = capsys.readouterr().err
+    assert "No mask token in 'No mask in this text.'" in err and "<mask> or [MASK]" in err
+    assert fill_mask_cli.main([str(tmp_path / "missing"), TEXT]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lmshards fill-mask: error: Model directory") and "does not exist" in err
+    with pytest.raises(SystemExit) as exited:
+        fill_mask_cli.main([str(out), TEXT, "--top_k", "0"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.startswith("lmshards fill-mask: error: --top_k must be at least 1, got 0")

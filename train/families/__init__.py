@@ -1,0 +1,32 @@
+"""The model-family registry: a family's name -> what its module declares (see base.ModelFamily).
+
+Adding a family is one module beside these (defining FAMILY) and its name in `_FAMILY_MODULES`.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from schemas.errors import LmshardsError
+from train.families.base import HfHeadNames, ModelFamily
+
+# Modules of this package, one per family, in the order --model_family lists them.
+_FAMILY_MODULES = ("roberta", "bert")
+
+FAMILIES: dict[str, ModelFamily] = {
+    family.name: family for family in (importlib.import_module(f"{__name__}.{m}").FAMILY for m in _FAMILY_MODULES)
+}
+DEFAULT_FAMILY = "roberta"
+
+__all__ = ["DEFAULT_FAMILY", "FAMILIES", "HfHeadNames", "ModelFamily", "family_names", "get_family"]
+
+
+def family_names() -> tuple[str, ...]:
+    return tuple(FAMILIES)
+
+
+def get_family(name: str) -> ModelFamily:
+    """The registered family called `name`. Raises LmshardsError listing the known names."""
+    if name not in FAMILIES:
+        raise LmshardsError(f"Unknown model family {name!r}; choose one of {list(FAMILIES)}.")
+    return FAMILIES[name]

@@ -1,0 +1,61 @@
+"""What a model family must declare: the keras-hub model the trainer builds and its Hugging Face form.
+
+A family is data only (class names, layer paths, flags), so the registry imports no Keras, TensorFlow
+or torch; the shared code (train/model.py, train/export.py, train/hf_mapping.py) reads these fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class HfHeadNames:
+    """State-dict prefixes of the transformers MLM head's parts."""
+
+    dense: str
+    norm: str
+    bias: str
+    decoder: str  # tied to the word embeddings
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelFamily:
+    """One model family: its keras-hub masked LM and the transformers MaskedLM it exports to."""
+
+    name: str  # the --model_family value, recorded in run_config.json
+
+    # --- keras-hub (the trained model)
+    keras_backbone: str  # class name in keras_hub.models
+    keras_masked_lm: str  # class name in keras_hub.models; built with preprocessor=None
+    keras_position_embedding: str  # attribute path from the backbone to its PositionEmbedding layer
+    uses_segment_ids: bool  # the backbone takes `segment_ids` and has a segment embedding
+    # Build the MLM head with the encoder's activation and layer-norm epsilon, because the family's
+    # transformers head computes with those (so the export reproduces the logits exactly).
+    match_head_to_encoder: bool
+
+    # --- transformers (the export)
+    hf_config_class: str  # class name in transformers
+    hf_masked_lm_class: str  # class name in transformers, also config.json's `architectures`
+    hf_base_prefix: str  # prefix of the encoder's weights in the MaskedLM's state dict
+    hf_head: HfHeadNames
+    # The activation transformers' head applies whatever hidden_act says (an ACT2FN name);
+    # None when the head uses hidden_act.
+    hf_head_activation: str | None
+    # transformers numbers real tokens' positions from padding_idx + 1 (RoBERTa), not from 0.
+    hf_positions_after_padding: bool
+    # Other names transformers gives special-token roles: (alias, role), e.g. ("bos", "cls").
+    hf_token_aliases: tuple[tuple[str, str], ...] = ()
+
+    def hf_position_offset(self, pad_token_id: int) -> int:
+        """First row of the transformers position table that a real token uses.
+
+        keras-hub numbers every token's position 0, 1, ...; HF RoBERTa numbers non-pad tokens
+        padding_idx + 1, padding_idx + 2, ... So HF rows [offset, offset + L) hold the Keras rows
+        [0, L) and the rows below stay zero.
+        """
+        return pad_token_id + 1 if self.hf_positions_after_padding else 0
+
+    def hf_token_ids(self, special_token_ids: dict[str, int]) -> dict[str, int | None]:
+        """`{alias}_token_id` of each alias, from the role ids (None for a role the tokenizer lacks)."""
+        return {f"{alias}_token_id": special_token_ids.get(role) for alias, role in self.hf_token_aliases}
