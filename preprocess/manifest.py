@@ -8,7 +8,7 @@ from typing import Iterable, NamedTuple
 
 import apache_beam as beam
 
-from preprocess.inputs import ReadStats
+from preprocess.sources import ReadStats
 from preprocess.pack import sum_totals
 from preprocess.shard import TEMP_DIR_NAME
 from schemas import fs

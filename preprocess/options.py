@@ -12,9 +12,9 @@ from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from preprocess.inputs import DOC_SEPARATORS, LINE
 from preprocess.pack import DEFAULT_GROUP_TOKENS, REMAINDER_CHOICES, REMAINDER_DROP
 from preprocess.shard import DEFAULT_SHARD_MULTIPLE, DEFAULT_TARGET_SHARD_MB
+from preprocess.sources import DEFAULT_TEXT_COLUMN, DEFAULT_TEXT_FIELD, LINE, add_reading_arguments
 from schemas.constants import DEFAULT_SEQ_LEN, MIN_SEQ_LEN
 from schemas.errors import LmshardsError
 
@@ -22,7 +22,6 @@ DEFAULT_VALIDATION_FRACTION = 0.005
 DEFAULT_BATCH_SIZE = 1000  # documents per encode_batch call
 DEFAULT_RANGE_MB = 64.0  # bytes of input one read task covers
 DEFAULT_TOKENIZER_THREADS = 0  # auto: see preprocess.runners.tokenizer_threads
-DEFAULT_TEXT_FIELD = "text"
 # Declared optional to Beam (which parses every option class on every run), required by `lmshards preprocess`.
 REQUIRED_FLAGS = ("--input", "--tokenizer", "--output")
 
@@ -60,7 +59,7 @@ class LmshardsPreprocessOptions(PipelineOptions):
                                  "with the pad token (attention_mask 0).")
         parser.add_argument("--validation_fraction", type=float, default=DEFAULT_VALIDATION_FRACTION,
                             help="Share of documents held out for validation.")
-        parser.add_argument("--seed", type=int, default=0, help="Seed of the record shuffle (default 0).")
+        parser.add_argument("--seed", type=int, default=0, help="Seed of the record shuffle.")
         parser.add_argument("--target_shard_mb", type=float, default=DEFAULT_TARGET_SHARD_MB,
                             help="Target shard size in MiB.")
         parser.add_argument("--num_shards", type=int, default=None,
@@ -68,20 +67,14 @@ class LmshardsPreprocessOptions(PipelineOptions):
         parser.add_argument("--shard_multiple", type=int, default=DEFAULT_SHARD_MULTIPLE,
                             help="Round each split's shard count up to a multiple of this (so every "
                                  "TPU host gets whole files).")
-        parser.add_argument("--doc_separator", choices=DOC_SEPARATORS, default=LINE,
-                            help="Plain-text files: one document per line ('line') or documents "
-                                 "separated by blank lines ('blank_line').")
-        parser.add_argument("--text_field", default=DEFAULT_TEXT_FIELD,
-                            help="JSON Lines field holding the text.")
-        parser.add_argument("--text_column", default=DEFAULT_TEXT_FIELD,
-                            help="Parquet column holding the text.")
+        add_reading_arguments(parser)  # --doc_separator, --text_field, --text_column
         # nargs="?" so both `--overwrite` and the Flex Template launcher's `--overwrite=true` parse.
         parser.add_argument("--overwrite", nargs="?", const=True, default=False, type=parse_bool,
                             help="Replace an existing output (its manifest is deleted first).")
         parser.add_argument("--tokenizer_threads", type=int, default=DEFAULT_TOKENIZER_THREADS,
-                            help="Rust tokenizer threads per worker process. Default 0 = auto: every core "
-                                 "for the in-process DirectRunner (one worker), else 1 (the runner already "
-                                 "runs one worker process per core).")
+                            help="Rust tokenizer threads per worker process. 0 = auto: every core for the "
+                                 "default in-process runner (one worker), else 1 (the runner already runs one "
+                                 "worker process per core).")
         parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH_SIZE,
                             help="Documents per tokenizer call; no effect on output.")
         parser.add_argument("--range_mb", type=float, default=DEFAULT_RANGE_MB,
@@ -107,7 +100,7 @@ class PreprocessConfig:
     shard_multiple: int = DEFAULT_SHARD_MULTIPLE
     doc_separator: str = LINE
     text_field: str = DEFAULT_TEXT_FIELD
-    text_column: str = DEFAULT_TEXT_FIELD
+    text_column: str = DEFAULT_TEXT_COLUMN
     overwrite: bool = False
     tokenizer_threads: int = DEFAULT_TOKENIZER_THREADS
     batch_size: int = DEFAULT_BATCH_SIZE

@@ -16,12 +16,12 @@ import apache_beam as beam
 
 from preprocess import runners
 from preprocess.encode import EncodeDocuments, EncodeSettings
-from preprocess.inputs import ReadOptions, expand_inputs, is_compressed
 from preprocess.manifest import ManifestInputs, WriteManifest
 from preprocess.options import PreprocessConfig, PreprocessError
 from preprocess.pack import REMAINDER_PAD, PackGroups, num_groups
 from preprocess.read import ReadDocuments
 from preprocess.shard import MB, WriteShards
+from preprocess.sources import expand_inputs, is_compressed, read_options_from
 from preprocess.split import SplitDocuments, SplitSettings
 from schemas import fs
 from schemas.constants import FEATURE_NAMES, TRAIN_SPLIT, VALIDATION_SPLIT
@@ -84,7 +84,7 @@ def plan_preprocess(config: PreprocessConfig) -> PreprocessPlan:
         all_special_ids=tuple(all_special_ids(source)),
         model_max_length=max_len,
     )
-    read_options(config)  # checks the reading flags
+    read_options_from(config)  # checks the reading flags
     files = tuple(expand_inputs(config.inputs))
     fs.check_output_dir(config.output, overwrite=config.overwrite)
     total_bytes = sum(f.bytes for f in files)
@@ -108,12 +108,6 @@ def _load_tokenizer(json_text: str, path: str):
         raise TokenizerError(f"Tokenizer file {path!r} cannot be loaded by `tokenizers`: {e}.") from e
 
 
-def read_options(config: PreprocessConfig) -> ReadOptions:
-    """The reader's options from ours. Raises InputError on a bad value."""
-    return ReadOptions(doc_separator=config.doc_separator, text_field=config.text_field,
-                       text_column=config.text_column)
-
-
 def clear_output(output: str) -> None:
     """Empties output for --overwrite: the manifest first, so a crash midway never leaves a stale one."""
     if not fs.exists(output):
@@ -134,7 +128,7 @@ def build_pipeline(pipeline: beam.Pipeline, plan: PreprocessPlan) -> beam.PColle
     config = plan.config
     range_bytes = config.range_mb * MB
     read = pipeline | "Read" >> ReadDocuments(
-        list(plan.files), read_options(config), range_bytes=int(range_bytes), batch_size=config.batch_size,
+        list(plan.files), read_options_from(config), range_bytes=int(range_bytes), batch_size=config.batch_size,
     )  # documents: list[str]; stats: ReadStats, one
     documents = read.documents
     if any(is_compressed(f.path) and f.bytes > range_bytes for f in plan.files):

@@ -1,6 +1,6 @@
 """Stage 1, read: the input files, range by range, into batches of documents.
 
-The ranges (see preprocess.inputs) are planned, and every file checked, when the transform is
+The ranges (see preprocess.sources) are planned, and every file checked, when the transform is
 constructed, i.e. while the pipeline is built and before any worker starts.
 """
 
@@ -12,7 +12,7 @@ from typing import Iterable, Iterator, NamedTuple, Sequence, Union
 
 import apache_beam as beam
 
-from preprocess.inputs import (
+from preprocess.sources import (
     DEFAULT_RANGE_BYTES,
     ReadOptions,
     ReadRange,

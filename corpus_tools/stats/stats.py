@@ -48,7 +48,7 @@ STATS_HTML = "stats.html"
 DEFAULT_STATS_DIRNAME = "stats"  # default output: SHARDS_DIR/stats
 TOKENIZER_DIRNAME = "tokenizer"  # a tokenizer kept beside the shards: SHARDS_DIR/tokenizer/tokenizer.json
 DEFAULT_TOP_K = 50
-DECODE_BATCH_RECORDS = 1024  # most records per decoded Arrow batch, i.e. per analyzer call
+DECODE_BATCH_RECORDS = 1024  # records per decoded Arrow batch, i.e. per analyzer call (fewer at a bundle's end)
 # SentencePiece-style byte fallback: one piece per byte, spelled <0x00> ... <0xFF>.
 BYTE_FALLBACK_PIECE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
 
@@ -123,7 +123,7 @@ def plan_stats(config: StatsConfig) -> StatsPlan:
     """
     shards_dir = config.shards_dir.rstrip("/") or "/"
     manifest = read_manifest(shards_dir)
-    splits = config.splits or tuple(manifest.splits)
+    splits = tuple(dict.fromkeys(config.splits)) or tuple(manifest.splits)  # each split once, in the order given
     shards = tuple(shard for split in splits for shard in manifest.split(split).shards)
     if not shards:
         raise StatsError(f"Splits {list(splits)} of {shards_dir!r} hold no shards; nothing to analyse.")
@@ -253,7 +253,8 @@ def build_pipeline(pipeline: beam.Pipeline, plan: StatsPlan, *, temp_dir: str, c
     paths = [fs.join(plan.shards_dir, shard.path) for shard in plan.shards]
     with tft_beam.Context(temp_dir=temp_dir):
         records = pipeline | "Read" >> ReadShardRecords(paths)  # (shard index, serialized Example)
-        batches = records | "Batch" >> beam.BatchElements(max_batch_size=DECODE_BATCH_RECORDS)  # [(shard index, bytes)]
+        batches = records | "Batch" >> beam.BatchElements(
+            min_batch_size=DECODE_BATCH_RECORDS, max_batch_size=DECODE_BATCH_RECORDS)  # [(shard index, bytes)]
         decoded = batches | "Decode" >> beam.ParDo(DecodeRecords(record_schema))  # pa.RecordBatch
         transform_fn = (decoded, config) | "Analyze" >> tft_beam.AnalyzeDataset(preprocessing_fn)
         _ = transform_fn | "WriteCounts" >> tft_beam.WriteTransformFn(counts_dir)
@@ -321,36 +322,33 @@ def rank_frequency(token_counts: Mapping[int, int]) -> list[int]:
     return sorted(token_counts.values(), reverse=True)
 
 
-def corpus_stats(
-    counts: AnalyzerCounts,
-    *,
-    manifest: Manifest,
-    splits: Sequence[str],
-    shards: Sequence[ShardInfo],
-    top_k: int,
-    byte_fallback: frozenset[int] | None,
-) -> dict[str, Any]:
+def corpus_stats(counts: AnalyzerCounts, *, plan: StatsPlan, tokenizer: Tokenizer | None) -> dict[str, Any]:
     """Every figure of stats.json, from the analyzers' counts.
 
-    byte_fallback: the tokenizer's byte-fallback ids, or None without a tokenizer (rate unknown).
-    Rates are shares of the non-padding tokens counted; unk_rate is None when the manifest records
+    tokenizer: the plan's tokenizer, loaded; it names the top tokens and finds the byte-fallback
+    ids. Without one, top tokens are ids only and the byte-fallback figures are None. Rates are
+    shares of the non-padding tokens counted; the unk figures are None when the manifest records
     no unknown token.
     """
+    manifest, shards = plan.manifest, plan.shards
     vocab_size, seq_len = manifest.tokenizer.vocab_size, manifest.seq_len
     tokens = sum(counts.tokens.values())
     records = sum(counts.shard_records.values())
     used = sum(1 for i in counts.tokens if 0 <= i < vocab_size)
     unk_id = manifest.tokenizer.special_token_ids.get("unk")
     unk_tokens = counts.tokens.get(unk_id, 0) if unk_id is not None else None
-    fallback_tokens = sum(counts.tokens.get(i, 0) for i in byte_fallback) if byte_fallback is not None else None
+    fallback = byte_fallback_ids(tokenizer.get_vocab(with_added_tokens=True)) if tokenizer else None
+    fallback_tokens = sum(counts.tokens.get(i, 0) for i in fallback) if fallback is not None else None
     shard_records = [counts.shard_records.get(i, 0) for i in range(len(shards))]
-    split_records = dict.fromkeys(splits, 0)
+    split_records = dict.fromkeys(plan.splits, 0)
     for shard, n in zip(shards, shard_records):
         split_records[parse_shard_name(shard.path)[0]] += n
     lengths = sorted(counts.record_tokens)
-    return {
+    top = top_tokens(counts.tokens, plan.top_k)
+    stats = {
         "tool_version": __version__,
-        "splits": list(splits),
+        "shards_dir": plan.shards_dir,
+        "splits": list(plan.splits),
         "seq_len": seq_len,
         "vocab_size": vocab_size,
         "records": records,
@@ -363,7 +361,7 @@ def corpus_stats(
         "unk_id": unk_id,
         "unk_tokens": unk_tokens,
         "unk_rate": _rate(unk_tokens, tokens) if unk_tokens is not None else None,
-        "byte_fallback_ids": len(byte_fallback) if byte_fallback is not None else None,
+        "byte_fallback_ids": len(fallback) if fallback is not None else None,
         "byte_fallback_tokens": fallback_tokens,
         "byte_fallback_rate": _rate(fallback_tokens, tokens) if fallback_tokens is not None else None,
         "tokens_per_record": {
@@ -379,8 +377,11 @@ def corpus_stats(
             "mean": _rate(records, len(shards)),
             "shards": [{"path": shard.path, "records": n} for shard, n in zip(shards, shard_records)],
         },
-        "top_tokens": top_tokens(counts.tokens, top_k),
+        "tokenizer": plan.tokenizer.json_path if plan.tokenizer else None,
+        "top_tokens": name_tokens(top, tokenizer) if tokenizer else top,
     }
+    stats["manifest_mismatches"] = manifest_mismatches(stats, manifest=manifest, shards=shards)
+    return stats
 
 
 def manifest_mismatches(stats: Mapping[str, Any], *, manifest: Manifest, shards: Sequence[ShardInfo]) -> list[str]:
@@ -454,15 +455,7 @@ def run_stats(config: StatsConfig, beam_args: Sequence[str] = ()) -> StatsReport
     finally:
         remove_tree(work_dir)
     tokenizer = Tokenizer.from_str(plan.tokenizer.json_text) if plan.tokenizer else None
-    stats = corpus_stats(
-        counts, manifest=plan.manifest, splits=plan.splits, shards=plan.shards, top_k=plan.top_k,
-        byte_fallback=byte_fallback_ids(tokenizer.get_vocab(with_added_tokens=True)) if tokenizer else None,
-    )
-    if tokenizer:
-        stats["top_tokens"] = name_tokens(stats["top_tokens"], tokenizer)
-    stats["shards_dir"] = plan.shards_dir
-    stats["tokenizer"] = plan.tokenizer.json_path if plan.tokenizer else None
-    stats["manifest_mismatches"] = manifest_mismatches(stats, manifest=plan.manifest, shards=plan.shards)
+    stats = corpus_stats(counts, plan=plan, tokenizer=tokenizer)
     for problem in stats["manifest_mismatches"]:
         logger.warning("stats: %s", problem)
     json_path, html_path = write_stats(plan.output, stats, rank_frequency(counts.tokens))

@@ -9,7 +9,7 @@ from typing import Sequence
 from corpus_tools.tokenizer import config as cfg
 from corpus_tools.tokenizer.corpus_report import DEFAULT_INSPECT_DOCUMENTS, load_tokenizer, sample_report
 from corpus_tools.tokenizer.training import train
-from preprocess import inputs
+from preprocess import sources
 from schemas.cli import CommandParser, run_command, setup_logging
 
 TRAIN_COMMAND = "tokenizer train"
@@ -31,10 +31,7 @@ def _add_input_args(parser: argparse.ArgumentParser, *, required: bool) -> None:
     parser.add_argument("--input", action="append", required=required, default=[], metavar="PATH",
                         help="file, directory or glob, local or gs://; text, JSONL or Parquet, optionally "
                              ".gz/.bz2 (repeatable)")
-    parser.add_argument("--doc_separator", choices=inputs.DOC_SEPARATORS, default=inputs.LINE,
-                        help="text files: one document per line, or documents separated by blank lines")
-    parser.add_argument("--text_field", default="text", help="JSON Lines field holding the text")
-    parser.add_argument("--text_column", default="text", help="Parquet column holding the text")
+    sources.add_reading_arguments(parser)
     parser.add_argument("--seed", type=int, default=cfg.DEFAULT_SEED, help="seed of the document sample")
 
 
@@ -120,10 +117,8 @@ def _inspect(args: argparse.Namespace) -> int:
         print(f"ids:     {enc.ids}")
         print(f"decoded: {tok.decode(enc.ids)!r}")
     if args.input:
-        options = inputs.ReadOptions(doc_separator=args.doc_separator, text_field=args.text_field,
-                                     text_column=args.text_column)
-        report = sample_report(tok, args.input, options, seed=args.seed, max_documents=args.max_documents,
-                               unk_id=roles.get("unk"))
+        report = sample_report(tok, args.input, sources.read_options_from(args), seed=args.seed,
+                               max_documents=args.max_documents, unk_id=roles.get("unk"))
         print(f"\nSample of {report.documents:,} documents: {report.tokens:,} tokens, "
               f"unknown-token rate {report.unknown_rate:.4%} ({report.unknown_tokens:,} unknown)")
         if report.tokens_per_word is not None:

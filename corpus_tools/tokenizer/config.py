@@ -6,7 +6,7 @@ import dataclasses
 
 from tokenizers import pre_tokenizers
 
-from preprocess import inputs
+from preprocess import sources
 from schemas.constants import SPECIAL_ROLES
 from schemas.errors import LmshardsError
 
@@ -77,9 +77,9 @@ class TrainConfig:
     max_documents: int | None = None
     max_bytes: int | None = None
     seed: int = DEFAULT_SEED
-    doc_separator: str = inputs.LINE
-    text_field: str = "text"
-    text_column: str = "text"
+    doc_separator: str = sources.LINE
+    text_field: str = sources.DEFAULT_TEXT_FIELD
+    text_column: str = sources.DEFAULT_TEXT_COLUMN
     overwrite: bool = False
 
     def __post_init__(self) -> None:
@@ -92,14 +92,12 @@ class TrainConfig:
     def preset(self) -> SpecialTokens:
         return PRESETS[self.special_tokens]
 
-    def read_options(self) -> inputs.ReadOptions:
-        return inputs.ReadOptions(
-            doc_separator=self.doc_separator, text_field=self.text_field, text_column=self.text_column
-        )
+    def read_options(self) -> sources.ReadOptions:
+        return sources.read_options_from(self)
 
 
 def validate(config: TrainConfig) -> None:
-    """Raises TokenizerTrainingError (or inputs.InputError) on a bad option, before any reading."""
+    """Raises TokenizerTrainingError (or sources.InputError) on a bad option, before any reading."""
     if config.model not in MODELS:
         raise TokenizerTrainingError(f"--model {config.model!r} is not supported; use one of {', '.join(MODELS)}.")
     if config.special_tokens not in PRESETS:

@@ -9,7 +9,7 @@ from tokenizers import Tokenizer
 
 from corpus_tools.tokenizer.config import DEFAULT_MAX_BYTES
 from corpus_tools.tokenizer.sampling import iter_sample, sample_limit
-from preprocess import inputs
+from preprocess import sources
 from schemas.tokenizer_info import locate_tokenizer, special_token_ids
 
 DEFAULT_INSPECT_DOCUMENTS = 1000
@@ -90,11 +90,11 @@ def corpus_report(tok: Tokenizer, docs: Iterable[str], *, unk_id: int | None, ba
 
 
 def sample_report(
-    tok: Tokenizer, paths: Sequence[str], options: inputs.ReadOptions, *, seed: int, max_documents: int,
+    tok: Tokenizer, paths: Sequence[str], options: sources.ReadOptions, *, seed: int, max_documents: int,
     unk_id: int | None,
 ) -> CorpusReport:
     """corpus_report on a seeded sample of at most max_documents documents of the input paths (read twice)."""
-    limit, _ = sample_limit(inputs.iter_documents(paths, options), seed=seed, max_documents=max_documents,
+    limit, _ = sample_limit(sources.iter_documents(paths, options), seed=seed, max_documents=max_documents,
                             max_bytes=DEFAULT_MAX_BYTES)
-    docs = iter_sample(inputs.iter_documents(paths, options), seed=seed, limit=limit)
+    docs = iter_sample(sources.iter_documents(paths, options), seed=seed, limit=limit)
     return corpus_report(tok, docs, unk_id=unk_id)

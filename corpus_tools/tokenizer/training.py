@@ -17,7 +17,7 @@ from corpus_tools.tokenizer.config import TokenizerTrainingError, TrainConfig, v
 from corpus_tools.tokenizer.models import train_tokenizer
 from corpus_tools.tokenizer.sampling import SampleStats, iter_sample, read_sample, sample_limit, write_sample
 from corpus_tools.tokenizer.save import save_tokenizer
-from preprocess import inputs
+from preprocess import sources
 from schemas import fs
 
 logger = logging.getLogger(__name__)
@@ -46,17 +46,17 @@ def train(config: TrainConfig) -> TrainResult:
     """Samples the corpus, trains, and writes the tokenizer directory to config.output.
 
     Raises:
-      TokenizerTrainingError / inputs.InputError / OutputError: bad options, a non-empty output
+      TokenizerTrainingError / sources.InputError / OutputError: bad options, a non-empty output
         without overwrite, unreadable inputs, an empty corpus, or a vocab_size too small for the sample.
     """
     validate(config)
     fs.check_output_dir(config.output, overwrite=config.overwrite)
     start = time.monotonic()
-    files = inputs.expand_inputs(config.inputs)
+    files = sources.expand_inputs(config.inputs)
     options = config.read_options()
-    read_stats = inputs.ReadStats()
+    read_stats = sources.ReadStats()
     limit, sample = sample_limit(
-        inputs.iter_documents(config.inputs, options, read_stats),
+        sources.iter_documents(config.inputs, options, read_stats),
         seed=config.seed, max_documents=config.max_documents, max_bytes=config.max_bytes,
     )
     if sample.documents_sampled == 0 and sample.documents_seen:
@@ -74,7 +74,7 @@ def train(config: TrainConfig) -> TrainResult:
                 sample.bytes_sampled, sample.bytes_seen)
     with tempfile.TemporaryDirectory(prefix="lmshards-tokenizer-sample-") as tmp:
         sample_path = os.path.join(tmp, _SAMPLE_FILE)
-        write_sample(iter_sample(inputs.iter_documents(config.inputs, options), seed=config.seed, limit=limit),
+        write_sample(iter_sample(sources.iter_documents(config.inputs, options), seed=config.seed, limit=limit),
                      sample_path)
         sampled = time.monotonic()
         tok = train_tokenizer(lambda: read_sample(sample_path), model=config.model,

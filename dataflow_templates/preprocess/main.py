@@ -1,7 +1,7 @@
 """Flex Template entry point (FLEX_TEMPLATE_PYTHON_PY_FILE): `lmshards preprocess` with the launcher's flags.
 
-Not preprocess/__main__.py run as a file: that would put preprocess/ itself on sys.path, and its
-tokenize.py would shadow the standard library's tokenize module.
+Not preprocess/__main__.py run as a file: that would put preprocess/ itself on sys.path, where its
+module names (cli, options, pipeline, ...) would shadow any top-level module of the same name.
 """
 
 import sys

@@ -11,7 +11,7 @@ import pytest
 
 from corpus_tools.dataset import export as de
 from lmshards.cli import main as lmshards_main
-from preprocess import inputs
+from preprocess import sources
 from schemas import fs
 
 ROWS = 1037  # not a multiple of any shard count used here
@@ -73,10 +73,10 @@ def test_preprocess_reader_reads_the_export(saved_dataset, tmp_path):
     for fmt in de.FORMATS:
         de.export(de.ExportConfig(dataset=str(source), output=str(tmp_path / fmt), text_column="content",
                                   num_shards=3, format=fmt))
-    options = inputs.ReadOptions(text_field="text", text_column="text")
+    options = sources.ReadOptions(text_field="text", text_column="text")
     # The directory as input: _SUCCESS.json is skipped as a hidden name.
     for fmt in de.FORMATS:
-        docs = list(inputs.iter_documents([str(tmp_path / fmt)], options))
+        docs = list(sources.iter_documents([str(tmp_path / fmt)], options))
         assert docs == texts
 
 

@@ -253,7 +253,7 @@ def test_non_empty_output_needs_overwrite_and_is_then_replaced(tmp_path, capsys,
     assert _run(argv + ["--overwrite"], capsys)[0] == 0
     info = json.loads((out / TOKENIZER_INFO_JSON).read_text())
     assert info["options"]["overwrite"] is True
-    assert sorted(p.name for p in out.iterdir()) == sorted([TOKENIZER_JSON, TOKENIZER_INFO_JSON, "tokenizer_config.json"])
+    assert {p.name for p in out.iterdir()} == {TOKENIZER_JSON, TOKENIZER_INFO_JSON, "tokenizer_config.json"}
 
 
 def test_a_failed_overwrite_leaves_the_old_tokenizer(tmp_path, capsys, sample_files):

@@ -66,8 +66,8 @@ def _has_default(action: argparse.Action) -> bool:
 
 
 def _required_args(parser: argparse.ArgumentParser) -> list[str]:
-    """Values for every positional, required flag and required either-or group, so that parsing reaches unknown flags."""
-    needed = [a for a in parser._actions if (a.required or not a.option_strings) and not isinstance(a, argparse._HelpAction)]
+    """Values for every positional, required flag and required either-or group: parsing then reaches unknown flags."""
+    needed = [a for a in parser._actions if a.required or not a.option_strings]
     needed += [group._group_actions[0] for group in parser._mutually_exclusive_groups if group.required]
     args: list[str] = []
     for action in needed:

@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 from google.cloud import dataflow_v1beta3  # ships with apache-beam[gcp]
 
-from preprocess.dataflow import write_dry_run_job_file
+from preprocess import runners
 from preprocess.options import LmshardsPreprocessOptions, PreprocessConfig, config_from_options, parse_bool
 from schemas import fs
 from tests.conftest import REPO
-from tests.test_packaging import NOT_ON_WORKERS, WORKER_ENV, top_level
 
 METADATA = REPO / "dataflow_templates" / "preprocess" / "metadata.json"
 GCS_PARAM_TYPES = {"GCS_READ_FILE", "GCS_READ_FOLDER", "GCS_WRITE_FOLDER", "GCS_WRITE_FILE"}
@@ -100,7 +99,9 @@ def test_every_template_parameter_parses_as_the_launcher_passes_it():
 # ---------------------------------------------------------------- the Dataflow job, built offline
 
 IMAGE = "us-central1-docker.pkg.dev/lmshards-test/lmshards/preprocess:test"
-STAGES = ("Read", "Tokenize", "Pack", "Shard", "Manifest")  # the top-level stages of build_pipeline
+STAGES = ("Read", "Tokenize", "Split", "Pack", "Shard", "Manifest")  # the top-level stages of build_pipeline
+# The worker distribution ships these folders and no other code (the trainer stays off the workers).
+WORKER_FOLDERS = {"preprocess", "schemas"}
 
 
 def _build_dry_run(argv: list[str]):
@@ -111,7 +112,7 @@ def _build_dry_run(argv: list[str]):
     from preprocess.pipeline import build_pipeline, plan_preprocess
 
     plan = plan_preprocess(config_from_options(PipelineOptions(argv)))
-    pipeline = beam.Pipeline(options=PipelineOptions(argv))
+    pipeline = beam.Pipeline(options=runners.pipeline_options(argv))
     build_pipeline(pipeline, plan)
     return pipeline.run()
 
@@ -132,9 +133,9 @@ def dry_run(gcs_emulator, sample_tokenizer, sample_files, tmp_path_factory):
         f"--dataflow_job_file={job_file}",
     ]
     with pytest.MonkeyPatch.context() as env:
-        env.setenv(WORKER_ENV, "1")  # what run_pipeline sets when it stages with --setup_file
+        env.setenv(runners.WORKER_PACKAGE_ENV, "1")  # what run_pipeline sets when it stages with --setup_file
         result = _build_dry_run(argv)
-    write_dry_run_job_file(result, job_file)
+    runners.write_dry_run_job_file(result, job_file)
     return json.loads(Path(job_file).read_text()), argv, work
 
 
@@ -154,6 +155,12 @@ def _artifacts(job: dict) -> dict[str, str]:
             staged = beam_runner_api_pb2.ArtifactStagingToRolePayload.FromString(info.role_payload).staged_name
             out[staged] = beam_runner_api_pb2.ArtifactFilePayload.FromString(info.type_payload).path
     return out
+
+
+def _shipped_folders(names: list[str]) -> set[str]:
+    """Folders right under an sdist's root, its egg-info aside: the code a worker receives."""
+    return {parts[1] for parts in (name.split("/") for name in names)
+            if len(parts) > 2 and not parts[1].endswith(".egg-info")}
 
 
 def _fused_stages(job: dict) -> list[set[str]]:
@@ -214,15 +221,15 @@ def test_dry_run_stages_the_worker_distribution_built_from_this_checkout(dry_run
     """Beam's stager ran `setup.py sdist` in the repository itself, stale egg-info and all."""
     artifacts = _artifacts(dry_run[0])
     with tarfile.open(artifacts["workflow.tar.gz"]) as tar:
-        top = top_level(tar.getnames())
-    assert {"preprocess", "schemas", "setup.py"} <= top
-    assert top & NOT_ON_WORKERS == set()
+        names = tar.getnames()
+    assert _shipped_folders(names) == WORKER_FOLDERS
+    assert any(name.endswith("/setup.py") and name.count("/") == 1 for name in names)
 
 
 @pytest.mark.gcs
 @pytest.mark.slow
 def test_dry_run_graph_spreads_the_read_and_fuses_no_fan_out_into_one_worker(dry_run, sample_files):
-    from preprocess.inputs import ReadOptions, expand_inputs, plan_ranges
+    from preprocess.sources import ReadOptions, expand_inputs, plan_ranges
 
     job, argv, work = dry_run
     # The read is split: every sample file is larger than --range_mb, so there are more ranges than files.
@@ -234,9 +241,9 @@ def test_dry_run_graph_spreads_the_read_and_fuses_no_fan_out_into_one_worker(dry
     assert _stage_of(stages, "Read/ListRanges/FlatMap") != _stage_of(stages, "Read/ReadRanges")
     # Reading and tokenizing one range fuse on purpose: the raw text is never shuffled, and the
     # ranges (64 MiB each by default) are the unit of parallelism.
-    assert _stage_of(stages, "Read/ReadRanges") == _stage_of(stages, "Tokenize/EncodeAndRoute")
+    assert _stage_of(stages, "Read/ReadRanges") == _stage_of(stages, "Tokenize/Encode") == _stage_of(stages, "Split/Route")
     # After each fan-out a GroupByKey redistributes: documents -> packing groups, blocks -> shards.
-    assert _stage_of(stages, "Tokenize/EncodeAndRoute") != _stage_of(stages, "Pack/Pack")
+    assert _stage_of(stages, "Split/Route") != _stage_of(stages, "Pack/Pack")
     assert _stage_of(stages, "Shard/Serialize") != _stage_of(stages, "Shard/WriteShard")
     assert _stage_of(stages, "Shard/WriteShard") != _stage_of(stages, "Manifest/Write")
 
@@ -250,14 +257,14 @@ def test_cli_dry_run_writes_the_job_file_and_never_touches_the_output(dry_run, t
 
     _, argv, work = dry_run
     fs.write_text_atomic(f"{work}/out/keep.txt", "an existing output")
-    monkeypatch.delenv(WORKER_ENV, raising=False)
+    monkeypatch.delenv(runners.WORKER_PACKAGE_ENV, raising=False)
     job_file = tmp_path / "cli-job.json"
     argv = [a for a in argv if not a.startswith("--dataflow_job_file")] + [f"--dataflow_job_file={job_file}", "--overwrite"]
     assert main(argv) == 0
     job = json.loads(job_file.read_text())
     assert set(STAGES) <= {t["uniqueName"] for t in _transforms(job).values()}
     with tarfile.open(_artifacts(job)["workflow.tar.gz"]) as tar:
-        assert not top_level(tar.getnames()) & NOT_ON_WORKERS
+        assert _shipped_folders(tar.getnames()) == WORKER_FOLDERS
     assert fs.read_text(f"{work}/out/keep.txt") == "an existing output"
 
 
@@ -281,9 +288,9 @@ def test_dry_run_spreads_a_large_compressed_input_before_tokenizing(dry_run, sam
     _, argv, work = dry_run
     text = b"".join(f.read_bytes() for f in sample_files)
     fs.write_bytes_atomic(f"{work}/gz/corpus.txt.gz", gzip.compress(text))
-    monkeypatch.setenv(WORKER_ENV, "1")
+    monkeypatch.setenv(runners.WORKER_PACKAGE_ENV, "1")
     argv = [a for a in argv if not a.startswith(("--input=", "--output="))] + [f"--input={work}/gz", f"--output={work}/gz-out"]
     job_file = f"{work}/gz-job.json"
-    write_dry_run_job_file(_build_dry_run(argv), job_file)
+    runners.write_dry_run_job_file(_build_dry_run(argv), job_file)
     stages = _fused_stages(json.loads(fs.read_text(job_file)))
-    assert _stage_of(stages, "Read/ReadRanges") != _stage_of(stages, "Tokenize/EncodeAndRoute")
+    assert _stage_of(stages, "Read/ReadRanges") != _stage_of(stages, "Tokenize/Encode")

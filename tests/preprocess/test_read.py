@@ -13,9 +13,9 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from preprocess import read
-from preprocess.inputs import InputError, ReadOptions, ReadStats, expand_inputs
-from preprocess.read import COUNTERS, METRICS_NAMESPACE, ReadDocuments
+from preprocess.sources import InputError, ReadOptions, ReadStats, expand_inputs
+from preprocess.metrics import METRICS_NAMESPACE
+from preprocess.read import COUNTERS, ReadDocuments, ReadProgress
 
 LINES = b"\xef\xbb\xbf" + b"alpha one\r\n\r\nbeta \xff two\r\ngamma\x00 three\n   \ndelta four\n" * 3
 PARAGRAPHS = b"p1 line a\np1 line b\n\n\np2 only\n \t\np3 first\r\np3 second\r\n\r\np4\n\n" * 3
@@ -36,7 +36,7 @@ def write_corpus(tmp_path: Path, text: bytes) -> list[Path]:
 
 def run_read(files, options: ReadOptions, *, range_bytes: int, batch_size: int, expected_docs, expected_stats):
     pipeline = test_pipeline.TestPipeline(runner="FnApiRunner")
-    out = pipeline | ReadDocuments(files, options, range_bytes=range_bytes, batch_size=batch_size, with_stats=True)
+    out = pipeline | ReadDocuments(files, options, range_bytes=range_bytes, batch_size=batch_size)
     assert_that(out.documents | "Flatten" >> beam.FlatMap(lambda batch: batch), equal_to(expected_docs))
     assert_that(out.documents | "Sizes" >> beam.Map(len),
                 lambda sizes: _check(all(1 <= s <= batch_size for s in sizes), sizes), label="BatchSizes")
@@ -90,7 +90,7 @@ def test_read_documents_checks_inputs_while_building(tmp_path):
 
 
 def test_progress_reports_rates(caplog):
-    progress = read._Progress(every_s=0.0)
+    progress = ReadProgress(every_s=0.0)
     with caplog.at_level(logging.INFO, logger="preprocess.read"):
         progress.report(ReadStats(documents=10, bytes_read=2_000_000), finished=True)
         progress.report(ReadStats(documents=5))

@@ -1,36 +1,13 @@
-"""Pure functions of the pack stage: hashes, split assignment, groups, block packing."""
+"""Pure logic of the pack stage: group sizing, block packing, hash order, a group's totals."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from preprocess.packing import (
-    doc_hash,
-    num_groups,
-    order_by_hash,
-    pack_blocks,
-    split_of,
-    validation_threshold,
-)
-
-
-def test_doc_hash_is_stable_and_text_only():
-    assert doc_hash("hello") == doc_hash("hello")
-    assert doc_hash("hello") != doc_hash("hello ")
-    # Pinned value: the split of a document must never change between versions or machines.
-    assert doc_hash("hello") == int.from_bytes(__import__("hashlib").blake2b(b"hello", digest_size=8).digest(), "little")
-
-
-def test_split_fraction_is_respected_on_100k_hashes():
-    hashes = np.fromiter((doc_hash(f"document {i}") for i in range(100_000)), dtype=np.uint64)
-    for fraction in (0.005, 0.1, 0.5):
-        share = split_of(hashes, validation_threshold(fraction)).mean()
-        assert abs(share - fraction) < 4 * np.sqrt(fraction * (1 - fraction) / hashes.size) + 1e-4
-    assert not split_of(hashes, validation_threshold(0.0)).any()
-    # Deterministic: the same hashes split the same way.
-    threshold = validation_threshold(0.1)
-    assert np.array_equal(split_of(hashes, threshold), split_of(hashes.copy(), threshold))
+from preprocess.encode import TokenizedChunk
+from preprocess.pack import num_groups, order_by_hash, pack_blocks, pack_group, sum_totals
+from schemas.manifest import SplitTotals
 
 
 def test_num_groups_targets_group_tokens():
@@ -74,14 +51,34 @@ def test_pack_pad_needs_pad_id():
         pack_blocks(np.arange(9), seq_len=8, remainder="pad")
 
 
+DOCS = {7: [70, 71], 3: [30], 9: [90, 91, 92], 5: [50, 51]}
+
+
+def _chunk(order: list[int]) -> TokenizedChunk:
+    return TokenizedChunk(hashes=np.array(order, dtype=np.uint64),
+                          lengths=np.array([len(DOCS[h]) for h in order], dtype=np.int32),
+                          tokens=np.array([t for h in order for t in DOCS[h]], dtype=np.int32))
+
+
 def test_order_by_hash_is_independent_of_arrival_order():
-    docs = {7: [70, 71], 3: [30], 9: [90, 91, 92], 5: [50, 51]}
-
-    def concat(order):
-        hashes = np.array(order, dtype=np.uint64)
-        lengths = np.array([len(docs[h]) for h in order], dtype=np.int32)
-        tokens = np.array([t for h in order for t in docs[h]], dtype=np.int32)
-        return order_by_hash(hashes, lengths, tokens).tolist()
-
     expected = [30, 50, 51, 70, 71, 90, 91, 92]
-    assert concat([7, 3, 9, 5]) == concat([5, 9, 3, 7]) == concat([3, 5, 7, 9]) == expected
+    assert (order_by_hash(_chunk([7, 3, 9, 5])).tolist() == order_by_hash(_chunk([5, 9, 3, 7])).tolist()
+            == order_by_hash(_chunk([3, 5, 7, 9])).tolist() == expected)
+
+
+def test_pack_group_carries_its_key_and_totals():
+    chunks = [_chunk([9, 5]), _chunk([7]), _chunk([3])]
+    packed = pack_group(("validation", 4), chunks, seq_len=3, remainder="pad", pad_id=0)
+    assert (packed.split, packed.group, packed.documents) == ("validation", 4, 4)
+    assert packed.blocks.ids.tolist() == [[30, 50, 51], [70, 71, 90], [91, 92, 0]]
+    assert packed.totals == SplitTotals(documents=4, tokens_in=8, tokens_written=8, tokens_dropped=0,
+                                        padding_tokens=1, records=3)
+
+
+def test_sum_totals_adds_every_field():
+    a = SplitTotals(documents=1, tokens_in=10, tokens_written=8, tokens_dropped=2, padding_tokens=0, records=1)
+    b = SplitTotals(documents=2, tokens_in=5, tokens_written=5, tokens_dropped=0, padding_tokens=3, records=1)
+    assert sum_totals([a, b]) == SplitTotals(documents=3, tokens_in=15, tokens_written=13, tokens_dropped=2,
+                                             padding_tokens=3, records=2)
+    assert sum_totals([sum_totals([a]), sum_totals([b])]) == sum_totals([a, b])  # partial sums combine
+    assert sum_totals([]) == SplitTotals()

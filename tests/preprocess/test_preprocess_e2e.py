@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 
 from preprocess.cli import main as preprocess_main
-from preprocess.inputs import ReadOptions, iter_documents
+from preprocess.encode import doc_hash
 from preprocess.options import PreprocessConfig
-from preprocess.packing import doc_hash, split_of, validation_threshold
 from preprocess.pipeline import run_pipeline
-from schemas.records import read_records
+from preprocess.sources import ReadOptions, iter_documents
+from preprocess.split import split_of, validation_threshold
 from schemas import fs
 from schemas.manifest import read_manifest
+from schemas.records import read_records
 from schemas.shards import parse_shard_name
 
 IN_PROCESS = ["--direct_running_mode=in_memory"]

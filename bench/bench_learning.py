@@ -1,0 +1,726 @@
+"""Learning benchmark: lmshards' `tiny` model beside a PyTorch RobertaForMaskedLM of the same size, same shards, same steps.
+
+In one run, on one machine:
+  1. shards    - `lmshards tokenizer train` (byte-level BPE, vocabulary 8000) and `lmshards preprocess` on the
+                 bundled English sample (or --corpus DIR); or --shards DIR --tokenizer PATH to reuse shards;
+  2. lmshards  - `lmshards train --model_preset tiny` in a subprocess, then `lmshards export` to a transformers
+                 directory;
+  3. reference - transformers' RobertaForMaskedLM built from that export's config.json (so every dimension,
+                 dropout and epsilon match; fresh weights), trained in this process on the same train records
+                 with the Hugging Face TPU example's recipe: 15% masking 80/10/10, AdamW (beta2 0.98, eps 1e-6),
+                 weight decay 0.01 except LayerNorm weights and biases, 5% linear warmup, linear decay to 0;
+  4. both models evaluated by the same PyTorch code on the same masked validation sequences (one fixed mask
+     draw: same positions, same replacement tokens), masked-token cross-entropy in nats.
+Step time is the median over 10-step windows of the mean ms/step, leaving out the first 10 steps (tracing,
+warm-up): lmshards' windows are its own metrics.jsonl records, the reference's are timed the same way here.
+
+Usage (from the repository root, with the venv active):
+  python -m bench.bench_learning --json bench-learning.json                 # the default run, ~5-10 min on 2 cores
+  python -m bench.bench_learning --steps 60 --lmshards-args '--steps_per_execution 10'
+  python -m bench.bench_learning --shards DIR --tokenizer DIR --lmshards-env TF_XLA_FLAGS=--tf_xla_auto_jit=2
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import math
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+import psutil
+import torch
+import transformers
+from transformers import RobertaConfig, RobertaForMaskedLM
+
+from bench._measure import load_average
+from bench.bench_preprocess import child_env
+from schemas import fs
+from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
+from schemas.manifest import Manifest, read_manifest
+from schemas.records import read_records
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CORPUS = REPO_ROOT / "data" / "sample" / "en"
+
+# Shards made by the bench itself.
+TOKENIZER_MODEL = "bpe"
+TOKENIZER_VOCAB_SIZE = 8000
+SEQ_LEN = 128
+VALIDATION_FRACTION = 0.1  # ~450 validation sequences from the bundled sample: ~8k masked tokens per evaluation
+NUM_SHARDS = 8
+
+# The run both systems make.
+PRESET = "tiny"
+DEFAULT_STEPS = 300
+DEFAULT_BATCH = 32
+DEFAULT_LEARNING_RATE = 5e-4
+SEED = 0
+
+# The Hugging Face TPU example's recipe (examples/tensorflow/language-modeling-tpu), as the reference trains it.
+MLM_PROBABILITY = 0.15
+MASK_FRACTION = 0.8  # of the selected tokens: <mask>; half of the rest a random token, the other half unchanged
+RANDOM_FRACTION = 0.1
+ADAM_BETAS = (0.9, 0.98)
+ADAM_EPSILON = 1e-6
+WEIGHT_DECAY = 0.01
+WARMUP_FRACTION = 0.05
+# Parameter-name fragments left out of weight decay: every bias, and the LayerNorm weights (transformers'
+# RoBERTa names them `LayerNorm` in the encoder and `layer_norm` in the masked-LM head).
+NO_DECAY_FRAGMENTS = ("bias", "LayerNorm.weight", "layer_norm.weight")
+IGNORE_INDEX = -100  # transformers' label for "not predicted"
+
+# Measurement.
+TIMING_WINDOW = 10  # steps per timing window: lmshards' --log_every, and the reference's window
+WARMUP_STEPS_EXCLUDED = 10  # windows that start before this step are left out of the step time
+EVAL_SEED = 1234
+EVAL_BATCH = 64
+POLL_INTERVAL_S = 0.1
+RUN_TIMEOUT_S = 3600.0
+
+# Targets: lmshards learns as well as the reference and steps at least as fast.
+TARGET_LOSS_MARGIN_NATS = 0.02  # lmshards eval loss <= reference eval loss + this
+TARGET_STEP_TIME_RATIO = 1.0  # lmshards ms/step / reference ms/step <= this
+
+LMSHARDS, REFERENCE = "lmshards", "reference"
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    corpus: Path
+    shards: str | None
+    tokenizer: str | None
+    steps: int
+    batch_size: int
+    learning_rate: float
+    window: int
+    work_dir: Path
+    json_out: Path | None
+    lmshards_args: tuple[str, ...]
+    lmshards_env: dict[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskingSpec:
+    """What masking needs from the manifest's tokenizer."""
+
+    vocab_size: int
+    mask_id: int
+    special_ids: tuple[int, ...]  # never selected, never drawn as random replacements
+    mlm_probability: float = MLM_PROBABILITY
+
+    @functools.cached_property
+    def regular_ids(self) -> torch.Tensor:
+        """int64 ids that random replacements are drawn from: every id but the special ones."""
+        special = set(self.special_ids)
+        return torch.tensor([i for i in range(self.vocab_size) if i not in special], dtype=torch.int64)
+
+    @classmethod
+    def from_manifest(cls, manifest: Manifest) -> "MaskingSpec":
+        tok = manifest.tokenizer
+        return cls(vocab_size=tok.vocab_size, mask_id=tok.special_token_ids["mask"],
+                   special_ids=tuple(sorted(set(tok.all_special_ids) | set(tok.special_token_ids.values()))))
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskedBatch:
+    """Model inputs with their labels: int64 [batch, seq_len] each; labels IGNORE_INDEX where nothing is predicted."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    labels: torch.Tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTimes:
+    """Step time of one system: windows of `window` steps after the first WARMUP_STEPS_EXCLUDED."""
+
+    window_ms: tuple[float, ...]  # mean ms/step of each kept window, in order
+    window: int
+    cpu_ms_per_step: float | None  # process CPU (all threads) per step over the kept windows
+    mean_load1: float
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.window_ms)
+
+    @property
+    def steps_per_s(self) -> float:
+        return 1000.0 / self.median_ms
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalResult:
+    loss: float  # mean masked-token cross-entropy, nats
+    accuracy: float
+    masked_tokens: int
+
+
+# ---------------------------------------------------------------- reading shards
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        byte = buf[pos]
+        value |= (byte & 0x7F) << shift
+        pos += 1
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _fields(buf: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+    """(field number, wire type, start, end) of each field of a protobuf message; varints as (start, end) too."""
+    pos = start
+    while pos < end:
+        tag, pos = _varint(buf, pos)
+        field, wire = tag >> 3, tag & 7
+        if wire == 0:
+            _, after = _varint(buf, pos)
+            yield field, wire, pos, after
+            pos = after
+        elif wire == 2:
+            length, pos = _varint(buf, pos)
+            yield field, wire, pos, pos + length
+            pos += length
+        else:
+            raise ValueError(f"unexpected protobuf wire type {wire} in a tf.train.Example of int64 features")
+
+
+def decode_varints(data: bytes) -> np.ndarray:
+    """int64 values of concatenated non-negative protobuf varints (a packed repeated int64 field)."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    ends = np.flatnonzero(raw < 0x80)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    lengths = ends - starts + 1
+    shifts = 7 * (np.arange(raw.size) - np.repeat(starts, lengths)).astype(np.uint64)
+    return np.add.reduceat((raw & 0x7F).astype(np.uint64) << shifts, starts).astype(np.int64)
+
+
+def decode_example(record: bytes) -> dict[str, np.ndarray]:
+    """Feature name -> int64 values of a serialized tf.train.Example whose features are all int64 lists.
+
+    Example{features=1: Features{feature=1: map entry{key=1, value=2: Feature{int64_list=3: Int64List{value=1}}}}}.
+    Decoded here with numpy so that the PyTorch process never loads TensorFlow.
+    """
+    out = {}
+    for _, _, features_start, features_end in _fields(record, 0, len(record)):
+        for _, _, entry_start, entry_end in _fields(record, features_start, features_end):  # one per feature
+            name, values = "", np.zeros(0, np.int64)
+            for field, _, start, end in _fields(record, entry_start, entry_end):
+                if field == 1:
+                    name = record[start:end].decode()
+                else:
+                    values = _int64_list(record, start, end)
+            out[name] = values
+    return out
+
+
+def _int64_list(record: bytes, start: int, end: int) -> np.ndarray:
+    """The values of the Feature message at record[start:end], which must hold an Int64List."""
+    chunks = []
+    for kind, _, list_start, list_end in _fields(record, start, end):
+        if kind != 3:
+            raise ValueError("a feature of the record is not an int64 list")
+        # Packed (wire type 2) or one varint per field (wire type 0): both are varint bytes.
+        chunks += [decode_varints(record[s:e]) for _, _, s, e in _fields(record, list_start, list_end)]
+    return np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
+
+
+def read_split(manifest: Manifest, shards_dir: str, split: str, *, max_records: int | None = None) -> dict[str, np.ndarray]:
+    """{INPUT_IDS, ATTENTION_MASK: int64 [records, seq_len]} of a split's records in manifest order.
+
+    max_records: stop after this many (the reference needs no more than steps x batch).
+    """
+    rows: dict[str, list[np.ndarray]] = {INPUT_IDS: [], ATTENTION_MASK: []}
+    count = 0
+    for path in manifest.shard_paths(shards_dir, split):
+        with fs.open_file(path, "rb") as f:
+            for record in read_records(f):
+                example = decode_example(record)
+                for name, values in rows.items():
+                    values.append(example[name])
+                count += 1
+                if max_records is not None and count >= max_records:
+                    break
+        if max_records is not None and count >= max_records:
+            break
+    shape = (count, manifest.seq_len)
+    return {name: np.stack(values).reshape(shape) if values else np.zeros(shape, np.int64) for name, values in rows.items()}
+
+
+# ---------------------------------------------------------------- the reference's recipe
+
+
+def warmup_steps_for(total_steps: int) -> int:
+    """5% of the steps, at least one (what both systems are given)."""
+    return max(1, math.ceil(WARMUP_FRACTION * total_steps))
+
+
+def lr_factor(step: int, *, warmup_steps: int, total_steps: int) -> float:
+    """Learning rate / peak before optimizer update `step` (0-based): linear warmup from 0, then linear decay to 0."""
+    if step < warmup_steps:
+        return step / warmup_steps
+    return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+
+def decays(name: str) -> bool:
+    """Whether weight decay applies to a parameter: not to biases and LayerNorm weights."""
+    return not any(fragment in name for fragment in NO_DECAY_FRAGMENTS)
+
+
+def param_groups(model: torch.nn.Module, *, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW parameter groups: [decayed, not decayed]. Tied weights (embeddings = LM decoder) appear once."""
+    named = list(model.named_parameters())
+    return [
+        {"params": [p for n, p in named if decays(n)], "weight_decay": weight_decay},
+        {"params": [p for n, p in named if not decays(n)], "weight_decay": 0.0},
+    ]
+
+
+def mask_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, spec: MaskingSpec,
+                generator: torch.Generator) -> MaskedBatch:  # fmt: skip
+    """transformers' DataCollatorForLanguageModeling masking, in torch.
+
+    Each non-special, non-padding token is selected with probability mlm_probability; a selected token
+    becomes <mask> (80%), a random token (10%) or stays (10%). Unlike the collator, random tokens are
+    drawn from the non-special ids: a drawn padding id would shift RoBERTa's position ids.
+    """
+    ids = input_ids.clone()
+    special = torch.isin(ids, torch.tensor(spec.special_ids, dtype=ids.dtype))
+    candidate = attention_mask.bool() & ~special
+    selected = (torch.rand(ids.shape, generator=generator) < spec.mlm_probability) & candidate
+    labels = torch.where(selected, ids, torch.full_like(ids, IGNORE_INDEX))
+    kind = torch.rand(ids.shape, generator=generator)
+    random_ids = spec.regular_ids[torch.randint(len(spec.regular_ids), ids.shape, generator=generator)]
+    ids = torch.where(selected & (kind < MASK_FRACTION), torch.full_like(ids, spec.mask_id), ids)
+    ids = torch.where(selected & (kind >= MASK_FRACTION) & (kind < MASK_FRACTION + RANDOM_FRACTION), random_ids, ids)
+    return MaskedBatch(input_ids=ids, attention_mask=attention_mask.clone(), labels=labels)
+
+
+def batch_rows(num_records: int, *, batch_size: int, steps: int, seed: int) -> Iterator[np.ndarray]:
+    """Record indices of each step's batch: epochs of a fresh permutation, full batches only (as lmshards)."""
+    per_epoch = num_records // batch_size
+    if per_epoch == 0:
+        raise ValueError(f"{num_records} train records are fewer than one batch of {batch_size}")
+    rng = np.random.default_rng(seed)
+    step = 0
+    while True:
+        order = rng.permutation(num_records)
+        for b in range(per_epoch):
+            if step == steps:
+                return
+            yield order[b * batch_size:(b + 1) * batch_size]
+            step += 1
+
+
+def build_reference(hf_config: Mapping[str, Any], *, seed: int) -> RobertaForMaskedLM:
+    """A freshly initialised RobertaForMaskedLM with every hyperparameter of the exported lmshards model."""
+    torch.manual_seed(seed)
+    return RobertaForMaskedLM(RobertaConfig.from_dict(dict(hf_config)))
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceRun:
+    model: RobertaForMaskedLM
+    times: StepTimes
+    window_losses: tuple[float, ...]  # mean train loss of every window, first included
+
+
+def train_reference(model: RobertaForMaskedLM, train: Mapping[str, np.ndarray], spec: MaskingSpec, *,
+                    steps: int, batch_size: int, learning_rate: float, window: int, seed: int) -> ReferenceRun:  # fmt: skip
+    """Trains `model` for `steps` steps; a step is timed from taking its batch to the loss on the host."""
+    warmup = warmup_steps_for(steps)
+    optimizer = torch.optim.AdamW(param_groups(model, weight_decay=WEIGHT_DECAY), lr=learning_rate,
+                                  betas=ADAM_BETAS, eps=ADAM_EPSILON)  # fmt: skip
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, warmup_steps=warmup, total_steps=steps))
+    generator = torch.Generator().manual_seed(seed)
+    input_ids, attention_mask = torch.from_numpy(train[INPUT_IDS]), torch.from_numpy(train[ATTENTION_MASK])
+    model.train()
+    walls, cpus, losses, loads = [], [], [], []
+    for step, rows in enumerate(batch_rows(len(input_ids), batch_size=batch_size, steps=steps, seed=seed)):
+        t0, c0 = time.perf_counter(), time.process_time()
+        index = torch.from_numpy(rows)
+        batch = mask_tokens(input_ids[index], attention_mask[index], spec, generator)
+        loss = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels).loss
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+        if (step + 1) % window == 0:
+            loads.append(os.getloadavg()[0])
+            print(f"  reference step {step + 1}/{steps}  loss {np.mean(losses[-window:]):.4f}  "
+                  f"{1000 * np.mean(walls[-window:]):.1f} ms/step", flush=True)
+    kept = kept_windows(len(walls), window=window)
+    times = StepTimes(
+        window_ms=tuple(1000 * float(np.mean(walls[s:s + window])) for s in kept),
+        window=window,
+        cpu_ms_per_step=1000 * float(np.mean([c for s in kept for c in cpus[s:s + window]])),
+        mean_load1=float(np.mean(loads)) if loads else os.getloadavg()[0],
+    )
+    window_losses = tuple(float(np.mean(losses[s:s + window])) for s in range(0, len(losses), window))
+    return ReferenceRun(model=model, times=times, window_losses=window_losses)
+
+
+def kept_windows(steps: int, *, window: int) -> list[int]:
+    """First step (0-based) of every full timing window that starts at or after WARMUP_STEPS_EXCLUDED."""
+    first = math.ceil(WARMUP_STEPS_EXCLUDED / window) * window
+    return list(range(first, steps - window + 1, window))
+
+
+# ---------------------------------------------------------------- evaluation, identical for both models
+
+
+def eval_batches(validation: Mapping[str, np.ndarray], spec: MaskingSpec, *, seed: int = EVAL_SEED,
+                 batch_size: int = EVAL_BATCH) -> list[MaskedBatch]:  # fmt: skip
+    """The validation records masked once with a fixed seed: the one set of inputs every model is scored on."""
+    generator = torch.Generator().manual_seed(seed)
+    ids, mask = torch.from_numpy(validation[INPUT_IDS]), torch.from_numpy(validation[ATTENTION_MASK])
+    return [mask_tokens(ids[s:s + batch_size], mask[s:s + batch_size], spec, generator) for s in range(0, len(ids), batch_size)]
+
+
+@torch.no_grad()
+def token_losses(model: torch.nn.Module, batches: Sequence[MaskedBatch]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cross-entropy in nats, correct) of every predicted token, in batch order; model in eval mode (no dropout)."""
+    model.eval()
+    losses, correct = [], []
+    for batch in batches:
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.float()
+        where = batch.labels != IGNORE_INDEX
+        picked, labels = logits[where], batch.labels[where]
+        losses.append(torch.nn.functional.cross_entropy(picked, labels, reduction="none"))
+        correct.append(picked.argmax(-1) == labels)
+    return torch.cat(losses), torch.cat(correct)
+
+
+def evaluate_side_by_side(models: Mapping[str, torch.nn.Module], batches: Sequence[MaskedBatch]) -> dict[str, Any]:
+    """Every model's EvalResult on the same batches, and the paired difference of the first two (nats).
+
+    Pairing per token removes the spread that comes from which tokens were masked: `diff_stderr` is
+    the standard error of the mean per-token difference.
+    """
+    scored = {name: token_losses(model, batches) for name, model in models.items()}
+    results = {name: EvalResult(loss=float(l.mean()), accuracy=float(c.float().mean()), masked_tokens=int(l.numel()))
+               for name, (l, c) in scored.items()}
+    (_, (first, _)), (_, (second, _)) = list(scored.items())[:2]
+    diff = (first - second).double()
+    return {"results": results, "diff": float(diff.mean()), "diff_stderr": float(diff.std() / math.sqrt(diff.numel()))}
+
+
+def load_export(hf_dir: str) -> RobertaForMaskedLM:
+    """The exported lmshards model. Raises RuntimeError if any weight was missing (it would be random)."""
+    model, info = RobertaForMaskedLM.from_pretrained(hf_dir, output_loading_info=True)
+    problems = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+    if problems:
+        raise RuntimeError(f"the export in {hf_dir} did not load cleanly: {problems}")
+    return model
+
+
+# ---------------------------------------------------------------- lmshards through its command line
+
+
+def lmshards_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "lmshards", *args]
+
+
+def run_lmshards(args: Sequence[str], *, env: Mapping[str, str], log_path: Path) -> None:
+    """Runs one `lmshards` command to completion; raises RuntimeError with its output's tail on failure."""
+    with open(log_path, "w") as log:
+        rc = subprocess.call(lmshards_argv(*args), stdout=log, stderr=subprocess.STDOUT, env=dict(env), cwd=REPO_ROOT)
+    if rc != 0:
+        raise RuntimeError(f"lmshards {' '.join(args[:2])} exited {rc}; its output ends:\n{log_path.read_text()[-4000:]}")
+
+
+def make_shards(corpus: Path, work: Path, *, env: Mapping[str, str]) -> tuple[str, str]:
+    """(shards dir, tokenizer dir) made from corpus with the CLI."""
+    tokenizer, shards = work / "tokenizer", work / "shards"
+    run_lmshards(["tokenizer", "train", "--input", str(corpus), "--model", TOKENIZER_MODEL, "--vocab_size",
+                  str(TOKENIZER_VOCAB_SIZE), "--output", str(tokenizer)], env=env, log_path=work / "tokenizer.log")  # fmt: skip
+    run_lmshards(["preprocess", "--input", str(corpus), "--tokenizer", str(tokenizer), "--output", str(shards),
+                  "--seq_len", str(SEQ_LEN), "--validation_fraction", str(VALIDATION_FRACTION),
+                  "--num_shards", str(NUM_SHARDS)], env=env, log_path=work / "preprocess.log")  # fmt: skip
+    return str(shards), str(tokenizer)
+
+
+def train_args(config: Config, *, shards: str, tokenizer: str, run_dir: Path) -> list[str]:
+    """`lmshards train` arguments of the compared run: the same steps, batch, peak rate and warmup as the reference."""
+    steps = str(config.steps)
+    return ["train", "--shards", shards, "--output", str(run_dir), "--tokenizer", tokenizer,
+            "--model_preset", PRESET, "--steps", steps, "--per_replica_batch", str(config.batch_size),
+            "--learning_rate", str(config.learning_rate), "--warmup_steps", str(warmup_steps_for(config.steps)),
+            "--lr_schedule", "linear", "--weight_decay", str(WEIGHT_DECAY), "--mlm_probability", str(MLM_PROBABILITY),
+            "--seed", str(SEED), "--log_every", str(config.window), "--eval_every", steps,
+            "--checkpoint_every", steps, *config.lmshards_args]  # fmt: skip
+
+
+def logged_windows(metrics_jsonl: str) -> list[dict[str, Any]]:
+    """The training-window records of a metrics.jsonl (the ones with a train loss), in step order."""
+    if not os.path.exists(metrics_jsonl):
+        return []
+    lines = Path(metrics_jsonl).read_text().splitlines()
+    return [r for r in (json.loads(line) for line in lines if line.strip()) if "loss" in r]
+
+
+@dataclasses.dataclass(frozen=True)
+class LmshardsRun:
+    times: StepTimes
+    window_losses: tuple[float, ...]
+    wall_s: float  # the whole `lmshards train` process, start-up and final evaluation included
+    first_window_s: float  # from the process start until its first window was logged: start-up + tracing
+    summary: dict[str, Any]
+
+
+def train_lmshards(args: Sequence[str], *, env: Mapping[str, str], run_dir: Path, window: int,
+                   log_path: Path) -> LmshardsRun:  # fmt: skip
+    """Runs `lmshards train`, noting the process's CPU seconds whenever a new window reaches metrics.jsonl.
+
+    Window times are the trainer's own (metrics.jsonl step_time_s: wall time of the step calls, input
+    waits included, logging excluded). CPU per step is the process's CPU time (every thread) between
+    the first kept window and the last one, as polled here every POLL_INTERVAL_S.
+    """
+    metrics = str(run_dir / "metrics.jsonl")
+    marks: dict[int, float] = {}  # window end step -> process CPU seconds when it appeared
+    loads = []
+    start = time.perf_counter()
+    first_window_s = float("nan")
+    with open(log_path, "w") as log:
+        proc = psutil.Popen(lmshards_argv(*args), stdout=log, stderr=subprocess.STDOUT, env=dict(env), cwd=REPO_ROOT)
+        while proc.poll() is None:
+            try:
+                cpu = sum(proc.cpu_times()[:2])
+                windows = logged_windows(metrics)
+            except (psutil.NoSuchProcess, json.JSONDecodeError):
+                windows = []
+            if windows and windows[-1]["step"] not in marks:
+                marks[windows[-1]["step"]] = cpu
+                loads.append(os.getloadavg()[0])
+                if len(marks) == 1:
+                    first_window_s = time.perf_counter() - start
+            if time.perf_counter() - start > RUN_TIMEOUT_S:
+                proc.kill()
+            time.sleep(POLL_INTERVAL_S)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"lmshards train exited {proc.returncode}; its output ends:\n{log_path.read_text()[-4000:]}")
+    records = logged_windows(metrics)
+    kept = [r for r in records if r["step"] - window >= WARMUP_STEPS_EXCLUDED and r["step"] % window == 0]
+    cpu_ms = None
+    if kept:
+        # CPU between the end of the last window left out and the end of the last kept one.
+        before = kept[0]["step"] - window
+        if before in marks and kept[-1]["step"] in marks and kept[-1]["step"] > before:
+            cpu_ms = 1000 * (marks[kept[-1]["step"]] - marks[before]) / (kept[-1]["step"] - before)
+    times = StepTimes(window_ms=tuple(1000 * r["step_time_s"] for r in kept), window=window, cpu_ms_per_step=cpu_ms,
+                      mean_load1=float(np.mean(loads)) if loads else os.getloadavg()[0])  # fmt: skip
+    summary = json.loads((run_dir / "run_summary.json").read_text())
+    return LmshardsRun(times=times, window_losses=tuple(r["loss"] for r in records), wall_s=wall,
+                       first_window_s=first_window_s, summary=summary)  # fmt: skip
+
+
+# ---------------------------------------------------------------- report
+
+
+def verdicts(evaluation: Mapping[str, Any], lm: StepTimes, ref: StepTimes) -> dict[str, Any]:
+    """The two targets, with the figures they were judged on."""
+    results = evaluation["results"]
+    loss_gap = results[LMSHARDS].loss - results[REFERENCE].loss
+    step_ratio = lm.median_ms / ref.median_ms
+    return {
+        "eval_loss": {"lmshards_minus_reference": loss_gap, "paired_stderr": evaluation["diff_stderr"],
+                      "target_max": TARGET_LOSS_MARGIN_NATS, "met": loss_gap <= TARGET_LOSS_MARGIN_NATS},
+        "step_time": {"lmshards_over_reference": step_ratio, "target_max": TARGET_STEP_TIME_RATIO,
+                      "met": step_ratio <= TARGET_STEP_TIME_RATIO,
+                      "steps_per_s_lmshards_over_reference": lm.steps_per_s / ref.steps_per_s,
+                      "cpu_ms_lmshards_over_reference": (lm.cpu_ms_per_step / ref.cpu_ms_per_step
+                                                         if lm.cpu_ms_per_step and ref.cpu_ms_per_step else None)},
+    }  # fmt: skip
+
+
+def table(evaluation: Mapping[str, Any], times: Mapping[str, StepTimes], losses: Mapping[str, Sequence[float]]) -> str:
+    results = evaluation["results"]
+
+    def row(label: str, fmt: str, values: Mapping[str, float | None], ratio: str) -> tuple[str, ...]:
+        cells = tuple("-" if values[s] is None else format(values[s], fmt) for s in (LMSHARDS, REFERENCE))
+        return (label, *cells, ratio)
+
+    lm, ref = times[LMSHARDS], times[REFERENCE]
+    cpu = {s: times[s].cpu_ms_per_step for s in times}
+    rows = [
+        ("", LMSHARDS, REFERENCE, "lmshards/reference"),
+        row("eval loss (nats)", ".4f", {s: results[s].loss for s in results},
+            f"{evaluation['diff']:+.4f} +- {evaluation['diff_stderr']:.4f}"),
+        row("eval accuracy", ".4f", {s: results[s].accuracy for s in results}, ""),
+        row("last window train loss", ".4f", {s: losses[s][-1] for s in losses}, ""),
+        row("median ms/step", ".1f", {s: times[s].median_ms for s in times}, f"{lm.median_ms / ref.median_ms:.2f}"),
+        row("steps/s", ".2f", {s: times[s].steps_per_s for s in times}, f"{lm.steps_per_s / ref.steps_per_s:.2f}"),
+        row("CPU ms/step", ".1f", cpu, f"{cpu[LMSHARDS] / cpu[REFERENCE]:.2f}" if cpu[LMSHARDS] and cpu[REFERENCE] else "-"),
+        row("mean load (1 min)", ".1f", {s: times[s].mean_load1 for s in times}, ""),
+    ]  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def verdict_lines(v: Mapping[str, Any]) -> list[str]:
+    loss, step = v["eval_loss"], v["step_time"]
+    return [
+        f"eval loss lmshards - reference: {loss['lmshards_minus_reference']:+.4f} nats (paired stderr "
+        f"{loss['paired_stderr']:.4f}; target <= +{loss['target_max']}: {'met' if loss['met'] else 'NOT met'})",
+        f"step time lmshards / reference: {step['lmshards_over_reference']:.2f} "
+        f"(target <= {step['target_max']}: {'met' if step['met'] else 'NOT met'})",
+    ]
+
+
+def source_version() -> dict[str, Any]:
+    """The commit of the lmshards tree being measured, and whether the code the bench runs differs from it."""
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    changed = git("status", "--porcelain", "--", "train", "schemas", "preprocess", "corpus_tools", "lmshards", "bench")
+    return {"commit": git("rev-parse", "HEAD") or None, "uncommitted_changes": bool(changed)}
+
+
+def parse_args(argv: Sequence[str] | None) -> Config:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS,
+                   help="directory of *.txt files to make shards from (default: %(default)s)")
+    p.add_argument("--shards", help="reuse this `lmshards preprocess` output instead (needs --tokenizer)")
+    p.add_argument("--tokenizer", help="the tokenizer --shards were made with (for `lmshards export`)")
+    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="training steps of both systems (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH, help="sequences per step (default: %(default)s)")
+    p.add_argument("--learning-rate", type=float, default=DEFAULT_LEARNING_RATE,
+                   help="peak learning rate of both systems (default: %(default)s)")
+    p.add_argument("--window", type=int, default=TIMING_WINDOW,
+                   help="steps per timing window, lmshards' --log_every: also the most --steps_per_execution can "
+                        "group (default: %(default)s)")
+    p.add_argument("--work-dir", type=Path, help="keep shards, runs and logs here (default: a temporary directory)")
+    p.add_argument("--json", type=Path, help="also write the results to this JSON file")
+    p.add_argument("--lmshards-args", default="",
+                   help="extra `lmshards train` flags, e.g. '--steps_per_execution 10'")
+    p.add_argument("--lmshards-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="environment of `lmshards train` (repeatable), e.g. TF_XLA_FLAGS=--tf_xla_auto_jit=2")
+    a = p.parse_args(argv)
+    if (a.shards is None) != (a.tokenizer is None):
+        p.error("--shards and --tokenizer go together: the export needs the tokenizer the shards were made with")
+    if a.window < 1 or a.steps < WARMUP_STEPS_EXCLUDED + 2 * a.window:
+        p.error(f"--steps must leave at least two {a.window}-step windows after the first {WARMUP_STEPS_EXCLUDED} steps "
+                f"(e.g. --steps {WARMUP_STEPS_EXCLUDED + 20 * a.window})")
+    bad_env = [kv for kv in a.lmshards_env if "=" not in kv]
+    if bad_env:
+        p.error(f"--lmshards-env takes KEY=VALUE, got {bad_env}")
+    work = a.work_dir or Path(tempfile.mkdtemp(prefix="bench_learning_"))
+    return Config(corpus=a.corpus, shards=a.shards, tokenizer=a.tokenizer, steps=a.steps, batch_size=a.batch_size,
+                  learning_rate=a.learning_rate, window=a.window, work_dir=work, json_out=a.json,
+                  lmshards_args=tuple(shlex.split(a.lmshards_args)),
+                  lmshards_env=dict(kv.split("=", 1) for kv in a.lmshards_env))  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    config = parse_args(argv)
+    transformers.logging.set_verbosity_error()
+    work = config.work_dir
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    env = child_env()
+    if config.shards:
+        shards, tokenizer = config.shards, config.tokenizer
+    else:
+        print(f"making shards from {config.corpus} ...", flush=True)
+        shards, tokenizer = make_shards(config.corpus, work, env=env)
+    manifest = read_manifest(shards)
+    spec = MaskingSpec.from_manifest(manifest)
+    print(f"shards: {shards} ({manifest.split(TRAIN_SPLIT).records} train, "
+          f"{manifest.split(VALIDATION_SPLIT).records} validation records of {manifest.seq_len} tokens)")
+
+    run_dir = work / "lmshards_run"
+    args = train_args(config, shards=shards, tokenizer=tokenizer, run_dir=run_dir)
+    print(f"lmshards: $ lmshards {shlex.join(args)}", flush=True)
+    lm = train_lmshards(args, env={**env, **config.lmshards_env}, run_dir=run_dir, window=config.window,
+                        log_path=work / "train.log")  # fmt: skip
+    print(f"  {lm.wall_s:.0f} s in all, first window after {lm.first_window_s:.0f} s; "
+          f"median {lm.times.median_ms:.1f} ms/step", flush=True)
+    hf_dir = work / "lmshards_export"
+    run_lmshards(["export", str(run_dir), "--output", str(hf_dir), "--overwrite"], env=env, log_path=work / "export.log")
+    hf_config = json.loads((hf_dir / "config.json").read_text())
+
+    train = read_split(manifest, shards, TRAIN_SPLIT, max_records=config.steps * config.batch_size)
+    print(f"reference: RobertaForMaskedLM from {hf_dir / 'config.json'}, torch {torch.__version__} "
+          f"on {torch.get_num_threads()} threads", flush=True)
+    ref = train_reference(build_reference(hf_config, seed=SEED), train, spec, steps=config.steps,
+                          batch_size=config.batch_size, learning_rate=config.learning_rate, window=config.window,
+                          seed=SEED)  # fmt: skip
+
+    batches = eval_batches(read_split(manifest, shards, VALIDATION_SPLIT), spec)
+    evaluation = evaluate_side_by_side({LMSHARDS: load_export(str(hf_dir)), REFERENCE: ref.model}, batches)
+    times = {LMSHARDS: lm.times, REFERENCE: ref.times}
+    losses = {LMSHARDS: lm.window_losses, REFERENCE: ref.window_losses}
+    v = verdicts(evaluation, lm.times, ref.times)
+    print()
+    print(table(evaluation, times, losses))
+    print()
+    print("\n".join(verdict_lines(v)))
+    print(f"lmshards' own final eval (its own masks): {lm.summary.get('eval_loss')} nats; the table scores both "
+          "models with the same code and masks.")
+    print(f"load average now: {' '.join(f'{x:.2f}' for x in load_average())} on {os.cpu_count()} cores")
+    if config.json_out:
+        params = sum(p.numel() for p in ref.model.parameters())
+        report = {
+            "benchmark": "learning",
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+            "command": " ".join(["python -m bench.bench_learning", *(argv if argv is not None else sys.argv[1:])]),
+            "lmshards": source_version(),
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+                        "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+                        "transformers": transformers.__version__},
+            "shards": {"dir": shards, "tokenizer": tokenizer, "seq_len": manifest.seq_len,
+                       "train_records": manifest.split(TRAIN_SPLIT).records,
+                       "validation_records": manifest.split(VALIDATION_SPLIT).records},
+            "model": {"preset": PRESET, "parameters": params, **{k: hf_config[k] for k in (
+                "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "max_position_embeddings", "vocab_size")}},
+            "run": {"steps": config.steps, "batch_size": config.batch_size, "learning_rate": config.learning_rate,
+                    "warmup_steps": warmup_steps_for(config.steps), "weight_decay": WEIGHT_DECAY,
+                    "adam_betas": ADAM_BETAS, "adam_epsilon": ADAM_EPSILON, "mlm_probability": MLM_PROBABILITY},
+            "lmshards_command": ["lmshards", *args],
+            "lmshards_env": config.lmshards_env,
+            "step_time_method": f"median over {config.window}-step windows of the mean ms/step, windows starting "
+                                f"before step {WARMUP_STEPS_EXCLUDED} left out; lmshards: its metrics.jsonl "
+                                "step_time_s (step calls incl. input waits); reference: batch, masking, forward, "
+                                "backward, optimizer step, loss on the host",
+            "eval": {"sequences": sum(len(b.labels) for b in batches),
+                     "seed": EVAL_SEED, **{s: dataclasses.asdict(r) for s, r in evaluation["results"].items()},
+                     "lmshards_minus_reference": evaluation["diff"], "paired_stderr": evaluation["diff_stderr"],
+                     "lmshards_own_eval_loss": lm.summary.get("eval_loss")},
+            "step_time": {s: {**dataclasses.asdict(t), "median_ms": t.median_ms, "steps_per_s": t.steps_per_s}
+                          for s, t in times.items()},
+            "train_loss_windows": {s: list(l) for s, l in losses.items()},
+            "lmshards_process": {"wall_s": lm.wall_s, "first_window_s": lm.first_window_s,
+                                 "strategy": lm.summary.get("strategy")},
+            "targets": v,
+            "load_after": load_average(),
+        }  # fmt: skip
+        config.json_out.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {config.json_out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""What an input format is: the files it claims, how it divides one into ranges, how it reads one."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import BinaryIO, Callable, Iterator
+
+from preprocess.sources.documents import ReadStats
+from preprocess.sources.options import ReadOptions
+from preprocess.sources.ranges import ReadRange, whole_file
+from schemas.manifest import InputFileInfo
+
+TEXT = "text"  # the name of the formats that read every file no other format claims
+
+# (file, options, range_bytes) -> the file's ranges, in order.
+PlanRanges = Callable[[InputFileInfo, ReadOptions, int], list[ReadRange]]
+# (file object, range, options, stats) -> the range's documents; adds what it finds to stats.
+ReadDocuments = Callable[[BinaryIO, ReadRange, ReadOptions, ReadStats], Iterator[str]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Format:
+    """An input format, as the registry in preprocess.sources.formats knows it.
+
+    name: what detect_format reports for its files.
+    extensions: the file name endings it claims (the last ".suffix", lower case, once .gz/.bz2 is
+      stripped); text formats claim none.
+    read_range: the documents of one range. The file comes opened, and decompressed if its name
+      ends in .gz/.bz2; the format counts what it finds (bad data, empty files, bytes_read).
+    plan_ranges: the ranges of one file. The default, ranges.whole_file, makes the format not
+      splittable; ranges.byte_ranges splits uncompressed files into byte ranges.
+    doc_separator: for a text format, the --doc_separator value that picks it.
+    """
+
+    name: str
+    extensions: tuple[str, ...]
+    read_range: ReadDocuments
+    plan_ranges: PlanRanges = whole_file
+    doc_separator: str | None = None

@@ -1,0 +1,73 @@
+"""Text with one document per line (--doc_separator line), read in byte ranges.
+
+CRLF line ends and a byte-order mark are normalized away; a CR that does not end a line is text and
+stays.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import BinaryIO, Iterator
+
+from preprocess.sources.documents import Document, ReadStats, decode_utf8, text_document
+from preprocess.sources.formats.base import TEXT, Format
+from preprocess.sources.lines import LineRecords, read_lines
+from preprocess.sources.options import LINE, ReadOptions
+from preprocess.sources.ranges import ReadRange, byte_ranges
+
+# The lone surrogates that "surrogateescape" decoding makes of bytes that are not UTF-8.
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+
+
+class _LineDocuments(LineRecords):
+    def __init__(self, r: ReadRange, options: ReadOptions, stats: ReadStats):
+        super().__init__(r, options, stats)
+        self._doc: Document | None = None
+
+    def lines(self, start: int, data: bytes) -> list[str]:
+        return _line_documents(self._owned(start, data), self._options, self._stats)
+
+    def part(self, start: int, part: bytes, first: bool, last: bool) -> list[str]:
+        if first:
+            self._doc = Document(self._options, self._stats)
+        pieces = self._doc.feed(part)
+        if last:
+            self._doc.strip_cr()
+            pieces += self._doc.finish()
+        return pieces
+
+
+def _line_documents(data: bytes, options: ReadOptions, stats: ReadStats) -> list[str]:
+    """One document per line of data (complete lines, each ending in '\\n'); the fast path.
+
+    Gives exactly what Document gives line by line: the block is decoded at once, and lines are
+    looked at one by one only in blocks with bad bytes, NULs or very long lines.
+    """
+    try:
+        text, bad_bytes = data.decode("utf-8"), False
+    except UnicodeDecodeError:
+        text, bad_bytes = data.decode("utf-8", errors="surrogateescape"), True
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
+    lines = text.split("\n")
+    lines.pop()  # after the final '\n'
+    special = bad_bytes or "\x00" in text
+    if not special and (len(text) <= options.max_document_chars or max(map(len, lines)) <= options.max_document_chars):
+        documents = [line for line in lines if line and not line.isspace()]
+        stats.documents += len(documents)
+        stats.documents_empty += len(lines) - len(documents)
+        return documents
+    documents = []
+    for line in lines:
+        invalid_utf8 = False
+        if bad_bytes and _ESCAPED_BYTE.search(line):
+            line, invalid_utf8 = decode_utf8(line.encode("utf-8", errors="surrogateescape"))
+        documents += text_document(line, options, stats, invalid_utf8=invalid_utf8)
+    return documents
+
+
+def _read_range(f: BinaryIO, r: ReadRange, options: ReadOptions, stats: ReadStats) -> Iterator[str]:
+    return read_lines(f, r, _LineDocuments(r, options, stats), stats)
+
+
+FORMAT = Format(name=TEXT, extensions=(), doc_separator=LINE, plan_ranges=byte_ranges, read_range=_read_range)

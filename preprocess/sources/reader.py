@@ -1,0 +1,79 @@
+"""Reading the corpus: planning the ranges of the input files and reading each into documents.
+
+Problems in the data never stop a run and are never silent: each is counted in ReadStats and logged
+with the file's name (see documents.py and the format modules).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+from typing import Iterator, Sequence
+
+from preprocess.sources.compression import is_compressed, open_decompressed
+from preprocess.sources.documents import ReadStats
+from preprocess.sources.files import expand_inputs
+from preprocess.sources.formats import format_for
+from preprocess.sources.options import InputError, ReadOptions
+from preprocess.sources.ranges import DEFAULT_RANGE_BYTES, TO_END, ReadRange
+from schemas.manifest import InputFileInfo
+
+logger = logging.getLogger(__name__)
+
+
+def plan_ranges(
+    files: Sequence[InputFileInfo], *, options: ReadOptions, range_bytes: int = DEFAULT_RANGE_BYTES
+) -> list[ReadRange]:
+    """The ranges covering every file, in file order; checks each file can be read as its format.
+
+    Every file yields at least one range (an empty file's range counts it in files_empty).
+
+    Raises:
+      InputError: a compressed file without its format's magic bytes, a compressed Parquet file,
+        a Parquet file that cannot be opened or has no usable `options.text_column`.
+    """
+    if range_bytes < 1:
+        raise InputError(f"Range size must be at least 1 byte, got {range_bytes}.")
+    ranges: list[ReadRange] = []
+    for info in files:
+        ranges.extend(format_for(info.path, options).plan_ranges(info, options, range_bytes))
+    return ranges
+
+
+def iter_documents(
+    paths_or_patterns: Sequence[str], options: ReadOptions, stats: ReadStats | None = None
+) -> Iterator[str]:
+    """Every non-empty document of every input, file by file in sorted order, each file start to end.
+
+    Raises:
+      InputError: as expand_inputs and plan_ranges do, when called (not at the first document).
+    """
+    ranges = plan_ranges(expand_inputs(paths_or_patterns), options=options, range_bytes=sys.maxsize)
+    return (document for r in ranges for document in read_range(r, options, stats))
+
+
+def read_range(r: ReadRange, options: ReadOptions, stats: ReadStats | None = None) -> Iterator[str]:
+    """The documents that begin in range r, in file order; adds what it finds to stats as it goes.
+
+    Raises:
+      InputError: compressed data that is corrupt or truncated.
+    """
+    stats = ReadStats() if stats is None else stats
+    before = dataclasses.replace(stats)
+    if is_compressed(r.path) and (r.start, r.end) != (0, TO_END):
+        raise ValueError(f"compressed file {r.path!r} can only be read whole, not as {r}")
+    with open_decompressed(r.path) as f:
+        yield from format_for(r.path, options).read_range(f, r, options, stats)
+    _log_problems(r, before, stats)
+
+
+def _log_problems(r: ReadRange, before: ReadStats, after: ReadStats) -> None:
+    found = {
+        name: getattr(after, name) - getattr(before, name)
+        for name in ("files_empty", "documents_invalid_utf8", "documents_nul", "documents_split",
+                     "documents_invalid_json", "documents_empty")
+    }
+    if any(found[name] for name in found if name != "documents_empty"):
+        details = ", ".join(f"{name}={count}" for name, count in found.items() if count)
+        logger.warning("%s [%d, %d): %s", r.path, r.start, r.end, details)

@@ -1,0 +1,40 @@
+"""JSON Lines: bad lines skipped, counted and located; the text field; ranges agree."""
+
+from __future__ import annotations
+
+import pytest
+
+from preprocess.sources import ReadOptions, ReadStats, iter_documents
+from preprocess.sources import lines as line_reading
+from preprocess.sources.formats import jsonl
+from tests.helpers.text_corpus import BOM, read_in_ranges, write
+
+
+def test_jsonl_skips_and_counts_bad_lines(tmp_path, caplog, monkeypatch):
+    lines = [
+        b'{"text": "first", "id": 1}', b"{not json", b'{"body": "no text field"}', b'{"text": 42}', b"[1, 2]",
+        b'{"text": null}', b'{"text": "  "}', b"", b'{"text": "nul\\u0000inside", "x": "\\u00e9"}',
+        b'{"text": "caf\xe9 raw"}', b'{"text": "last"}',
+    ]
+    data = BOM + b"\r\n".join(lines)
+    path = write(tmp_path / "a.jsonl", data)
+    stats = ReadStats()
+    with caplog.at_level("WARNING", logger=jsonl.__name__):
+        docs = list(iter_documents([str(path)], ReadOptions(), stats))
+    assert docs == ["first", "nulinside", "caf\ufffd raw", "last"]
+    assert stats == ReadStats(documents=4, documents_empty=3, documents_invalid_utf8=1, documents_nul=1,
+                              documents_invalid_json=4, bytes_read=len(data))
+    located = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(located) == jsonl.MAX_LOGGED_BAD_LINES and all("a.jsonl: line at byte" in m for m in located)
+    for range_bytes in (1, 37):
+        assert read_in_ranges(path, ReadOptions(), range_bytes) == (docs, stats)
+    monkeypatch.setattr(line_reading, "READ_CHUNK_BYTES", 8)  # most lines now come in parts
+    for range_bytes in (3, len(data)):
+        assert read_in_ranges(path, ReadOptions(), range_bytes) == (docs, stats)
+
+
+def test_jsonl_custom_field(tmp_path):
+    path = write(tmp_path / "a.json", b'{"content": "x"}\n{"text": "y"}\n')
+    stats = ReadStats()
+    assert list(iter_documents([str(path)], ReadOptions(text_field="content"), stats)) == ["x"]
+    assert stats.documents_invalid_json == 1

@@ -1,0 +1,42 @@
+"""Pure logic of the split stage: the train/validation rule and the routing into packing groups."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from preprocess.encode import TokenizedChunk, doc_hash
+from preprocess.split import route_documents, split_of, validation_threshold
+
+
+def test_split_fraction_is_respected_on_100k_hashes():
+    hashes = np.fromiter((doc_hash(f"document {i}") for i in range(100_000)), dtype=np.uint64)
+    for fraction in (0.005, 0.1, 0.5):
+        share = split_of(hashes, validation_threshold(fraction)).mean()
+        assert abs(share - fraction) < 4 * np.sqrt(fraction * (1 - fraction) / hashes.size) + 1e-4
+    assert not split_of(hashes, validation_threshold(0.0)).any()
+    # Deterministic: the same hashes split the same way.
+    threshold = validation_threshold(0.1)
+    assert np.array_equal(split_of(hashes, threshold), split_of(hashes.copy(), threshold))
+
+
+def test_route_sends_each_document_whole_to_its_split_and_group():
+    rng = np.random.default_rng(0)
+    hashes = rng.integers(0, 2**63, size=200, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    lengths = rng.integers(0, 6, size=200).astype(np.int32)
+    tokens = np.arange(int(lengths.sum()), dtype=np.int32)
+    chunk = TokenizedChunk(hashes=hashes, lengths=lengths, tokens=tokens)
+    groups = {"train": 3, "validation": 2}
+    threshold = validation_threshold(0.3)
+    ends = np.cumsum(lengths)
+    expected = {}
+    for h, n, e in zip(hashes.tolist(), lengths.tolist(), ends.tolist()):
+        split = "validation" if h < threshold else "train"
+        expected.setdefault((split, h % groups[split]), []).append((h, tokens[e - n:e].tolist()))
+
+    routed = list(route_documents(chunk, threshold=threshold, groups=groups))
+    keys = [key for key, _ in routed]
+    assert keys == sorted(expected, key=lambda k: (k[0] == "validation", k[1]))  # train groups, then validation's
+    for key, piece in routed:
+        ends = np.cumsum(piece.lengths)
+        got = [(int(h), piece.tokens[e - n:e].tolist()) for h, n, e in zip(piece.hashes, piece.lengths, ends)]
+        assert got == expected[key]  # whole documents, in arrival order
