@@ -1,5 +1,6 @@
-"""Corpus tools run before the pipeline: tokenizer training and inspection, dataset export.
+"""Tools around the corpus and the shards that no Dataflow worker runs: tokenizer training and
+inspection (tokenizer/), dataset export (dataset/), one subpackage per command family.
 
-Not part of the Dataflow worker distribution (no worker runs them). Reads corpora with
-preprocess.sources and writes through schemas/; never imports train/.
+Not part of the worker distribution. May import preprocess/ (e.g. preprocess.sources to read a
+corpus) and schemas/; never imports train/.
 """

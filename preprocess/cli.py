@@ -58,7 +58,7 @@ def _preprocess(parser: CommandParser, argv: list[str], others: list[str]) -> in
 
 def build_parser() -> CommandParser:
     """Our flags, for --help and their checks; typo hints also draw on every Beam flag."""
-    parser = CommandParser(COMMAND, extra_flags=beam_flags(), description=DESCRIPTION, allow_abbrev=False)
+    parser = CommandParser(COMMAND, extra_flags=runners.beam_flags(), description=DESCRIPTION, allow_abbrev=False)
     LmshardsPreprocessOptions._add_argparse_args(parser)
     for action in parser._actions:
         if set(action.option_strings) & set(REQUIRED_FLAGS):
@@ -66,23 +66,12 @@ def build_parser() -> CommandParser:
     return parser
 
 
-def beam_flags() -> list[str]:
-    """Every flag of every Beam pipeline option class imported so far (ours included)."""
-    flags: list[str] = []
-
-    def collect(parser) -> None:
-        flags.extend(opt for action in parser._actions for opt in action.option_strings if opt.startswith("--"))
-
-    PipelineOptions([]).get_all_options(add_extra_args_fn=collect)
-    return flags
-
-
 def check_flag_spelling(parser: CommandParser, others: Sequence[str]) -> None:
     """Rejects a flag that no option declares but that looks like a known one (--runer, --seq-len).
 
     Other unknown flags pass through: a runner may read its own.
     """
-    parser.extra_flags = tuple(beam_flags())  # now with the flags of the runner's own options
+    parser.extra_flags = tuple(runners.beam_flags())  # now with the flags of the runner's own options
     known = parser.known_flags()
     unknown = [arg for arg in others if arg.startswith("--") and arg.split("=", 1)[0] not in known]
     hints = [hint for hint in (typo_hint(arg, known) for arg in unknown) if hint]

@@ -78,7 +78,7 @@ class WriteManifest(beam.PTransform):
     def expand(self, inputs: ManifestInputs):
         return (
             inputs.shards.pipeline
-            | "Once" >> beam.Create([None])
+            | "Once" >> beam.Create([None])  # None: one element, to run the write once
             | "Write" >> beam.ParDo(self._fn, beam.pvalue.AsList(inputs.shards), beam.pvalue.AsList(inputs.totals),
                                     beam.pvalue.AsSingleton(inputs.reading))  # str: the manifest's path
         )

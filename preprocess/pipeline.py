@@ -22,7 +22,7 @@ from preprocess.pack import REMAINDER_PAD, PackGroups, num_groups
 from preprocess.read import ReadDocuments
 from preprocess.shard import MB, WriteShards
 from preprocess.sources import expand_inputs, is_compressed, read_options_from
-from preprocess.split import SplitDocuments, SplitSettings
+from preprocess.split import FLUSH_TOKENS, SplitDocuments, SplitSettings
 from schemas import fs
 from schemas.constants import FEATURE_NAMES, TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.errors import TokenizerError
@@ -139,8 +139,10 @@ def build_pipeline(pipeline: beam.Pipeline, plan: PreprocessPlan) -> beam.PColle
         documents
         | "Tokenize" >> EncodeDocuments(EncodeSettings(tokenizer_json=plan.tokenizer_json,
                                                        threads=config.tokenizer_threads))  # TokenizedChunk
-        | "Split" >> SplitDocuments(SplitSettings(validation_fraction=config.validation_fraction,
-                                                  groups=plan.groups))  # (GroupKey, TokenizedChunk)
+        | "Split" >> SplitDocuments(SplitSettings(
+            validation_fraction=config.validation_fraction, groups=plan.groups,
+            flush_tokens=FLUSH_TOKENS if runners.keeps_finish_bundle_output(pipeline.options) else 0,
+        ))  # (GroupKey, TokenizedChunk)
     )
     packed = chunks | "Pack" >> PackGroups(
         seq_len=config.seq_len, remainder=config.remainder, pad_id=plan.pad_id,

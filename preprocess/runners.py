@@ -104,6 +104,27 @@ def pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
     return options
 
 
+def beam_flags() -> list[str]:
+    """Every flag of every Beam pipeline option class imported so far: Beam's, ours, and those of a
+    runner once resolve_runner has imported it (Dask's)."""
+    flags: list[str] = []
+
+    def collect(parser) -> None:
+        flags.extend(opt for action in parser._actions for opt in action.option_strings if opt.startswith("--"))
+
+    PipelineOptions([]).get_all_options(add_extra_args_fn=collect)
+    return flags
+
+
+def keeps_finish_bundle_output(options: PipelineOptions) -> bool:
+    """Whether the runner keeps what a DoFn emits in finish_bundle.
+
+    Beam's DaskRunner (2.77) collects a bundle's outputs before it calls finish_bundle, so anything
+    emitted there is lost; on it, no step may hold elements back until the bundle ends.
+    """
+    return options.view_as(StandardOptions).runner != DASK_RUNNER  # pipeline_options names it by path
+
+
 def runner_path(options: PipelineOptions) -> str:
     return resolve_runner(options.view_as(StandardOptions).runner)
 

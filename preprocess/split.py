@@ -63,12 +63,15 @@ def route_documents(chunk: TokenizedChunk, *, threshold: int,
 class SplitSettings:
     validation_fraction: float
     groups: dict[str, int]  # split -> number of packing groups
+    # Tokens buffered across a bundle before emitting; 0 emits each chunk's pieces as it comes, for
+    # runners that drop what a DoFn emits in finish_bundle (see preprocess.runners).
+    flush_tokens: int = FLUSH_TOKENS
 
 
 class _RouteFn(beam.DoFn):
     """TokenizedChunk -> (GroupKey, TokenizedChunk), a few large chunks per group and bundle.
 
-    Chunks are buffered per group across the bundle (up to FLUSH_TOKENS tokens) because Beam's cost
+    Chunks are buffered per group across the bundle (up to flush_tokens tokens) because Beam's cost
     is per element: one element per group and batch would be tens of thousands of tiny elements on
     a large corpus.
     """
@@ -87,7 +90,7 @@ class _RouteFn(beam.DoFn):
         for key, piece in route_documents(chunk, threshold=self._threshold, groups=self._settings.groups):
             self._buffer.setdefault(key, []).append(piece)
         self._buffered_tokens += chunk.num_tokens
-        if self._buffered_tokens >= FLUSH_TOKENS:
+        if self._buffered_tokens >= self._settings.flush_tokens:
             yield from self._flush()
 
     def finish_bundle(self):

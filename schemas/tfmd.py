@@ -84,4 +84,6 @@ def read_schema(output_dir: str) -> schema_pb2.Schema:
     try:
         return text_format.Parse(fs.read_text(path), schema_pb2.Schema())
     except (text_format.ParseError, UnicodeDecodeError) as e:
-        raise ManifestError(f"{path!r} is not a text-format TF Metadata schema ({e}); re-run `lmshards preprocess`.") from e
+        raise ManifestError(
+            f"{path!r} is not a text-format TF Metadata schema ({e}); re-run `lmshards preprocess`."
+        ) from e

@@ -54,12 +54,11 @@ def parse_args(parser: CommandParser, argv: Sequence[str]) -> tuple[argparse.Nam
     (e.g. --top-k), is an error; other unknown flags pass through, since runners add their own.
     """
     args, rest = parser.parse_known_args(list(argv))
-    ours = [flag for flag in parser.known_flags() if flag not in parser.extra_flags]
+    ours = [flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")]
     for position, arg in enumerate(rest):
         previous = rest[position - 1] if position else ""
         is_value = previous.startswith("--") and "=" not in previous  # `--runner DataflowRunner`
-        name = arg.split("=", 1)[0]
-        misspelt = name.startswith("--") and name not in parser.extra_flags and typo_hint(name, ours)
+        misspelt = arg.startswith("--") and typo_hint(arg, ours)
         if misspelt or not (arg.startswith("-") or is_value):
             parser.error(f"unrecognized arguments: {arg}")
     return args, rest
@@ -96,8 +95,8 @@ def summary(report: StatsReport, seconds: float) -> str:
     lines = [
         f"lmshards stats: {stats['shards_dir']} ({', '.join(stats['splits'])}) in {seconds:.1f} s",
         f"  wrote {report.json_path} and {report.html_path}",
-        f"  {stats['records']:,} records, {stats['tokens']:,} tokens ({stats['tokens_per_record']['mean']:.1f} per record), "
-        f"padding {stats['padding_share']:.2%}",
+        f"  {stats['records']:,} records, {stats['tokens']:,} tokens "
+        f"({stats['tokens_per_record']['mean']:.1f} per record), padding {stats['padding_share']:.2%}",
         f"  vocabulary {stats['vocab_size']:,}: {stats['vocab_unused_fraction']:.2%} never used; "
         f"unknown {unk}, byte fallback {fallback}",
     ]

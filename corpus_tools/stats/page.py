@@ -47,7 +47,8 @@ def rank_frequency_svg(frequencies: Sequence[int], *, width: int = PLOT_WIDTH, h
     def y(count: float) -> float:
         return height - m - (height - 2 * m) * (math.log10(count) - y_min) / (y_max - y_min)
 
-    parts = [head, f'<rect x="{m}" y="{m}" width="{width - 2 * m}" height="{height - 2 * m}" fill="none" stroke="#999"/>']
+    frame = f'<rect x="{m}" y="{m}" width="{width - 2 * m}" height="{height - 2 * m}" fill="none" stroke="#999"/>'
+    parts = [head, frame]
     for e in range(x_max + 1):
         parts.append(f'<line x1="{x(10 ** e):.1f}" y1="{m}" x2="{x(10 ** e):.1f}" y2="{height - m}" stroke="#eee"/>')
         parts.append(f'<text x="{x(10 ** e):.1f}" y="{height - m + 16}" text-anchor="middle">{_decade_label(e)}</text>')
@@ -90,18 +91,18 @@ def stats_page(stats: Mapping[str, Any], frequencies: Sequence[int]) -> str:
     named = any("token" in entry for entry in stats["top_tokens"])
     rows = [
         f'<tr><td>{rank}</td><td>{entry["id"]}</td>'
-        + (f'<td class="l"><code>{esc(repr(entry["token"]))}</code></td><td class="l"><code>{esc(repr(entry["text"]))}'
-           "</code></td>" if named else "")
+        + ("".join(f'<td class="l"><code>{esc(repr(entry[key]))}</code></td>' for key in ("token", "text"))
+           if named else "")
         + f'<td>{entry["count"]:,}</td><td>{entry["share"]:.3%}</td></tr>'
         for rank, entry in enumerate(stats["top_tokens"], 1)
     ]
     header = "<tr><th>rank</th><th>id</th>" + ('<th class="l">piece</th><th class="l">text</th>' if named else "")
-    warnings = "".join(f"<li>{esc(problem)}</li>" for problem in stats.get("manifest_mismatches", []))
+    warnings = "".join(f"<li>{esc(problem)}</li>" for problem in stats["manifest_mismatches"])
     return "\n".join([
         "<!DOCTYPE html>",
-        f'<html><head><meta charset="utf-8"><title>lmshards stats: {esc(str(stats.get("shards_dir", "")))}</title>',
+        f'<html><head><meta charset="utf-8"><title>lmshards stats: {esc(stats["shards_dir"])}</title>',
         f"<style>{_STYLE}</style></head><body>",
-        f'<h1>Corpus statistics of <code>{esc(str(stats.get("shards_dir", "")))}</code></h1>',
+        f'<h1>Corpus statistics of <code>{esc(stats["shards_dir"])}</code></h1>',
         f"<p><strong>Differences from the manifest:</strong></p><ul>{warnings}</ul>" if warnings else "",
         "<table>" + "".join(f'<tr><th class="l">{esc(k)}</th><td>{esc(v)}</td></tr>' for k, v in figures)
         + "</table>",

@@ -158,32 +158,28 @@ def find_tokenizer(shards_dir: str, given: str | None, manifest: Manifest) -> To
 # ---------------------------------------------------------------- pipeline
 
 
-def analysis_schema(features: dict[str, dict[str, Any]], *, vocab_size: int) -> schema_pb2.Schema:
-    """The records' schema plus SHARD_FEATURE, a scalar int64: what the analyzers see."""
-    import tensorflow as tf
-    from tensorflow_transform.tf_metadata import schema_utils
-
-    schema = schema_for(features, vocab_size=vocab_size)
-    shard = schema_utils.schema_from_feature_spec({SHARD_FEATURE: tf.io.FixedLenFeature([], tf.int64)})
-    schema.feature.extend(shard.feature)
-    return schema
-
-
 def shard_column(indices: Sequence[int]) -> pa.Array:
     """SHARD_FEATURE as tfx-bsl lays out a scalar int64 feature: one one-element list per record."""
     values = pa.array(indices, type=pa.int64())
     return pa.LargeListArray.from_arrays(pa.array(np.arange(len(values) + 1), type=pa.int64()), values)
 
 
-def tensor_adapter_config(schema: schema_pb2.Schema, *, record_schema: bytes):
-    """tfx-bsl's description of the decoded batches: their Arrow schema and the tensors to build."""
+def tensor_adapter_config(record_schema: schema_pb2.Schema):
+    """tfx-bsl's description of the decoded batches (the records' features plus SHARD_FEATURE, a scalar
+    int64): their Arrow schema and the tensors the analyzers get."""
+    import tensorflow as tf
+    from tensorflow_transform.tf_metadata import schema_utils
     from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
     from tfx_bsl.tfxio import tensor_adapter, tensor_representation_util
 
-    arrow_schema = ExamplesToRecordBatchDecoder(record_schema).ArrowSchema()
-    arrow_schema = arrow_schema.append(pa.field(SHARD_FEATURE, pa.large_list(pa.int64())))
+    schema = type(record_schema)()
+    schema.CopyFrom(record_schema)
+    shard = schema_utils.schema_from_feature_spec({SHARD_FEATURE: tf.io.FixedLenFeature([], tf.int64)})
+    schema.feature.extend(shard.feature)
+    arrow_schema = ExamplesToRecordBatchDecoder(record_schema.SerializeToString()).ArrowSchema()
     return tensor_adapter.TensorAdapterConfig(
-        arrow_schema, tensor_representation_util.InferTensorRepresentationsFromSchema(schema)
+        arrow_schema.append(pa.field(SHARD_FEATURE, pa.large_list(pa.int64()))),
+        tensor_representation_util.InferTensorRepresentationsFromSchema(schema),
     )
 
 
@@ -245,19 +241,16 @@ def build_pipeline(pipeline: beam.Pipeline, plan: StatsPlan, *, temp_dir: str, c
     """Read -> Batch -> Decode -> Analyze -> the transform function (with the count files) in counts_dir."""
     import tensorflow_transform.beam as tft_beam
 
-    manifest = plan.manifest
-    record_schema = schema_for(manifest.features(), vocab_size=manifest.tokenizer.vocab_size).SerializeToString()
-    config = tensor_adapter_config(
-        analysis_schema(manifest.features(), vocab_size=manifest.tokenizer.vocab_size), record_schema=record_schema
-    )
+    record_schema = schema_for(plan.manifest.features(), vocab_size=plan.manifest.tokenizer.vocab_size)
     paths = [fs.join(plan.shards_dir, shard.path) for shard in plan.shards]
     with tft_beam.Context(temp_dir=temp_dir):
         records = pipeline | "Read" >> ReadShardRecords(paths)  # (shard index, serialized Example)
         batches = records | "Batch" >> beam.BatchElements(
             min_batch_size=DECODE_BATCH_RECORDS, max_batch_size=DECODE_BATCH_RECORDS)  # [(shard index, bytes)]
-        decoded = batches | "Decode" >> beam.ParDo(DecodeRecords(record_schema))  # pa.RecordBatch
-        transform_fn = (decoded, config) | "Analyze" >> tft_beam.AnalyzeDataset(preprocessing_fn)
-        _ = transform_fn | "WriteCounts" >> tft_beam.WriteTransformFn(counts_dir)
+        decoded = batches | "Decode" >> beam.ParDo(DecodeRecords(record_schema.SerializeToString()))  # pa.RecordBatch
+        dataset = (decoded, tensor_adapter_config(record_schema))
+        analyzed = dataset | "Analyze" >> tft_beam.AnalyzeDataset(preprocessing_fn)  # (transform fn dir, metadata)
+        _ = analyzed | "WriteCounts" >> tft_beam.WriteTransformFn(counts_dir)
 
 
 def parse_counts(text: str) -> dict[int, int]:
@@ -285,7 +278,9 @@ def read_counts(counts_dir: str) -> AnalyzerCounts:
             return parse_counts(f.read())
 
     return AnalyzerCounts(
-        tokens=counts(TOKEN_COUNTS), record_tokens=counts(RECORD_TOKEN_COUNTS), shard_records=counts(SHARD_RECORD_COUNTS)
+        tokens=counts(TOKEN_COUNTS),
+        record_tokens=counts(RECORD_TOKEN_COUNTS),
+        shard_records=counts(SHARD_RECORD_COUNTS),
     )
 
 
@@ -328,7 +323,8 @@ def corpus_stats(counts: AnalyzerCounts, *, plan: StatsPlan, tokenizer: Tokenize
     tokenizer: the plan's tokenizer, loaded; it names the top tokens and finds the byte-fallback
     ids. Without one, top tokens are ids only and the byte-fallback figures are None. Rates are
     shares of the non-padding tokens counted; the unk figures are None when the manifest records
-    no unknown token.
+    no unknown token. Unused ids are those never seen among the non-padding tokens (special tokens
+    such as the mask token among them).
     """
     manifest, shards = plan.manifest, plan.shards
     vocab_size, seq_len = manifest.tokenizer.vocab_size, manifest.seq_len
@@ -356,7 +352,7 @@ def corpus_stats(counts: AnalyzerCounts, *, plan: StatsPlan, tokenizer: Tokenize
         "padding_tokens": records * seq_len - tokens,
         "padding_share": _rate(records * seq_len - tokens, records * seq_len),
         "vocab_used": used,
-        "vocab_unused_fraction": 1.0 - used / vocab_size,
+        "vocab_unused_fraction": (vocab_size - used) / vocab_size,
         "out_of_vocab_tokens": sum(n for i, n in counts.tokens.items() if not 0 <= i < vocab_size),
         "unk_id": unk_id,
         "unk_tokens": unk_tokens,
@@ -420,12 +416,12 @@ def remove_tree(path: str) -> None:
         filesystem.rm(stripped, recursive=True)
 
 
-def write_stats(output: str, stats: Mapping[str, Any], frequencies: Sequence[int]) -> tuple[str, str]:
-    """Writes stats.json and stats.html (the rank-frequency plot of `frequencies`) atomically. Returns their paths."""
-    json_path, html_path = fs.join(output, STATS_JSON), fs.join(output, STATS_HTML)
-    fs.write_text_atomic(json_path, json.dumps(stats, indent=2, ensure_ascii=False) + "\n")
-    fs.write_text_atomic(html_path, stats_page(stats, frequencies))
-    return json_path, html_path
+def write_stats(output: str, stats: dict[str, Any], frequencies: Sequence[int]) -> StatsReport:
+    """Writes stats.json and stats.html (with the rank-frequency plot of `frequencies`) atomically."""
+    report = StatsReport(stats=stats, json_path=fs.join(output, STATS_JSON), html_path=fs.join(output, STATS_HTML))
+    fs.write_text_atomic(report.json_path, json.dumps(stats, indent=2, ensure_ascii=False) + "\n")
+    fs.write_text_atomic(report.html_path, stats_page(stats, frequencies))
+    return report
 
 
 def run_stats(config: StatsConfig, beam_args: Sequence[str] = ()) -> StatsReport | None:
@@ -458,5 +454,4 @@ def run_stats(config: StatsConfig, beam_args: Sequence[str] = ()) -> StatsReport
     stats = corpus_stats(counts, plan=plan, tokenizer=tokenizer)
     for problem in stats["manifest_mismatches"]:
         logger.warning("stats: %s", problem)
-    json_path, html_path = write_stats(plan.output, stats, rank_frequency(counts.tokens))
-    return StatsReport(stats=stats, json_path=json_path, html_path=html_path)
+    return write_stats(plan.output, stats, rank_frequency(counts.tokens))

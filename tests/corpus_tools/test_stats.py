@@ -80,7 +80,8 @@ def test_counts_equal_numpy_over_the_parsed_shards(shards, cli_run):
     assert [t["id"] for t in stats["top_tokens"]] == expected_top
     assert [t["count"] for t in stats["top_tokens"]] == counts[expected_top].tolist()
     per_record = mask.sum(axis=1)
-    assert stats["tokens_per_record"]["histogram"] == [[int(n), int((per_record == n).sum())] for n in np.unique(per_record)]
+    histogram = [[int(n), int((per_record == n).sum())] for n in np.unique(per_record)]
+    assert stats["tokens_per_record"]["histogram"] == histogram
     assert stats["manifest_mismatches"] == []
 
 
@@ -133,6 +134,17 @@ def test_bad_arguments_are_one_error_line_exit_2(shards, tmp_path, capsys):
     assert "did you mean '--top_k'" in capsys.readouterr().err
     with pytest.raises(StatsError, match="--top_k 0"):
         StatsConfig(shards_dir=str(shards), top_k=0)
+
+
+def test_beam_flags_pass_through_and_a_stray_word_is_refused(capsys):
+    parser = cli.build_parser()
+    argv = ["d", "--runner", "DataflowRunner", "--top_k=5", "--temp_location=gs://b/t"]
+    args, beam_args = cli.parse_args(parser, argv)
+    assert (args.shards_dir, args.top_k) == ("d", 5)
+    assert beam_args == ["--runner", "DataflowRunner", "--temp_location=gs://b/t"]
+    with pytest.raises(SystemExit):
+        cli.parse_args(parser, ["d", "e"])
+    assert "unrecognized arguments: e" in capsys.readouterr().err
 
 
 def test_a_tokenizer_other_than_the_shards_own_is_refused(shards, tmp_path):
@@ -209,10 +221,11 @@ def test_rank_frequency_svg_is_log_log_and_sampled():
 @pytest.mark.gcs
 @pytest.mark.usefixtures("gcs_emulator")  # the DataflowRunner's staging-bucket lookup goes to the emulator
 def test_dataflow_dry_run_builds_the_job_and_writes_nothing(shards, tmp_path):
-    job_file, temp = tmp_path / "job.json", tmp_path / "temp"
+    job_file = tmp_path / "job.json"
+    temp = tmp_path / "temp"  # local: TensorFlow, which writes tft's temporary files, cannot reach the emulator
     argv = [str(shards), f"--output={tmp_path / 'out'}", "--runner=DataflowRunner", "--dry_run=True",
             "--project=lmshards-test", "--region=us-central1", f"--dataflow_job_file={job_file}",
-            f"--temp_location={temp}"]  # local: TensorFlow, which writes tft's temporary files, cannot reach the emulator
+            f"--temp_location={temp}"]
     assert cli.main(argv) == 0
     transforms = json.loads(job_file.read_text())["pipeline"]["components"]["transforms"].values()
     assert {"Read", "Batch", "Decode", "Analyze", "WriteCounts"} <= {t["uniqueName"] for t in transforms}

@@ -250,7 +250,11 @@ def test_non_empty_output_needs_overwrite_and_is_then_replaced(tmp_path, capsys,
     assert "is not empty" in err and "--overwrite" in err
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
 
-    assert _run(argv + ["--overwrite"], capsys)[0] == 0
+    assert lmshards_main(["tokenizer", *argv, "--overwrite"]) == 0
+    captured = capsys.readouterr()
+    # The summary on stdout, logs on stderr.
+    assert captured.out.startswith("Sampled ") and "Fingerprint: sha256:" in captured.out
+    assert "INFO" not in captured.out and "corpus_tools.tokenizer.training: Sample:" in captured.err
     info = json.loads((out / TOKENIZER_INFO_JSON).read_text())
     assert info["options"]["overwrite"] is True
     assert {p.name for p in out.iterdir()} == {TOKENIZER_JSON, TOKENIZER_INFO_JSON, "tokenizer_config.json"}

@@ -38,11 +38,10 @@ def _documents(key, chunk: TokenizedChunk) -> list[tuple]:
     return [(*key, int(h), tuple(chunk.tokens[e - n:e].tolist())) for h, n, e in zip(chunk.hashes, chunk.lengths, ends)]
 
 
-@pytest.mark.parametrize("flush_tokens", [50, 1 << 22])  # flushes within the bundle, or only at its end
-def test_encode_and_split_route_every_document_to_its_split_and_group(sample_tokenizer, monkeypatch, flush_tokens):
+# Emitted per chunk (no buffering), flushed within the bundle, or only at its end.
+@pytest.mark.parametrize("flush_tokens", [0, 50, 1 << 22])
+def test_encode_and_split_route_every_document_to_its_split_and_group(sample_tokenizer, flush_tokens):
     from tokenizers import Tokenizer
-
-    monkeypatch.setattr("preprocess.split.FLUSH_TOKENS", flush_tokens)  # the in-process runner sees it
 
     tokenizer = Tokenizer.from_file(str(sample_tokenizer))
     threshold = validation_threshold(0.3)
@@ -58,7 +57,7 @@ def test_encode_and_split_route_every_document_to_its_split_and_group(sample_tok
             p
             | beam.Create([DOCS[:25], DOCS[25:]])
             | EncodeDocuments(EncodeSettings(tokenizer_json=sample_tokenizer.read_text(), threads=1))
-            | SplitDocuments(SplitSettings(validation_fraction=0.3, groups=GROUPS))
+            | SplitDocuments(SplitSettings(validation_fraction=0.3, groups=GROUPS, flush_tokens=flush_tokens))
         )
         assert_that(chunks | beam.FlatMap(lambda kv: _documents(*kv)), equal_to(expected))
 

@@ -87,3 +87,11 @@ def test_dry_run_only_on_dataflow():
     with pytest.raises(PreprocessError, match="--dry_run=True needs --runner DataflowRunner"):
         runners.pipeline_options(["--dry_run=True"])
     assert runners.is_dry_run(runners.pipeline_options(["--runner=DataflowRunner", "--dry_run=True"]))
+
+
+def test_only_the_dask_runner_loses_finish_bundle_output():
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    assert runners.keeps_finish_bundle_output(runners.pipeline_options([]))
+    assert runners.keeps_finish_bundle_output(runners.pipeline_options(["--runner=DataflowRunner"]))
+    assert not runners.keeps_finish_bundle_output(PipelineOptions(["--runner", runners.DASK_RUNNER]))

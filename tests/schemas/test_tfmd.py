@@ -1,4 +1,4 @@
-"""The records' TF Metadata schema: built from the manifest's features, round-trips, and decodes as the trainer parses."""
+"""The records' TF Metadata schema: built from the manifest's features, round-trips, decodes as the trainer parses."""
 
 from __future__ import annotations
 

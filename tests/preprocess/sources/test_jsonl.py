@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from preprocess.sources import ReadOptions, ReadStats, iter_documents
 from preprocess.sources import lines as line_reading
 from preprocess.sources.formats import jsonl

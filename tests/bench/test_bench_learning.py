@@ -1,0 +1,183 @@
+"""The learning benchmark's own logic: the reference's recipe, shard decoding and the shared evaluation."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from transformers import RobertaConfig, RobertaForMaskedLM, get_linear_schedule_with_warmup
+
+from bench import bench_learning as bl
+from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
+from schemas.manifest import TokenizerInfo
+from schemas.records import encode_examples
+from tests.helpers.shard_factory import write_shards
+
+SPEC = bl.MaskingSpec(vocab_size=1000, mask_id=4, special_ids=(0, 1, 2, 3, 4))
+PAD = 1
+
+
+def _records(rows: int, seq_len: int, *, seed: int = 0, padded_rows: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random non-special ids [rows, seq_len] with <s> ... </s>; the last padded_rows rows half padding."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(5, SPEC.vocab_size, size=(rows, seq_len))
+    ids[:, 0], ids[:, -1] = 0, 2
+    mask = np.ones_like(ids)
+    if padded_rows:
+        mask[-padded_rows:, seq_len // 2:] = 0
+        ids[mask == 0] = PAD
+    return torch.from_numpy(ids), torch.from_numpy(mask)
+
+
+def test_schedule_is_transformers_linear_warmup_with_5_percent_warmup():
+    total = 300
+    warmup = bl.warmup_steps_for(total)
+    assert warmup == 15 and bl.warmup_steps_for(10) == 1 and bl.warmup_steps_for(21) == 2
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    hf = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=warmup, num_training_steps=total)
+    expected = [hf.lr_lambdas[0](step) for step in range(total + 1)]
+    ours = [bl.lr_factor(step, warmup_steps=warmup, total_steps=total) for step in range(total + 1)]
+    assert ours == pytest.approx(expected, abs=1e-12)
+    # The first update runs at rate 0, the peak is reached at the end of warmup, the last update is above 0.
+    assert (ours[0], ours[warmup], ours[total]) == (0.0, 1.0, 0.0)
+    assert ours[total - 1] > 0.0
+    assert all(a < b for a, b in zip(ours[:warmup], ours[1:warmup + 1]))
+    assert all(a > b for a, b in zip(ours[warmup:total], ours[warmup + 1:total + 1]))
+
+
+def test_weight_decay_skips_exactly_the_layernorm_weights_and_the_biases():
+    config = RobertaConfig(vocab_size=50, hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=16, max_position_embeddings=20, pad_token_id=1)  # fmt: skip
+    model = RobertaForMaskedLM(config)
+    decayed, kept = bl.param_groups(model, weight_decay=0.01)
+    assert (decayed["weight_decay"], kept["weight_decay"]) == (0.01, 0.0)
+    names = {id(p): n for n, p in model.named_parameters()}
+    kept_names = {names[id(p)] for p in kept["params"]}
+    decayed_names = {names[id(p)] for p in decayed["params"]}
+    # In RoBERTa every 1-D parameter is a bias or a LayerNorm weight, and nothing else is.
+    assert kept_names == {n for n, p in model.named_parameters() if p.ndim == 1}
+    assert decayed_names == {n for n, p in model.named_parameters() if p.ndim > 1}
+    assert "lm_head.layer_norm.weight" in kept_names and "roberta.embeddings.LayerNorm.weight" in kept_names
+    assert "roberta.embeddings.word_embeddings.weight" in decayed_names  # tied to the decoder: listed once
+    assert len(decayed["params"]) + len(kept["params"]) == len(list(model.parameters()))
+
+
+def test_masking_is_80_10_10_of_15_percent_and_never_selects_special_or_padding_tokens():
+    ids, mask = _records(400, 128, padded_rows=100)
+    batch = bl.mask_tokens(ids, mask, SPEC, torch.Generator().manual_seed(0))
+    selected = batch.labels != bl.IGNORE_INDEX
+    candidate = mask.bool() & (ids > 4)
+
+    assert not (selected & ~candidate).any()
+    assert torch.equal(batch.labels[selected], ids[selected])
+    assert torch.equal(batch.input_ids[~selected], ids[~selected])  # only selected tokens change
+    assert torch.equal(batch.attention_mask, mask)
+    assert selected.sum() / candidate.sum() == pytest.approx(0.15, abs=0.005)
+    new = batch.input_ids[selected]
+    masked = new == SPEC.mask_id
+    kept = new == ids[selected]
+    randomized = ~masked & ~kept
+    n = selected.sum().item()
+    assert masked.sum() / n == pytest.approx(0.8, abs=0.01)
+    # A random draw equal to the original token (1 in 995) counts as kept: ~10% each.
+    assert kept.sum() / n == pytest.approx(0.1, abs=0.01)
+    assert randomized.sum() / n == pytest.approx(0.1, abs=0.01)
+    assert (new[randomized] > 4).all()  # random replacements are never special tokens
+
+
+def test_eval_batches_are_one_fixed_draw_and_every_model_is_scored_on_the_same_tensors():
+    ids, mask = _records(150, 32, seed=1, padded_rows=10)
+    validation = {INPUT_IDS: ids.numpy(), ATTENTION_MASK: mask.numpy()}
+    batches = bl.eval_batches(validation, SPEC, batch_size=64)
+    again = bl.eval_batches(validation, SPEC, batch_size=64)
+    assert [len(b.input_ids) for b in batches] == [64, 64, 22]
+    for a, b in zip(batches, again):
+        assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.labels, b.labels)
+    assert not torch.equal(bl.eval_batches(validation, SPEC, seed=7)[0].labels, batches[0].labels)
+
+    oracle, uniform = _Scorer(batches), _Scorer(None)
+    out = bl.evaluate_side_by_side({"a": oracle, "b": uniform}, batches)
+
+    assert len(oracle.seen) == len(uniform.seen) == len(batches)
+    for (ids_a, mask_a), (ids_b, mask_b), batch in zip(oracle.seen, uniform.seen, batches):
+        assert ids_a is ids_b is batch.input_ids and mask_a is mask_b is batch.attention_mask
+    predicted = int(sum((b.labels != bl.IGNORE_INDEX).sum() for b in batches))
+    a, b = out["results"]["a"], out["results"]["b"]
+    assert a.masked_tokens == b.masked_tokens == predicted > 0
+    assert b.loss == pytest.approx(np.log(SPEC.vocab_size), rel=1e-6)  # uniform logits: log V nats
+    assert a.accuracy == 1.0 and a.loss < 1e-6
+    assert out["diff"] == pytest.approx(a.loss - b.loss, rel=1e-6)
+    assert not oracle.training and not uniform.training  # scored in eval mode
+
+
+class _Scorer(torch.nn.Module):
+    """Records its inputs; logits put 30 on each position's label (found by batch identity), or all 0 without batches."""
+
+    def __init__(self, batches):
+        super().__init__()
+        self.labels = {id(b.input_ids): b.labels for b in batches or ()}
+        self.seen = []
+
+    def forward(self, *, input_ids, attention_mask):
+        self.seen.append((input_ids, attention_mask))
+        logits = torch.zeros(*input_ids.shape, SPEC.vocab_size)
+        if self.labels:
+            logits.scatter_(-1, self.labels[id(input_ids)].clamp(min=0).unsqueeze(-1), 30.0)
+        return SimpleNamespace(logits=logits)
+
+
+def test_decode_example_reads_what_the_shard_writer_encodes():
+    ids = np.array([[0, 5, 127, 128, 16_383, 16_384, 2**31 - 1, 2]], dtype=np.int64)
+    mask = np.array([[1, 1, 1, 1, 1, 1, 0, 0]], dtype=np.int64)
+    (record,) = encode_examples({INPUT_IDS: ids, ATTENTION_MASK: mask})
+    decoded = bl.decode_example(record)
+    assert set(decoded) == {INPUT_IDS, ATTENTION_MASK}
+    assert np.array_equal(decoded[INPUT_IDS], ids[0]) and np.array_equal(decoded[ATTENTION_MASK], mask[0])
+
+
+def test_read_split_returns_tensorflow_written_records_in_manifest_order(tmp_path):
+    tokenizer = TokenizerInfo(fingerprint="sha256:" + "0" * 64, vocab_size=1000,
+                              special_token_ids={"cls": 0, "pad": 1, "sep": 2, "unk": 3, "mask": 4},
+                              all_special_ids=(0, 1, 2, 3, 4))  # fmt: skip
+    train_ids, train_mask = (t.numpy() for t in _records(37, 16, seed=2, padded_rows=5))
+    val_ids, val_mask = (t.numpy() for t in _records(9, 16, seed=3))
+    manifest = write_shards(tmp_path, {TRAIN_SPLIT: (train_ids, train_mask, 4), VALIDATION_SPLIT: (val_ids, val_mask, 2)},
+                            seq_len=16, tokenizer=tokenizer, inputs=())  # fmt: skip
+
+    train = bl.read_split(manifest, str(tmp_path), TRAIN_SPLIT)
+    assert np.array_equal(train[INPUT_IDS], train_ids) and np.array_equal(train[ATTENTION_MASK], train_mask)
+    assert np.array_equal(bl.read_split(manifest, str(tmp_path), VALIDATION_SPLIT)[INPUT_IDS], val_ids)
+    first = bl.read_split(manifest, str(tmp_path), TRAIN_SPLIT, max_records=12)
+    assert np.array_equal(first[INPUT_IDS], train_ids[:12])
+    assert bl.MaskingSpec.from_manifest(manifest) == bl.MaskingSpec(vocab_size=1000, mask_id=4, special_ids=(0, 1, 2, 3, 4))
+
+
+def test_batches_are_full_and_each_epoch_visits_distinct_records():
+    rows = list(bl.batch_rows(100, batch_size=32, steps=7, seed=0))
+    assert len(rows) == 7 and all(len(r) == 32 for r in rows)
+    for epoch in (rows[0:3], rows[3:6]):  # 3 full batches per epoch; the 4 records left over are skipped
+        seen = np.concatenate(epoch)
+        assert len(set(seen.tolist())) == 96
+    assert not np.array_equal(np.concatenate(rows[0:3]), np.concatenate(rows[3:6]))
+    assert all(np.array_equal(a, b) for a, b in zip(rows, bl.batch_rows(100, batch_size=32, steps=7, seed=0)))
+    with pytest.raises(ValueError, match="fewer than one batch"):
+        next(bl.batch_rows(10, batch_size=32, steps=1, seed=0))
+
+
+def test_timing_windows_leave_out_the_first_ten_steps():
+    assert bl.kept_windows(300, window=10) == list(range(10, 291, 10))
+    assert bl.kept_windows(100, window=20) == [20, 40, 60, 80]
+    assert bl.kept_windows(40, window=3) == [12, 15, 18, 21, 24, 27, 30, 33, 36]
+    times = bl.StepTimes(window_ms=(30.0, 10.0, 20.0, 50.0), window=10, cpu_ms_per_step=None, mean_load1=0.0)
+    assert (times.median_ms, times.steps_per_s) == (25.0, 40.0)
+
+
+def test_shards_need_their_tokenizer():
+    with pytest.raises(SystemExit):
+        bl.parse_args(["--shards", "somewhere"])
+    config = bl.parse_args(["--steps", "50", "--lmshards-args", "--steps_per_execution 10",
+                            "--lmshards-env", "TF_XLA_FLAGS=--tf_xla_auto_jit=2", "--work-dir", "w"])  # fmt: skip
+    assert config.lmshards_args == ("--steps_per_execution", "10")
+    assert config.lmshards_env == {"TF_XLA_FLAGS": "--tf_xla_auto_jit=2"}
