@@ -300,7 +300,7 @@ def wordpiece(lines: list[str]) -> Tokenizer:
 
 FAMILIES = {  # name -> (every n-th line to encode, (cls, sep, pad, mask, unk))
     "byte_level_bpe": (3, ("<s>", "</s>", "<pad>", "<mask>", "<unk>")),
-    "unigram": (5, ("<s>", "</s>", "<pad>", "<mask>", "<unk>")),
+    "unigram": (4, ("<s>", "</s>", "<pad>", "<mask>", "<unk>")),
     "wordpiece": (3, ("[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]")),
 }
 
