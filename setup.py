@@ -1,8 +1,9 @@
 """lmshards packaging. Also what Dataflow workers install (`--setup_file ./setup.py`).
 
 Every third-party version is pinned here, once. The default install is what a preprocess worker
-needs (Beam, tensorflow-transform, tokenizers, fsspec/gcsfs); the trainer, the corpus tools
-(tokenizer training, dataset export), model export and test tools are extras.
+imports (Beam with its GCP IO, numpy, pyarrow, google-crc32c, protobuf, tokenizers, fsspec/gcsfs) and
+nothing else: no TensorFlow. The trainer, corpus statistics (tensorflow-transform), the Dask runner,
+the corpus tools (tokenizer training, dataset export), model export and test tools are extras.
 """
 
 import os
@@ -13,8 +14,16 @@ from setuptools import find_packages, setup
 
 PINS = {
     "apache-beam": "2.77.0",
+    "numpy": "2.4.6",
+    "pyarrow": "25.0.1",
+    "google-crc32c": "1.9.0",
+    "protobuf": "6.33.6",
     "tensorflow": "2.21.0",
     "tensorflow-transform": "1.21.0",
+    "tfx-bsl": "1.21.0",
+    "tensorflow-metadata": "1.21.0",
+    "dask": "2026.8.0",
+    "distributed": "2026.8.0",
     "tokenizers": "0.23.3",
     "fsspec": "2026.9.0",
     "gcsfs": "2026.10.1",
@@ -36,10 +45,16 @@ def pinned(name: str, extras: str = "") -> str:
     return f"{name}{extras}=={PINS[name]}"
 
 
+# Exactly what preprocess/ and schemas/ import (tests/lmshards/test_packaging.py checks both ways).
+# numpy, pyarrow, google-crc32c and protobuf also come with apache-beam[gcp], but worker code imports
+# them itself, so they are pinned here rather than left to Beam's ranges. gcsfs is never imported by
+# name: fsspec loads it for gs:// paths. [gcp] is Beam's own gs:// IO, which workers write shards with.
 WORKER = [
     pinned("apache-beam", "[gcp]"),
-    pinned("tensorflow"),
-    pinned("tensorflow-transform"),
+    pinned("numpy"),
+    pinned("pyarrow"),
+    pinned("google-crc32c"),
+    pinned("protobuf"),
     pinned("tokenizers"),
     pinned("fsspec"),
     pinned("gcsfs"),
@@ -47,6 +62,11 @@ WORKER = [
 EXTRAS = {
     "data": [pinned("transformers"), pinned("datasets"), pinned("psutil")],
     "train": [pinned("tensorflow"), pinned("keras"), pinned("keras-hub"), pinned("psutil")],
+    # `lmshards stats` and the TF Metadata schema (schemas/tfmd.py): tensorflow-transform's analyzers,
+    # schema utilities and tfx-bsl's Example decoder.
+    "stats": [pinned("tensorflow"), pinned("tensorflow-transform"), pinned("tfx-bsl"), pinned("tensorflow-metadata")],
+    # Beam's DaskRunner: `lmshards preprocess --runner DaskRunner`.
+    "dask": [pinned("dask", "[bag]"), pinned("distributed")],
     "export": [pinned("torch"), pinned("transformers"), pinned("safetensors"), pinned("huggingface-hub")],
     "test": [pinned("pytest"), pinned("pytest-timeout"), pinned("gcp-storage-emulator"), pinned("psutil")],
 }

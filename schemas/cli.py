@@ -62,6 +62,8 @@ class CommandParser(argparse.ArgumentParser):
 
     def __init__(self, command: str = "", *, extra_flags: Iterable[str] = (), prog: str | None = None, **kwargs):
         kwargs.setdefault("formatter_class", _HelpFormatter)
+        # A prefix like --overwrit must not silently mean --overwrite.
+        kwargs.setdefault("allow_abbrev", False)
         # argparse builds sub-parsers (`lmshards tokenizer train`) with prog= and no command.
         command = command or (prog or "").removeprefix("lmshards ")
         super().__init__(prog=prog or command_prog(command), **kwargs)

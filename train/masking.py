@@ -50,12 +50,12 @@ SPAN_MAX_WORDS = 10
 _PREDICTIONS_HEADROOM = 1.2
 _PREDICTIONS_SLACK = 8
 # Whole words and spans are selected together, so the count per sequence spreads more than the
-# token recipe's binomial p(1-p)n: its variance is about this many times that. Measured at seq_len
-# 128 on the bundled corpus with byte-level BPE, Unigram and WordPiece tokenizers (the largest seen,
-# rounded up: 2.1 and 9.0).
-_SELECTION_DISPERSION = {WHOLE_WORD: 3.0, SPAN: 12.0}
+# token recipe's binomial p(1-p)n: its variance is this many times that, and grows with the tokens
+# per word. Measured at seq_len 128 on the bundled corpus: 2.5-3.0 (whole_word) and 4.7-8.4 (span)
+# for byte-level BPE and Unigram at 1.6 tokens per word, 5.5 and 16 for a 4k WordPiece at 2.8.
+_SELECTION_DISPERSION = {WHOLE_WORD: 6.0, SPAN: 17.0}
 # Standard deviations of that spread above the mean that max_predictions leaves room for.
-_PREDICTIONS_SIGMAS = 3.5
+_PREDICTIONS_SIGMAS = 3.0
 
 
 def span_length_probabilities() -> np.ndarray:
@@ -81,7 +81,7 @@ def max_predictions_for(seq_len: int, mlm_probability: float, recipe: str = TOKE
     """Fixed length of mask_positions: room for the selections of all but a small fraction of sequences.
 
     token: 1.2x the expected selections + 8 (~3 standard deviations at seq_len 128). whole_word, span:
-    at least that, and 3.5 standard deviations of their wider spread above the mean.
+    at least that, and 3 standard deviations of their wider spread above the mean.
     """
     token = min(seq_len, math.ceil(seq_len * mlm_probability * _PREDICTIONS_HEADROOM) + _PREDICTIONS_SLACK)
     if recipe == TOKEN:

@@ -8,10 +8,12 @@ strings at run time and the shards carry nothing extra:
 
 A word starts at a token that carries the family's word marker: Metaspace `▁` (SentencePiece,
 Unigram), byte-level `Ġ` (GPT-2/RoBERTa BPE), or, for WordPiece (BERT), any piece without the `##`
-continuation prefix. On top of the markers, for every family:
+continuation prefix (also a BPE with a continuing_subword_prefix). A WordLevel tokenizer's tokens
+are all words; other tokenizers raise TokenizerError. On top of the markers, for every family:
 
 - each CJK ideograph is a word (BERT's ranges): a token beginning with one starts a word and a
-  token ending with one ends it; tokens that are byte pieces of a character count by its first byte;
+  token ending with one ends it. A character cut into byte pieces (byte-level BPE, byte fallback)
+  starts a word at the piece holding its first byte; its other pieces continue that word;
 - punctuation-only tokens (BERT's definition: ASCII symbols and Unicode P*) are their own words, as
   BERT's pre-tokenizer splits them, so `U.S.` is four words and `(word` two;
 - whitespace-only tokens (byte-level newlines, runs of spaces) are their own words, except a bare
@@ -28,7 +30,7 @@ import dataclasses
 import json
 import re
 import unicodedata
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -97,7 +99,7 @@ def _vocab(parsed: dict[str, Any]) -> dict[str, int]:
     raise TokenizerError("Cannot read word starts: tokenizer.json has no model vocabulary.")
 
 
-def _speller(parsed: dict[str, Any]):
+def _speller(parsed: dict[str, Any]) -> Callable[[str], _Piece] | None:
     """The function token -> _Piece for the tokenizer's family; None when every token is a word.
 
     Raises:
@@ -105,7 +107,7 @@ def _speller(parsed: dict[str, Any]):
     """
     model = parsed.get("model") or {}
     kind = model.get("type")
-    components = [*_types(parsed.get("pre_tokenizer")), *_types(parsed.get("decoder"))]
+    components = [*_components(parsed.get("pre_tokenizer")), *_components(parsed.get("decoder"))]
     byte_fallback = bool(model.get("byte_fallback"))
     if kind == "WordLevel":
         return None
@@ -126,13 +128,13 @@ def _speller(parsed: dict[str, Any]):
     )
 
 
-def _types(component: dict[str, Any] | None) -> list[dict[str, Any]]:
+def _components(component: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The component and, for a Sequence, its members, flattened."""
     if not component:
         return []
     members = component.get("pretokenizers") or component.get("decoders")
     if component.get("type") == "Sequence" and members:
-        return [c for m in members for c in _types(m)]
+        return [c for m in members for c in _components(m)]
     return [component]
 
 

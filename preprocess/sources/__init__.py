@@ -1,10 +1,13 @@
 """Reading the corpus: input files, splittable ranges, and the documents in them.
 
-Inputs are local paths, directories or globs, or gs:// globs (files.py). A file's format comes from
-its name after stripping `.gz`/`.bz2` (compression.py: decompressed on the fly): `.jsonl`/`.json` are
-JSON Lines, `.parquet` is Parquet, anything else is UTF-8 text with one document per line
-(`doc_separator="line"`) or documents separated by blank lines (`"blank_line"`); one module per
-format in formats/, registered in formats/__init__.py.
+Inputs are local paths, directories or globs, or gs:// globs (files.py). Files inside an lmshards
+output (a directory holding manifest.json or .lmshards-tmp) are never read: directories and globs
+skip them (discover_inputs counts them), a file named as an input there is refused. A file's format
+comes from its name after stripping `.gz`/`.bz2` (compression.py: decompressed on the fly):
+`.jsonl`/`.json` are JSON Lines, `.parquet` is Parquet, anything else is UTF-8 text with one document
+per line (`doc_separator="line"`) or documents separated by blank lines (`"blank_line"`); one module
+per format in formats/, registered in formats/__init__.py. Text and JSON Lines files that start with
+a UTF-16 or UTF-32 byte-order mark are decoded from that encoding (files_utf16, files_utf32).
 
 Uncompressed text and JSON Lines files are read in byte ranges, independently (lines.py: each
 document is read by the range holding its first byte); compressed files are one range; Parquet
@@ -19,13 +22,18 @@ logged with the file's name.
   a CR that does not end a line is text and stays).
 - Documents longer than ReadOptions.max_document_chars: split into consecutive pieces, each ending
   at whitespace where possible (documents_split).
-- JSON Lines: a line that is not a JSON object with a string text field is skipped
-  (documents_invalid_json).
+- JSON Lines: a line that is not a JSON object (documents_invalid_json), has no text field
+  (documents_missing_field) or a text field that is not a string (documents_non_string_text) is
+  skipped.
+- Corrupt or truncated .gz/.bz2 data: InputError naming the file, where it is found.
+
+Inputs that can give nothing are refused: check_not_empty (every file 0 bytes) at planning, and
+no_documents_message says why a run read no document at all.
 """
 
 from preprocess.sources.compression import is_compressed
 from preprocess.sources.documents import ReadStats, sum_stats
-from preprocess.sources.files import expand_inputs
+from preprocess.sources.files import InputDiscovery, check_not_empty, discover_inputs, expand_inputs
 from preprocess.sources.formats import detect_format
 from preprocess.sources.options import (
     BLANK_LINE,
@@ -39,7 +47,7 @@ from preprocess.sources.options import (
     read_options_from,
 )
 from preprocess.sources.ranges import DEFAULT_RANGE_BYTES, ReadRange
-from preprocess.sources.reader import iter_documents, plan_ranges, read_range
+from preprocess.sources.reader import iter_documents, no_documents_message, plan_ranges, read_range
 
 __all__ = [
     "BLANK_LINE",
@@ -48,15 +56,19 @@ __all__ = [
     "DEFAULT_TEXT_FIELD",
     "DOC_SEPARATORS",
     "LINE",
+    "InputDiscovery",
     "InputError",
     "ReadOptions",
     "ReadRange",
     "ReadStats",
     "add_reading_arguments",
+    "check_not_empty",
     "detect_format",
+    "discover_inputs",
     "expand_inputs",
     "is_compressed",
     "iter_documents",
+    "no_documents_message",
     "plan_ranges",
     "read_options_from",
     "read_range",

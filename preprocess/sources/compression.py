@@ -74,8 +74,8 @@ def open_decompressed(path: str) -> Iterator[BinaryIO]:
         if not suffix or isinstance(e, (FileNotFoundError, PermissionError)):
             raise
         raise InputError(
-            f"{path!r}: corrupt or truncated {_CODECS[suffix].name} data ({e}). "
-            "Re-create the file, or leave it out of --input."
+            f"{path!r}: corrupt or truncated {_CODECS[suffix].name} data ({e}); re-create or remove it "
+            "(or leave it out of --input)."
         ) from e
 
 

@@ -26,6 +26,13 @@ class ReadStats:
     documents_split counts the source documents that were split. bytes_read is each range's share
     of its file (decompressed bytes for text; UTF-8 bytes of the column values for Parquet), so it
     sums to the input size however the files were divided.
+
+    JSON Lines: documents_invalid_json counts lines that are not JSON or not a JSON object,
+    documents_missing_field objects without the text field, documents_non_string_text objects whose
+    text field is a number, boolean, array or object. files_utf16 / files_utf32 count text and JSON
+    Lines files decoded from UTF-16 / UTF-32 (they start with its byte-order mark).
+    files_skipped_lmshards_output counts input files left out because they lie inside an lmshards
+    output (set by whoever discovers the inputs, see files.discover_inputs; reading never sets it).
     """
 
     documents: int = 0
@@ -36,6 +43,11 @@ class ReadStats:
     documents_invalid_json: int = 0
     files_empty: int = 0
     bytes_read: int = 0
+    documents_missing_field: int = 0
+    documents_non_string_text: int = 0
+    files_utf16: int = 0
+    files_utf32: int = 0
+    files_skipped_lmshards_output: int = 0
 
     def merge(self, other: ReadStats) -> ReadStats:
         for field in dataclasses.fields(self):
@@ -43,6 +55,10 @@ class ReadStats:
         return self
 
     __iadd__ = merge
+
+    def count(self, name: str) -> None:
+        """Adds one to the counter called `name` (for code that picks the counter at run time)."""
+        setattr(self, name, getattr(self, name) + 1)
 
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)

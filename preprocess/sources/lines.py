@@ -7,20 +7,44 @@ document is read exactly once whatever the range size.
 Files are streamed in READ_CHUNK_BYTES chunks, so even a single 50 MB line never sits in memory
 whole: a longer line is handed to the format in parts. A UTF-8 byte-order mark at the start of a
 file is skipped.
+
+A file that starts with a UTF-16 or UTF-32 byte-order mark (LE or BE) is decoded from that
+encoding: every range looks at the file's first 4 bytes, and the range starting at byte 0 reads the
+whole file through an incremental decoder that hands UTF-8 on to the same line machinery, while
+later ranges yield nothing (a 2- or 4-byte encoding cannot be cut at arbitrary byte offsets).
+Sequences that are not valid in that encoding become U+FFFD and are counted like bad UTF-8.
 """
 
 from __future__ import annotations
 
 import codecs
+import logging
 import re
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 from preprocess.sources.documents import ReadStats
 from preprocess.sources.options import ReadOptions
-from preprocess.sources.ranges import ReadRange
+from preprocess.sources.ranges import TO_END, ReadRange
+from schemas import fs
+
+logger = logging.getLogger(__name__)
 
 READ_CHUNK_BYTES = 1024 * 1024
 BOM = codecs.BOM_UTF8
+# (byte-order mark, codec, ReadStats counter). UTF-32 LE comes before UTF-16 LE: its mark
+# FF FE 00 00 begins with UTF-16 LE's FF FE.
+WIDE_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le", "files_utf32"),
+    (codecs.BOM_UTF32_BE, "utf-32-be", "files_utf32"),
+    (codecs.BOM_UTF16_LE, "utf-16-le", "files_utf16"),
+    (codecs.BOM_UTF16_BE, "utf-16-be", "files_utf16"),
+)
+HEAD_BYTES = 4  # enough to hold any byte-order mark
+# A decoding error handler: a sequence that is not valid UTF-16/32 becomes one byte that is not
+# UTF-8 (0xFF, through "surrogateescape"), so that the document holding it is decoded with U+FFFD
+# and counted in documents_invalid_utf8 like any other bad byte.
+_NOT_UTF8 = "lmshards-not-utf8"
+codecs.register_error(_NOT_UTF8, lambda error: ("\udcff", error.end))
 # A blank line holds only these bytes (NULs are removed anyway). Deciding it on bytes keeps the
 # forward reader and the backward look of a range that starts mid-file in exact agreement.
 LINE_SPACE = b" \t\r\f\v\x00"
@@ -63,19 +87,52 @@ class LineRecords:
         return data[:cut]
 
 
-def read_lines(f: BinaryIO, r: ReadRange, records: LineRecords, stats: ReadStats) -> Iterator[str]:
-    """The documents of range r of the (decompressed) file f, as records makes them from its lines."""
-    end = None if r.end < 0 else r.end
-    bom = 0
+def read_lines(
+    f: BinaryIO, r: ReadRange, options: ReadOptions, stats: ReadStats,
+    records: Callable[[ReadRange, ReadOptions, ReadStats], LineRecords],
+) -> Iterator[str]:
+    """The documents of range r of the (decompressed) file f, as `records(r, options, stats)` makes
+    them from its lines."""
+    head = _file_head(f, r)
+    wide = next(((bom, codec, counter) for bom, codec, counter in WIDE_BOMS if head.startswith(bom)), None)
+    if wide is None:
+        bom = len(BOM) if r.start == 0 and head.startswith(BOM) else 0
+        yield from _read(f, r, records(r, options, stats), stats, bom=bom, share=lambda stop: _share(r, stop))
+    elif r.start == 0:
+        bom, codec, counter = wide
+        logger.info("%s starts with a %s byte-order mark: decoding it as %s", r.path, codec.upper(), codec.upper())
+        stats.count(counter)
+        f.seek(len(bom))
+        text = _Utf8Text(f, codec)
+        whole = ReadRange(r.path, 0, TO_END)
+        yield from _read(text, whole, records(whole, options, stats), stats, bom=0,
+                         share=lambda stop: text.source_bytes)
+    # else: the file's first range reads all of it.
+
+
+def _file_head(f: BinaryIO, r: ReadRange) -> bytes:
+    """The file's first HEAD_BYTES bytes (fewer if it is shorter)."""
     if r.start == 0:
-        if f.read(len(BOM)) == BOM:
-            bom = len(BOM)
-        else:
-            f.seek(0)
+        head = f.read(HEAD_BYTES)
+        f.seek(0)
+        return head
+    # Only uncompressed files have ranges past byte 0. A separate small read: moving f back to
+    # byte 0 would make a remote file fetch a whole read-ahead block there.
+    filesystem, path = fs.filesystem(r.path)
+    return filesystem.cat_file(path, start=0, end=HEAD_BYTES)
+
+
+def _read(f: BinaryIO, r: ReadRange, records: LineRecords, stats: ReadStats, *, bom: int,
+          share: Callable[[int], int]) -> Iterator[str]:
+    """The documents of range r of f, skipping `bom` bytes at byte 0; share(stop) is the range's
+    bytes_read once reading stopped at byte `stop` of f."""
+    end = None if r.end < 0 else r.end
+    if r.start == 0:
+        f.seek(bom)
     else:
         first_line = _next_line_start(f, r.start)
         if first_line is None or (end is not None and first_line >= end):  # no line starts in the range
-            stats.bytes_read += _share(r, f.tell() if first_line is None else first_line)
+            stats.bytes_read += share(f.tell() if first_line is None else first_line)
             return
         records.begin_mid_file(f, first_line)
         f.seek(first_line)
@@ -89,12 +146,12 @@ def read_lines(f: BinaryIO, r: ReadRange, records: LineRecords, stats: ReadStats
         yield from records.lines(start, data) if whole else records.part(start, data, first, last)
         if records.stop is not None:
             break
-        share = _share(r, start + len(data))
-        stats.bytes_read += share - counted
-        counted = share
+        now = share(start + len(data))
+        stats.bytes_read += now - counted
+        counted = now
     yield from records.close()
     stop = f.tell() if records.stop is None else records.stop
-    stats.bytes_read += _share(r, stop) - counted
+    stats.bytes_read += share(stop) - counted
     if r.start == 0 and stop == bom:
         stats.files_empty += 1
 
@@ -150,3 +207,39 @@ def _line_events(f: BinaryIO) -> Iterator[tuple[bool, int, bytes, bool, bool]]:
         yield False, line_start, b"", False, True
     elif carry:
         yield True, line_start, carry + b"\n", True, True
+
+
+class _Utf8Text:
+    """A forward-only reader of the UTF-8 encoding of a UTF-16/32 stream's text (what _read needs:
+    read and tell; seek only to where it already is).
+
+    source_bytes: how many bytes of the source have been consumed, counting what preceded it.
+    """
+
+    def __init__(self, source: BinaryIO, codec: str):
+        self._source = source
+        self._decoder = codecs.getincrementaldecoder(codec)(errors=_NOT_UTF8)
+        self._buffer = b""
+        self._position = 0
+        self._done = False
+        self.source_bytes = source.tell()
+
+    def read(self, size: int = -1) -> bytes:
+        while not self._done and (size < 0 or len(self._buffer) < size):
+            chunk = self._source.read(READ_CHUNK_BYTES)
+            self.source_bytes += len(chunk)
+            self._done = not chunk
+            text = self._decoder.decode(chunk, final=self._done)
+            self._buffer += text.encode("utf-8", errors="surrogateescape")
+        size = len(self._buffer) if size < 0 else size
+        data, self._buffer = self._buffer[:size], self._buffer[size:]
+        self._position += len(data)
+        return data
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, position: int) -> int:
+        if position != self._position:
+            raise ValueError(f"UTF-8 text of a UTF-16/32 file is read forward only (at {self._position}, not {position})")
+        return position

@@ -13,13 +13,26 @@ from typing import Iterator, Sequence
 
 from preprocess.sources.compression import is_compressed, open_decompressed
 from preprocess.sources.documents import ReadStats
-from preprocess.sources.files import expand_inputs
+from preprocess.sources.files import discover_inputs, shown_paths
 from preprocess.sources.formats import format_for
 from preprocess.sources.options import InputError, ReadOptions
 from preprocess.sources.ranges import DEFAULT_RANGE_BYTES, TO_END, ReadRange
 from schemas.manifest import InputFileInfo
 
 logger = logging.getLogger(__name__)
+
+# (ReadStats field, what it counted), for no_documents_message.
+_NO_DOCUMENT_REASONS = (
+    ("files_empty", "empty files"),
+    ("documents_empty", "empty or whitespace-only documents"),
+    ("documents_invalid_json", "lines that are not JSON objects"),
+    ("documents_missing_field", "JSON objects without the text field"),
+    ("documents_non_string_text", "JSON text fields that are not strings"),
+    ("files_skipped_lmshards_output", "files skipped inside lmshards outputs"),
+)
+# Counters worth a warning when a range finds them (documents_empty only alongside another).
+_PROBLEMS = ("files_empty", "documents_invalid_utf8", "documents_nul", "documents_split", "documents_invalid_json",
+             "documents_missing_field", "documents_non_string_text", "documents_empty")
 
 
 def plan_ranges(
@@ -46,10 +59,15 @@ def iter_documents(
 ) -> Iterator[str]:
     """Every non-empty document of every input, file by file in sorted order, each file start to end.
 
+    Files inside lmshards outputs are left out (counted in stats.files_skipped_lmshards_output).
+
     Raises:
-      InputError: as expand_inputs and plan_ranges do, when called (not at the first document).
+      InputError: as discover_inputs and plan_ranges do, when called (not at the first document).
     """
-    ranges = plan_ranges(expand_inputs(paths_or_patterns), options=options, range_bytes=sys.maxsize)
+    discovery = discover_inputs(paths_or_patterns)
+    ranges = plan_ranges(discovery.files, options=options, range_bytes=sys.maxsize)
+    if stats is not None:
+        stats.files_skipped_lmshards_output += discovery.skipped_files
     return (document for r in ranges for document in read_range(r, options, stats))
 
 
@@ -68,12 +86,18 @@ def read_range(r: ReadRange, options: ReadOptions, stats: ReadStats | None = Non
     _log_problems(r, before, stats)
 
 
+def no_documents_message(patterns: Sequence[str], stats: ReadStats) -> str:
+    """Why reading `patterns` gave no document, from what reading counted, and what to check."""
+    found = [f"{what}: {getattr(stats, name):,}" for name, what in _NO_DOCUMENT_REASONS if getattr(stats, name)]
+    return (
+        f"--input {shown_paths(patterns)} gave no documents ({stats.bytes_read:,} bytes read"
+        + "".join(f"; {f}" for f in found)
+        + "). Check --input, --doc_separator, and --text_field (JSON Lines) or --text_column (Parquet)."
+    )
+
+
 def _log_problems(r: ReadRange, before: ReadStats, after: ReadStats) -> None:
-    found = {
-        name: getattr(after, name) - getattr(before, name)
-        for name in ("files_empty", "documents_invalid_utf8", "documents_nul", "documents_split",
-                     "documents_invalid_json", "documents_empty")
-    }
+    found = {name: getattr(after, name) - getattr(before, name) for name in _PROBLEMS}
     if any(found[name] for name in found if name != "documents_empty"):
         details = ", ".join(f"{name}={count}" for name, count in found.items() if count)
         logger.warning("%s [%d, %d): %s", r.path, r.start, r.end, details)

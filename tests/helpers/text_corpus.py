@@ -51,6 +51,11 @@ def read_in_ranges(path: Path, options: ReadOptions, range_bytes: int) -> tuple[
     return docs, stats
 
 
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    """Every file below root (hidden ones too) -> its bytes: what must be unchanged after reading."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
 def write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path

@@ -1,13 +1,16 @@
 """What Dataflow workers install: the worker distribution built from setup.py, and the worker image.
 
 The distributions are built the way Beam's stager and a worker build them (`setup.py sdist`, then
-pip building that sdist), in a clean copy of the repository's files.
+pip building that sdist), in a clean copy of the repository's files. The worker's requirements are
+checked against what worker code imports, found by reading its source (ast), both ways.
 """
 
 from __future__ import annotations
 
 import ast
 import email.parser
+import importlib.metadata
+import importlib.util
 import os
 import re
 import shutil
@@ -16,8 +19,11 @@ import sys
 import tarfile
 import zipfile
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.conftest import REPO
 
@@ -29,6 +35,22 @@ WORKER_PACKAGES = {"preprocess", "schemas"}
 NOT_ON_WORKERS = {"train", "corpus_tools", "lmshards", "tests", "data", "bench", "scripts", "dataflow_templates"}
 FULL_PACKAGES = WORKER_PACKAGES | {"corpus_tools", "lmshards", "train"}
 TRAINER_ONLY_REQUIREMENTS = {"keras", "keras-hub", "torch", "transformers", "datasets", "safetensors"}
+# The TensorFlow stack: ~2 GB that no worker module needs; only the `train` and `stats` extras carry it.
+TF_STACK = {"tensorflow", "tensorflow-transform", "tfx-bsl", "tensorflow-metadata", "tf-keras"}
+DASK_REQUIREMENTS = {"dask", "distributed"}
+
+# Import name of each distribution whose name is not its import name with "-" -> "_".
+IMPORT_NAMES = {"apache-beam": "apache_beam", "protobuf": "google.protobuf"}
+# Worker pins that worker code never imports by name: distribution -> why the workers need it.
+RUNTIME_PLUGINS = {"gcsfs": "fsspec's gs:// filesystem, which fsspec imports itself for gs:// paths (schemas/fs.py)"}
+# Imports worker code makes only for an extra's users, inside the function that needs them (so every
+# worker module imports without them): module -> the worker files allowed to.
+OPTIONAL_IMPORTS = {
+    "tensorflow": {"schemas/records.py"},  # parse_spec(): the trainer's and stats' tf.io spec
+    "tensorflow_transform": {"schemas/tfmd.py"},  # the TF Metadata schema ([stats])
+    "tensorflow_metadata": {"schemas/tfmd.py"},
+    "transformers": {"schemas/hf_tokenizer.py"},  # the trainer's and corpus tools' tokenizer wrapper
+}
 
 
 def _setup_py_value(name: str) -> ast.expr:
@@ -108,20 +130,175 @@ def test_worker_sdist_holds_only_preprocess_and_schemas(worker_sdist):
     assert not any(name.endswith((".txt", ".tfrecord", ".json")) and "/data/" in name for name in names)
 
 
-def test_worker_requirements_are_the_pinned_worker_set(worker_sdist):
-    with tarfile.open(worker_sdist) as tar:
-        pkg_info = tar.extractfile(f"{worker_sdist.name[:-len('.tar.gz')]}/PKG-INFO").read().decode()
-    meta = email.parser.Parser().parsestr(pkg_info)
+def _sdist_member(tarball: Path, relpath: str) -> str:
+    with tarfile.open(tarball) as tar:
+        return tar.extractfile(f"{tarball.name[:-len('.tar.gz')]}/{relpath}").read().decode()
+
+
+def requires_by_section(requires_txt: str) -> dict[str, list[Requirement]]:
+    """egg-info requires.txt as {"": install_requires, extra: its requirements}."""
+    sections: dict[str, list[Requirement]] = {"": []}
+    section = ""
+    for line in requires_txt.splitlines():
+        if line.startswith("["):
+            section = line.strip("[]")
+            sections[section] = []
+        elif line.strip():
+            sections[section].append(Requirement(line))
+    return sections
+
+
+def names(requirements: list[Requirement]) -> set[str]:
+    return {canonicalize_name(r.name) for r in requirements}
+
+
+@pytest.fixture(scope="module")
+def worker_requirements(worker_sdist) -> list[Requirement]:
+    """install_requires of the worker sdist, as a worker's pip reads them (its egg-info requires.txt)."""
+    sections = requires_by_section(_sdist_member(worker_sdist, "lmshards_worker.egg-info/requires.txt"))
+    assert list(sections) == [""], "the worker distribution has no extras"
+    return sections[""]
+
+
+def test_worker_requirements_are_exact_pins_without_tensorflow_or_trainer_packages(worker_sdist, worker_requirements):
+    meta = email.parser.Parser().parsestr(_sdist_member(worker_sdist, "PKG-INFO"))
     pins = setup_py_constant("PINS")
-    requires = meta.get_all("Requires-Dist")
-    assert sorted(requires) == sorted([
-        f"apache-beam[gcp]=={pins['apache-beam']}", f"tensorflow=={pins['tensorflow']}",
-        f"tensorflow-transform=={pins['tensorflow-transform']}", f"tokenizers=={pins['tokenizers']}",
-        f"fsspec=={pins['fsspec']}", f"gcsfs=={pins['gcsfs']}",
-    ])
+    assert sorted(meta.get_all("Requires-Dist")) == sorted(str(r) for r in worker_requirements)
+    for requirement in worker_requirements:
+        assert str(requirement.specifier) == f"=={pins[requirement.name]}", requirement
     assert meta.get_all("Provides-Extra") is None  # no trainer extras hanging off the worker dist
-    assert not {re.split(r"[\[=<>; ]", r)[0] for r in requires} & TRAINER_ONLY_REQUIREMENTS
+    assert not names(worker_requirements) & (TRAINER_ONLY_REQUIREMENTS | TF_STACK | DASK_REQUIREMENTS)
+    assert {str(r) for r in worker_requirements} >= {f"apache-beam[gcp]=={pins['apache-beam']}"}  # gs:// IO
     assert meta["Name"] == setup_py_constant("WORKER_DIST_NAME")
+
+
+# ---------------------------------------------------------------- worker requirements == worker imports
+
+
+class Import(NamedTuple):
+    module: str  # dotted, as written
+    path: str  # the importing file, relative to the repository
+    lazy: bool  # inside a function: runs only when that function is called
+
+
+class _ImportFinder(ast.NodeVisitor):
+    """Absolute imports of one module, function-level ones included, `if TYPE_CHECKING:` blocks left out."""
+
+    def __init__(self, path: str):
+        self.path, self.found, self._functions = path, [], 0
+
+    def _function(self, node: ast.AST) -> None:
+        self._functions += 1
+        self.generic_visit(node)
+        self._functions -= 1
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
+
+    def visit_If(self, node: ast.If) -> None:
+        test = node.test
+        if (getattr(test, "id", None) or getattr(test, "attr", None)) == "TYPE_CHECKING":
+            for child in node.orelse:  # the body only runs under a type checker
+                self.visit(child)
+        else:
+            self.generic_visit(node)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        self.found += [Import(alias.name, self.path, self._functions > 0) for alias in node.names]
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level == 0:  # relative imports stay inside our packages
+            self.found.append(Import(node.module, self.path, self._functions > 0))
+
+
+def third_party_imports(source: str, path: str) -> list[Import]:
+    """Imports of anything but the standard library and the worker packages themselves."""
+    finder = _ImportFinder(path)
+    finder.visit(ast.parse(source))
+    return [i for i in finder.found
+            if i.module.split(".")[0] not in sys.stdlib_module_names | WORKER_PACKAGES]
+
+
+def worker_code_imports() -> list[Import]:
+    return [found
+            for package in sorted(WORKER_PACKAGES)
+            for file in sorted((REPO / package).rglob("*.py"))
+            for found in third_party_imports(file.read_text(encoding="utf-8"), file.relative_to(REPO).as_posix())]
+
+
+def is_optional(found: Import) -> bool:
+    return found.path in OPTIONAL_IMPORTS.get(found.module.split(".")[0], set())
+
+
+def import_name(distribution: str) -> str:
+    return IMPORT_NAMES.get(distribution, distribution.replace("-", "_"))
+
+
+def provided_by(module: str, distributions: set[str]) -> str | None:
+    """The distribution among these whose import name is module or a package holding it."""
+    for distribution in distributions:
+        name = import_name(distribution)
+        if module == name or module.startswith(name + "."):
+            return distribution
+    return None
+
+
+def test_import_finder_sees_lazy_imports_and_skips_type_checking_blocks():
+    source = (
+        "from __future__ import annotations\n"
+        "import json, numpy as np\n"
+        "from typing import TYPE_CHECKING\n"
+        "from schemas import fs\n"
+        "from . import sibling\n"
+        "if TYPE_CHECKING:\n"
+        "    from tensorflow_metadata.proto.v0 import schema_pb2\n"
+        "else:\n"
+        "    import fsspec\n"
+        "class Reader:\n"
+        "    def setup(self):\n"
+        "        from tokenizers import Tokenizer\n"
+    )
+    assert third_party_imports(source, "x.py") == [
+        Import("numpy", "x.py", False), Import("fsspec", "x.py", False), Import("tokenizers", "x.py", True),
+    ]
+
+
+def test_every_worker_pin_is_imported_by_worker_code(worker_requirements):
+    pinned = names(worker_requirements) - set(RUNTIME_PLUGINS)
+    imported = {provided_by(i.module, pinned) for i in worker_code_imports() if not is_optional(i)}
+    unused = pinned - imported
+    assert not unused, (
+        f"setup.py pins {sorted(unused)} in WORKER but no module of {sorted(WORKER_PACKAGES)} imports them "
+        "(other than for an extra's users): move them to the extra whose code imports them"
+    )
+    from fsspec.registry import known_implementations
+
+    assert known_implementations["gs"]["class"].split(".")[0] == "gcsfs"  # why gcsfs is a worker pin
+
+
+def test_every_third_party_import_of_worker_code_has_a_worker_pin(worker_requirements):
+    pinned = names(worker_requirements)
+    imports = worker_code_imports()
+    problems = []
+    for found in imports:
+        if is_optional(found):
+            if not found.lazy:
+                problems.append(f"{found.path} imports optional {found.module} at module level: workers lack it")
+        elif provided_by(found.module, pinned) is None:
+            problems.append(f"{found.path} imports {found.module}, which no worker pin provides: pin it in "
+                            "setup.py's WORKER, or (if only an extra's users need it) import it inside the "
+                            "function that does and list it in OPTIONAL_IMPORTS")
+    assert not problems, "\n".join(problems)
+    optional_used = {(i.module.split(".")[0], i.path) for i in imports if is_optional(i)}
+    stale = {(module, path) for module, paths in OPTIONAL_IMPORTS.items() for path in paths} - optional_used
+    assert not stale, f"OPTIONAL_IMPORTS lists imports worker code no longer makes: {sorted(stale)}"
+
+
+def test_import_names_are_the_installed_distributions_modules(worker_requirements):
+    """The name mapping above is the truth of this environment: each import name is a file of its distribution."""
+    for distribution in sorted(names(worker_requirements)):
+        origin = Path(importlib.util.find_spec(import_name(distribution)).origin).resolve()
+        files = {Path(f.locate()).resolve() for f in importlib.metadata.distribution(distribution).files}
+        assert origin in files, f"{import_name(distribution)} is not a module of {distribution}"
 
 
 def test_worker_rebuilds_the_same_distribution_without_the_switch(worker_sdist, tmp_path):
@@ -140,19 +317,27 @@ def test_worker_rebuilds_the_same_distribution_without_the_switch(worker_sdist, 
     assert not any(name.endswith("entry_points.txt") for name in names)  # no `lmshards` script without its package
 
 
-def test_default_distribution_still_carries_everything(checkout, tmp_path):
-    """Without the switch nothing changes: the trainer, the CLI and the extras stay in `lmshards`."""
+def test_default_distribution_still_carries_everything(checkout, tmp_path, worker_requirements):
+    """Without the switch the trainer, the CLI and the extras stay in `lmshards`; TensorFlow only in extras."""
     tarball = _sdist(checkout, tmp_path, worker=False)
     with tarfile.open(tarball) as tar:
-        names = tar.getnames()
-        pkg_info = tar.extractfile(f"{tarball.name[:-len('.tar.gz')]}/PKG-INFO").read().decode()
-    assert FULL_PACKAGES <= top_level(names)
-    assert "corpus_tools/tokenizer/cli.py" in {name.split("/", 1)[1] for name in names if "/" in name}
-    assert {"tests", "data"} & top_level(names) == set()
-    meta = email.parser.Parser().parsestr(pkg_info)
+        members = tar.getnames()
+    assert FULL_PACKAGES <= top_level(members)
+    assert "corpus_tools/tokenizer/cli.py" in {name.split("/", 1)[1] for name in members if "/" in name}
+    assert {"tests", "data"} & top_level(members) == set()
+    meta = email.parser.Parser().parsestr(_sdist_member(tarball, "PKG-INFO"))
     assert meta["Name"] == "lmshards"
     extras = {ast.literal_eval(key) for key in _setup_py_value("EXTRAS").keys}
     assert extras | {"all"} <= set(meta.get_all("Provides-Extra"))
+
+    sections = requires_by_section(_sdist_member(tarball, "lmshards.egg-info/requires.txt"))
+    assert sections[""] == worker_requirements  # the default install is exactly the worker's
+    assert {"tensorflow", "tensorflow-transform"} <= names(sections["stats"])
+    assert "tensorflow" in names(sections["train"])
+    assert {str(r) for r in sections["dask"]} == {"dask[bag]==2026.8.0", "distributed==2026.8.0"}
+    assert {str(r) for r in sections["all"]} == {str(r) for extra in extras - {"test"} for r in sections[extra]}
+    carriers = {extra for extra, reqs in sections.items() if names(reqs) & {"tensorflow-transform"}}
+    assert carriers == {"stats", "all"}
 
 
 # ---------------------------------------------------------------- the worker / launcher image
@@ -202,6 +387,10 @@ def test_dockerfile_is_a_worker_and_a_flex_template_launcher():
         assert src in allowed, f"{src} is excluded from the build context by {DOCKERIGNORE.name}"
     entrypoint = [args for op, args in instructions if op == "ENTRYPOINT"]
     assert entrypoint == ['["/opt/apache/beam/boot"]'] and workdir == "/template"
+    # The image installs the worker distribution alone (no extras) and fails to build if TensorFlow got in.
+    installs = [args for op, args in instructions if op == "RUN" and "pip install" in args]
+    assert len(installs) == 1 and re.search(r"pip install --no-cache-dir \.(\s|$)", installs[0]), installs
+    assert "find_spec('tensorflow') is None" in installs[0]
 
 
 # Run in a fresh interpreter where everything a worker lacks fails to import.
@@ -216,14 +405,16 @@ sys.meta_path.insert(0, NotOnWorkers())
 
 
 def _run_as_worker(code: str) -> subprocess.CompletedProcess:
-    blocked = sorted(NOT_ON_WORKERS | {r.replace("-", "_") for r in TRAINER_ONLY_REQUIREMENTS})
+    lacking = TRAINER_ONLY_REQUIREMENTS | TF_STACK | DASK_REQUIREMENTS
+    blocked = sorted(NOT_ON_WORKERS | {r.replace("-", "_") for r in lacking})
     env = {**os.environ, "PYTHONPATH": str(REPO)}  # as if the worker distribution were installed
     return subprocess.run([sys.executable, "-c", _WORKER_ONLY_PRELUDE.format(blocked=blocked) + code],
                           cwd=REPO.parent, env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_worker_modules_and_the_template_entry_point_need_nothing_outside_the_worker_set():
-    """Every module of the worker packages and the Flex Template's main.py import no trainer-side package."""
+    """Every module of the worker packages and the Flex Template's main.py import without the trainer side,
+    TensorFlow, tensorflow-transform or Dask."""
     main_py = REPO / "dataflow_templates" / "preprocess" / "main.py"
     proc = _run_as_worker(
         "import importlib, pkgutil, runpy\n"

@@ -113,7 +113,7 @@ def _line_before_is_blank(f: BinaryIO, line_start: int) -> bool:
 
 
 def _read_range(f: BinaryIO, r: ReadRange, options: ReadOptions, stats: ReadStats) -> Iterator[str]:
-    return read_lines(f, r, _BlankLineDocuments(r, options, stats), stats)
+    return read_lines(f, r, options, stats, _BlankLineDocuments)
 
 
 FORMAT = Format(name=TEXT, extensions=(), doc_separator=BLANK_LINE, plan_ranges=byte_ranges, read_range=_read_range)

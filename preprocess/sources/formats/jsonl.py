@@ -1,15 +1,19 @@
 """JSON Lines (.jsonl, .json): one JSON object per line, its ReadOptions.text_field the document.
 
-A line that is not a JSON object with a string text field is skipped (documents_invalid_json); the
-first few of a range are logged with their byte offset. A JSON line is parsed whole, so it is held
-in memory whole (its text is then split like any long document).
+Lines that give no document are skipped and counted by kind: not JSON or not a JSON object
+(documents_invalid_json), an object without the text field (documents_missing_field), a text field
+that is a number, boolean, array or object (documents_non_string_text). A null text field is an
+empty document. The first few skipped lines of a range are logged with the file and the line's byte
+offset (for a UTF-16/32 file: its offset in the file's UTF-8 text). A JSON line is parsed whole, so
+it is held in memory whole (its text is then split like any long document).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
-from typing import BinaryIO, Iterator
+from typing import Any, BinaryIO, Iterator
 
 from preprocess.sources.documents import ReadStats, decode_utf8, text_document
 from preprocess.sources.formats.base import Format
@@ -19,10 +23,40 @@ from preprocess.sources.ranges import ReadRange, byte_ranges
 
 logger = logging.getLogger(__name__)
 
-# Per range, the first few bad JSON lines are logged with their location; all are counted.
+# Per range, the first few skipped lines are logged with their location; all are counted.
 MAX_LOGGED_BAD_LINES = 3
 # strict=False: raw control characters (tabs, NULs) inside JSON strings are accepted.
 _JSON = json.JSONDecoder(strict=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Skipped:
+    counter: str  # the ReadStats field that counts it
+    problem: str
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):  # before int: bool is an int
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {dict: "object", list: "array", str: "string"}.get(type(value), type(value).__name__)
+
+
+def _text_field(line: str, field: str) -> str | _Skipped:
+    """The text of one JSON line's `field` ("" for null), or why the line gives no document."""
+    try:
+        value = _JSON.decode(line)
+    except ValueError as e:
+        return _Skipped("documents_invalid_json", f"not valid JSON: {e}")
+    if not isinstance(value, dict):
+        return _Skipped("documents_invalid_json", f"a JSON {_json_type(value)}, not an object")
+    if field not in value:
+        return _Skipped("documents_missing_field", f"no {field!r} field (pass --text_field NAME)")
+    text = value[field]
+    if text is not None and not isinstance(text, str):
+        return _Skipped("documents_non_string_text", f"field {field!r} is a JSON {_json_type(text)}, not a string")
+    return text or ""
 
 
 class _JsonLines(LineRecords):
@@ -53,28 +87,18 @@ class _JsonLines(LineRecords):
             self._stats.documents_empty += 1
             return []
         line, invalid_utf8 = decode_utf8(raw)
-        field = self._options.text_field
-        try:
-            value = _JSON.decode(line)
-            problem = None if isinstance(value, dict) else f"a JSON {type(value).__name__}, not an object"
-            if problem is None:
-                value = value.get(field, ...)
-                problem = f"no {field!r} field" if value is ... else None
-            if problem is None and value is not None and not isinstance(value, str):
-                problem = f"field {field!r} is a {type(value).__name__}, not a string"
-        except ValueError as e:
-            problem = f"not valid JSON: {e}"
-        if problem:
-            self._stats.documents_invalid_json += 1
+        text = _text_field(line, self._options.text_field)
+        if isinstance(text, _Skipped):
+            self._stats.count(text.counter)
             if self._logged < MAX_LOGGED_BAD_LINES:
                 self._logged += 1
-                logger.warning("%s: line at byte %d skipped: %s.", self._path, line_start, problem)
+                logger.warning("%s: line at byte %d skipped: %s.", self._path, line_start, text.problem)
             return []
-        return text_document(value or "", self._options, self._stats, invalid_utf8=invalid_utf8)
+        return text_document(text, self._options, self._stats, invalid_utf8=invalid_utf8)
 
 
 def _read_range(f: BinaryIO, r: ReadRange, options: ReadOptions, stats: ReadStats) -> Iterator[str]:
-    return read_lines(f, r, _JsonLines(r, options, stats), stats)
+    return read_lines(f, r, options, stats, _JsonLines)
 
 
 FORMAT = Format(name="jsonl", extensions=(".jsonl", ".json"), plan_ranges=byte_ranges, read_range=_read_range)

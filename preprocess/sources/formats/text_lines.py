@@ -67,7 +67,7 @@ def _line_documents(data: bytes, options: ReadOptions, stats: ReadStats) -> list
 
 
 def _read_range(f: BinaryIO, r: ReadRange, options: ReadOptions, stats: ReadStats) -> Iterator[str]:
-    return read_lines(f, r, _LineDocuments(r, options, stats), stats)
+    return read_lines(f, r, options, stats, _LineDocuments)
 
 
 FORMAT = Format(name=TEXT, extensions=(), doc_separator=LINE, plan_ranges=byte_ranges, read_range=_read_range)

@@ -16,8 +16,9 @@ from preprocess.sources import (
     is_compressed,
     iter_documents,
     plan_ranges,
+    read_range,
 )
-from tests.helpers.text_corpus import expected_documents, random_corpus, write
+from tests.helpers.text_corpus import expected_documents, random_corpus, tree_bytes, write
 
 
 @pytest.mark.parametrize("name, compressed", [
@@ -51,8 +52,30 @@ def test_corrupt_compressed_files_are_named(tmp_path):
     with pytest.raises(InputError, match="fake.txt.gz.*not gzip"):
         iter_documents([str(fake)], ReadOptions())  # at the call, before any document is asked for
     truncated = write(tmp_path / "cut.txt.gz", gzip.compress(random_corpus(1, lines=2000, crlf=False, bom=False))[:2000])
-    with pytest.raises(InputError, match="cut.txt.gz.*corrupt or truncated gzip"):
+    with pytest.raises(InputError, match="cut.txt.gz.*corrupt or truncated gzip.*re-create or remove it"):
         list(iter_documents([str(truncated)], ReadOptions()))
     bad_bz2 = write(tmp_path / "bad.txt.bz2", b"BZh9" + b"\x00" * 100)
     with pytest.raises(InputError, match="bad.txt.bz2.*corrupt or truncated bzip2"):
         list(iter_documents([str(bad_bz2)], ReadOptions()))
+
+
+@pytest.mark.parametrize("suffix, compress", [(".gz", gzip.compress), (".bz2", bz2.compress)])
+def test_truncated_or_damaged_data_is_one_input_error_naming_the_file(tmp_path, suffix, compress):
+    """Cut anywhere after the magic bytes, or with a byte flipped: an InputError, never EOFError/zlib.error/OSError."""
+    data = random_corpus(5, lines=3000, crlf=False, bom=False)
+    whole = compress(data)
+    damaged = {f"cut{n}": whole[:n] for n in (4, 10, 11, 100, len(whole) // 2, len(whole) - 8, len(whole) - 1)}
+    damaged.update({f"flip{n}": whole[:n] + bytes([whole[n] ^ 0x55]) + whole[n + 1:]
+                    for n in (len(whole) // 3, len(whole) - 6)})
+    for name, content in damaged.items():
+        write(tmp_path / f"{name}.jsonl{suffix}" if name == "cut100" else tmp_path / f"{name}.txt{suffix}", content)
+    before = tree_bytes(tmp_path)
+    options = ReadOptions()
+    for path in sorted(tmp_path.iterdir()):
+        ranges = plan_ranges(expand_inputs([str(path)]), options=options)
+        assert ranges == [ReadRange(str(path), 0, -1)]
+        with pytest.raises(InputError) as e:
+            list(read_range(ranges[0], options))
+        assert str(e.value).startswith(f"{str(path)!r}: corrupt or truncated {'gzip' if suffix == '.gz' else 'bzip2'}")
+        assert str(e.value).endswith("re-create or remove it (or leave it out of --input).")
+    assert tree_bytes(tmp_path) == before

@@ -21,7 +21,8 @@ def test_jsonl_skips_and_counts_bad_lines(tmp_path, caplog, monkeypatch):
         docs = list(iter_documents([str(path)], ReadOptions(), stats))
     assert docs == ["first", "nulinside", "caf\ufffd raw", "last"]
     assert stats == ReadStats(documents=4, documents_empty=3, documents_invalid_utf8=1, documents_nul=1,
-                              documents_invalid_json=4, bytes_read=len(data))
+                              documents_invalid_json=2, documents_missing_field=1, documents_non_string_text=1,
+                              bytes_read=len(data))
     located = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
     assert len(located) == jsonl.MAX_LOGGED_BAD_LINES and all("a.jsonl: line at byte" in m for m in located)
     for range_bytes in (1, 37):
@@ -35,4 +36,24 @@ def test_jsonl_custom_field(tmp_path):
     path = write(tmp_path / "a.json", b'{"content": "x"}\n{"text": "y"}\n')
     stats = ReadStats()
     assert list(iter_documents([str(path)], ReadOptions(text_field="content"), stats)) == ["x"]
-    assert stats.documents_invalid_json == 1
+    assert stats == ReadStats(documents=1, documents_missing_field=1, bytes_read=31)
+
+
+def test_non_string_text_fields_are_counted_under_their_own_name(tmp_path, caplog):
+    lines = [b'{"text": 42}', b'{"text": 1.5e3}', b'{"text": [1, "a"]}', b'{"text": {"a": "b"}}', b'{"text": true}',
+             b'{"text": "kept"}', b'{"other": "x"}', b'"just a string"', b"12", b"{broken", b'{"text": null}']
+    data = b"\n".join(lines) + b"\n"
+    path = write(tmp_path / "a.jsonl", data)
+    stats = ReadStats()
+    with caplog.at_level("WARNING", logger=jsonl.__name__):
+        assert list(iter_documents([str(path)], ReadOptions(), stats)) == ["kept"]
+    assert stats == ReadStats(documents=1, documents_empty=1, documents_non_string_text=5, documents_missing_field=1,
+                              documents_invalid_json=3, bytes_read=len(data))
+    assert [r.getMessage() for r in caplog.records if r.name == jsonl.__name__] == [
+        f"{path}: line at byte 0 skipped: field 'text' is a JSON number, not a string.",
+        f"{path}: line at byte 13 skipped: field 'text' is a JSON number, not a string.",
+        f"{path}: line at byte 29 skipped: field 'text' is a JSON array, not a string.",
+    ]
+    for range_bytes in (1, 10):
+        assert read_in_ranges(path, ReadOptions(), range_bytes) == (["kept"], stats)
+    assert path.read_bytes() == data
