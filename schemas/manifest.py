@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import posixpath
 import re
 from typing import Any
 
@@ -18,12 +19,17 @@ from schemas.constants import (
     MANIFEST_FORMAT_VERSION,
     MANIFEST_NAME,
     READABLE_MANIFEST_VERSIONS,
+    SCHEMA_NAME,
     SPLITS,
+    TOKENIZER_JSON,
 )
 from schemas.errors import ManifestError
+from schemas.paths import TOKENIZER_DIR_NAME
 from schemas.records import feature_spec
 from schemas.shards import parse_shard_name, shard_relpath
 
+# Where a preprocess output keeps the copy of its tokenizer (TokenizerInfo.path), relative to the output.
+TOKENIZER_RELPATH = posixpath.join(TOKENIZER_DIR_NAME, TOKENIZER_JSON)
 # Keys left out when comparing two manifests for determinism.
 VOLATILE_KEYS = ("created_at",)
 # A URL scheme or a drive letter: `gs:`, `file:`, `C:`.
@@ -70,6 +76,8 @@ class TokenizerInfo:
     special_token_ids: dict[str, int]  # role -> id, e.g. {"pad": 1, "mask": 4}
     all_special_ids: tuple[int, ...]
     model_max_length: int | None = None
+    # The copy of the tokenizer inside the output, relative to it (None in outputs of lmshards 0.1).
+    path: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +99,8 @@ class Manifest:
     # What reading the inputs found, over all splits: documents, documents_empty,
     # documents_invalid_utf8, documents_nul, documents_split, documents_invalid_json, files_empty, bytes_read.
     reading: dict[str, int] = dataclasses.field(default_factory=dict)
+    # The records' TF Metadata schema, relative to the output (None in outputs of lmshards 0.1).
+    schema: str | None = None
     format: str = MANIFEST_FORMAT
     format_version: int = MANIFEST_FORMAT_VERSION
 
@@ -100,6 +110,10 @@ class Manifest:
     def shard_paths(self, output_dir: str, split: str) -> list[str]:
         """Absolute paths (local or gs://) of a split's shards, in manifest order."""
         return [fs.join(output_dir, s.path) for s in self.split(split).shards]
+
+    def tokenizer_path(self, output_dir: str) -> str | None:
+        """Path (local or gs://) of the tokenizer.json the shards were made with, when the output holds a copy."""
+        return fs.join(output_dir, self.tokenizer.path) if self.tokenizer.path else None
 
     def split(self, name: str) -> SplitInfo:
         if name not in self.splits:
@@ -158,11 +172,22 @@ def check_shard_relpath(path: str) -> str:
     Raises:
       ManifestError: path is absolute, has a scheme, a `.`/`..` or empty segment, a backslash or a NUL.
     """
+    return check_file_relpath(path, field="shard path", example=shard_relpath("train", 0, 1, 100))
+
+
+def check_file_relpath(path: str, *, field: str, example: str) -> str:
+    """Returns path when it is a normalised relative POSIX path that stays inside the output directory.
+
+    field: the manifest field holding it (for the message); example: a valid value of that field.
+
+    Raises:
+      ManifestError: as check_shard_relpath.
+    """
     problem = _relpath_problem(path)
     if problem:
         raise ManifestError(
-            f"Manifest shard path {path!r} {problem}; shard paths are relative to the output directory, "
-            f"like {shard_relpath('train', 0, 1, 100)!r}. {_REWRITE_HINT}"
+            f"Manifest {field} {path!r} {problem}; it must be a path relative to the output directory, "
+            f"like {example!r}. {_REWRITE_HINT}"
         )
     return path
 
@@ -222,6 +247,11 @@ def manifest_from_dict(data: dict[str, Any]) -> Manifest:
         for name, split in splits.items():
             for shard in split.shards:
                 check_shard(name, shard)
+        tokenizer_path, schema = tok.get("path"), data.get("schema")
+        if tokenizer_path is not None:
+            check_file_relpath(tokenizer_path, field="tokenizer.path", example=TOKENIZER_RELPATH)
+        if schema is not None:
+            check_file_relpath(schema, field="schema", example=SCHEMA_NAME)
         return Manifest(
             tool_version=data["tool_version"],
             seq_len=int(data["seq_len"]),
@@ -231,6 +261,7 @@ def manifest_from_dict(data: dict[str, Any]) -> Manifest:
                 special_token_ids={k: int(v) for k, v in tok["special_token_ids"].items()},
                 all_special_ids=tuple(int(i) for i in tok["all_special_ids"]),
                 model_max_length=tok.get("model_max_length"),
+                path=tokenizer_path,
             ),
             splits=splits,
             inputs=tuple(InputFileInfo(**i) for i in data["inputs"]),
@@ -238,6 +269,7 @@ def manifest_from_dict(data: dict[str, Any]) -> Manifest:
             options=dict(data["options"]),
             created_at=data.get("created_at", ""),
             reading={k: int(v) for k, v in data.get("reading", {}).items()},
+            schema=schema,
             format_version=int(version),
         )
     except (KeyError, TypeError, ValueError) as e:
@@ -296,8 +328,10 @@ __all__ = [
     "ShardInfo",
     "SplitInfo",
     "SplitTotals",
+    "TOKENIZER_RELPATH",
     "TokenizerInfo",
     "check_accounting",
+    "check_file_relpath",
     "check_shard",
     "check_shard_relpath",
     "feature_spec",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Iterator, Sequence
 
 import google_crc32c
 import numpy as np
@@ -139,6 +139,137 @@ def encode_examples(features: dict[str, np.ndarray]) -> list[bytes]:
         records.append(b"\n" + _varint(len(body)) + body)
         starts = [e[row] for e in ends]
     return records
+
+
+class MalformedExampleError(ValueError):
+    """A record that is not a tf.train.Example holding the expected int64 features."""
+
+
+_WIRE_VARINT, _WIRE_64BIT, _WIRE_LENGTH, _WIRE_32BIT = 0, 1, 2, 5
+# Field numbers of tf.train.Example and what it holds (tensorflow/core/example/{example,feature}.proto).
+_EXAMPLE_FEATURES = _FEATURES_FEATURE = _ENTRY_KEY = _INT64_LIST_VALUE = 1
+_ENTRY_VALUE = 2
+_FEATURE_INT64_LIST = 3
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """(value, position after it) of the varint at data[pos]."""
+    value = shift = 0
+    while pos < len(data):
+        byte = data[pos]
+        value |= (byte & 0x7F) << shift
+        pos += 1
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+    raise MalformedExampleError("truncated varint")
+
+
+def _fields(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+    """(field number, wire type, start, end) of each field of the message in data[start:end].
+
+    start:end spans a length-delimited field's payload, or a varint's bytes.
+    """
+    pos = start
+    while pos < end:
+        key, pos = _read_varint(data, pos)
+        field, wire = key >> 3, key & 7
+        value_start = pos
+        if wire == _WIRE_VARINT:
+            _, pos = _read_varint(data, pos)
+        elif wire in (_WIRE_64BIT, _WIRE_32BIT):
+            pos += 8 if wire == _WIRE_64BIT else 4
+        elif wire == _WIRE_LENGTH:
+            size, value_start = _read_varint(data, pos)
+            pos = value_start + size
+        else:
+            raise MalformedExampleError(f"unsupported protobuf wire type {wire}")
+        if pos > end:
+            raise MalformedExampleError("a field runs past the end of its message")
+        yield field, wire, value_start, pos
+
+
+def _submessages(data: bytes, start: int, end: int, field: int) -> Iterator[tuple[int, int]]:
+    """(start, end) of each length-delimited `field` of the message in data[start:end]."""
+    for number, wire, s, e in _fields(data, start, end):
+        if number == field and wire == _WIRE_LENGTH:
+            yield s, e
+
+
+def _int64_list(record: bytes, start: int, end: int, name: str) -> bytes:
+    """The packed varints of a tf.train.Feature (record[start:end]) that must hold an int64_list."""
+    packed = []
+    for list_start, list_end in _submessages(record, start, end, _FEATURE_INT64_LIST):
+        for number, wire, s, e in _fields(record, list_start, list_end):
+            if number == _INT64_LIST_VALUE and wire != _WIRE_LENGTH:
+                raise MalformedExampleError(f"feature {name!r} is an unpacked int64 list; only packed is read")
+            packed.append(record[s:e])
+    if not packed and any(True for _ in _fields(record, start, end)):
+        raise MalformedExampleError(f"feature {name!r} is not an int64 list")
+    return b"".join(packed)
+
+
+def _int64_features(record: bytes, names: dict[bytes, str]) -> dict[str, bytes]:
+    """Feature name -> packed varints of its int64_list, for the wanted names (encoded name -> name)."""
+    found = {}
+    for features_start, features_end in _submessages(record, 0, len(record), _EXAMPLE_FEATURES):
+        for entry_start, entry_end in _submessages(record, features_start, features_end, _FEATURES_FEATURE):
+            key, value = b"", (entry_end, entry_end)
+            for number, wire, s, e in _fields(record, entry_start, entry_end):
+                if number == _ENTRY_KEY and wire == _WIRE_LENGTH:
+                    key = record[s:e]
+                elif number == _ENTRY_VALUE and wire == _WIRE_LENGTH:
+                    value = (s, e)
+            if key in names:
+                found[names[key]] = _int64_list(record, *value, names[key])
+    return found
+
+
+def _decode_varints(data: np.ndarray) -> np.ndarray:
+    """int64 values of the back-to-back varints in uint8 `data` (two's complement, as protobuf's int64)."""
+    ends = np.flatnonzero(data < 0x80)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    lengths = ends - starts + 1
+    values = np.zeros(ends.size, dtype=np.uint64)
+    for k in range(int(lengths.max(initial=0))):
+        rows = np.flatnonzero(lengths > k)
+        values[rows] |= (data[starts[rows] + k] & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+    return values.view(np.int64)
+
+
+def decode_examples(records: Sequence[bytes], names: Sequence[str]) -> dict[str, np.ndarray]:
+    """The int64 features `names` of serialized tf.train.Examples, as int64 arrays [len(records), length].
+
+    What `tf.io.parse_example(records, parse_spec(...))` returns for fixed-length int64 features, without
+    TensorFlow: the message structure is walked in Python, the values decoded in numpy all at once.
+
+    Raises:
+      MalformedExampleError: a record that is not an Example, lacks a feature, holds it as another type or
+        unpacked, or a feature whose length differs between records.
+    """
+    wanted = {name.encode(): name for name in names}
+    payloads: dict[str, list[bytes]] = {name: [] for name in names}
+    for index, record in enumerate(records):
+        found = _int64_features(record, wanted)
+        for name in names:
+            if name not in found:
+                raise MalformedExampleError(f"record {index} has no int64 feature {name!r}")
+            if found[name][-1:] >= b"\x80":
+                raise MalformedExampleError(f"record {index}: truncated varint in feature {name!r}")
+            payloads[name].append(found[name])
+    decoded = {}
+    for name in names:
+        data = np.frombuffer(b"".join(payloads[name]), dtype=np.uint8)
+        # Varints ended before each record's end: one varint ends at each byte < 0x80.
+        ended = np.concatenate(([0], np.cumsum(data < 0x80)))
+        record_ends = np.cumsum([0] + [len(p) for p in payloads[name]])
+        lengths = np.diff(ended[record_ends])
+        if lengths.size and (lengths != lengths[0]).any():
+            raise MalformedExampleError(
+                f"feature {name!r} has {lengths.min()}-{lengths.max()} values per record; expected one length"
+            )
+        decoded[name] = _decode_varints(data).reshape(len(records), int(lengths[0]) if lengths.size else 0)
+    return decoded
 
 
 # ---------------------------------------------------------------- TFRecord framing

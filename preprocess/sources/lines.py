@@ -88,26 +88,25 @@ class LineRecords:
 
 
 def read_lines(
-    f: BinaryIO, r: ReadRange, options: ReadOptions, stats: ReadStats,
-    records: Callable[[ReadRange, ReadOptions, ReadStats], LineRecords],
+    f: BinaryIO, r: ReadRange, options: ReadOptions, stats: ReadStats, records: type[LineRecords]
 ) -> Iterator[str]:
-    """The documents of range r of the (decompressed) file f, as `records(r, options, stats)` makes
-    them from its lines."""
+    """The documents of range r of the (decompressed) file f, as the format's `records` class makes
+    them from its lines (one instance per range)."""
     head = _file_head(f, r)
-    wide = next(((bom, codec, counter) for bom, codec, counter in WIDE_BOMS if head.startswith(bom)), None)
+    wide = next((w for w in WIDE_BOMS if head.startswith(w[0])), None)
     if wide is None:
         bom = len(BOM) if r.start == 0 and head.startswith(BOM) else 0
         yield from _read(f, r, records(r, options, stats), stats, bom=bom, share=lambda stop: _share(r, stop))
-    elif r.start == 0:
-        bom, codec, counter = wide
-        logger.info("%s starts with a %s byte-order mark: decoding it as %s", r.path, codec.upper(), codec.upper())
-        stats.count(counter)
-        f.seek(len(bom))
-        text = _Utf8Text(f, codec)
-        whole = ReadRange(r.path, 0, TO_END)
-        yield from _read(text, whole, records(whole, options, stats), stats, bom=0,
-                         share=lambda stop: text.source_bytes)
-    # else: the file's first range reads all of it.
+        return
+    if r.start > 0:  # the file's first range reads all of it
+        return
+    bom, codec, counter = wide
+    logger.info("%s: %s byte-order mark, decoded as %s", r.path, codec.upper(), codec.upper())
+    stats.count(counter)
+    f.seek(len(bom))
+    text = _Utf8Text(f, codec)
+    whole = ReadRange(r.path, 0, TO_END)
+    yield from _read(text, whole, records(whole, options, stats), stats, bom=0, share=lambda _: text.source_bytes)
 
 
 def _file_head(f: BinaryIO, r: ReadRange) -> bytes:
@@ -241,5 +240,6 @@ class _Utf8Text:
 
     def seek(self, position: int) -> int:
         if position != self._position:
-            raise ValueError(f"UTF-8 text of a UTF-16/32 file is read forward only (at {self._position}, not {position})")
+            raise ValueError(f"the UTF-8 text of a UTF-16/32 file is read forward only: at {self._position}, "
+                             f"not {position}")
         return position
