@@ -23,7 +23,7 @@ import tensorflow as tf  # noqa: E402
 from bench.reference_input_baseline import run_all as run_reference  # noqa: E402
 from schemas import fs  # noqa: E402
 from schemas.manifest import TokenizerInfo, manifest_path, read_manifest  # noqa: E402
-from train import data  # noqa: E402
+from train import data, mixture  # noqa: E402
 from train.masking import mask_batch  # noqa: E402
 
 # A RoBERTa-style vocabulary for generated shards.
@@ -36,12 +36,14 @@ MASKING_BATCHES = 200
 
 def our_pipeline(shards_dir: str, *, batch: int, epochs: int) -> tuple[float, float]:
     """(sequences/s, sequences per CPU-second) over `epochs` epochs of data.train_dataset, as the trainer sets it up."""
-    manifest = read_manifest(shards_dir)
-    files = data.split_files(manifest, shards_dir, "train")
-    spe = data.steps_per_epoch(files, num_pipelines=1, per_pipeline_batch=batch)
-    ds = data.train_dataset(files, features=manifest.features(), batch_size=batch, steps_per_epoch=spe,
-                            shuffle_buffer=10_000, seed=0, start_step=0,
-                            masking=data.masking_spec(manifest, 0.15), with_segment_ids=False)
+    mix = mixture.open_mixture([shards_dir])
+    manifest = mix.manifest
+    passes = mixture.pass_records(mix, num_pipelines=1, unit=batch)
+    spe = mixture.steps_per_epoch(passes, unit=batch)
+    ds = data.train_dataset(mixture.pipeline_streams(mix, passes, num_pipelines=1, pipeline_id=0),
+                            block_counts=mix.block_counts(), features=manifest.features(), batch_size=batch,
+                            shuffle_buffer=10_000, seed=0, start_step=0, with_segment_ids=False,
+                            masking=data.masking_spec(manifest, recipe="token", mlm_probability=0.15, tokenizer=None))
     n, t, c = 0, time.perf_counter(), time.process_time()
     for _ in ds.take(spe * epochs):
         n += batch
@@ -55,8 +57,8 @@ def masking_alone(shards_dir: str, *, batch: int) -> dict[str, float]:
     import keras_hub
 
     manifest = read_manifest(shards_dir)
-    spec = data.masking_spec(manifest, 0.15)
-    ds = data.eval_dataset(data.split_files(manifest, shards_dir, "train"), features=manifest.features(), batch_size=batch,
+    spec = data.masking_spec(manifest, recipe="token", mlm_probability=0.15, tokenizer=None)
+    ds = data.eval_dataset(mixture.split_files(manifest, shards_dir, "train"), features=manifest.features(), batch_size=batch,
                            masking=spec, with_segment_ids=False, max_batches=1)
     first = next(iter(ds))
     ids = first["token_ids"]  # already masked once; the content does not matter for speed

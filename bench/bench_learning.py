@@ -1,4 +1,4 @@
-"""Learning benchmark: lmshards' `tiny` model beside a PyTorch RobertaForMaskedLM of the same size, same shards, same steps.
+"""Learning benchmark: lmshards' `tiny` model beside a PyTorch RobertaForMaskedLM of its size, same shards and steps.
 
 In one run, on one machine:
   1. shards    - `lmshards tokenizer train` (byte-level BPE, vocabulary 8000) and `lmshards preprocess` on the
@@ -239,7 +239,8 @@ def _int64_list(record: bytes, start: int, end: int) -> np.ndarray:
     return np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
 
 
-def read_split(manifest: Manifest, shards_dir: str, split: str, *, max_records: int | None = None) -> dict[str, np.ndarray]:
+def read_split(manifest: Manifest, shards_dir: str, split: str, *,
+               max_records: int | None = None) -> dict[str, np.ndarray]:  # fmt: skip
     """{INPUT_IDS, ATTENTION_MASK: int64 [records, seq_len]} of a split's records in manifest order.
 
     max_records: stop after this many (the reference needs no more than steps x batch).
@@ -258,7 +259,8 @@ def read_split(manifest: Manifest, shards_dir: str, split: str, *, max_records: 
         if max_records is not None and count >= max_records:
             break
     shape = (count, manifest.seq_len)
-    return {name: np.stack(values).reshape(shape) if values else np.zeros(shape, np.int64) for name, values in rows.items()}
+    return {name: np.stack(values).reshape(shape) if values else np.zeros(shape, np.int64)
+            for name, values in rows.items()}  # fmt: skip
 
 
 # ---------------------------------------------------------------- the reference's recipe
@@ -339,8 +341,8 @@ class ReferenceRun:
     window_losses: tuple[float, ...]  # mean train loss of every window, first included
 
 
-def train_reference(model: RobertaForMaskedLM, train: Mapping[str, np.ndarray], spec: MaskingSpec, *,
-                    steps: int, batch_size: int, learning_rate: float, window: int, seed: int) -> ReferenceRun:  # fmt: skip
+def train_reference(model: RobertaForMaskedLM, train: Mapping[str, np.ndarray], spec: MaskingSpec, *, steps: int,
+                    batch_size: int, learning_rate: float, window: int, seed: int) -> ReferenceRun:  # fmt: skip
     """Trains `model` for `steps` steps; a step is timed from taking its batch to the loss on the host."""
     warmup = warmup_steps_for(steps)
     optimizer = torch.optim.AdamW(param_groups(model, weight_decay=WEIGHT_DECAY), lr=learning_rate,
@@ -392,7 +394,8 @@ def eval_batches(validation: Mapping[str, np.ndarray], spec: MaskingSpec, *, see
     """The validation records masked once with a fixed seed: the one set of inputs every model is scored on."""
     generator = torch.Generator().manual_seed(seed)
     ids, mask = torch.from_numpy(validation[INPUT_IDS]), torch.from_numpy(validation[ATTENTION_MASK])
-    return [mask_tokens(ids[s:s + batch_size], mask[s:s + batch_size], spec, generator) for s in range(0, len(ids), batch_size)]
+    return [mask_tokens(ids[s:s + batch_size], mask[s:s + batch_size], spec, generator)
+            for s in range(0, len(ids), batch_size)]  # fmt: skip
 
 
 @torch.no_grad()
@@ -444,14 +447,19 @@ def run_lmshards(args: Sequence[str], *, env: Mapping[str, str], log_path: Path)
     with open(log_path, "w") as log:
         rc = subprocess.call(lmshards_argv(*args), stdout=log, stderr=subprocess.STDOUT, env=dict(env), cwd=REPO_ROOT)
     if rc != 0:
-        raise RuntimeError(f"lmshards {' '.join(args[:2])} exited {rc}; its output ends:\n{log_path.read_text()[-4000:]}")
+        raise RuntimeError(f"lmshards {' '.join(args[:2])} exited {rc}; its output ends:\n{_tail(log_path)}")
+
+
+def _tail(log_path: Path) -> str:
+    return log_path.read_text()[-4000:]
 
 
 def make_shards(corpus: Path, work: Path, *, env: Mapping[str, str]) -> tuple[str, str]:
     """(shards dir, tokenizer dir) made from corpus with the CLI."""
     tokenizer, shards = work / "tokenizer", work / "shards"
-    run_lmshards(["tokenizer", "train", "--input", str(corpus), "--model", TOKENIZER_MODEL, "--vocab_size",
-                  str(TOKENIZER_VOCAB_SIZE), "--output", str(tokenizer)], env=env, log_path=work / "tokenizer.log")  # fmt: skip
+    run_lmshards(["tokenizer", "train", "--input", str(corpus), "--model", TOKENIZER_MODEL,
+                  "--vocab_size", str(TOKENIZER_VOCAB_SIZE), "--output", str(tokenizer)],
+                 env=env, log_path=work / "tokenizer.log")  # fmt: skip
     run_lmshards(["preprocess", "--input", str(corpus), "--tokenizer", str(tokenizer), "--output", str(shards),
                   "--seq_len", str(SEQ_LEN), "--validation_fraction", str(VALIDATION_FRACTION),
                   "--num_shards", str(NUM_SHARDS)], env=env, log_path=work / "preprocess.log")  # fmt: skip
@@ -517,7 +525,7 @@ def train_lmshards(args: Sequence[str], *, env: Mapping[str, str], run_dir: Path
             time.sleep(POLL_INTERVAL_S)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
-        raise RuntimeError(f"lmshards train exited {proc.returncode}; its output ends:\n{log_path.read_text()[-4000:]}")
+        raise RuntimeError(f"lmshards train exited {proc.returncode}; its output ends:\n{_tail(log_path)}")
     records = logged_windows(metrics)
     kept = [r for r in records if r["step"] - window >= WARMUP_STEPS_EXCLUDED and r["step"] % window == 0]
     cpu_ms = None
@@ -569,7 +577,8 @@ def table(evaluation: Mapping[str, Any], times: Mapping[str, StepTimes], losses:
         row("last window train loss", ".4f", {s: losses[s][-1] for s in losses}, ""),
         row("median ms/step", ".1f", {s: times[s].median_ms for s in times}, f"{lm.median_ms / ref.median_ms:.2f}"),
         row("steps/s", ".2f", {s: times[s].steps_per_s for s in times}, f"{lm.steps_per_s / ref.steps_per_s:.2f}"),
-        row("CPU ms/step", ".1f", cpu, f"{cpu[LMSHARDS] / cpu[REFERENCE]:.2f}" if cpu[LMSHARDS] and cpu[REFERENCE] else "-"),
+        row("CPU ms/step", ".1f", cpu,
+            f"{cpu[LMSHARDS] / cpu[REFERENCE]:.2f}" if cpu[LMSHARDS] and cpu[REFERENCE] else "-"),
         row("mean load (1 min)", ".1f", {s: times[s].mean_load1 for s in times}, ""),
     ]  # fmt: skip
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
@@ -604,7 +613,8 @@ def parse_args(argv: Sequence[str] | None) -> Config:
                    help="directory of *.txt files to make shards from (default: %(default)s)")
     p.add_argument("--shards", help="reuse this `lmshards preprocess` output instead (needs --tokenizer)")
     p.add_argument("--tokenizer", help="the tokenizer --shards were made with (for `lmshards export`)")
-    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="training steps of both systems (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=DEFAULT_STEPS,
+                   help="training steps of both systems (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH, help="sequences per step (default: %(default)s)")
     p.add_argument("--learning-rate", type=float, default=DEFAULT_LEARNING_RATE,
                    help="peak learning rate of both systems (default: %(default)s)")
@@ -621,8 +631,8 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     if (a.shards is None) != (a.tokenizer is None):
         p.error("--shards and --tokenizer go together: the export needs the tokenizer the shards were made with")
     if a.window < 1 or a.steps < WARMUP_STEPS_EXCLUDED + 2 * a.window:
-        p.error(f"--steps must leave at least two {a.window}-step windows after the first {WARMUP_STEPS_EXCLUDED} steps "
-                f"(e.g. --steps {WARMUP_STEPS_EXCLUDED + 20 * a.window})")
+        p.error(f"--steps must leave at least two {a.window}-step windows after the first "
+                f"{WARMUP_STEPS_EXCLUDED} steps (e.g. --steps {WARMUP_STEPS_EXCLUDED + 20 * a.window})")
     bad_env = [kv for kv in a.lmshards_env if "=" not in kv]
     if bad_env:
         p.error(f"--lmshards-env takes KEY=VALUE, got {bad_env}")

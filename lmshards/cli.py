@@ -32,6 +32,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "inspect": Subcommand("preprocess.inspect_cli", "summarize (and --verify) a preprocess output"),
     "stats": Subcommand("corpus_tools.stats.cli", "corpus statistics of a shard set (tensorflow-transform analyzers, Beam)"),
     "train": Subcommand("train.cli", "train a masked LM on preprocess shards"),
+    "preview": Subcommand("train.preview_cli", "show what a masking recipe selects in the first training sequences"),
     "export": Subcommand("train.export_cli", "export a training run to a Hugging Face model directory"),
     "fill-mask": Subcommand("train.fill_mask_cli", "run transformers' fill-mask on an exported model"),
     "env": Subcommand("train.env_cli", "versions, accelerators, TPU signals and what `auto` chooses on this machine"),

@@ -1,30 +1,56 @@
-"""`lmshards demo`: the whole story on the bundled sample corpus, one step per subprocess.
+"""`lmshards demo`: the whole story on the English part of the bundled sample corpus, one step per subprocess.
 
-tokenizer train -> preprocess -> train -> export -> fill-mask -> report.html. Each step runs as its own
-`python -m lmshards ...` process, exactly as a user would type it, so Beam and TensorFlow never share a
-process and every command line is printed for copying.
+tokenizer train -> preprocess -> train -> export -> fill-mask, then the exported model is scored on masked
+validation tokens beside the accuracy of always predicting the most frequent token, and everything lands in
+report.html and demo_summary.json. Each step runs as its own `python -m lmshards ...` process, exactly as a
+user would type it, so Beam and TensorFlow never share a process and every command line is printed for copying.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
+
+import numpy as np
 
 from schemas import fs
 from schemas.cli import CommandParser, run_command, setup_logging
+from schemas.constants import ATTENTION_MASK, FEATURE_NAMES, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.errors import LmshardsError, OutputError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SAMPLE_GLOB = str(REPO_ROOT / "data" / "sample" / "*" / "*.txt")
+# English only: one domain (Austen novels, a software manual, speeches) that a tiny model learns within minutes.
+CORPUS_GLOB = str(REPO_ROOT / "data" / "sample" / "en" / "*.txt")
+# The opening line of Pride and Prejudice, one of the corpus's books.
+FILL_MASK_PROMPT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, "
+                    "must be in want of a <mask>.")
 MARKER = ".lmshards_demo"
-FILL_MASK_PROMPT = "The capital of France is <mask>."
+SUMMARY_JSON = "demo_summary.json"
 COMMAND = "demo"
+
+# Byte-level BPE trains in seconds where Unigram takes minutes on this corpus.
+TOKENIZER_MODEL = "bpe"
+VALIDATION_FRACTION = 0.02
+NUM_SHARDS = 8
+EVALUATIONS = 3  # periodic evaluations during training, the last one at the final step
+
+# The demo's own evaluation: one fixed draw of positions, each replaced by the mask token, as fill-mask sees it.
+EVAL_MASK_PROBABILITY = 0.15
+EVAL_MASK_SEED = 0
+EVAL_BATCH = 32
+IGNORE_LABEL = -100
+RATIO_TARGET = 2.0  # the model must beat always-the-most-frequent-token by this factor
+TOP_K = 5
+MIN_WORD_LENGTH = 2
+WORD_MARKERS = "Ġ▁"  # byte-level BPE and SentencePiece word-start markers
 
 
 @dataclass(frozen=True)
@@ -34,18 +60,62 @@ class DemoConfig:
     vocab_size: int
     model_preset: str
     per_replica_batch: int
+    learning_rate: float
     seq_len: int
+
+
+@dataclass(frozen=True)
+class Step:
+    title: str
+    argv: list[str]  # after `lmshards`
+    capture: bool = False  # keep stdout for the demo to read instead of echoing it
+
+
+@dataclass(frozen=True)
+class MaskedSet:
+    """Validation records with some positions replaced by the mask id: int64 [records, seq_len] each."""
+
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    labels: np.ndarray  # the original id at each masked position, IGNORE_LABEL elsewhere
+
+    @property
+    def masked(self) -> np.ndarray:
+        return self.labels != IGNORE_LABEL
+
+
+@dataclass(frozen=True)
+class Scores:
+    """The exported model and the most-frequent-token baseline on the same masked validation tokens."""
+
+    eval_loss: float  # mean cross-entropy, nats
+    eval_accuracy: float
+    baseline_accuracy: float
+    baseline_token_id: int
+    baseline_token: str
+    masked_tokens: int
+    validation_records: int
+
+    @property
+    def ratio(self) -> float:
+        return self.eval_accuracy / self.baseline_accuracy if self.baseline_accuracy else float("inf")
+
+    @property
+    def target_met(self) -> bool:
+        return self.ratio >= RATIO_TARGET
 
 
 def build_parser() -> CommandParser:
     p = CommandParser(COMMAND, description=__doc__.splitlines()[0])
     p.add_argument("--output", default="demo_output",
                    help="directory for every artifact; a re-run replaces only a directory an earlier demo made")
-    p.add_argument("--steps", type=int, default=300, help="training steps")
-    p.add_argument("--vocab_size", type=int, default=8000, help="tokenizer vocabulary")
+    p.add_argument("--steps", type=int, default=600, help="training steps")
+    p.add_argument("--vocab_size", type=int, default=4000, help="tokenizer vocabulary")
     p.add_argument("--model_preset", default="tiny", choices=("tiny", "small", "base"),
                    help="tiny fits the whole demo in minutes on a laptop CPU")
     p.add_argument("--per_replica_batch", type=int, default=32, help="sequences per step")
+    p.add_argument("--learning_rate", type=float, default=5e-3,
+                   help="peak learning rate (a tiny model takes a high one)")
     p.add_argument("--seq_len", type=int, default=128, help="tokens per record")
     return p
 
@@ -55,7 +125,9 @@ def parse_args(argv: Sequence[str]) -> DemoConfig:
     a = p.parse_args(list(argv))
     if a.steps < 1:
         p.error(f"--steps must be >= 1, got {a.steps}")
-    return DemoConfig(Path(a.output).resolve(), a.steps, a.vocab_size, a.model_preset, a.per_replica_batch, a.seq_len)
+    return DemoConfig(output=Path(a.output).resolve(), steps=a.steps, vocab_size=a.vocab_size,
+                      model_preset=a.model_preset, per_replica_batch=a.per_replica_batch,
+                      learning_rate=a.learning_rate, seq_len=a.seq_len)
 
 
 def prepare_output(output: Path) -> None:
@@ -75,46 +147,186 @@ def prepare_output(output: Path) -> None:
     (output / MARKER).write_text("made by lmshards demo; safe to delete\n")
 
 
-def steps_for(cfg: DemoConfig) -> list[tuple[str, list[str]]]:
-    """(title, lmshards argv) of every step, in order."""
+def steps_for(cfg: DemoConfig) -> list[Step]:
+    """Every subprocess step, in order."""
     out = cfg.output
+    every = str(max(cfg.steps // EVALUATIONS, 1))
     return [
-        ("Train a tokenizer", ["tokenizer", "train", "--input", SAMPLE_GLOB, "--model", "unigram",
-                               "--vocab_size", str(cfg.vocab_size), "--special_tokens", "roberta",
-                               "--output", str(out / "tokenizer")]),
-        ("Preprocess into shards", ["preprocess", "--input", SAMPLE_GLOB, "--tokenizer", str(out / "tokenizer"),
-                                    "--output", str(out / "shards"), "--seq_len", str(cfg.seq_len),
-                                    "--validation_fraction", "0.02", "--num_shards", "8"]),
-        ("Verify the shards", ["inspect", str(out / "shards"), "--verify"]),
-        ("Train a masked LM", ["train", "--shards", str(out / "shards"), "--output", str(out / "run"),
-                               "--tokenizer", str(out / "tokenizer"), "--model_preset", cfg.model_preset,
-                               "--steps", str(cfg.steps), "--per_replica_batch", str(cfg.per_replica_batch),
-                               "--eval_every", str(max(cfg.steps // 3, 1)),
-                               "--checkpoint_every", str(max(cfg.steps // 3, 1))]),
-        ("Export to Hugging Face", ["export", str(out / "run"), "--output", str(out / "hf_model")]),
-        ("Fill the mask", ["fill-mask", str(out / "hf_model"), FILL_MASK_PROMPT]),
+        Step("Train a tokenizer", ["tokenizer", "train", "--input", CORPUS_GLOB, "--model", TOKENIZER_MODEL,
+                                   "--vocab_size", str(cfg.vocab_size), "--special_tokens", "roberta",
+                                   "--output", str(out / "tokenizer")]),
+        Step("Preprocess into shards", ["preprocess", "--input", CORPUS_GLOB, "--tokenizer", str(out / "tokenizer"),
+                                        "--output", str(out / "shards"), "--seq_len", str(cfg.seq_len),
+                                        "--validation_fraction", str(VALIDATION_FRACTION),
+                                        "--num_shards", str(NUM_SHARDS)]),
+        Step("Verify the shards", ["inspect", str(out / "shards"), "--verify"]),
+        Step("Train a masked LM", ["train", "--shards", str(out / "shards"), "--output", str(out / "run"),
+                                   "--tokenizer", str(out / "tokenizer"), "--model_preset", cfg.model_preset,
+                                   "--steps", str(cfg.steps), "--per_replica_batch", str(cfg.per_replica_batch),
+                                   "--learning_rate", str(cfg.learning_rate), "--eval_every", every,
+                                   "--checkpoint_every", every]),
+        Step("Export to Hugging Face", ["export", str(out / "run"), "--output", str(out / "hf_model")]),
+        Step("Fill the mask", ["fill-mask", str(out / "hf_model"), FILL_MASK_PROMPT, "--top_k", str(TOP_K), "--json"],
+             capture=True),
     ]
 
 
-def run_step(title: str, argv: list[str], log_dir: Path) -> float:
-    """Runs `python -m lmshards ARGV`, echoing its output; raises LmshardsError on failure."""
-    print(f"\n=== {title}\n$ lmshards {' '.join(argv)}", flush=True)
+def run_step(step: Step, log_dir: Path) -> tuple[float, str]:
+    """Runs `python -m lmshards ARGV`: (seconds, its stdout if step.capture). Output is echoed and logged.
+
+    Raises:
+      LmshardsError: the step exited non-zero.
+    """
+    print(f"\n=== {step.title}\n$ {shlex.join(['lmshards', *step.argv])}", flush=True)
     start = time.monotonic()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    log_path = log_dir / f"{argv[0]}.log"
+    log_path = log_dir / f"{step.argv[0]}.log"
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "lmshards", *argv], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
-        for line in proc.stdout:
+        # A captured step's stdout is data (JSON): only its stderr is echoed.
+        proc = subprocess.Popen([sys.executable, "-m", "lmshards", *step.argv], env=env, cwd=REPO_ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE if step.capture else subprocess.STDOUT)
+        echoed = proc.stderr if step.capture else proc.stdout
+        for line in echoed:
             log.write(line)
             sys.stdout.write(line.decode("utf-8", "replace"))
+        captured = proc.stdout.read() if step.capture else b""
+        log.write(captured)
         rc = proc.wait()
     if rc != 0:
-        raise LmshardsError(f"step {title!r} failed with exit code {rc}; its full output is in {log_path}.")
-    return time.monotonic() - start
+        raise LmshardsError(f"step {step.title!r} failed with exit code {rc}; its full output is in {log_path}.")
+    return time.monotonic() - start, captured.decode("utf-8")
 
 
-def write_report(cfg: DemoConfig, timings: dict[str, float]) -> Path:
+# ---------------------------------------------------------------- scoring against the baseline
+
+
+def read_split(shards_dir: Path, split: str) -> dict[str, np.ndarray]:
+    """{INPUT_IDS, ATTENTION_MASK: int64 [records, seq_len]} of a split, in manifest order (no TensorFlow)."""
+    from schemas.manifest import read_manifest
+    from schemas.records import decode_examples, read_records
+
+    records = []
+    for path in read_manifest(str(shards_dir)).shard_paths(str(shards_dir), split):
+        with open(path, "rb") as f:
+            records.extend(read_records(f))
+    return decode_examples(records, FEATURE_NAMES)
+
+
+def maskable(input_ids: np.ndarray, attention_mask: np.ndarray, special_ids: Sequence[int]) -> np.ndarray:
+    """bool, same shape: real (non-padding) tokens that are not special tokens."""
+    return (attention_mask == 1) & ~np.isin(input_ids, np.asarray(special_ids))
+
+
+def most_frequent_token(input_ids: np.ndarray, attention_mask: np.ndarray, special_ids: Sequence[int]) -> int:
+    """The id that occurs most often among the maskable tokens (ties: the smallest id)."""
+    counts = np.bincount(input_ids[maskable(input_ids, attention_mask, special_ids)])
+    return int(np.argmax(counts))
+
+
+def mask_records(records: dict[str, np.ndarray], *, special_ids: Sequence[int], mask_id: int,
+                 probability: float, seed: int) -> MaskedSet:
+    """Each maskable token is masked with `probability`, from a fixed seed: the same set on every run."""
+    ids, attention = records[INPUT_IDS], records[ATTENTION_MASK]
+    rng = np.random.default_rng(seed)
+    chosen = (rng.random(ids.shape) < probability) & maskable(ids, attention, special_ids)
+    return MaskedSet(input_ids=np.where(chosen, mask_id, ids), attention_mask=attention,
+                     labels=np.where(chosen, ids, IGNORE_LABEL))
+
+
+def baseline_accuracy(masked: MaskedSet, token_id: int) -> float:
+    """Accuracy of predicting token_id at every masked position."""
+    return float(np.mean(masked.labels[masked.masked] == token_id))
+
+
+def score_export(model_dir: Path, masked: MaskedSet) -> tuple[float, float]:
+    """(mean cross-entropy in nats, accuracy) of an exported transformers model at the masked positions."""
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    model = AutoModelForMaskedLM.from_pretrained(str(model_dir)).eval()
+    loss_sum, correct = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(masked.labels), EVAL_BATCH):
+            rows = slice(start, start + EVAL_BATCH)
+            logits = model(input_ids=torch.from_numpy(masked.input_ids[rows]),
+                           attention_mask=torch.from_numpy(masked.attention_mask[rows])).logits
+            where = torch.from_numpy(masked.masked[rows])
+            picked, labels = logits[where].float(), torch.from_numpy(masked.labels[rows])[where]
+            loss_sum += float(torch.nn.functional.cross_entropy(picked, labels, reduction="sum"))
+            correct += int((picked.argmax(-1) == labels).sum())
+    count = int(masked.masked.sum())
+    return loss_sum / count, correct / count
+
+
+def score(out: Path) -> Scores:
+    """The exported model and the most-frequent-train-token baseline on one seeded masking of the validation split."""
+    from schemas.manifest import read_manifest
+    from transformers import AutoTokenizer
+
+    tokenizer = read_manifest(str(out / "shards")).tokenizer
+    special = sorted(set(tokenizer.all_special_ids) | set(tokenizer.special_token_ids.values()))
+    train = read_split(out / "shards", TRAIN_SPLIT)
+    top = most_frequent_token(train[INPUT_IDS], train[ATTENTION_MASK], special)
+    validation = read_split(out / "shards", VALIDATION_SPLIT)
+    masked = mask_records(validation, special_ids=special, mask_id=tokenizer.special_token_ids["mask"],
+                          probability=EVAL_MASK_PROBABILITY, seed=EVAL_MASK_SEED)
+    if not masked.masked.any():
+        raise LmshardsError(f"The validation split in {out / 'shards'} has no token to mask; use a larger corpus.")
+    loss, accuracy = score_export(out / "hf_model", masked)
+    return Scores(eval_loss=loss, eval_accuracy=accuracy, baseline_accuracy=baseline_accuracy(masked, top),
+                  baseline_token_id=top, baseline_token=AutoTokenizer.from_pretrained(str(out / "hf_model")).decode([top]),
+                  masked_tokens=int(masked.masked.sum()), validation_records=len(masked.labels))
+
+
+def is_real_word(token_str: str) -> bool:
+    """Alphabetic and at least MIN_WORD_LENGTH long once whitespace and the word-start marker are stripped."""
+    word = token_str.strip().lstrip(WORD_MARKERS)
+    return word.isalpha() and len(word) >= MIN_WORD_LENGTH
+
+
+# ---------------------------------------------------------------- summary and report
+
+
+def summary_dict(cfg: DemoConfig, scores: Scores, top_k: list[str], timings: dict[str, float]) -> dict[str, Any]:
+    """What demo_summary.json holds: the scores, the fill-mask check, the settings and the time of every step."""
+    return {
+        "eval_loss": scores.eval_loss,
+        "eval_accuracy": scores.eval_accuracy,
+        "baseline_accuracy": scores.baseline_accuracy,
+        "baseline_token": scores.baseline_token,
+        "baseline_token_id": scores.baseline_token_id,
+        "accuracy_ratio": scores.ratio,
+        "ratio_target": RATIO_TARGET,
+        "ratio_target_met": scores.target_met,
+        "masked_tokens": scores.masked_tokens,
+        "validation_records": scores.validation_records,
+        "eval_mask": {"probability": EVAL_MASK_PROBABILITY, "seed": EVAL_MASK_SEED},
+        "fill_mask": {"prompt": FILL_MASK_PROMPT, "top_k": top_k, "real_words": [t for t in top_k if is_real_word(t)]},
+        "settings": {**{k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+                     "corpus": CORPUS_GLOB, "tokenizer_model": TOKENIZER_MODEL},
+        "seconds": timings,
+        "total_seconds": sum(timings.values()),
+    }
+
+
+def summary_lines(summary: dict[str, Any]) -> list[str]:
+    """The final summary, one figure per line."""
+    verdict = "met" if summary["ratio_target_met"] else "NOT met"
+    words = summary["fill_mask"]["real_words"]
+    return [
+        f"  eval loss          {summary['eval_loss']:.3f} nats ({summary['masked_tokens']:,} masked validation tokens)",
+        f"  eval accuracy      {summary['eval_accuracy']:.3f}",
+        f"  baseline accuracy  {summary['baseline_accuracy']:.3f} (always {summary['baseline_token']!r}, "
+        "the most frequent train token)",
+        f"  ratio              {summary['accuracy_ratio']:.2f}x the baseline: target >= {summary['ratio_target']:g}x "
+        f"{verdict}",
+        f"  fill-mask top {len(summary['fill_mask']['top_k'])}    "
+        + (f"real words: {', '.join(map(repr, words))}" if words else "NO real word"),
+        f"  total time         {summary['total_seconds']:.0f} s",
+    ]
+
+
+def write_report(cfg: DemoConfig, summary: dict[str, Any]) -> Path:
     from lmshards.report import read_metrics, render_report
     from schemas.manifest import read_manifest
 
@@ -122,15 +334,24 @@ def write_report(cfg: DemoConfig, timings: dict[str, float]) -> Path:
     manifest = read_manifest(str(out / "shards"))
     metrics = read_metrics(str(out / "run" / "metrics.jsonl"))
     facts = {
-        "corpus": SAMPLE_GLOB,
+        "corpus": CORPUS_GLOB,
         "records (train / validation)": " / ".join(str(s.records) for s in manifest.splits.values()),
         "tokens written": str(sum(s.totals.tokens_written for s in manifest.splits.values())),
-        "model": f"{cfg.model_preset}, {cfg.steps} steps",
-        **{f"time: {k}": f"{v:.1f} s" for k, v in timings.items()},
+        "model": f"{cfg.model_preset}, {cfg.steps} steps, batch {cfg.per_replica_batch}, "
+                 f"peak learning rate {cfg.learning_rate:g}",
+        "eval loss": f"{summary['eval_loss']:.3f} nats over {summary['masked_tokens']} masked validation tokens",
+        "eval accuracy": f"{summary['eval_accuracy']:.3f}",
+        "baseline accuracy": f"{summary['baseline_accuracy']:.3f} (always {summary['baseline_token']!r})",
+        "accuracy ratio": f"{summary['accuracy_ratio']:.2f}x (target >= {summary['ratio_target']:g}x: "
+                          f"{'met' if summary['ratio_target_met'] else 'not met'})",
+        "fill-mask": f"{summary['fill_mask']['prompt']} -> {', '.join(map(repr, summary['fill_mask']['top_k']))}",
+        **{f"time: {k}": f"{v:.1f} s" for k, v in summary["seconds"].items()},
     }
+    accuracy = [(f"most frequent token {summary['baseline_token']!r}", summary["baseline_accuracy"]),
+                ("model", summary["eval_accuracy"])]
     path = out / "report.html"
-    path.write_text(render_report(title="lmshards demo", manifest=manifest, metrics=metrics, facts=facts),
-                    encoding="utf-8")
+    path.write_text(render_report(title="lmshards demo", manifest=manifest, metrics=metrics, facts=facts,
+                                  accuracy=accuracy), encoding="utf-8")
     return path
 
 
@@ -142,15 +363,33 @@ def main(argv: Sequence[str]) -> int:
 
 def _run(cfg: DemoConfig) -> int:
     prepare_output(cfg.output)
-    log_dir = cfg.output / "logs"
-    log_dir.mkdir()
-    timings = {title: run_step(title, step_argv, log_dir) for title, step_argv in steps_for(cfg)}
-    report = write_report(cfg, timings)
     out = cfg.output
+    log_dir = out / "logs"
+    log_dir.mkdir()
+    timings, fill_mask_json = {}, ""
+    for step in steps_for(cfg):
+        timings[step.title], captured = run_step(step, log_dir)
+        fill_mask_json = captured or fill_mask_json
+
+    (predictions,) = json.loads(fill_mask_json)  # the prompt holds one mask
+    top_k = [p["token_str"] for p in predictions]
+    for p in predictions:
+        print(f"  {p['score']:.4f}  {p['token_str']!r:<16}{'  real word' if is_real_word(p['token_str']) else ''}")
+
+    print("\n=== Score the model against always predicting the most frequent token", flush=True)
+    start = time.monotonic()
+    scores = score(out)
+    timings["Score against the baseline"] = time.monotonic() - start
+
+    summary = summary_dict(cfg, scores, top_k, timings)
+    fs.write_text_atomic(str(out / SUMMARY_JSON), json.dumps(summary, indent=2) + "\n")
+    report = write_report(cfg, summary)
     print("\n=== Artifacts")
     for label, path in (("tokenizer", out / "tokenizer"), ("shards + manifest", out / "shards"),
                         ("training run (checkpoints, TensorBoard, run_summary.json)", out / "run"),
-                        ("Hugging Face model", out / "hf_model"), ("report", report), ("logs", out / "logs")):
+                        ("Hugging Face model", out / "hf_model"), ("report", report),
+                        ("summary", out / SUMMARY_JSON), ("logs", out / "logs")):
         print(f"  {label:<58} {path}")
-    print(f"  total {sum(timings.values()):.0f} s")
+    print("\n=== Summary")
+    print("\n".join(summary_lines(summary)))
     return 0

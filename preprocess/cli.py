@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 import time
@@ -11,8 +12,9 @@ from typing import Sequence
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from preprocess import runners
+from preprocess.failures import RunFailure, is_reported_failure
 from preprocess.options import REQUIRED_FLAGS, LmshardsPreprocessOptions, config_from_options
-from schemas.cli import CommandParser, run_command, setup_logging, typo_hint
+from schemas.cli import EXIT_FAILURE, EXIT_OK, CommandParser, print_error, run_command, setup_logging, typo_hint
 from schemas.manifest import Manifest
 
 COMMAND = "preprocess"
@@ -31,7 +33,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     _, others = parser.parse_known_args(argv)  # --help, missing required flags, bad values of ours
+    # Writing schema.pbtxt imports TensorFlow here; its C++ INFO lines (CPU features, ...) are not for users.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     setup_logging(packages=["preprocess"])
+    for handler in logging.getLogger().handlers:
+        # A failure reported in one line is not also shown as Beam's traceback of it.
+        handler.addFilter(lambda record: not is_reported_failure(record))
     worker_logs = logging.getLogger(WORKER_LOGGER)
     worker_logs.setLevel(logging.INFO)
     worker_logs.addFilter(_from_preprocess_or_error)
@@ -46,14 +53,18 @@ def _preprocess(parser: CommandParser, argv: list[str], others: list[str]) -> in
     from preprocess.pipeline import run_pipeline  # Beam graph code, after the cheap checks
 
     started = time.monotonic()
-    manifest = run_pipeline(config, argv)
+    try:
+        manifest = run_pipeline(config, argv)
+    except RunFailure as e:
+        print_error(COMMAND, str(e))
+        return EXIT_FAILURE
     if manifest is None:
         job_file = runners.dry_run_job_file(PipelineOptions(argv))
         print(f"lmshards {COMMAND}: dry run, nothing submitted or written"
               + (f"; Dataflow job written to {job_file}" if job_file else ""))
     else:
         print(summary(manifest, config.output, time.monotonic() - started))
-    return 0
+    return EXIT_OK
 
 
 def build_parser() -> CommandParser:
@@ -80,10 +91,13 @@ def check_flag_spelling(parser: CommandParser, others: Sequence[str]) -> None:
 
 
 def _from_preprocess_or_error(record: logging.LogRecord) -> bool:
-    """Keeps worker lines logged by our code (progress, bad-file warnings) and any error; drops Beam's chatter.
+    """Keeps worker lines logged by our code (progress, bad-file warnings) and errors not reported in one line
+    at the end (see preprocess.failures); drops Beam's chatter.
 
     Kept lines of ours are shortened to their message ("worker: read 1200 documents, ...").
     """
+    if is_reported_failure(record):  # judged on the whole text, before it is shortened
+        return False
     text = record.getMessage()
     if "/preprocess/" in text:
         match = _WORKER_MESSAGE.search(text)

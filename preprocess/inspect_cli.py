@@ -3,27 +3,51 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
+import logging
 import sys
-from typing import Sequence
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import BinaryIO, Callable, Sequence
+
+import numpy as np
 
 from schemas import fs
 from schemas.cli import EXIT_FAILURE, EXIT_OK, CommandParser, run_command, setup_logging
-from schemas.constants import MANIFEST_NAME
+from schemas.constants import INPUT_IDS, MANIFEST_NAME
 from schemas.manifest import Manifest, ShardInfo, read_manifest
-from schemas.records import CorruptRecordError, read_records
+from schemas.records import CorruptRecordError, MalformedExampleError, decode_examples, read_records
+
+logger = logging.getLogger(__name__)
 
 COMMAND = "inspect"
 EXIT_MISMATCH = EXIT_FAILURE  # --verify found shards that do not match the manifest
+# Shards verified at once: reads wait on I/O (gs:// above all) and sha256 releases the GIL.
+DEFAULT_THREADS = 8
+PROGRESS_EVERY_S = 5.0  # at most one progress line per this many seconds
+DECODE_BATCH_RECORDS = 4096  # records decoded at once for the input id check
+MB = 1_000_000  # decimal megabytes in progress figures, as in the preprocess progress lines
 
 
 def build_parser() -> CommandParser:
     parser = CommandParser(COMMAND, description=__doc__.split("\n")[0])
     parser.add_argument("path", help="a preprocess output directory (or its manifest.json), local or gs://")
     parser.add_argument("--verify", action="store_true",
-                        help="re-read every shard: record count (TFRecord framing and CRCs), bytes and sha256")
+                        help="re-read every shard: record count (TFRecord framing and CRCs), bytes, sha256, "
+                             "and input ids within the tokenizer's vocabulary")
+    parser.add_argument("--threads", type=positive_int, default=DEFAULT_THREADS,
+                        help="shards verified at once with --verify")
     parser.add_argument("--json", action="store_true", help="print the manifest as JSON")
     return parser
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def main(argv: Sequence[str]) -> int:
@@ -40,14 +64,19 @@ def _inspect(args: argparse.Namespace) -> int:
     print(manifest.to_json() if args.json else describe(manifest, output), end="" if args.json else "\n")
     if not args.verify:
         return EXIT_OK
-    problems = verify(manifest, output)
+    start = time.monotonic()
+    problems = verify(manifest, output, threads=args.threads, progress_every_s=PROGRESS_EVERY_S)
+    elapsed = time.monotonic() - start
+    size = sum(shard.bytes for split in manifest.splits.values() for shard in split.shards) / MB
+    took = f"in {elapsed:.1f} s ({size:,.1f} MB, {size / max(elapsed, 1e-9):,.1f} MB/s)"
     for problem in problems:
         print(f"MISMATCH {problem}", file=sys.stderr)
     shards = sum(len(s.shards) for s in manifest.splits.values())
     if problems:
-        print(f"verify: {len(problems)} problem(s) in {shards} shards", file=sys.stderr)
+        print(f"verify: {len(problems)} problem(s) in {shards} shards, {took}", file=sys.stderr)
         return EXIT_MISMATCH
-    print(f"verify: OK, {shards} shards match the manifest (records, bytes, sha256)", file=sys.stderr)
+    print(f"verify: OK, {shards} shards match the manifest (records, bytes, sha256, input ids < vocab_size "
+          f"{manifest.tokenizer.vocab_size:,}) {took}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -76,41 +105,168 @@ def describe(manifest: Manifest, output: str) -> str:
     return "\n".join(lines)
 
 
-def verify(manifest: Manifest, output: str) -> list[str]:
-    """One line per shard that does not match the manifest (missing, bytes, sha256, records, framing)."""
-    problems = []
-    for name in manifest.splits:
-        for shard, path in zip(manifest.split(name).shards, manifest.shard_paths(output, name)):
-            problems += [f"{path}: {p}" for p in _verify_shard(shard, path)]
-    return problems
+# ---------------------------------------------------------------- --verify
+
+
+def verify(
+    manifest: Manifest, output: str, *, threads: int = DEFAULT_THREADS, progress_every_s: float = PROGRESS_EVERY_S
+) -> list[str]:
+    """One line per shard problem (missing, framing, records, bytes, sha256, input ids), in manifest order.
+
+    Shards are verified `threads` at a time; the result does not depend on the thread count. A progress
+    line (shards, MB, MB/s, ETA) is logged every `progress_every_s` seconds while shards remain.
+    """
+    shards = [(shard, path) for name in manifest.splits
+              for shard, path in zip(manifest.split(name).shards, manifest.shard_paths(output, name))]
+    progress = VerifyProgress(shards_total=len(shards), bytes_total=sum(shard.bytes for shard, _ in shards))
+    rule = IdRule(vocab_size=manifest.tokenizer.vocab_size, seq_len=manifest.seq_len,
+                  fix=f"re-run `lmshards preprocess --overwrite` into {output} with the manifest's tokenizer "
+                      f"({manifest.tokenizer.fingerprint})")
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="verify")
+    try:
+        futures = [pool.submit(_verify_shard, shard, path, rule=rule, progress=progress) for shard, path in shards]
+        pending = set(futures)
+        while pending:
+            _, pending = wait(pending, timeout=progress_every_s)
+            if pending:
+                logger.info("%s", progress.line())
+    finally:
+        pool.shutdown(cancel_futures=True)  # on Ctrl-C, only the shards being read are finished
+    return [f"{path}: {problem}"
+            for (_, path), future in zip(shards, futures) for problem in future.result()]
+
+
+def format_eta(seconds: float) -> str:
+    """'42 s', '3 min 05 s', '2 h 07 min'."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def progress_line(*, shards_done: int, shards_total: int, bytes_done: int, bytes_total: int, elapsed_s: float) -> str:
+    """'verify: k/N shards, x of y MB, r MB/s, ETA t' (ETA '?' until something was read)."""
+    rate = bytes_done / MB / elapsed_s if elapsed_s > 0 else 0.0
+    eta = format_eta(max(bytes_total - bytes_done, 0) / MB / rate) if rate > 0 else "?"
+    return (f"verify: {shards_done}/{shards_total} shards, {bytes_done / MB:,.1f} of {bytes_total / MB:,.1f} MB, "
+            f"{rate:,.1f} MB/s, ETA {eta}")
+
+
+class VerifyProgress:
+    """Shards finished and bytes read, counted by every verifying thread."""
+
+    def __init__(self, *, shards_total: int, bytes_total: int, clock: Callable[[], float] = time.monotonic):
+        self.shards_total, self.bytes_total, self._clock = shards_total, bytes_total, clock
+        self._start = clock()
+        self._lock = threading.Lock()
+        self.shards_done = self.bytes_done = 0
+
+    def add_bytes(self, n: int) -> None:
+        with self._lock:
+            self.bytes_done += n
+
+    def shard_done(self) -> None:
+        with self._lock:
+            self.shards_done += 1
+
+    def line(self) -> str:
+        with self._lock:
+            return progress_line(shards_done=self.shards_done, shards_total=self.shards_total,
+                                 bytes_done=self.bytes_done, bytes_total=self.bytes_total,
+                                 elapsed_s=self._clock() - self._start)
+
+
+@dataclasses.dataclass(frozen=True)
+class IdRule:
+    """What every record's input_ids must be: seq_len values in [0, vocab_size)."""
+
+    vocab_size: int
+    seq_len: int
+    fix: str  # how to repair an output whose records break the rule
+
+
+class ShardIds:
+    """The input_ids of one shard's records, checked batch by batch against an IdRule."""
+
+    def __init__(self, rule: IdRule):
+        self.rule = rule
+        self.outside = 0  # ids outside [0, vocab_size)
+        self.low: int | None = None
+        self.high: int | None = None
+        self.problem = ""  # a record that cannot be checked; nothing more is checked after it
+
+    def add(self, records: list[bytes]) -> None:
+        if self.problem or not records:
+            return
+        try:
+            ids = decode_examples(records, (INPUT_IDS,))[INPUT_IDS]
+        except MalformedExampleError as e:
+            self.problem = f"a record is not a tf.train.Example of the manifest's features ({e})"
+            return
+        if ids.shape[1] != self.rule.seq_len:
+            self.problem = (f"{INPUT_IDS} hold {ids.shape[1]} values per record, the manifest's seq_len is "
+                            f"{self.rule.seq_len}")
+            return
+        self.outside += int(np.count_nonzero((ids < 0) | (ids >= self.rule.vocab_size)))
+        low, high = int(ids.min()), int(ids.max())  # records hold seq_len >= 1 ids each
+        self.low = low if self.low is None else min(self.low, low)
+        self.high = high if self.high is None else max(self.high, high)
+
+    def problems(self) -> list[str]:
+        if self.problem:
+            return [f"{self.problem}; {self.rule.fix}"]
+        if self.outside:
+            return [f"{self.outside:,} input ids outside [0, vocab_size {self.rule.vocab_size:,}) "
+                    f"(lowest {self.low:,}, highest {self.high:,}): not written with the manifest's tokenizer; "
+                    f"{self.rule.fix}"]
+        return []
 
 
 class _HashingReader:
     """A binary reader that hashes and counts every byte read through it."""
 
-    def __init__(self, f):
-        self._f, self.digest, self.bytes = f, hashlib.sha256(), 0
+    def __init__(self, f: BinaryIO, progress: VerifyProgress):
+        self._f, self._progress, self.digest, self.bytes = f, progress, hashlib.sha256(), 0
 
     def read(self, n: int) -> bytes:
         data = self._f.read(n)
         self.digest.update(data)
         self.bytes += len(data)
+        self._progress.add_bytes(len(data))
         return data
 
 
-def _verify_shard(shard: ShardInfo, path: str) -> list[str]:
+def _verify_shard(shard: ShardInfo, path: str, *, rule: IdRule, progress: VerifyProgress) -> list[str]:
+    try:
+        return _check_shard(shard, path, rule=rule, progress=progress)
+    finally:
+        progress.shard_done()
+
+
+def _check_shard(shard: ShardInfo, path: str, *, rule: IdRule, progress: VerifyProgress) -> list[str]:
+    """Problems of one shard against its manifest entry, from one read: framing, counts, sha256, input ids."""
     if not fs.exists(path):
         return ["missing"]
-    problems = []
+    problems: list[str] = []
+    shard_ids = ShardIds(rule)
     records: int | None = 0
+    batch: list[bytes] = []
     with fs.open_file(path, "rb") as f:
-        reader = _HashingReader(f)
+        reader = _HashingReader(f, progress)
         try:
-            for _ in read_records(reader):
-                records += 1
+            for record in read_records(reader):
+                batch.append(record)
+                if len(batch) == DECODE_BATCH_RECORDS:
+                    records += len(batch)
+                    shard_ids.add(batch)
+                    batch = []
+            records += len(batch)
         except CorruptRecordError as e:
             problems.append(f"corrupt TFRecord: {e}")
             records = None  # unknown past a corrupt frame
+        shard_ids.add(batch)  # the records before a corrupt frame too
         while reader.read(1 << 20):  # hash whatever follows a corrupt frame too
             pass
     if records is not None and records != shard.records:
@@ -119,4 +275,4 @@ def _verify_shard(shard: ShardInfo, path: str) -> list[str]:
         problems.append(f"{reader.bytes} bytes, manifest says {shard.bytes}")
     if reader.digest.hexdigest() != shard.sha256:
         problems.append(f"sha256 {reader.digest.hexdigest()}, manifest says {shard.sha256}")
-    return problems
+    return problems + shard_ids.problems()

@@ -1,44 +1,101 @@
-"""Stage 6, manifest: written last, once every shard is in place; the only sign the output is complete."""
+"""Stage 6, manifest: written last, once every shard is in place; the only sign the output is complete.
+
+A complete output also holds the tokenizer it was made with (tokenizer/) and the records' TF
+Metadata schema (schema.pbtxt). Both are known before the run, so the launcher writes them before
+the pipeline starts (write_tokenizer_copy, write_schema_file): Dataflow workers never need
+TensorFlow, and the manifest, which lists them, still comes last.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Iterable, NamedTuple
+from typing import Iterable, NamedTuple, Sequence
 
 import apache_beam as beam
 
-from preprocess.sources import ReadStats
 from preprocess.pack import sum_totals
-from preprocess.shard import TEMP_DIR_NAME
+from preprocess.sources import InputError, ReadStats, no_documents_message, sum_stats
 from schemas import fs
-from schemas.constants import SPLITS
+from schemas.constants import SPLITS, TOKENIZER_INFO_JSON, TOKENIZER_JSON
+from schemas.errors import OutputError
 from schemas.manifest import Manifest, ShardInfo, SplitInfo, SplitTotals, write_manifest
+from schemas.paths import SPECIAL_TOKENS_MAP_JSON, TEMP_DIR_NAME, TOKENIZER_DIR_NAME
+from schemas.tokenizer_info import TOKENIZER_CONFIG_JSON, TokenizerSource
+
+# Files copied from a tokenizer directory beside its tokenizer.json, when there: transformers' and lmshards'.
+TOKENIZER_COMPANIONS = (TOKENIZER_CONFIG_JSON, SPECIAL_TOKENS_MAP_JSON, TOKENIZER_INFO_JSON)
 
 
-# ---------------------------------------------------------------- logic
+# ---------------------------------------------------------------- logic: before the run (launcher)
+
+
+def write_tokenizer_copy(source: TokenizerSource, output: str) -> None:
+    """Writes the tokenizer into `{output}/tokenizer/`: the tokenizer.json text the run uses and, for a
+    tokenizer directory, the TOKENIZER_COMPANIONS beside it.
+
+    Only what the run read is copied: a tokenizer given as a file has no companions (its special
+    tokens and model_max_length were taken from the file alone).
+    """
+    directory = fs.join(output, TOKENIZER_DIR_NAME)
+    fs.write_text_atomic(fs.join(directory, TOKENIZER_JSON), source.json_text)
+    if source.json_path == source.path:
+        return
+    for name in TOKENIZER_COMPANIONS:
+        path = fs.join(source.path, name)
+        if fs.exists(path):
+            fs.write_bytes_atomic(fs.join(directory, name), fs.read_bytes(path))
+
+
+def write_schema_file(output: str, header: Manifest) -> None:
+    """Writes `{output}/schema.pbtxt`, the TF Metadata schema of the records header describes.
+
+    Imports tensorflow-transform (schemas.tfmd): call it in the launcher, never on a worker.
+    """
+    from schemas.tfmd import schema_for, write_schema
+
+    write_schema(output, schema_for(header.features(), vocab_size=header.tokenizer.vocab_size))
+
+
+# ---------------------------------------------------------------- logic: the manifest
 
 
 def utc_timestamp() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def check_documents_read(patterns: Sequence[str], reading: ReadStats) -> None:
+    """Raises InputError, naming the inputs and what reading found instead, when no document was read."""
+    if not reading.documents:
+        raise InputError(no_documents_message(patterns, reading))
+
+
 def build_manifest(header: Manifest, *, shards: Iterable[tuple[str, ShardInfo]],
                    totals: Iterable[tuple[str, SplitTotals]], reading: ReadStats, created_at: str) -> Manifest:
     """`header` (everything known before the run) completed with what the run found.
 
-    shards: (split, ShardInfo) of every shard written; totals: (split, SplitTotals), any number per split.
+    shards: (split, ShardInfo) of every shard written; totals: (split, SplitTotals), any number per split;
+    reading: what the readers counted, added to what planning counted (header.reading).
     """
     shards, totals = list(shards), list(totals)
     splits = {}
     for split in SPLITS:
         infos = tuple(sorted((info for s, info in shards if s == split), key=lambda info: info.path))
         splits[split] = SplitInfo(shards=infos, totals=sum_totals(t for s, t in totals if s == split))
+    reading = sum_stats([ReadStats(**header.reading), reading])
     return dataclasses.replace(header, splits=splits, reading=reading.as_dict(), created_at=created_at)
 
 
 def finish_output(output: str, manifest: Manifest) -> str:
-    """Removes the shard writers' temporary directory, then writes the manifest. Returns its path."""
+    """Removes the shard writers' temporary directory, then writes the manifest. Returns its path.
+
+    Raises:
+      OutputError: a file the manifest lists besides the shards (written before the run) is gone.
+    """
+    for relpath in (manifest.tokenizer.path, manifest.schema):
+        if relpath and not fs.exists(fs.join(output, relpath)):
+            raise OutputError(f"{fs.join(output, relpath)!r} was removed while the run wrote {output!r}; "
+                              "run the command again.")
     temp = fs.join(output, TEMP_DIR_NAME)
     if fs.exists(temp):
         filesystem, stripped = fs.filesystem(temp)
@@ -58,22 +115,26 @@ class ManifestInputs(NamedTuple):
 class _WriteManifestFn(beam.DoFn):
     """Writes the manifest when it runs: once, after its side inputs (every shard's info) are complete."""
 
-    def __init__(self, header: Manifest, output: str):
-        self._header, self._output = header, output
+    def __init__(self, header: Manifest, output: str, patterns: Sequence[str]):
+        self._header, self._output, self._patterns = header, output, tuple(patterns)
 
     def process(self, _, shards: list[tuple[str, ShardInfo]], totals: list[tuple[str, SplitTotals]],
                 reading: ReadStats) -> Iterable[str]:
         manifest = build_manifest(self._header, shards=shards, totals=totals, reading=reading,
                                   created_at=utc_timestamp())
+        check_documents_read(self._patterns, ReadStats(**manifest.reading))
         yield finish_output(self._output, manifest)
 
 
 class WriteManifest(beam.PTransform):
-    """ManifestInputs -> the manifest's path (one element), written once every shard is in place."""
+    """ManifestInputs -> the manifest's path (one element), written once every shard is in place.
 
-    def __init__(self, header: Manifest, output: str):
+    patterns: the --input values, named in the error when no document was read (then no manifest is written).
+    """
+
+    def __init__(self, header: Manifest, output: str, *, patterns: Sequence[str]):
         super().__init__()
-        self._fn = _WriteManifestFn(header, output)
+        self._fn = _WriteManifestFn(header, output, patterns)
 
     def expand(self, inputs: ManifestInputs):
         return (

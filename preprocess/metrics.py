@@ -1,12 +1,89 @@
-"""The pipeline's Beam counters: one namespace for all, so the Dataflow monitoring page lists them together."""
+"""What a running preprocess job shows: Beam counters and progress lines.
+
+Counters live in one namespace, so the Dataflow monitoring page (Job metrics > Custom counters)
+lists them together, under the names the progress lines use: bytes_read, input_bytes_read,
+documents_read, groups_packed, shards_written, records_written. Progress lines are logged by each
+worker for its own share of the work (on the default runner: the whole job's), at most every
+PROGRESS_EVERY_S seconds, and once more when a stage's work in that worker ends.
+"""
 
 from __future__ import annotations
 
+import logging
+import time
+
 from apache_beam.metrics import Metrics
 
+from schemas.manifest import Manifest
+
+logger = logging.getLogger(__name__)
+
 METRICS_NAMESPACE = "lmshards"
+PROGRESS_EVERY_S = 10.0
+MEGABYTE = 1_000_000  # progress figures are decimal MB, as the throughput figures in the docs
+ETA_UNKNOWN = "unknown"
 
 
 def counter(name: str):
     """The Beam counter `name` in METRICS_NAMESPACE (create it in a DoFn's __init__, increment it in process)."""
     return Metrics.counter(METRICS_NAMESPACE, name)
+
+
+def format_duration(seconds: float) -> str:
+    """"42 s", "3 min 5 s", "2 h 10 min": two units at most, rounded down."""
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min"
+
+
+class StageProgress:
+    """One worker's count of a stage's finished items, logged as "<verb> k [of N] <items>, R records".
+
+    add() logs at most every `every_s` seconds, and always when k reaches the total; flush() (from
+    finish_bundle) logs a count not logged yet. On the default runner a stage is one bundle, so its
+    last line is the stage's result.
+    """
+
+    def __init__(self, verb: str, items: str, every_s: float = PROGRESS_EVERY_S):
+        self._verb, self._items, self._every_s = verb, items, every_s
+        self._done = self._records = 0
+        self._total: int | None = None
+        self._last = time.monotonic()
+        self._logged = True
+
+    def add(self, records: int, *, total: int | None = None) -> None:
+        """One item finished, holding `records` records; total: the stage's item count, when known."""
+        self._done += 1
+        self._records += records
+        self._total = total
+        self._logged = False
+        now = time.monotonic()
+        if now - self._last >= self._every_s or self._done == total:
+            self._log(now)
+
+    def flush(self) -> None:
+        if not self._logged:
+            self._log(time.monotonic())
+
+    def line(self) -> str:
+        of = f" of {self._total:,}" if self._total is not None else ""
+        return f"{self._verb} {self._done:,}{of} {self._items}, {self._records:,} records"
+
+    def _log(self, now: float) -> None:
+        self._last, self._logged = now, True
+        logger.info("%s", self.line())
+
+
+def finished_line(manifest: Manifest, seconds: float) -> str:
+    """The launcher's closing line: the input read, its rate, and what was written."""
+    input_bytes = sum(info.bytes for info in manifest.inputs)
+    shards = sum(len(split.shards) for split in manifest.splits.values())
+    records = sum(split.totals.records for split in manifest.splits.values())
+    rate = input_bytes / seconds / MEGABYTE if seconds > 0 else 0.0
+    return (f"preprocess finished in {format_duration(seconds)}: read {input_bytes / MEGABYTE:.1f} MB ({rate:.2f} MB/s), "
+            f"{manifest.reading.get('documents', 0):,} documents; wrote {shards:,} shards, {records:,} records")

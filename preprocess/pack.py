@@ -13,7 +13,7 @@ import apache_beam as beam
 import numpy as np
 
 from preprocess.encode import TokenizedChunk
-from preprocess.metrics import counter
+from preprocess.metrics import StageProgress, counter
 from preprocess.split import GroupKey
 from schemas.manifest import SplitTotals
 
@@ -143,21 +143,30 @@ def sum_totals(totals: Iterable[SplitTotals]) -> SplitTotals:
 
 
 class _PackFn(beam.DoFn):
-    """(GroupKey, Iterable[TokenizedChunk]) -> PackedGroup."""
+    """(GroupKey, Iterable[TokenizedChunk]) -> PackedGroup; logs "packed k groups" as they finish."""
 
     def __init__(self, *, seq_len: int, remainder: str, pad_id: int | None):
         self._seq_len, self._remainder, self._pad_id = seq_len, remainder, pad_id
+        self._groups = counter("groups_packed")
         self._blocks = counter("blocks")
         self._dropped = counter("tokens_dropped")
         self._padding = counter("padding_tokens")
 
+    def setup(self) -> None:
+        self._progress = StageProgress("packed", "groups")
+
     def process(self, element: tuple[GroupKey, Iterable[TokenizedChunk]]) -> Iterable[PackedGroup]:
         key, chunks = element
         packed = pack_group(key, chunks, seq_len=self._seq_len, remainder=self._remainder, pad_id=self._pad_id)
+        self._groups.inc()
         self._blocks.inc(packed.blocks.num_blocks)
         self._dropped.inc(packed.blocks.tokens_dropped)
         self._padding.inc(packed.blocks.padding_tokens)
+        self._progress.add(packed.blocks.num_blocks)
         yield packed
+
+    def finish_bundle(self) -> None:
+        self._progress.flush()
 
 
 class PackOutputs(NamedTuple):

@@ -3,35 +3,54 @@
 Everything that can be wrong with the user's input is checked in `plan_preprocess`, before the
 pipeline is built; the stages (one module each) are deterministic functions of the documents'
 texts, so the output bytes do not depend on the runner, the worker count or the bundle sizes.
+
+The user's data is never at risk: an output that overlaps an input (or the tokenizer) is refused
+before anything is read, --overwrite deletes only what an earlier preprocess wrote, and the output
+is checked to be writable before any work. A run that fails leaves no manifest, and locally none
+of its partial files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import importlib.util
 import logging
 import time
 from typing import Sequence
 
 import apache_beam as beam
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
-from preprocess import runners
+from preprocess import metrics, runners
 from preprocess.encode import EncodeDocuments, EncodeSettings
-from preprocess.manifest import ManifestInputs, WriteManifest
+from preprocess.failures import run_failure
+from preprocess.manifest import ManifestInputs, WriteManifest, write_schema_file, write_tokenizer_copy
 from preprocess.options import PreprocessConfig, PreprocessError
 from preprocess.pack import REMAINDER_PAD, PackGroups, num_groups
 from preprocess.read import ReadDocuments
 from preprocess.shard import MB, WriteShards
-from preprocess.sources import expand_inputs, is_compressed, read_options_from
-from preprocess.split import FLUSH_TOKENS, SplitDocuments, SplitSettings
+from preprocess.sources import ReadStats, check_not_empty, discover_inputs, is_compressed, read_options_from
+from preprocess.split import SplitDocuments, SplitSettings
 from schemas import fs
-from schemas.constants import FEATURE_NAMES, TRAIN_SPLIT, VALIDATION_SPLIT
-from schemas.errors import TokenizerError
-from schemas.manifest import InputFileInfo, Manifest, TokenizerInfo, manifest_path, read_manifest
+from schemas.constants import FEATURE_NAMES, SCHEMA_NAME, TRAIN_SPLIT, VALIDATION_SPLIT
+from schemas.errors import LmshardsError, TokenizerError
+from schemas.manifest import TOKENIZER_RELPATH, InputFileInfo, Manifest, TokenizerInfo, read_manifest
+from schemas.paths import PREPROCESS_OUTPUT, check_no_overlap, check_writable, clear_owned_output
 from schemas.records import record_bytes_upper_bound
-from schemas.tokenizer_info import all_special_ids, fingerprint, locate_tokenizer, model_max_length, special_token_ids
+from schemas.tokenizer_info import (
+    TokenizerSource,
+    all_special_ids,
+    fingerprint,
+    locate_tokenizer,
+    model_max_length,
+    special_token_ids,
+)
 from schemas.version import __version__
 
 _LOG = logging.getLogger(__name__)
+# Makes schema.pbtxt (schemas.tfmd); the launcher may lack it (the Flex Template image has no TensorFlow).
+SCHEMA_PACKAGE = "tensorflow_transform"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,28 +59,37 @@ class PreprocessPlan:
 
     config: PreprocessConfig
     files: tuple[InputFileInfo, ...]
-    tokenizer_json: str
+    tokenizer_source: TokenizerSource
     tokenizer: TokenizerInfo
     pad_id: int | None
     groups: dict[str, int]  # split -> packing groups
     record_bytes: int  # upper bound of one framed record, for the shard count
+    reading: ReadStats  # what finding the inputs counted (files left out inside lmshards outputs)
+    writes_schema: bool  # whether schema.pbtxt is written (tensorflow-transform is installed here)
 
     def manifest_header(self) -> Manifest:
         """The manifest's fields known before the run; the manifest stage fills in the rest."""
         config = self.config
         return Manifest(tool_version=__version__, seq_len=config.seq_len, tokenizer=self.tokenizer, splits={},
-                        inputs=self.files, seed=config.seed, options=config.manifest_options())
+                        inputs=self.files, seed=config.seed, options=config.manifest_options(),
+                        reading=self.reading.as_dict(), schema=SCHEMA_NAME if self.writes_schema else None)
 
 
 # ---------------------------------------------------------------- planning (before any work)
 
 
 def plan_preprocess(config: PreprocessConfig) -> PreprocessPlan:
-    """Checks the tokenizer, inputs and output and sizes the packing groups.
+    """Checks the locations, tokenizer, inputs and output and sizes the packing groups.
+
+    Reads nothing but the tokenizer and the input listing, and writes nothing.
 
     Raises:
-      LmshardsError: a bad tokenizer, seq_len, input or output; the message names the value.
+      LmshardsError: an output overlapping an input or the tokenizer, a bad tokenizer, seq_len,
+        input or output; the message names the value.
     """
+    check_no_overlap(config.inputs, config.output)
+    # The tokenizer is copied into the output after --overwrite clears it: it must not live there.
+    check_no_overlap([config.tokenizer], config.output, input_flag="--tokenizer")
     source = locate_tokenizer(config.tokenizer)
     tokenizer = _load_tokenizer(source.json_text, source.json_path)
     max_len = model_max_length(source)
@@ -83,19 +111,26 @@ def plan_preprocess(config: PreprocessConfig) -> PreprocessPlan:
         special_token_ids=roles,
         all_special_ids=tuple(all_special_ids(source)),
         model_max_length=max_len,
+        path=TOKENIZER_RELPATH,
     )
     read_options_from(config)  # checks the reading flags
-    files = tuple(expand_inputs(config.inputs))
+    discovery = discover_inputs(config.inputs)
+    check_not_empty(discovery.files)
     fs.check_output_dir(config.output, overwrite=config.overwrite)
-    total_bytes = sum(f.bytes for f in files)
+    total_bytes = sum(f.bytes for f in discovery.files)
     fraction = config.validation_fraction
     groups = {
         TRAIN_SPLIT: num_groups(total_bytes, 1.0 - fraction, config.packing_group_tokens),
         VALIDATION_SPLIT: num_groups(total_bytes, fraction, config.packing_group_tokens),
     }
+    writes_schema = importlib.util.find_spec(SCHEMA_PACKAGE) is not None
+    if not writes_schema:
+        _LOG.warning("%s is not installed here: the output gets no %s (pip install 'lmshards[stats]' for one)",
+                     SCHEMA_PACKAGE, SCHEMA_NAME)
     return PreprocessPlan(
-        config=config, files=files, tokenizer_json=source.json_text, tokenizer=info, pad_id=pad_id,
+        config=config, files=discovery.files, tokenizer_source=source, tokenizer=info, pad_id=pad_id,
         groups=groups, record_bytes=record_bytes_upper_bound(config.seq_len, info.vocab_size, FEATURE_NAMES),
+        reading=ReadStats(files_skipped_lmshards_output=discovery.skipped_files), writes_schema=writes_schema,
     )
 
 
@@ -105,19 +140,10 @@ def _load_tokenizer(json_text: str, path: str):
     try:
         return Tokenizer.from_str(json_text)
     except Exception as e:  # the Rust side raises a bare Exception for any malformed tokenizer
-        raise TokenizerError(f"Tokenizer file {path!r} cannot be loaded by `tokenizers`: {e}.") from e
-
-
-def clear_output(output: str) -> None:
-    """Empties output for --overwrite: the manifest first, so a crash midway never leaves a stale one."""
-    if not fs.exists(output):
-        return
-    filesystem, _ = fs.filesystem(output)
-    manifest = manifest_path(output)
-    if fs.exists(manifest):
-        filesystem.rm(fs.filesystem(manifest)[1])
-    for entry in fs.listdir(output):
-        filesystem.rm(fs.filesystem(entry)[1], recursive=True)
+        raise TokenizerError(
+            f"Tokenizer file {path!r} cannot be loaded by `tokenizers`: {e}. Re-save it with "
+            "`tokenizer.save(PATH)` (tokenizers) or `save_pretrained(DIR)` (transformers), or retrain it."
+        ) from e
 
 
 # ---------------------------------------------------------------- the stages, wired
@@ -137,11 +163,10 @@ def build_pipeline(pipeline: beam.Pipeline, plan: PreprocessPlan) -> beam.PColle
         documents = documents | "SpreadBatches" >> beam.Reshuffle()  # list[str]
     chunks = (
         documents
-        | "Tokenize" >> EncodeDocuments(EncodeSettings(tokenizer_json=plan.tokenizer_json,
+        | "Tokenize" >> EncodeDocuments(EncodeSettings(tokenizer_json=plan.tokenizer_source.json_text,
                                                        threads=config.tokenizer_threads))  # TokenizedChunk
         | "Split" >> SplitDocuments(SplitSettings(
             validation_fraction=config.validation_fraction, groups=plan.groups,
-            flush_tokens=FLUSH_TOKENS if runners.keeps_finish_bundle_output(pipeline.options) else 0,
         ))  # (GroupKey, TokenizedChunk)
     )
     packed = chunks | "Pack" >> PackGroups(
@@ -154,7 +179,7 @@ def build_pipeline(pipeline: beam.Pipeline, plan: PreprocessPlan) -> beam.PColle
     )  # (split, ShardInfo)
     return (
         ManifestInputs(shards=shards, totals=packed.totals, reading=read.stats)
-        | "Manifest" >> WriteManifest(plan.manifest_header(), config.output)
+        | "Manifest" >> WriteManifest(plan.manifest_header(), config.output, patterns=config.inputs)
     )  # str: the manifest's path
 
 
@@ -170,7 +195,9 @@ def run_pipeline(config: PreprocessConfig, beam_args: Sequence[str] = ()) -> Man
 
     Raises:
       LmshardsError: a bad runner, input, tokenizer or output, found before any work starts (and, with
-        --overwrite, before the old output is touched).
+        --overwrite, before the old output is touched); or, during the run, an input that turns out
+        unreadable or gives no document (raised on a worker, reported here with its own message).
+      RunFailure: the output could not be written during the run (full disk, lost permission).
     """
     options = runners.pipeline_options(beam_args)
     config = dataclasses.replace(config, tokenizer_threads=runners.tokenizer_threads(config.tokenizer_threads, options))
@@ -179,11 +206,63 @@ def run_pipeline(config: PreprocessConfig, beam_args: Sequence[str] = ()) -> Man
     build_pipeline(pipeline, plan)  # the reader checks every input file here
     runners.prepare_staging(options)
     if runners.is_dry_run(options):
-        runners.dry_run(pipeline, options)
+        runners.dry_run(pipeline, options, input_bytes=sum(f.bytes for f in plan.files))
         return None
+    preflight(config, options)
     if config.overwrite:
-        clear_output(config.output)
+        with _reported_failures(config.output, remove_partial=False):
+            removed = clear_owned_output(config.output, kind=PREPROCESS_OUTPUT)  # refuses before deleting anything
+        _LOG.info("--overwrite: removed %s from %s", ", ".join(removed) or "nothing", config.output)
     started = time.monotonic()
-    pipeline.run().wait_until_finish()
-    _LOG.info("preprocess finished in %.1f s", time.monotonic() - started)
-    return read_manifest(config.output)
+    with _reported_failures(config.output, remove_partial=not fs.is_remote(config.output)):
+        write_known_files(plan)
+        pipeline.run().wait_until_finish()
+    manifest = read_manifest(config.output)
+    _LOG.info("%s", metrics.finished_line(manifest, time.monotonic() - started))
+    return manifest
+
+
+def write_known_files(plan: PreprocessPlan) -> None:
+    """Writes the output's files that are known before the run: the tokenizer's copy and schema.pbtxt.
+
+    Here in the launcher, not in a pipeline stage: they need no data, and schema.pbtxt needs
+    tensorflow-transform, which workers do not have. The manifest stage checks that they are there.
+    """
+    write_tokenizer_copy(plan.tokenizer_source, plan.config.output)
+    if plan.writes_schema:
+        write_schema_file(plan.config.output, plan.manifest_header())
+
+
+def preflight(config: PreprocessConfig, options: PipelineOptions) -> None:
+    """Checks, before any work, that the run can write where it will write.
+
+    Raises:
+      OutputError: --output (or Dataflow's gs:// --temp_location) is not writable; the message says why.
+    """
+    check_writable(config.output)
+    temp_location = options.view_as(GoogleCloudOptions).temp_location
+    if runners.runner_path(options) == runners.DATAFLOW_RUNNER and temp_location and fs.is_remote(temp_location):
+        check_writable(temp_location, flag="--temp_location")
+
+
+@contextlib.contextmanager
+def _reported_failures(output: str, *, remove_partial: bool):
+    """Turns a failure into the error it reports (see preprocess.failures), first removing the partial
+    output if asked (locally: cheap, and a rerun then starts clean; on gs:// it has no manifest either)."""
+    try:
+        yield
+    except Exception as e:
+        if remove_partial:
+            remove_partial_output(output)
+        failure = run_failure(e, output)
+        if failure is None:
+            raise
+        raise failure from e
+
+
+def remove_partial_output(output: str) -> None:
+    """Deletes what a failed run wrote to output (it held nothing else when the run began); logs what is left."""
+    try:
+        clear_owned_output(output, kind=PREPROCESS_OUTPUT)
+    except (OSError, LmshardsError) as e:
+        _LOG.warning("The failed run's partial output in %s was left as it is (%s); it has no manifest.", output, e)

@@ -6,23 +6,27 @@ constructed, i.e. while the pipeline is built and before any worker starts.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Iterable, Iterator, NamedTuple, Sequence, Union
 
 import apache_beam as beam
 
+from preprocess.metrics import ETA_UNKNOWN, MEGABYTE, PROGRESS_EVERY_S, counter, format_duration
 from preprocess.sources import (
     DEFAULT_RANGE_BYTES,
     ReadOptions,
     ReadRange,
     ReadStats,
     expand_inputs,
+    is_compressed,
     plan_ranges,
     read_range,
     sum_stats,
 )
-from preprocess.metrics import counter
+from preprocess.sources.formats import format_for
+from preprocess.sources.ranges import TO_END, byte_ranges
 from schemas.manifest import InputFileInfo
 
 logger = logging.getLogger(__name__)
@@ -30,18 +34,13 @@ logger = logging.getLogger(__name__)
 # Documents per output element: large enough that Beam's per-element cost is small next to
 # tokenizing them, small enough that a batch is a few hundred KB.
 DEFAULT_DOC_BATCH = 512
-PROGRESS_EVERY_S = 10.0
-# ReadStats field -> Beam counter name.
-COUNTERS = {
-    "documents": "documents_read",
-    "documents_empty": "documents_empty",
-    "documents_invalid_utf8": "documents_invalid_utf8",
-    "documents_nul": "documents_nul",
-    "documents_split": "documents_split",
-    "documents_invalid_json": "documents_invalid_json",
-    "files_empty": "files_empty",
-    "bytes_read": "bytes_read",
-}
+# ReadStats field -> Beam counter name: the field's own name, except where the Dataflow monitoring
+# page needs the stage in it.
+RENAMED_COUNTERS = {"documents": "documents_read"}
+COUNTERS = {f.name: RENAMED_COUNTERS.get(f.name, f.name) for f in dataclasses.fields(ReadStats)}
+# The input read, in the units of the input size (file sizes as listed; bytes_read counts text,
+# decompressed): this over the launcher's "input: N MB" line is the read progress.
+INPUT_BYTES_COUNTER = "input_bytes_read"
 
 # What reading one range emits on its single output: its document batches, then its ReadStats.
 # (One output, told apart by type: not every Beam runner keeps a ParDo's tagged outputs apart.)
@@ -49,6 +48,39 @@ RangeOutput = Union[list[str], ReadStats]
 
 
 # ---------------------------------------------------------------- logic
+
+
+@dataclasses.dataclass(frozen=True)
+class SizedRange:
+    """A read range and its share of the input's bytes (file sizes as listed), for progress.
+
+    live: whether ReadStats.bytes_read advances in those bytes while the range is read (a byte range
+    of an uncompressed file); otherwise the range's share is counted when it has been read.
+    """
+
+    range: ReadRange
+    input_bytes: int
+    live: bool
+
+
+def size_ranges(files: Sequence[InputFileInfo], ranges: Sequence[ReadRange], options: ReadOptions) -> list[SizedRange]:
+    """Each range with its share of its file's size: a byte range its own length; the ranges of a
+    file read otherwise (compressed, Parquet row groups) equal shares. The shares sum to the input size."""
+    sizes = {f.path: f.bytes for f in files}
+    counts: dict[str, int] = {}
+    for r in ranges:
+        counts[r.path] = counts.get(r.path, 0) + 1
+    seen: dict[str, int] = {}
+    sized = []
+    for r in ranges:
+        size = sizes[r.path]
+        if not is_compressed(r.path) and format_for(r.path, options).plan_ranges is byte_ranges:
+            sized.append(SizedRange(r, (size if r.end == TO_END else r.end) - r.start, live=True))
+            continue
+        i, n = seen.get(r.path, 0), counts[r.path]
+        seen[r.path] = i + 1
+        sized.append(SizedRange(r, size * (i + 1) // n - size * i // n, live=False))
+    return sized
 
 
 def read_batches(r: ReadRange, options: ReadOptions, *, batch_size: int,
@@ -72,28 +104,46 @@ def is_batch(element: RangeOutput) -> bool:
     return not isinstance(element, ReadStats)
 
 
-class ReadProgress:
-    """Logs one worker's reading rate (documents/s, MB/s) at most every `every_s` seconds."""
+def progress_line(*, read_bytes: int, total_bytes: int, documents: int, seconds: float) -> str:
+    """"read 30.0 MB of 134.2 MB (22%), 51,200 documents, 3.10 MB/s, ETA 34 s" (MB = 10^6 bytes).
 
-    def __init__(self, every_s: float):
+    The ETA is what is left of total_bytes at this rate.
+    """
+    rate = read_bytes / seconds if seconds > 0 else 0.0
+    percent = 100.0 * read_bytes / total_bytes if total_bytes else 100.0
+    left = max(total_bytes - read_bytes, 0)
+    eta = format_duration(left / rate) if rate > 0 else ETA_UNKNOWN
+    return (f"read {read_bytes / MEGABYTE:.1f} MB of {total_bytes / MEGABYTE:.1f} MB ({percent:.0f}%), "
+            f"{documents:,} documents, {rate / MEGABYTE:.2f} MB/s, ETA {eta}")
+
+
+class ReadProgress:
+    """One reader's progress against the whole input, logged at most every `every_s` seconds.
+
+    Each reader (a DoFn instance: one per worker thread) counts only what it read itself. On the
+    default runner there is one, so its line is the job's progress; with several workers each line
+    is that worker's share, the percentages add up over the workers, and the ETA is what this worker
+    alone would need for the rest (an upper bound). The job's totals are in the Beam counters
+    (bytes_read, documents_read) and in the launcher's closing line.
+    """
+
+    def __init__(self, total_bytes: int, every_s: float):
+        self._total_bytes = total_bytes
         self._every_s = every_s
         self._start = self._last = time.monotonic()
         self._documents = self._bytes = 0  # of the finished ranges
 
-    def report(self, current: ReadStats, *, finished: bool = False) -> None:
-        """current: the stats of the range being read (bytes_read grows when a text range ends)."""
-        documents = self._documents + current.documents
-        nbytes = self._bytes + current.bytes_read
+    def report(self, sized: SizedRange, current: ReadStats, *, finished: bool = False) -> None:
+        """current: the stats of range `sized` so far; finished: it has been read to its end."""
+        done = sized.input_bytes if finished else min(current.bytes_read, sized.input_bytes) if sized.live else 0
+        documents, nbytes = self._documents + current.documents, self._bytes + done
         if finished:
             self._documents, self._bytes = documents, nbytes
         now = time.monotonic()
         if now - self._last >= self._every_s:
             self._last = now
-            elapsed = max(now - self._start, 1e-9)
-            logger.info(
-                "read %d documents, %.1f MB (%.0f documents/s, %.2f MB/s)",
-                documents, nbytes / 1e6, documents / elapsed, nbytes / 1e6 / elapsed,
-            )
+            logger.info("%s", progress_line(read_bytes=nbytes, total_bytes=self._total_bytes, documents=documents,
+                                            seconds=now - self._start))
 
 
 # ---------------------------------------------------------------- Beam
@@ -127,16 +177,19 @@ class ReadDocuments(beam.PTransform):
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         patterns = [f for f in files if isinstance(f, str)]
         infos = [f for f in files if not isinstance(f, str)] + (expand_inputs(patterns) if patterns else [])
-        self._ranges = plan_ranges(infos, options=options, range_bytes=range_bytes)
+        ranges = plan_ranges(infos, options=options, range_bytes=range_bytes)
+        self._ranges = size_ranges(infos, ranges, options)
+        self._total_bytes = sum(f.bytes for f in infos)
         self._options = options
         self._batch_size = batch_size
+        logger.info("input: %.1f MB in %d files, %d read ranges", self._total_bytes / MEGABYTE, len(infos), len(ranges))
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> ReadOutputs:
         read = (
             pbegin
-            | "ListRanges" >> beam.Create(self._ranges)  # ReadRange
-            | "SpreadRanges" >> beam.Reshuffle()  # ReadRange, each on any worker
-            | "ReadRanges" >> beam.ParDo(_ReadRangeFn(self._options, self._batch_size))
+            | "ListRanges" >> beam.Create(self._ranges)  # SizedRange
+            | "SpreadRanges" >> beam.Reshuffle()  # SizedRange, each on any worker
+            | "ReadRanges" >> beam.ParDo(_ReadRangeFn(self._options, self._batch_size, self._total_bytes))
         )  # RangeOutput: list[str] batches, then the range's ReadStats
         documents = read | "Documents" >> beam.Filter(is_batch)  # list[str]
         stats = (
@@ -148,24 +201,30 @@ class ReadDocuments(beam.PTransform):
 
 
 class _ReadRangeFn(beam.DoFn):
-    """ReadRange -> its list[str] batches, then its ReadStats; counts in Metrics."""
+    """SizedRange -> its list[str] batches, then its ReadStats; counts in Metrics, logs progress.
 
-    def __init__(self, options: ReadOptions, batch_size: int):
+    total_bytes: the whole input's size, which progress lines measure against.
+    """
+
+    def __init__(self, options: ReadOptions, batch_size: int, total_bytes: int):
         self._options = options
         self._batch_size = batch_size
+        self._total_bytes = total_bytes
         self._counters = {field: counter(name) for field, name in COUNTERS.items()}
+        self._input_bytes = counter(INPUT_BYTES_COUNTER)
         self._progress: ReadProgress | None = None
 
     def setup(self) -> None:
-        self._progress = ReadProgress(PROGRESS_EVERY_S)
+        self._progress = ReadProgress(self._total_bytes, PROGRESS_EVERY_S)
 
-    def process(self, r: ReadRange) -> Iterable[RangeOutput]:
+    def process(self, sized: SizedRange) -> Iterable[RangeOutput]:
         stats = ReadStats()
-        for batch in read_batches(r, self._options, batch_size=self._batch_size, stats=stats):
+        for batch in read_batches(sized.range, self._options, batch_size=self._batch_size, stats=stats):
             yield batch
-            self._progress.report(stats)
+            self._progress.report(sized, stats)
         for field, metric in self._counters.items():
             if value := getattr(stats, field):
                 metric.inc(value)
-        self._progress.report(stats, finished=True)
+        self._input_bytes.inc(sized.input_bytes)
+        self._progress.report(sized, stats, finished=True)
         yield stats

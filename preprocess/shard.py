@@ -17,18 +17,18 @@ from typing import Iterable, Iterator
 import apache_beam as beam
 import numpy as np
 
-from preprocess.metrics import counter
+from preprocess.metrics import StageProgress, counter
 from preprocess.pack import PackedGroup
 from schemas import fs
 from schemas.constants import ATTENTION_MASK, INPUT_IDS, SPLITS
 from schemas.manifest import ShardInfo
+from schemas.paths import TEMP_DIR_NAME
 from schemas.records import encode_examples, frame_record
 from schemas.shards import shard_relpath
 
 DEFAULT_TARGET_SHARD_MB = 128.0
 DEFAULT_SHARD_MULTIPLE = 8
 MB = 1 << 20
-TEMP_DIR_NAME = ".lmshards-tmp"  # under the output; removed before the manifest is written
 
 _FEISTEL_ROUNDS = 4
 _U64 = np.uint64
@@ -209,23 +209,34 @@ class _SerializeFn(beam.DoFn):
 
     def __init__(self, seed: int):
         self._seed = seed
-        self._records = counter("records")
 
     def process(self, packed: PackedGroup, layouts: dict[str, SplitLayout]) -> Iterable[tuple[ShardKey, ShardBatch]]:
-        self._records.inc(packed.blocks.num_blocks)
         yield from serialize_group(packed, layouts[packed.split], self._seed)
 
 
 class _WriteShardFn(beam.DoFn):
-    """(ShardKey, Iterable[ShardBatch]) -> (split, ShardInfo), the file complete under its name."""
+    """(ShardKey, Iterable[ShardBatch]) -> (split, ShardInfo), the file complete under its name; logs
+    "wrote k of N shards" as they finish."""
 
     def __init__(self, output: str):
         self._output = output
+        self._shards = counter("shards_written")
+        self._records = counter("records_written")
+
+    def setup(self) -> None:
+        self._progress = StageProgress("wrote", "shards")
 
     def process(self, element: tuple[ShardKey, Iterable[ShardBatch]],
                 layouts: dict[str, SplitLayout]) -> Iterable[tuple[str, ShardInfo]]:
         (split, shard), batches = element
-        yield split, write_shard(self._output, (split, shard), batches, num_shards=layouts[split].num_shards)
+        info = write_shard(self._output, (split, shard), batches, num_shards=layouts[split].num_shards)
+        self._shards.inc()
+        self._records.inc(info.records)
+        self._progress.add(info.records, total=sum(layout.num_shards for layout in layouts.values()))
+        yield split, info
+
+    def finish_bundle(self) -> None:
+        self._progress.flush()
 
 
 class WriteShards(beam.PTransform):

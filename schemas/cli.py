@@ -19,6 +19,7 @@ from schemas.errors import LmshardsError
 EXIT_OK = 0
 EXIT_FAILURE = 1  # the run failed on the machine's side (disk full, lost permission, ...)
 EXIT_USAGE = 2  # the user's input is wrong; the message says what to change
+EXIT_PREEMPTED = 75  # EX_TEMPFAIL: stopped by SIGTERM/SIGINT after a checkpoint; rerunning the command resumes
 EXIT_INTERRUPTED = 130
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

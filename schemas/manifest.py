@@ -1,6 +1,8 @@
 """The manifest: the only sign that a preprocess output is complete, and what the trainer trusts.
 
 Written last by the pipeline (temp name, then rename); read by `lmshards inspect` and the trainer.
+Every file it names (shards, the tokenizer's copy, schema.pbtxt) is relative to the output directory
+and stays inside it, so a shard set can be moved or copied as a whole.
 """
 
 from __future__ import annotations
@@ -96,8 +98,8 @@ class Manifest:
     seed: int
     options: dict[str, Any]
     created_at: str = ""
-    # What reading the inputs found, over all splits: documents, documents_empty,
-    # documents_invalid_utf8, documents_nul, documents_split, documents_invalid_json, files_empty, bytes_read.
+    # What reading the inputs found, over all splits: the reader's counters (documents, documents_empty,
+    # files_empty, bytes_read, ...), each one's name as the reader spells it.
     reading: dict[str, int] = dataclasses.field(default_factory=dict)
     # The records' TF Metadata schema, relative to the output (None in outputs of lmshards 0.1).
     schema: str | None = None
@@ -166,22 +168,13 @@ def _relpath_problem(path: Any) -> str | None:
     return None
 
 
-def check_shard_relpath(path: str) -> str:
-    """Returns path when it is a normalised relative POSIX path that stays inside the output directory.
-
-    Raises:
-      ManifestError: path is absolute, has a scheme, a `.`/`..` or empty segment, a backslash or a NUL.
-    """
-    return check_file_relpath(path, field="shard path", example=shard_relpath("train", 0, 1, 100))
-
-
 def check_file_relpath(path: str, *, field: str, example: str) -> str:
     """Returns path when it is a normalised relative POSIX path that stays inside the output directory.
 
     field: the manifest field holding it (for the message); example: a valid value of that field.
 
     Raises:
-      ManifestError: as check_shard_relpath.
+      ManifestError: path is absolute, has a scheme, a `.`/`..` or empty segment, a backslash or a NUL.
     """
     problem = _relpath_problem(path)
     if problem:
@@ -190,6 +183,11 @@ def check_file_relpath(path: str, *, field: str, example: str) -> str:
             f"like {example!r}. {_REWRITE_HINT}"
         )
     return path
+
+
+def check_shard_relpath(path: str) -> str:
+    """check_file_relpath for a shard's path."""
+    return check_file_relpath(path, field="shard path", example=shard_relpath("train", 0, 1, 100))
 
 
 def check_shard(split: str, shard: ShardInfo) -> None:

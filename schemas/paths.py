@@ -311,6 +311,10 @@ def _disk_errno(exc: BaseException) -> int | None:
         for match in _ERRNO_IN_TEXT_RE.finditer(str(current)):
             if int(match[1]) in _DISK_ERRORS:
                 return int(match[1])
+        # TensorFlow's file systems give only the errno's text ("...; No space left on device").
+        for code in _DISK_ERRORS:
+            if os.strerror(code) in str(current):
+                return code
         current = current.__cause__ or current.__context__
     return None
 

@@ -145,11 +145,14 @@ class MalformedExampleError(ValueError):
     """A record that is not a tf.train.Example holding the expected int64 features."""
 
 
+# Protobuf wire types.
 _WIRE_VARINT, _WIRE_64BIT, _WIRE_LENGTH, _WIRE_32BIT = 0, 1, 2, 5
-# Field numbers of tf.train.Example and what it holds (tensorflow/core/example/{example,feature}.proto).
-_EXAMPLE_FEATURES = _FEATURES_FEATURE = _ENTRY_KEY = _INT64_LIST_VALUE = 1
-_ENTRY_VALUE = 2
-_FEATURE_INT64_LIST = 3
+# Field numbers in tensorflow/core/example/{example,feature}.proto.
+_EXAMPLE_FEATURES = 1  # Example.features
+_FEATURES_FEATURE = 1  # Features.feature, a map<string, Feature>: entries of key = 1, value = 2
+_ENTRY_KEY, _ENTRY_VALUE = 1, 2
+_FEATURE_INT64_LIST = 3  # Feature.int64_list (bytes_list = 1, float_list = 2)
+_INT64_LIST_VALUE = 1  # Int64List.value, packed
 
 
 def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -165,76 +168,92 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
     raise MalformedExampleError("truncated varint")
 
 
-def _fields(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
-    """(field number, wire type, start, end) of each field of the message in data[start:end].
+def _field_at(data: bytes, pos: int, end: int) -> tuple[int, int, int, int]:
+    """(field number, wire type, start, stop) of the field at data[pos] of a message that ends at `end`.
 
-    start:end spans a length-delimited field's payload, or a varint's bytes.
+    start:stop spans a length-delimited field's payload, or a scalar's bytes; stop is where the next field starts.
     """
-    pos = start
-    while pos < end:
-        key, pos = _read_varint(data, pos)
-        field, wire = key >> 3, key & 7
-        value_start = pos
-        if wire == _WIRE_VARINT:
-            _, pos = _read_varint(data, pos)
-        elif wire in (_WIRE_64BIT, _WIRE_32BIT):
-            pos += 8 if wire == _WIRE_64BIT else 4
-        elif wire == _WIRE_LENGTH:
-            size, value_start = _read_varint(data, pos)
-            pos = value_start + size
+    # Keys fit one byte and lengths one or two in the records we read: those are read inline.
+    key, start = (data[pos], pos + 1) if pos < end and data[pos] < 0x80 else _read_varint(data, pos)
+    wire = key & 7
+    if wire == _WIRE_LENGTH:
+        if start < end and data[start] < 0x80:
+            size, start = data[start], start + 1
+        elif start + 1 < end and data[start + 1] < 0x80:
+            size, start = (data[start] & 0x7F) | (data[start + 1] << 7), start + 2
         else:
-            raise MalformedExampleError(f"unsupported protobuf wire type {wire}")
-        if pos > end:
-            raise MalformedExampleError("a field runs past the end of its message")
-        yield field, wire, value_start, pos
+            size, start = _read_varint(data, start)
+        stop = start + size
+    elif wire == _WIRE_VARINT:
+        stop = _read_varint(data, start)[1]
+    elif wire in (_WIRE_64BIT, _WIRE_32BIT):
+        stop = start + (8 if wire == _WIRE_64BIT else 4)
+    else:
+        raise MalformedExampleError(f"unsupported protobuf wire type {wire}")
+    if stop > end:
+        raise MalformedExampleError("a field runs past the end of its message")
+    return key >> 3, wire, start, stop
 
 
-def _submessages(data: bytes, start: int, end: int, field: int) -> Iterator[tuple[int, int]]:
-    """(start, end) of each length-delimited `field` of the message in data[start:end]."""
-    for number, wire, s, e in _fields(data, start, end):
-        if number == field and wire == _WIRE_LENGTH:
-            yield s, e
+def _submessages(data: bytes, start: int, end: int, number: int) -> list[tuple[int, int]]:
+    """(start, stop) of each length-delimited field `number` of the message in data[start:end]."""
+    found, pos = [], start
+    while pos < end:
+        field, wire, value_start, pos = _field_at(data, pos, end)
+        if field == number and wire == _WIRE_LENGTH:
+            found.append((value_start, pos))
+    return found
 
 
 def _int64_list(record: bytes, start: int, end: int, name: str) -> bytes:
-    """The packed varints of a tf.train.Feature (record[start:end]) that must hold an int64_list."""
-    packed = []
-    for list_start, list_end in _submessages(record, start, end, _FEATURE_INT64_LIST):
-        for number, wire, s, e in _fields(record, list_start, list_end):
-            if number == _INT64_LIST_VALUE and wire != _WIRE_LENGTH:
-                raise MalformedExampleError(f"feature {name!r} is an unpacked int64 list; only packed is read")
-            packed.append(record[s:e])
-    if not packed and any(True for _ in _fields(record, start, end)):
-        raise MalformedExampleError(f"feature {name!r} is not an int64 list")
+    """The packed varints of the tf.train.Feature in record[start:end], which must hold an int64_list."""
+    packed, pos = [], start
+    while pos < end:
+        field, wire, list_pos, pos = _field_at(record, pos, end)
+        if field != _FEATURE_INT64_LIST or wire != _WIRE_LENGTH:
+            raise MalformedExampleError(f"feature {name!r} is not an int64 list")
+        while list_pos < pos:
+            number, value_wire, value_start, list_pos = _field_at(record, list_pos, pos)
+            if number != _INT64_LIST_VALUE:
+                continue
+            if value_wire != _WIRE_LENGTH:
+                raise MalformedExampleError(f"feature {name!r} is an unpacked int64 list; only packed ones are read")
+            packed.append(record[value_start:list_pos])
     return b"".join(packed)
 
 
 def _int64_features(record: bytes, names: dict[bytes, str]) -> dict[str, bytes]:
     """Feature name -> packed varints of its int64_list, for the wanted names (encoded name -> name)."""
     found = {}
-    for features_start, features_end in _submessages(record, 0, len(record), _EXAMPLE_FEATURES):
-        for entry_start, entry_end in _submessages(record, features_start, features_end, _FEATURES_FEATURE):
-            key, value = b"", (entry_end, entry_end)
-            for number, wire, s, e in _fields(record, entry_start, entry_end):
-                if number == _ENTRY_KEY and wire == _WIRE_LENGTH:
-                    key = record[s:e]
-                elif number == _ENTRY_VALUE and wire == _WIRE_LENGTH:
-                    value = (s, e)
+    for features_start, features_stop in _submessages(record, 0, len(record), _EXAMPLE_FEATURES):
+        for entry_start, entry_stop in _submessages(record, features_start, features_stop, _FEATURES_FEATURE):
+            key, value, pos = b"", (entry_stop, entry_stop), entry_start
+            while pos < entry_stop:
+                field, wire, value_start, pos = _field_at(record, pos, entry_stop)
+                if field == _ENTRY_KEY and wire == _WIRE_LENGTH:
+                    key = record[value_start:pos]
+                elif field == _ENTRY_VALUE and wire == _WIRE_LENGTH:
+                    value = (value_start, pos)
             if key in names:
                 found[names[key]] = _int64_list(record, *value, names[key])
     return found
 
 
-def _decode_varints(data: np.ndarray) -> np.ndarray:
-    """int64 values of the back-to-back varints in uint8 `data` (two's complement, as protobuf's int64)."""
+def _decode_varints(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 values, index of each one's last byte) of the back-to-back varints in uint8 `data`.
+
+    Values are two's complement, as protobuf's int64. data must end with a complete varint.
+    """
     ends = np.flatnonzero(data < 0x80)
-    starts = np.concatenate(([0], ends[:-1] + 1))
+    starts = np.concatenate(([0], ends[:-1] + 1))[: ends.size]
     lengths = ends - starts + 1
-    values = np.zeros(ends.size, dtype=np.uint64)
-    for k in range(int(lengths.max(initial=0))):
-        rows = np.flatnonzero(lengths > k)
-        values[rows] |= (data[starts[rows] + k] & 0x7F).astype(np.uint64) << np.uint64(7 * k)
-    return values.view(np.int64)
+    width = int(lengths.max(initial=0))
+    dtype = np.uint32 if width <= 4 else np.uint64  # 4 varint bytes hold 28 bits: token ids fit
+    values = (data[starts] & 0x7F).astype(dtype)
+    for k in range(1, width):
+        byte = (data[np.minimum(starts + k, data.size - 1)] & 0x7F).astype(dtype)
+        values |= np.where(lengths > k, byte << dtype(7 * k), dtype(0))
+    return (values.astype(np.int64) if dtype is np.uint32 else values.view(np.int64)), ends
 
 
 def decode_examples(records: Sequence[bytes], names: Sequence[str]) -> dict[str, np.ndarray]:
@@ -254,21 +273,19 @@ def decode_examples(records: Sequence[bytes], names: Sequence[str]) -> dict[str,
         for name in names:
             if name not in found:
                 raise MalformedExampleError(f"record {index} has no int64 feature {name!r}")
-            if found[name][-1:] >= b"\x80":
+            if found[name] and found[name][-1] >= 0x80:
                 raise MalformedExampleError(f"record {index}: truncated varint in feature {name!r}")
             payloads[name].append(found[name])
     decoded = {}
     for name in names:
-        data = np.frombuffer(b"".join(payloads[name]), dtype=np.uint8)
-        # Varints ended before each record's end: one varint ends at each byte < 0x80.
-        ended = np.concatenate(([0], np.cumsum(data < 0x80)))
-        record_ends = np.cumsum([0] + [len(p) for p in payloads[name]])
-        lengths = np.diff(ended[record_ends])
+        values, ends = _decode_varints(np.frombuffer(b"".join(payloads[name]), dtype=np.uint8))
+        record_ends = np.cumsum([len(payload) for payload in payloads[name]], dtype=np.int64)
+        lengths = np.diff(np.searchsorted(ends, record_ends), prepend=0)  # varints in each record
         if lengths.size and (lengths != lengths[0]).any():
             raise MalformedExampleError(
                 f"feature {name!r} has {lengths.min()}-{lengths.max()} values per record; expected one length"
             )
-        decoded[name] = _decode_varints(data).reshape(len(records), int(lengths[0]) if lengths.size else 0)
+        decoded[name] = values.reshape(len(records), int(lengths[0]) if lengths.size else 0)
     return decoded
 
 

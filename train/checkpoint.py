@@ -1,41 +1,138 @@
-"""Run checkpoints: tf.train.CheckpointManager under RUN_DIR/checkpoints (local or gs://).
+"""Run checkpoints under RUN_DIR/checkpoints (local or gs://): saved by tf.train.CheckpointManager,
+restored from the newest checkpoint that restores.
 
 A save writes the data files, then the `.index` file, and only then names the new prefix in the
-`checkpoint` state file, so a save killed half-way leaves files nobody points at. Restore also
-checks that the prefix it picks has its index and otherwise falls back to the previous one.
+`checkpoint` state file, so a save killed half-way leaves files nobody points at. Damage after the
+fact shows on restore: every tensor in a data file carries a CRC32C that TensorFlow checks as it
+reads it back (a flipped bit fails with DataLossError, a truncated file with a short read), and the
+index file's blocks carry checksums. So no digest of our own is kept: restore lists the complete
+checkpoints by their files (not trusting the state file, which may be unreadable), tries them
+newest first and skips, with a warning, each one that does not restore.
 """
 
 from __future__ import annotations
 
 import logging
+import posixpath
+import re
 
 import tensorflow as tf
+
+from schemas.errors import LmshardsError
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_NAME = "ckpt"
+# TensorFlow's state file naming the checkpoints; kept under this name when it cannot be read.
+STATE_FILE = "checkpoint"
+UNREADABLE_STATE_FILE = "checkpoint.unreadable"
+_INDEX_RE = re.compile(rf"^{CHECKPOINT_NAME}-(\d+)\.index$")
+_DATA_RE = re.compile(rf"^{CHECKPOINT_NAME}-(\d+)\.data-\d+-of-\d+$")
 
 
-def is_complete(prefix: str) -> bool:
-    return tf.io.gfile.exists(prefix + ".index")
+def complete_checkpoints(directory: str) -> list[str]:
+    """Prefixes of the checkpoints in directory that have their index file, newest (highest step) first."""
+    steps = [int(m[1]) for m in (_INDEX_RE.match(posixpath.basename(p)) for p in _files(directory)) if m]
+    return [_prefix(directory, step) for step in sorted(steps, reverse=True)]
+
+
+def incomplete_checkpoints(directory: str) -> list[str]:
+    """Prefixes with data files but no index file: saves killed before they finished."""
+    complete = set(complete_checkpoints(directory))
+    steps = {int(m[1]) for m in (_DATA_RE.match(posixpath.basename(p)) for p in _files(directory)) if m}
+    return [p for p in (_prefix(directory, s) for s in sorted(steps)) if p not in complete]
+
+
+def _files(directory: str) -> list[str]:
+    return tf.io.gfile.glob(_join(directory, f"{CHECKPOINT_NAME}-*")) if tf.io.gfile.isdir(directory) else []
+
+
+def _prefix(directory: str, step: int) -> str:
+    return _join(directory, f"{CHECKPOINT_NAME}-{step}")
+
+
+def _join(directory: str, name: str) -> str:
+    return f"{directory.rstrip('/')}/{name}"
+
+
+def _one_line(error: Exception) -> str:
+    text = getattr(error, "message", None) or str(error) or type(error).__name__
+    return " ".join(text.split())[:300]
+
+
+def restore_newest(root: tf.train.Checkpoint, directory: str, *, expect_partial: bool = False) -> str | None:
+    """Restores the newest complete checkpoint in directory that restores; returns its prefix, or None if there is none.
+
+    expect_partial: the checkpoint may hold more than root (e.g. optimizer slots when only the model is loaded).
+    Raises:
+      LmshardsError: there are complete checkpoints but none of them restores.
+    """
+    for prefix in incomplete_checkpoints(directory):
+        log.warning("Ignoring incomplete checkpoint %s (no index file: its save did not finish).", prefix)
+    failures = []
+    for prefix in complete_checkpoints(directory):
+        try:
+            status = root.restore(prefix)
+            (status.expect_partial() if expect_partial else status).assert_existing_objects_matched()
+        except Exception as e:  # a damaged checkpoint fails in many ways: DataLossError, IndexError, OpError, ...
+            failures.append(f"{posixpath.basename(prefix)}: {_one_line(e)}")
+            log.warning("Skipping checkpoint %s: it does not restore (%s).", prefix, _one_line(e))
+            continue
+        if failures:
+            log.warning("Restored %s, the newest checkpoint that restores (skipped: %s).", prefix, "; ".join(failures))
+        return prefix
+    if failures:
+        raise LmshardsError(
+            f"No checkpoint in {directory!r} restores ({'; '.join(failures)}). Restore the checkpoint files from a "
+            "copy, or pass --restart to train this run again from step 0 (deleting its checkpoints and metrics)."
+        )
+    return None
 
 
 class RunCheckpoints:
-    """Saves `root` every so often, keeps the last `keep`, restores the newest complete one."""
+    """Saves `root` every so often, keeps the last `keep`, restores the newest one that restores."""
 
     def __init__(self, root: tf.train.Checkpoint, directory: str, *, keep: int):
-        self.manager = tf.train.CheckpointManager(root, directory, max_to_keep=keep, checkpoint_name=CHECKPOINT_NAME)
         self.root = root
+        self.directory = directory
+        self.keep = keep
+        self._manager: tf.train.CheckpointManager | None = None
+
+    @property
+    def manager(self) -> tf.train.CheckpointManager:
+        # Created on first use: it reads the state file, which restore_latest may first have to set aside.
+        if self._manager is None:
+            self._manager = tf.train.CheckpointManager(
+                self.root, self.directory, max_to_keep=self.keep, checkpoint_name=CHECKPOINT_NAME
+            )
+        return self._manager
 
     def restore_latest(self) -> str | None:
-        """Restores the newest complete checkpoint; returns its prefix, or None if there is none."""
-        state = tf.train.get_checkpoint_state(self.manager.directory)
-        for prefix in reversed(state.all_model_checkpoint_paths if state else []):
-            if is_complete(prefix):
-                self.root.restore(prefix).assert_existing_objects_matched()
-                return prefix
-            log.warning("Ignoring incomplete checkpoint %s (no index file).", prefix)
-        return None
+        """Restores the newest checkpoint that restores; returns its prefix, or None if there is none.
+
+        An unreadable state file is kept as UNREADABLE_STATE_FILE (TensorFlow would otherwise fail on it
+        or forget every checkpoint it named); the checkpoints are found by their files either way.
+        Raises:
+          LmshardsError: there are complete checkpoints but none of them restores.
+        """
+        unreadable = self._unreadable_state()
+        if unreadable:
+            log.warning("The checkpoint state file %s is unreadable (%s); looking for checkpoints by their files.",
+                        _join(self.directory, STATE_FILE), unreadable)
+        prefix = restore_newest(self.root, self.directory)
+        if unreadable:
+            tf.io.gfile.rename(_join(self.directory, STATE_FILE), _join(self.directory, UNREADABLE_STATE_FILE), overwrite=True)
+        return prefix
+
+    def _unreadable_state(self) -> str | None:
+        """Why the state file cannot be read, or None when it can (or does not exist)."""
+        if not tf.io.gfile.exists(_join(self.directory, STATE_FILE)):
+            return None
+        try:
+            state = tf.train.get_checkpoint_state(self.directory)
+        except (ValueError, UnicodeDecodeError, tf.errors.OpError) as e:
+            return _one_line(e)
+        return None if state is not None else "not a checkpoint state"
 
     def save(self, step: int) -> str:
         return self.manager.save(checkpoint_number=step)

@@ -8,7 +8,9 @@ from typing import Any
 
 from schemas import fs
 from schemas.errors import LmshardsError
+from train.devices import AUTO, PRECISIONS, STRATEGIES, STRATEGY_AUTO
 from train.families import DEFAULT_FAMILY, get_family
+from train.masking_recipes import TOKEN
 
 RUN_CONFIG_JSON = "run_config.json"
 RUN_SUMMARY_JSON = "run_summary.json"
@@ -17,9 +19,13 @@ CHECKPOINTS_DIR = "checkpoints"
 TENSORBOARD_DIR = "tensorboard"
 TOKENIZER_DIR = "tokenizer"
 
-STRATEGIES = ("auto", "tpu", "mirrored", "cpu")
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 LR_SCHEDULES = ("linear", "cosine")
+# What the end of training evaluates: one pass over the whole validation split, or nothing more.
+FINAL_EVAL_FULL = "full"
+FINAL_EVAL_NONE = "none"
+FINAL_EVALS = (FINAL_EVAL_FULL, FINAL_EVAL_NONE)
+
+__all__ = ["PRECISIONS", "STRATEGIES"]  # re-exported for the CLI: train.devices owns them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,9 +92,12 @@ def read_model_config(path: str) -> ModelConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """One training run, as given on the command line (recorded in run_config.json)."""
+    """One training run, as given on the command line (recorded in run_config.json).
 
-    shards: str
+    shards: the shard set directories; shard_weights: their weights as given (1.0 each by default).
+    """
+
+    shards: tuple[str, ...]
     output: str
     model_preset: str = "tiny"
     model_config: str | None = None
@@ -102,18 +111,24 @@ class TrainConfig:
     warmup_steps: int | None = None
     lr_schedule: str = "linear"
     clip_norm: float | None = None
+    shard_weights: tuple[float, ...] = ()
+    masking: str = TOKEN
     mlm_probability: float = 0.15
     shuffle_buffer: int = 10_000
     seed: int = 0
-    strategy: str = "auto"
+    strategy: str = STRATEGY_AUTO
     tpu: str | None = None
-    precision: str = "float32"
-    steps_per_execution: int = 1
+    precision: str = AUTO
+    steps_per_execution: int | str = AUTO
     checkpoint_every: int = 500
     keep: int = 3
     eval_every: int = 1000
-    eval_steps: int | None = None
+    eval_batches: int = 100
+    final_eval: str = FINAL_EVAL_FULL
     log_every: int = 50
+    extend: bool = False
+    restart: bool = False
+    verbose: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

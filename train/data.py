@@ -1,118 +1,91 @@
-"""The tf.data input pipeline: manifest-listed TFRecord shards -> masked, batched model inputs.
+"""The tf.data input pipeline: the TFRecord shards of one or more shard sets -> masked, batched model inputs.
 
-Everything about sizes comes from the manifest (record counts per shard), so steps per epoch are
-exact without reading data. Reads are deterministic for a given seed: each epoch visits the files
-in an order drawn from (seed, epoch) and shuffles records with a seed derived from the same pair,
-so a resumed run restarts at (epoch, batch) and sees exactly the batches an uninterrupted run would.
+Everything about sizes comes from the manifests (record counts per shard), so passes and epochs are
+exact without reading data (train.mixture plans them). Reads are deterministic for a given seed: each
+pass over a set visits its files in an order drawn from (seed, pass) and shuffles records with a seed
+derived from the same pair; in a mixture, the set each example comes from is drawn from (seed, block)
+(mixture_choices). So a resumed run restarts every set at its (pass, record) and sees exactly the
+batches an uninterrupted run would.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
+from typing import Sequence
 
+import numpy as np
 import tensorflow as tf
 
-from schemas import fs
 from schemas.constants import ATTENTION_MASK, INPUT_IDS
 from schemas.errors import LmshardsError
 from schemas.manifest import Manifest
 from schemas.records import parse_spec
-from train.masking import MaskingSpec, mask_batch, max_predictions_for
+from schemas.tokenizer_info import TokenizerSource
+from train.masking import MaskingSpec, build_masking_spec, mask_batch
+from train.masking_recipes import WORD_RECIPES
+from train.mixture import MIXTURE_BLOCK, SetStream, SplitFiles
+from train.word_starts import word_start_tables
 
 # The record features the model reads.
 READ_FEATURES = (INPUT_IDS, ATTENTION_MASK)
-# Files read at once per input pipeline; more only adds memory, the reads are already parallel.
+# Files read at once per set and input pipeline; more only adds memory, the reads are already parallel.
 MAX_INTERLEAVE = 8
 # Eval masking uses this seed whatever --seed is, so evaluations are comparable across runs.
 EVAL_SEED = 1234
-# Stateless seeds are [2] int64: (run seed, counter). Counters of pipelines, and of epoch vs batch
-# draws, never coincide: counter = (index * _PIPELINE_STRIDE + pipeline_id) * 2 + (0 for batches, 1 for epochs).
+# The message of the assertion that every token id is below the manifest's vocab_size; the trainer
+# recognises it and names the manifest and the fix.
+ID_OUT_OF_VOCABULARY = "lmshards: a token id in the shards is not below the manifest's vocab_size"
+# Stateless seeds are [2] int64: (run seed, counter). Counters of pipelines, and of batch vs pass
+# draws, never coincide: counter = (index * _PIPELINE_STRIDE + pipeline_id) * 2 + (0 for batches, 1 for passes).
 _PIPELINE_STRIDE = 1_000_003
+# Folded into a block's batch-draw seed for the mixture's choice of sets (set i > 0 folds i into its pass seeds).
+_CHOICE_FOLD = 0
+_ENDLESS = 2**62
 _MAXINT32 = 2**31 - 1
 
 
-@dataclasses.dataclass(frozen=True)
-class SplitFiles:
-    """A split's shard paths (manifest order) and their record counts."""
+def masking_spec(manifest: Manifest, *, recipe: str, mlm_probability: float, tokenizer: TokenizerSource | None) -> MaskingSpec:
+    """The MaskingSpec of a recipe for the shards' tokenizer.
 
-    paths: tuple[str, ...]
-    records: tuple[int, ...]
-
-    @property
-    def total_records(self) -> int:
-        return sum(self.records)
-
-
-def split_files(manifest: Manifest, shards_dir: str, split: str) -> SplitFiles:
-    return SplitFiles(
-        paths=tuple(manifest.shard_paths(shards_dir, split)),
-        records=tuple(s.records for s in manifest.split(split).shards),
-    )
-
-
-def check_shard_sizes(manifest: Manifest, shards_dir: str, split: str) -> None:
-    """Raises LmshardsError naming the first shard that is missing or whose size differs from the manifest.
-
-    A shard truncated at a record boundary reads without error, so sizes are checked up front.
-    """
-    for shard, path in zip(manifest.split(split).shards, manifest.shard_paths(shards_dir, split)):
-        if not fs.exists(path):
-            raise LmshardsError(f"Shard {path!r} listed in the manifest is missing; re-run `lmshards preprocess`.")
-        actual = fs.size(path)
-        if actual != shard.bytes:
-            raise LmshardsError(
-                f"Shard {path!r} is {actual} bytes but the manifest says {shard.bytes}: truncated or replaced. "
-                "Re-run `lmshards preprocess` (or `lmshards inspect --verify` to check every shard)."
-            )
-
-
-def pipeline_files(files: SplitFiles, *, num_pipelines: int, pipeline_id: int) -> SplitFiles:
-    """The files input pipeline `pipeline_id` of `num_pipelines` reads (every num_pipelines-th file).
+    tokenizer: the one the shards were made with (fingerprint already checked); the word recipes
+    read where words start from it.
 
     Raises:
-      LmshardsError: the files do not divide evenly, so pipelines would see unequal data.
+      LmshardsError: the tokenizer has no mask token; the recipe or mlm_probability is invalid; a word
+        recipe has no tokenizer.
     """
-    if len(files.paths) % num_pipelines:
-        raise LmshardsError(
-            f"{len(files.paths)} shard files do not divide evenly between {num_pipelines} input pipelines "
-            f"(one per worker host). Re-run `lmshards preprocess` with a shard count that is a multiple of {num_pipelines}."
-        )
-    return SplitFiles(paths=files.paths[pipeline_id::num_pipelines], records=files.records[pipeline_id::num_pipelines])
-
-
-def steps_per_epoch(files: SplitFiles, *, num_pipelines: int, per_pipeline_batch: int) -> int:
-    """Full batches per epoch that every input pipeline can deliver (the smallest pipeline decides)."""
-    smallest = min(
-        pipeline_files(files, num_pipelines=num_pipelines, pipeline_id=i).total_records for i in range(num_pipelines)
-    )
-    return smallest // per_pipeline_batch
-
-
-def masking_spec(manifest: Manifest, mlm_probability: float) -> MaskingSpec:
     tok = manifest.tokenizer
     if "mask" not in tok.special_token_ids:
         raise LmshardsError(
             f"The manifest's tokenizer has no mask token (special tokens: {tok.special_token_ids}); "
             "train a tokenizer with <mask> or [MASK] and re-run `lmshards preprocess`."
         )
-    if not 0.0 < mlm_probability < 1.0:
-        raise LmshardsError(f"--mlm_probability {mlm_probability} must be between 0 and 1 (e.g. 0.15).")
-    return MaskingSpec(
+    word_starts = None
+    if recipe in WORD_RECIPES:
+        if tokenizer is None:
+            raise LmshardsError(
+                f"--masking {recipe} finds words with the tokenizer the shards were made with, and the shard set "
+                "carries none: pass --tokenizer PATH (the tokenizer given to `lmshards preprocess`), or re-run "
+                "preprocess, which now keeps a copy in SHARDS_DIR/tokenizer/."
+            )
+        word_starts = word_start_tables(tokenizer.json_text)
+    return build_masking_spec(
+        recipe=recipe,
         vocab_size=tok.vocab_size,
         mask_id=tok.special_token_ids["mask"],
-        special_ids=tuple(sorted(set(tok.all_special_ids) | set(tok.special_token_ids.values()))),
+        special_ids=sorted(set(tok.all_special_ids) | set(tok.special_token_ids.values())),
         mlm_probability=mlm_probability,
-        max_predictions=max_predictions_for(manifest.seq_len, mlm_probability),
+        seq_len=manifest.seq_len,
+        word_starts=word_starts,
     )
 
 
 def train_dataset(
-    files: SplitFiles,
+    streams: Sequence[SetStream],
     *,
+    block_counts: Sequence[int],
     features: dict[str, dict],
     batch_size: int,
-    steps_per_epoch: int,
     shuffle_buffer: int,
     seed: int,
     start_step: int,
@@ -120,33 +93,28 @@ def train_dataset(
     with_segment_ids: bool,
     pipeline_id: int = 0,
 ) -> tf.data.Dataset:
-    """Endless masked batches for one input pipeline, starting at global step `start_step`.
+    """Endless masked batches for one input pipeline, starting at its batch `start_step`.
 
-    features: the manifest's record features (Manifest.features()), from which the parse spec is built.
-    Each epoch yields exactly `steps_per_epoch` batches of `batch_size`; batch k of the stream is
-    masked with the stateless seed (seed, pipeline-unique k), wherever the stream was started.
+    streams: what this pipeline reads of each set (train.mixture.pipeline_streams); block_counts: the
+    mixture's examples per set in every MIXTURE_BLOCK (Mixture.block_counts). features: the records'
+    features (Manifest.features()), from which the parse spec is built. Batch k of the stream is masked
+    with the stateless seed (seed, pipeline-unique k), wherever the stream was started.
     """
     spec = parse_spec(features, names=READ_FEATURES)
-    paths = tf.constant(files.paths)
-
-    def epoch_batches(epoch):  # epoch: int64 scalar -> serialized [batch_size] strings
-        epoch_seed = _stream_seed(seed, epoch, pipeline_id, epoch_draw=True)
-        order = tf.random.experimental.stateless_shuffle(paths, seed=epoch_seed)
-        records = tf.data.Dataset.from_tensor_slices(order).interleave(
-            tf.data.TFRecordDataset,
-            cycle_length=min(len(files.paths), MAX_INTERLEAVE),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
-        )
-        records = records.shuffle(shuffle_buffer, seed=tf.random.stateless_uniform([], epoch_seed, maxval=2**62, dtype=tf.int64))
-        return records.batch(batch_size, drop_remainder=True).take(steps_per_epoch)
-
-    start_epoch, skip = divmod(start_step, steps_per_epoch)
-    with _tensor_seeds_allowed():  # epoch_batches is traced here
-        batches = tf.data.Dataset.range(start_epoch, 2**62).flat_map(epoch_batches).skip(skip)
+    start = start_step * batch_size  # examples this pipeline has yielded before
+    with _tensor_seeds_allowed():  # the per-pass functions are traced here
+        if len(streams) == 1:
+            records = _set_records(streams[0], set_index=0, seed=seed, pipeline_id=pipeline_id,
+                                   shuffle_buffer=shuffle_buffer, start_record=start)
+        else:
+            read = examples_per_set(block_counts, seed=seed, pipeline_id=pipeline_id, examples=start)
+            records = tf.data.Dataset.choose_from_datasets(
+                [_set_records(stream, set_index=i, seed=seed, pipeline_id=pipeline_id, shuffle_buffer=shuffle_buffer,
+                              start_record=read[i]) for i, stream in enumerate(streams)],
+                mixture_choices(block_counts, seed=seed, pipeline_id=pipeline_id, start_example=start),
+            )
     # (step, serialized [batch_size])
-    steps = tf.data.Dataset.range(start_step, 2**62)
-    ds = tf.data.Dataset.zip(steps, batches)
+    ds = tf.data.Dataset.zip(tf.data.Dataset.range(start_step, _ENDLESS), records.batch(batch_size, drop_remainder=True))
     ds = ds.map(
         lambda step, serialized: _parse_and_mask(
             serialized, spec=spec, masking=masking, with_segment_ids=with_segment_ids,
@@ -158,16 +126,83 @@ def train_dataset(
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
+def _set_records(stream: SetStream, *, set_index: int, seed: int, pipeline_id: int, shuffle_buffer: int,
+                 start_record) -> tf.data.Dataset:
+    """One set's serialized records for one pipeline, pass after pass, from record `start_record` (int or int64 scalar)."""
+    paths = tf.constant(stream.files.paths)
+
+    def one_pass(index):  # index: int64 scalar -> that pass's records, reshuffled
+        pass_seed = _pass_seed(seed, index, pipeline_id, set_index)
+        order = tf.random.experimental.stateless_shuffle(paths, seed=pass_seed)
+        records = tf.data.Dataset.from_tensor_slices(order).interleave(
+            tf.data.TFRecordDataset,
+            cycle_length=min(len(stream.files.paths), MAX_INTERLEAVE),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+        records = records.shuffle(shuffle_buffer, seed=tf.random.stateless_uniform([], pass_seed, maxval=2**62, dtype=tf.int64))
+        return records.take(stream.pass_records)
+
+    start_pass, skip = start_record // stream.pass_records, start_record % stream.pass_records
+    return tf.data.Dataset.range(start_pass, _ENDLESS).flat_map(one_pass).skip(skip)
+
+
+def mixture_choices(block_counts: Sequence[int], *, seed: int, pipeline_id: int, start_example: int) -> tf.data.Dataset:
+    """int64 set index of each example of a pipeline, from example `start_example` on (see train.mixture)."""
+    start_block, offset = start_example // MIXTURE_BLOCK, start_example % MIXTURE_BLOCK
+    blocks = tf.data.Dataset.range(start_block, _ENDLESS)
+    return blocks.flat_map(
+        lambda block: tf.data.Dataset.from_tensor_slices(_block_choices(block_counts, seed, pipeline_id, block))
+    ).skip(offset)
+
+
+def examples_per_set(block_counts: Sequence[int], *, seed: int, pipeline_id: int, examples) -> tf.Tensor:
+    """int64 [sets]: how many of a pipeline's first `examples` examples each set gave (closed form, no reading)."""
+    full_blocks, rest = examples // MIXTURE_BLOCK, examples % MIXTURE_BLOCK
+    partial = tf.cast(_block_choices(block_counts, seed, pipeline_id, full_blocks)[:rest], tf.int32)
+    in_partial = tf.math.bincount(partial, minlength=len(block_counts), maxlength=len(block_counts), dtype=tf.int64)
+    return tf.cast(full_blocks, tf.int64) * tf.constant(block_counts, tf.int64) + in_partial
+
+
+def sequences_read(block_counts: Sequence[int], *, seed: int, num_pipelines: int, examples_per_pipeline: int) -> tuple[int, ...]:
+    """Sequences each set gave to all input pipelines together once each has yielded examples_per_pipeline."""
+    total = sum(
+        examples_per_set(block_counts, seed=seed, pipeline_id=p, examples=examples_per_pipeline).numpy()
+        for p in range(num_pipelines)
+    )
+    return tuple(int(n) for n in total)
+
+
+def _block_choices(block_counts: Sequence[int], seed: int, pipeline_id: int, block) -> tf.Tensor:
+    """int64 [MIXTURE_BLOCK]: the set of each example of a block, block_counts[i] of set i in a stateless order."""
+    layout = tf.constant(np.repeat(np.arange(len(block_counts)), block_counts), tf.int64)
+    return tf.random.experimental.stateless_shuffle(layout, seed=_choice_seed(seed, block, pipeline_id))
+
+
 def _stream_seed(seed: int, index, pipeline_id: int, *, epoch_draw: bool) -> tf.Tensor:
     counter = (index * _PIPELINE_STRIDE + pipeline_id) * 2 + int(epoch_draw)
-    return tf.stack([tf.constant(seed, tf.int64), counter])
+    return tf.stack([tf.constant(seed, tf.int64), tf.cast(counter, tf.int64)])
+
+
+def _pass_seed(seed: int, index, pipeline_id: int, set_index: int) -> tf.Tensor:
+    pass_seed = _stream_seed(seed, index, pipeline_id, epoch_draw=True)
+    # The first set keeps the seeds a one-set run has always used, so its order did not change with mixtures.
+    return pass_seed if set_index == 0 else _fold(pass_seed, set_index)
+
+
+def _choice_seed(seed: int, block, pipeline_id: int) -> tf.Tensor:
+    return _fold(_stream_seed(seed, block, pipeline_id, epoch_draw=False), _CHOICE_FOLD)
+
+
+def _fold(seed: tf.Tensor, data: int) -> tf.Tensor:
+    return tf.cast(tf.random.experimental.stateless_fold_in(seed, data), tf.int64)
 
 
 @contextlib.contextmanager
 def _tensor_seeds_allowed():
     """Lifts a TF global seed of 0 (mod 2**31 - 1) while a pipeline is traced, then restores it.
 
-    With such a global seed, TF's seed logic tests a tensor op seed (the per-epoch shuffle seed) for
+    With such a global seed, TF's seed logic tests a tensor op seed (the per-pass shuffle seed) for
     truth, which fails while tracing. keras.utils.set_random_seed(0) sets exactly that global seed.
     """
     global_seed, _ = tf.compat.v1.get_seed(None)
@@ -179,6 +214,14 @@ def _tensor_seeds_allowed():
     finally:
         if clash:
             tf.random.set_seed(global_seed)
+
+
+def eval_batch_count(records: int, *, batch_size: int, max_batches: int | None = None, batches_multiple_of: int = 1) -> int:
+    """Batches eval_dataset yields for `records` records: the real ones, then padding up to batches_multiple_of."""
+    batches = -(-records // batch_size)
+    if max_batches is not None:
+        batches = min(batches, max_batches)
+    return batches + -batches % batches_multiple_of
 
 
 def eval_dataset(
@@ -198,9 +241,7 @@ def eval_dataset(
     all-padding rows, which are never selected for prediction. Shapes stay static (TPUs need that)
     and no record is left out. features: the manifest's record features, as for train_dataset.
     """
-    batches = -(-files.total_records // batch_size)
-    if max_batches is not None:
-        batches = min(batches, max_batches)
+    batches = eval_batch_count(files.total_records, batch_size=batch_size, max_batches=max_batches)
     spec = parse_spec(features, names=READ_FEATURES)
     ds = tf.data.TFRecordDataset(list(files.paths), num_parallel_reads=min(len(files.paths), MAX_INTERLEAVE))
     ds = ds.batch(batch_size).take(batches).map(lambda serialized: tf.io.parse_example(serialized, spec))
@@ -225,12 +266,20 @@ def _parse_and_mask(serialized, *, spec: dict, masking: MaskingSpec, with_segmen
 
 
 def _mask(features, *, masking: MaskingSpec, with_segment_ids: bool, seed) -> dict[str, tf.Tensor]:
-    batch = mask_batch(features[INPUT_IDS], features[ATTENTION_MASK], masking, seed)
+    batch = mask_batch(_checked_ids(features[INPUT_IDS], masking.vocab_size), features[ATTENTION_MASK], masking, seed)
     if with_segment_ids:
         batch["segment_ids"] = tf.zeros_like(batch["token_ids"])
     # Keep the static batch size (known after batch(drop_remainder=True) or eval padding) on every output.
     rows = features[INPUT_IDS].shape[0]
     return {name: tf.ensure_shape(t, [rows, *t.shape[1:]]) for name, t in batch.items()}
+
+
+def _checked_ids(ids: tf.Tensor, vocab_size: int) -> tf.Tensor:
+    """ids, once asserted below vocab_size: a larger id (shards of another tokenizer, or a wrong manifest) would
+    index past the embedding table, which fails obscurely on CPUs and silently gives zeros on GPUs and TPUs."""
+    check = tf.debugging.assert_less(tf.reduce_max(ids), tf.constant(vocab_size, ids.dtype), message=ID_OUT_OF_VOCABULARY)
+    with tf.control_dependencies([check]):
+        return tf.identity(ids)
 
 
 def corrupt_shard_error(paths: tuple[str, ...], cause: Exception) -> LmshardsError:

@@ -35,16 +35,20 @@ import numpy as np
 import tensorflow as tf
 
 from schemas.errors import LmshardsError
+from train.masking_recipes import (
+    MASKING_RECIPES,
+    SPAN,
+    TOKEN,
+    WHOLE_WORD,
+    WORD_RECIPES,
+    check_recipe,
+    mean_span_words,
+    span_length_probabilities,
+)
 from train.word_starts import WordStartTables
-
-TOKEN, WHOLE_WORD, SPAN = "token", "whole_word", "span"
-MASKING_RECIPES = (TOKEN, WHOLE_WORD, SPAN)
-WORD_RECIPES = (WHOLE_WORD, SPAN)
 
 MASK_FRACTION = 0.8
 RANDOM_FRACTION = 0.1
-SPAN_GEOMETRIC_P = 0.2
-SPAN_MAX_WORDS = 10
 
 # token: headroom over the expected number of selections; truncation then happens for well under 1% of sequences.
 _PREDICTIONS_HEADROOM = 1.2
@@ -56,25 +60,6 @@ _PREDICTIONS_SLACK = 8
 _SELECTION_DISPERSION = {WHOLE_WORD: 6.0, SPAN: 17.0}
 # Standard deviations of that spread above the mean that max_predictions leaves room for.
 _PREDICTIONS_SIGMAS = 3.0
-
-
-def span_length_probabilities() -> np.ndarray:
-    """P(span = k words) for k = 1..SPAN_MAX_WORDS: geometric(SPAN_GEOMETRIC_P), restricted and renormalised."""
-    k = np.arange(1, SPAN_MAX_WORDS + 1)
-    weights = SPAN_GEOMETRIC_P * (1 - SPAN_GEOMETRIC_P) ** (k - 1)
-    return weights / weights.sum()
-
-
-def mean_span_words() -> float:
-    return float(np.arange(1, SPAN_MAX_WORDS + 1) @ span_length_probabilities())
-
-
-def max_mlm_probability(recipe: str) -> float:
-    """The largest mlm_probability a recipe can reach (exclusive).
-
-    span: spans are separated by at least one word, so at most mean/(mean + 1) of the words (0.79).
-    """
-    return mean_span_words() / (mean_span_words() + 1) if recipe == SPAN else 1.0
 
 
 def max_predictions_for(seq_len: int, mlm_probability: float, recipe: str = TOKEN) -> int:
@@ -134,14 +119,7 @@ def build_masking_spec(
       LmshardsError: unknown recipe, mlm_probability out of range for the recipe, or word-start
         tables missing or not of the tokenizer's vocabulary size.
     """
-    if recipe not in MASKING_RECIPES:
-        raise LmshardsError(f"--masking {recipe!r} is not a masking recipe; use one of {', '.join(MASKING_RECIPES)}.")
-    limit = max_mlm_probability(recipe)
-    if not 0.0 < mlm_probability < limit:
-        raise LmshardsError(
-            f"--mlm_probability {mlm_probability} must be above 0 and below {limit:.2f} for --masking {recipe} "
-            "(e.g. 0.15; up to 0.5 is tested for every recipe)."
-        )
+    check_recipe(recipe, mlm_probability)
     tables: dict[str, tuple[bool, ...]] = {}
     if recipe in WORD_RECIPES:
         if word_starts is None:

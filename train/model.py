@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
-
 import keras_hub
 import tensorflow as tf
 
 from schemas import fs
 from schemas.errors import LmshardsError
+from train.checkpoint import restore_newest
 from train.config import CHECKPOINTS_DIR, RUN_CONFIG_JSON, ModelConfig, model_config_from_dict
 from train.families import ModelFamily, get_family
+from train.run_dir import read_run_config
 
 
 def keras_hub_classes(family: ModelFamily) -> tuple[type, type]:
@@ -65,28 +65,27 @@ def checkpoint_root(model: keras_hub.models.MaskedLM, **extra) -> tf.train.Check
     return tf.train.Checkpoint(model=model, dropout_seeds=seeds, **extra)
 
 
-def read_run_config(run_dir: str) -> dict:
-    path = fs.join(run_dir, RUN_CONFIG_JSON)
-    if not fs.exists(path):
-        raise LmshardsError(f"No {RUN_CONFIG_JSON} in {run_dir!r}: not a training run directory (`lmshards train --output DIR`).")
-    return json.loads(fs.read_text(path))
-
-
 def load_model_from_run(run_dir: str, checkpoint: str | None = None) -> tuple[keras_hub.models.MaskedLM, ModelConfig]:
     """Rebuilds a run's model and restores its weights (not the optimizer) from a checkpoint.
 
-    `checkpoint` is a checkpoint prefix (e.g. `RUN_DIR/checkpoints/ckpt-3`); None means the latest.
+    `checkpoint` is a checkpoint prefix (e.g. `RUN_DIR/checkpoints/ckpt-3`); None means the newest one
+    that restores (a damaged newer one is skipped with a warning).
 
     Raises:
-      LmshardsError: not a run directory, or it holds no complete checkpoint.
+      LmshardsError: not a run directory, a damaged run_config.json, no checkpoint that restores, or a
+        named checkpoint that is missing or does not restore.
     """
     model_config = model_config_from_dict(read_run_config(run_dir)["model"], source=fs.join(run_dir, RUN_CONFIG_JSON))
-    if checkpoint is None:
-        checkpoint = tf.train.latest_checkpoint(fs.join(run_dir, CHECKPOINTS_DIR))
-        if checkpoint is None:
-            raise LmshardsError(f"No complete checkpoint under {fs.join(run_dir, CHECKPOINTS_DIR)!r}; train longer than --checkpoint_every steps.")
-    elif not tf.io.gfile.exists(checkpoint + ".index"):
-        raise LmshardsError(f"Checkpoint {checkpoint!r} is missing or incomplete (no {checkpoint}.index).")
     model = build_masked_lm(model_config)
-    checkpoint_root(model).restore(checkpoint).expect_partial().assert_existing_objects_matched()
+    if checkpoint is None:
+        directory = fs.join(run_dir, CHECKPOINTS_DIR)
+        if restore_newest(checkpoint_root(model), directory, expect_partial=True) is None:
+            raise LmshardsError(f"No complete checkpoint under {directory!r}; train longer than --checkpoint_every steps.")
+        return model, model_config
+    if not tf.io.gfile.exists(checkpoint + ".index"):
+        raise LmshardsError(f"Checkpoint {checkpoint!r} is missing or incomplete (no {checkpoint}.index).")
+    try:
+        checkpoint_root(model).restore(checkpoint).expect_partial().assert_existing_objects_matched()
+    except Exception as e:  # damaged: DataLossError, a short read, ...
+        raise LmshardsError(f"Checkpoint {checkpoint!r} does not restore ({e}); pass another --checkpoint.") from e
     return model, model_config

@@ -1,8 +1,11 @@
-"""AdamW with linear warmup then linear or cosine decay; no weight decay on LayerNorm weights or biases."""
+"""AdamW with linear warmup then linear or cosine decay (and linear --extend segments); no weight decay on
+LayerNorm weights or biases."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import Any, Mapping, Sequence
 
 import keras
 
@@ -17,18 +20,39 @@ def warmup_steps_for(total_steps: int, warmup_steps: int | None) -> int:
     return warmup_steps if warmup_steps is not None else max(1, math.ceil(DEFAULT_WARMUP_FRACTION * total_steps))
 
 
+@dataclasses.dataclass(frozen=True)
+class ScheduleExtension:
+    """From start_step on, the rate falls linearly from start_rate to 0 at end_step (an --extend)."""
+
+    start_step: int
+    end_step: int
+    start_rate: float
+
+
 @keras.saving.register_keras_serializable(package="lmshards")
 class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
     """Linear warmup from 0 to `peak` over `warmup_steps`, then linear or cosine decay to 0 at `total_steps`.
 
-    A pure function of the step, so the optimizer's restored `iterations` restores the schedule position.
+    Each of `extensions` (mappings with ScheduleExtension's fields, in the order they were made) takes
+    over from its start_step. A pure function of the step, so the optimizer's restored `iterations`
+    restores the schedule position; get_config() is what run_config.json keeps, so a resumed run
+    rebuilds the same schedule.
     """
 
-    def __init__(self, *, peak: float, warmup_steps: int, total_steps: int, decay: str = "linear"):
+    def __init__(
+        self, *, peak: float, warmup_steps: int, total_steps: int, decay: str = "linear",
+        extensions: Sequence[Mapping[str, Any]] = (),
+    ):
         self.peak = peak
         self.warmup_steps = warmup_steps
         self.total_steps = total_steps
         self.decay = decay
+        self.extensions = tuple(ScheduleExtension(**e) for e in extensions)
+
+    @property
+    def end_step(self) -> int:
+        """The step at which the rate reaches 0 and the run ends."""
+        return self.extensions[-1].end_step if self.extensions else self.total_steps
 
     def __call__(self, step):
         step = keras.ops.cast(step, "float32")
@@ -38,10 +62,28 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
             decayed = self.peak * 0.5 * (1.0 + keras.ops.cos(math.pi * progress))
         else:
             decayed = self.peak * (1.0 - progress)
-        return keras.ops.where(step < self.warmup_steps, warmup, decayed)
+        rate = keras.ops.where(step < self.warmup_steps, warmup, decayed)
+        for e in self.extensions:
+            left = keras.ops.clip((step - e.start_step) / max(e.end_step - e.start_step, 1), 0.0, 1.0)
+            rate = keras.ops.where(step >= e.start_step, e.start_rate * (1.0 - left), rate)
+        return rate
+
+    def extended(self, *, from_step: int, to_step: int) -> WarmupDecay:
+        """This schedule continued from `from_step` (the step training resumes at) to end at `to_step`.
+
+        The rate falls linearly from the one this schedule gives at from_step to 0 at to_step: it
+        neither jumps nor warms up again.
+        """
+        rate = float(self(from_step))
+        config = self.get_config()
+        config["extensions"].append(dataclasses.asdict(ScheduleExtension(start_step=from_step, end_step=to_step, start_rate=rate)))
+        return WarmupDecay(**config)
 
     def get_config(self):
-        return {"peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps, "decay": self.decay}
+        return {
+            "peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps, "decay": self.decay,
+            "extensions": [dataclasses.asdict(e) for e in self.extensions],
+        }
 
 
 def make_optimizer(

@@ -6,8 +6,10 @@ token accounting), from either the sample corpus tokenized with a real tokenizer
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
+import shutil
 from pathlib import Path
 from typing import Sequence
 
@@ -16,6 +18,7 @@ import numpy as np
 from schemas import manifest as mf
 from schemas import tokenizer_info
 from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
+from schemas.manifest import TOKENIZER_RELPATH
 from schemas.shards import shard_relpath
 from schemas.version import __version__
 
@@ -132,6 +135,18 @@ def write_shards(
         options={"remainder": "pad", "written_by": "tests.helpers.shard_factory"},
     )
     mf.write_manifest(out_dir, manifest)
+    return manifest
+
+
+def carry_tokenizer(out_dir: str | Path, tokenizer_path: str | Path) -> mf.Manifest:
+    """Makes a written shard set carry its tokenizer as `lmshards preprocess` does: the tokenizer.json copied
+    to OUT/tokenizer/ and its path recorded in the manifest (rewritten)."""
+    target = Path(out_dir) / TOKENIZER_RELPATH
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(tokenizer_path, target)
+    manifest = mf.read_manifest(str(out_dir))
+    manifest = dataclasses.replace(manifest, tokenizer=dataclasses.replace(manifest.tokenizer, path=TOKENIZER_RELPATH))
+    mf.write_manifest(str(out_dir), manifest)
     return manifest
 
 

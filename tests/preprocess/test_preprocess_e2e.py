@@ -15,7 +15,7 @@ from preprocess.cli import main as preprocess_main
 from preprocess.encode import doc_hash
 from preprocess.options import PreprocessConfig
 from preprocess.pipeline import run_pipeline
-from preprocess.sources import ReadOptions, iter_documents
+from preprocess.sources import InputError, ReadOptions, iter_documents
 from preprocess.split import split_of, validation_threshold
 from schemas import fs
 from schemas.manifest import read_manifest
@@ -100,7 +100,8 @@ def test_shards_are_balanced_and_parse_with_the_run_mlm_spec(sample_run):
             assert (batch["attention_mask"].numpy() == 1).all()
             count += ids.shape[0]
         assert count == split.records == split.totals.records
-    assert sorted(p.name for p in Path(config.output).iterdir()) == ["manifest.json", "train", "validation"]
+    assert sorted(p.name for p in Path(config.output).iterdir()) == [
+        "manifest.json", "schema.pbtxt", "tokenizer", "train", "validation"]
 
 
 @pytest.mark.slow
@@ -127,17 +128,22 @@ def test_refuses_non_empty_output_and_overwrite_replaces_it(sample_run, tmp_path
 
     out = tmp_path / "out"
     shutil.copytree(config.output, out)
-    (out / "stale.txt").write_text("left from an earlier run")
+    (out / "notes.txt").write_text("the user's own file")
     small = tmp_path / "small.txt"
     small.write_text("\n".join(f"line {i} of a small corpus with some words" for i in range(400)))
     argv = ["--input", str(small), "--tokenizer", config.tokenizer, "--output", str(out), "--overwrite",
             "--seq_len", "16", *IN_PROCESS]
+    copied = _files(str(out))
+    assert preprocess_main(argv) == 2  # --overwrite replaces only what lmshards wrote
+    assert "'notes.txt'" in capsys.readouterr().err
+    assert _files(str(out)) == copied
+
+    (out / "notes.txt").unlink()
     assert preprocess_main(argv) == 0
     assert "records" in capsys.readouterr().out
     manifest = read_manifest(str(out))
     assert [i.path for i in manifest.inputs] == [str(small)]
-    assert not (out / "stale.txt").exists()
-    kept = {p for p in _files(str(out)) if p != "manifest.json"}
+    kept = set(_files(str(out))) - {"manifest.json", "schema.pbtxt", "tokenizer/tokenizer.json"}
     assert kept == {s.path for split in manifest.splits.values() for s in split.shards}
 
 
@@ -148,9 +154,28 @@ def test_a_run_that_fails_midway_leaves_no_manifest(tmp_path, sample_tokenizer):
     (inputs / "good.txt").write_text("a good document\n" * 50)
     (inputs / "bad.txt.gz").write_bytes(gzip.compress(b"a document\n" * 1000)[:-40])  # truncated: fails when read
     config = _config([inputs], sample_tokenizer, tmp_path / "out")
-    with pytest.raises(Exception, match="bad.txt.gz"):
+    with pytest.raises(InputError, match="bad.txt.gz"):
         run_pipeline(config, IN_PROCESS)
-    assert not (tmp_path / "out" / "manifest.json").exists()
+    assert _files(config.output) == {}  # no manifest, and the partial output removed
+
+
+@pytest.mark.slow
+def test_a_worker_process_error_ends_in_one_clean_line(tmp_path, sample_tokenizer, capsys):
+    """With worker processes the error comes back as the worker's traceback text; the last line is still clean.
+
+    (Beam's worker processes print that traceback to the terminal themselves, outside the launcher's logging.)
+    """
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "good.txt").write_text("a good document\n" * 50)
+    (inputs / "bad.txt.gz").write_bytes(gzip.compress(b"a document\n" * 1000)[:-40])
+    argv = ["--input", str(inputs), "--tokenizer", str(sample_tokenizer), "--output", str(tmp_path / "out"),
+            "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    assert preprocess_main(argv) == 2
+    last = capsys.readouterr().err.rstrip().splitlines()[-1]
+    assert last.startswith(f"lmshards preprocess: error: {str(inputs / 'bad.txt.gz')!r}: corrupt or truncated")
+    assert "[while running" not in last
+    assert _files(str(tmp_path / "out")) == {}
 
 
 @pytest.fixture

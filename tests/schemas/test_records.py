@@ -1,4 +1,4 @@
-"""The wire contract: Example encoding, TFRecord framing and reading, the parse spec built from features."""
+"""The wire contract: Example encoding and decoding, TFRecord framing and reading, the parse spec from features."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import tensorflow as tf
 from schemas.constants import FEATURE_NAMES
 from schemas.records import (
     CorruptRecordError,
+    MalformedExampleError,
+    decode_examples,
     encode_examples,
     feature_spec,
     frame_record,
@@ -71,3 +73,56 @@ def test_parse_spec_follows_the_features_and_names():
     assert list(parse_spec(feature_spec(16), names=("input_ids",))) == ["input_ids"]
     with pytest.raises(KeyError, match="segment_ids"):
         parse_spec(feature_spec(16), names=("segment_ids",))
+
+
+@pytest.mark.parametrize("seq_len,vocab", [(8, 100), (128, 50265), (64, 2**31 - 1)])
+def test_decode_examples_equals_tf_parse_example_on_random_records(seq_len, vocab):
+    rng = np.random.default_rng(vocab)
+    ids = rng.integers(0, vocab, size=(300, seq_len))
+    masks = (rng.random((300, seq_len)) < 0.9).astype(np.int64)
+    ours = encode_examples({"input_ids": ids, "attention_mask": masks})
+    # TensorFlow's own serialization (map order not promised) with a feature the decoder must skip.
+    theirs = [
+        tf.train.Example(features=tf.train.Features(feature={
+            "input_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=i)),
+            "attention_mask": tf.train.Feature(int64_list=tf.train.Int64List(value=m)),
+            "text": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"x" * int(i[0] % 300)])),
+        })).SerializeToString()
+        for i, m in zip(ids.tolist(), masks.tolist())
+    ]
+    for records in (ours, theirs):
+        expected = tf.io.parse_example(records, parse_spec(feature_spec(seq_len)))
+        decoded = decode_examples(records, FEATURE_NAMES)
+        for name in FEATURE_NAMES:
+            assert decoded[name].dtype == np.int64
+            assert np.array_equal(decoded[name], expected[name].numpy())
+    assert list(decode_examples(ours, ("input_ids",))) == ["input_ids"]
+    assert decode_examples([], ("input_ids",))["input_ids"].shape == (0, 0)
+
+
+def test_decode_examples_takes_int64_extremes_like_tensorflow():
+    values = [0, 1, 127, 128, 2**63 - 1, -1, -(2**63)]
+    record = _tf_example({"input_ids": values})
+    spec = {"input_ids": tf.io.FixedLenFeature([len(values)], tf.int64)}
+    assert decode_examples([record], ("input_ids",))["input_ids"].tolist() == [values]
+    assert tf.io.parse_example([record], spec)["input_ids"].numpy().tolist() == [values]
+
+
+def test_decode_examples_names_what_is_wrong():
+    good = _tf_example({"input_ids": [1, 2, 3], "attention_mask": [1, 1, 0]})
+    floats = tf.train.Example(features=tf.train.Features(
+        feature={"input_ids": tf.train.Feature(float_list=tf.train.FloatList(value=[1.0]))})).SerializeToString()
+    with pytest.raises(MalformedExampleError, match="record 0 has no int64 feature 'segment_ids'"):
+        decode_examples([good], ("segment_ids",))
+    with pytest.raises(MalformedExampleError, match="'input_ids' is not an int64 list"):
+        decode_examples([floats], ("input_ids",))
+    with pytest.raises(MalformedExampleError, match="past the end"):
+        decode_examples([good[:-2]], ("input_ids",))
+    with pytest.raises(MalformedExampleError, match="3-4 values per record"):
+        decode_examples([good, _tf_example({"input_ids": [1, 2, 3, 4]})], ("input_ids",))
+    # Example{features{feature{key: "input_ids", value{int64_list{value: 5}}}}}, the value as a lone varint field.
+    unpacked = bytes.fromhex("0a13" "0a11" "0a09") + b"input_ids" + bytes.fromhex("1204" "1a02" "0805")
+    spec = {"input_ids": tf.io.FixedLenFeature([1], tf.int64)}
+    assert tf.io.parse_example([unpacked], spec)["input_ids"].numpy().tolist() == [[5]]  # valid for TensorFlow
+    with pytest.raises(MalformedExampleError, match="unpacked"):
+        decode_examples([unpacked], ("input_ids",))

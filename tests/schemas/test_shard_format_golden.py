@@ -22,6 +22,12 @@ EXPECTED = json.loads((GOLDEN / "expected_0.1.0.json").read_text(encoding="utf-8
 VOLATILE_FIELDS = ("created_at", "tool_version")
 # Per-split counters that 0.1.0 wrote but never set (always 0); format_version 2 dropped them.
 DROPPED_IN_V2 = ("documents_empty", "documents_invalid_utf8", "documents_nul")
+# Reading counters added since 0.1.0; the golden corpus has none of these.
+READING_ADDED_IN_V2 = ("documents_missing_field", "documents_non_string_text", "files_utf16", "files_utf32",
+                       "files_skipped_lmshards_output")
+# Files a format_version 2 output holds beside its shards, as the manifest lists them.
+TOKENIZER_COPY = "tokenizer/tokenizer.json"
+SCHEMA = "schema.pbtxt"
 
 
 def _manifest_for_comparison(manifest: dict) -> dict:
@@ -32,11 +38,17 @@ def _manifest_for_comparison(manifest: dict) -> dict:
 
 
 def _expected_today(manifest_0_1_0: dict) -> dict:
-    """0.1.0's manifest as format_version 2 writes it: the same, less the dropped always-zero counters."""
+    """0.1.0's manifest as format_version 2 writes it: the same, less the dropped always-zero counters, plus
+    the new reading counters (all 0 here), the tokenizer's copy and the schema."""
     manifest = json.loads(json.dumps(manifest_0_1_0))
     for split in manifest["splits"].values():
         for name in DROPPED_IN_V2:
             assert split["totals"].pop(name) == 0
+    for name in READING_ADDED_IN_V2:
+        assert name not in manifest["reading"]
+        manifest["reading"][name] = 0
+    manifest["tokenizer"]["path"] = TOKENIZER_COPY
+    manifest["schema"] = SCHEMA
     manifest["format_version"] = 2
     return manifest
 
@@ -57,6 +69,9 @@ def test_shards_are_byte_identical_to_0_1_0(case, tmp_path):
     assert written == expected["shards"]
     manifest = json.loads((output / "manifest.json").read_text(encoding="utf-8"))
     assert _manifest_for_comparison(manifest) == _expected_today(expected["manifest"])
+    # The tokenizer's copy is the very tokenizer given.
+    assert (output / TOKENIZER_COPY).read_bytes() == (GOLDEN / "tokenizer.json").read_bytes()
+    assert (output / SCHEMA).is_file()
 
 
 def test_a_0_1_0_manifest_still_reads(tmp_path):

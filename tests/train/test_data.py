@@ -14,9 +14,11 @@ tf = pytest.importorskip("tensorflow")
 from schemas.errors import LmshardsError  # noqa: E402
 from schemas.manifest import read_manifest  # noqa: E402
 from schemas.records import parse_spec  # noqa: E402
+from schemas.tokenizer_info import locate_tokenizer  # noqa: E402
 from tests.helpers.shard_factory import write_sample_shards  # noqa: E402
-from train import cli, data  # noqa: E402
+from train import cli, data, mixture  # noqa: E402
 from train.checkpoint import RunCheckpoints  # noqa: E402
+from train.masking import MASKING_RECIPES, WORD_RECIPES  # noqa: E402
 
 SEQ_LEN = 32
 BATCH = 16
@@ -29,13 +31,18 @@ def shards(tmp_path_factory, sample_tokenizer, sample_files) -> str:
     return str(out)
 
 
-def make_train_dataset(shards: str, *, start_step: int = 0, seed: int = 3):
-    manifest = read_manifest(shards)
-    files = data.split_files(manifest, shards, "train")
-    spe = data.steps_per_epoch(files, num_pipelines=1, per_pipeline_batch=BATCH)
-    ds = data.train_dataset(files, features=manifest.features(), batch_size=BATCH, steps_per_epoch=spe, shuffle_buffer=64, seed=seed,
-                            start_step=start_step, masking=data.masking_spec(manifest, 0.15), with_segment_ids=False)
-    return ds, spe, manifest
+def token_masking(manifest, p: float = 0.15):
+    return data.masking_spec(manifest, recipe="token", mlm_probability=p, tokenizer=None)
+
+
+def make_train_dataset(shards: str, *, start_step: int = 0, seed: int = 3, masking=None):
+    """The one-set pipeline as the trainer builds it on one replica: (dataset, steps per epoch, manifest)."""
+    mix = mixture.open_mixture([shards])
+    passes = mixture.pass_records(mix, num_pipelines=1, unit=BATCH)
+    ds = data.train_dataset(mixture.pipeline_streams(mix, passes, num_pipelines=1, pipeline_id=0), block_counts=mix.block_counts(),
+                            features=mix.manifest.features(), batch_size=BATCH, shuffle_buffer=64, seed=seed, start_step=start_step,
+                            masking=masking or token_masking(mix.manifest), with_segment_ids=False)
+    return ds, mixture.steps_per_epoch(passes, unit=BATCH), mix.manifest
 
 
 def unmasked(batch) -> np.ndarray:
@@ -50,7 +57,7 @@ def unmasked(batch) -> np.ndarray:
 def test_an_epoch_is_exact_and_visits_each_record_at_most_once(shards):
     ds, spe, manifest = make_train_dataset(shards)
     assert spe == manifest.splits["train"].records // BATCH
-    predictions = data.masking_spec(manifest, 0.15).max_predictions
+    predictions = token_masking(manifest).max_predictions
     assert ds.element_spec["token_ids"].shape == (BATCH, SEQ_LEN)  # static, as XLA/TPU steps need
     assert ds.element_spec["mask_positions"].shape == (BATCH, predictions)
     rows = np.concatenate([unmasked(b) for b in ds.take(spe)])
@@ -83,9 +90,9 @@ def test_order_and_masks_are_deterministic_and_resume_mid_stream(shards):
 
 def test_eval_batches_are_full_and_fixed_and_cover_every_record(shards):
     manifest = read_manifest(shards)
-    files = data.split_files(manifest, shards, "validation")
+    files = mixture.split_files(manifest, shards, "validation")
     records = files.total_records
-    ds = data.eval_dataset(files, features=manifest.features(), batch_size=BATCH, masking=data.masking_spec(manifest, 0.15),
+    ds = data.eval_dataset(files, features=manifest.features(), batch_size=BATCH, masking=token_masking(manifest),
                            with_segment_ids=True, batches_multiple_of=4)
     assert ds.element_spec["token_ids"].shape == (BATCH, SEQ_LEN)
     batches = list(ds)
@@ -93,17 +100,46 @@ def test_eval_batches_are_full_and_fixed_and_cover_every_record(shards):
     rows = np.concatenate([b["padding_mask"].numpy() for b in batches])
     assert (rows.sum(axis=1) > 0).sum() == records  # padding rows only after the real ones
     assert (rows[records:] == 0).all()
-    again = list(data.eval_dataset(files, features=manifest.features(), batch_size=BATCH, masking=data.masking_spec(manifest, 0.15),
+    again = list(data.eval_dataset(files, features=manifest.features(), batch_size=BATCH, masking=token_masking(manifest),
                                    with_segment_ids=True, batches_multiple_of=4))
     for a, b in zip(batches, again):
         np.testing.assert_array_equal(a["token_ids"].numpy(), b["token_ids"].numpy())
 
 
+@pytest.mark.parametrize("recipe", MASKING_RECIPES)
+def test_every_recipe_has_fixed_shapes_and_resumes_exactly(shards, sample_tokenizer, recipe):
+    manifest = read_manifest(shards)
+    masking = data.masking_spec(manifest, recipe=recipe, mlm_probability=0.3, tokenizer=locate_tokenizer(str(sample_tokenizer)))
+    assert masking.recipe == recipe and masking.mlm_probability == 0.3
+    assert (masking.word_starts is not None) == (recipe in WORD_RECIPES)
+    ds, _, _ = make_train_dataset(shards, masking=masking)
+    assert ds.element_spec["mask_positions"].shape == (BATCH, masking.max_predictions)
+    full = [b["mask_positions"].numpy() for b in ds.take(6)]
+    resumed = [b["mask_positions"].numpy() for b in make_train_dataset(shards, masking=masking, start_step=4)[0].take(2)]
+    np.testing.assert_array_equal(np.stack(resumed), np.stack(full[4:]))
+
+
+@pytest.mark.parametrize("recipe", WORD_RECIPES)
+def test_a_word_recipe_without_a_tokenizer_names_the_fix(capsys, shards, tmp_path, recipe):
+    err = run_cli(capsys, "--shards", shards, "--output", str(tmp_path / "run"), "--masking", recipe)
+    assert f"--masking {recipe} finds words with the tokenizer the shards were made with" in err
+    assert "pass --tokenizer PATH" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--masking", "span", "--mlm_probability", "0.8"], "--mlm_probability 0.8 must be above 0 and below 0.79 for --masking span"),
+    (["--mlm_probability", "1.0"], "--mlm_probability 1.0 must be above 0 and below 1.00 for --masking token"),
+    (["--masking", "whole_word", "--mlm_probability", "0"], "--mlm_probability 0.0 must be above 0"),
+])
+def test_mlm_probability_is_checked_per_recipe(capsys, flags, message):
+    assert run_cli(capsys, "--shards", "s", "--output", "o", *flags) == f"lmshards train: error: {message} (e.g. 0.15; up to 0.5 is tested for every recipe).\n"
+
+
 def test_files_must_divide_between_input_pipelines(shards):
-    files = data.split_files(read_manifest(shards), shards, "train")
-    assert data.pipeline_files(files, num_pipelines=4, pipeline_id=1).paths == files.paths[1::4]
+    files = mixture.split_files(read_manifest(shards), shards, "train")
+    assert mixture.pipeline_files(files, num_pipelines=4, pipeline_id=1).paths == files.paths[1::4]
     with pytest.raises(LmshardsError, match="8 shard files do not divide evenly between 3 input pipelines"):
-        data.pipeline_files(files, num_pipelines=3, pipeline_id=0)
+        mixture.pipeline_files(files, num_pipelines=3, pipeline_id=0)
 
 
 def corrupt_copy(shards: str, tmp_path) -> tuple[str, str]:
@@ -121,7 +157,7 @@ def test_corrupt_shard_is_named(shards, tmp_path):
     copy, bad = corrupt_copy(shards, tmp_path)
     manifest = read_manifest(copy)
     ds, _, _ = make_train_dataset(copy)
-    files = data.split_files(manifest, copy, "train")
+    files = mixture.split_files(manifest, copy, "train")
     with pytest.raises(tf.errors.DataLossError) as e:
         for _ in ds.take(10_000):
             pass

@@ -20,7 +20,6 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from train.masking import (  # noqa: E402
     MASKING_RECIPES,
     SPAN,
-    SPAN_MAX_WORDS,
     TOKEN,
     WHOLE_WORD,
     WORD_RECIPES,
@@ -29,6 +28,7 @@ from train.masking import (  # noqa: E402
     mask_batch,
     max_predictions_for,
 )
+from train.masking_recipes import SPAN_MAX_WORDS  # noqa: E402
 from train.word_starts import WordStartTables, word_start_tables  # noqa: E402
 
 SEQ_LEN = 128

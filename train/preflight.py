@@ -1,0 +1,139 @@
+"""What `lmshards train` checks before TensorFlow is imported, and how TensorFlow's start-up is kept quiet.
+
+A wrong flag, a missing shard, a tokenizer that is not the shards' own, a damaged run directory or a
+rerun that would change a run's schedule is reported in about a second, before TensorFlow loads
+(seconds, hundreds of MB) and before it prints anything. Nothing here imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import sys
+import tempfile
+from typing import Any, Iterator
+
+from schemas.constants import TRAIN_SPLIT, VALIDATION_SPLIT
+from schemas.errors import LmshardsError
+from schemas.manifest import Manifest
+from schemas.paths import check_writable
+from schemas.tokenizer_info import TokenizerSource
+from train import mixture
+from train.config import ModelConfig, TrainConfig, preset_config, read_model_config
+from train.run_dir import check_continuation, clear_run, finished_summary, previous_run_config
+
+log = logging.getLogger(__name__)
+
+# Set before TensorFlow is imported: TensorFlow's C++ logs (INFO to ERROR; FATAL still shows) and gRPC's.
+QUIET_ENVIRONMENT = {"TF_CPP_MIN_LOG_LEVEL": "3", "GRPC_VERBOSITY": "ERROR"}
+# Python loggers that TensorFlow and absl write their notices through (deprecations, retracing, ...).
+QUIET_LOGGERS = ("tensorflow", "absl")
+
+
+@dataclasses.dataclass(frozen=True)
+class Preflight:
+    """What the checks found, for the trainer to go on with."""
+
+    mixture: mixture.Mixture
+    tokenizer: TokenizerSource | None  # the run's tokenizer: --tokenizer, or the one a shard set carries
+    model_config: ModelConfig
+    previous_run: dict[str, Any] | None  # run_config.json of the run this command continues; None for a new run
+    finished: dict[str, Any] | None  # run_summary.json when the run is finished and this command would only repeat it
+
+
+def preflight(config: TrainConfig) -> Preflight:
+    """Checks the shard sets, the tokenizer, the model against the shards, the run directory and the output.
+
+    With --restart (and after every check) deletes what an earlier run wrote in --output.
+    Raises:
+      LmshardsError: the first problem found, naming the file or option and the fix.
+    """
+    mix = mixture.open_mixture(config.shards, config.shard_weights)
+    for shard_set in mix.sets:
+        for split in (TRAIN_SPLIT, VALIDATION_SPLIT) if shard_set.has_validation else (TRAIN_SPLIT,):
+            mixture.check_shard_sizes(shard_set.manifest, shard_set.path, split)
+    tokenizer = mixture.run_tokenizer(config.tokenizer, mix)
+    model_config = resolve_model_config(config, mix.manifest)
+    previous = None if config.restart else previous_run_config(config.output)
+    finished = None
+    if previous is not None:
+        finished = finished_summary(config.output, check_continuation(previous, config, model_config))
+    if finished is None:
+        check_writable(config.output)
+        if config.restart:
+            deleted = clear_run(config.output)
+            if deleted:
+                log.warning("--restart: deleted %s from %s; training starts from step 0.", ", ".join(deleted), config.output)
+    return Preflight(mix, tokenizer, model_config, previous, finished)
+
+
+def resolve_model_config(config: TrainConfig, manifest: Manifest) -> ModelConfig:
+    """The model config from --model_config or the preset, checked against the manifest.
+
+    Raises:
+      LmshardsError: vocabulary size or sequence length do not fit the shards.
+    """
+    vocab = manifest.tokenizer.vocab_size
+    if config.model_config:
+        model_config = read_model_config(config.model_config)
+        if model_config.vocabulary_size == 0:
+            model_config = dataclasses.replace(model_config, vocabulary_size=vocab)
+        elif model_config.vocabulary_size != vocab:
+            raise LmshardsError(
+                f"--model_config {config.model_config!r} has vocabulary_size {model_config.vocabulary_size} but the "
+                f"shards' tokenizer has {vocab} tokens. Set vocabulary_size to {vocab} (or 0 to take it from the manifest)."
+            )
+    else:
+        model_config = preset_config(config.model_preset, family=config.model_family, vocabulary_size=vocab)
+    if manifest.seq_len > model_config.max_sequence_length:
+        raise LmshardsError(
+            f"The shards hold sequences of {manifest.seq_len} tokens but the {model_config.family} model takes at most "
+            f"{model_config.max_sequence_length} (max_sequence_length). Raise "
+            "max_sequence_length in --model_config, or re-run `lmshards preprocess` with a smaller --seq_len."
+        )
+    return model_config
+
+
+def quiet_tensorflow(*, verbose: bool) -> None:
+    """Unless verbose, keeps TensorFlow's, absl's and gRPC's own log lines off stderr. Call before importing TensorFlow.
+
+    Variables the user set stay as they are.
+    """
+    if verbose:
+        return
+    for name, value in QUIET_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+@contextlib.contextmanager
+def native_stderr_discarded(*, verbose: bool) -> Iterator[None]:
+    """Discards what is written to file descriptor 2 inside the block (unless verbose); replays it if the block fails.
+
+    For `import tensorflow`: the CUDA and CPU-feature lines its libraries print while loading come
+    from their own C++ logging, before TF_CPP_MIN_LOG_LEVEL is read.
+    """
+    if verbose:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            _restore_stderr(saved)
+            captured.seek(0)
+            sys.stderr.write(captured.read().decode("utf-8", "replace"))
+            raise
+        _restore_stderr(saved)
+
+
+def _restore_stderr(saved: int) -> None:
+    sys.stderr.flush()
+    os.dup2(saved, 2)
+    os.close(saved)

@@ -1,0 +1,154 @@
+"""`lmshards preview SHARDS_DIR`: what a masking recipe does to the first training sequences.
+
+Runs the trainer's own input pipeline (train.data.train_dataset: one input pipeline from step 0, as on
+one host) with the given recipe, seed, batch size and shuffle buffer, and shows the first N sequences it
+yields: the decoded text with the tokens selected for prediction in [[...]], or with --json one object per
+line and sequence: `input_ids` (before masking), `masked_input_ids` (what the model sees) and `selected`
+(1 where the model predicts the token). Several shard sets are blended as `lmshards train` blends them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from typing import Callable, Sequence
+
+import numpy as np
+
+from schemas.cli import CommandParser, run_command, setup_logging
+from schemas.errors import LmshardsError
+from train import mixture
+from train.config import TrainConfig
+from train.masking_recipes import MASKING_RECIPES, check_recipe
+
+COMMAND = "preview"
+DEFAULT_N = 5
+SELECTED_OPEN, SELECTED_CLOSE = "[[", "]]"
+# The options preview shares with `lmshards train`, with its defaults.
+_TRAIN_DEFAULTS = TrainConfig(shards=(), output="")
+
+
+def build_parser() -> CommandParser:
+    d = _TRAIN_DEFAULTS
+    p = CommandParser(COMMAND, description=__doc__.split("\n\n", 1)[1])
+    p.add_argument("shards", nargs="+", metavar="SHARDS_DIR",
+                   help="preprocess output (local or gs://), as PATH or PATH:WEIGHT like `lmshards train --shards`")
+    p.add_argument("--masking", choices=MASKING_RECIPES, default=d.masking, help="masking recipe, as `lmshards train` takes it")
+    p.add_argument("--mlm_probability", type=float, default=d.mlm_probability, help="fraction of tokens to predict")
+    p.add_argument("--seed", type=int, default=d.seed, help="the run's --seed: data order and masks")
+    p.add_argument("--n", type=int, default=DEFAULT_N, help="sequences to show")
+    p.add_argument("--json", action="store_true", help="print one JSON object per sequence and line instead of text")
+    p.add_argument("--tokenizer", help="tokenizer to decode with and find words by (default: the shard set's copy)")
+    p.add_argument("--per_replica_batch", type=int, default=d.per_replica_batch,
+                   help="the run's --per_replica_batch (masks are drawn per batch)")
+    p.add_argument("--shuffle_buffer", type=int, default=d.shuffle_buffer, help="the run's --shuffle_buffer")
+    return p
+
+
+@dataclasses.dataclass(frozen=True)
+class PreviewRow:
+    """One training sequence as the pipeline yields it. Arrays are int [seq_len]."""
+
+    set_name: str
+    input_ids: np.ndarray  # before masking
+    masked_input_ids: np.ndarray  # the model's token_ids
+    selected: np.ndarray  # 1 where the token is to be predicted
+    padding_mask: np.ndarray
+
+
+def unmasked_rows(batch: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(input_ids before masking, selected 0/1) of a masked batch: its labels put back at their positions."""
+    ids = batch["token_ids"].copy()
+    selected = np.zeros_like(ids)
+    rows, slots = np.nonzero(batch["mask_weights"] > 0)
+    positions = batch["mask_positions"][rows, slots]
+    ids[rows, positions] = batch["mask_ids"][rows, slots]
+    selected[rows, positions] = 1
+    return ids, selected
+
+
+def preview_rows(args: argparse.Namespace) -> tuple[list[PreviewRow], int, Callable[[Sequence[int]], str]]:
+    """(the first --n rows, the mask id, a decoder of ids to text) for the parsed options."""
+    sources = [mixture.parse_shards_flag(text) for text in args.shards]
+    mix = mixture.open_mixture([s.path for s in sources], mixture.source_weights(sources))
+    tokenizer = mixture.run_tokenizer(args.tokenizer, mix)
+    unit = args.per_replica_batch
+    passes = mixture.pass_records(mix, num_pipelines=1, unit=unit)
+    from train import data  # TensorFlow loads only once the options are checked
+
+    masking = data.masking_spec(mix.manifest, recipe=args.masking, mlm_probability=args.mlm_probability, tokenizer=tokenizer)
+    ds = data.train_dataset(
+        mixture.pipeline_streams(mix, passes, num_pipelines=1, pipeline_id=0), block_counts=mix.block_counts(),
+        features=mix.manifest.features(), batch_size=unit, shuffle_buffer=args.shuffle_buffer, seed=args.seed,
+        start_step=0, masking=masking, with_segment_ids=False,
+    )
+    batches = -(-args.n // unit)
+    if len(mix.sets) == 1:
+        set_names = [mix.sets[0].name] * (batches * unit)
+    else:
+        choices = data.mixture_choices(mix.block_counts(), seed=args.seed, pipeline_id=0, start_example=0)
+        set_names = [mix.sets[i].name for i in choices.take(batches * unit).as_numpy_iterator()]
+    rows: list[PreviewRow] = []
+    for batch in ds.take(batches).as_numpy_iterator():
+        ids, selected = unmasked_rows(batch)
+        rows += [PreviewRow(set_names[len(rows) + i], ids[i], batch["token_ids"][i], selected[i], batch["padding_mask"][i])
+                 for i in range(len(ids))]
+    return rows[: args.n], masking.mask_id, _decoder(tokenizer.json_text if tokenizer else None)
+
+
+def _decoder(tokenizer_json: str | None) -> Callable[[Sequence[int]], str]:
+    """ids -> text with the tokenizer (special tokens kept), or the ids themselves without one."""
+    if tokenizer_json is None:
+        return lambda ids: " ".join(str(i) for i in ids)
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_str(tokenizer_json)
+    return lambda ids: tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
+
+
+def marked_text(ids: Sequence[int], selected: Sequence[int], decode: Callable[[Sequence[int]], str]) -> str:
+    """The decoded ids with every run of selected tokens wrapped in [[...]].
+
+    Each run's text is the difference of the decoded prefixes around it, so spaces between words decode
+    as in the whole sequence; where a decoder rewrites earlier text, the run is decoded alone.
+    """
+    bounds = [0, *(k for k in range(1, len(ids)) if selected[k] != selected[k - 1]), len(ids)]
+    parts, before = [], ""
+    for start, end in zip(bounds, bounds[1:]):
+        upto = decode(ids[:end])
+        text = upto[len(before):] if upto.startswith(before) else decode(ids[start:end])
+        parts.append(f"{SELECTED_OPEN}{text}{SELECTED_CLOSE}" if selected[start] else text)
+        before = upto
+    return "".join(parts)
+
+
+def describe(index: int, row: PreviewRow, *, mask_id: int, decode: Callable[[Sequence[int]], str]) -> str:
+    """A header (set, selected count, how they were replaced) and the marked text, padding left out."""
+    real = int(np.nonzero(row.padding_mask)[0].max() + 1) if row.padding_mask.any() else 0
+    chosen = row.selected[:real] > 0
+    new, old = row.masked_input_ids[:real][chosen], row.input_ids[:real][chosen]
+    masked, kept = int((new == mask_id).sum()), int(((new == old) & (new != mask_id)).sum())
+    header = (f"sequence {index} (set {row.set_name}): {int(chosen.sum())} of {real} tokens selected "
+              f"({masked} masked, {len(new) - masked - kept} random, {kept} kept)")
+    return f"{header}\n{marked_text(row.input_ids[:real], row.selected[:real], decode)}\n"
+
+
+def _preview(argv: Sequence[str]) -> None:
+    args = build_parser().parse_args(list(argv))
+    setup_logging(packages=["train"])
+    for name in ("n", "per_replica_batch", "shuffle_buffer"):
+        if getattr(args, name) < 1:
+            raise LmshardsError(f"--{name} {getattr(args, name)} must be at least 1.")
+    check_recipe(args.masking, args.mlm_probability)
+    rows, mask_id, decode = preview_rows(args)
+    for index, row in enumerate(rows):
+        if args.json:
+            print(json.dumps({"index": index, "set": row.set_name, "input_ids": row.input_ids.tolist(),
+                              "masked_input_ids": row.masked_input_ids.tolist(), "selected": row.selected.tolist()}))
+        else:
+            print(describe(index, row, mask_id=mask_id, decode=decode))
+
+
+def main(argv: Sequence[str]) -> int:
+    return run_command(COMMAND, lambda: _preview(argv))
