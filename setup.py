@@ -1,9 +1,10 @@
 """lmshards packaging. Also what Dataflow workers install (`--setup_file ./setup.py`).
 
 Every third-party version is pinned here, once. The default install is what a preprocess worker
-imports (Beam with its GCP IO, numpy, pyarrow, google-crc32c, protobuf, tokenizers, fsspec/gcsfs) and
-nothing else: no TensorFlow. The trainer, corpus statistics (tensorflow-transform), the Dask runner,
-the corpus tools (tokenizer training, dataset export), model export and test tools are extras.
+imports (Beam with its GCP IO, numpy, pyarrow, google-crc32c, protobuf, tensorflow-metadata's protos,
+tokenizers, fsspec/gcsfs) and nothing else: no TensorFlow. The trainer, corpus statistics
+(tensorflow-transform), the Dask runner, the corpus tools (tokenizer training, dataset export), model
+export and test tools are extras.
 """
 
 import os
@@ -55,6 +56,7 @@ WORKER = [
     pinned("pyarrow"),
     pinned("google-crc32c"),
     pinned("protobuf"),
+    pinned("tensorflow-metadata"),  # schema.pbtxt's proto (schemas/tfmd.py); needs protobuf and absl-py, no TensorFlow
     pinned("tokenizers"),
     pinned("fsspec"),
     pinned("gcsfs"),

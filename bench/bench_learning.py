@@ -546,8 +546,7 @@ def train_lmshards(args: Sequence[str], *, env: Mapping[str, str], run_dir: Path
 
 def verdicts(evaluation: Mapping[str, Any], lm: StepTimes, ref: StepTimes) -> dict[str, Any]:
     """The two targets, with the figures they were judged on."""
-    results = evaluation["results"]
-    loss_gap = results[LMSHARDS].loss - results[REFERENCE].loss
+    loss_gap = evaluation["diff"]
     step_ratio = lm.median_ms / ref.median_ms
     return {
         "eval_loss": {"lmshards_minus_reference": loss_gap, "paired_stderr": evaluation["diff_stderr"],

@@ -4,14 +4,18 @@ In one run, on the same machine, with the same tokenizer.json:
   (a) ceiling   - reference_ceiling.py: Tokenizer.encode_batch over all lines, all cores;
   (b) lmshards  - `lmshards preprocess` with its default runner: Beam's DirectRunner engine in-process,
                   the tokenizer's threads on every core (--lmshards-args to measure others, e.g. multi_processing);
-  (c) hf_style  - reference_hf_style.py: datasets.map tokenize + group_texts + serial TFRecordWriter, num_proc=2.
+  (c) hf_style  - reference_hf_style.py: datasets.map tokenize + group_texts + serial TFRecordWriter, num_proc=2;
+  (d) lmshards_dask - `lmshards preprocess --runner DaskRunner`: a local dask.distributed cluster started by
+                  the command (scheduler in the launcher, one single-threaded worker process per core).
 Each runs in a fresh subprocess; wall time is the process's, start to exit (imports and start-up included),
-and peak RSS is the peak of the summed RSS of its whole process tree (see _measure.py). (b) also runs on
-smaller subsets of the corpus to show how its peak RSS grows with input.
+and peak RSS is the peak of the summed RSS of its whole process tree (see _measure.py): for (d) the launcher,
+the scheduler and every worker. (d) must write the same shards as (b) (the summary checks the manifests'
+SHA-256s). (b) also runs on smaller subsets of the corpus to show how its peak RSS grows with input.
 
 Usage (from the repository root, with the venv active):
   python -m bench.bench_preprocess --corpus /tmp/bench-corpus/en --json bench-preprocess.json
   python -m bench.bench_preprocess --corpus data/sample/en --sizes 1 --skip-baseline   # quick check
+  python -m bench.bench_preprocess --corpus /tmp/bench-corpus/en --sizes all --skip-baseline --skip-ceiling  # (b) vs (d)
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import os
 import platform
@@ -52,7 +57,8 @@ RESULT_PREFIX = "RESULT "  # the line a reference script prints its counts on, a
 TARGET_VS_CEILING = 0.7  # (b) throughput / (a) throughput
 TARGET_VS_BASELINE = 2.0  # (b) throughput / (c) throughput
 
-CEILING, LMSHARDS, HF_STYLE = "ceiling", "lmshards", "hf_style"
+CEILING, LMSHARDS, HF_STYLE, LMSHARDS_DASK = "ceiling", "lmshards", "hf_style", "lmshards_dask"
+DASK_ARGS = ("--runner", "DaskRunner")  # (d): the flags that make (b) run on Dask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +66,8 @@ class Config:
     corpus: Path
     sizes: tuple[str, ...]
     skip_baseline: bool
+    skip_ceiling: bool
+    skip_dask: bool
     json_out: Path | None
     work_dir: Path
     seq_len: int
@@ -95,6 +103,7 @@ class Result:
     peak_processes: int
     load_before: tuple[float, float, float]
     mean_load1: float  # 1-minute load average, averaged over the run
+    shards_sha256: str | None = None  # lmshards runs: one hash over every shard's path and SHA-256 in the manifest
 
     @property
     def mb_per_s(self) -> float:
@@ -108,6 +117,7 @@ class Result:
 TOKEN_NOTES = {
     CEILING: "tokens of every non-empty line",
     LMSHARDS: "manifest tokens_in summed over splits",
+    LMSHARDS_DASK: "manifest tokens_in summed over splits",
     HF_STYLE: "tokens written (each 1000-row batch's remainder dropped)",
 }
 
@@ -207,8 +217,9 @@ def run_ceiling(inp: Input, tokenizer: Path) -> Result:
     return _result(CEILING, inp, m, tokens=out["tokens"], records=None, internal_s=out["internal_s"], load=load)
 
 
-def run_lmshards(inp: Input, tokenizer: Path, config: Config) -> Result:
-    out_dir = Path(tempfile.mkdtemp(prefix=f"lmshards-{inp.label}-", dir=config.work_dir))
+def run_lmshards(inp: Input, tokenizer: Path, config: Config, *, system: str = LMSHARDS) -> Result:
+    """(b), or with system=LMSHARDS_DASK (d): the same command on a local Dask cluster."""
+    out_dir = Path(tempfile.mkdtemp(prefix=f"{system}-{inp.label}-", dir=config.work_dir))
     shutil.rmtree(out_dir)  # the pipeline creates its output directory
     argv = [
         sys.executable, "-m", "lmshards", "preprocess",
@@ -216,7 +227,7 @@ def run_lmshards(inp: Input, tokenizer: Path, config: Config) -> Result:
         "--tokenizer", str(tokenizer),
         "--output", str(out_dir),
         "--seq_len", str(config.seq_len),
-        *config.lmshards_args,
+        *(DASK_ARGS if system == LMSHARDS_DASK else config.lmshards_args),
     ]  # fmt: skip
     load = load_average()
     try:
@@ -227,7 +238,11 @@ def run_lmshards(inp: Input, tokenizer: Path, config: Config) -> Result:
             shutil.rmtree(out_dir, ignore_errors=True)
     tokens = sum(s.totals.tokens_in for s in manifest.splits.values())
     records = sum(s.totals.records for s in manifest.splits.values())
-    return _result(LMSHARDS, inp, m, tokens=tokens, records=records, internal_s=None, load=load)
+    shards = sorted((shard.path, shard.sha256) for split in manifest.splits.values() for shard in split.shards)
+    return dataclasses.replace(
+        _result(system, inp, m, tokens=tokens, records=records, internal_s=None, load=load),
+        shards_sha256=hashlib.sha256(repr(shards).encode()).hexdigest(),
+    )
 
 
 def run_hf_style(inp: Input, tokenizer: Path, config: Config) -> Result:
@@ -289,6 +304,13 @@ def ratios(results: list[Result], label: str) -> dict[str, Any]:
             "b_rss_mb": ours.peak_rss_bytes / MB, "c_rss_mb": base.peak_rss_bytes / MB,
             "met": ours.peak_pss_bytes < base.peak_pss_bytes and ours.peak_rss_bytes < base.peak_rss_bytes,
         }  # fmt: skip
+    if LMSHARDS_DASK in by_system:
+        dask = by_system[LMSHARDS_DASK]
+        out["d_vs_b"] = {
+            "wall": dask.wall_s / ours.wall_s, "cpu": dask.cpu_s / ours.cpu_s,
+            "pss": dask.peak_pss_bytes / ours.peak_pss_bytes, "rss": dask.peak_rss_bytes / ours.peak_rss_bytes,
+            "same_shards": dask.shards_sha256 == ours.shards_sha256,
+        }  # fmt: skip
     return out
 
 
@@ -318,6 +340,11 @@ def ratio_lines(summary: dict[str, Any]) -> list[str]:
             lines.append(f"{name} throughput on {summary['input']}: {r['value']:.2f} "
                          f"(target >= {r['target']}: {'met' if r['met'] else 'NOT met'}); "
                          f"by CPU seconds: {r['by_cpu_time']:.2f}")  # fmt: skip
+    if "d_vs_b" in summary:
+        r = summary["d_vs_b"]
+        lines.append(f"lmshards_dask / lmshards on {summary['input']}: wall {r['wall']:.2f}x, CPU seconds {r['cpu']:.2f}x, "
+                     f"peak PSS {r['pss']:.2f}x, peak RSS {r['rss']:.2f}x; "
+                     f"same shards: {'yes' if r['same_shards'] else 'NO'}")  # fmt: skip
     if "memory_b_below_c" in summary:
         r = summary["memory_b_below_c"]
         lines.append(f"peak memory lmshards {r['b_pss_mb']:.0f} MB PSS / {r['b_rss_mb']:.0f} MB RSS vs hf_style "
@@ -343,6 +370,9 @@ def parse_args(argv: Sequence[str] | None) -> Config:
                    help="comma-separated input sizes in MB for lmshards' RSS-growth runs, 'all' = whole corpus; "
                         "the ceiling and the baseline run on the largest (default: %(default)s)")  # fmt: skip
     p.add_argument("--skip-baseline", action="store_true", help="do not run the (slow) HF-style baseline")
+    p.add_argument("--skip-ceiling", action="store_true", help="do not run the tokenizer ceiling")
+    p.add_argument("--skip-dask", action="store_true",
+                   help="do not run (d), lmshards on a local Dask cluster (needs the `dask` extra)")
     p.add_argument("--json", type=Path, help="also write the results to this JSON file")
     p.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "lmshards-bench",
                    help="tokenizer cache, subsets and scratch outputs (default: %(default)s)")  # fmt: skip
@@ -358,7 +388,10 @@ def parse_args(argv: Sequence[str] | None) -> Config:
             p.error(f"--sizes: {s!r} is neither a number of MB nor 'all' (e.g. --sizes 30,65,all)")
     if not sizes:
         p.error("--sizes is empty (e.g. --sizes 30,65,all)")
-    return Config(corpus=a.corpus, sizes=sizes, skip_baseline=a.skip_baseline, json_out=a.json,
+    if not a.skip_dask and importlib.util.find_spec("distributed") is None:
+        p.error('(d) needs dask: pip install "lmshards[dask]", or pass --skip-dask')
+    return Config(corpus=a.corpus, sizes=sizes, skip_baseline=a.skip_baseline, skip_ceiling=a.skip_ceiling,
+                  skip_dask=a.skip_dask, json_out=a.json,
                   work_dir=a.work_dir, seq_len=a.seq_len, keep_outputs=a.keep_outputs,
                   lmshards_args=tuple(shlex.split(a.lmshards_args)))  # fmt: skip
 
@@ -382,7 +415,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"tokenizer: {tokenizer}")
 
     # The comparison first, back to back on the largest input; then lmshards alone on the smaller ones.
-    plan = [(CEILING, largest), (LMSHARDS, largest)]
+    plan = [] if config.skip_ceiling else [(CEILING, largest)]
+    plan.append((LMSHARDS, largest))
+    if not config.skip_dask:
+        plan.append((LMSHARDS_DASK, largest))
     if not config.skip_baseline:
         plan.append((HF_STYLE, largest))
     plan += [(LMSHARDS, inp) for inp in sorted(set(inputs.values()) - {largest}, key=lambda i: i.bytes)]
@@ -391,8 +427,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"running {system} on {inp.label} ({inp.bytes / MB:.1f} MB) ...", flush=True)
         if system == CEILING:
             results.append(run_ceiling(inp, tokenizer))
-        elif system == LMSHARDS:
-            results.append(run_lmshards(inp, tokenizer, config))
+        elif system in (LMSHARDS, LMSHARDS_DASK):
+            results.append(run_lmshards(inp, tokenizer, config, system=system))
         else:
             results.append(run_hf_style(inp, tokenizer, config))
         r = results[-1]
@@ -417,6 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "seq_len": config.seq_len,
             "num_workers": NUM_WORKERS,
             "lmshards_args": list(config.lmshards_args),
+            "lmshards_dask_args": [] if config.skip_dask else list(DASK_ARGS),
             "memory_method": f"peaks of the summed psutil RSS (every {SAMPLE_INTERVAL_S} s) and PSS (every "
                              f">= {PSS_MIN_INTERVAL_S} s) over the process tree; max_single_rss = largest "
                              "ru_maxrss of one process",  # fmt: skip

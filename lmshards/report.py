@@ -1,4 +1,4 @@
-"""A one-page HTML report of a run: training-loss curve and shard balance, as inline SVG.
+"""A one-page HTML report of a run: training-loss curve, accuracy against a baseline and shard balance, as inline SVG.
 
 Plain SVG keeps the report dependency-free and viewable in any browser.
 """
@@ -90,6 +90,28 @@ def bar_chart_svg(labels: Sequence[str], values: Sequence[int], *, y_label: str)
     return "\n".join(parts)
 
 
+def comparison_svg(labels: Sequence[str], values: Sequence[float], *, x_label: str) -> str:
+    """An SVG of one horizontal bar per value (class="compare"), x axis from 0, each bar labelled with its value."""
+    if not values:
+        return "<p>(no data)</p>"
+    w, m, row = CHART_WIDTH, MARGIN, 28
+    label_width = w // 3
+    h = m + row * len(values)
+    top = max(values) or 1.0
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img">']
+    for i, (label, value) in enumerate(zip(labels, values)):
+        y = m // 2 + i * row
+        bar_w = _scale(value, 0, top, 0, w - label_width - 1.5 * m)
+        parts.append(f'<text x="{label_width - 6}" y="{y + 16}" text-anchor="end" font-size="12">{html.escape(label)}</text>')
+        parts.append(f'<rect class="compare" x="{label_width}" y="{y}" width="{bar_w:.1f}" height="{row - 6}" '
+                     f'fill="#4c78a8"><title>{html.escape(label)}: {value:.4g}</title></rect>')
+        parts.append(f'<text x="{label_width + bar_w + 6:.1f}" y="{y + 16}" font-size="12">{value:.3f}</text>')
+    parts.append(f'<text x="{label_width + (w - label_width) // 2}" y="{h - 8}" text-anchor="middle" font-size="12">'
+                 f"{html.escape(x_label)}</text>")
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
 def read_metrics(path: str) -> list[dict]:
     """The trainer's metrics.jsonl: one JSON object per line."""
     return [json.loads(line) for line in fs.read_text(path).splitlines() if line.strip()]
@@ -105,8 +127,9 @@ def loss_series(records: Sequence[dict]) -> list[Series]:
     return series
 
 
-def render_report(*, title: str, manifest: Manifest, metrics: Sequence[dict], facts: dict[str, str]) -> str:
-    """The whole HTML page: facts table, loss curve, records per shard for each split."""
+def render_report(*, title: str, manifest: Manifest, metrics: Sequence[dict], facts: dict[str, str],
+                  accuracy: Sequence[tuple[str, float]] = ()) -> str:
+    """The whole HTML page: facts table, loss curve, accuracies (label, value) if given, records per shard per split."""
     rows = "\n".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in facts.items())
     sections = [
         f"<h1>{html.escape(title)}</h1>",
@@ -114,6 +137,10 @@ def render_report(*, title: str, manifest: Manifest, metrics: Sequence[dict], fa
         "<h2>Training loss</h2>",
         line_chart_svg(loss_series(metrics), x_label="step", y_label="loss"),
     ]
+    if accuracy:
+        sections.append("<h2>Masked-token accuracy on the validation split</h2>")
+        sections.append(comparison_svg([label for label, _ in accuracy], [value for _, value in accuracy],
+                                       x_label="accuracy"))
     for name, split in manifest.splits.items():
         labels = [s.path.rsplit("/", 1)[-1] for s in split.shards]
         values = [s.records for s in split.shards]

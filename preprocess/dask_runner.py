@@ -7,8 +7,10 @@ runs each ParDo bundle (one bag partition) with a DoFnInvoker. Changed here:
 - ParDo outputs: Beam collects them in one list that belongs to the task graph and is never
   emptied, so a bundle also returns what earlier bundles in the same worker process emitted (the
   shard stage's layout saw each packing group several times); and it takes that list before
-  finish_bundle runs, so what finish_bundle emits is lost. Here every bundle gets its own copy of
-  the DoFn, its own receivers and invoker, and returns what finish_bundle emitted too.
+  finish_bundle runs, so what finish_bundle emits is lost. Here every bundle gets its own receivers
+  and invoker, and returns what finish_bundle emitted too. Each worker thread sets up its own copy
+  of a DoFn once and reuses it, as Beam's workers do (Beam's DaskRunner sets the DoFn up again for
+  every bundle, and shares one instance between a worker's threads).
 - Side inputs: Beam hands a ParDo its side input as a bag computed inside every task that reads it,
   so the side input's whole upstream runs again in each such task (and the pipeline's final step,
   the manifest, ran the whole pipeline that way). Here a side input is a dependency in the graph,
@@ -17,9 +19,10 @@ runs each ParDo bundle (one bag partition) with a DoFnInvoker. Changed here:
   task; here each element is its own partition unless --dask_npartitions or --dask_partition_size
   says otherwise.
 - The cluster: without --dask_client_address or --dask_scheduler_file, a local cluster of one
-  single-threaded worker process per core, listening on 127.0.0.1 only, without a dashboard. The
-  workers' `preprocess` log records (progress lines) are forwarded to this process, and the client
-  (with a local cluster, the cluster too) is closed when the job ends.
+  single-threaded worker process per core, listening on 127.0.0.1 only (Beam's bare `Client()`
+  serves its dashboard on every interface). The workers' `preprocess` log records (progress lines)
+  reach this process, and the client (with a local cluster, the cluster too) is closed when the
+  job ends.
 
 A ParDo with tagged outputs is refused while the graph is built: Beam's DaskRunner would deliver
 them into the main output.
@@ -28,8 +31,10 @@ them into the main output.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
+import threading
 from typing import Any
 
 import dask
@@ -45,12 +50,16 @@ from apache_beam.transforms.core import DoFn, ParDo
 from apache_beam.transforms.sideinputs import SideInputMap
 from distributed.diagnostics.plugin import WorkerPlugin
 
+LOCALHOST = "127.0.0.1"
 # The logger whose worker-side records (our progress lines) reach the launcher.
 FORWARDED_LOGGER = "preprocess"
 DEFAULT_ELEMENTS_PER_PARTITION = 1
+TASK_SHUFFLE = "tasks"  # how a GroupByKey moves data: between workers, through the scheduler's tasks
+# Set-up DoFns a worker process keeps (per thread and DoFn); more than one job's worth.
+SET_UP_FNS_PER_PROCESS = 64
 
 
-# ---------------------------------------------------------------- ParDo: one fresh invoker per bundle
+# ---------------------------------------------------------------- ParDo: fresh receivers per bundle
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,8 +83,17 @@ class _BundleSpec:
     side_inputs: tuple[_SideInputView, ...]
 
 
+@functools.lru_cache(maxsize=SET_UP_FNS_PER_PROCESS)
+def _set_up_fn(pickled_fn: bytes, thread: int) -> DoFn:
+    """The DoFn, unpickled and set up once per worker thread and reused by the thread's later bundles,
+    as Beam's own workers do: heavy objects (a tokenizer) are built once, a progress count goes on."""
+    fn = pickler.loads(pickled_fn)
+    fn.setup()
+    return fn
+
+
 def _process_bundle(elements, spec: _BundleSpec, *side_values: list) -> list:
-    """Runs one bundle through a copy of the DoFn; returns its outputs, finish_bundle's included.
+    """Runs one bundle through this thread's DoFn; returns its outputs, finish_bundle's included.
 
     side_values: every value of each side input.
     """
@@ -90,17 +108,16 @@ def _process_bundle(elements, spec: _BundleSpec, *side_values: list) -> list:
                      [transform_evaluator.get_windowed_value(v, view.window_fn) for v in values])
         for view, values in zip(spec.side_inputs, side_values)
     ]
+    fn = _set_up_fn(spec.pickled_fn, threading.get_ident())
     invoker = DoFnInvoker.create_invoker(
-        DoFnSignature(pickler.loads(spec.pickled_fn)), handler, context=DoFnContext(spec.label, state=None),
-        side_inputs=side_inputs, input_args=list(spec.args), input_kwargs=dict(spec.kwargs),
-        user_state_context=None, bundle_finalizer_param=DoFn.BundleFinalizerParam(),
+        DoFnSignature(fn), handler, context=DoFnContext(spec.label, state=None), side_inputs=side_inputs,
+        input_args=list(spec.args), input_kwargs=dict(spec.kwargs), user_state_context=None,
+        bundle_finalizer_param=DoFn.BundleFinalizerParam(),
     )
-    invoker.invoke_setup()
     invoker.invoke_start_bundle()
     for element in elements:
         invoker.invoke_process(element)
     invoker.invoke_finish_bundle()
-    invoker.invoke_teardown()
     return [output.value for output in receivers.values]
 
 
@@ -200,9 +217,10 @@ class _InfoLogs(WorkerPlugin):
 
 
 def local_cluster(workers: int) -> ddist.LocalCluster:
-    """`workers` single-threaded worker processes, everything on 127.0.0.1, no dashboard."""
-    return ddist.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                              dashboard_address=None)
+    """`workers` single-threaded worker processes; the scheduler, workers and the scheduler's HTTP
+    endpoint (a dashboard, with bokeh installed) listen on 127.0.0.1 only, on free ports."""
+    return ddist.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=LOCALHOST,
+                              dashboard_address=f"{LOCALHOST}:0")
 
 
 @dataclasses.dataclass
@@ -215,8 +233,9 @@ class DaskRunnerResult(dask_runner.DaskRunnerResult):
         try:
             return super().wait_until_finish(duration)
         finally:
-            self.client.unforward_logging(FORWARDED_LOGGER)
-            self.client.unregister_worker_plugin(_InfoLogs.name)
+            if self.cluster is None:  # a shared cluster outlives the job: take our plugins off it
+                self.client.unforward_logging(FORWARDED_LOGGER)
+                self.client.unregister_worker_plugin(_InfoLogs.name)
             self.client.close()
             if self.cluster is not None:
                 self.cluster.close()
@@ -229,10 +248,15 @@ class DaskRunner(dask_runner.DaskRunner):
         client_options = options.view_as(dask_runner.DaskOptions).get_all_options(drop_default=True,
                                                                                   current_only=True)
         bag_kwargs = dask_runner.DaskOptions._extract_bag_kwargs(client_options)
+        # distributed logs every worker and connection at INFO; that would drown the progress lines.
+        logging.getLogger("distributed").setLevel(logging.WARNING)
         pipeline.replace_all(dask_overrides())
         builder = _BagBuilder(bag_kwargs)
-        pipeline.visit(builder)
-        graph = dask.optimize(*builder.leaves())
+        # Without a client yet, dask would plan each GroupByKey as a shuffle through one machine's disk.
+        with dask.config.set({"dataframe.shuffle.method": TASK_SHUFFLE}):
+            pipeline.visit(builder)
+        # One collection: dask computes each collection handed to it with its own copy of the shared graph.
+        graph = db.concat(builder.leaves())
 
         cluster = None
         if not (client_options.get("address") or client_options.get("scheduler_file")):
@@ -241,4 +265,4 @@ class DaskRunner(dask_runner.DaskRunner):
         client = ddist.Client(**client_options)
         client.register_plugin(_InfoLogs())
         client.forward_logging(FORWARDED_LOGGER, level=logging.INFO)
-        return DaskRunnerResult(client, client.compute(list(graph)), cluster)
+        return DaskRunnerResult(client, [client.compute(graph)], cluster)

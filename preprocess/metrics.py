@@ -85,5 +85,6 @@ def finished_line(manifest: Manifest, seconds: float) -> str:
     shards = sum(len(split.shards) for split in manifest.splits.values())
     records = sum(split.totals.records for split in manifest.splits.values())
     rate = input_bytes / seconds / MEGABYTE if seconds > 0 else 0.0
-    return (f"preprocess finished in {format_duration(seconds)}: read {input_bytes / MEGABYTE:.1f} MB ({rate:.2f} MB/s), "
-            f"{manifest.reading.get('documents', 0):,} documents; wrote {shards:,} shards, {records:,} records")
+    return (f"preprocess finished in {format_duration(seconds)}: read {input_bytes / MEGABYTE:.1f} MB "
+            f"({rate:.2f} MB/s), {manifest.reading.get('documents', 0):,} documents; "
+            f"wrote {shards:,} shards, {records:,} records")

@@ -70,7 +70,8 @@ class LmshardsPreprocessOptions(PipelineOptions):
         add_reading_arguments(parser)  # --doc_separator, --text_field, --text_column
         # nargs="?" so both `--overwrite` and the Flex Template launcher's `--overwrite=true` parse.
         parser.add_argument("--overwrite", nargs="?", const=True, default=False, type=parse_bool,
-                            help="Replace an existing output (its manifest is deleted first).")
+                            help="Replace an earlier lmshards preprocess output (its manifest is deleted first); "
+                                 "refused if the directory holds anything lmshards did not write.")
         parser.add_argument("--tokenizer_threads", type=int, default=DEFAULT_TOKENIZER_THREADS,
                             help="Rust tokenizer threads per worker process. 0 = auto: every core for the "
                                  "default in-process runner (one worker), else 1 (the runner already runs one "

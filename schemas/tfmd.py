@@ -1,48 +1,71 @@
 """The records' TF Metadata schema (`schema.pbtxt`): feature types, shapes and value domains.
 
-Built with tensorflow-transform's schema utilities from a manifest's features, so TFX readers
-(tfx-bsl's Example decoder, tensorflow-transform, TFDV) and the trainer's tf.io parse spec agree.
-TensorFlow, tensorflow-transform and tensorflow-metadata are imported inside the functions:
-Dataflow workers import schemas/ and have none of them.
+Built from a manifest's features with tensorflow-metadata's protos alone, so the launcher and the
+Dataflow image (no TensorFlow) write it for every shard set. It is the proto that
+tensorflow-transform's `schema_utils.schema_from_feature_spec` makes from the same features and
+domains, to the byte in text format; tests/schemas/test_tfmd.py compares the two, so a change on
+tensorflow-transform's side fails there. TFX readers (tfx-bsl's Example decoder,
+tensorflow-transform, TFDV) and the trainer's tf.io parse spec thus agree on the records.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from google.protobuf import text_format
+from tensorflow_metadata.proto.v0 import schema_pb2
 
 from schemas import fs
-from schemas.constants import ATTENTION_MASK, INPUT_IDS, SCHEMA_NAME
+from schemas.constants import ATTENTION_MASK, FEATURE_DTYPE, INPUT_IDS, SCHEMA_NAME
 from schemas.errors import ManifestError
-from schemas.records import parse_spec
-
-if TYPE_CHECKING:
-    from tensorflow_metadata.proto.v0 import schema_pb2
 
 
-def schema_for(features: dict[str, dict[str, Any]], *, vocab_size: int) -> schema_pb2.Schema:
-    """The schema of records with these features (a manifest's `features()`).
-
-    input_ids get the categorical domain [0, vocab_size), attention_mask the domain {0, 1}.
+def feature_domains(vocab_size: int) -> dict[str, schema_pb2.IntDomain]:
+    """Feature name -> value domain: input_ids in [0, vocab_size) (categorical), attention_mask in {0, 1}.
 
     Raises:
       ValueError: vocab_size < 1.
     """
-    from tensorflow_metadata.proto.v0 import schema_pb2
-    from tensorflow_transform.tf_metadata import schema_utils
-
     if vocab_size < 1:
         raise ValueError(f"vocab_size must be at least 1, got {vocab_size}")
-    domains = {
+    return {
         INPUT_IDS: schema_pb2.IntDomain(min=0, max=vocab_size - 1, is_categorical=True),
         ATTENTION_MASK: schema_pb2.IntDomain(min=0, max=1),
     }
-    return schema_utils.schema_from_feature_spec(
-        parse_spec(features), {name: domain for name, domain in domains.items() if name in features}
+
+
+def _fixed_shape_feature(name: str, spec: dict[str, Any], domain: schema_pb2.IntDomain | None) -> schema_pb2.Feature:
+    """A feature present in every record with exactly `spec["shape"]` int64 values."""
+    if spec["dtype"] != FEATURE_DTYPE:
+        raise ValueError(f"feature {name!r} has dtype {spec['dtype']!r}; records hold only {FEATURE_DTYPE} features")
+    feature = schema_pb2.Feature(
+        name=name,
+        type=schema_pb2.INT,
+        presence=schema_pb2.FeaturePresence(min_fraction=1.0),
+        shape=schema_pb2.FixedShape(dim=[schema_pb2.FixedShape.Dim(size=size) for size in spec["shape"]]),
+    )
+    if domain is not None:
+        feature.int_domain.CopyFrom(domain)
+    return feature
+
+
+def schema_for(features: dict[str, dict[str, Any]], *, vocab_size: int) -> schema_pb2.Schema:
+    """The schema of records with these features (a manifest's `features()`), features sorted by name.
+
+    Raises:
+      ValueError: vocab_size < 1, or a feature that is not int64.
+    """
+    domains = feature_domains(vocab_size)
+    return schema_pb2.Schema(
+        feature=[_fixed_shape_feature(name, features[name], domains.get(name)) for name in sorted(features)]
     )
 
 
 def parse_spec_from_schema(schema: schema_pb2.Schema) -> dict[str, Any]:
-    """The `tf.io.parse_example` spec the schema describes (equal to records.parse_spec of its features)."""
+    """The `tf.io.parse_example` spec TFX consumers read from the schema (equal to records.parse_spec).
+
+    tensorflow-transform's own reading of the schema, imported here: it needs the `stats` extra.
+    """
     from tensorflow_transform.tf_metadata import schema_utils
 
     return dict(schema_utils.schema_as_feature_spec(schema).feature_spec)
@@ -50,8 +73,6 @@ def parse_spec_from_schema(schema: schema_pb2.Schema) -> dict[str, Any]:
 
 def schema_text(schema: schema_pb2.Schema) -> str:
     """Text format of the schema; the same schema always gives the same text."""
-    from google.protobuf import text_format
-
     return text_format.MessageToString(schema)
 
 
@@ -72,9 +93,6 @@ def read_schema(output_dir: str) -> schema_pb2.Schema:
     Raises:
       ManifestError: no schema there (outputs of older lmshards versions have none), or not a schema.
     """
-    from google.protobuf import text_format
-    from tensorflow_metadata.proto.v0 import schema_pb2
-
     path = schema_path(output_dir)
     if not fs.exists(path):
         raise ManifestError(

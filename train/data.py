@@ -174,9 +174,17 @@ def sequences_read(block_counts: Sequence[int], *, seed: int, num_pipelines: int
 
 
 def _block_choices(block_counts: Sequence[int], seed: int, pipeline_id: int, block) -> tf.Tensor:
-    """int64 [MIXTURE_BLOCK]: the set of each example of a block, block_counts[i] of set i in a stateless order."""
-    layout = tf.constant(np.repeat(np.arange(len(block_counts)), block_counts), tf.int64)
-    return tf.random.experimental.stateless_shuffle(layout, seed=_choice_seed(seed, block, pipeline_id))
+    """int64 [MIXTURE_BLOCK]: the set of each example of a block, block_counts[i] of set i.
+
+    Set i's examples are spread over the block one per stretch of 1/block_counts[i] of it, each at a
+    random point of its stretch (jittered strata), so every part of a block, not only the whole of it,
+    holds the sets in close to their shares.
+    """
+    sets = np.repeat(np.arange(len(block_counts)), block_counts)
+    strata = np.concatenate([np.arange(count) for count in block_counts])
+    jitter = tf.random.stateless_uniform([MIXTURE_BLOCK], seed=_choice_seed(seed, block, pipeline_id), dtype=tf.float64)
+    points = (strata + jitter) / np.repeat(block_counts, block_counts)
+    return tf.gather(tf.constant(sets, tf.int64), tf.argsort(points, stable=True))
 
 
 def _stream_seed(seed: int, index, pipeline_id: int, *, epoch_draw: bool) -> tf.Tensor:

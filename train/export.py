@@ -19,6 +19,7 @@ import numpy as np
 from schemas import fs
 from schemas.errors import LmshardsError, TokenizerError
 from schemas.hf_tokenizer import wrap_fast_tokenizer
+from schemas.paths import check_writable
 from schemas.tokenizer_info import TokenizerSource, fingerprint, locate_tokenizer
 from train.config import TOKENIZER_DIR
 from train.families import get_family
@@ -132,11 +133,7 @@ def export_masked_lm(
     for role in REQUIRED_ROLES:
         if role not in special_token_ids:
             raise LmshardsError(f"special_token_ids {special_token_ids} has no {role!r} token; the exported model needs one.")
-    if fs.is_remote(output_dir):
-        raise LmshardsError(
-            f"--output {output_dir!r} is remote; export to a local directory, then copy it or use --push_to_hub."
-        )
-    replace = fs.check_output_dir(output_dir, overwrite=overwrite)
+    replace = check_export_output(output_dir, overwrite=overwrite)
     differences = head_differences(spec)
     if differences:
         logger.warning(
@@ -157,6 +154,22 @@ def export_masked_lm(
             shutil.rmtree(output_dir)  # only now that the new export is complete
     logger.info("Exported %s model to %s", spec.family, output_dir)
     return output_dir
+
+
+def check_export_output(output_dir: str, *, overwrite: bool) -> bool:
+    """Checks, before any work, that output_dir can receive the export; True when it will replace a non-empty directory.
+
+    Raises:
+      LmshardsError: output_dir is remote, a file, or not empty without overwrite, or its directory is not
+        writable (the export is built beside it, then renamed).
+    """
+    if fs.is_remote(output_dir):
+        raise LmshardsError(
+            f"--output {output_dir!r} is remote; export to a local directory, then copy it or use --push_to_hub."
+        )
+    replace = fs.check_output_dir(output_dir, overwrite=overwrite)
+    check_writable(os.path.dirname(os.path.abspath(output_dir)), flag="the directory of --output")
+    return replace
 
 
 def save_hf_model(
@@ -244,8 +257,10 @@ def export_run(
     The tokenizer is RUN_DIR/tokenizer unless `tokenizer` is given; its fingerprint must match the
     one the run recorded.
     """
-    from train.model import load_model_from_run, read_run_config
+    from train.model import load_model_from_run
+    from train.run_dir import read_run_config
 
+    check_export_output(output_dir, overwrite=overwrite)
     run_config = read_run_config(run_dir)
     tokenizer_path = tokenizer or fs.join(run_dir, TOKENIZER_DIR)
     if not fs.exists(tokenizer_path):

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
-from schemas.cli import CommandParser, run_command, setup_logging
+from schemas.cli import EXIT_FAILURE, CommandParser, print_error, run_command, setup_logging
+from schemas.errors import LmshardsError
+from schemas.paths import disk_error_message
 from train.export import export_run, push_to_hub
 from train.families import FAMILIES
 
@@ -28,12 +30,22 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
-def _export(argv: Sequence[str]) -> None:
+def _export(argv: Sequence[str]) -> int | None:
     args = parse_args(argv)
     setup_logging(packages=["train"])
-    output = export_run(
-        args.run_dir, output_dir=args.output, checkpoint=args.checkpoint, tokenizer=args.tokenizer, overwrite=args.overwrite
-    )
+    try:
+        output = export_run(
+            args.run_dir, output_dir=args.output, checkpoint=args.checkpoint, tokenizer=args.tokenizer,
+            overwrite=args.overwrite,
+        )
+    except LmshardsError:
+        raise
+    except Exception as e:  # a full disk or lost permission while writing: one line, exit 1
+        message = disk_error_message(e, args.output)
+        if message is None:
+            raise
+        print_error(COMMAND, message)
+        return EXIT_FAILURE
     print(f"Exported {args.run_dir} to {output}")
     if args.push_to_hub:
         print(f"Pushed to {push_to_hub(output, args.push_to_hub)}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 from typing import Any, Sequence
 
 from schemas.cli import CommandParser, run_command, setup_logging
@@ -56,11 +57,22 @@ def fill_mask(model_dir: str, text: str, *, top_k: int = DEFAULT_TOP_K) -> list[
         raise LmshardsError(f"fill-mask needs transformers and torch ({e}). Install: pip install 'lmshards[export]'.") from e
     try:
         fill = pipeline("fill-mask", model=model_dir, device="cpu")
-    except (OSError, ValueError) as e:
-        raise LmshardsError(f"{model_dir!r} is not a loadable transformers model directory ({e}).") from e
+    except pickle.UnpicklingError as e:
+        # torch loads pickled weights (pytorch_model.bin) with weights_only=True and refuses anything else.
+        raise LmshardsError(
+            f"{model_dir!r} holds a pickled weights file that torch refuses to load, as it could run code "
+            f"({_first_line(e)}). Use a model directory written by `lmshards export` (model.safetensors), or "
+            "convert the weights to safetensors where they came from."
+        ) from e
+    except (OSError, ValueError, RuntimeError) as e:
+        raise LmshardsError(f"{model_dir!r} is not a loadable transformers model directory ({_first_line(e)}).") from e
     predictions = fill(with_mask_token(text, fill.tokenizer.mask_token), top_k=top_k)
     # One mask gives a flat list, several give a list per mask.
     return predictions if isinstance(predictions[0], list) else [predictions]
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def format_predictions(per_mask: list[list[dict[str, Any]]]) -> str:

@@ -7,10 +7,11 @@ builds the tf.data pipeline from what this module plans.
   come from the same tokenizer and seq_len. A set is named by its directory's basename, made unique
   with a `-2`, `-3`... suffix; metrics use the name (`eval_loss/<name>`, `sequences/<name>`).
 - Sampling: each input pipeline draws its examples in blocks of MIXTURE_BLOCK, each block holding
-  exactly block_counts()[i] examples of set i (weight x block, largest remainders first) in an order
-  shuffled statelessly by (seed, pipeline, block) (train.data.mixture_choices). The realised shares
-  equal the weights to 1/MIXTURE_BLOCK at every block boundary, and how far a run has read into each
-  set is a closed-form function of the step: a resumed run reads exactly what an uninterrupted one would.
+  exactly block_counts()[i] examples of set i (weight x block, largest remainders first), each set's
+  spread evenly over the block at random points drawn statelessly from (seed, pipeline, block)
+  (train.data.mixture_choices). The realised shares equal the weights to 1/MIXTURE_BLOCK at every block
+  boundary and stay within about one example per set of them in between; how far a run has read into
+  each set is a closed-form function of the step, so a resumed run reads exactly what an uninterrupted one would.
 - A pass over a set gives every input pipeline the same number of that set's records: the smallest
   pipeline's share, rounded down to whole global batches. Each pass reshuffles. A set that runs out
   (a small set with a large weight) starts another pass; its repeats are counted and reported.

@@ -494,6 +494,8 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
         if step == plan.total_steps and has_eval and config.final_eval == FINAL_EVAL_FULL and not preemption.raised:
             log.info("Final evaluation: one pass over the whole validation split.")
             final_record = evaluate(step, limit=None, stop=lambda: preemption.raised)
+            # A run stopped after its final evaluation but before its summary evaluates again, in one row.
+            metrics.records = [r for r in metrics.records if FINAL_EVAL_PREFIX + "eval_loss" not in r]
     if preemption.raised:
         if saved_step != step:
             checkpoints.save(step)

@@ -36,7 +36,8 @@ NOT_ON_WORKERS = {"train", "corpus_tools", "lmshards", "tests", "data", "bench",
 FULL_PACKAGES = WORKER_PACKAGES | {"corpus_tools", "lmshards", "train"}
 TRAINER_ONLY_REQUIREMENTS = {"keras", "keras-hub", "torch", "transformers", "datasets", "safetensors"}
 # The TensorFlow stack: ~2 GB that no worker module needs; only the `train` and `stats` extras carry it.
-TF_STACK = {"tensorflow", "tensorflow-transform", "tfx-bsl", "tensorflow-metadata", "tf-keras"}
+# (tensorflow-metadata, its schema protos, is a worker pin: it needs protobuf, not TensorFlow.)
+TF_STACK = {"tensorflow", "tensorflow-transform", "tfx-bsl", "tf-keras"}
 DASK_REQUIREMENTS = {"dask", "distributed"}
 
 # Import name of each distribution whose name is not its import name with "-" -> "_".
@@ -47,8 +48,7 @@ RUNTIME_PLUGINS = {"gcsfs": "fsspec's gs:// filesystem, which fsspec imports its
 # worker module imports without them): module -> the worker files allowed to.
 OPTIONAL_IMPORTS = {
     "tensorflow": {"schemas/records.py"},  # parse_spec(): the trainer's and stats' tf.io spec
-    "tensorflow_transform": {"schemas/tfmd.py"},  # the TF Metadata schema ([stats])
-    "tensorflow_metadata": {"schemas/tfmd.py"},
+    "tensorflow_transform": {"schemas/tfmd.py"},  # parse_spec_from_schema(): tft's reading of schema.pbtxt ([stats])
     "transformers": {"schemas/hf_tokenizer.py"},  # the trainer's and corpus tools' tokenizer wrapper
 }
 # Worker modules only an extra's users load (by class path, never imported by another worker module at

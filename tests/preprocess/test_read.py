@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import bz2
 import gzip
-import logging
 from pathlib import Path
 
 import apache_beam as beam
@@ -15,7 +14,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from preprocess.sources import InputError, ReadOptions, ReadStats, expand_inputs
 from preprocess.metrics import METRICS_NAMESPACE
-from preprocess.read import COUNTERS, ReadDocuments, ReadProgress
+from preprocess.read import COUNTERS, INPUT_BYTES_COUNTER, ReadDocuments
 
 LINES = b"\xef\xbb\xbf" + b"alpha one\r\n\r\nbeta \xff two\r\ngamma\x00 three\n   \ndelta four\n" * 3
 PARAGRAPHS = b"p1 line a\np1 line b\n\n\np2 only\n \t\np3 first\r\np3 second\r\n\r\np4\n\n" * 3
@@ -34,7 +33,8 @@ def write_corpus(tmp_path: Path, text: bytes) -> list[Path]:
     return sorted(tmp_path.iterdir())
 
 
-def run_read(files, options: ReadOptions, *, range_bytes: int, batch_size: int, expected_docs, expected_stats):
+def run_read(files, options: ReadOptions, *, range_bytes: int, batch_size: int, expected_docs, expected_stats,
+             input_bytes: int):
     pipeline = test_pipeline.TestPipeline(runner="FnApiRunner")
     out = pipeline | ReadDocuments(files, options, range_bytes=range_bytes, batch_size=batch_size)
     assert_that(out.documents | "Flatten" >> beam.FlatMap(lambda batch: batch), equal_to(expected_docs))
@@ -47,6 +47,7 @@ def run_read(files, options: ReadOptions, *, range_bytes: int, batch_size: int, 
                 for c in result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]}
     assert {name: counters.get(name, 0) for name in COUNTERS.values()} == {
         COUNTERS[field]: value for field, value in expected_stats.as_dict().items()}
+    assert counters[INPUT_BYTES_COUNTER] == input_bytes  # the files' sizes, however they were ranged
 
 
 def _check(ok: bool, what) -> None:
@@ -68,7 +69,7 @@ def test_read_documents_line_separated(tmp_path):
                       documents_nul=9, documents_invalid_json=1,
                       bytes_read=text_size(files) + len("pq onepq twopq three"))
     run_read(expand_inputs([str(tmp_path)]), ReadOptions(), range_bytes=37, batch_size=5,
-             expected_docs=expected, expected_stats=stats)
+             expected_docs=expected, expected_stats=stats, input_bytes=sum(p.stat().st_size for p in files))
 
 
 def test_read_documents_blank_line_separated_from_a_glob(tmp_path):
@@ -78,7 +79,7 @@ def test_read_documents_blank_line_separated_from_a_glob(tmp_path):
     stats = ReadStats(documents=len(expected), documents_empty=1, documents_invalid_json=1,
                       bytes_read=text_size(files) + len("pq onepq twopq three"))
     run_read([str(tmp_path / "*")], ReadOptions(doc_separator="blank_line"), range_bytes=16, batch_size=512,
-             expected_docs=expected, expected_stats=stats)
+             expected_docs=expected, expected_stats=stats, input_bytes=sum(p.stat().st_size for p in files))
 
 
 def test_read_documents_checks_inputs_while_building(tmp_path):
@@ -87,13 +88,3 @@ def test_read_documents_checks_inputs_while_building(tmp_path):
         ReadDocuments([str(tmp_path / "bad.parquet")], ReadOptions())
     with pytest.raises(InputError, match="matches no file"):
         ReadDocuments([str(tmp_path / "*.txt")], ReadOptions())
-
-
-def test_progress_reports_rates(caplog):
-    progress = ReadProgress(every_s=0.0)
-    with caplog.at_level(logging.INFO, logger="preprocess.read"):
-        progress.report(ReadStats(documents=10, bytes_read=2_000_000), finished=True)
-        progress.report(ReadStats(documents=5))
-    messages = [r.getMessage() for r in caplog.records]
-    assert messages[0].startswith("read 10 documents, 2.0 MB (") and "documents/s" in messages[0]
-    assert messages[1].startswith("read 15 documents, 2.0 MB (") and "MB/s" in messages[1]

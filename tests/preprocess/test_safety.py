@@ -258,11 +258,12 @@ def test_a_truncated_gz_is_one_error_line_without_beams_traceback(capsys, corpus
 def test_a_tokenizer_that_cannot_be_loaded_is_named(capsys, corpus, tmp_path):
     broken = tmp_path / "tokenizer.json"
     broken.write_text(json.dumps({"model": {"type": "NoSuchModel"}}))
+    inputs = _tree(corpus)
     code, _, err = _run(capsys, "--input", corpus, "--tokenizer", broken, "--output", tmp_path / "out")
     assert code == 2
     line = _error_line(err)
     assert str(broken) in line and "cannot be loaded" in line
-    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "out").exists() and _tree(corpus) == inputs
 
 
 @pytest.mark.parametrize("field,value", [

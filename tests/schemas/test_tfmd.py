@@ -1,4 +1,5 @@
-"""The records' TF Metadata schema: built from the manifest's features, round-trips, decodes as the trainer parses."""
+"""The records' TF Metadata schema: built from the manifest's features without TensorFlow, the same as
+tensorflow-transform builds it, round-trips, decodes as the trainer parses."""
 
 from __future__ import annotations
 
@@ -8,13 +9,21 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
+from tensorflow_transform.tf_metadata import schema_utils
 from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
 
 from schemas import fs
 from schemas.constants import ATTENTION_MASK, INPUT_IDS, SCHEMA_NAME
 from schemas.errors import ManifestError
 from schemas.records import encode_examples, feature_spec, frame_record, parse_spec, read_records
-from schemas.tfmd import parse_spec_from_schema, read_schema, schema_for, schema_text, write_schema
+from schemas.tfmd import (
+    feature_domains,
+    parse_spec_from_schema,
+    read_schema,
+    schema_for,
+    schema_text,
+    write_schema,
+)
 
 SEQ_LEN, VOCAB = 16, 500
 
@@ -44,6 +53,19 @@ def test_schema_has_the_features_shapes_and_token_id_domain():
     assert (features[ATTENTION_MASK].int_domain.min, features[ATTENTION_MASK].int_domain.max) == (0, 1)
     with pytest.raises(ValueError, match="vocab_size"):
         schema_for(feature_spec(SEQ_LEN), vocab_size=0)
+    with pytest.raises(ValueError, match="'float32'"):
+        schema_for({INPUT_IDS: {"dtype": "float32", "shape": [SEQ_LEN]}}, vocab_size=VOCAB)
+
+
+@pytest.mark.parametrize(("seq_len", "vocab_size"), [(8, 1), (16, VOCAB), (128, 30522), (512, 50265), (4096, 250002)])
+def test_schema_is_the_one_tensorflow_transform_builds_to_the_byte(seq_len, vocab_size):
+    """Launchers without TensorFlow write what tft's schema utilities make; a tft change that alters it fails here."""
+    features = feature_spec(seq_len)
+    ours = schema_for(features, vocab_size=vocab_size)
+    theirs = schema_utils.schema_from_feature_spec(parse_spec(features), feature_domains(vocab_size))
+    assert ours == theirs
+    assert schema_text(ours).encode() == schema_text(theirs).encode()
+    assert ours.SerializeToString(deterministic=True) == theirs.SerializeToString(deterministic=True)
 
 
 @pytest.mark.parametrize("seq_len", [8, 128, 512])

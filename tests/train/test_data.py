@@ -129,7 +129,8 @@ def test_a_word_recipe_without_a_tokenizer_names_the_fix(capsys, shards, tmp_pat
 @pytest.mark.parametrize("flags, message", [
     (["--masking", "span", "--mlm_probability", "0.8"], "--mlm_probability 0.8 must be above 0 and below 0.79 for --masking span"),
     (["--mlm_probability", "1.0"], "--mlm_probability 1.0 must be above 0 and below 1.00 for --masking token"),
-    (["--masking", "whole_word", "--mlm_probability", "0"], "--mlm_probability 0.0 must be above 0"),
+    (["--masking", "whole_word", "--mlm_probability", "0"],
+     "--mlm_probability 0.0 must be above 0 and below 1.00 for --masking whole_word"),
 ])
 def test_mlm_probability_is_checked_per_recipe(capsys, flags, message):
     assert run_cli(capsys, "--shards", "s", "--output", "o", *flags) == f"lmshards train: error: {message} (e.g. 0.15; up to 0.5 is tested for every recipe).\n"

@@ -1,6 +1,8 @@
-"""Optimizer: no weight decay on LayerNorm weights and biases; warmup then linear/cosine decay to 0."""
+"""Optimizer: no weight decay on LayerNorm weights and biases; warmup then linear/cosine decay to 0, and --extend segments."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -29,3 +31,26 @@ def test_schedule(decay, middle):
 
 def test_default_warmup_is_five_percent():
     assert warmup_steps_for(1000, None) == 50 and warmup_steps_for(10, None) == 1 and warmup_steps_for(1000, 7) == 7
+
+
+@pytest.mark.parametrize("decay", ["linear", "cosine"])
+def test_extension_continues_the_rate_and_falls_linearly_to_zero(decay):
+    base = WarmupDecay(peak=1e-3, warmup_steps=10, total_steps=110, decay=decay)
+    extended = base.extended(from_step=60, to_step=160)
+    rate_at_60 = float(base(60))
+    assert extended.end_step == 160 and base.end_step == 110
+    # Unchanged before the extension, continuous at its start, linear to 0 at its end, no warmup.
+    assert [float(extended(s)) for s in (0, 5, 10, 59)] == pytest.approx([float(base(s)) for s in (0, 5, 10, 59)], abs=1e-9)
+    assert [float(extended(s)) for s in (60, 85, 110, 160, 200)] == pytest.approx(
+        [rate_at_60, 0.75 * rate_at_60, 0.5 * rate_at_60, 0.0, 0.0], abs=1e-9)
+
+
+def test_a_second_extension_takes_over_from_its_start_and_the_config_round_trips():
+    first = WarmupDecay(peak=1e-3, warmup_steps=10, total_steps=110).extended(from_step=60, to_step=160)
+    second = first.extended(from_step=100, to_step=300)
+    assert float(second(100)) == pytest.approx(float(first(100)), abs=1e-12)
+    assert float(second(200)) == pytest.approx(0.5 * float(first(100)), abs=1e-9)
+    assert [e["start_step"] for e in second.get_config()["extensions"]] == [60, 100]
+    again = WarmupDecay.from_config(json.loads(json.dumps(second.get_config())))
+    assert [float(again(s)) for s in range(0, 320, 7)] == [float(second(s)) for s in range(0, 320, 7)]
+    assert again.end_step == 300

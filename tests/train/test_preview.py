@@ -63,12 +63,12 @@ def test_preview_shows_exactly_what_the_trainer_reads(capsys, sets, sets_used, r
     rows = preview_json(capsys, *shards, "--masking", recipe, "--mlm_probability", str(p), "--seed", str(seed))
     assert len(rows) == N and [r["index"] for r in rows] == list(range(N))
     batches = trainer_batches(shards, (1.0,) * len(shards), recipe=recipe, p=p, seed=seed)
-    masked = np.concatenate([b["token_ids"] for b in batches])[:N]
+    masked = np.concatenate([b["token_ids"] for b in batches])
     selected = np.zeros_like(masked)
     for i, b in enumerate(batches):
         rows_, slots = np.nonzero(b["mask_weights"] > 0)
         selected[rows_ + i * BATCH, b["mask_positions"][rows_, slots]] = 1
-    selected = selected[:N]
+    masked, selected = masked[:N], selected[:N]
     np.testing.assert_array_equal([r["selected"] for r in rows], selected)
     np.testing.assert_array_equal([r["masked_input_ids"] for r in rows], masked)
     ids = np.array([r["input_ids"] for r in rows])

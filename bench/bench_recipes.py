@@ -1,0 +1,213 @@
+"""Learning check of the masking recipes: one `lmshards train` run per recipe, the same steps, each scored on fixed masks.
+
+In one run, on one machine:
+  1. shards  - `lmshards tokenizer train` (byte-level BPE, vocabulary 8000) and `lmshards preprocess` on the bundled
+               English sample (or --corpus DIR), as bench_learning makes them; or --shards DIR to reuse a shard set.
+               The shard set carries its tokenizer, so no run is given --tokenizer.
+  2. runs    - `lmshards train --model_preset tiny --masking R` for R in token, whole_word, span: the same steps, batch,
+               learning rate, seed and --mlm_probability.
+  3. scoring - each run's final weights on the validation split, masked once with the trainer's fixed evaluation
+               seed: with its own recipe's masks and with token-level masks (the same masks for every model), as the
+               mean cross-entropy over the predicted tokens (nats) and accuracy.
+Every recipe's loss must fall well below its start: its own-masks eval loss at least FALL_NATS under the mean train
+loss of its first logging window (about log(vocabulary) for an untrained model). Otherwise the bench exits 1 naming
+the broken recipe.
+
+Usage (from the repository root, with the venv active):
+  python -m bench.bench_recipes --json bench-recipes.json          # the default run, ~5 min on 2 cores
+  python -m bench.bench_recipes --steps 100 --mlm_probability 0.3
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from bench._measure import load_average
+from bench.bench_learning import DEFAULT_CORPUS, logged_windows, make_shards, run_lmshards, source_version
+from bench.bench_preprocess import child_env
+
+RECIPES = ("token", "whole_word", "span")
+PRESET = "tiny"
+DEFAULT_STEPS = 300
+DEFAULT_BATCH = 32
+DEFAULT_LEARNING_RATE = 2e-3
+DEFAULT_MLM_PROBABILITY = 0.15
+WARMUP_FRACTION = 0.05
+SEED = 0
+LOG_EVERY = 10  # the first window's mean train loss is a recipe's start
+EVAL_BATCH = 64
+# A recipe is broken unless its own-masks eval loss ends this far below its start (nats).
+FALL_NATS = 2.0
+TOKEN_MASKS = "token"
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    corpus: Path
+    shards: str | None
+    steps: int
+    batch_size: int
+    learning_rate: float
+    mlm_probability: float
+    work_dir: Path
+    json_out: Path | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Score:
+    loss: float  # mean cross-entropy over the predicted tokens, nats
+    accuracy: float
+    masked_tokens: int
+
+
+def train_args(config: Config, *, shards: str, recipe: str, run_dir: Path) -> list[str]:
+    steps = str(config.steps)
+    return ["train", "--shards", shards, "--output", str(run_dir), "--model_preset", PRESET, "--steps", steps,
+            "--per_replica_batch", str(config.batch_size), "--learning_rate", str(config.learning_rate),
+            "--warmup_steps", str(max(1, round(WARMUP_FRACTION * config.steps))), "--masking", recipe,
+            "--mlm_probability", str(config.mlm_probability), "--seed", str(SEED), "--log_every", str(LOG_EVERY),
+            "--eval_every", steps, "--checkpoint_every", steps]  # fmt: skip
+
+
+def fixed_masks(shards: str, recipe: str, mlm_probability: float) -> list[dict[str, Any]]:
+    """The validation split masked by `recipe` with the trainer's fixed evaluation seed: the same batches for every model."""
+    from train import data, mixture
+
+    mix = mixture.open_mixture([shards])
+    masking = data.masking_spec(mix.manifest, recipe=recipe, mlm_probability=mlm_probability,
+                                tokenizer=mixture.run_tokenizer(None, mix))
+    ds = data.eval_dataset(mix.sets[0].files("validation"), features=mix.manifest.features(), batch_size=EVAL_BATCH,
+                           masking=masking, with_segment_ids=False)
+    return list(ds)
+
+
+def score(model: Any, batches: Sequence[dict[str, Any]]) -> Score:
+    from train.trainer import masked_lm_sums
+
+    loss = tokens = correct = 0.0
+    for batch in batches:
+        sums = [float(v) for v in masked_lm_sums(model, batch, training=False)]
+        loss, tokens, correct = loss + sums[0], tokens + sums[1], correct + sums[2]
+    return Score(loss=loss / tokens, accuracy=correct / tokens, masked_tokens=int(tokens))
+
+
+def verdict(recipe: str, start: float, own: Score) -> str | None:
+    """None when the recipe learned, else the line that says it is broken."""
+    fell = start - own.loss
+    if fell >= FALL_NATS:
+        return None
+    return (f"recipe {recipe} is broken: its eval loss on its own masks is {own.loss:.3f} nats, only {fell:.3f} below "
+            f"its start ({start:.3f}); at least {FALL_NATS} expected")
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    header = ("recipe", "start", "last train", "eval own masks", "acc own", "eval token masks", "acc token", "fell by",
+              "learned")
+    cells = [header] + [(
+        r["recipe"], f"{r['start_loss']:.3f}", f"{r['last_train_loss']:.3f}", f"{r['own_masks']['loss']:.3f}",
+        f"{r['own_masks']['accuracy']:.3f}", f"{r['token_masks']['loss']:.3f}", f"{r['token_masks']['accuracy']:.3f}",
+        f"{r['fell_by']:.3f}", "yes" if r["learned"] else "NO",
+    ) for r in rows]  # fmt: skip
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))) for row in cells]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None) -> Config:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="directory of *.txt files to make shards from (default: %(default)s)")
+    p.add_argument("--shards", help="reuse this `lmshards preprocess` output (it must carry its tokenizer)")
+    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="training steps of every run (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH, help="sequences per step (default: %(default)s)")
+    p.add_argument("--learning-rate", type=float, default=DEFAULT_LEARNING_RATE, help="peak learning rate (default: %(default)s)")
+    p.add_argument("--mlm_probability", type=float, default=DEFAULT_MLM_PROBABILITY,
+                   help="fraction of tokens every recipe selects (default: %(default)s)")
+    p.add_argument("--work-dir", type=Path, help="keep shards, runs and logs here (default: a temporary directory)")
+    p.add_argument("--json", type=Path, help="also write the results to this JSON file")
+    a = p.parse_args(argv)
+    if a.steps < 2 * LOG_EVERY:
+        p.error(f"--steps must be at least {2 * LOG_EVERY}: the first {LOG_EVERY}-step window is the start")
+    return Config(corpus=a.corpus, shards=a.shards, steps=a.steps, batch_size=a.batch_size, learning_rate=a.learning_rate,
+                  mlm_probability=a.mlm_probability, work_dir=a.work_dir or Path(tempfile.mkdtemp(prefix="bench_recipes_")),
+                  json_out=a.json)  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    config = parse_args(argv)
+    work = config.work_dir
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    env = child_env()
+    if config.shards:
+        shards = config.shards
+    else:
+        print(f"making shards from {config.corpus} ...", flush=True)
+        shards, _ = make_shards(config.corpus, work, env=env)
+
+    runs = {}
+    for recipe in RECIPES:
+        run_dir = work / f"run_{recipe}"
+        args = train_args(config, shards=shards, recipe=recipe, run_dir=run_dir)
+        print(f"{recipe}: $ lmshards {shlex.join(args)}", flush=True)
+        t0 = time.perf_counter()
+        run_lmshards(args, env=env, log_path=work / f"train_{recipe}.log")
+        runs[recipe] = {"command": ["lmshards", *args], "wall_s": time.perf_counter() - t0,
+                        "windows": logged_windows(str(run_dir / "metrics.jsonl"))}
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from train.model import load_model_from_run
+
+    masks = {name: fixed_masks(shards, name, config.mlm_probability) for name in RECIPES}
+    rows, broken = [], []
+    for recipe in RECIPES:
+        model, _ = load_model_from_run(str(work / f"run_{recipe}"))
+        own, token = score(model, masks[recipe]), score(model, masks[TOKEN_MASKS])
+        windows = runs[recipe]["windows"]
+        start = windows[0]["loss"]
+        problem = verdict(recipe, start, own)
+        broken += [problem] if problem else []
+        rows.append({"recipe": recipe, "start_loss": start, "last_train_loss": windows[-1]["loss"],
+                     "own_masks": dataclasses.asdict(own), "token_masks": dataclasses.asdict(token),
+                     "fell_by": start - own.loss, "learned": problem is None, "command": runs[recipe]["command"],
+                     "wall_s": runs[recipe]["wall_s"],
+                     "train_loss_windows": [(w["step"], w["loss"]) for w in windows]})  # fmt: skip
+    print()
+    print(table(rows))
+    print()
+    print(f"start: mean train loss of the first {LOG_EVERY} steps; eval: validation split, fixed masks "
+          f"(mlm_probability {config.mlm_probability}), {rows[0]['token_masks']['masked_tokens']} token-level predictions")
+    print("\n".join(broken) if broken else f"every recipe's loss fell at least {FALL_NATS} nats below its start")
+    if config.json_out:
+        report = {
+            "benchmark": "recipes",
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+            "command": " ".join(["python -m bench.bench_recipes", *(argv if argv is not None else sys.argv[1:])]),
+            "lmshards": source_version(),
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+            "shards": shards,
+            "run": {"preset": PRESET, "steps": config.steps, "batch_size": config.batch_size,
+                    "learning_rate": config.learning_rate, "mlm_probability": config.mlm_probability, "seed": SEED},
+            "fall_nats_required": FALL_NATS,
+            "recipes": rows,
+            "broken": broken,
+            "wall_s": time.time() - started,
+            "load_after": load_average(),
+        }  # fmt: skip
+        config.json_out.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {config.json_out}")
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

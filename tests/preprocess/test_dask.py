@@ -1,0 +1,116 @@
+"""--runner DaskRunner on a dask.distributed cluster of 2 worker processes: the same shard bytes and
+manifest as the default runner, and the gaps of Beam's own DaskRunner closed."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from lmshards.cli import main as lmshards_main
+
+distributed = pytest.importorskip("dask.distributed")
+pytestmark = pytest.mark.slow
+
+from preprocess.dask_runner import LOCALHOST, local_cluster  # noqa: E402  (needs dask)
+
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
+# Several packing groups and read ranges (so both workers read, pack and write), pad, JSON Lines and text.
+FLAGS = ["--input", str(GOLDEN / "docs.jsonl"), "--input", str(GOLDEN / "corpus"), "--tokenizer",
+         str(GOLDEN / "tokenizer.json"), "--seq_len", "48", "--validation_fraction", "0.1", "--seed", "3",
+         "--packing_group_tokens", "2000", "--shard_multiple", "4", "--remainder", "pad", "--range_mb", "0.005"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, host=LOCALHOST,
+                                  dashboard_address=f"{LOCALHOST}:0") as cluster:
+        yield cluster
+
+
+def _files(output: Path) -> dict[str, bytes]:
+    return {p.relative_to(output).as_posix(): p.read_bytes() for p in sorted(output.rglob("*")) if p.is_file()}
+
+
+def test_dask_output_is_byte_identical_to_the_default_runners(cluster, tmp_path):
+    default, dask = tmp_path / "default", tmp_path / "dask"
+    assert lmshards_main(["preprocess", *FLAGS, "--output", str(default)]) == 0
+    assert lmshards_main(["preprocess", *FLAGS, "--output", str(dask), "--runner", "DaskRunner",
+                          "--dask_client_address", cluster.scheduler_address]) == 0
+
+    expected, got = _files(default), _files(dask)
+    manifests = [json.loads(files.pop("manifest.json")) for files in (expected, got)]
+    assert got == expected  # every shard, the tokenizer copy and schema.pbtxt, byte for byte
+    assert sum(1 for name in got if name.endswith(".tfrecord")) >= 8
+    for manifest in manifests:
+        manifest.pop("created_at")
+    assert manifests[1] == manifests[0]
+
+
+class _CountRuns(beam.DoFn):
+    """Leaves one file per element it processes, so runs in any worker process can be counted."""
+
+    def __init__(self, directory: str):
+        self._directory = directory
+
+    def process(self, x):
+        (Path(self._directory) / uuid.uuid4().hex).write_text(str(x))
+        yield x
+
+
+class _EmitLast(beam.DoFn):
+    """Buffers a bundle's elements, adding the side input to each, and emits them in finish_bundle."""
+
+    def start_bundle(self):
+        self._held = []
+
+    def process(self, x, total):
+        self._held.append(x * 100 + total)
+
+    def finish_bundle(self):
+        from apache_beam.transforms.window import GlobalWindows
+
+        for value in self._held:
+            yield GlobalWindows.windowed_value(value)
+
+
+def _save(_, values, path):
+    Path(path).write_text(json.dumps(sorted(values)))
+
+
+def test_each_step_runs_once_and_finish_bundle_outputs_arrive(cluster, tmp_path):
+    """Beam's DaskRunner loses finish_bundle outputs, repeats a bundle's earlier outputs, and reruns
+    a side input's upstream in every task that reads it."""
+    runs, result = tmp_path / "runs", tmp_path / "result.json"
+    runs.mkdir()
+    options = PipelineOptions(["--runner", "preprocess.dask_runner.DaskRunner",
+                               "--dask_client_address", cluster.scheduler_address])
+    with beam.Pipeline(options=options) as pipeline:
+        numbers = pipeline | beam.Create(range(6)) | beam.ParDo(_CountRuns(str(runs)))
+        total = numbers | beam.CombineGlobally(sum)
+        held = numbers | beam.ParDo(_EmitLast(), beam.pvalue.AsSingleton(total))
+        numbers | "Again" >> beam.Map(lambda x: x)  # a second consumer, and a second leaf
+        pipeline | "Once" >> beam.Create([None]) | beam.Map(_save, beam.pvalue.AsList(held), str(result))
+    assert json.loads(result.read_text()) == [x * 100 + 15 for x in range(6)]
+    assert sorted(p.read_text() for p in runs.iterdir()) == [str(x) for x in range(6)]
+
+
+def test_tagged_outputs_are_refused_before_any_cluster_starts():
+    pipeline = beam.Pipeline(options=PipelineOptions(["--runner", "preprocess.dask_runner.DaskRunner"]))
+    _ = pipeline | beam.Create([1, 2]) | beam.Map(lambda x: x).with_outputs("odd", main="all")
+    with pytest.raises(NotImplementedError, match="has tagged outputs"):
+        pipeline.run()
+
+
+def test_the_local_cluster_listens_on_localhost_only():
+    psutil = pytest.importorskip("psutil")
+    with local_cluster(1) as cluster:
+        addresses = [cluster.scheduler_address, *(w["host"] for w in cluster.scheduler_info["workers"].values())]
+        processes = [psutil.Process(), *psutil.Process().children(recursive=True)]
+        listening = {c.laddr.ip for p in processes for c in p.net_connections("inet") if c.status == psutil.CONN_LISTEN}
+    assert all(LOCALHOST in address for address in addresses)
+    assert listening == {LOCALHOST}
