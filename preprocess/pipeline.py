@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.util
 import logging
 import time
 from typing import Sequence
@@ -49,8 +48,6 @@ from schemas.tokenizer_info import (
 from schemas.version import __version__
 
 _LOG = logging.getLogger(__name__)
-# Makes schema.pbtxt (schemas.tfmd); the launcher may lack it (the Flex Template image has no TensorFlow).
-SCHEMA_PACKAGE = "tensorflow_transform"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,14 +62,13 @@ class PreprocessPlan:
     groups: dict[str, int]  # split -> packing groups
     record_bytes: int  # upper bound of one framed record, for the shard count
     reading: ReadStats  # what finding the inputs counted (files left out inside lmshards outputs)
-    writes_schema: bool  # whether schema.pbtxt is written (tensorflow-transform is installed here)
 
     def manifest_header(self) -> Manifest:
         """The manifest's fields known before the run; the manifest stage fills in the rest."""
         config = self.config
         return Manifest(tool_version=__version__, seq_len=config.seq_len, tokenizer=self.tokenizer, splits={},
                         inputs=self.files, seed=config.seed, options=config.manifest_options(),
-                        reading=self.reading.as_dict(), schema=SCHEMA_NAME if self.writes_schema else None)
+                        reading=self.reading.as_dict(), schema=SCHEMA_NAME)
 
 
 # ---------------------------------------------------------------- planning (before any work)
@@ -123,14 +119,10 @@ def plan_preprocess(config: PreprocessConfig) -> PreprocessPlan:
         TRAIN_SPLIT: num_groups(total_bytes, 1.0 - fraction, config.packing_group_tokens),
         VALIDATION_SPLIT: num_groups(total_bytes, fraction, config.packing_group_tokens),
     }
-    writes_schema = importlib.util.find_spec(SCHEMA_PACKAGE) is not None
-    if not writes_schema:
-        _LOG.warning("%s is not installed here: the output gets no %s (pip install 'lmshards[stats]' for one)",
-                     SCHEMA_PACKAGE, SCHEMA_NAME)
     return PreprocessPlan(
         config=config, files=discovery.files, tokenizer_source=source, tokenizer=info, pad_id=pad_id,
         groups=groups, record_bytes=record_bytes_upper_bound(config.seq_len, info.vocab_size, FEATURE_NAMES),
-        reading=ReadStats(files_skipped_lmshards_output=discovery.skipped_files), writes_schema=writes_schema,
+        reading=ReadStats(files_skipped_lmshards_output=discovery.skipped_files),
     )
 
 
@@ -229,8 +221,7 @@ def write_known_files(plan: PreprocessPlan) -> None:
     tensorflow-transform, which workers do not have. The manifest stage checks that they are there.
     """
     write_tokenizer_copy(plan.tokenizer_source, plan.config.output)
-    if plan.writes_schema:
-        write_schema_file(plan.config.output, plan.manifest_header())
+    write_schema_file(plan.config.output, plan.manifest_header())
 
 
 def preflight(config: PreprocessConfig, options: PipelineOptions) -> None:

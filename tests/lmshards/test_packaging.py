@@ -177,6 +177,34 @@ def test_worker_requirements_are_exact_pins_without_tensorflow_or_trainer_packag
     assert meta["Name"] == setup_py_constant("WORKER_DIST_NAME")
 
 
+def installed_closure(requirements: list[Requirement]) -> set[str]:
+    """Every distribution these requirements install, transitively, as this environment's metadata says.
+
+    Raises:
+      importlib.metadata.PackageNotFoundError: one of them is not installed here, so its requirements are unknown.
+    """
+    seen: set[tuple[str, frozenset[str]]] = set()
+    todo = [(canonicalize_name(r.name), frozenset(r.extras)) for r in requirements]
+    while todo:
+        name, extras = todo.pop()
+        if (name, extras) in seen:
+            continue
+        seen.add((name, extras))
+        for line in importlib.metadata.requires(name) or []:
+            requirement = Requirement(line)
+            if requirement.marker is None or any(requirement.marker.evaluate({"extra": e}) for e in extras | {""}):
+                todo.append((canonicalize_name(requirement.name), frozenset(requirement.extras)))
+    return {name for name, _ in seen}
+
+
+def test_nothing_a_worker_installs_pulls_in_tensorflow(worker_requirements):
+    """tensorflow-metadata (schema.pbtxt's protos) is a worker pin; neither it nor any other pin brings TensorFlow."""
+    installed = installed_closure(worker_requirements)
+    assert "tensorflow-metadata" in installed and "protobuf" in installed
+    not_on_workers = TF_STACK | TRAINER_ONLY_REQUIREMENTS | DASK_REQUIREMENTS
+    assert not installed & not_on_workers, sorted(installed & not_on_workers)
+
+
 # ---------------------------------------------------------------- worker requirements == worker imports
 
 
