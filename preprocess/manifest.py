@@ -2,8 +2,8 @@
 
 A complete output also holds the tokenizer it was made with (tokenizer/) and the records' TF
 Metadata schema (schema.pbtxt). Both are known before the run, so the launcher writes them before
-the pipeline starts (write_tokenizer_copy, write_schema_file): Dataflow workers never need
-TensorFlow, and the manifest, which lists them, still comes last.
+the pipeline starts (write_tokenizer_copy, write_schema_file), and the manifest, which lists them,
+still comes last.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from schemas.constants import SPLITS, TOKENIZER_INFO_JSON, TOKENIZER_JSON
 from schemas.errors import OutputError
 from schemas.manifest import Manifest, ShardInfo, SplitInfo, SplitTotals, write_manifest
 from schemas.paths import SPECIAL_TOKENS_MAP_JSON, TEMP_DIR_NAME, TOKENIZER_DIR_NAME
+from schemas.tfmd import schema_for, write_schema
 from schemas.tokenizer_info import TOKENIZER_CONFIG_JSON, TokenizerSource
 
 # Files copied from a tokenizer directory beside its tokenizer.json, when there: transformers' and lmshards'.
@@ -48,12 +49,7 @@ def write_tokenizer_copy(source: TokenizerSource, output: str) -> None:
 
 
 def write_schema_file(output: str, header: Manifest) -> None:
-    """Writes `{output}/schema.pbtxt`, the TF Metadata schema of the records header describes.
-
-    Imports tensorflow-transform (schemas.tfmd): call it in the launcher, never on a worker.
-    """
-    from schemas.tfmd import schema_for, write_schema
-
+    """Writes `{output}/schema.pbtxt`, the TF Metadata schema of the records header describes."""
     write_schema(output, schema_for(header.features(), vocab_size=header.tokenizer.vocab_size))
 
 

@@ -217,8 +217,8 @@ def run_pipeline(config: PreprocessConfig, beam_args: Sequence[str] = ()) -> Man
 def write_known_files(plan: PreprocessPlan) -> None:
     """Writes the output's files that are known before the run: the tokenizer's copy and schema.pbtxt.
 
-    Here in the launcher, not in a pipeline stage: they need no data, and schema.pbtxt needs
-    tensorflow-transform, which workers do not have. The manifest stage checks that they are there.
+    Here in the launcher, not in a pipeline stage: they need no data. The manifest stage checks that
+    they are there.
     """
     write_tokenizer_copy(plan.tokenizer_source, plan.config.output)
     write_schema_file(plan.config.output, plan.manifest_header())

@@ -63,8 +63,7 @@ def route_documents(chunk: TokenizedChunk, *, threshold: int,
 class SplitSettings:
     validation_fraction: float
     groups: dict[str, int]  # split -> number of packing groups
-    # Tokens buffered across a bundle before emitting; 0 emits each chunk's pieces as it comes, for
-    # runners that drop what a DoFn emits in finish_bundle (see preprocess.runners).
+    # Tokens buffered across a bundle before emitting; 0 emits each chunk's pieces as it comes.
     flush_tokens: int = FLUSH_TOKENS
 
 

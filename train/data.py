@@ -34,7 +34,7 @@ MAX_INTERLEAVE = 8
 EVAL_SEED = 1234
 # The message of the assertion that every token id is below the manifest's vocab_size; the trainer
 # recognises it and names the manifest and the fix.
-ID_OUT_OF_VOCABULARY = "lmshards: a token id in the shards is not below the manifest's vocab_size"
+ID_OUT_OF_VOCABULARY = "lmshards: a token id in the shards is not below the vocab_size of the manifest"
 # Stateless seeds are [2] int64: (run seed, counter). Counters of pipelines, and of batch vs pass
 # draws, never coincide: counter = (index * _PIPELINE_STRIDE + pipeline_id) * 2 + (0 for batches, 1 for passes).
 _PIPELINE_STRIDE = 1_000_003

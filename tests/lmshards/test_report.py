@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-from lmshards.report import bar_chart_svg, line_chart_svg, loss_series, render_report
+import pytest
+
+from lmshards.report import bar_chart_svg, comparison_svg, line_chart_svg, loss_series, render_report
 from schemas.manifest import InputFileInfo, Manifest, ShardInfo, SplitInfo, SplitTotals, TokenizerInfo
 from schemas.shards import shard_relpath
 
@@ -47,3 +49,19 @@ def test_render_report_lists_every_split_and_fact():
     assert "tiny &amp; &lt;small&gt;" in page
     assert "Records per shard: train (3 shards, 10 records, max-min = 1)" in page
     assert page.count('class="bar"') == 3
+
+
+def test_comparison_bars_scale_to_the_largest_value_and_show_it():
+    svg = comparison_svg(["baseline", "model"], [0.05, 0.2], x_label="accuracy")
+    widths = [float(w) for w in re.findall(r'class="compare"[^>]*width="([\d.]+)"', svg)]
+    assert len(widths) == 2 and widths[1] == pytest.approx(4 * widths[0], abs=0.2)
+    assert "<title>model: 0.2</title>" in svg and ">0.050<" in svg
+
+
+def test_render_report_shows_accuracies_only_when_given():
+    manifest, metrics = _manifest([3, 3]), [{"step": 1, "loss": 2.0}]
+    page = render_report(title="t", manifest=manifest, metrics=metrics, facts={},
+                         accuracy=[("always ','", 0.04), ("model", 0.11)])
+    assert "Masked-token accuracy" in page and page.count('class="compare"') == 2
+    assert "always &#x27;,&#x27;" in page
+    assert 'class="compare"' not in render_report(title="t", manifest=manifest, metrics=metrics, facts={})

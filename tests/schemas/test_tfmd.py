@@ -4,6 +4,8 @@ tensorflow-transform builds it, round-trips, decodes as the trainer parses."""
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -24,8 +26,21 @@ from schemas.tfmd import (
     schema_text,
     write_schema,
 )
+from tests.conftest import REPO
 
 SEQ_LEN, VOCAB = 16, 500
+# A fresh interpreter as the Dataflow image has it (tensorflow-metadata, no TensorFlow stack) writes a schema.
+_WRITE_WITHOUT_TENSORFLOW = """
+import importlib.abc, sys
+class NotInTheImage(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"tensorflow", "tensorflow_transform", "tfx_bsl"}:
+            raise ImportError(name + " is not in the Dataflow image")
+sys.meta_path.insert(0, NotInTheImage())
+from schemas.records import feature_spec
+from schemas.tfmd import schema_for, write_schema
+write_schema(sys.argv[1], schema_for(feature_spec(int(sys.argv[2])), vocab_size=int(sys.argv[3])))
+"""
 
 
 def _records(rows: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -66,6 +81,14 @@ def test_schema_is_the_one_tensorflow_transform_builds_to_the_byte(seq_len, voca
     assert ours == theirs
     assert schema_text(ours).encode() == schema_text(theirs).encode()
     assert ours.SerializeToString(deterministic=True) == theirs.SerializeToString(deterministic=True)
+
+
+def test_the_schema_is_written_without_tensorflow(tmp_path):
+    """The launcher in the lean Dataflow image writes the same schema.pbtxt as one with TensorFlow."""
+    subprocess.run([sys.executable, "-c", _WRITE_WITHOUT_TENSORFLOW, str(tmp_path), str(SEQ_LEN), str(VOCAB)],
+                   cwd=REPO, check=True, capture_output=True, timeout=120)
+    expected = schema_text(schema_for(feature_spec(SEQ_LEN), vocab_size=VOCAB)).encode()
+    assert (tmp_path / SCHEMA_NAME).read_bytes() == expected
 
 
 @pytest.mark.parametrize("seq_len", [8, 128, 512])
