@@ -13,11 +13,12 @@ In one run, on one machine:
      draw: same positions, same replacement tokens), masked-token cross-entropy in nats.
 Step time is the median over 10-step windows of the mean ms/step, leaving out the first 10 steps (tracing,
 warm-up): lmshards' windows are its own metrics.jsonl records, the reference's are timed the same way here.
+On a machine others are loading, --threads 1 compares the work per step (CPU ms/step) of both.
 
 Usage (from the repository root, with the venv active):
-  python -m bench.bench_learning --json bench-learning.json                 # the default run, ~5-10 min on 2 cores
+  python -m bench.bench_learning --json bench-learning.json                 # the default run
   python -m bench.bench_learning --steps 60 --lmshards-args '--steps_per_execution 10'
-  python -m bench.bench_learning --shards DIR --tokenizer DIR --lmshards-env TF_XLA_FLAGS=--tf_xla_auto_jit=2
+  python -m bench.bench_learning --shards DIR --tokenizer DIR --threads 1
 """
 
 from __future__ import annotations
@@ -109,6 +110,7 @@ class Config:
     json_out: Path | None
     lmshards_args: tuple[str, ...]
     lmshards_env: dict[str, str]
+    threads: int | None  # compute threads of both runtimes; None: each runtime's default
 
 
 @dataclasses.dataclass(frozen=True)
@@ -438,6 +440,13 @@ def load_export(hf_dir: str) -> RobertaForMaskedLM:
 # ---------------------------------------------------------------- lmshards through its command line
 
 
+def thread_env(threads: int | None) -> dict[str, str]:
+    """The environment that gives TensorFlow `threads` compute threads (empty: its default, one per core)."""
+    if threads is None:
+        return {}
+    return {"TF_NUM_INTRAOP_THREADS": str(threads), "TF_NUM_INTEROP_THREADS": str(threads)}
+
+
 def lmshards_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "lmshards", *args]
 
@@ -625,13 +634,19 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     p.add_argument("--lmshards-args", default="",
                    help="extra `lmshards train` flags, e.g. '--steps_per_execution 10'")
     p.add_argument("--lmshards-env", action="append", default=[], metavar="KEY=VALUE",
-                   help="environment of `lmshards train` (repeatable), e.g. TF_XLA_FLAGS=--tf_xla_auto_jit=2")
+                   help="environment of `lmshards train` (repeatable), e.g. TF_NUM_INTEROP_THREADS=1")
+    p.add_argument("--threads", type=int,
+                   help="compute threads of both systems (PyTorch's intra-op threads; TensorFlow's intra- and "
+                        "inter-op threads): 1 compares work per step on a machine others are loading "
+                        "(default: each runtime's own)")
     a = p.parse_args(argv)
     if (a.shards is None) != (a.tokenizer is None):
         p.error("--shards and --tokenizer go together: the export needs the tokenizer the shards were made with")
     if a.window < 1 or a.steps < WARMUP_STEPS_EXCLUDED + 2 * a.window:
         p.error(f"--steps must leave at least two {a.window}-step windows after the first "
                 f"{WARMUP_STEPS_EXCLUDED} steps (e.g. --steps {WARMUP_STEPS_EXCLUDED + 20 * a.window})")
+    if a.threads is not None and a.threads < 1:
+        p.error(f"--threads must be >= 1, got {a.threads}")
     bad_env = [kv for kv in a.lmshards_env if "=" not in kv]
     if bad_env:
         p.error(f"--lmshards-env takes KEY=VALUE, got {bad_env}")
@@ -639,7 +654,7 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     return Config(corpus=a.corpus, shards=a.shards, tokenizer=a.tokenizer, steps=a.steps, batch_size=a.batch_size,
                   learning_rate=a.learning_rate, window=a.window, work_dir=work, json_out=a.json,
                   lmshards_args=tuple(shlex.split(a.lmshards_args)),
-                  lmshards_env=dict(kv.split("=", 1) for kv in a.lmshards_env))  # fmt: skip
+                  lmshards_env=dict(kv.split("=", 1) for kv in a.lmshards_env), threads=a.threads)  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -662,7 +677,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_dir = work / "lmshards_run"
     args = train_args(config, shards=shards, tokenizer=tokenizer, run_dir=run_dir)
     print(f"lmshards: $ lmshards {shlex.join(args)}", flush=True)
-    lm = train_lmshards(args, env={**env, **config.lmshards_env}, run_dir=run_dir, window=config.window,
+    train_env = {**thread_env(config.threads), **config.lmshards_env}
+    lm = train_lmshards(args, env={**env, **train_env}, run_dir=run_dir, window=config.window,
                         log_path=work / "train.log")  # fmt: skip
     print(f"  {lm.wall_s:.0f} s in all, first window after {lm.first_window_s:.0f} s; "
           f"median {lm.times.median_ms:.1f} ms/step", flush=True)
@@ -671,6 +687,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     hf_config = json.loads((hf_dir / "config.json").read_text())
 
     train = read_split(manifest, shards, TRAIN_SPLIT, max_records=config.steps * config.batch_size)
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
     print(f"reference: RobertaForMaskedLM from {hf_dir / 'config.json'}, torch {torch.__version__} "
           f"on {torch.get_num_threads()} threads", flush=True)
     ref = train_reference(build_reference(hf_config, seed=SEED), train, spec, steps=config.steps,
@@ -709,7 +727,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "warmup_steps": warmup_steps_for(config.steps), "weight_decay": WEIGHT_DECAY,
                     "adam_betas": ADAM_BETAS, "adam_epsilon": ADAM_EPSILON, "mlm_probability": MLM_PROBABILITY},
             "lmshards_command": ["lmshards", *args],
-            "lmshards_env": config.lmshards_env,
+            "lmshards_env": train_env,
+            "threads": config.threads,
             "step_time_method": f"median over {config.window}-step windows of the mean ms/step, windows starting "
                                 f"before step {WARMUP_STEPS_EXCLUDED} left out; lmshards: its metrics.jsonl "
                                 "step_time_s (step calls incl. input waits); reference: batch, masking, forward, "

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import pickle
+import warnings
 from typing import Any, Sequence
 
 from schemas.cli import CommandParser, run_command, setup_logging
@@ -56,13 +57,15 @@ def fill_mask(model_dir: str, text: str, *, top_k: int = DEFAULT_TOP_K) -> list[
     except ImportError as e:
         raise LmshardsError(f"fill-mask needs transformers and torch ({e}). Install: pip install 'lmshards[export]'.") from e
     try:
-        fill = pipeline("fill-mask", model=model_dir, device="cpu")
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module="torch")  # torch's notes on unpickling; the errors below say more
+            fill = pipeline("fill-mask", model=model_dir, device="cpu")
     except pickle.UnpicklingError as e:
         # torch loads pickled weights (pytorch_model.bin) with weights_only=True and refuses anything else.
         raise LmshardsError(
-            f"{model_dir!r} holds a pickled weights file that torch refuses to load, as it could run code "
-            f"({_first_line(e)}). Use a model directory written by `lmshards export` (model.safetensors), or "
-            "convert the weights to safetensors where they came from."
+            f"{model_dir!r} holds a pickled weights file that torch refuses to load, as unpickling it could run code. "
+            "Use a model directory written by `lmshards export` (model.safetensors), or convert the weights to "
+            "safetensors where they came from."
         ) from e
     except (OSError, ValueError, RuntimeError) as e:
         raise LmshardsError(f"{model_dir!r} is not a loadable transformers model directory ({_first_line(e)}).") from e

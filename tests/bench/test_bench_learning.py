@@ -174,10 +174,17 @@ def test_timing_windows_leave_out_the_first_ten_steps():
     assert (times.median_ms, times.steps_per_s) == (25.0, 40.0)
 
 
-def test_shards_need_their_tokenizer():
-    with pytest.raises(SystemExit):
-        bl.parse_args(["--shards", "somewhere"])
-    config = bl.parse_args(["--steps", "50", "--lmshards-args", "--steps_per_execution 10",
-                            "--lmshards-env", "TF_XLA_FLAGS=--tf_xla_auto_jit=2", "--work-dir", "w"])  # fmt: skip
-    assert config.lmshards_args == ("--steps_per_execution", "10")
-    assert config.lmshards_env == {"TF_XLA_FLAGS": "--tf_xla_auto_jit=2"}
+def test_command_line_options_reach_the_lmshards_command_and_environment(tmp_path):
+    for bad in (["--shards", "somewhere"], ["--steps", "25"], ["--threads", "0"], ["--lmshards-env", "NOVALUE"]):
+        with pytest.raises(SystemExit):
+            bl.parse_args(bad)
+    config = bl.parse_args(["--steps", "50", "--lmshards-args", "--steps_per_execution 10", "--threads", "1",
+                            "--lmshards-env", "TF_NUM_INTEROP_THREADS=2", "--work-dir", str(tmp_path)])  # fmt: skip
+    args = bl.train_args(config, shards="S", tokenizer="T", run_dir=tmp_path / "run")
+    flags = dict(zip(args[1:-2:2], args[2:-2:2]))
+    assert args[-2:] == ["--steps_per_execution", "10"]
+    assert {k: flags[k] for k in ("--steps", "--per_replica_batch", "--warmup_steps", "--log_every", "--model_preset")} == {
+        "--steps": "50", "--per_replica_batch": "32", "--warmup_steps": "3", "--log_every": "10", "--model_preset": "tiny"}
+    assert config.lmshards_env == {"TF_NUM_INTEROP_THREADS": "2"}
+    assert bl.thread_env(config.threads) == {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
+    assert bl.thread_env(None) == {}

@@ -23,8 +23,13 @@ def test_help_marks_required_flags_and_shows_each_default_once(capsys):
     assert train.startswith("usage: lmshards train ")
     assert "--shards SHARDS (required)" in train and "--output OUTPUT (required)" in train
     for flag, default in (("--per_replica_batch", "32"), ("--model_family", "roberta"), ("--lr_schedule", "linear"),
-                          ("--learning_rate", "0.0005"), ("--log_every", "50")):
+                          ("--learning_rate", "0.0005"), ("--log_every", "50"), ("--eval_batches", "100"),
+                          ("--final_eval", "full"), ("--precision", "auto"), ("--steps_per_execution", "auto")):
         assert train.count(f"(default: {default})") >= 1, flag
+    assert "--eval_steps" not in train and "{full,none}" in train
+    for words in ("--extend continue this run to a new --steps", "falls linearly from its current value to 0",
+                  "no new warmup", "exits 75"):
+        assert words in train, words
     assert "%(default)" not in train and "default: 32 (default" not in train
     assert "{roberta,bert}" in train
 

@@ -299,6 +299,21 @@ def train_tiny_run(tmp_path: Path, *, tokenizer_json: Path, files: list[Path]) -
     return run_dir
 
 
+def test_export_checks_its_output_and_the_run_config_before_any_work(tmp_path, capsys):
+    (tmp_path / "a-file").write_text("not a directory")
+    assert export_cli.main([str(tmp_path / "no-run"), "--output", str(tmp_path / "a-file" / "model")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"lmshards export: error: the directory of --output {str(tmp_path / 'a-file')!r} is a file")
+    assert len(err.splitlines()) == 1
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run_config.json").write_text('{"model": ')
+    assert export_cli.main([str(run), "--output", str(tmp_path / "model")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"lmshards export: error: {str(run / 'run_config.json')!r} is damaged: not valid JSON")
+    assert len(err.splitlines()) == 1 and not (tmp_path / "model").exists()
+
+
 @pytest.mark.slow
 def test_export_cli_exports_a_training_run_at_its_latest_or_a_chosen_checkpoint(
     tmp_path, sample_tokenizer, sample_files, bert_tokenizer_dir, capsys

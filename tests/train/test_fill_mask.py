@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import pickle
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -110,3 +113,28 @@ def test_fill_mask_errors_name_the_problem(roberta_model, tmp_path, capsys):
         fill_mask_cli.main([str(out), TEXT, "--top_k", "0"])
     assert exited.value.code == 2
     assert capsys.readouterr().err.startswith("lmshards fill-mask: error: --top_k must be at least 1, got 0")
+
+
+class _Payload:
+    """Unpickling this would create `marker`: a stand-in for code an untrusted weights file could run."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_pickled_weights_file_is_a_clean_error_and_is_never_run(roberta_model, tmp_path, capsys):
+    _, out = roberta_model
+    unsafe = tmp_path / "unsafe"
+    shutil.copytree(out, unsafe)
+    (unsafe / "model.safetensors").unlink()
+    marker = tmp_path / "code-ran"
+    (unsafe / "pytorch_model.bin").write_bytes(pickle.dumps(_Payload(marker)))
+    assert fill_mask_cli.main([str(unsafe), TEXT]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"lmshards fill-mask: error: {str(unsafe)!r} holds a pickled weights file that torch refuses "
+                          "to load, as unpickling it could run code.")
+    assert len(err.splitlines()) == 1 and "model.safetensors" in err
+    assert not marker.exists()

@@ -223,5 +223,22 @@ def test_when_no_checkpoint_restores_the_run_stops_until_restart(reference, shar
     assert "--restart" in err
     assert (run / "metrics.jsonl").read_bytes() == metrics_bytes  # nothing was overwritten
     assert train(shards, run, "--restart") == 0
-    assert "--restart: deleted run_summary.json" not in capsys.readouterr().err  # there was none; the rest went
-    assert losses(run) == pytest.approx(losses(reference), abs=1e-6)
+    assert f"--restart: deleted checkpoints, metrics.jsonl, tensorboard, run_config.json from {run}" in capsys.readouterr().err
+    assert losses(run) == pytest.approx(losses(reference), abs=1e-6)  # trained again from step 0, the same way
+
+
+def test_loading_the_latest_model_skips_a_damaged_checkpoint_too(reference, tmp_path):
+    import numpy as np
+
+    from schemas.errors import LmshardsError
+    from train.model import load_model_from_run
+
+    run = copy_run(reference, tmp_path)
+    # Loading a model reads only the model's tensors (each checked against its CRC32C); they come first in the file.
+    (data,) = (run / "checkpoints").glob("ckpt-6.data-*")
+    data.write_bytes(data.read_bytes()[:1000])
+    latest, _ = load_model_from_run(str(run))
+    older, _ = load_model_from_run(str(run), str(run / "checkpoints" / "ckpt-3"))
+    assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(latest.weights, older.weights))
+    with pytest.raises(LmshardsError, match="ckpt-6' does not restore"):
+        load_model_from_run(str(run), str(run / "checkpoints" / "ckpt-6"))
