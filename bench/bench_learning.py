@@ -463,11 +463,11 @@ def _tail(log_path: Path) -> str:
     return log_path.read_text()[-4000:]
 
 
-def make_shards(corpus: Path, work: Path, *, env: Mapping[str, str]) -> tuple[str, str]:
+def make_shards(corpus: Path, work: Path, *, env: Mapping[str, str], vocab_size: int = TOKENIZER_VOCAB_SIZE) -> tuple[str, str]:
     """(shards dir, tokenizer dir) made from corpus with the CLI."""
     tokenizer, shards = work / "tokenizer", work / "shards"
     run_lmshards(["tokenizer", "train", "--input", str(corpus), "--model", TOKENIZER_MODEL,
-                  "--vocab_size", str(TOKENIZER_VOCAB_SIZE), "--output", str(tokenizer)],
+                  "--vocab_size", str(vocab_size), "--output", str(tokenizer)],
                  env=env, log_path=work / "tokenizer.log")  # fmt: skip
     run_lmshards(["preprocess", "--input", str(corpus), "--tokenizer", str(tokenizer), "--output", str(shards),
                   "--seq_len", str(SEQ_LEN), "--validation_fraction", str(VALIDATION_FRACTION),
@@ -690,7 +690,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     print(f"reference: RobertaForMaskedLM from {hf_dir / 'config.json'}, torch {torch.__version__} "
-          f"on {torch.get_num_threads()} threads", flush=True)
+          f"({torch.get_num_threads()} compute threads)", flush=True)
     ref = train_reference(build_reference(hf_config, seed=SEED), train, spec, steps=config.steps,
                           batch_size=config.batch_size, learning_rate=config.learning_rate, window=config.window,
                           seed=SEED)  # fmt: skip

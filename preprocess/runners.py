@@ -54,30 +54,6 @@ INSTALL_HINTS = {
     DASK_RUNNER: 'pip install "lmshards[dask]"',
     DATAFLOW_RUNNER: f'pip install "apache-beam[gcp]=={beam_version}" (part of lmshards\' default install)',
 }
-# Dry-run cost estimate: the runbook's cost model (dataflow_templates/README.md, "Cost model").
-# Measured 0.92-0.95 MB/s of text per vCPU (CPU time, one process); the model rounds down.
-DATAFLOW_MB_PER_VCPU_S = 0.9
-# On top of that: the SDK harness, GCS reads and writes, shuffle I/O, start-up, autoscaling's idle tail.
-DATAFLOW_OVERHEAD = 1.5
-# Dataflow Shuffle volume per input byte: token ids to packing groups (~1.0) + records to shards (~0.8).
-SHUFFLE_BYTES_PER_INPUT_BYTE = 1.8
-DISK_GB_PER_WORKER = 25  # Dataflow's boot disk for batch jobs with Dataflow Shuffle
-# Dataflow batch list prices, us-central1 (USD).
-VCPU_HOUR_USD = 0.056
-MEMORY_GB_HOUR_USD = 0.003557
-SHUFFLE_GB_USD = 0.011
-DISK_GB_HOUR_USD = 0.000054
-DEFAULT_MACHINE_TYPE = "n1-standard-1"  # what Dataflow gives a batch job without --machine_type
-# The worker count suggested: enough to finish in about this long, at most --max_num_workers.
-TARGET_WALL_HOURS = 0.5
-# GB of memory per vCPU of the predefined machine types: N1, and every later series.
-N1_MEMORY_GB_PER_VCPU = {"standard": 3.75, "highmem": 6.5, "highcpu": 0.9}
-MEMORY_GB_PER_VCPU = {"standard": 4.0, "highmem": 8.0, "highcpu": 1.0}
-_PREDEFINED_MACHINE = re.compile(r"(?P<series>[a-z0-9]+)-(?P<kind>standard|highmem|highcpu)-(?P<vcpus>\d+)(-.*)?")
-_CUSTOM_MACHINE = re.compile(r"(?:[a-z0-9]+-)?custom-(?P<vcpus>\d+)-(?P<memory_mb>\d+)(-ext)?")
-_MB = 1_000_000
-_GB = 1_000_000_000
-
 # setup.py builds the worker-only distribution (preprocess + schemas) when this is set. Beam's
 # stager runs `setup.py sdist` in a subprocess that inherits our environment.
 WORKER_PACKAGE_ENV = "LMSHARDS_WORKER_PACKAGE"
@@ -208,6 +184,31 @@ def dry_run(pipeline, options: PipelineOptions, *, input_bytes: int) -> None:
 
 
 # ---------------------------------------------------------------- Dataflow: cost estimate
+
+
+# Dry-run cost estimate: the runbook's cost model (dataflow_templates/README.md, "Cost model").
+# Measured 0.92-0.95 MB/s of text per vCPU (CPU time, one process); the model rounds down.
+DATAFLOW_MB_PER_VCPU_S = 0.9
+# On top of that: the SDK harness, GCS reads and writes, shuffle I/O, start-up, autoscaling's idle tail.
+DATAFLOW_OVERHEAD = 1.5
+# Dataflow Shuffle volume per input byte: token ids to packing groups (~1.0) + records to shards (~0.8).
+SHUFFLE_BYTES_PER_INPUT_BYTE = 1.8
+DISK_GB_PER_WORKER = 25  # Dataflow's boot disk for batch jobs with Dataflow Shuffle
+# Dataflow batch list prices, us-central1 (USD).
+VCPU_HOUR_USD = 0.056
+MEMORY_GB_HOUR_USD = 0.003557
+SHUFFLE_GB_USD = 0.011
+DISK_GB_HOUR_USD = 0.000054
+DEFAULT_MACHINE_TYPE = "n1-standard-1"  # what Dataflow gives a batch job without --machine_type
+# The worker count suggested: enough to finish in about this long, at most --max_num_workers.
+TARGET_WALL_HOURS = 0.5
+# GB of memory per vCPU of the predefined machine types: N1, and every later series.
+N1_MEMORY_GB_PER_VCPU = {"standard": 3.75, "highmem": 6.5, "highcpu": 0.9}
+MEMORY_GB_PER_VCPU = {"standard": 4.0, "highmem": 8.0, "highcpu": 1.0}
+_PREDEFINED_MACHINE = re.compile(r"(?P<series>[a-z0-9]+)-(?P<kind>standard|highmem|highcpu)-(?P<vcpus>\d+)(-.*)?")
+_CUSTOM_MACHINE = re.compile(r"(?:[a-z0-9]+-)?custom-(?P<vcpus>\d+)-(?P<memory_mb>\d+)(-ext)?")
+_MB = 1_000_000
+_GB = 1_000_000_000
 
 
 class UnknownMachineType(ValueError):

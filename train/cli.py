@@ -21,8 +21,8 @@ from schemas.cli import (
 )
 from schemas.errors import LmshardsError
 from schemas.paths import disk_error_message
-from train.config import FINAL_EVALS, LR_SCHEDULES, PRECISIONS, PRESETS, STRATEGIES, TrainConfig
-from train.devices import AUTO
+from train.config import FINAL_EVALS, LR_SCHEDULES, PRESETS, TrainConfig
+from train.devices import AUTO, PRECISIONS, STRATEGIES
 from train.families import family_names
 from train.masking_recipes import MASKING_RECIPES, SPAN, check_recipe, max_mlm_probability
 from train.mixture import parse_shards_flag, source_weights

@@ -8,7 +8,7 @@ from typing import Any
 
 from schemas import fs
 from schemas.errors import LmshardsError
-from train.devices import AUTO, PRECISIONS, STRATEGIES, STRATEGY_AUTO
+from train.devices import AUTO, STRATEGY_AUTO
 from train.families import DEFAULT_FAMILY, get_family
 from train.masking_recipes import TOKEN
 
@@ -24,8 +24,6 @@ LR_SCHEDULES = ("linear", "cosine")
 FINAL_EVAL_FULL = "full"
 FINAL_EVAL_NONE = "none"
 FINAL_EVALS = (FINAL_EVAL_FULL, FINAL_EVAL_NONE)
-
-__all__ = ["PRECISIONS", "STRATEGIES"]  # re-exported for the CLI: train.devices owns them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,9 +121,10 @@ class TrainConfig:
     checkpoint_every: int = 500
     keep: int = 3
     eval_every: int = 1000
-    eval_batches: int = 100
+    eval_batches: int = 100  # global batches each periodic evaluation reads
     final_eval: str = FINAL_EVAL_FULL
     log_every: int = 50
+    # How this command treats an existing run (train.run_dir), and what it logs; not what it trains.
     extend: bool = False
     restart: bool = False
     verbose: bool = False

@@ -240,7 +240,11 @@ class MetricsLog:
     def __init__(self, run_dir: str, *, resume_step: int):
         self.path = fs.join(run_dir, METRICS_JSONL)
         # Records past the restored step belong to work the checkpoint lost; that work is redone.
-        self.records = [r for r in self._read() if r["step"] <= resume_step]
+        records = self._read()
+        self.records = [r for r in records if r["step"] <= resume_step]
+        if len(self.records) < len(records):
+            log.warning("%s holds %d records past step %d, where training resumes; they are replaced as those steps "
+                        "are trained again.", self.path, len(records) - len(self.records), resume_step)
         self.writer = tf.summary.create_file_writer(fs.join(run_dir, TENSORBOARD_DIR))
 
     def _read(self) -> list[dict]:

@@ -113,7 +113,7 @@ def test_eval_batches_are_one_fixed_draw_and_every_model_is_scored_on_the_same_t
 
 
 class _Scorer(torch.nn.Module):
-    """Records its inputs; logits put 30 on each position's label (found by batch identity), or all 0 without batches."""
+    """Records its inputs. Logits: 30 on each position's label (its batch found by identity); all 0 without batches."""
 
     def __init__(self, batches):
         super().__init__()
@@ -143,15 +143,15 @@ def test_read_split_returns_tensorflow_written_records_in_manifest_order(tmp_pat
                               all_special_ids=(0, 1, 2, 3, 4))  # fmt: skip
     train_ids, train_mask = (t.numpy() for t in _records(37, 16, seed=2, padded_rows=5))
     val_ids, val_mask = (t.numpy() for t in _records(9, 16, seed=3))
-    manifest = write_shards(tmp_path, {TRAIN_SPLIT: (train_ids, train_mask, 4), VALIDATION_SPLIT: (val_ids, val_mask, 2)},
-                            seq_len=16, tokenizer=tokenizer, inputs=())  # fmt: skip
+    splits = {TRAIN_SPLIT: (train_ids, train_mask, 4), VALIDATION_SPLIT: (val_ids, val_mask, 2)}
+    manifest = write_shards(tmp_path, splits, seq_len=16, tokenizer=tokenizer, inputs=())
 
     train = bl.read_split(manifest, str(tmp_path), TRAIN_SPLIT)
     assert np.array_equal(train[INPUT_IDS], train_ids) and np.array_equal(train[ATTENTION_MASK], train_mask)
     assert np.array_equal(bl.read_split(manifest, str(tmp_path), VALIDATION_SPLIT)[INPUT_IDS], val_ids)
     first = bl.read_split(manifest, str(tmp_path), TRAIN_SPLIT, max_records=12)
     assert np.array_equal(first[INPUT_IDS], train_ids[:12])
-    assert bl.MaskingSpec.from_manifest(manifest) == bl.MaskingSpec(vocab_size=1000, mask_id=4, special_ids=(0, 1, 2, 3, 4))
+    assert bl.MaskingSpec.from_manifest(manifest) == SPEC
 
 
 def test_batches_are_full_and_each_epoch_visits_distinct_records():
@@ -183,8 +183,9 @@ def test_command_line_options_reach_the_lmshards_command_and_environment(tmp_pat
     args = bl.train_args(config, shards="S", tokenizer="T", run_dir=tmp_path / "run")
     flags = dict(zip(args[1:-2:2], args[2:-2:2]))
     assert args[-2:] == ["--steps_per_execution", "10"]
-    assert {k: flags[k] for k in ("--steps", "--per_replica_batch", "--warmup_steps", "--log_every", "--model_preset")} == {
-        "--steps": "50", "--per_replica_batch": "32", "--warmup_steps": "3", "--log_every": "10", "--model_preset": "tiny"}
+    expected = {"--steps": "50", "--per_replica_batch": "32", "--warmup_steps": "3", "--log_every": "10",
+                "--model_preset": "tiny", "--learning_rate": "0.0005", "--lr_schedule": "linear"}
+    assert {k: flags[k] for k in expected} == expected
     assert config.lmshards_env == {"TF_NUM_INTEROP_THREADS": "2"}
     assert bl.thread_env(config.threads) == {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
     assert bl.thread_env(None) == {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import signal
 from pathlib import Path
@@ -123,7 +124,9 @@ def test_sigint_saves_exits_75_and_the_rerun_continues_like_an_uninterrupted_run
     assert train(shards, run) == 0
     captured = capsys.readouterr()
     assert f"Resumed from {run / 'checkpoints' / 'ckpt-4'} at step 4" in captured.err
+    assert "strategy cpu, 1 replicas, device kind CPU" in captured.err
     assert captured.out.startswith(f"run {run}: finished at step 6\n")
+    assert re.search(r"step 6/6  loss \S+  lr \S+  \d+ seq/s  \S+ ms/step  elapsed \d+:\d\d:\d\d  eta 0:00:00", captured.err)
     assert losses(run) == pytest.approx(losses(reference), abs=1e-6)
 
 
@@ -242,3 +245,17 @@ def test_loading_the_latest_model_skips_a_damaged_checkpoint_too(reference, tmp_
     assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(latest.weights, older.weights))
     with pytest.raises(LmshardsError, match="ckpt-6' does not restore"):
         load_model_from_run(str(run), str(run / "checkpoints" / "ckpt-6"))
+
+
+def test_several_steps_per_host_call_keep_every_logging_eval_and_checkpoint_step(reference, shards, tmp_path):
+    run = tmp_path / "run"
+    assert train(shards, run, "--steps_per_execution", "4", "--log_every", "2") == 0
+    rows = metrics(run)
+    assert [r["step"] for r in rows if "loss" in r] == [2, 4, 6]
+    assert [r["step"] for r in rows if "eval_loss" in r] == [3, 6]
+    assert sorted(p.name for p in (run / "checkpoints").glob("*.index")) == ["ckpt-3.index", "ckpt-6.index"]
+    expected = losses(reference)
+    for r in rows:
+        if "loss" in r:  # the window's mean: the same steps, trained the same way
+            assert r["loss"] == pytest.approx((expected[r["step"] - 1] + expected[r["step"]]) / 2, abs=1e-6)
+    assert json.loads((run / "run_config.json").read_text())["resolved"]["steps_per_execution"] == 4
