@@ -166,13 +166,16 @@ def dry_run_job_file(options: PipelineOptions) -> str | None:
     return options.view_as(DebugOptions).dataflow_job_file
 
 
-def dry_run(pipeline, options: PipelineOptions, *, input_bytes: int) -> None:
+def dry_run(pipeline, options: PipelineOptions, *, input_bytes: int | None) -> None:
     """Builds the Dataflow job without submitting it, writes it to --dataflow_job_file if given, and
-    prints the job's estimated size and cost for input_bytes of input."""
+    prints the job's estimated size and cost for input_bytes of preprocess input (None: no estimate,
+    for pipelines the cost model was not measured on)."""
     result = pipeline.run()
     job_file = dry_run_job_file(options)
     if job_file:
         write_dry_run_job_file(result, job_file)
+    if input_bytes is None:
+        return
     workers = options.view_as(WorkerOptions)
     machine_type = workers.machine_type or DEFAULT_MACHINE_TYPE
     try:

@@ -443,7 +443,7 @@ def run_stats(config: StatsConfig, beam_args: Sequence[str] = ()) -> StatsReport
     try:
         build_pipeline(pipeline, plan, temp_dir=fs.join(work_dir, "tft"), counts_dir=counts_dir)
         if is_dry_run(options):
-            dry_run(pipeline, options)
+            dry_run(pipeline, options, input_bytes=None)  # the cost model is preprocess's
             return None
         logger.info("stats: analysing %d shards of %s (%s)", len(plan.shards), plan.shards_dir, ", ".join(plan.splits))
         pipeline.run().wait_until_finish()
