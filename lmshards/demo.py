@@ -21,10 +21,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from lmshards.report import read_metrics, render_report
 from schemas import fs
 from schemas.cli import CommandParser, run_command, setup_logging
 from schemas.constants import ATTENTION_MASK, FEATURE_NAMES, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.errors import LmshardsError, OutputError
+from schemas.manifest import Manifest, read_manifest
+from schemas.records import decode_examples, read_records
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # English only: one domain (Austen novels, a software manual, speeches) that a tiny model learns within minutes.
@@ -176,26 +179,30 @@ def fill_mask_step(out: Path) -> Step:
 
 
 def run_step(step: Step, log_dir: Path) -> tuple[float, str]:
-    """Runs `python -m lmshards ARGV`: (seconds, its stdout if step.capture). Output is echoed and logged.
+    """Runs `python -m lmshards ARGV`: (seconds, its stdout if step.capture, else "").
+
+    Output goes to log_dir and, unless captured, to the console as it comes.
 
     Raises:
       LmshardsError: the step exited non-zero.
     """
     print(f"\n=== {step.title}\n$ {shlex.join(['lmshards', *step.argv])}", flush=True)
     start = time.monotonic()
+    command = [sys.executable, "-m", "lmshards", *step.argv]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
     log_path = log_dir / f"{step.argv[0]}.log"
+    captured = b""
     with open(log_path, "ab") as log:
-        # A captured step's stdout is data (JSON): only its stderr is echoed.
-        proc = subprocess.Popen([sys.executable, "-m", "lmshards", *step.argv], env=env, cwd=REPO_ROOT,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE if step.capture else subprocess.STDOUT)
-        echoed = proc.stderr if step.capture else proc.stdout
-        for line in echoed:
-            log.write(line)
-            sys.stdout.write(line.decode("utf-8", "replace"))
-        captured = proc.stdout.read() if step.capture else b""
-        log.write(captured)
-        rc = proc.wait()
+        if step.capture:  # stdout is data for the demo to read; stderr (progress bars) only goes to the log
+            done = subprocess.run(command, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=log)
+            rc, captured = done.returncode, done.stdout
+            log.write(captured)
+        else:
+            proc = subprocess.Popen(command, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            for line in proc.stdout:
+                log.write(line)
+                sys.stdout.write(line.decode("utf-8", "replace"))
+            rc = proc.wait()
     if rc != 0:
         raise LmshardsError(f"step {step.title!r} failed with exit code {rc}; its full output is in {log_path}.")
     return time.monotonic() - start, captured.decode("utf-8")
@@ -204,13 +211,10 @@ def run_step(step: Step, log_dir: Path) -> tuple[float, str]:
 # ---------------------------------------------------------------- scoring against the baseline
 
 
-def read_split(shards_dir: Path, split: str) -> dict[str, np.ndarray]:
+def read_split(manifest: Manifest, shards_dir: Path, split: str) -> dict[str, np.ndarray]:
     """{INPUT_IDS, ATTENTION_MASK: int64 [records, seq_len]} of a split, in manifest order (no TensorFlow)."""
-    from schemas.manifest import read_manifest
-    from schemas.records import decode_examples, read_records
-
     records = []
-    for path in read_manifest(str(shards_dir)).shard_paths(str(shards_dir), split):
+    for path in manifest.shard_paths(str(shards_dir), split):
         with open(path, "rb") as f:
             records.extend(read_records(f))
     return decode_examples(records, FEATURE_NAMES)
@@ -264,14 +268,14 @@ def score_export(model_dir: Path, masked: MaskedSet) -> tuple[float, float]:
 
 def score(out: Path) -> Scores:
     """The exported model and the most-frequent-train-token baseline on one seeded masking of the validation split."""
-    from schemas.manifest import read_manifest
     from transformers import AutoTokenizer
 
-    tokenizer = read_manifest(str(out / "shards")).tokenizer
+    manifest = read_manifest(str(out / "shards"))
+    tokenizer = manifest.tokenizer
     special = sorted(set(tokenizer.all_special_ids) | set(tokenizer.special_token_ids.values()))
-    train = read_split(out / "shards", TRAIN_SPLIT)
+    train = read_split(manifest, out / "shards", TRAIN_SPLIT)
     top = most_frequent_token(train[INPUT_IDS], train[ATTENTION_MASK], special)
-    validation = read_split(out / "shards", VALIDATION_SPLIT)
+    validation = read_split(manifest, out / "shards", VALIDATION_SPLIT)
     masked = mask_records(validation, special_ids=special, mask_id=tokenizer.special_token_ids["mask"],
                           probability=EVAL_MASK_PROBABILITY, seed=EVAL_MASK_SEED)
     if not masked.masked.any():
@@ -336,9 +340,6 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def write_report(cfg: DemoConfig, summary: dict[str, Any]) -> Path:
-    from lmshards.report import read_metrics, render_report
-    from schemas.manifest import read_manifest
-
     out = cfg.output
     manifest = read_manifest(str(out / "shards"))
     metrics = read_metrics(str(out / "run" / "metrics.jsonl"))
