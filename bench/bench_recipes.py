@@ -156,11 +156,13 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> Config:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="directory of *.txt files to make shards from (default: %(default)s)")
+    p.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS,
+                   help="directory of *.txt files to make shards from (default: %(default)s)")
     p.add_argument("--shards", help="reuse this `lmshards preprocess` output (it must carry its tokenizer)")
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="training steps of every run (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH, help="sequences per step (default: %(default)s)")
-    p.add_argument("--learning-rate", type=float, default=DEFAULT_LEARNING_RATE, help="peak learning rate (default: %(default)s)")
+    p.add_argument("--learning-rate", type=float, default=DEFAULT_LEARNING_RATE,
+                   help="peak learning rate (default: %(default)s)")
     p.add_argument("--mlm_probability", type=float, default=DEFAULT_MLM_PROBABILITY,
                    help="fraction of tokens every recipe selects (default: %(default)s)")
     p.add_argument("--work-dir", type=Path, help="keep shards, runs and logs here (default: a temporary directory)")

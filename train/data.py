@@ -44,7 +44,9 @@ _ENDLESS = 2**62
 _MAXINT32 = 2**31 - 1
 
 
-def masking_spec(manifest: Manifest, *, recipe: str, mlm_probability: float, tokenizer: TokenizerSource | None) -> MaskingSpec:
+def masking_spec(
+    manifest: Manifest, *, recipe: str, mlm_probability: float, tokenizer: TokenizerSource | None
+) -> MaskingSpec:
     """The MaskingSpec of a recipe for the shards' tokenizer.
 
     tokenizer: the one the shards were made with (fingerprint already checked); the word recipes
@@ -140,7 +142,8 @@ def _set_records(stream: SetStream, *, set_index: int, seed: int, pipeline_id: i
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )
-        records = records.shuffle(shuffle_buffer, seed=tf.random.stateless_uniform([], pass_seed, maxval=2**62, dtype=tf.int64))
+        shuffle_seed = tf.random.stateless_uniform([], pass_seed, maxval=2**62, dtype=tf.int64)
+        records = records.shuffle(shuffle_buffer, seed=shuffle_seed)
         return records.take(stream.pass_records)
 
     start_pass, skip = start_record // stream.pass_records, start_record % stream.pass_records
@@ -164,7 +167,9 @@ def examples_per_set(block_counts: Sequence[int], *, seed: int, pipeline_id: int
     return tf.cast(full_blocks, tf.int64) * tf.constant(block_counts, tf.int64) + in_partial
 
 
-def sequences_read(block_counts: Sequence[int], *, seed: int, num_pipelines: int, examples_per_pipeline: int) -> tuple[int, ...]:
+def sequences_read(
+    block_counts: Sequence[int], *, seed: int, num_pipelines: int, examples_per_pipeline: int
+) -> tuple[int, ...]:
     """Sequences each set gave to all input pipelines together once each has yielded examples_per_pipeline."""
     total = sum(
         examples_per_set(block_counts, seed=seed, pipeline_id=p, examples=examples_per_pipeline).numpy()

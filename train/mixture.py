@@ -275,7 +275,9 @@ def steps_per_epoch(passes: Sequence[int], *, unit: int) -> int:
     return sum(passes) // unit
 
 
-def pipeline_streams(mixture: Mixture, passes: Sequence[int], *, num_pipelines: int, pipeline_id: int) -> tuple[SetStream, ...]:
+def pipeline_streams(
+    mixture: Mixture, passes: Sequence[int], *, num_pipelines: int, pipeline_id: int
+) -> tuple[SetStream, ...]:
     """What input pipeline `pipeline_id` reads of each set."""
     return tuple(
         SetStream(pipeline_files(s.files(TRAIN_SPLIT), num_pipelines=num_pipelines, pipeline_id=pipeline_id), n)
@@ -285,7 +287,10 @@ def pipeline_streams(mixture: Mixture, passes: Sequence[int], *, num_pipelines: 
 
 @dataclasses.dataclass(frozen=True)
 class SetProgress:
-    """How much of a set a run has read. passes: sequences read over one pass's records; repeats: passes begun after the first."""
+    """How much of a set a run has read.
+
+    passes: sequences read over one pass's records (all pipelines); repeats: passes begun after the first.
+    """
 
     sequences: int
     passes: float

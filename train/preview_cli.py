@@ -34,7 +34,8 @@ def build_parser() -> CommandParser:
     p = CommandParser(COMMAND, description=__doc__.split("\n\n", 1)[1])
     p.add_argument("shards", nargs="+", metavar="SHARDS_DIR",
                    help="preprocess output (local or gs://), as PATH or PATH:WEIGHT like `lmshards train --shards`")
-    p.add_argument("--masking", choices=MASKING_RECIPES, default=d.masking, help="masking recipe, as `lmshards train` takes it")
+    p.add_argument("--masking", choices=MASKING_RECIPES, default=d.masking,
+                   help="masking recipe, as `lmshards train` takes it")
     p.add_argument("--mlm_probability", type=float, default=d.mlm_probability, help="fraction of tokens to predict")
     p.add_argument("--seed", type=int, default=d.seed, help="the run's --seed: data order and masks")
     p.add_argument("--n", type=int, default=DEFAULT_N, help="sequences to show")

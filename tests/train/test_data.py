@@ -18,7 +18,7 @@ from schemas.tokenizer_info import locate_tokenizer  # noqa: E402
 from tests.helpers.shard_factory import write_sample_shards  # noqa: E402
 from train import cli, data, mixture  # noqa: E402
 from train.checkpoint import RunCheckpoints  # noqa: E402
-from train.masking import MASKING_RECIPES, WORD_RECIPES  # noqa: E402
+from train.masking_recipes import MASKING_RECIPES, WORD_RECIPES  # noqa: E402
 
 SEQ_LEN = 32
 BATCH = 16
@@ -39,8 +39,9 @@ def make_train_dataset(shards: str, *, start_step: int = 0, seed: int = 3, maski
     """The one-set pipeline as the trainer builds it on one replica: (dataset, steps per epoch, manifest)."""
     mix = mixture.open_mixture([shards])
     passes = mixture.pass_records(mix, num_pipelines=1, unit=BATCH)
-    ds = data.train_dataset(mixture.pipeline_streams(mix, passes, num_pipelines=1, pipeline_id=0), block_counts=mix.block_counts(),
-                            features=mix.manifest.features(), batch_size=BATCH, shuffle_buffer=64, seed=seed, start_step=start_step,
+    ds = data.train_dataset(mixture.pipeline_streams(mix, passes, num_pipelines=1, pipeline_id=0),
+                            block_counts=mix.block_counts(), features=mix.manifest.features(), batch_size=BATCH,
+                            shuffle_buffer=64, seed=seed, start_step=start_step,
                             masking=masking or token_masking(mix.manifest), with_segment_ids=False)
     return ds, mixture.steps_per_epoch(passes, unit=BATCH), mix.manifest
 
@@ -133,7 +134,8 @@ def test_a_word_recipe_without_a_tokenizer_names_the_fix(capsys, shards, tmp_pat
      "--mlm_probability 0.0 must be above 0 and below 1.00 for --masking whole_word"),
 ])
 def test_mlm_probability_is_checked_per_recipe(capsys, flags, message):
-    assert run_cli(capsys, "--shards", "s", "--output", "o", *flags) == f"lmshards train: error: {message} (e.g. 0.15; up to 0.5 is tested for every recipe).\n"
+    err = run_cli(capsys, "--shards", "s", "--output", "o", *flags)
+    assert err == f"lmshards train: error: {message} (e.g. 0.15; up to 0.5 is tested for every recipe).\n"
 
 
 def test_files_must_divide_between_input_pipelines(shards):

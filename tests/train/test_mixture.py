@@ -121,7 +121,8 @@ def test_sets_with_another_seq_len_or_tokenizer_are_refused(sets, sample_tokeniz
     assert err.startswith(f"lmshards train: error: --shards {sets[0]!r} and --shards {short!r} differ in seq_len (32 vs 16)")
     other = write_set(tmp_path / "other", sample_tokenizer, "ru", 50)
     manifest = read_manifest(other)
-    write_manifest(other, dataclasses.replace(manifest, tokenizer=dataclasses.replace(manifest.tokenizer, fingerprint="sha256:" + "0" * 64)))
+    other_tokenizer = dataclasses.replace(manifest.tokenizer, fingerprint="sha256:" + "0" * 64)
+    write_manifest(other, dataclasses.replace(manifest, tokenizer=other_tokenizer))
     err = train_error(capsys, "--shards", f"{sets[1]}:1", "--shards", f"{other}:2")
     assert f"--shards {sets[1]!r} and --shards {other!r} differ in tokenizer fingerprint" in err
     assert "sha256:" + "0" * 64 in err and len(err.splitlines()) == 1
@@ -139,7 +140,8 @@ def test_realised_shares_match_the_weights_and_the_closed_form_counts(sets, orig
     # Which set each example came from is exactly the choice stream, and counting needs no reading.
     choices = list(data.mixture_choices((700, 300), seed=5, pipeline_id=0, start_example=0).take(len(rows)).as_numpy_iterator())
     np.testing.assert_array_equal(from_set, choices)
-    assert data.sequences_read((700, 300), seed=5, num_pipelines=1, examples_per_pipeline=len(rows)) == tuple(np.bincount(from_set))
+    read = data.sequences_read((700, 300), seed=5, num_pipelines=1, examples_per_pipeline=len(rows))
+    assert read == tuple(np.bincount(from_set))
     # Every block of 1000 holds exactly 700 and 300.
     assert np.bincount(from_set[:1000]).tolist() == [700, 300] and np.bincount(from_set[1000:2000]).tolist() == [700, 300]
 

@@ -48,9 +48,9 @@ def trainer_batches(shards: list[str], weights: tuple[float, ...], *, recipe: st
     mix = mixture.open_mixture(shards, weights)
     passes = mixture.pass_records(mix, num_pipelines=1, unit=BATCH)
     masking = data.masking_spec(mix.manifest, recipe=recipe, mlm_probability=p, tokenizer=mixture.run_tokenizer(None, mix))
-    ds = data.train_dataset(mixture.pipeline_streams(mix, passes, num_pipelines=1, pipeline_id=0), block_counts=mix.block_counts(),
-                            features=mix.manifest.features(), batch_size=BATCH, shuffle_buffer=64, seed=seed, start_step=0,
-                            masking=masking, with_segment_ids=False)
+    ds = data.train_dataset(mixture.pipeline_streams(mix, passes, num_pipelines=1, pipeline_id=0),
+                            block_counts=mix.block_counts(), features=mix.manifest.features(), batch_size=BATCH,
+                            shuffle_buffer=64, seed=seed, start_step=0, masking=masking, with_segment_ids=False)
     return [{k: v.numpy() for k, v in b.items()} for b in ds.take(-(-N // BATCH))]
 
 
@@ -116,7 +116,8 @@ def test_a_word_recipe_needs_a_tokenizer(capsys, sample_tokenizer, tmp_path):
     write_sample_shards(bare, sample_tokenizer, sorted(SAMPLE_DIR.glob("en/*.txt")), seq_len=SEQ_LEN, max_lines_per_file=20)
     assert preview_cli.main([str(bare), "--masking", "whole_word"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("lmshards preview: error: --masking whole_word finds words with the tokenizer") and "--tokenizer PATH" in err
+    assert err.startswith("lmshards preview: error: --masking whole_word finds words with the tokenizer")
+    assert "--tokenizer PATH" in err
     # Given a tokenizer, the same set previews; token-level masking needs none.
     assert preview_cli.main([str(bare), "--masking", "whole_word", "--tokenizer", str(sample_tokenizer), "--n", "1"]) == 0
     assert preview_cli.main([str(bare), "--n", "1", "--json"]) == 0
@@ -134,7 +135,8 @@ sys.exit(code)
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--masking", "span", "--mlm_probability", "0.85"], "--mlm_probability 0.85 must be above 0 and below 0.79 for --masking span"),
+    (["--masking", "span", "--mlm_probability", "0.85"],
+     "--mlm_probability 0.85 must be above 0 and below 0.79 for --masking span"),
     (["--n", "0"], "--n 0 must be at least 1."),
 ])
 def test_options_are_checked_before_tensorflow_loads(sets, argv, message):

@@ -102,7 +102,8 @@ def test_train_export_and_fill_mask_need_no_tokenizer_flag(carrying, tmp_path, c
     capsys.readouterr()
 
     assert export_cli.main([str(run), "--output", str(model)]) == 0
-    assert json.loads((model / TOKENIZER_JSON).read_text())["model"] == json.loads((run / "tokenizer" / TOKENIZER_JSON).read_text())["model"]
+    exported = json.loads((model / TOKENIZER_JSON).read_text())
+    assert exported["model"] == json.loads((run / "tokenizer" / TOKENIZER_JSON).read_text())["model"]
     capsys.readouterr()
     assert fill_mask_cli.main([str(model), "The house of <mask> was", "--json", "--top_k", "3"]) == 0
     predictions = json.loads(capsys.readouterr().out)
