@@ -50,7 +50,7 @@ from bench.bench_preprocess import child_env
 from schemas import fs
 from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.manifest import Manifest, read_manifest
-from schemas.records import read_records
+from schemas.records import decode_examples, read_records
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = REPO_ROOT / "data" / "sample" / "en"
@@ -172,97 +172,23 @@ class EvalResult:
 # ---------------------------------------------------------------- reading shards
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while True:
-        byte = buf[pos]
-        value |= (byte & 0x7F) << shift
-        pos += 1
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-
-
-def _fields(buf: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
-    """(field number, wire type, start, end) of each field of a protobuf message; varints as (start, end) too."""
-    pos = start
-    while pos < end:
-        tag, pos = _varint(buf, pos)
-        field, wire = tag >> 3, tag & 7
-        if wire == 0:
-            _, after = _varint(buf, pos)
-            yield field, wire, pos, after
-            pos = after
-        elif wire == 2:
-            length, pos = _varint(buf, pos)
-            yield field, wire, pos, pos + length
-            pos += length
-        else:
-            raise ValueError(f"unexpected protobuf wire type {wire} in a tf.train.Example of int64 features")
-
-
-def decode_varints(data: bytes) -> np.ndarray:
-    """int64 values of concatenated non-negative protobuf varints (a packed repeated int64 field)."""
-    raw = np.frombuffer(data, dtype=np.uint8)
-    ends = np.flatnonzero(raw < 0x80)
-    starts = np.concatenate([[0], ends[:-1] + 1])
-    lengths = ends - starts + 1
-    shifts = 7 * (np.arange(raw.size) - np.repeat(starts, lengths)).astype(np.uint64)
-    return np.add.reduceat((raw & 0x7F).astype(np.uint64) << shifts, starts).astype(np.int64)
-
-
-def decode_example(record: bytes) -> dict[str, np.ndarray]:
-    """Feature name -> int64 values of a serialized tf.train.Example whose features are all int64 lists.
-
-    Example{features=1: Features{feature=1: map entry{key=1, value=2: Feature{int64_list=3: Int64List{value=1}}}}}.
-    Decoded here with numpy so that the PyTorch process never loads TensorFlow.
-    """
-    out = {}
-    for _, _, features_start, features_end in _fields(record, 0, len(record)):
-        for _, _, entry_start, entry_end in _fields(record, features_start, features_end):  # one per feature
-            name, values = "", np.zeros(0, np.int64)
-            for field, _, start, end in _fields(record, entry_start, entry_end):
-                if field == 1:
-                    name = record[start:end].decode()
-                else:
-                    values = _int64_list(record, start, end)
-            out[name] = values
-    return out
-
-
-def _int64_list(record: bytes, start: int, end: int) -> np.ndarray:
-    """The values of the Feature message at record[start:end], which must hold an Int64List."""
-    chunks = []
-    for kind, _, list_start, list_end in _fields(record, start, end):
-        if kind != 3:
-            raise ValueError("a feature of the record is not an int64 list")
-        # Packed (wire type 2) or one varint per field (wire type 0): both are varint bytes.
-        chunks += [decode_varints(record[s:e]) for _, _, s, e in _fields(record, list_start, list_end)]
-    return np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
-
-
 def read_split(manifest: Manifest, shards_dir: str, split: str, *,
                max_records: int | None = None) -> dict[str, np.ndarray]:  # fmt: skip
     """{INPUT_IDS, ATTENTION_MASK: int64 [records, seq_len]} of a split's records in manifest order.
 
     max_records: stop after this many (the reference needs no more than steps x batch).
     """
-    rows: dict[str, list[np.ndarray]] = {INPUT_IDS: [], ATTENTION_MASK: []}
-    count = 0
+    records: list[bytes] = []
     for path in manifest.shard_paths(shards_dir, split):
         with fs.open_file(path, "rb") as f:
             for record in read_records(f):
-                example = decode_example(record)
-                for name, values in rows.items():
-                    values.append(example[name])
-                count += 1
-                if max_records is not None and count >= max_records:
+                records.append(record)
+                if max_records is not None and len(records) >= max_records:
                     break
-        if max_records is not None and count >= max_records:
+        if max_records is not None and len(records) >= max_records:
             break
-    shape = (count, manifest.seq_len)
-    return {name: np.stack(values).reshape(shape) if values else np.zeros(shape, np.int64)
-            for name, values in rows.items()}  # fmt: skip
+    # Decoded without TensorFlow, so that the PyTorch process never loads it.
+    return decode_examples(records, (INPUT_IDS, ATTENTION_MASK))
 
 
 # ---------------------------------------------------------------- the reference's recipe

@@ -12,7 +12,6 @@ from transformers import RobertaConfig, RobertaForMaskedLM, get_linear_schedule_
 from bench import bench_learning as bl
 from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.manifest import TokenizerInfo
-from schemas.records import encode_examples
 from tests.helpers.shard_factory import write_shards
 
 SPEC = bl.MaskingSpec(vocab_size=1000, mask_id=4, special_ids=(0, 1, 2, 3, 4))
@@ -126,15 +125,6 @@ class _Scorer(torch.nn.Module):
         if self.labels:
             logits.scatter_(-1, self.labels[id(input_ids)].clamp(min=0).unsqueeze(-1), 30.0)
         return SimpleNamespace(logits=logits)
-
-
-def test_decode_example_reads_what_the_shard_writer_encodes():
-    ids = np.array([[0, 5, 127, 128, 16_383, 16_384, 2**31 - 1, 2]], dtype=np.int64)
-    mask = np.array([[1, 1, 1, 1, 1, 1, 0, 0]], dtype=np.int64)
-    (record,) = encode_examples({INPUT_IDS: ids, ATTENTION_MASK: mask})
-    decoded = bl.decode_example(record)
-    assert set(decoded) == {INPUT_IDS, ATTENTION_MASK}
-    assert np.array_equal(decoded[INPUT_IDS], ids[0]) and np.array_equal(decoded[ATTENTION_MASK], mask[0])
 
 
 def test_read_split_returns_tensorflow_written_records_in_manifest_order(tmp_path):
