@@ -102,7 +102,8 @@ def comparison_svg(labels: Sequence[str], values: Sequence[float], *, x_label: s
     for i, (label, value) in enumerate(zip(labels, values)):
         y = m // 2 + i * row
         bar_w = _scale(value, 0, top, 0, w - label_width - 1.5 * m)
-        parts.append(f'<text x="{label_width - 6}" y="{y + 16}" text-anchor="end" font-size="12">{html.escape(label)}</text>')
+        parts.append(f'<text x="{label_width - 6}" y="{y + 16}" text-anchor="end" font-size="12">'
+                     f"{html.escape(label)}</text>")
         parts.append(f'<rect class="compare" x="{label_width}" y="{y}" width="{bar_w:.1f}" height="{row - 6}" '
                      f'fill="#4c78a8"><title>{html.escape(label)}: {value:.4g}</title></rect>')
         parts.append(f'<text x="{label_width + bar_w + 6:.1f}" y="{y + 16}" font-size="12">{value:.3f}</text>')

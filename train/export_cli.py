@@ -10,6 +10,7 @@ from schemas.errors import LmshardsError
 from schemas.paths import disk_error_message
 from train.export import export_run, push_to_hub
 from train.families import FAMILIES
+from train.preflight import load_tensorflow_quietly
 
 COMMAND = "export"
 
@@ -27,12 +28,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--checkpoint", help="checkpoint prefix, e.g. RUN_DIR/checkpoints/ckpt-3 (default: the latest)")
     parser.add_argument("--tokenizer", help="tokenizer.json or tokenizer directory (default: RUN_DIR/tokenizer)")
     parser.add_argument("--push_to_hub", metavar="REPO", help="also upload the export to this Hugging Face Hub repo")
+    parser.add_argument("--verbose", action="store_true", help="debug logs, and TensorFlow's own start-up and log lines")
     return parser.parse_args(list(argv))
 
 
 def _export(argv: Sequence[str]) -> int | None:
     args = parse_args(argv)
-    setup_logging(packages=["train"])
+    setup_logging(verbose=args.verbose, packages=["train"])
+    load_tensorflow_quietly(verbose=args.verbose)
     try:
         output = export_run(
             args.run_dir, output_dir=args.output, checkpoint=args.checkpoint, tokenizer=args.tokenizer,

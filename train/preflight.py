@@ -109,6 +109,18 @@ def quiet_tensorflow(*, verbose: bool) -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+def load_tensorflow_quietly(*, verbose: bool) -> None:
+    """Imports TensorFlow (and Keras) with their start-up lines kept off stderr unless verbose.
+
+    For commands that need TensorFlow only deep inside a library call (export, preview): once it is imported here,
+    that call prints nothing of TensorFlow's own.
+    """
+    quiet_tensorflow(verbose=verbose)
+    with native_stderr_discarded(verbose=verbose):
+        import keras  # noqa: F401  (imports TensorFlow as its backend)
+        import tensorflow  # noqa: F401
+
+
 @contextlib.contextmanager
 def native_stderr_discarded(*, verbose: bool) -> Iterator[None]:
     """Discards what is written to file descriptor 2 inside the block (unless verbose); replays it if the block fails.

@@ -21,6 +21,7 @@ from schemas.errors import LmshardsError
 from train import mixture
 from train.config import TrainConfig
 from train.masking_recipes import MASKING_RECIPES, check_recipe
+from train.preflight import load_tensorflow_quietly
 
 COMMAND = "preview"
 DEFAULT_N = 5
@@ -44,6 +45,7 @@ def build_parser() -> CommandParser:
     p.add_argument("--per_replica_batch", type=int, default=d.per_replica_batch,
                    help="the run's --per_replica_batch (masks are drawn per batch)")
     p.add_argument("--shuffle_buffer", type=int, default=d.shuffle_buffer, help="the run's --shuffle_buffer")
+    p.add_argument("--verbose", action="store_true", help="debug logs, and TensorFlow's own start-up and log lines")
     return p
 
 
@@ -142,6 +144,7 @@ def _preview(argv: Sequence[str]) -> None:
         if getattr(args, name) < 1:
             raise LmshardsError(f"--{name} {getattr(args, name)} must be at least 1.")
     check_recipe(args.masking, args.mlm_probability)
+    load_tensorflow_quietly(verbose=args.verbose)
     rows, mask_id, decode = preview_rows(args)
     for index, row in enumerate(rows):
         if args.json:

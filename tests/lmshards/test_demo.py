@@ -81,7 +81,7 @@ def test_summary_ratio_and_verdict_follow_the_scores(tmp_path):
     def summary(accuracy: float) -> dict:
         scores = Scores(eval_loss=4.5, eval_accuracy=accuracy, baseline_accuracy=0.05, baseline_token_id=16,
                         baseline_token=",", masked_tokens=1000, validation_records=90)
-        return summary_dict(cfg, scores, [",", " the", " man"], {"a": 1.0, "b": 2.5})
+        return summary_dict(cfg, scores, [",", " the", " man"], {"a": 1.0, "b": 2.5}, {"loss": 4.0, "accuracy": 0.2})
 
     met, missed = summary(0.125), summary(0.075)
     assert met["accuracy_ratio"] == pytest.approx(2.5) and met["ratio_target_met"] is True
@@ -94,11 +94,9 @@ def test_summary_ratio_and_verdict_follow_the_scores(tmp_path):
 
 @pytest.mark.slow
 def test_demo_learns_beyond_the_most_frequent_token(tmp_path):
-    """The demo as a user runs it (its defaults): it runs end to end, reports its accuracy beside the
-    most-frequent-token baseline consistently, never does worse than that baseline, and fills the mask with a word.
-
-    Whether the ratio reaches RATIO_TARGET is printed and recorded (`ratio_target_met`), not asserted: on a
-    loaded 2-core machine the demo's budget does not reliably get there.
+    """The demo as a user runs it (its defaults): the model beats the most-frequent-token baseline at least
+    RATIO_TARGET times on the same masked validation tokens, reports that consistently, and fills the mask with
+    a word.
     """
     out = tmp_path / "demo"
     proc = subprocess.run([sys.executable, "-m", "lmshards", "demo", "--output", str(out)],
@@ -106,9 +104,9 @@ def test_demo_learns_beyond_the_most_frequent_token(tmp_path):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 
     summary = json.loads((out / SUMMARY_JSON).read_text())
-    assert 0 < summary["baseline_accuracy"] <= summary["eval_accuracy"] <= 1
+    assert 0 < summary["baseline_accuracy"] < summary["eval_accuracy"] <= 1
     assert summary["accuracy_ratio"] == pytest.approx(summary["eval_accuracy"] / summary["baseline_accuracy"])
-    assert summary["ratio_target_met"] is (summary["accuracy_ratio"] >= RATIO_TARGET)
+    assert summary["accuracy_ratio"] >= RATIO_TARGET and summary["ratio_target_met"] is True
     assert summary["masked_tokens"] > 0 and summary["eval_loss"] > 0
     assert summary["total_seconds"] == pytest.approx(sum(summary["seconds"].values()))
 
@@ -132,8 +130,7 @@ def test_demo_learns_beyond_the_most_frequent_token(tmp_path):
     report = (out / "report.html").read_text()
     assert report.count('class="bar"') == sum(len(s.shards) for s in manifest.splits.values())
     assert report.count('class="compare"') == 2 and 'class="series"' in report
-    verdict = "met" if summary["ratio_target_met"] else "not met"
-    assert f"{summary['accuracy_ratio']:.2f}x (target &gt;= {RATIO_TARGET:g}x: {verdict})" in report
+    assert f"{summary['accuracy_ratio']:.2f}x (target &gt;= {RATIO_TARGET:g}x: met)" in report
     for artifact in ("tokenizer", "shards", "run", "hf_model", "report.html", SUMMARY_JSON):
         assert str(out / artifact) in proc.stdout
 

@@ -169,3 +169,12 @@ def test_mirrored_strategy_over_two_cpu_devices(shards, tmp_path):
     losses = train_losses(run)
     assert sorted(losses) == [10, 20, 30] and losses[30] < losses[10]
     assert math.isfinite(summary["eval_perplexity"])
+
+
+def test_export_keeps_tensorflows_start_up_lines_off_stderr(uninterrupted, tmp_path):
+    proc = run_ok([sys.executable, "-m", "lmshards", "export", str(uninterrupted), "--output", str(tmp_path / "hf")])
+    assert proc.stdout == f"Exported {uninterrupted} to {tmp_path / 'hf'}\n"
+    # Ours start with the date; transformers' progress bar is the one other writer.
+    foreign = [line for line in proc.stderr.splitlines()
+               if line.strip() and not line.startswith("20") and "Writing model shards" not in line]
+    assert foreign == [], proc.stderr[-3000:]
