@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import json
 import os
 import posixpath
 import re
@@ -18,7 +19,7 @@ import uuid
 from typing import Any, NamedTuple, Sequence
 
 from schemas import fs
-from schemas.constants import MANIFEST_NAME, SCHEMA_NAME, SPLITS, TOKENIZER_INFO_JSON, TOKENIZER_JSON
+from schemas.constants import MANIFEST_FORMAT, MANIFEST_NAME, SCHEMA_NAME, SPLITS, TOKENIZER_INFO_JSON, TOKENIZER_JSON
 from schemas.errors import OutputError
 from schemas.shards import parse_shard_name
 from schemas.tokenizer_info import TOKENIZER_CONFIG_JSON
@@ -131,6 +132,7 @@ class _Layout:
     """The entries one kind of lmshards output puts in its directory."""
 
     marker: str  # written last, deleted first: the sign of a complete output
+    marker_format: str | None = None  # the marker's JSON "format" value, when it has one: a same-named file is not ours
     files: frozenset[str] = frozenset()
     file_pattern: re.Pattern[str] | None = None
     scratch_dirs: frozenset[str] = frozenset()  # owned with everything they hold
@@ -141,6 +143,7 @@ class _Layout:
 _LAYOUTS = {
     PREPROCESS_OUTPUT: _Layout(
         marker=MANIFEST_NAME,
+        marker_format=MANIFEST_FORMAT,
         files=frozenset({SCHEMA_NAME}),
         scratch_dirs=frozenset({TEMP_DIR_NAME}),
         shard_dirs=frozenset(SPLITS),
@@ -208,11 +211,30 @@ def _foreign_in(filesystem: Any, path: str, name: str, layout: _Layout) -> list[
     return [f"{name}/"]
 
 
+def _marker_format(filesystem: Any, path: str) -> str | None:
+    """The "format" value of the JSON file at path; None when it is not a JSON object (or has no such key)."""
+    try:
+        data = json.loads(filesystem.cat_file(path))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    value = data.get("format") if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def _is_ours(filesystem: Any, path: str, name: str, layout: _Layout) -> bool:
+    if not _is_owned_file(name, layout):
+        return False
+    if layout.marker_format is None or name != layout.marker:
+        return True
+    # Another tool's manifest.json (a web app's, a dataset's) is the user's file, never deleted as ours.
+    return _marker_format(filesystem, posixpath.join(path, name)) == layout.marker_format
+
+
 def _classify(filesystem: Any, path: str, layout: _Layout) -> OwnedEntries:
     owned, foreign = [], []
     for entry in _list(filesystem, path):
         if entry.type == "file":
-            (owned if _is_owned_file(entry.name, layout) else foreign).append(entry.name)
+            (owned if _is_ours(filesystem, path, entry.name, layout) else foreign).append(entry.name)
         elif entry.type == "directory":
             inner = _foreign_in(filesystem, posixpath.join(path, entry.name), entry.name, layout)
             if inner:
@@ -282,8 +304,21 @@ def clear_owned_output(directory: str, *, kind: str, flag: str = "--output") -> 
 
 
 def is_lmshards_output(directory: str) -> bool:
-    """True when directory holds a preprocess output, complete (manifest.json) or not (.lmshards-tmp)."""
-    return fs.exists(fs.join(directory, MANIFEST_NAME)) or fs.exists(fs.join(directory, TEMP_DIR_NAME))
+    """True when directory holds a preprocess output, complete (its manifest.json) or not (.lmshards-tmp).
+
+    A manifest.json that is JSON of another format (a web app's, a dataset card's) is not ours; one that is
+    not JSON at all counts as ours, so that the shards beside a damaged manifest are never read as text.
+    """
+    if fs.exists(fs.join(directory, TEMP_DIR_NAME)):
+        return True
+    manifest = fs.join(directory, MANIFEST_NAME)
+    if not fs.exists(manifest):
+        return False
+    try:
+        data = json.loads(fs.read_bytes(manifest))
+    except (ValueError, UnicodeDecodeError):
+        return True
+    return isinstance(data, dict) and data.get("format") == MANIFEST_FORMAT
 
 
 # ------------------------------------------------------------------------ preflight and disk errors

@@ -1,7 +1,7 @@
 """Reading the corpus: input files, splittable ranges, and the documents in them.
 
 Inputs are local paths, directories or globs, or gs:// globs (files.py). Files inside an lmshards
-output (a directory holding manifest.json or .lmshards-tmp) are never read: directories and globs
+output (a directory holding an lmshards manifest.json or .lmshards-tmp) are never read: directories and globs
 skip them (discover_inputs counts them), a file named as an input there is refused. A file's format
 comes from its name after stripping `.gz`/`.bz2` (compression.py: decompressed on the fly):
 `.jsonl`/`.json` are JSON Lines, `.parquet` is Parquet, anything else is UTF-8 text with one document

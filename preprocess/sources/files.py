@@ -3,7 +3,7 @@
 A directory given as an input stands for every file below it, recursively, except hidden names
 (starting with "." or "_", e.g. `_SUCCESS`, `.part-0.txt.crc`), which writers leave beside their data.
 
-Files inside an lmshards output (a directory holding manifest.json or .lmshards-tmp, see
+Files inside an lmshards output (a directory holding an lmshards manifest.json or .lmshards-tmp, see
 schemas.paths.is_lmshards_output) are never read as text: a directory or glob input skips them (they
 are counted and logged), and a file named as an input there is refused. An output keeps its files at
 most OUTPUT_DEPTH levels down (manifest.json; train/<shard>, tokenizer/tokenizer.json), besides its
@@ -31,7 +31,7 @@ _HIDDEN_PREFIXES = (".", "_")
 OUTPUT_DEPTH = 2
 # How many paths an error or warning names before "and N more".
 NAMES_SHOWN = 3
-_OUTPUT_SIGN = f"a directory holding {MANIFEST_NAME} or {TEMP_DIR_NAME}"
+_OUTPUT_SIGN = f"a directory holding an lmshards {MANIFEST_NAME} or {TEMP_DIR_NAME}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 
 from schemas import fs
+from schemas.constants import MANIFEST_FORMAT
 from schemas.errors import OutputError
 from schemas.paths import (
     DATASET_EXPORT_OUTPUT,
@@ -28,6 +30,9 @@ from schemas.paths import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
+OUR_MANIFEST = json.dumps({"format": MANIFEST_FORMAT}).encode()
+# Other tools' files named manifest.json: a web app's, and one that is not JSON.
+WEB_MANIFEST, NOT_JSON = json.dumps({"name": "app", "icons": []}).encode(), b"name: app\n"
 ATOMIC_LEFTOVER = ".tmp-" + "0123456789abcdef" * 2
 
 
@@ -55,7 +60,7 @@ def _write(root: Path, files: dict[str, bytes]) -> None:
 CORPUS = {"a.txt": b"first document\n", "sub/b.txt": b"second document\n"}
 
 PREPROCESS_FILES = {
-    "manifest.json": b"{}",
+    "manifest.json": OUR_MANIFEST,
     "schema.pbtxt": b"feature {}",
     "train/train-00000-of-00002-5.tfrecord": b"shard0",
     "train/train-00001-of-00002-4.tfrecord": b"shard1",
@@ -247,7 +252,7 @@ def test_a_symlinked_split_directory_is_foreign(tmp_path):
     user = tmp_path / "user"
     _write(user, {"train-00000-of-00001-1.tfrecord": b"user's"})
     out = tmp_path / "out"
-    _write(out, {"manifest.json": b"{}"})
+    _write(out, {"manifest.json": OUR_MANIFEST})
     (out / "train").symlink_to(user)
     (out / "schema.pbtxt").symlink_to(user / "train-00000-of-00001-1.tfrecord")
     before = _tree(tmp_path)
@@ -284,12 +289,28 @@ def test_missing_empty_and_file_outputs(tmp_path):
         owned_entries(str(tmp_path), kind="model")
 
 
+def test_another_tools_manifest_json_is_never_deleted_as_ours(tmp_path):
+    for name, data in (("web", WEB_MANIFEST), ("yaml", NOT_JSON)):
+        _write(tmp_path / name, {"manifest.json": data, "train/train-00000-of-00001-1.tfrecord": b"x"})
+        assert owned_entries(str(tmp_path / name), kind=PREPROCESS_OUTPUT) == (("train",), ("manifest.json",))
+    before = _tree(tmp_path)
+    for name in ("web", "yaml"):
+        with pytest.raises(OutputError, match=r"holds files lmshards did not write \('manifest.json'\)"):
+            clear_owned_output(str(tmp_path / name), kind=PREPROCESS_OUTPUT)
+    assert _tree(tmp_path) == before
+
+
 def test_is_lmshards_output(tmp_path):
-    _write(tmp_path / "complete", {"manifest.json": b"{}"})
+    _write(tmp_path / "complete", {"manifest.json": OUR_MANIFEST})
+    # A manifest.json that is not JSON may be a damaged one of ours: its directory stays out of the inputs.
+    _write(tmp_path / "damaged", {"manifest.json": OUR_MANIFEST[:-3]})
+    _write(tmp_path / "web_app", {"manifest.json": WEB_MANIFEST, "notes.txt": b"text\n"})
     _write(tmp_path / "partial", {".lmshards-tmp/x": b""})
     _write(tmp_path / "corpus", CORPUS)
     _write(tmp_path / "shards_only", {"train/train-00000-of-00001-1.tfrecord": b""})
     assert is_lmshards_output(str(tmp_path / "complete")) and is_lmshards_output(str(tmp_path / "partial"))
+    assert is_lmshards_output(str(tmp_path / "damaged"))
+    assert not is_lmshards_output(str(tmp_path / "web_app"))
     assert not is_lmshards_output(str(tmp_path / "corpus"))
     assert not is_lmshards_output(str(tmp_path / "shards_only"))
     assert not is_lmshards_output(str(tmp_path / "missing"))
