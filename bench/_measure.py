@@ -1,4 +1,5 @@
-"""Shared benchmark helpers: run a command in a fresh process and measure its wall time and peak memory.
+"""Shared benchmark helpers: run a command in a fresh process and measure its wall time and peak memory; the
+header every JSON report starts with.
 
 Memory is measured over the whole process tree (the command and every descendant alive at that moment):
 Beam's multi_processing mode and `datasets.map(num_proc=...)` do their work in child processes, so the top
@@ -21,13 +22,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import platform
+import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import psutil
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
 MB = 1e6
 SAMPLE_INTERVAL_S = 0.2
 PSS_MIN_INTERVAL_S = 1.0
@@ -134,6 +139,29 @@ def run_checked(argv: Sequence[str], **kwargs: Any) -> Measurement:
 def load_average() -> tuple[float, float, float]:
     """The 1, 5 and 15 minute load averages (how busy the shared machine was)."""
     return os.getloadavg()
+
+
+def source_version(code_dirs: Sequence[str]) -> dict[str, Any]:
+    """The commit of the lmshards tree being measured, and whether the code the bench runs (code_dirs) differs."""
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    changed = git("status", "--porcelain", "--", *code_dirs)
+    return {"commit": git("rev-parse", "HEAD") or None, "uncommitted_changes": bool(changed)}
+
+
+def report_header(benchmark: str, *, started: float, argv: Sequence[str] | None, code_dirs: Sequence[str],
+                  **machine: Any) -> dict[str, Any]:
+    """What every bench's JSON report starts with: which bench, when, the command, the code and the machine."""
+    return {
+        "benchmark": benchmark,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "command": " ".join([f"python -m bench.bench_{benchmark}", *(argv if argv is not None else sys.argv[1:])]),
+        "lmshards": source_version(code_dirs),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+                    **machine},
+    }
 
 
 @dataclasses.dataclass

@@ -29,7 +29,6 @@ import functools
 import json
 import math
 import os
-import platform
 import shlex
 import statistics
 import subprocess
@@ -45,7 +44,7 @@ import torch
 import transformers
 from transformers import RobertaConfig, RobertaForMaskedLM
 
-from bench._measure import load_average
+from bench._measure import load_average, report_header
 from bench.bench_preprocess import child_env
 from schemas import fs
 from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
@@ -54,6 +53,8 @@ from schemas.records import decode_examples, read_records
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = REPO_ROOT / "data" / "sample" / "en"
+# The code a learning run executes: an uncommitted change there makes the report's commit not the whole story.
+CODE_DIRS = ("train", "schemas", "preprocess", "corpus_tools", "lmshards", "bench")
 
 # Shards made by the bench itself.
 TOKENIZER_MODEL = "bpe"
@@ -531,16 +532,6 @@ def verdict_lines(v: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def source_version() -> dict[str, Any]:
-    """The commit of the lmshards tree being measured, and whether the code the bench runs differs from it."""
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True)
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    changed = git("status", "--porcelain", "--", "train", "schemas", "preprocess", "corpus_tools", "lmshards", "bench")
-    return {"commit": git("rev-parse", "HEAD") or None, "uncommitted_changes": bool(changed)}
-
-
 def parse_args(argv: Sequence[str] | None) -> Config:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS,
@@ -636,13 +627,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if config.json_out:
         params = sum(p.numel() for p in ref.model.parameters())
         report = {
-            "benchmark": "learning",
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-            "command": " ".join(["python -m bench.bench_learning", *(argv if argv is not None else sys.argv[1:])]),
-            "lmshards": source_version(),
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                        "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-                        "transformers": transformers.__version__},
+            **report_header("learning", started=started, argv=argv, code_dirs=CODE_DIRS, torch=torch.__version__,
+                            torch_threads=torch.get_num_threads(), transformers=transformers.__version__),
             "shards": {"dir": shards, "tokenizer": tokenizer, "seq_len": manifest.seq_len,
                        "train_records": manifest.split(TRAIN_SPLIT).records,
                        "validation_records": manifest.split(VALIDATION_SPLIT).records},

@@ -26,21 +26,29 @@ import hashlib
 import importlib.util
 import json
 import os
-import platform
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from bench._measure import MB, PSS_MIN_INTERVAL_S, SAMPLE_INTERVAL_S, Measurement, load_average, run_checked
+from bench._measure import (
+    MB,
+    PSS_MIN_INTERVAL_S,
+    SAMPLE_INTERVAL_S,
+    Measurement,
+    load_average,
+    report_header,
+    run_checked,
+)
 from schemas.constants import DEFAULT_SEQ_LEN
 from schemas.manifest import read_manifest
 
 BENCH_DIR = Path(__file__).resolve().parent
+# The code a preprocessing run executes: an uncommitted change there makes the report's commit not the whole story.
+CODE_DIRS = ("preprocess", "schemas", "lmshards", "bench")
 CEILING_SCRIPT = BENCH_DIR / "reference_ceiling.py"
 HF_STYLE_SCRIPT = BENCH_DIR / "reference_hf_style.py"
 
@@ -353,16 +361,6 @@ def ratio_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def source_version() -> dict[str, Any]:
-    """The commit of the lmshards tree being measured, and whether its pipeline code differs from it."""
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(BENCH_DIR.parent), *args], capture_output=True, text=True)
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    changed = git("status", "--porcelain", "--", "preprocess", "schemas", "lmshards", "bench")
-    return {"commit": git("rev-parse", "HEAD") or None, "uncommitted_changes": bool(changed)}
-
-
 def parse_args(argv: Sequence[str] | None) -> Config:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", required=True, type=Path, help="directory whose *.txt files are the corpus")
@@ -443,11 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"load average now: {' '.join(f'{x:.2f}' for x in load_average())} on {os.cpu_count()} cores")
     if config.json_out:
         report = {
-            "benchmark": "preprocess",
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-            "command": " ".join(["python -m bench.bench_preprocess", *(argv if argv is not None else sys.argv[1:])]),
-            "lmshards": source_version(),
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+            **report_header("preprocess", started=started, argv=argv, code_dirs=CODE_DIRS),
             "corpus": {"dir": str(config.corpus), "files": len(files), "bytes": sum(f.stat().st_size for f in files)},
             "tokenizer": {"path": str(tokenizer), "vocab_size": TOKENIZER_VOCAB_SIZE, "kind": "byte-level BPE"},
             "seq_len": config.seq_len,

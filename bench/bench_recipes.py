@@ -26,7 +26,6 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import shlex
 import sys
 import tempfile
@@ -36,8 +35,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from bench._measure import load_average
-from bench.bench_learning import DEFAULT_CORPUS, logged_windows, make_shards, run_lmshards, source_version
+from bench._measure import load_average, report_header
+from bench.bench_learning import CODE_DIRS, DEFAULT_CORPUS, logged_windows, make_shards, run_lmshards
 from bench.bench_preprocess import child_env
 
 RECIPES = ("token", "whole_word", "span")
@@ -227,11 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"and {CONTEXT_NATS} below the context-free baseline")
     if config.json_out:
         report = {
-            "benchmark": "recipes",
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-            "command": " ".join(["python -m bench.bench_recipes", *(argv if argv is not None else sys.argv[1:])]),
-            "lmshards": source_version(),
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+            **report_header("recipes", started=started, argv=argv, code_dirs=CODE_DIRS),
             "shards": shards,
             "run": {"preset": PRESET, "steps": config.steps, "batch_size": config.batch_size,
                     "learning_rate": config.learning_rate, "mlm_probability": config.mlm_probability, "seed": SEED},
