@@ -211,13 +211,14 @@ def _foreign_in(filesystem: Any, path: str, name: str, layout: _Layout) -> list[
     return [f"{name}/"]
 
 
-def _marker_format(filesystem: Any, path: str) -> str | None:
-    """The "format" value of the JSON file at path; None when it is not a JSON object (or has no such key)."""
-    try:
-        data = json.loads(filesystem.cat_file(path))
-    except (ValueError, UnicodeDecodeError):
-        return None
-    value = data.get("format") if isinstance(data, dict) else None
+def _json_format(data: bytes) -> str | None:
+    """The "format" value of a JSON object; None for any other JSON.
+
+    Raises:
+      ValueError: data is not JSON (UnicodeDecodeError included).
+    """
+    parsed = json.loads(data)
+    value = parsed.get("format") if isinstance(parsed, dict) else None
     return value if isinstance(value, str) else None
 
 
@@ -226,8 +227,12 @@ def _is_ours(filesystem: Any, path: str, name: str, layout: _Layout) -> bool:
         return False
     if layout.marker_format is None or name != layout.marker:
         return True
-    # Another tool's manifest.json (a web app's, a dataset's) is the user's file, never deleted as ours.
-    return _marker_format(filesystem, posixpath.join(path, name)) == layout.marker_format
+    # Another tool's manifest.json (a web app's, a dataset's) is the user's file, never deleted as ours;
+    # so is one that is not JSON: deleting stays on the safe side.
+    try:
+        return _json_format(filesystem.cat_file(posixpath.join(path, name))) == layout.marker_format
+    except ValueError:
+        return False
 
 
 def _classify(filesystem: Any, path: str, layout: _Layout) -> OwnedEntries:
@@ -315,10 +320,9 @@ def is_lmshards_output(directory: str) -> bool:
     if not fs.exists(manifest):
         return False
     try:
-        data = json.loads(fs.read_bytes(manifest))
-    except (ValueError, UnicodeDecodeError):
+        return _json_format(fs.read_bytes(manifest)) == MANIFEST_FORMAT
+    except ValueError:
         return True
-    return isinstance(data, dict) and data.get("format") == MANIFEST_FORMAT
 
 
 # ------------------------------------------------------------------------ preflight and disk errors
