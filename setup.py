@@ -46,7 +46,7 @@ def pinned(name: str, extras: str = "") -> str:
     return f"{name}{extras}=={PINS[name]}"
 
 
-# Exactly what preprocess/ and schemas/ import (tests/lmshards/test_packaging.py checks both ways).
+# Exactly what preprocess/, plumbing/ and schemas/ import (tests/lmshards/test_packaging.py checks both ways).
 # numpy, pyarrow, google-crc32c and protobuf also come with apache-beam[gcp], but worker code imports
 # them itself, so they are pinned here rather than left to Beam's ranges. gcsfs is never imported by
 # name: fsspec loads it for gs:// paths. [gcp] is Beam's own gs:// IO, which workers write shards with.
@@ -74,13 +74,13 @@ EXTRAS = {
 }
 EXTRAS["all"] = sorted({req for name, reqs in EXTRAS.items() if name != "test" for req in reqs})
 
-# The Dataflow worker distribution: preprocess/ + schemas/ and the WORKER pins only (no trainer, corpus
+# The Dataflow worker distribution: preprocess/ + plumbing/ + schemas/ and the WORKER pins only (no trainer, corpus
 # tools, CLI, extras or console script). Asked for with LMSHARDS_WORKER_PACKAGE=1 (Beam's stager runs
 # `setup.py sdist` in a subprocess that inherits it); a worker rebuilding that sdist knows it by the
 # name in its PKG-INFO. Its own name also keeps its egg-info apart from a full build's file list.
 WORKER_PACKAGE_ENV = "LMSHARDS_WORKER_PACKAGE"
 WORKER_DIST_NAME = "lmshards-worker"
-WORKER_PACKAGES = ["preprocess", "preprocess.*", "schemas", "schemas.*"]
+WORKER_PACKAGES = ["preprocess", "preprocess.*", "plumbing", "plumbing.*", "schemas", "schemas.*"]
 FULL_PACKAGES = [*WORKER_PACKAGES, "corpus_tools", "corpus_tools.*", "lmshards", "train", "train.*"]
 _PKG_INFO = Path(__file__).with_name("PKG-INFO")
 WORKER_ONLY = os.environ.get(WORKER_PACKAGE_ENV) == "1" or (

@@ -21,7 +21,7 @@ import train  # noqa: E402,F401  (chooses Keras's backend, which importing Tenso
 import tensorflow as tf  # noqa: E402
 
 from bench.reference_input_baseline import run_all as run_reference  # noqa: E402
-from schemas import fs  # noqa: E402
+from plumbing import fs  # noqa: E402
 from schemas.manifest import TokenizerInfo, manifest_path, read_manifest  # noqa: E402
 from train import data, mixture  # noqa: E402
 from train.masking import mask_batch  # noqa: E402

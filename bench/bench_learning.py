@@ -46,7 +46,7 @@ from transformers import RobertaConfig, RobertaForMaskedLM
 
 from bench._measure import load_average, report_header
 from bench.bench_preprocess import child_env
-from schemas import fs
+from plumbing import fs
 from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.manifest import Manifest, read_manifest
 from schemas.records import decode_examples, read_records

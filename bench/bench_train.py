@@ -22,7 +22,7 @@ import train  # noqa: E402,F401  (chooses Keras's backend, which importing Tenso
 import tensorflow as tf  # noqa: E402
 
 from bench.bench_input_pipeline import GENERATED_TOKENIZER  # noqa: E402
-from schemas import fs  # noqa: E402
+from plumbing import fs  # noqa: E402
 from schemas.manifest import manifest_path  # noqa: E402
 from train.cli import parse_config  # noqa: E402
 from train.config import METRICS_JSONL, preset_config  # noqa: E402

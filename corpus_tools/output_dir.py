@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas import fs
+from plumbing import fs
 
 
 def prepare_output_dir(path: str, *, overwrite: bool, marker: str, flag: str = "--output") -> None:

@@ -11,7 +11,7 @@ import importlib
 import sys
 from typing import NamedTuple, Sequence
 
-from schemas.cli import EXIT_OK, EXIT_USAGE, print_error
+from plumbing.cli import EXIT_OK, EXIT_USAGE, print_error
 from schemas.version import __version__
 
 

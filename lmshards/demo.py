@@ -22,10 +22,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from lmshards.report import read_metrics, render_report
-from schemas import fs
-from schemas.cli import CommandParser, run_command, setup_logging
+from plumbing import fs
+from plumbing.cli import CommandParser, run_command, setup_logging
 from schemas.constants import ATTENTION_MASK, FEATURE_NAMES, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
-from schemas.errors import LmshardsError, OutputError
+from plumbing.errors import LmshardsError, OutputError
 from schemas.manifest import Manifest, read_manifest
 from schemas.records import decode_examples, read_records
 from train.config import METRICS_JSONL, RUN_SUMMARY_JSON

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Sequence
 
-from schemas import fs
+from plumbing import fs
 from schemas.manifest import Manifest
 
 CHART_WIDTH = 640

@@ -14,7 +14,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from preprocess import runners
 from preprocess.failures import RunFailure, is_reported_failure
 from preprocess.options import REQUIRED_FLAGS, LmshardsPreprocessOptions, config_from_options
-from schemas.cli import EXIT_FAILURE, EXIT_OK, CommandParser, print_error, run_command, setup_logging, typo_hint
+from plumbing.cli import EXIT_FAILURE, EXIT_OK, CommandParser, print_error, run_command, setup_logging, typo_hint
 from schemas.manifest import Manifest
 
 COMMAND = "preprocess"

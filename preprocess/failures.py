@@ -15,8 +15,8 @@ import re
 import traceback
 from typing import Iterator
 
-from schemas.errors import LmshardsError
-from schemas.paths import disk_error_message
+from plumbing.errors import LmshardsError
+from plumbing.outputs import disk_error_message
 
 # What Beam appends to the message of an exception raised inside a step.
 _WHILE_RUNNING_RE = re.compile(r"\s*\[while running '[^']*'\]")

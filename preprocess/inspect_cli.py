@@ -14,8 +14,8 @@ from typing import BinaryIO, Callable, Sequence
 
 import numpy as np
 
-from schemas import fs
-from schemas.cli import EXIT_FAILURE, EXIT_OK, CommandParser, run_command, setup_logging
+from plumbing import fs
+from plumbing.cli import EXIT_FAILURE, EXIT_OK, CommandParser, run_command, setup_logging
 from schemas.constants import INPUT_IDS, MANIFEST_NAME
 from schemas.manifest import Manifest, ShardInfo, read_manifest
 from schemas.records import CorruptRecordError, MalformedExampleError, decode_examples, read_records

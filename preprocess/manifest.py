@@ -16,11 +16,12 @@ import apache_beam as beam
 
 from preprocess.pack import sum_totals
 from preprocess.sources import InputError, ReadStats, no_documents_message, sum_stats
-from schemas import fs
+from plumbing import fs
 from schemas.constants import SPLITS, TOKENIZER_INFO_JSON, TOKENIZER_JSON
-from schemas.errors import OutputError
+from plumbing.errors import OutputError
 from schemas.manifest import Manifest, ShardInfo, SplitInfo, SplitTotals, write_manifest
-from schemas.paths import SPECIAL_TOKENS_MAP_JSON, TEMP_DIR_NAME, TOKENIZER_DIR_NAME
+from plumbing.outputs import SPECIAL_TOKENS_MAP_JSON, TEMP_DIR_NAME
+from schemas.constants import TOKENIZER_DIR_NAME
 from schemas.tfmd import schema_for, write_schema
 from schemas.tokenizer_info import TOKENIZER_CONFIG_JSON, TokenizerSource
 

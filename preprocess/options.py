@@ -16,7 +16,7 @@ from preprocess.pack import DEFAULT_GROUP_TOKENS, REMAINDER_CHOICES, REMAINDER_D
 from preprocess.shard import DEFAULT_SHARD_MULTIPLE, DEFAULT_TARGET_SHARD_MB
 from preprocess.sources import DEFAULT_TEXT_COLUMN, DEFAULT_TEXT_FIELD, LINE, add_reading_arguments
 from schemas.constants import DEFAULT_SEQ_LEN, MIN_SEQ_LEN
-from schemas.errors import LmshardsError
+from plumbing.errors import LmshardsError
 
 DEFAULT_VALIDATION_FRACTION = 0.005
 DEFAULT_BATCH_SIZE = 1000  # documents per encode_batch call

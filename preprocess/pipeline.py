@@ -31,11 +31,11 @@ from preprocess.read import ReadDocuments
 from preprocess.shard import MB, WriteShards
 from preprocess.sources import ReadStats, check_not_empty, discover_inputs, is_compressed, read_options_from
 from preprocess.split import SplitDocuments, SplitSettings
-from schemas import fs
+from plumbing import fs
 from schemas.constants import FEATURE_NAMES, SCHEMA_NAME, TRAIN_SPLIT, VALIDATION_SPLIT
-from schemas.errors import LmshardsError, TokenizerError
+from plumbing.errors import LmshardsError, TokenizerError
 from schemas.manifest import TOKENIZER_RELPATH, InputFileInfo, Manifest, TokenizerInfo, read_manifest
-from schemas.paths import PREPROCESS_OUTPUT, check_no_overlap, check_writable, clear_owned_output
+from plumbing.outputs import PREPROCESS_OUTPUT, check_no_overlap, check_writable, clear_owned_output
 from schemas.records import record_bytes_upper_bound
 from schemas.tokenizer_info import (
     TokenizerSource,

@@ -29,7 +29,7 @@ from apache_beam.options.pipeline_options import (
 from apache_beam.version import __version__ as beam_version
 
 from preprocess.options import PreprocessError
-from schemas import fs
+from plumbing import fs
 
 FNAPI_RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
 DIRECT_RUNNER = "apache_beam.runners.direct.direct_runner.DirectRunner"

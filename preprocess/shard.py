@@ -19,10 +19,10 @@ import numpy as np
 
 from preprocess.metrics import StageProgress, counter
 from preprocess.pack import PackedGroup
-from schemas import fs
+from plumbing import fs
 from schemas.constants import ATTENTION_MASK, INPUT_IDS, SPLITS
 from schemas.manifest import ShardInfo
-from schemas.paths import TEMP_DIR_NAME
+from plumbing.outputs import TEMP_DIR_NAME
 from schemas.records import encode_examples, frame_record
 from schemas.shards import shard_relpath
 

@@ -26,6 +26,8 @@ MANIFEST_FORMAT_VERSION = 2
 READABLE_MANIFEST_VERSIONS = (1, 2)
 
 TOKENIZER_JSON = "tokenizer.json"
+# A self-contained shard set (and a run directory) carries its tokenizer in this subdirectory.
+TOKENIZER_DIR_NAME = "tokenizer"
 # The small JSON that `lmshards tokenizer train` writes beside tokenizer.json.
 TOKENIZER_INFO_JSON = "lmshards_tokenizer.json"
 FINGERPRINT_PREFIX = "sha256:"

@@ -13,8 +13,9 @@ import posixpath
 import re
 from typing import Any
 
-from schemas import fs
+from plumbing import fs
 from schemas.constants import (
+    TOKENIZER_DIR_NAME,
     ATTENTION_MASK,
     INPUT_IDS,
     MANIFEST_FORMAT,
@@ -25,8 +26,7 @@ from schemas.constants import (
     SPLITS,
     TOKENIZER_JSON,
 )
-from schemas.errors import ManifestError
-from schemas.paths import TOKENIZER_DIR_NAME
+from plumbing.errors import ManifestError
 from schemas.records import feature_spec
 from schemas.shards import parse_shard_name, shard_relpath
 

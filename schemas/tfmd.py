@@ -15,9 +15,9 @@ from typing import Any
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from schemas import fs
+from plumbing import fs
 from schemas.constants import ATTENTION_MASK, FEATURE_DTYPE, INPUT_IDS, SCHEMA_NAME
-from schemas.errors import ManifestError
+from plumbing.errors import ManifestError
 
 
 def feature_domains(vocab_size: int) -> dict[str, schema_pb2.IntDomain]:

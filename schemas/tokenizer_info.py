@@ -11,14 +11,14 @@ import hashlib
 import json
 from typing import Any
 
-from schemas import fs
+from plumbing import fs
 from schemas.constants import (
     FINGERPRINT_PREFIX,
     ROLE_SPELLINGS,
     SPECIAL_ROLES,
     TOKENIZER_JSON,
 )
-from schemas.errors import TokenizerError
+from plumbing.errors import TokenizerError
 
 TOKENIZER_CONFIG_JSON = "tokenizer_config.json"
 # transformers writes this when a tokenizer has no maximum length.

@@ -18,7 +18,7 @@ import re
 
 import tensorflow as tf
 
-from schemas.errors import LmshardsError
+from plumbing.errors import LmshardsError
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import argparse
 import logging
 from typing import Sequence
 
-from schemas.cli import (
+from plumbing.cli import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_PREEMPTED,
@@ -19,8 +19,8 @@ from schemas.cli import (
     run_command,
     setup_logging,
 )
-from schemas.errors import LmshardsError
-from schemas.paths import disk_error_message
+from plumbing.errors import LmshardsError
+from plumbing.outputs import disk_error_message
 from train.config import FINAL_EVALS, LR_SCHEDULES, PRESETS, TrainConfig
 from train.devices import AUTO, PRECISIONS, STRATEGIES
 from train.families import family_names

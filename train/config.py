@@ -6,8 +6,8 @@ import dataclasses
 import json
 from typing import Any
 
-from schemas import fs
-from schemas.errors import LmshardsError
+from plumbing import fs
+from plumbing.errors import LmshardsError
 from train.devices import AUTO, STRATEGY_AUTO
 from train.families import DEFAULT_FAMILY, get_family
 from train.masking_recipes import TOKEN

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from schemas.constants import ATTENTION_MASK, INPUT_IDS
-from schemas.errors import LmshardsError
+from plumbing.errors import LmshardsError
 from schemas.manifest import Manifest
 from schemas.records import parse_spec
 from schemas.tokenizer_info import TokenizerSource

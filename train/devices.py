@@ -13,7 +13,7 @@ import glob
 import os
 from typing import Any, Mapping, Sequence
 
-from schemas.errors import LmshardsError
+from plumbing.errors import LmshardsError
 
 # --- what a TPU host looks like
 # Set on Cloud TPU VMs (TPU_ACCELERATOR_TYPE, TPU_WORKER_ID, TPU_SKIP_MDS_QUERY) and by TPU node

@@ -13,7 +13,7 @@ import platform
 import sys
 from typing import Mapping, Sequence
 
-from schemas.cli import CommandParser, run_command, setup_logging
+from plumbing.cli import CommandParser, run_command, setup_logging
 from schemas.version import __version__
 from train.devices import (
     GPU_PROBED,

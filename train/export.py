@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from schemas import fs
-from schemas.errors import LmshardsError, TokenizerError
+from plumbing import fs
+from plumbing.errors import LmshardsError, TokenizerError
 from schemas.hf_tokenizer import wrap_fast_tokenizer
-from schemas.paths import check_writable
+from plumbing.outputs import check_writable
 from schemas.tokenizer_info import TokenizerSource, fingerprint, locate_tokenizer
 from train.config import TOKENIZER_DIR
 from train.families import get_family

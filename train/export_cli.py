@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
-from schemas.cli import EXIT_FAILURE, CommandParser, print_error, run_command, setup_logging
-from schemas.errors import LmshardsError
-from schemas.paths import disk_error_message
+from plumbing.cli import EXIT_FAILURE, CommandParser, print_error, run_command, setup_logging
+from plumbing.errors import LmshardsError
+from plumbing.outputs import disk_error_message
 from train.export import export_run, push_to_hub
 from train.families import FAMILIES
 from train.preflight import load_tensorflow_quietly

@@ -14,9 +14,9 @@ import pickle
 import warnings
 from typing import Any, Sequence
 
-from schemas.cli import CommandParser, run_command, setup_logging
+from plumbing.cli import CommandParser, run_command, setup_logging
 from schemas.constants import ROLE_SPELLINGS
-from schemas.errors import LmshardsError
+from plumbing.errors import LmshardsError
 
 COMMAND = "fill-mask"
 DEFAULT_TOP_K = 5

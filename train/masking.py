@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from schemas.errors import LmshardsError
+from plumbing.errors import LmshardsError
 from train.masking_recipes import (
     MASKING_RECIPES,
     SPAN,

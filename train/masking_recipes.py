@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from schemas.errors import LmshardsError
+from plumbing.errors import LmshardsError
 
 TOKEN, WHOLE_WORD, SPAN = "token", "whole_word", "span"
 MASKING_RECIPES = (TOKEN, WHOLE_WORD, SPAN)

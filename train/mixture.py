@@ -28,11 +28,11 @@ import math
 import posixpath
 from typing import Mapping, Sequence
 
-from schemas import fs
+from plumbing import fs
 from schemas.constants import TOKENIZER_JSON, TRAIN_SPLIT, VALIDATION_SPLIT
-from schemas.errors import LmshardsError
+from plumbing.errors import LmshardsError
 from schemas.manifest import Manifest, read_manifest
-from schemas.paths import TOKENIZER_DIR_NAME
+from schemas.constants import TOKENIZER_DIR_NAME
 from schemas.tokenizer_info import TokenizerSource, fingerprint, locate_tokenizer
 from train.config import TOKENIZER_DIR
 

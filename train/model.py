@@ -5,8 +5,8 @@ from __future__ import annotations
 import keras_hub
 import tensorflow as tf
 
-from schemas import fs
-from schemas.errors import LmshardsError
+from plumbing import fs
+from plumbing.errors import LmshardsError
 from train.checkpoint import restore_newest
 from train.config import CHECKPOINTS_DIR, RUN_CONFIG_JSON, ModelConfig, model_config_from_dict
 from train.families import ModelFamily, get_family

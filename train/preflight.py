@@ -16,9 +16,9 @@ import tempfile
 from typing import Any, Iterator
 
 from schemas.constants import TRAIN_SPLIT, VALIDATION_SPLIT
-from schemas.errors import LmshardsError
+from plumbing.errors import LmshardsError
 from schemas.manifest import Manifest
-from schemas.paths import check_writable
+from plumbing.outputs import check_writable
 from schemas.tokenizer_info import TokenizerSource
 from train import mixture
 from train.config import ModelConfig, TrainConfig, preset_config, read_model_config

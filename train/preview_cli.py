@@ -16,8 +16,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from schemas.cli import CommandParser, run_command, setup_logging
-from schemas.errors import LmshardsError
+from plumbing.cli import CommandParser, run_command, setup_logging
+from plumbing.errors import LmshardsError
 from train import mixture
 from train.config import TrainConfig
 from train.masking_recipes import MASKING_RECIPES, check_recipe

@@ -15,8 +15,8 @@ import json
 import logging
 from typing import Any
 
-from schemas import fs
-from schemas.errors import LmshardsError
+from plumbing import fs
+from plumbing.errors import LmshardsError
 from train.config import (
     CHECKPOINTS_DIR,
     METRICS_JSONL,

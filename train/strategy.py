@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 import tensorflow as tf
 
-from schemas.errors import LmshardsError
+from plumbing.errors import LmshardsError
 from train.devices import (
     CPU_DEVICE_KIND,
     PLATFORM_CPU,

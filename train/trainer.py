@@ -24,9 +24,9 @@ import keras
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from schemas import fs
+from plumbing import fs
 from schemas.constants import TRAIN_SPLIT, VALIDATION_SPLIT
-from schemas.errors import LmshardsError
+from plumbing.errors import LmshardsError
 from schemas.manifest import Manifest, manifest_path
 from schemas.version import __version__
 from train import data, mixture

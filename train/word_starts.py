@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from schemas.errors import TokenizerError
+from plumbing.errors import TokenizerError
 
 METASPACE_MARKER = "▁"  # tokenizers' Metaspace default replacement
 WORDPIECE_PREFIX = "##"  # tokenizers' WordPiece default continuing_subword_prefix

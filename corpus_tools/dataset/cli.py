@@ -6,7 +6,7 @@ import argparse
 from typing import Sequence
 
 from corpus_tools.dataset import export as de
-from schemas.cli import CommandParser, run_command, setup_logging
+from plumbing.cli import CommandParser, run_command, setup_logging
 
 COMMAND = "dataset export"
 LOG_PACKAGES = ("corpus_tools", "schemas")

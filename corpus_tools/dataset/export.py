@@ -24,8 +24,8 @@ import time
 from typing import Any, Iterator
 
 from corpus_tools.output_dir import prepare_output_dir
-from schemas import fs
-from schemas.errors import LmshardsError
+from plumbing import fs
+from plumbing.errors import LmshardsError
 from schemas.version import __version__
 
 logger = logging.getLogger(__name__)

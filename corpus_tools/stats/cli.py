@@ -11,7 +11,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Sequence
 
-from schemas.cli import CommandParser, run_command, setup_logging, typo_hint
+from plumbing.cli import CommandParser, run_command, setup_logging, typo_hint
 from schemas.constants import SPLITS
 
 if TYPE_CHECKING:

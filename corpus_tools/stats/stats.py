@@ -28,9 +28,9 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 
 from corpus_tools.stats.page import stats_page
 from preprocess.runners import dry_run, is_dry_run, pipeline_options
-from schemas import fs
+from plumbing import fs
 from schemas.constants import ATTENTION_MASK, INPUT_IDS
-from schemas.errors import LmshardsError, OutputError, TokenizerError
+from plumbing.errors import LmshardsError, OutputError, TokenizerError
 from schemas.manifest import Manifest, ShardInfo, read_manifest
 from schemas.shards import parse_shard_name
 from schemas.tfmd import schema_for

@@ -10,7 +10,7 @@ from corpus_tools.tokenizer import config as cfg
 from corpus_tools.tokenizer.corpus_report import DEFAULT_INSPECT_DOCUMENTS, load_tokenizer, sample_report
 from corpus_tools.tokenizer.training import train
 from preprocess import sources
-from schemas.cli import CommandParser, run_command, setup_logging
+from plumbing.cli import CommandParser, run_command, setup_logging
 
 TRAIN_COMMAND = "tokenizer train"
 INSPECT_COMMAND = "tokenizer inspect"

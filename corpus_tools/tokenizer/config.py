@@ -8,7 +8,7 @@ from tokenizers import pre_tokenizers
 
 from preprocess import sources
 from schemas.constants import SPECIAL_ROLES
-from schemas.errors import LmshardsError
+from plumbing.errors import LmshardsError
 
 UNIGRAM, BPE, WORDPIECE = "unigram", "bpe", "wordpiece"
 MODELS = (UNIGRAM, BPE, WORDPIECE)

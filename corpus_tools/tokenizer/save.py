@@ -16,7 +16,7 @@ from tokenizers import Tokenizer
 
 from corpus_tools.output_dir import prepare_output_dir
 from corpus_tools.tokenizer.config import MODEL_MAX_LENGTH, SpecialTokens
-from schemas import fs
+from plumbing import fs
 from schemas.constants import SPECIAL_ROLES, TOKENIZER_INFO_JSON
 from schemas.hf_tokenizer import wrap_fast_tokenizer
 from schemas.tokenizer_info import fingerprint, locate_tokenizer, special_token_ids

@@ -18,7 +18,7 @@ from corpus_tools.tokenizer.models import train_tokenizer
 from corpus_tools.tokenizer.sampling import SampleStats, iter_sample, read_sample, sample_limit, write_sample
 from corpus_tools.tokenizer.save import save_tokenizer
 from preprocess import sources
-from schemas import fs
+from plumbing import fs
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import zlib
 from typing import BinaryIO, Callable, Iterator
 
 from preprocess.sources.options import InputError
-from schemas import fs
+from plumbing import fs
 
 
 @dataclasses.dataclass(frozen=True)

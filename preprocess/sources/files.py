@@ -4,7 +4,7 @@ A directory given as an input stands for every file below it, recursively, excep
 (starting with "." or "_", e.g. `_SUCCESS`, `.part-0.txt.crc`), which writers leave beside their data.
 
 Files inside an lmshards output (a directory holding an lmshards manifest.json or .lmshards-tmp, see
-schemas.paths.is_lmshards_output) are never read as text: a directory or glob input skips them (they
+plumbing.outputs.is_lmshards_output) are never read as text: a directory or glob input skips them (they
 are counted and logged), and a file named as an input there is refused. An output keeps its files at
 most OUTPUT_DEPTH levels down (manifest.json; train/<shard>, tokenizer/tokenizer.json), besides its
 .lmshards-tmp, so a file's parent and grandparent are looked at (each directory once).
@@ -18,10 +18,10 @@ import posixpath
 from typing import Any, Sequence
 
 from preprocess.sources.options import InputError
-from schemas import fs
+from plumbing import fs
 from schemas.constants import MANIFEST_NAME
 from schemas.manifest import InputFileInfo
-from schemas.paths import TEMP_DIR_NAME, is_lmshards_output
+from plumbing.outputs import TEMP_DIR_NAME, is_lmshards_output
 
 logger = logging.getLogger(__name__)
 

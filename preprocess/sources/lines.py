@@ -25,7 +25,7 @@ from typing import BinaryIO, Callable, Iterator
 from preprocess.sources.documents import ReadStats
 from preprocess.sources.options import ReadOptions
 from preprocess.sources.ranges import TO_END, ReadRange
-from schemas import fs
+from plumbing import fs
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from schemas.errors import LmshardsError
+from plumbing.errors import LmshardsError
 
 LINE = "line"
 BLANK_LINE = "blank_line"

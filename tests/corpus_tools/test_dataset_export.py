@@ -12,7 +12,7 @@ import pytest
 from corpus_tools.dataset import export as de
 from lmshards.cli import main as lmshards_main
 from preprocess import sources
-from schemas import fs
+from plumbing import fs
 
 ROWS = 1037  # not a multiple of any shard count used here
 

@@ -24,7 +24,7 @@ from corpus_tools.stats.stats import (
     top_tokens,
 )
 from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
-from schemas.errors import ManifestError, TokenizerError
+from plumbing.errors import ManifestError, TokenizerError
 from schemas.manifest import read_manifest
 from schemas.records import parse_spec, read_records
 from tests.helpers.shard_factory import write_sample_shards

@@ -14,7 +14,7 @@ from corpus_tools.tokenizer.config import DEFAULT_PRESET, MODEL_MAX_LENGTH, MODE
 from corpus_tools.tokenizer.corpus_report import DEFAULT_INSPECT_DOCUMENTS, corpus_report, load_tokenizer
 from corpus_tools.tokenizer.training import train
 from lmshards.cli import main as lmshards_main
-from schemas import fs
+from plumbing import fs
 from schemas.constants import SPECIAL_ROLES, TOKENIZER_INFO_JSON, TOKENIZER_JSON
 from schemas.tokenizer_info import fingerprint, locate_tokenizer, special_token_ids
 

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from lmshards.cli import SUBCOMMANDS, main
-from schemas.cli import CommandParser
+from plumbing.cli import CommandParser
 from tests.conftest import REPO
 
 COMMANDS = list(SUBCOMMANDS)
@@ -51,7 +51,7 @@ def _command_parser(command: str, parsers: list[CommandParser], capsys) -> tuple
     """The parser behind `lmshards COMMAND` and its --help text."""
     code, out, err = _run([*command.split(), "--help"], capsys)
     assert code == 0, err
-    assert parsers, f"`lmshards {command}` does not parse its arguments with schemas.cli.CommandParser"
+    assert parsers, f"`lmshards {command}` does not parse its arguments with plumbing.cli.CommandParser"
     return parsers[0], out
 
 

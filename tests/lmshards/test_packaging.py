@@ -30,7 +30,7 @@ from tests.conftest import REPO
 WORKER_ENV = "LMSHARDS_WORKER_PACKAGE"
 DOCKERFILE = REPO / "dataflow_templates" / "preprocess" / "Dockerfile"
 DOCKERIGNORE = REPO / "dataflow_templates" / "preprocess" / "Dockerfile.dockerignore"
-WORKER_PACKAGES = {"preprocess", "schemas"}
+WORKER_PACKAGES = {"preprocess", "plumbing", "schemas"}
 # Never on a worker: the trainer side, the corpus tools, the CLI package, tests, sample data, benchmarks.
 NOT_ON_WORKERS = {"train", "corpus_tools", "lmshards", "tests", "data", "bench", "scripts", "dataflow_templates"}
 FULL_PACKAGES = WORKER_PACKAGES | {"corpus_tools", "lmshards", "train"}
@@ -43,7 +43,7 @@ DASK_REQUIREMENTS = {"dask", "distributed"}
 # Import name of each distribution whose name is not its import name with "-" -> "_".
 IMPORT_NAMES = {"apache-beam": "apache_beam", "protobuf": "google.protobuf"}
 # Worker pins that worker code never imports by name: distribution -> why the workers need it.
-RUNTIME_PLUGINS = {"gcsfs": "fsspec's gs:// filesystem, which fsspec imports itself for gs:// paths (schemas/fs.py)"}
+RUNTIME_PLUGINS = {"gcsfs": "fsspec's gs:// filesystem, which fsspec imports itself for gs:// paths (plumbing/fs.py)"}
 # Imports worker code makes only for an extra's users, inside the function that needs them (so every
 # worker module imports without them): module -> the worker files allowed to.
 OPTIONAL_IMPORTS = {
@@ -127,7 +127,7 @@ def test_worker_sdist_holds_only_preprocess_and_schemas(worker_sdist):
         names = tar.getnames()
     top = top_level(names)
     assert top & NOT_ON_WORKERS == set()
-    assert {"preprocess", "schemas", "setup.py", "PKG-INFO"} <= top
+    assert {"preprocess", "plumbing", "schemas", "setup.py", "PKG-INFO"} <= top
     expected_modules = {p.relative_to(REPO).as_posix() for pkg in WORKER_PACKAGES for p in (REPO / pkg).rglob("*.py")}
     shipped = {name.split("/", 1)[1] for name in names if name.endswith(".py") and "/" in name}
     assert expected_modules <= shipped
@@ -281,7 +281,7 @@ def test_import_finder_sees_lazy_imports_and_skips_type_checking_blocks():
         "from __future__ import annotations\n"
         "import json, numpy as np\n"
         "from typing import TYPE_CHECKING\n"
-        "from schemas import fs\n"
+        "from plumbing import fs\n"
         "from . import sibling\n"
         "if TYPE_CHECKING:\n"
         "    from tensorflow_metadata.proto.v0 import schema_pb2\n"
@@ -420,7 +420,7 @@ def test_dockerfile_is_a_worker_and_a_flex_template_launcher():
     # Every copied source exists in the repository and gets past the build context's ignore file,
     # and what lands in WORKDIR includes main.py and setup.py.
     sources = [src for parts in copies if not parts[0].startswith("--from") for src in parts[:-1]]
-    assert set(sources) >= {"setup.py", "schemas", "preprocess", "dataflow_templates/preprocess/main.py"}
+    assert set(sources) >= {"setup.py", "plumbing", "schemas", "preprocess", "dataflow_templates/preprocess/main.py"}
     allowed = [line[1:].rstrip("/*") for line in DOCKERIGNORE.read_text().splitlines() if line.startswith("!")]
     for src in sources:
         assert (REPO / src).exists(), src

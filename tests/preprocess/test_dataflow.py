@@ -14,7 +14,7 @@ from google.cloud import dataflow_v1beta3  # ships with apache-beam[gcp]
 
 from preprocess import runners
 from preprocess.options import LmshardsPreprocessOptions, PreprocessConfig, config_from_options, parse_bool
-from schemas import fs
+from plumbing import fs
 from tests.conftest import REPO
 
 METADATA = REPO / "dataflow_templates" / "preprocess" / "metadata.json"

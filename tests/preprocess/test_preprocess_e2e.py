@@ -17,7 +17,7 @@ from preprocess.options import PreprocessConfig
 from preprocess.pipeline import run_pipeline
 from preprocess.sources import InputError, ReadOptions, iter_documents
 from preprocess.split import split_of, validation_threshold
-from schemas import fs
+from plumbing import fs
 from schemas.manifest import read_manifest
 from schemas.records import read_records
 from schemas.shards import parse_shard_name

@@ -21,10 +21,10 @@ import pytest
 from preprocess.cli import main
 from preprocess.failures import RunFailure, is_reported_failure, run_failure, user_error
 from preprocess.sources import InputError
-from schemas import fs
-from schemas.errors import ManifestError
+from plumbing import fs
+from plumbing.errors import ManifestError
 from schemas.manifest import TOKENIZER_RELPATH, manifest_from_dict, read_manifest
-from schemas.paths import TEMP_DIR_NAME, WRITE_PROBE_PREFIX
+from plumbing.outputs import TEMP_DIR_NAME, WRITE_PROBE_PREFIX
 from schemas.tokenizer_info import fingerprint
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
@@ -308,7 +308,7 @@ def test_worker_errors_are_traced_back_to_what_the_user_can_fix():
     )
     error = user_error(remote)
     assert type(error) is InputError and str(error) == "'/data/x.gz': truncated; re-create it."
-    assert type(user_error(RuntimeError("schemas.errors.ManifestError: bad manifest"))) is ManifestError
+    assert type(user_error(RuntimeError("plumbing.errors.ManifestError: bad manifest"))) is ManifestError
     # Disk errors, as an exception or as text.
     full = run_failure(RuntimeError("OSError: [Errno 28] No space left on device: '/out/train/x'"), "/out")
     assert isinstance(full, RunFailure) and str(full).startswith("Cannot write to '/out': the disk is full")

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from schemas import fs
-from schemas.errors import ManifestError, TokenizerError
+from plumbing import fs
+from plumbing.errors import ManifestError, TokenizerError
 from schemas.manifest import (
     InputFileInfo,
     Manifest,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lmshards.cli import main as lmshards_main
-from schemas.errors import ManifestError
+from plumbing.errors import ManifestError
 from schemas.manifest import (
     Manifest,
     ShardInfo,

@@ -14,9 +14,9 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 from tensorflow_transform.tf_metadata import schema_utils
 from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
 
-from schemas import fs
+from plumbing import fs
 from schemas.constants import ATTENTION_MASK, INPUT_IDS, SCHEMA_NAME
-from schemas.errors import ManifestError
+from plumbing.errors import ManifestError
 from schemas.records import encode_examples, feature_spec, frame_record, parse_spec, read_records
 from schemas.tfmd import (
     feature_domains,

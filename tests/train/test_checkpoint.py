@@ -9,7 +9,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from schemas.errors import LmshardsError  # noqa: E402
+from plumbing.errors import LmshardsError  # noqa: E402
 from train.checkpoint import RunCheckpoints, complete_checkpoints  # noqa: E402
 
 # Large enough that the data file is mostly tensor bytes, so a flipped byte lands inside a tensor.

@@ -11,7 +11,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from schemas.errors import LmshardsError  # noqa: E402
+from plumbing.errors import LmshardsError  # noqa: E402
 from schemas.manifest import read_manifest  # noqa: E402
 from schemas.records import parse_spec  # noqa: E402
 from schemas.tokenizer_info import locate_tokenizer  # noqa: E402

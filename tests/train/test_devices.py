@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas.errors import LmshardsError
+from plumbing.errors import LmshardsError
 from train import devices
 from train.devices import (
     GpuInfo,

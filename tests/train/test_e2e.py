@@ -98,7 +98,7 @@ def test_loss_falls_and_eval_is_reported(uninterrupted):
 def test_load_model_from_run_restores_the_trained_weights(uninterrupted):
     import numpy as np
 
-    from schemas.errors import LmshardsError
+    from plumbing.errors import LmshardsError
     from train.model import build_masked_lm, load_model_from_run
 
     latest, config = load_model_from_run(str(uninterrupted))

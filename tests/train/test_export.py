@@ -12,7 +12,7 @@ import torch
 import transformers
 from tokenizers import Tokenizer
 
-from schemas.errors import LmshardsError, TokenizerError
+from plumbing.errors import LmshardsError, TokenizerError
 from schemas.tokenizer_info import locate_tokenizer, special_token_ids
 from tests.helpers.masked_lm_factory import (
     SEQ_LEN,
@@ -345,7 +345,7 @@ def test_export_cli_exports_a_training_run_at_its_latest_or_a_chosen_checkpoint(
 
 @pytest.mark.gcs
 def test_export_copies_a_transformers_tokenizer_directory_from_gcs(gcs_emulator, bert_export, bert_tokenizer_dir, tmp_path):
-    from schemas import fs
+    from plumbing import fs
 
     remote = f"{gcs_emulator}/export-test/tokenizer"
     for path in bert_tokenizer_dir.iterdir():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.errors import LmshardsError
+from plumbing.errors import LmshardsError
 from train.config import ModelConfig, model_config_from_dict
 from train.families import DEFAULT_FAMILY, FAMILIES, family_names, get_family
 

@@ -15,7 +15,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from schemas.errors import LmshardsError  # noqa: E402
+from plumbing.errors import LmshardsError  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
 from train.masking import (  # noqa: E402
     MASKING_RECIPES,

@@ -13,7 +13,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from schemas.errors import LmshardsError  # noqa: E402
+from plumbing.errors import LmshardsError  # noqa: E402
 from schemas.manifest import read_manifest, write_manifest  # noqa: E402
 from schemas.records import parse_spec  # noqa: E402
 from tests.conftest import SAMPLE_DIR  # noqa: E402

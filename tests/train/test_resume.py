@@ -233,7 +233,7 @@ def test_when_no_checkpoint_restores_the_run_stops_until_restart(reference, shar
 def test_loading_the_latest_model_skips_a_damaged_checkpoint_too(reference, tmp_path):
     import numpy as np
 
-    from schemas.errors import LmshardsError
+    from plumbing.errors import LmshardsError
     from train.model import load_model_from_run
 
     run = copy_run(reference, tmp_path)

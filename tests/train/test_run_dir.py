@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from schemas.errors import LmshardsError
+from plumbing.errors import LmshardsError
 from train.config import ModelConfig, TrainConfig
 from train.run_dir import (
     REFUSE,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from schemas.constants import TOKENIZER_JSON
-from schemas.errors import LmshardsError
+from plumbing.errors import LmshardsError
 from schemas.manifest import TOKENIZER_RELPATH, read_manifest, write_manifest
 from tests.conftest import SAMPLE_DIR
 from tests.helpers.shard_factory import carry_tokenizer, write_sample_shards

@@ -7,7 +7,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from schemas.errors import LmshardsError  # noqa: E402
+from plumbing.errors import LmshardsError  # noqa: E402
 from tests.helpers.shard_factory import tokenizer_info_for, write_shards  # noqa: E402
 from train import data, mixture  # noqa: E402
 from train.optim import WarmupDecay  # noqa: E402

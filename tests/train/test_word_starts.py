@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from schemas.errors import TokenizerError
+from plumbing.errors import TokenizerError
 from train.word_starts import WordStartTables, word_start_tables
 
 BYTE_LEVEL = pre_tokenizers.ByteLevel(add_prefix_space=False)

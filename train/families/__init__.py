@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-from schemas.errors import LmshardsError
+from plumbing.errors import LmshardsError
 from train.families.base import HfHeadNames, ModelFamily
 
 # Modules of this package, one per family, in the order --model_family lists them.

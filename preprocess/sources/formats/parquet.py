@@ -14,7 +14,7 @@ from preprocess.sources.documents import ReadStats, decode_utf8, text_document
 from preprocess.sources.formats.base import Format
 from preprocess.sources.options import InputError, ReadOptions
 from preprocess.sources.ranges import TO_END, ReadRange, whole_file
-from schemas import fs
+from plumbing import fs
 from schemas.manifest import InputFileInfo
 
 PARQUET_BATCH_ROWS = 1024

@@ -98,7 +98,7 @@ def test_a_bom_alone_is_an_empty_file_and_utf32_le_wins_over_utf16_le(tmp_path):
 
 @pytest.mark.gcs
 def test_gcs_wide_file_in_many_ranges(gcs_emulator):
-    from schemas import fs
+    from plumbing import fs
 
     text = corpus_text(3)
     fs.write_bytes_atomic(f"{gcs_emulator}/utf8.txt", text.encode("utf-8"))

@@ -174,7 +174,7 @@ def test_no_documents_message_names_the_inputs_and_the_reasons(tmp_path):
 
 @pytest.mark.gcs
 def test_gcs_outputs_are_skipped_or_refused(gcs_emulator):
-    from schemas import fs
+    from plumbing import fs
 
     root = f"{gcs_emulator}/outputs"
     fs.write_bytes_atomic(f"{root}/corpus/a.txt", b"one\n")
@@ -199,7 +199,7 @@ def test_gcs_outputs_are_skipped_or_refused(gcs_emulator):
 
 @pytest.mark.gcs
 def test_gcs_glob_and_gzip(gcs_emulator):
-    from schemas import fs
+    from plumbing import fs
 
     data = b"one\r\ntwo\n\nthree\n"
     fs.write_bytes_atomic(f"{gcs_emulator}/corpus/b.txt.gz", gzip.compress(data))

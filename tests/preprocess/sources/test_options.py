@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from preprocess.sources import InputError, ReadOptions, add_reading_arguments, read_options_from
-from schemas.cli import CommandParser
+from plumbing.cli import CommandParser
 
 
 @pytest.mark.parametrize("kwargs, words", [

@@ -14,7 +14,7 @@ import logging
 import sys
 from typing import Callable, Iterable, NoReturn, Sequence
 
-from schemas.errors import LmshardsError
+from plumbing.errors import LmshardsError
 
 EXIT_OK = 0
 EXIT_FAILURE = 1  # the run failed on the machine's side (disk full, lost permission, ...)

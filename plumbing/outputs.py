@@ -18,16 +18,14 @@ import re
 import uuid
 from typing import Any, NamedTuple, Sequence
 
-from schemas import fs
-from schemas.constants import MANIFEST_FORMAT, MANIFEST_NAME, SCHEMA_NAME, SPLITS, TOKENIZER_INFO_JSON, TOKENIZER_JSON
-from schemas.errors import OutputError
+from plumbing import fs
+from schemas.constants import TOKENIZER_DIR_NAME, MANIFEST_FORMAT, MANIFEST_NAME, SCHEMA_NAME, SPLITS, TOKENIZER_INFO_JSON, TOKENIZER_JSON
+from plumbing.errors import OutputError
 from schemas.shards import parse_shard_name
 from schemas.tokenizer_info import TOKENIZER_CONFIG_JSON
 
 # Under a preprocess output while it is written; removed before the manifest is written.
 TEMP_DIR_NAME = ".lmshards-tmp"
-# A preprocess output may carry the tokenizer it was made with.
-TOKENIZER_DIR_NAME = "tokenizer"
 # Written by transformers releases before 5 beside tokenizer_config.json.
 SPECIAL_TOKENS_MAP_JSON = "special_tokens_map.json"
 # Written last by `lmshards dataset export`: the sign of a complete export.
@@ -40,7 +38,7 @@ PREPROCESS_OUTPUT = "preprocess"
 TOKENIZER_OUTPUT = "tokenizer"
 DATASET_EXPORT_OUTPUT = "dataset_export"
 
-# What an interrupted atomic write (schemas.fs.atomic_local_path) leaves: `{final}.tmp-{uuid4 hex}`.
+# What an interrupted atomic write (plumbing.fs.atomic_local_path) leaves: `{final}.tmp-{uuid4 hex}`.
 _ATOMIC_TMP_SUFFIX_RE = re.compile(r"\.tmp-[0-9a-f]{32}$")
 _GLOB_CHARS_RE = re.compile(r"[*?[]")
 # fsspec spells Google Cloud Storage both ways.

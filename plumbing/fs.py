@@ -15,7 +15,7 @@ if os.environ.get("STORAGE_EMULATOR_HOST"):
 
 import fsspec  # noqa: E402  (must follow the environment set-up above)
 
-from schemas.errors import OutputError  # noqa: E402
+from plumbing.errors import OutputError  # noqa: E402
 
 
 def is_remote(path: str) -> bool:

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 
-from schemas import fs
+from plumbing import fs
 from schemas.constants import MANIFEST_FORMAT
-from schemas.errors import OutputError
-from schemas.paths import (
+from plumbing.errors import OutputError
+from plumbing.outputs import (
     DATASET_EXPORT_OUTPUT,
     PREPROCESS_OUTPUT,
     TOKENIZER_OUTPUT,
@@ -445,8 +445,8 @@ def test_check_writable_on_a_read_only_directory(tmp_path):
 _READ_ONLY_BIND = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 77; shift; exec "$@"'
 _CHECK_WRITABLE = """
 import sys
-from schemas.errors import OutputError
-from schemas.paths import check_writable
+from plumbing.errors import OutputError
+from plumbing.outputs import check_writable
 for location in sys.argv[1:]:
     try:
         check_writable(location)
