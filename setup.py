@@ -56,7 +56,9 @@ WORKER = [
     pinned("pyarrow"),
     pinned("google-crc32c"),
     pinned("protobuf"),
-    pinned("tensorflow-metadata"),  # schema.pbtxt's proto (schemas/tfmd.py); needs protobuf and absl-py, no TensorFlow
+    pinned(
+        "tensorflow-metadata"
+    ),  # schema.pbtxt's proto (schemas/tfmd.py); needs protobuf and absl-py, no TensorFlow
     pinned("tokenizers"),
     pinned("fsspec"),
     pinned("gcsfs"),
@@ -66,11 +68,26 @@ EXTRAS = {
     "train": [pinned("tensorflow"), pinned("keras"), pinned("keras-hub"), pinned("psutil")],
     # `lmshards stats` and the TF Metadata schema (schemas/tfmd.py): tensorflow-transform's analyzers,
     # schema utilities and tfx-bsl's Example decoder.
-    "stats": [pinned("tensorflow"), pinned("tensorflow-transform"), pinned("tfx-bsl"), pinned("tensorflow-metadata")],
+    "stats": [
+        pinned("tensorflow"),
+        pinned("tensorflow-transform"),
+        pinned("tfx-bsl"),
+        pinned("tensorflow-metadata"),
+    ],
     # Beam's DaskRunner: `lmshards preprocess --runner DaskRunner`.
     "dask": [pinned("dask", "[bag]"), pinned("distributed")],
-    "export": [pinned("torch"), pinned("transformers"), pinned("safetensors"), pinned("huggingface-hub")],
-    "test": [pinned("pytest"), pinned("pytest-timeout"), pinned("gcp-storage-emulator"), pinned("psutil")],
+    "export": [
+        pinned("torch"),
+        pinned("transformers"),
+        pinned("safetensors"),
+        pinned("huggingface-hub"),
+    ],
+    "test": [
+        pinned("pytest"),
+        pinned("pytest-timeout"),
+        pinned("gcp-storage-emulator"),
+        pinned("psutil"),
+    ],
 }
 EXTRAS["all"] = sorted({req for name, reqs in EXTRAS.items() if name != "test" for req in reqs})
 
@@ -87,7 +104,10 @@ WORKER_ONLY = os.environ.get(WORKER_PACKAGE_ENV) == "1" or (
     _PKG_INFO.is_file() and f"\nName: {WORKER_DIST_NAME}\n" in _PKG_INFO.read_text(encoding="utf-8")
 )
 
-VERSION = re.search(r'__version__ = "([^"]+)"', Path(__file__).with_name("schemas").joinpath("version.py").read_text())[1]
+VERSION = re.search(
+    r'__version__ = "([^"]+)"',
+    Path(__file__).with_name("schemas").joinpath("version.py").read_text(),
+)[1]
 
 setup(
     name=WORKER_DIST_NAME if WORKER_ONLY else "lmshards",

@@ -27,8 +27,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import psutil
 
@@ -36,7 +37,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 MB = 1e6
 SAMPLE_INTERVAL_S = 0.2
 PSS_MIN_INTERVAL_S = 1.0
-PSS_MAX_SHARE = 0.05  # of one core: after a PSS sample that took t seconds, wait at least t / PSS_MAX_SHARE
+PSS_MAX_SHARE = (
+    0.05  # of one core: after a PSS sample that took t seconds, wait at least t / PSS_MAX_SHARE
+)
 
 _GONE = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess)
 
@@ -51,7 +54,9 @@ class Measurement:
     cpu_s: float  # user + system CPU seconds of the whole tree (every descendant its parent waited for)
     peak_rss_bytes: int  # peak of the summed RSS of the process tree
     peak_pss_bytes: int  # peak of the summed PSS of the process tree
-    max_single_rss_bytes: int  # largest ru_maxrss of any one process of the tree (exact, a lower bound)
+    max_single_rss_bytes: (
+        int  # largest ru_maxrss of any one process of the tree (exact, a lower bound)
+    )
     peak_processes: int  # most processes alive in the tree at one sample
     pss_samples: int
     mean_load1: float  # the machine's 1-minute load average, averaged over the samples
@@ -104,7 +109,11 @@ def run_measured(
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         start = time.perf_counter()
         proc = psutil.Popen(
-            [*_RUSAGE_WRAPPER, *argv], stdout=out, stderr=err, env=dict(env) if env else None, cwd=cwd
+            [*_RUSAGE_WRAPPER, *argv],
+            stdout=out,
+            stderr=err,
+            env=dict(env) if env else None,
+            cwd=cwd,
         )
         peaks = _sample_until_exit(proc, timeout_s=timeout_s, start=start)
         wall = time.perf_counter() - start
@@ -132,7 +141,9 @@ def run_checked(argv: Sequence[str], **kwargs: Any) -> Measurement:
     """run_measured, raising RuntimeError with the tail of stderr if the command fails."""
     m = run_measured(argv, **kwargs)
     if m.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[:4])} ... exited {m.returncode}; stderr tail:\n{m.stderr[-4000:]}")
+        raise RuntimeError(
+            f"{' '.join(argv[:4])} ... exited {m.returncode}; stderr tail:\n{m.stderr[-4000:]}"
+        )
     return m
 
 
@@ -143,6 +154,7 @@ def load_average() -> tuple[float, float, float]:
 
 def source_version(code_dirs: Sequence[str]) -> dict[str, Any]:
     """The commit of the lmshards tree being measured, and whether the code the bench runs (code_dirs) differs."""
+
     def git(*args: str) -> str:
         done = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True)
         return done.stdout.strip() if done.returncode == 0 else ""
@@ -151,16 +163,28 @@ def source_version(code_dirs: Sequence[str]) -> dict[str, Any]:
     return {"commit": git("rev-parse", "HEAD") or None, "uncommitted_changes": bool(changed)}
 
 
-def report_header(benchmark: str, *, started: float, argv: Sequence[str] | None, code_dirs: Sequence[str],
-                  **machine: Any) -> dict[str, Any]:
+def report_header(
+    benchmark: str,
+    *,
+    started: float,
+    argv: Sequence[str] | None,
+    code_dirs: Sequence[str],
+    **machine: Any,
+) -> dict[str, Any]:
     """What every bench's JSON report starts with: which bench, when, the command, the code and the machine."""
     return {
         "benchmark": benchmark,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "command": " ".join([f"python -m bench.bench_{benchmark}", *(argv if argv is not None else sys.argv[1:])]),
+        "command": " ".join(
+            [f"python -m bench.bench_{benchmark}", *(argv if argv is not None else sys.argv[1:])]
+        ),
         "lmshards": source_version(code_dirs),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                    **machine},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            **machine,
+        },
     }
 
 

@@ -17,9 +17,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import train  # noqa: E402,F401  (chooses Keras's backend, which importing TensorFlow already reads)
 import tensorflow as tf  # noqa: E402
 
+import train  # noqa: E402,F401  (chooses Keras's backend, which importing TensorFlow already reads)
 from bench.reference_input_baseline import run_all as run_reference  # noqa: E402
 from plumbing import fs  # noqa: E402
 from schemas.manifest import TokenizerInfo, manifest_path, read_manifest  # noqa: E402
@@ -28,8 +28,10 @@ from train.masking import mask_batch  # noqa: E402
 
 # A RoBERTa-style vocabulary for generated shards.
 GENERATED_TOKENIZER = TokenizerInfo(
-    fingerprint="sha256:" + "0" * 64, vocab_size=25_000,
-    special_token_ids={"cls": 0, "pad": 1, "sep": 2, "unk": 3, "mask": 4}, all_special_ids=(0, 1, 2, 3, 4),
+    fingerprint="sha256:" + "0" * 64,
+    vocab_size=25_000,
+    special_token_ids={"cls": 0, "pad": 1, "sep": 2, "unk": 3, "mask": 4},
+    all_special_ids=(0, 1, 2, 3, 4),
 )
 MASKING_BATCHES = 200
 
@@ -40,15 +42,24 @@ def our_pipeline(shards_dir: str, *, batch: int, epochs: int) -> tuple[float, fl
     manifest = mix.manifest
     passes = mixture.pass_records(mix, num_pipelines=1, unit=batch)
     spe = mixture.steps_per_epoch(passes, unit=batch)
-    ds = data.train_dataset(mixture.pipeline_streams(mix, passes, num_pipelines=1, pipeline_id=0),
-                            block_counts=mix.block_counts(), features=manifest.features(), batch_size=batch,
-                            shuffle_buffer=10_000, seed=0, start_step=0, with_segment_ids=False,
-                            masking=data.masking_spec(manifest, recipe="token", mlm_probability=0.15, tokenizer=None))
+    ds = data.train_dataset(
+        mixture.pipeline_streams(mix, passes, num_pipelines=1, pipeline_id=0),
+        block_counts=mix.block_counts(),
+        features=manifest.features(),
+        batch_size=batch,
+        shuffle_buffer=10_000,
+        seed=0,
+        start_step=0,
+        with_segment_ids=False,
+        masking=data.masking_spec(manifest, recipe="token", mlm_probability=0.15, tokenizer=None),
+    )
     n, t, c = 0, time.perf_counter(), time.process_time()
     for _ in ds.take(spe * epochs):
         n += batch
     dt, dc = time.perf_counter() - t, time.process_time() - c
-    print(f"lmshards train_dataset: {n} seq in {dt:.1f}s = {n / dt:,.0f} seq/s ({n / dc:,.0f} seq per CPU-second)")
+    print(
+        f"lmshards train_dataset: {n} seq in {dt:.1f}s = {n / dt:,.0f} seq/s ({n / dc:,.0f} seq per CPU-second)"
+    )
     return n / dt, n / dc
 
 
@@ -58,17 +69,28 @@ def masking_alone(shards_dir: str, *, batch: int) -> dict[str, float]:
 
     manifest = read_manifest(shards_dir)
     spec = data.masking_spec(manifest, recipe="token", mlm_probability=0.15, tokenizer=None)
-    ds = data.eval_dataset(mixture.split_files(manifest, shards_dir, "train"), features=manifest.features(), batch_size=batch,
-                           masking=spec, with_segment_ids=False, max_batches=1)
+    ds = data.eval_dataset(
+        mixture.split_files(manifest, shards_dir, "train"),
+        features=manifest.features(),
+        batch_size=batch,
+        masking=spec,
+        with_segment_ids=False,
+        max_batches=1,
+    )
     first = next(iter(ds))
     ids = first["token_ids"]  # already masked once; the content does not matter for speed
     attention = first["padding_mask"]
     generator = keras_hub.layers.MaskedLMMaskGenerator(
-        vocabulary_size=spec.vocab_size, mask_selection_rate=spec.mlm_probability, mask_token_id=spec.mask_id,
-        mask_selection_length=spec.max_predictions, unselectable_token_ids=list(spec.special_ids),
+        vocabulary_size=spec.vocab_size,
+        mask_selection_rate=spec.mlm_probability,
+        mask_token_id=spec.mask_id,
+        mask_selection_length=spec.max_predictions,
+        unselectable_token_ids=list(spec.special_ids),
     )
     candidates = {
-        "stateless_tf_ops": lambda i: mask_batch(ids, attention, spec, tf.stack([tf.constant(0, tf.int64), i])),
+        "stateless_tf_ops": lambda i: mask_batch(
+            ids, attention, spec, tf.stack([tf.constant(0, tf.int64), i])
+        ),
         "keras_hub_MaskedLMMaskGenerator": lambda i: generator(ids),
     }
     results = {}
@@ -85,7 +107,11 @@ def masking_alone(shards_dir: str, *, batch: int) -> dict[str, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("shards")
-    p.add_argument("--generate", type=int, help="write this many random 128-token records first if there is no manifest")
+    p.add_argument(
+        "--generate",
+        type=int,
+        help="write this many random 128-token records first if there is no manifest",
+    )
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--epochs", type=int, default=2)
     args = p.parse_args()
@@ -93,16 +119,31 @@ def main() -> None:
         from tests.helpers.shard_factory import write_random_shards
 
         t = time.perf_counter()
-        write_random_shards(args.shards, records=args.generate, seq_len=128, tokenizer=GENERATED_TOKENIZER)
+        write_random_shards(
+            args.shards, records=args.generate, seq_len=128, tokenizer=GENERATED_TOKENIZER
+        )
         print(f"generated {args.generate} records in {time.perf_counter() - t:.1f}s")
     ours, ours_cpu = our_pipeline(args.shards, batch=args.batch, epochs=args.epochs)
     reference = run_reference(args.shards)
     masking = masking_alone(args.shards, batch=args.batch)
     hf_style = next(r for r in reference if r[0] == "hf_style")
-    print(f"lmshards / hf_style = {ours / hf_style[1]:.1f}x wall, {ours_cpu / hf_style[2]:.1f}x per CPU-second")
-    print("RESULT " + json.dumps({"lmshards_seq_per_s": ours, "lmshards_seq_per_cpu_s": ours_cpu, "reference": reference,
-                                  "masking_seq_per_s": masking, "speedup_vs_hf_style": ours / hf_style[1],
-                                  "speedup_vs_hf_style_per_cpu_s": ours_cpu / hf_style[2], "cpus": os.cpu_count()}))
+    print(
+        f"lmshards / hf_style = {ours / hf_style[1]:.1f}x wall, {ours_cpu / hf_style[2]:.1f}x per CPU-second"
+    )
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "lmshards_seq_per_s": ours,
+                "lmshards_seq_per_cpu_s": ours_cpu,
+                "reference": reference,
+                "masking_seq_per_s": masking,
+                "speedup_vs_hf_style": ours / hf_style[1],
+                "speedup_vs_hf_style_per_cpu_s": ours_cpu / hf_style[2],
+                "cpus": os.cpu_count(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -35,8 +35,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import psutil
@@ -60,7 +61,9 @@ CODE_DIRS = ("train", "schemas", "preprocess", "corpus_tools", "lmshards", "benc
 TOKENIZER_MODEL = "bpe"
 TOKENIZER_VOCAB_SIZE = 8000
 SEQ_LEN = 128
-VALIDATION_FRACTION = 0.1  # ~450 validation sequences from the bundled sample: ~8k masked tokens per evaluation
+VALIDATION_FRACTION = (
+    0.1  # ~450 validation sequences from the bundled sample: ~8k masked tokens per evaluation
+)
 NUM_SHARDS = 8
 
 # The run both systems make.
@@ -72,7 +75,9 @@ SEED = 0
 
 # The Hugging Face TPU example's recipe (examples/tensorflow/language-modeling-tpu), as the reference trains it.
 MLM_PROBABILITY = 0.15
-MASK_FRACTION = 0.8  # of the selected tokens: <mask>; half of the rest a random token, the other half unchanged
+MASK_FRACTION = (
+    0.8  # of the selected tokens: <mask>; half of the rest a random token, the other half unchanged
+)
 RANDOM_FRACTION = 0.1
 ADAM_BETAS = (0.9, 0.98)
 ADAM_EPSILON = 1e-6
@@ -127,13 +132,20 @@ class MaskingSpec:
     def regular_ids(self) -> torch.Tensor:
         """int64 ids that random replacements are drawn from: every id but the special ones."""
         special = set(self.special_ids)
-        return torch.tensor([i for i in range(self.vocab_size) if i not in special], dtype=torch.int64)
+        return torch.tensor(
+            [i for i in range(self.vocab_size) if i not in special], dtype=torch.int64
+        )
 
     @classmethod
-    def from_manifest(cls, manifest: Manifest) -> "MaskingSpec":
+    def from_manifest(cls, manifest: Manifest) -> MaskingSpec:
         tok = manifest.tokenizer
-        return cls(vocab_size=tok.vocab_size, mask_id=tok.special_token_ids["mask"],
-                   special_ids=tuple(sorted(set(tok.all_special_ids) | set(tok.special_token_ids.values()))))
+        return cls(
+            vocab_size=tok.vocab_size,
+            mask_id=tok.special_token_ids["mask"],
+            special_ids=tuple(
+                sorted(set(tok.all_special_ids) | set(tok.special_token_ids.values()))
+            ),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,9 +247,15 @@ def mask_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, spec: Mas
     selected = (torch.rand(ids.shape, generator=generator) < spec.mlm_probability) & candidate
     labels = torch.where(selected, ids, torch.full_like(ids, IGNORE_INDEX))
     kind = torch.rand(ids.shape, generator=generator)
-    random_ids = spec.regular_ids[torch.randint(len(spec.regular_ids), ids.shape, generator=generator)]
+    random_ids = spec.regular_ids[
+        torch.randint(len(spec.regular_ids), ids.shape, generator=generator)
+    ]
     ids = torch.where(selected & (kind < MASK_FRACTION), torch.full_like(ids, spec.mask_id), ids)
-    ids = torch.where(selected & (kind >= MASK_FRACTION) & (kind < MASK_FRACTION + RANDOM_FRACTION), random_ids, ids)
+    ids = torch.where(
+        selected & (kind >= MASK_FRACTION) & (kind < MASK_FRACTION + RANDOM_FRACTION),
+        random_ids,
+        ids,
+    )
     return MaskedBatch(input_ids=ids, attention_mask=attention_mask.clone(), labels=labels)
 
 
@@ -253,7 +271,7 @@ def batch_rows(num_records: int, *, batch_size: int, steps: int, seed: int) -> I
         for b in range(per_epoch):
             if step == steps:
                 return
-            yield order[b * batch_size:(b + 1) * batch_size]
+            yield order[b * batch_size : (b + 1) * batch_size]
             step += 1
 
 
@@ -277,16 +295,24 @@ def train_reference(model: RobertaForMaskedLM, train: Mapping[str, np.ndarray], 
     optimizer = torch.optim.AdamW(param_groups(model, weight_decay=WEIGHT_DECAY), lr=learning_rate,
                                   betas=ADAM_BETAS, eps=ADAM_EPSILON)  # fmt: skip
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_factor(step, warmup_steps=warmup, total_steps=steps))
+        optimizer, lambda step: lr_factor(step, warmup_steps=warmup, total_steps=steps)
+    )
     generator = torch.Generator().manual_seed(seed)
-    input_ids, attention_mask = torch.from_numpy(train[INPUT_IDS]), torch.from_numpy(train[ATTENTION_MASK])
+    input_ids, attention_mask = (
+        torch.from_numpy(train[INPUT_IDS]),
+        torch.from_numpy(train[ATTENTION_MASK]),
+    )
     model.train()
     walls, cpus, losses, loads = [], [], [], []
-    for step, rows in enumerate(batch_rows(len(input_ids), batch_size=batch_size, steps=steps, seed=seed)):
+    for step, rows in enumerate(
+        batch_rows(len(input_ids), batch_size=batch_size, steps=steps, seed=seed)
+    ):
         t0, c0 = time.perf_counter(), time.process_time()
         index = torch.from_numpy(rows)
         batch = mask_tokens(input_ids[index], attention_mask[index], spec, generator)
-        loss = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels).loss
+        loss = model(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels
+        ).loss
         loss.backward()
         optimizer.step()
         schedule.step()
@@ -296,16 +322,21 @@ def train_reference(model: RobertaForMaskedLM, train: Mapping[str, np.ndarray], 
         cpus.append(time.process_time() - c0)
         if (step + 1) % window == 0:
             loads.append(os.getloadavg()[0])
-            print(f"  reference step {step + 1}/{steps}  loss {np.mean(losses[-window:]):.4f}  "
-                  f"{1000 * np.mean(walls[-window:]):.1f} ms/step", flush=True)
+            print(
+                f"  reference step {step + 1}/{steps}  loss {np.mean(losses[-window:]):.4f}  "
+                f"{1000 * np.mean(walls[-window:]):.1f} ms/step",
+                flush=True,
+            )
     kept = kept_windows(len(walls), window=window)
     times = StepTimes(
-        window_ms=tuple(1000 * float(np.mean(walls[s:s + window])) for s in kept),
+        window_ms=tuple(1000 * float(np.mean(walls[s : s + window])) for s in kept),
         window=window,
-        cpu_ms_per_step=1000 * float(np.mean([c for s in kept for c in cpus[s:s + window]])),
+        cpu_ms_per_step=1000 * float(np.mean([c for s in kept for c in cpus[s : s + window]])),
         mean_load1=float(np.mean(loads)) if loads else os.getloadavg()[0],
     )
-    window_losses = tuple(float(np.mean(losses[s:s + window])) for s in range(0, len(losses), window))
+    window_losses = tuple(
+        float(np.mean(losses[s : s + window])) for s in range(0, len(losses), window)
+    )
     return ReferenceRun(model=model, times=times, window_losses=window_losses)
 
 
@@ -322,18 +353,25 @@ def eval_batches(validation: Mapping[str, np.ndarray], spec: MaskingSpec, *, see
                  batch_size: int = EVAL_BATCH) -> list[MaskedBatch]:  # fmt: skip
     """The validation records masked once with a fixed seed: the one set of inputs every model is scored on."""
     generator = torch.Generator().manual_seed(seed)
-    ids, mask = torch.from_numpy(validation[INPUT_IDS]), torch.from_numpy(validation[ATTENTION_MASK])
+    ids, mask = (
+        torch.from_numpy(validation[INPUT_IDS]),
+        torch.from_numpy(validation[ATTENTION_MASK]),
+    )
     return [mask_tokens(ids[s:s + batch_size], mask[s:s + batch_size], spec, generator)
             for s in range(0, len(ids), batch_size)]  # fmt: skip
 
 
 @torch.no_grad()
-def token_losses(model: torch.nn.Module, batches: Sequence[MaskedBatch]) -> tuple[torch.Tensor, torch.Tensor]:
+def token_losses(
+    model: torch.nn.Module, batches: Sequence[MaskedBatch]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(cross-entropy in nats, correct) of every predicted token, in batch order; model in eval mode (no dropout)."""
     model.eval()
     losses, correct = [], []
     for batch in batches:
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.float()
+        logits = model(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask
+        ).logits.float()
         where = batch.labels != IGNORE_INDEX
         picked, labels = logits[where], batch.labels[where]
         losses.append(torch.nn.functional.cross_entropy(picked, labels, reduction="none"))
@@ -341,24 +379,40 @@ def token_losses(model: torch.nn.Module, batches: Sequence[MaskedBatch]) -> tupl
     return torch.cat(losses), torch.cat(correct)
 
 
-def evaluate_side_by_side(models: Mapping[str, torch.nn.Module], batches: Sequence[MaskedBatch]) -> dict[str, Any]:
+def evaluate_side_by_side(
+    models: Mapping[str, torch.nn.Module], batches: Sequence[MaskedBatch]
+) -> dict[str, Any]:
     """Every model's EvalResult on the same batches, and the paired difference of the first two (nats).
 
     Pairing per token removes the spread that comes from which tokens were masked: `diff_stderr` is
     the standard error of the mean per-token difference.
     """
     scored = {name: token_losses(model, batches) for name, model in models.items()}
-    results = {name: EvalResult(loss=float(l.mean()), accuracy=float(c.float().mean()), masked_tokens=int(l.numel()))
-               for name, (l, c) in scored.items()}
+    results = {
+        name: EvalResult(
+            loss=float(losses.mean()),
+            accuracy=float(correct.float().mean()),
+            masked_tokens=int(losses.numel()),
+        )
+        for name, (losses, correct) in scored.items()
+    }
     (_, (first, _)), (_, (second, _)) = list(scored.items())[:2]
     diff = (first - second).double()
-    return {"results": results, "diff": float(diff.mean()), "diff_stderr": float(diff.std() / math.sqrt(diff.numel()))}
+    return {
+        "results": results,
+        "diff": float(diff.mean()),
+        "diff_stderr": float(diff.std() / math.sqrt(diff.numel())),
+    }
 
 
 def load_export(hf_dir: str) -> RobertaForMaskedLM:
     """The exported lmshards model. Raises RuntimeError if any weight was missing (it would be random)."""
     model, info = RobertaForMaskedLM.from_pretrained(hf_dir, output_loading_info=True)
-    problems = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+    problems = {
+        k: v
+        for k, v in info.items()
+        if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")
+    }
     if problems:
         raise RuntimeError(f"the export in {hf_dir} did not load cleanly: {problems}")
     return model
@@ -381,16 +435,22 @@ def lmshards_argv(*args: str) -> list[str]:
 def run_lmshards(args: Sequence[str], *, env: Mapping[str, str], log_path: Path) -> None:
     """Runs one `lmshards` command to completion; raises RuntimeError with its output's tail on failure."""
     with open(log_path, "w") as log:
-        rc = subprocess.call(lmshards_argv(*args), stdout=log, stderr=subprocess.STDOUT, env=dict(env), cwd=REPO_ROOT)
+        rc = subprocess.call(
+            lmshards_argv(*args), stdout=log, stderr=subprocess.STDOUT, env=dict(env), cwd=REPO_ROOT
+        )
     if rc != 0:
-        raise RuntimeError(f"lmshards {' '.join(args[:2])} exited {rc}; its output ends:\n{_tail(log_path)}")
+        raise RuntimeError(
+            f"lmshards {' '.join(args[:2])} exited {rc}; its output ends:\n{_tail(log_path)}"
+        )
 
 
 def _tail(log_path: Path) -> str:
     return log_path.read_text()[-4000:]
 
 
-def make_shards(corpus: Path, work: Path, *, env: Mapping[str, str], vocab_size: int = TOKENIZER_VOCAB_SIZE) -> tuple[str, str]:
+def make_shards(
+    corpus: Path, work: Path, *, env: Mapping[str, str], vocab_size: int = TOKENIZER_VOCAB_SIZE
+) -> tuple[str, str]:
     """(shards dir, tokenizer dir) made from corpus with the CLI."""
     tokenizer, shards = work / "tokenizer", work / "shards"
     run_lmshards(["tokenizer", "train", "--input", str(corpus), "--model", TOKENIZER_MODEL,
@@ -426,7 +486,9 @@ class LmshardsRun:
     times: StepTimes
     window_losses: tuple[float, ...]
     wall_s: float  # the whole `lmshards train` process, start-up and final evaluation included
-    first_window_s: float  # from the process start until its first window was logged: start-up + tracing
+    first_window_s: (
+        float  # from the process start until its first window was logged: start-up + tracing
+    )
     summary: dict[str, Any]
 
 
@@ -444,7 +506,9 @@ def train_lmshards(args: Sequence[str], *, env: Mapping[str, str], run_dir: Path
     start = time.perf_counter()
     first_window_s = float("nan")
     with open(log_path, "w") as log:
-        proc = psutil.Popen(lmshards_argv(*args), stdout=log, stderr=subprocess.STDOUT, env=dict(env), cwd=REPO_ROOT)
+        proc = psutil.Popen(
+            lmshards_argv(*args), stdout=log, stderr=subprocess.STDOUT, env=dict(env), cwd=REPO_ROOT
+        )
         while proc.poll() is None:
             try:
                 cpu = sum(proc.cpu_times()[:2])
@@ -461,9 +525,15 @@ def train_lmshards(args: Sequence[str], *, env: Mapping[str, str], run_dir: Path
             time.sleep(POLL_INTERVAL_S)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
-        raise RuntimeError(f"lmshards train exited {proc.returncode}; its output ends:\n{_tail(log_path)}")
+        raise RuntimeError(
+            f"lmshards train exited {proc.returncode}; its output ends:\n{_tail(log_path)}"
+        )
     records = logged_windows(metrics)
-    kept = [r for r in records if r["step"] - window >= WARMUP_STEPS_EXCLUDED and r["step"] % window == 0]
+    kept = [
+        r
+        for r in records
+        if r["step"] - window >= WARMUP_STEPS_EXCLUDED and r["step"] % window == 0
+    ]
     cpu_ms = None
     if kept:
         # CPU between the end of the last window left out and the end of the last kept one.
@@ -495,11 +565,19 @@ def verdicts(evaluation: Mapping[str, Any], lm: StepTimes, ref: StepTimes) -> di
     }  # fmt: skip
 
 
-def table(evaluation: Mapping[str, Any], times: Mapping[str, StepTimes], losses: Mapping[str, Sequence[float]]) -> str:
+def table(
+    evaluation: Mapping[str, Any],
+    times: Mapping[str, StepTimes],
+    losses: Mapping[str, Sequence[float]],
+) -> str:
     results = evaluation["results"]
 
-    def row(label: str, fmt: str, values: Mapping[str, float | None], ratio: str) -> tuple[str, ...]:
-        cells = tuple("-" if values[s] is None else format(values[s], fmt) for s in (LMSHARDS, REFERENCE))
+    def row(
+        label: str, fmt: str, values: Mapping[str, float | None], ratio: str
+    ) -> tuple[str, ...]:
+        cells = tuple(
+            "-" if values[s] is None else format(values[s], fmt) for s in (LMSHARDS, REFERENCE)
+        )
         return (label, *cells, ratio)
 
     lm, ref = times[LMSHARDS], times[REFERENCE]
@@ -517,7 +595,10 @@ def table(evaluation: Mapping[str, Any], times: Mapping[str, StepTimes], losses:
         row("mean load (1 min)", ".1f", {s: times[s].mean_load1 for s in times}, ""),
     ]  # fmt: skip
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines = [
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        for r in rows
+    ]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
 
@@ -534,34 +615,78 @@ def verdict_lines(v: Mapping[str, Any]) -> list[str]:
 
 def parse_args(argv: Sequence[str] | None) -> Config:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS,
-                   help="directory of *.txt files to make shards from (default: %(default)s)")
-    p.add_argument("--shards", help="reuse this `lmshards preprocess` output instead (needs --tokenizer)")
-    p.add_argument("--tokenizer", help="the tokenizer --shards were made with (for `lmshards export`)")
-    p.add_argument("--steps", type=int, default=DEFAULT_STEPS,
-                   help="training steps of both systems (default: %(default)s)")
-    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH, help="sequences per step (default: %(default)s)")
-    p.add_argument("--learning-rate", type=float, default=DEFAULT_LEARNING_RATE,
-                   help="peak learning rate of both systems (default: %(default)s)")
-    p.add_argument("--window", type=int, default=TIMING_WINDOW,
-                   help="steps per timing window, lmshards' --log_every: also the most --steps_per_execution can "
-                        "group (default: %(default)s)")
-    p.add_argument("--work-dir", type=Path, help="keep shards, runs and logs here (default: a temporary directory)")
+    p.add_argument(
+        "--corpus",
+        type=Path,
+        default=DEFAULT_CORPUS,
+        help="directory of *.txt files to make shards from (default: %(default)s)",
+    )
+    p.add_argument(
+        "--shards", help="reuse this `lmshards preprocess` output instead (needs --tokenizer)"
+    )
+    p.add_argument(
+        "--tokenizer", help="the tokenizer --shards were made with (for `lmshards export`)"
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=DEFAULT_STEPS,
+        help="training steps of both systems (default: %(default)s)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=DEFAULT_BATCH,
+        help="sequences per step (default: %(default)s)",
+    )
+    p.add_argument(
+        "--learning-rate",
+        type=float,
+        default=DEFAULT_LEARNING_RATE,
+        help="peak learning rate of both systems (default: %(default)s)",
+    )
+    p.add_argument(
+        "--window",
+        type=int,
+        default=TIMING_WINDOW,
+        help="steps per timing window, lmshards' --log_every: also the most --steps_per_execution can "
+        "group (default: %(default)s)",
+    )
+    p.add_argument(
+        "--work-dir",
+        type=Path,
+        help="keep shards, runs and logs here (default: a temporary directory)",
+    )
     p.add_argument("--json", type=Path, help="also write the results to this JSON file")
-    p.add_argument("--lmshards-args", default="",
-                   help="extra `lmshards train` flags, e.g. '--steps_per_execution 10'")
-    p.add_argument("--lmshards-env", action="append", default=[], metavar="KEY=VALUE",
-                   help="environment of `lmshards train` (repeatable), e.g. TF_NUM_INTEROP_THREADS=1")
-    p.add_argument("--threads", type=int,
-                   help="compute threads of both systems (PyTorch's intra-op threads; TensorFlow's intra- and "
-                        "inter-op threads): 1 compares work per step on a machine others are loading "
-                        "(default: each runtime's own)")
+    p.add_argument(
+        "--lmshards-args",
+        default="",
+        help="extra `lmshards train` flags, e.g. '--steps_per_execution 10'",
+    )
+    p.add_argument(
+        "--lmshards-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment of `lmshards train` (repeatable), e.g. TF_NUM_INTEROP_THREADS=1",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="compute threads of both systems (PyTorch's intra-op threads; TensorFlow's intra- and "
+        "inter-op threads): 1 compares work per step on a machine others are loading "
+        "(default: each runtime's own)",
+    )
     a = p.parse_args(argv)
     if (a.shards is None) != (a.tokenizer is None):
-        p.error("--shards and --tokenizer go together: the export needs the tokenizer the shards were made with")
+        p.error(
+            "--shards and --tokenizer go together: the export needs the tokenizer the shards were made with"
+        )
     if a.window < 1 or a.steps < WARMUP_STEPS_EXCLUDED + 2 * a.window:
-        p.error(f"--steps must leave at least two {a.window}-step windows after the first "
-                f"{WARMUP_STEPS_EXCLUDED} steps (e.g. --steps {WARMUP_STEPS_EXCLUDED + 20 * a.window})")
+        p.error(
+            f"--steps must leave at least two {a.window}-step windows after the first "
+            f"{WARMUP_STEPS_EXCLUDED} steps (e.g. --steps {WARMUP_STEPS_EXCLUDED + 20 * a.window})"
+        )
     if a.threads is not None and a.threads < 1:
         p.error(f"--threads must be >= 1, got {a.threads}")
     bad_env = [kv for kv in a.lmshards_env if "=" not in kv]
@@ -588,8 +713,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         shards, tokenizer = make_shards(config.corpus, work, env=env)
     manifest = read_manifest(shards)
     spec = MaskingSpec.from_manifest(manifest)
-    print(f"shards: {shards} ({manifest.split(TRAIN_SPLIT).records} train, "
-          f"{manifest.split(VALIDATION_SPLIT).records} validation records of {manifest.seq_len} tokens)")
+    print(
+        f"shards: {shards} ({manifest.split(TRAIN_SPLIT).records} train, "
+        f"{manifest.split(VALIDATION_SPLIT).records} validation records of {manifest.seq_len} tokens)"
+    )
 
     run_dir = work / "lmshards_run"
     args = train_args(config, shards=shards, tokenizer=tokenizer, run_dir=run_dir)
@@ -597,23 +724,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     train_env = {**thread_env(config.threads), **config.lmshards_env}
     lm = train_lmshards(args, env={**env, **train_env}, run_dir=run_dir, window=config.window,
                         log_path=work / "train.log")  # fmt: skip
-    print(f"  {lm.wall_s:.0f} s in all, first window after {lm.first_window_s:.0f} s; "
-          f"median {lm.times.median_ms:.1f} ms/step", flush=True)
+    print(
+        f"  {lm.wall_s:.0f} s in all, first window after {lm.first_window_s:.0f} s; "
+        f"median {lm.times.median_ms:.1f} ms/step",
+        flush=True,
+    )
     hf_dir = work / "lmshards_export"
-    run_lmshards(["export", str(run_dir), "--output", str(hf_dir), "--overwrite"], env=env, log_path=work / "export.log")
+    run_lmshards(
+        ["export", str(run_dir), "--output", str(hf_dir), "--overwrite"],
+        env=env,
+        log_path=work / "export.log",
+    )
     hf_config = json.loads((hf_dir / "config.json").read_text())
 
     train = read_split(manifest, shards, TRAIN_SPLIT, max_records=config.steps * config.batch_size)
     if config.threads is not None:
         torch.set_num_threads(config.threads)
-    print(f"reference: RobertaForMaskedLM from {hf_dir / 'config.json'}, torch {torch.__version__} "
-          f"({torch.get_num_threads()} compute threads)", flush=True)
+    print(
+        f"reference: RobertaForMaskedLM from {hf_dir / 'config.json'}, torch {torch.__version__} "
+        f"({torch.get_num_threads()} compute threads)",
+        flush=True,
+    )
     ref = train_reference(build_reference(hf_config, seed=SEED), train, spec, steps=config.steps,
                           batch_size=config.batch_size, learning_rate=config.learning_rate, window=config.window,
                           seed=SEED)  # fmt: skip
 
     batches = eval_batches(read_split(manifest, shards, VALIDATION_SPLIT), spec)
-    evaluation = evaluate_side_by_side({LMSHARDS: load_export(str(hf_dir)), REFERENCE: ref.model}, batches)
+    evaluation = evaluate_side_by_side(
+        {LMSHARDS: load_export(str(hf_dir)), REFERENCE: ref.model}, batches
+    )
     times = {LMSHARDS: lm.times, REFERENCE: ref.times}
     losses = {LMSHARDS: lm.window_losses, REFERENCE: ref.window_losses}
     v = verdicts(evaluation, lm.times, ref.times)
@@ -621,9 +760,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table(evaluation, times, losses))
     print()
     print("\n".join(verdict_lines(v)))
-    print(f"lmshards' own final eval (its own masks): {lm.summary.get('eval_loss')} nats; the table scores both "
-          "models with the same code and masks.")
-    print(f"load average now: {' '.join(f'{x:.2f}' for x in load_average())} on {os.cpu_count()} cores")
+    print(
+        f"lmshards' own final eval (its own masks): {lm.summary.get('eval_loss')} nats; the table scores both "
+        "models with the same code and masks."
+    )
+    print(
+        f"load average now: {' '.join(f'{x:.2f}' for x in load_average())} on {os.cpu_count()} cores"
+    )
     if config.json_out:
         params = sum(p.numel() for p in ref.model.parameters())
         report = {
@@ -651,7 +794,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "lmshards_own_eval_loss": lm.summary.get("eval_loss")},
             "step_time": {s: {**dataclasses.asdict(t), "median_ms": t.median_ms, "steps_per_s": t.steps_per_s}
                           for s, t in times.items()},
-            "train_loss_windows": {s: list(l) for s, l in losses.items()},
+            "train_loss_windows": {s: list(window) for s, window in losses.items()},
             "lmshards_process": {"wall_s": lm.wall_s, "first_window_s": lm.first_window_s,
                                  "strategy": lm.summary.get("strategy")},
             "targets": v,

@@ -31,8 +31,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from bench._measure import (
     MB,
@@ -54,7 +55,11 @@ HF_STYLE_SCRIPT = BENCH_DIR / "reference_hf_style.py"
 
 NUM_WORKERS = 2  # (c)'s num_proc: the machine this targets has 2 cores
 DEFAULT_LMSHARDS_ARGS = ""  # the product's default runner set-up
-DEFAULT_SIZES = ("30", "65", "all")  # MB of input for (b)'s RSS-growth runs; "all" is the whole corpus
+DEFAULT_SIZES = (
+    "30",
+    "65",
+    "all",
+)  # MB of input for (b)'s RSS-growth runs; "all" is the whole corpus
 TOKENIZER_VOCAB_SIZE = 32000
 TOKENIZER_SAMPLE_BYTES = 20_000_000
 TOKENIZER_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
@@ -105,13 +110,19 @@ class Result:
     wall_s: float  # process start to exit
     internal_s: float | None  # the script's own timed region, where it reports one
     cpu_s: float  # user + system CPU seconds of the whole process tree
-    peak_rss_bytes: int  # peak summed RSS of the process tree (counts shared pages once per process)
-    peak_pss_bytes: int  # peak summed PSS of the process tree (shared pages divided): compare on this
+    peak_rss_bytes: (
+        int  # peak summed RSS of the process tree (counts shared pages once per process)
+    )
+    peak_pss_bytes: (
+        int  # peak summed PSS of the process tree (shared pages divided): compare on this
+    )
     max_single_rss_bytes: int
     peak_processes: int
     load_before: tuple[float, float, float]
     mean_load1: float  # 1-minute load average, averaged over the run
-    shards_sha256: str | None = None  # lmshards runs: one hash over every shard's path and SHA-256 in the manifest
+    shards_sha256: str | None = (
+        None  # lmshards runs: one hash over every shard's path and SHA-256 in the manifest
+    )
 
     @property
     def mb_per_s(self) -> float:
@@ -134,7 +145,9 @@ def corpus_files(corpus: Path) -> list[Path]:
     """The *.txt files directly under corpus, sorted. Raises SystemExit if there are none."""
     files = sorted(p for p in corpus.glob("*.txt") if p.is_file() and p.stat().st_size > 0)
     if not files:
-        raise SystemExit(f"--corpus {str(corpus)!r} holds no non-empty *.txt files; pass the directory with the text.")
+        raise SystemExit(
+            f"--corpus {str(corpus)!r} holds no non-empty *.txt files; pass the directory with the text."
+        )
     return files
 
 
@@ -166,16 +179,24 @@ def inputs_for(config: Config, files: list[Path]) -> dict[str, Input]:
         if size == "all" or float(size) * MB >= total:
             inputs[size] = Input("all", tuple(files))
             continue
-        key = hashlib.sha256(repr([(str(f), f.stat().st_size) for f in files]).encode()).hexdigest()[:12]
+        key = hashlib.sha256(
+            repr([(str(f), f.stat().st_size) for f in files]).encode()
+        ).hexdigest()[:12]
         out_dir = config.work_dir / f"subset-{key}-{size}MB"
-        subset = sorted(out_dir.glob("*.txt")) if out_dir.is_dir() else take_subset(files, int(float(size) * MB), out_dir)
+        subset = (
+            sorted(out_dir.glob("*.txt"))
+            if out_dir.is_dir()
+            else take_subset(files, int(float(size) * MB), out_dir)
+        )
         inputs[size] = Input(f"{size}MB", tuple(subset))
     return inputs
 
 
 def train_tokenizer(files: list[Path], work_dir: Path) -> Path:
     """A RoBERTa-style byte-level BPE (vocab 32000) trained on a 20 MB sample; cached per corpus."""
-    key = hashlib.sha256(repr([(f.name, f.stat().st_size) for f in files]).encode()).hexdigest()[:12]
+    key = hashlib.sha256(repr([(f.name, f.stat().st_size) for f in files]).encode()).hexdigest()[
+        :12
+    ]
     path = work_dir / f"tokenizer-{key}" / "tokenizer.json"
     if path.exists():
         return path
@@ -192,7 +213,9 @@ def train_tokenizer(files: list[Path], work_dir: Path) -> Path:
         show_progress=False,
     )
     tok.train([str(f) for f in sample], trainer=trainer)
-    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")))
+    tok.post_processor = processors.RobertaProcessing(
+        ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>"))
+    )
     tmp = path.with_suffix(".tmp")
     tok.save(str(tmp))
     os.replace(tmp, path)
@@ -202,9 +225,20 @@ def train_tokenizer(files: list[Path], work_dir: Path) -> Path:
 
 def child_env(**extra: str) -> dict[str, str]:
     """The environment every system runs in: offline, quiet TF, tokenizers left at their default threading."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS")}
-    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TF_CPP_MIN_LOG_LEVEL="2")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH_DIR.parent), env.get("PYTHONPATH")]))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS")
+    }
+    env.update(
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TF_CPP_MIN_LOG_LEVEL="2",
+    )
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(BENCH_DIR.parent), env.get("PYTHONPATH")])
+    )
     env.update(extra)
     return env
 
@@ -214,7 +248,9 @@ def reported(m: Measurement) -> dict[str, Any]:
     for line in reversed(m.stdout.splitlines()):
         if line.startswith(RESULT_PREFIX):
             return json.loads(line[len(RESULT_PREFIX) :])
-    raise RuntimeError(f"{m.argv[:3]} printed no {RESULT_PREFIX!r} line; stdout tail:\n{m.stdout[-2000:]}")
+    raise RuntimeError(
+        f"{m.argv[:3]} printed no {RESULT_PREFIX!r} line; stdout tail:\n{m.stdout[-2000:]}"
+    )
 
 
 def run_ceiling(inp: Input, tokenizer: Path) -> Result:
@@ -222,7 +258,9 @@ def run_ceiling(inp: Input, tokenizer: Path) -> Result:
     argv = [sys.executable, str(CEILING_SCRIPT), str(tokenizer), *map(str, inp.files)]
     m = run_checked(argv, env=child_env(), timeout_s=RUN_TIMEOUT_S)
     out = reported(m)
-    return _result(CEILING, inp, m, tokens=out["tokens"], records=None, internal_s=out["internal_s"], load=load)
+    return _result(
+        CEILING, inp, m, tokens=out["tokens"], records=None, internal_s=out["internal_s"], load=load
+    )
 
 
 def run_lmshards(inp: Input, tokenizer: Path, config: Config, *, system: str = LMSHARDS) -> Result:
@@ -246,7 +284,9 @@ def run_lmshards(inp: Input, tokenizer: Path, config: Config, *, system: str = L
             shutil.rmtree(out_dir, ignore_errors=True)
     tokens = sum(s.totals.tokens_in for s in manifest.splits.values())
     records = sum(s.totals.records for s in manifest.splits.values())
-    shards = sorted((shard.path, shard.sha256) for split in manifest.splits.values() for shard in split.shards)
+    shards = sorted(
+        (shard.path, shard.sha256) for split in manifest.splits.values() for shard in split.shards
+    )
     return dataclasses.replace(
         _result(system, inp, m, tokens=tokens, records=records, internal_s=None, load=load),
         shards_sha256=hashlib.sha256(repr(shards).encode()).hexdigest(),
@@ -266,7 +306,15 @@ def run_hf_style(inp: Input, tokenizer: Path, config: Config) -> Result:
         if not config.keep_outputs:
             shutil.rmtree(scratch, ignore_errors=True)
     out = reported(m)
-    return _result(HF_STYLE, inp, m, tokens=out["tokens"], records=out["records"], internal_s=out["internal_s"], load=load)
+    return _result(
+        HF_STYLE,
+        inp,
+        m,
+        tokens=out["tokens"],
+        records=out["records"],
+        internal_s=out["internal_s"],
+        load=load,
+    )
 
 
 def _result(system: str, inp: Input, m: Measurement, *, tokens: int, records: int | None,
@@ -363,19 +411,28 @@ def ratio_lines(summary: dict[str, Any]) -> list[str]:
 
 def parse_args(argv: Sequence[str] | None) -> Config:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--corpus", required=True, type=Path, help="directory whose *.txt files are the corpus")
+    p.add_argument(
+        "--corpus", required=True, type=Path, help="directory whose *.txt files are the corpus"
+    )
     p.add_argument("--sizes", default=",".join(DEFAULT_SIZES),
                    help="comma-separated input sizes in MB for lmshards' RSS-growth runs, 'all' = whole corpus; "
                         "the ceiling and the baseline run on the largest (default: %(default)s)")  # fmt: skip
-    p.add_argument("--skip-baseline", action="store_true", help="do not run the (slow) HF-style baseline")
+    p.add_argument(
+        "--skip-baseline", action="store_true", help="do not run the (slow) HF-style baseline"
+    )
     p.add_argument("--skip-ceiling", action="store_true", help="do not run the tokenizer ceiling")
-    p.add_argument("--skip-dask", action="store_true",
-                   help="do not run (d), lmshards on a local Dask cluster (needs the `dask` extra)")
+    p.add_argument(
+        "--skip-dask",
+        action="store_true",
+        help="do not run (d), lmshards on a local Dask cluster (needs the `dask` extra)",
+    )
     p.add_argument("--json", type=Path, help="also write the results to this JSON file")
     p.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "lmshards-bench",
                    help="tokenizer cache, subsets and scratch outputs (default: %(default)s)")  # fmt: skip
     p.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN)
-    p.add_argument("--keep-outputs", action="store_true", help="keep each system's shards under --work-dir")
+    p.add_argument(
+        "--keep-outputs", action="store_true", help="keep each system's shards under --work-dir"
+    )
     p.add_argument("--lmshards-args", default=DEFAULT_LMSHARDS_ARGS,
                    help="runner (and other) flags for (b), replacing the default: %(default)r; e.g. "
                         "'--direct_running_mode=multi_processing --direct_num_workers=2'")  # fmt: skip
@@ -408,7 +465,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     inputs = inputs_for(config, files)
     largest = max(inputs.values(), key=lambda i: i.bytes)
     started = time.time()
-    print(f"corpus: {config.corpus} ({len(files)} files, {sum(f.stat().st_size for f in files) / MB:.1f} MB)")
+    print(
+        f"corpus: {config.corpus} ({len(files)} files, {sum(f.stat().st_size for f in files) / MB:.1f} MB)"
+    )
     tokenizer = train_tokenizer(files, config.work_dir)
     print(f"tokenizer: {tokenizer}")
 
@@ -419,7 +478,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan.append((LMSHARDS_DASK, largest))
     if not config.skip_baseline:
         plan.append((HF_STYLE, largest))
-    plan += [(LMSHARDS, inp) for inp in sorted(set(inputs.values()) - {largest}, key=lambda i: i.bytes)]
+    plan += [
+        (LMSHARDS, inp) for inp in sorted(set(inputs.values()) - {largest}, key=lambda i: i.bytes)
+    ]
     results = []
     for system, inp in plan:
         print(f"running {system} on {inp.label} ({inp.bytes / MB:.1f} MB) ...", flush=True)
@@ -430,29 +491,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             results.append(run_hf_style(inp, tokenizer, config))
         r = results[-1]
-        print(f"  {r.wall_s:.1f} s ({r.cpu_s:.1f} CPU s), {r.mb_per_s:.2f} MB/s, peak PSS {r.peak_pss_bytes / MB:.0f} MB, "
-              f"RSS {r.peak_rss_bytes / MB:.0f} MB, mean load {r.mean_load1:.1f}", flush=True)
+        print(
+            f"  {r.wall_s:.1f} s ({r.cpu_s:.1f} CPU s), {r.mb_per_s:.2f} MB/s, peak PSS {r.peak_pss_bytes / MB:.0f} MB, "
+            f"RSS {r.peak_rss_bytes / MB:.0f} MB, mean load {r.mean_load1:.1f}",
+            flush=True,
+        )
 
     summary = ratios(results, largest.label)
     print()
     print(table(results))
     print()
     print("\n".join(ratio_lines(summary)))
-    print(f"load average now: {' '.join(f'{x:.2f}' for x in load_average())} on {os.cpu_count()} cores")
+    print(
+        f"load average now: {' '.join(f'{x:.2f}' for x in load_average())} on {os.cpu_count()} cores"
+    )
     if config.json_out:
         report = {
             **report_header("preprocess", started=started, argv=argv, code_dirs=CODE_DIRS),
-            "corpus": {"dir": str(config.corpus), "files": len(files), "bytes": sum(f.stat().st_size for f in files)},
-            "tokenizer": {"path": str(tokenizer), "vocab_size": TOKENIZER_VOCAB_SIZE, "kind": "byte-level BPE"},
+            "corpus": {
+                "dir": str(config.corpus),
+                "files": len(files),
+                "bytes": sum(f.stat().st_size for f in files),
+            },
+            "tokenizer": {
+                "path": str(tokenizer),
+                "vocab_size": TOKENIZER_VOCAB_SIZE,
+                "kind": "byte-level BPE",
+            },
             "seq_len": config.seq_len,
             "num_workers": NUM_WORKERS,
             "lmshards_args": list(config.lmshards_args),
             "lmshards_dask_args": [] if config.skip_dask else list(DASK_ARGS),
             "memory_method": f"peaks of the summed psutil RSS (every {SAMPLE_INTERVAL_S} s) and PSS (every "
-                             f">= {PSS_MIN_INTERVAL_S} s) over the process tree; max_single_rss = largest "
-                             "ru_maxrss of one process",  # fmt: skip
+            f">= {PSS_MIN_INTERVAL_S} s) over the process tree; max_single_rss = largest "
+            "ru_maxrss of one process",  # fmt: skip
             "token_notes": TOKEN_NOTES,
-            "results": [{**dataclasses.asdict(r), "mb_per_s": r.mb_per_s, "tokens_per_s": r.tokens_per_s} for r in results],
+            "results": [
+                {**dataclasses.asdict(r), "mb_per_s": r.mb_per_s, "tokens_per_s": r.tokens_per_s}
+                for r in results
+            ],
             "ratios": summary,
             "load_after": load_average(),
         }

@@ -30,13 +30,20 @@ import shlex
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from bench._measure import load_average, report_header
-from bench.bench_learning import CODE_DIRS, DEFAULT_CORPUS, logged_windows, make_shards, run_lmshards
+from bench.bench_learning import (
+    CODE_DIRS,
+    DEFAULT_CORPUS,
+    logged_windows,
+    make_shards,
+    run_lmshards,
+)
 from bench.bench_preprocess import child_env
 
 RECIPES = ("token", "whole_word", "span")
@@ -89,10 +96,19 @@ def fixed_masks(shards: str, recipe: str, mlm_probability: float) -> list[dict[s
     from train import data, mixture
 
     mix = mixture.open_mixture([shards])
-    masking = data.masking_spec(mix.manifest, recipe=recipe, mlm_probability=mlm_probability,
-                                tokenizer=mixture.run_tokenizer(None, mix))
-    ds = data.eval_dataset(mix.sets[0].files("validation"), features=mix.manifest.features(), batch_size=EVAL_BATCH,
-                           masking=masking, with_segment_ids=False)
+    masking = data.masking_spec(
+        mix.manifest,
+        recipe=recipe,
+        mlm_probability=mlm_probability,
+        tokenizer=mixture.run_tokenizer(None, mix),
+    )
+    ds = data.eval_dataset(
+        mix.sets[0].files("validation"),
+        features=mix.manifest.features(),
+        batch_size=EVAL_BATCH,
+        masking=masking,
+        with_segment_ids=False,
+    )
     return list(ds)
 
 
@@ -130,17 +146,31 @@ def score(model: Any, batches: Sequence[dict[str, Any]]) -> Score:
 def verdict(recipe: str, *, start: float, own: Score, context_free: float) -> str | None:
     """None when the recipe learned, else the line that says it is broken."""
     if start - own.loss < FALL_NATS:
-        return (f"recipe {recipe} is broken: its eval loss on its own masks is {own.loss:.3f} nats, only "
-                f"{start - own.loss:.3f} below its start ({start:.3f}); at least {FALL_NATS} expected")
+        return (
+            f"recipe {recipe} is broken: its eval loss on its own masks is {own.loss:.3f} nats, only "
+            f"{start - own.loss:.3f} below its start ({start:.3f}); at least {FALL_NATS} expected"
+        )
     if context_free - own.loss < CONTEXT_NATS:
-        return (f"recipe {recipe} is broken: its eval loss on its own masks is {own.loss:.3f} nats, not {CONTEXT_NATS} "
-                f"below predicting each masked token by its frequency ({context_free:.3f}): the model does not use context")
+        return (
+            f"recipe {recipe} is broken: its eval loss on its own masks is {own.loss:.3f} nats, not {CONTEXT_NATS} "
+            f"below predicting each masked token by its frequency ({context_free:.3f}): the model does not use context"
+        )
     return None
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
-    header = ("recipe", "start", "last train", "eval own masks", "context-free", "acc own", "eval token masks",
-              "context-free", "acc token", "learned")
+    header = (
+        "recipe",
+        "start",
+        "last train",
+        "eval own masks",
+        "context-free",
+        "acc own",
+        "eval token masks",
+        "context-free",
+        "acc token",
+        "learned",
+    )
     cells = [header] + [(
         r["recipe"], f"{r['start_loss']:.3f}", f"{r['last_train_loss']:.3f}", f"{r['own_masks']['loss']:.3f}",
         f"{r['own_masks']['context_free_loss']:.3f}", f"{r['own_masks']['accuracy']:.3f}",
@@ -148,27 +178,60 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
         f"{r['token_masks']['accuracy']:.3f}", "yes" if r["learned"] else "NO",
     ) for r in rows]  # fmt: skip
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))) for row in cells]
+    lines = [
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+        for row in cells
+    ]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
 
 
 def parse_args(argv: Sequence[str] | None) -> Config:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS,
-                   help="directory of *.txt files to make shards from (default: %(default)s)")
-    p.add_argument("--shards", help="reuse this `lmshards preprocess` output (it must carry its tokenizer)")
-    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="training steps of every run (default: %(default)s)")
-    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH, help="sequences per step (default: %(default)s)")
-    p.add_argument("--learning-rate", type=float, default=DEFAULT_LEARNING_RATE,
-                   help="peak learning rate (default: %(default)s)")
-    p.add_argument("--mlm_probability", type=float, default=DEFAULT_MLM_PROBABILITY,
-                   help="fraction of tokens every recipe selects (default: %(default)s)")
-    p.add_argument("--work-dir", type=Path, help="keep shards, runs and logs here (default: a temporary directory)")
+    p.add_argument(
+        "--corpus",
+        type=Path,
+        default=DEFAULT_CORPUS,
+        help="directory of *.txt files to make shards from (default: %(default)s)",
+    )
+    p.add_argument(
+        "--shards", help="reuse this `lmshards preprocess` output (it must carry its tokenizer)"
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=DEFAULT_STEPS,
+        help="training steps of every run (default: %(default)s)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=DEFAULT_BATCH,
+        help="sequences per step (default: %(default)s)",
+    )
+    p.add_argument(
+        "--learning-rate",
+        type=float,
+        default=DEFAULT_LEARNING_RATE,
+        help="peak learning rate (default: %(default)s)",
+    )
+    p.add_argument(
+        "--mlm_probability",
+        type=float,
+        default=DEFAULT_MLM_PROBABILITY,
+        help="fraction of tokens every recipe selects (default: %(default)s)",
+    )
+    p.add_argument(
+        "--work-dir",
+        type=Path,
+        help="keep shards, runs and logs here (default: a temporary directory)",
+    )
     p.add_argument("--json", type=Path, help="also write the results to this JSON file")
     a = p.parse_args(argv)
     if a.steps < 2 * LOG_EVERY:
-        p.error(f"--steps must be at least {2 * LOG_EVERY}: the first {LOG_EVERY}-step window is the start")
+        p.error(
+            f"--steps must be at least {2 * LOG_EVERY}: the first {LOG_EVERY}-step window is the start"
+        )
     return Config(corpus=a.corpus, shards=a.shards, steps=a.steps, batch_size=a.batch_size, learning_rate=a.learning_rate,
                   mlm_probability=a.mlm_probability, work_dir=a.work_dir or Path(tempfile.mkdtemp(prefix="bench_recipes_")),
                   json_out=a.json)  # fmt: skip
@@ -193,15 +256,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{recipe}: $ lmshards {shlex.join(args)}", flush=True)
         t0 = time.perf_counter()
         run_lmshards(args, env=env, log_path=work / f"train_{recipe}.log")
-        runs[recipe] = {"command": ["lmshards", *args], "wall_s": time.perf_counter() - t0,
-                        "windows": logged_windows(str(run_dir / "metrics.jsonl"))}
+        runs[recipe] = {
+            "command": ["lmshards", *args],
+            "wall_s": time.perf_counter() - t0,
+            "windows": logged_windows(str(run_dir / "metrics.jsonl")),
+        }
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from train.model import load_model_from_run
 
     masks = {name: fixed_masks(shards, name, config.mlm_probability) for name in RECIPES}
     frequencies = token_frequencies(shards)
-    context_free = {name: context_free_loss(frequencies, batches) for name, batches in masks.items()}
+    context_free = {
+        name: context_free_loss(frequencies, batches) for name, batches in masks.items()
+    }
     rows, broken = [], []
     for recipe in RECIPES:
         model, _ = load_model_from_run(str(work / f"run_{recipe}"))
@@ -219,11 +287,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(table(rows))
     print()
-    print(f"start: mean train loss of the first {LOG_EVERY} steps; eval: validation split, fixed masks "
-          f"(mlm_probability {config.mlm_probability}), {rows[0]['token_masks']['masked_tokens']} token-level predictions; "
-          "context-free: each masked token predicted by its train-split frequency")
-    print("\n".join(broken) if broken else f"every recipe learned: its loss fell at least {FALL_NATS} nats below its start "
-          f"and {CONTEXT_NATS} below the context-free baseline")
+    print(
+        f"start: mean train loss of the first {LOG_EVERY} steps; eval: validation split, fixed masks "
+        f"(mlm_probability {config.mlm_probability}), {rows[0]['token_masks']['masked_tokens']} token-level predictions; "
+        "context-free: each masked token predicted by its train-split frequency"
+    )
+    print(
+        "\n".join(broken)
+        if broken
+        else f"every recipe learned: its loss fell at least {FALL_NATS} nats below its start "
+        f"and {CONTEXT_NATS} below the context-free baseline"
+    )
     if config.json_out:
         report = {
             **report_header("recipes", started=started, argv=argv, code_dirs=CODE_DIRS),

@@ -19,8 +19,9 @@ import platform
 import re
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from bench._measure import MB, load_average, run_checked
 from corpus_tools.tokenizer.cli import parse_size
@@ -29,14 +30,35 @@ from corpus_tools.tokenizer.config import DEFAULT_VOCAB_SIZE, MODELS
 DEFAULT_SIZES = ("10MB", "100MB")
 DEFAULT_MODELS = MODELS
 RUN_TIMEOUT_S = 3600.0
-_TRAINED = re.compile(r"in (?P<total>[\d.]+) s \((?P<sampling>[\d.]+) s of it sampling\); peak RSS (?P<rss>[\d,]+) MiB")
-_SAMPLED = re.compile(r"Sampled (?P<docs>[\d,]+) of [\d,]+ documents \((?P<mb>[\d,.]+) of (?P<total_mb>[\d,.]+) MB")
+_TRAINED = re.compile(
+    r"in (?P<total>[\d.]+) s \((?P<sampling>[\d.]+) s of it sampling\); peak RSS (?P<rss>[\d,]+) MiB"
+)
+_SAMPLED = re.compile(
+    r"Sampled (?P<docs>[\d,]+) of [\d,]+ documents \((?P<mb>[\d,.]+) of (?P<total_mb>[\d,.]+) MB"
+)
 
 
-def run_one(corpus: Path, *, model: str, size: str, vocab_size: int, work_dir: Path) -> dict[str, Any]:
+def run_one(
+    corpus: Path, *, model: str, size: str, vocab_size: int, work_dir: Path
+) -> dict[str, Any]:
     output = work_dir / f"{model}-{size}"
-    argv = [sys.executable, "-m", "lmshards", "tokenizer", "train", "--input", str(corpus), "--output", str(output),
-            "--model", model, "--vocab_size", str(vocab_size), "--max_bytes", size]
+    argv = [
+        sys.executable,
+        "-m",
+        "lmshards",
+        "tokenizer",
+        "train",
+        "--input",
+        str(corpus),
+        "--output",
+        str(output),
+        "--model",
+        model,
+        "--vocab_size",
+        str(vocab_size),
+        "--max_bytes",
+        size,
+    ]
     m = run_checked(argv, timeout_s=RUN_TIMEOUT_S)
     trained, sampled = _TRAINED.search(m.stdout), _SAMPLED.search(m.stdout)
     if not (trained and sampled):
@@ -48,7 +70,9 @@ def run_one(corpus: Path, *, model: str, size: str, vocab_size: int, work_dir: P
         "sampled_documents": int(sampled["docs"].replace(",", "")),
         "corpus_mb": float(sampled["total_mb"].replace(",", "")),
         "wall_s": round(m.wall_s, 1),
-        "cpu_s": round(m.cpu_s, 1),  # the machine may be shared: CPU seconds move less than wall time
+        "cpu_s": round(
+            m.cpu_s, 1
+        ),  # the machine may be shared: CPU seconds move less than wall time
         "sampling_s": float(trained["sampling"]),
         "peak_rss_mb": round(m.peak_rss_bytes / MB),
         "peak_pss_mb": round(m.peak_pss_bytes / MB),
@@ -57,9 +81,15 @@ def run_one(corpus: Path, *, model: str, size: str, vocab_size: int, work_dir: P
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("corpus", type=Path, help="directory (or file) of UTF-8 text, one document per line")
-    parser.add_argument("--sizes", nargs="+", default=list(DEFAULT_SIZES), help="--max_bytes of each run")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "corpus", type=Path, help="directory (or file) of UTF-8 text, one document per line"
+    )
+    parser.add_argument(
+        "--sizes", nargs="+", default=list(DEFAULT_SIZES), help="--max_bytes of each run"
+    )
     parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), choices=MODELS)
     parser.add_argument("--vocab_size", type=int, default=DEFAULT_VOCAB_SIZE)
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
@@ -68,15 +98,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="lmshards-bench-tokenizer-") as work:
         for model in args.models:
             for size in args.sizes:
-                result = run_one(args.corpus, model=model, size=size, vocab_size=args.vocab_size, work_dir=Path(work))
+                result = run_one(
+                    args.corpus,
+                    model=model,
+                    size=size,
+                    vocab_size=args.vocab_size,
+                    work_dir=Path(work),
+                )
                 results.append(result)
-                print(f"{model:<10} {size:>7}: {result['sampled_mb']:8.1f} MB sampled, {result['wall_s']:7.1f} s "
-                      f"({result['sampling_s']:.1f} s sampling), peak RSS {result['peak_rss_mb']:,} MB", flush=True)
+                print(
+                    f"{model:<10} {size:>7}: {result['sampled_mb']:8.1f} MB sampled, {result['wall_s']:7.1f} s "
+                    f"({result['sampling_s']:.1f} s sampling), peak RSS {result['peak_rss_mb']:,} MB",
+                    flush=True,
+                )
     report = {
         "benchmark": "tokenizer_train",
         "corpus": str(args.corpus),
         "vocab_size": args.vocab_size,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_average": load_average()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_average": load_average(),
+        },
         "results": results,
     }
     print(_table(results))
@@ -86,13 +129,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _table(results: list[dict[str, Any]]) -> str:
-    lines = ["| model | sample | wall s | CPU s | of wall: sampling s | rest (start-up, train, save) s | peak RSS MB "
-             "| RSS / sample MB |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | sample | wall s | CPU s | of wall: sampling s | rest (start-up, train, save) s | peak RSS MB "
+        "| RSS / sample MB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in results:
-        lines.append(f"| {r['model']} | {r['sampled_mb']:.1f} MB | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['sampling_s']:.1f} | "
-                     f"{r['wall_s'] - r['sampling_s']:.1f} | {r['peak_rss_mb']:,} | "
-                     f"{r['peak_rss_mb'] / max(r['sampled_mb'], 1e-9):.1f} |")
+        lines.append(
+            f"| {r['model']} | {r['sampled_mb']:.1f} MB | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['sampling_s']:.1f} | "
+            f"{r['wall_s'] - r['sampling_s']:.1f} | {r['peak_rss_mb']:,} | "
+            f"{r['peak_rss_mb'] / max(r['sampled_mb'], 1e-9):.1f} |"
+        )
     return "\n".join(lines)
 
 

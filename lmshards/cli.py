@@ -9,7 +9,8 @@ from __future__ import annotations
 import difflib
 import importlib
 import sys
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from plumbing.cli import EXIT_OK, EXIT_USAGE, print_error
 from schemas.version import __version__
@@ -23,19 +24,39 @@ class Subcommand(NamedTuple):
 
 # command (one or two words) -> where it lives. Commands sharing a first word form a group (`lmshards tokenizer`).
 SUBCOMMANDS: dict[str, Subcommand] = {
-    "tokenizer train": Subcommand("corpus_tools.tokenizer.cli", "train a Unigram, BPE or WordPiece tokenizer",
-                                  "train_main"),
-    "tokenizer inspect": Subcommand("corpus_tools.tokenizer.cli", "show how a tokenizer splits text or a corpus sample",
-                                    "inspect_main"),
-    "dataset export": Subcommand("corpus_tools.dataset.cli", "export a Hugging Face dataset to Parquet/JSONL shards"),
-    "preprocess": Subcommand("preprocess.cli", "Beam pipeline: text corpus -> balanced TFRecord shards + manifest"),
+    "tokenizer train": Subcommand(
+        "corpus_tools.tokenizer.cli", "train a Unigram, BPE or WordPiece tokenizer", "train_main"
+    ),
+    "tokenizer inspect": Subcommand(
+        "corpus_tools.tokenizer.cli",
+        "show how a tokenizer splits text or a corpus sample",
+        "inspect_main",
+    ),
+    "dataset export": Subcommand(
+        "corpus_tools.dataset.cli", "export a Hugging Face dataset to Parquet/JSONL shards"
+    ),
+    "preprocess": Subcommand(
+        "preprocess.cli", "Beam pipeline: text corpus -> balanced TFRecord shards + manifest"
+    ),
     "inspect": Subcommand("preprocess.inspect_cli", "summarize (and --verify) a preprocess output"),
-    "stats": Subcommand("corpus_tools.stats.cli", "corpus statistics of a shard set (tensorflow-transform analyzers, Beam)"),
+    "stats": Subcommand(
+        "corpus_tools.stats.cli",
+        "corpus statistics of a shard set (tensorflow-transform analyzers, Beam)",
+    ),
     "train": Subcommand("train.cli", "train a masked LM on preprocess shards"),
-    "preview": Subcommand("train.preview_cli", "show what a masking recipe selects in the first training sequences"),
-    "export": Subcommand("train.export_cli", "export a training run to a Hugging Face model directory"),
-    "fill-mask": Subcommand("train.fill_mask_cli", "run transformers' fill-mask on an exported model"),
-    "env": Subcommand("train.env_cli", "versions, accelerators, TPU signals and what `auto` chooses on this machine"),
+    "preview": Subcommand(
+        "train.preview_cli", "show what a masking recipe selects in the first training sequences"
+    ),
+    "export": Subcommand(
+        "train.export_cli", "export a training run to a Hugging Face model directory"
+    ),
+    "fill-mask": Subcommand(
+        "train.fill_mask_cli", "run transformers' fill-mask on an exported model"
+    ),
+    "env": Subcommand(
+        "train.env_cli",
+        "versions, accelerators, TPU signals and what `auto` chooses on this machine",
+    ),
     "demo": Subcommand("lmshards.demo", "the whole story on the bundled sample corpus"),
 }
 _HELP_FLAGS = ("-h", "--help")

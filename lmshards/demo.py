@@ -15,17 +15,24 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from lmshards.report import read_metrics, render_report
 from plumbing import fs
 from plumbing.cli import CommandParser, run_command, setup_logging
-from schemas.constants import ATTENTION_MASK, FEATURE_NAMES, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
 from plumbing.errors import LmshardsError, OutputError
+from schemas.constants import (
+    ATTENTION_MASK,
+    FEATURE_NAMES,
+    INPUT_IDS,
+    TRAIN_SPLIT,
+    VALIDATION_SPLIT,
+)
 from schemas.manifest import Manifest, read_manifest
 from schemas.records import decode_examples, read_records
 from train.config import METRICS_JSONL, RUN_SUMMARY_JSON
@@ -105,7 +112,9 @@ class Scores:
 
     @property
     def ratio(self) -> float:
-        return self.eval_accuracy / self.baseline_accuracy if self.baseline_accuracy else float("inf")
+        return (
+            self.eval_accuracy / self.baseline_accuracy if self.baseline_accuracy else float("inf")
+        )
 
     @property
     def target_met(self) -> bool:
@@ -114,19 +123,38 @@ class Scores:
 
 def build_parser() -> CommandParser:
     p = CommandParser(COMMAND, description=__doc__.splitlines()[0])
-    p.add_argument("--output", default="demo_output",
-                   help="directory for every artifact; a re-run replaces only a directory an earlier demo made")
+    p.add_argument(
+        "--output",
+        default="demo_output",
+        help="directory for every artifact; a re-run replaces only a directory an earlier demo made",
+    )
     p.add_argument("--steps", type=int, default=1500, help="training steps")
     p.add_argument("--vocab_size", type=int, default=4000, help="tokenizer vocabulary")
-    p.add_argument("--model_preset", default="tiny", choices=("tiny", "small", "base"),
-                   help="tiny fits the whole demo in minutes on a laptop CPU")
+    p.add_argument(
+        "--model_preset",
+        default="tiny",
+        choices=("tiny", "small", "base"),
+        help="tiny fits the whole demo in minutes on a laptop CPU",
+    )
     p.add_argument("--per_replica_batch", type=int, default=128, help="sequences per step")
-    p.add_argument("--learning_rate", type=float, default=4e-3,
-                   help="peak learning rate (a tiny model takes a high one)")
-    p.add_argument("--mlm_probability", type=float, default=0.3,
-                   help="share of tokens the model learns to predict; more than BERT's 0.15 learns more per step")
-    p.add_argument("--seq_len", type=int, default=16,
-                   help="tokens per record; short records let a tiny model learn from its neighbours within minutes")
+    p.add_argument(
+        "--learning_rate",
+        type=float,
+        default=4e-3,
+        help="peak learning rate (a tiny model takes a high one)",
+    )
+    p.add_argument(
+        "--mlm_probability",
+        type=float,
+        default=0.3,
+        help="share of tokens the model learns to predict; more than BERT's 0.15 learns more per step",
+    )
+    p.add_argument(
+        "--seq_len",
+        type=int,
+        default=16,
+        help="tokens per record; short records let a tiny model learn from its neighbours within minutes",
+    )
     return p
 
 
@@ -135,9 +163,16 @@ def parse_args(argv: Sequence[str]) -> DemoConfig:
     a = p.parse_args(list(argv))
     if a.steps < 1:
         p.error(f"--steps must be >= 1, got {a.steps}")
-    return DemoConfig(output=Path(a.output).resolve(), steps=a.steps, vocab_size=a.vocab_size,
-                      model_preset=a.model_preset, per_replica_batch=a.per_replica_batch,
-                      learning_rate=a.learning_rate, mlm_probability=a.mlm_probability, seq_len=a.seq_len)
+    return DemoConfig(
+        output=Path(a.output).resolve(),
+        steps=a.steps,
+        vocab_size=a.vocab_size,
+        model_preset=a.model_preset,
+        per_replica_batch=a.per_replica_batch,
+        learning_rate=a.learning_rate,
+        mlm_probability=a.mlm_probability,
+        seq_len=a.seq_len,
+    )
 
 
 def prepare_output(output: Path) -> None:
@@ -162,30 +197,86 @@ def steps_for(cfg: DemoConfig) -> list[Step]:
     out = cfg.output
     every = str(max(cfg.steps // EVALUATIONS, 1))
     return [
-        Step("Train a tokenizer", ["tokenizer", "train", "--input", CORPUS_GLOB, "--doc_separator", DOC_SEPARATOR,
-                                   "--model", TOKENIZER_MODEL,
-                                   "--vocab_size", str(cfg.vocab_size), "--special_tokens", "roberta",
-                                   "--output", str(out / "tokenizer")]),
-        Step("Preprocess into shards", ["preprocess", "--input", CORPUS_GLOB, "--doc_separator", DOC_SEPARATOR,
-                                        "--tokenizer", str(out / "tokenizer"),
-                                        "--output", str(out / "shards"), "--seq_len", str(cfg.seq_len),
-                                        "--validation_fraction", str(VALIDATION_FRACTION),
-                                        "--num_shards", str(NUM_SHARDS)]),
+        Step(
+            "Train a tokenizer",
+            [
+                "tokenizer",
+                "train",
+                "--input",
+                CORPUS_GLOB,
+                "--doc_separator",
+                DOC_SEPARATOR,
+                "--model",
+                TOKENIZER_MODEL,
+                "--vocab_size",
+                str(cfg.vocab_size),
+                "--special_tokens",
+                "roberta",
+                "--output",
+                str(out / "tokenizer"),
+            ],
+        ),
+        Step(
+            "Preprocess into shards",
+            [
+                "preprocess",
+                "--input",
+                CORPUS_GLOB,
+                "--doc_separator",
+                DOC_SEPARATOR,
+                "--tokenizer",
+                str(out / "tokenizer"),
+                "--output",
+                str(out / "shards"),
+                "--seq_len",
+                str(cfg.seq_len),
+                "--validation_fraction",
+                str(VALIDATION_FRACTION),
+                "--num_shards",
+                str(NUM_SHARDS),
+            ],
+        ),
         Step("Verify the shards", ["inspect", str(out / "shards"), "--verify"]),
-        Step("Train a masked LM", ["train", "--shards", str(out / "shards"), "--output", str(out / "run"),
-                                   "--tokenizer", str(out / "tokenizer"), "--model_preset", cfg.model_preset,
-                                   "--steps", str(cfg.steps), "--per_replica_batch", str(cfg.per_replica_batch),
-                                   "--learning_rate", str(cfg.learning_rate),
-                                   "--mlm_probability", str(cfg.mlm_probability), "--eval_every", every,
-                                   "--checkpoint_every", every]),
-        Step("Export to Hugging Face", ["export", str(out / "run"), "--output", str(out / "hf_model")]),
+        Step(
+            "Train a masked LM",
+            [
+                "train",
+                "--shards",
+                str(out / "shards"),
+                "--output",
+                str(out / "run"),
+                "--tokenizer",
+                str(out / "tokenizer"),
+                "--model_preset",
+                cfg.model_preset,
+                "--steps",
+                str(cfg.steps),
+                "--per_replica_batch",
+                str(cfg.per_replica_batch),
+                "--learning_rate",
+                str(cfg.learning_rate),
+                "--mlm_probability",
+                str(cfg.mlm_probability),
+                "--eval_every",
+                every,
+                "--checkpoint_every",
+                every,
+            ],
+        ),
+        Step(
+            "Export to Hugging Face",
+            ["export", str(out / "run"), "--output", str(out / "hf_model")],
+        ),
     ]
 
 
 def fill_mask_step(out: Path) -> Step:
     """The prompt's top-TOP_K fillings, as JSON for the demo to check."""
-    return Step("Fill the mask",
-                ["fill-mask", str(out / "hf_model"), FILL_MASK_PROMPT, "--top_k", str(TOP_K), "--json"], capture=True)
+    return Step(
+        "Fill the mask",
+        ["fill-mask", str(out / "hf_model"), FILL_MASK_PROMPT, "--top_k", str(TOP_K), "--json"],
+        capture=True,
+    )
 
 
 def run_step(step: Step, log_dir: Path) -> tuple[float, str]:
@@ -203,18 +294,26 @@ def run_step(step: Step, log_dir: Path) -> tuple[float, str]:
     log_path = log_dir / f"{step.argv[0]}.log"
     captured = b""
     with open(log_path, "ab") as log:
-        if step.capture:  # stdout is data for the demo to read; stderr (progress bars) only goes to the log
-            done = subprocess.run(command, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=log)
+        if (
+            step.capture
+        ):  # stdout is data for the demo to read; stderr (progress bars) only goes to the log
+            done = subprocess.run(
+                command, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=log
+            )
             rc, captured = done.returncode, done.stdout
             log.write(captured)
         else:
-            proc = subprocess.Popen(command, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                command, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            )
             for line in proc.stdout:
                 log.write(line)
                 sys.stdout.write(line.decode("utf-8", "replace"))
             rc = proc.wait()
     if rc != 0:
-        raise LmshardsError(f"step {step.title!r} failed with exit code {rc}; its full output is in {log_path}.")
+        raise LmshardsError(
+            f"step {step.title!r} failed with exit code {rc}; its full output is in {log_path}."
+        )
     return time.monotonic() - start, captured.decode("utf-8")
 
 
@@ -230,25 +329,38 @@ def read_split(manifest: Manifest, shards_dir: Path, split: str) -> dict[str, np
     return decode_examples(records, FEATURE_NAMES)
 
 
-def maskable(input_ids: np.ndarray, attention_mask: np.ndarray, special_ids: Sequence[int]) -> np.ndarray:
+def maskable(
+    input_ids: np.ndarray, attention_mask: np.ndarray, special_ids: Sequence[int]
+) -> np.ndarray:
     """bool, same shape: real (non-padding) tokens that are not special tokens."""
     return (attention_mask == 1) & ~np.isin(input_ids, np.asarray(special_ids))
 
 
-def most_frequent_token(input_ids: np.ndarray, attention_mask: np.ndarray, special_ids: Sequence[int]) -> int:
+def most_frequent_token(
+    input_ids: np.ndarray, attention_mask: np.ndarray, special_ids: Sequence[int]
+) -> int:
     """The id that occurs most often among the maskable tokens (ties: the smallest id)."""
     counts = np.bincount(input_ids[maskable(input_ids, attention_mask, special_ids)])
     return int(np.argmax(counts))
 
 
-def mask_records(records: dict[str, np.ndarray], *, special_ids: Sequence[int], mask_id: int,
-                 probability: float, seed: int) -> MaskedSet:
+def mask_records(
+    records: dict[str, np.ndarray],
+    *,
+    special_ids: Sequence[int],
+    mask_id: int,
+    probability: float,
+    seed: int,
+) -> MaskedSet:
     """Each maskable token is masked with `probability`, from a fixed seed: the same set on every run."""
     ids, attention = records[INPUT_IDS], records[ATTENTION_MASK]
     rng = np.random.default_rng(seed)
     chosen = (rng.random(ids.shape) < probability) & maskable(ids, attention, special_ids)
-    return MaskedSet(input_ids=np.where(chosen, mask_id, ids), attention_mask=attention,
-                     labels=np.where(chosen, ids, IGNORE_LABEL))
+    return MaskedSet(
+        input_ids=np.where(chosen, mask_id, ids),
+        attention_mask=attention,
+        labels=np.where(chosen, ids, IGNORE_LABEL),
+    )
 
 
 def baseline_accuracy(masked: MaskedSet, token_id: int) -> float:
@@ -266,8 +378,10 @@ def score_export(model_dir: Path, masked: MaskedSet) -> tuple[float, float]:
     with torch.no_grad():
         for start in range(0, len(masked.labels), EVAL_BATCH):
             rows = slice(start, start + EVAL_BATCH)
-            logits = model(input_ids=torch.from_numpy(masked.input_ids[rows]),
-                           attention_mask=torch.from_numpy(masked.attention_mask[rows])).logits
+            logits = model(
+                input_ids=torch.from_numpy(masked.input_ids[rows]),
+                attention_mask=torch.from_numpy(masked.attention_mask[rows]),
+            ).logits
             where = torch.from_numpy(masked.masked[rows])
             picked, labels = logits[where].float(), torch.from_numpy(masked.labels[rows])[where]
             loss_sum += float(torch.nn.functional.cross_entropy(picked, labels, reduction="sum"))
@@ -286,15 +400,28 @@ def score(out: Path) -> Scores:
     train = read_split(manifest, out / "shards", TRAIN_SPLIT)
     top = most_frequent_token(train[INPUT_IDS], train[ATTENTION_MASK], special)
     validation = read_split(manifest, out / "shards", VALIDATION_SPLIT)
-    masked = mask_records(validation, special_ids=special, mask_id=tokenizer.special_token_ids["mask"],
-                          probability=EVAL_MASK_PROBABILITY, seed=EVAL_MASK_SEED)
+    masked = mask_records(
+        validation,
+        special_ids=special,
+        mask_id=tokenizer.special_token_ids["mask"],
+        probability=EVAL_MASK_PROBABILITY,
+        seed=EVAL_MASK_SEED,
+    )
     if not masked.masked.any():
-        raise LmshardsError(f"The validation split in {out / 'shards'} has no token to mask; use a larger corpus.")
+        raise LmshardsError(
+            f"The validation split in {out / 'shards'} has no token to mask; use a larger corpus."
+        )
     loss, accuracy = score_export(out / "hf_model", masked)
     top_text = AutoTokenizer.from_pretrained(str(out / "hf_model")).decode([top])
-    return Scores(eval_loss=loss, eval_accuracy=accuracy, baseline_accuracy=baseline_accuracy(masked, top),
-                  baseline_token_id=top, baseline_token=top_text, masked_tokens=int(masked.masked.sum()),
-                  validation_records=len(masked.labels))
+    return Scores(
+        eval_loss=loss,
+        eval_accuracy=accuracy,
+        baseline_accuracy=baseline_accuracy(masked, top),
+        baseline_token_id=top,
+        baseline_token=top_text,
+        masked_tokens=int(masked.masked.sum()),
+        validation_records=len(masked.labels),
+    )
 
 
 def is_real_word(token_str: str) -> bool:
@@ -316,8 +443,13 @@ def trainer_eval(run_dir: Path) -> dict[str, float]:
     return {"loss": summary["eval_loss"], "accuracy": summary["eval_accuracy"]}
 
 
-def summary_dict(cfg: DemoConfig, scores: Scores, top_k: list[str], timings: dict[str, float],
-                 trainer: dict[str, float]) -> dict[str, Any]:
+def summary_dict(
+    cfg: DemoConfig,
+    scores: Scores,
+    top_k: list[str],
+    timings: dict[str, float],
+    trainer: dict[str, float],
+) -> dict[str, Any]:
     """What demo_summary.json holds: the scores, the fill-mask check, the settings and the time of every step."""
     return {
         "eval_loss": scores.eval_loss,
@@ -332,9 +464,16 @@ def summary_dict(cfg: DemoConfig, scores: Scores, top_k: list[str], timings: dic
         "validation_records": scores.validation_records,
         "eval_mask": {"probability": EVAL_MASK_PROBABILITY, "seed": EVAL_MASK_SEED},
         "trainer_eval": trainer,
-        "fill_mask": {"prompt": FILL_MASK_PROMPT, "top_k": top_k, "real_words": [t for t in top_k if is_real_word(t)]},
-        "settings": {**{k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
-                     "corpus": CORPUS_GLOB, "tokenizer_model": TOKENIZER_MODEL},
+        "fill_mask": {
+            "prompt": FILL_MASK_PROMPT,
+            "top_k": top_k,
+            "real_words": [t for t in top_k if is_real_word(t)],
+        },
+        "settings": {
+            **{k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+            "corpus": CORPUS_GLOB,
+            "tokenizer_model": TOKENIZER_MODEL,
+        },
         "seconds": timings,
         "total_seconds": sum(timings.values()),
     }
@@ -368,26 +507,38 @@ def write_report(cfg: DemoConfig, summary: dict[str, Any]) -> Path:
     metrics = read_metrics(str(out / "run" / METRICS_JSONL))
     facts = {
         "corpus": CORPUS_GLOB,
-        "records (train / validation)": " / ".join(str(s.records) for s in manifest.splits.values()),
+        "records (train / validation)": " / ".join(
+            str(s.records) for s in manifest.splits.values()
+        ),
         "tokens written": str(sum(s.totals.tokens_written for s in manifest.splits.values())),
         "model": f"{cfg.model_preset}, {cfg.steps} steps of {cfg.per_replica_batch} x {cfg.seq_len} tokens, "
-                 f"peak learning rate {cfg.learning_rate:g}, {cfg.mlm_probability:.0%} of tokens predicted",
+        f"peak learning rate {cfg.learning_rate:g}, {cfg.mlm_probability:.0%} of tokens predicted",
         "eval loss": f"{summary['eval_loss']:.3f} nats over {summary['masked_tokens']} masked validation tokens",
         "eval accuracy": f"{summary['eval_accuracy']:.3f} ({EVAL_MASK_PROBABILITY:.0%} of the validation tokens, "
-                         f"seed {EVAL_MASK_SEED}, each replaced by the mask token)",
+        f"seed {EVAL_MASK_SEED}, each replaced by the mask token)",
         "baseline accuracy": f"{summary['baseline_accuracy']:.3f} (always {summary['baseline_token']!r})",
         "accuracy ratio": f"{summary['accuracy_ratio']:.2f}x (target >= {summary['ratio_target']:g}x: "
-                          f"{'met' if summary['ratio_target_met'] else 'not met'})",
+        f"{'met' if summary['ratio_target_met'] else 'not met'})",
         "trainer's own eval": f"loss {summary['trainer_eval']['loss']:.3f}, accuracy "
-                              f"{summary['trainer_eval']['accuracy']:.3f} (its masks leave some tokens unchanged)",
+        f"{summary['trainer_eval']['accuracy']:.3f} (its masks leave some tokens unchanged)",
         "fill-mask": f"{summary['fill_mask']['prompt']} -> {', '.join(map(repr, summary['fill_mask']['top_k']))}",
         **{f"time: {k}": f"{v:.1f} s" for k, v in summary["seconds"].items()},
     }
-    accuracy = [(f"most frequent token {summary['baseline_token']!r}", summary["baseline_accuracy"]),
-                ("model", summary["eval_accuracy"])]
+    accuracy = [
+        (f"most frequent token {summary['baseline_token']!r}", summary["baseline_accuracy"]),
+        ("model", summary["eval_accuracy"]),
+    ]
     path = out / "report.html"
-    path.write_text(render_report(title="lmshards demo", manifest=manifest, metrics=metrics, facts=facts,
-                                  accuracy=accuracy), encoding="utf-8")
+    path.write_text(
+        render_report(
+            title="lmshards demo",
+            manifest=manifest,
+            metrics=metrics,
+            facts=facts,
+            accuracy=accuracy,
+        ),
+        encoding="utf-8",
+    )
     return path
 
 
@@ -408,7 +559,9 @@ def _run(cfg: DemoConfig) -> int:
     (predictions,) = json.loads(fill_mask_json)  # the prompt holds one mask
     top_k = [p["token_str"] for p in predictions]
     for p in predictions:
-        print(f"  {p['score']:.4f}  {p['token_str']!r:<16}{'  real word' if is_real_word(p['token_str']) else ''}")
+        print(
+            f"  {p['score']:.4f}  {p['token_str']!r:<16}{'  real word' if is_real_word(p['token_str']) else ''}"
+        )
     print(real_word_line(top_k))
 
     print("\n=== Score the model against always predicting the most frequent token", flush=True)
@@ -420,10 +573,15 @@ def _run(cfg: DemoConfig) -> int:
     fs.write_text_atomic(str(out / SUMMARY_JSON), json.dumps(summary, indent=2) + "\n")
     report = write_report(cfg, summary)
     print("\n=== Artifacts")
-    for label, path in (("tokenizer", out / "tokenizer"), ("shards + manifest", out / "shards"),
-                        ("training run (checkpoints, TensorBoard, run_summary.json)", out / "run"),
-                        ("Hugging Face model", out / "hf_model"), ("report", report),
-                        ("summary", out / SUMMARY_JSON), ("logs", out / "logs")):
+    for label, path in (
+        ("tokenizer", out / "tokenizer"),
+        ("shards + manifest", out / "shards"),
+        ("training run (checkpoints, TensorBoard, run_summary.json)", out / "run"),
+        ("Hugging Face model", out / "hf_model"),
+        ("report", report),
+        ("summary", out / SUMMARY_JSON),
+        ("logs", out / "logs"),
+    ):
         print(f"  {label:<58} {path}")
     print("\n=== Summary")
     print("\n".join(summary_lines(summary)))

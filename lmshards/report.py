@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from plumbing import fs
 from schemas.manifest import Manifest
@@ -31,7 +31,9 @@ def _scale(value: float, lo: float, hi: float, out_lo: float, out_hi: float) -> 
     return out_lo + (value - lo) * (out_hi - out_lo) / (hi - lo)
 
 
-def _axes(x_label: str, y_label: str, x_range: tuple[float, float], y_range: tuple[float, float]) -> list[str]:
+def _axes(
+    x_label: str, y_label: str, x_range: tuple[float, float], y_range: tuple[float, float]
+) -> list[str]:
     w, h, m = CHART_WIDTH, CHART_HEIGHT, MARGIN
     parts = [
         f'<line x1="{m}" y1="{h - m}" x2="{w - m // 2}" y2="{h - m}" stroke="#333"/>',
@@ -45,8 +47,12 @@ def _axes(x_label: str, y_label: str, x_range: tuple[float, float], y_range: tup
         yv = y_range[0] + frac * (y_range[1] - y_range[0])
         x = _scale(xv, *x_range, m, w - m // 2)
         y = _scale(yv, *y_range, h - m, m // 2)
-        parts.append(f'<text x="{x:.1f}" y="{h - m + 16}" text-anchor="middle" font-size="11">{xv:g}</text>')
-        parts.append(f'<text x="{m - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11">{yv:.3g}</text>')
+        parts.append(
+            f'<text x="{x:.1f}" y="{h - m + 16}" text-anchor="middle" font-size="11">{xv:g}</text>'
+        )
+        parts.append(
+            f'<text x="{m - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11">{yv:.3g}</text>'
+        )
     return parts
 
 
@@ -62,11 +68,16 @@ def line_chart_svg(series: Sequence[Series], *, x_label: str, y_label: str) -> s
     parts += _axes(x_label, y_label, x_range, y_range)
     for i, s in enumerate(series):
         coords = " ".join(
-            f"{_scale(x, *x_range, m, w - m // 2):.1f},{_scale(y, *y_range, h - m, m // 2):.1f}" for x, y in s.points
+            f"{_scale(x, *x_range, m, w - m // 2):.1f},{_scale(y, *y_range, h - m, m // 2):.1f}"
+            for x, y in s.points
         )
-        parts.append(f'<polyline class="series" fill="none" stroke="{s.color}" stroke-width="2" points="{coords}"/>')
-        parts.append(f'<text x="{w - m}" y="{m // 2 + 14 * (i + 1)}" text-anchor="end" font-size="12" '
-                     f'fill="{s.color}">{html.escape(s.name)}</text>')
+        parts.append(
+            f'<polyline class="series" fill="none" stroke="{s.color}" stroke-width="2" points="{coords}"/>'
+        )
+        parts.append(
+            f'<text x="{w - m}" y="{m // 2 + 14 * (i + 1)}" text-anchor="end" font-size="12" '
+            f'fill="{s.color}">{html.escape(s.name)}</text>'
+        )
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -102,13 +113,21 @@ def comparison_svg(labels: Sequence[str], values: Sequence[float], *, x_label: s
     for i, (label, value) in enumerate(zip(labels, values)):
         y = m // 2 + i * row
         bar_w = _scale(value, 0, top, 0, w - label_width - 1.5 * m)
-        parts.append(f'<text x="{label_width - 6}" y="{y + 16}" text-anchor="end" font-size="12">'
-                     f"{html.escape(label)}</text>")
-        parts.append(f'<rect class="compare" x="{label_width}" y="{y}" width="{bar_w:.1f}" height="{row - 6}" '
-                     f'fill="#4c78a8"><title>{html.escape(label)}: {value:.4g}</title></rect>')
-        parts.append(f'<text x="{label_width + bar_w + 6:.1f}" y="{y + 16}" font-size="12">{value:.3f}</text>')
-    parts.append(f'<text x="{label_width + (w - label_width) // 2}" y="{h - 8}" text-anchor="middle" font-size="12">'
-                 f"{html.escape(x_label)}</text>")
+        parts.append(
+            f'<text x="{label_width - 6}" y="{y + 16}" text-anchor="end" font-size="12">'
+            f"{html.escape(label)}</text>"
+        )
+        parts.append(
+            f'<rect class="compare" x="{label_width}" y="{y}" width="{bar_w:.1f}" height="{row - 6}" '
+            f'fill="#4c78a8"><title>{html.escape(label)}: {value:.4g}</title></rect>'
+        )
+        parts.append(
+            f'<text x="{label_width + bar_w + 6:.1f}" y="{y + 16}" font-size="12">{value:.3f}</text>'
+        )
+    parts.append(
+        f'<text x="{label_width + (w - label_width) // 2}" y="{h - 8}" text-anchor="middle" font-size="12">'
+        f"{html.escape(x_label)}</text>"
+    )
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -120,18 +139,32 @@ def read_metrics(path: str) -> list[dict]:
 
 def loss_series(records: Sequence[dict]) -> list[Series]:
     """Training loss (records with 'loss') and eval loss (records with 'eval_loss') by step."""
-    train = tuple((float(r["step"]), float(r["loss"])) for r in records if "loss" in r and "step" in r)
-    evals = tuple((float(r["step"]), float(r["eval_loss"])) for r in records if "eval_loss" in r and "step" in r)
+    train = tuple(
+        (float(r["step"]), float(r["loss"])) for r in records if "loss" in r and "step" in r
+    )
+    evals = tuple(
+        (float(r["step"]), float(r["eval_loss"]))
+        for r in records
+        if "eval_loss" in r and "step" in r
+    )
     series = [Series("train loss", train, "#4c78a8")]
     if evals:
         series.append(Series("eval loss", evals, "#e45756"))
     return series
 
 
-def render_report(*, title: str, manifest: Manifest, metrics: Sequence[dict], facts: dict[str, str],
-                  accuracy: Sequence[tuple[str, float]] = ()) -> str:
+def render_report(
+    *,
+    title: str,
+    manifest: Manifest,
+    metrics: Sequence[dict],
+    facts: dict[str, str],
+    accuracy: Sequence[tuple[str, float]] = (),
+) -> str:
     """The whole HTML page: facts table, loss curve, accuracies (label, value) if given, records per shard per split."""
-    rows = "\n".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in facts.items())
+    rows = "\n".join(
+        f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in facts.items()
+    )
     sections = [
         f"<h1>{html.escape(title)}</h1>",
         f"<table>{rows}</table>",
@@ -140,15 +173,24 @@ def render_report(*, title: str, manifest: Manifest, metrics: Sequence[dict], fa
     ]
     if accuracy:
         sections.append("<h2>Masked-token accuracy on the validation split</h2>")
-        sections.append(comparison_svg([label for label, _ in accuracy], [value for _, value in accuracy],
-                                       x_label="accuracy"))
+        sections.append(
+            comparison_svg(
+                [label for label, _ in accuracy],
+                [value for _, value in accuracy],
+                x_label="accuracy",
+            )
+        )
     for name, split in manifest.splits.items():
         labels = [s.path.rsplit("/", 1)[-1] for s in split.shards]
         values = [s.records for s in split.shards]
         spread = max(values) - min(values) if values else 0
-        sections.append(f"<h2>Records per shard: {html.escape(name)} ({len(values)} shards, "
-                        f"{sum(values)} records, max-min = {spread})</h2>")
+        sections.append(
+            f"<h2>Records per shard: {html.escape(name)} ({len(values)} shards, "
+            f"{sum(values)} records, max-min = {spread})</h2>"
+        )
         sections.append(bar_chart_svg(labels, values, y_label="records"))
     style = "body{font-family:sans-serif;max-width:720px;margin:2em auto}th{text-align:left;padding-right:1em}"
-    return (f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body>\n" + "\n".join(sections) + "\n</body></html>\n")
+    return (
+        f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{style}</style></head><body>\n" + "\n".join(sections) + "\n</body></html>\n"
+    )

@@ -12,14 +12,17 @@ import argparse
 import difflib
 import logging
 import sys
-from typing import Callable, Iterable, NoReturn, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import NoReturn
 
 from plumbing.errors import LmshardsError
 
 EXIT_OK = 0
 EXIT_FAILURE = 1  # the run failed on the machine's side (disk full, lost permission, ...)
 EXIT_USAGE = 2  # the user's input is wrong; the message says what to change
-EXIT_PREEMPTED = 75  # EX_TEMPFAIL: stopped by SIGTERM/SIGINT after a checkpoint; rerunning the command resumes
+EXIT_PREEMPTED = (
+    75  # EX_TEMPFAIL: stopped by SIGTERM/SIGINT after a checkpoint; rerunning the command resumes
+)
 EXIT_INTERRUPTED = 130
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -61,7 +64,14 @@ class CommandParser(argparse.ArgumentParser):
     extra_flags: flags accepted elsewhere (e.g. Beam's pipeline options) that typo hints may suggest.
     """
 
-    def __init__(self, command: str = "", *, extra_flags: Iterable[str] = (), prog: str | None = None, **kwargs):
+    def __init__(
+        self,
+        command: str = "",
+        *,
+        extra_flags: Iterable[str] = (),
+        prog: str | None = None,
+        **kwargs,
+    ):
         kwargs.setdefault("formatter_class", _HelpFormatter)
         # A prefix like --overwrit must not silently mean --overwrite.
         kwargs.setdefault("allow_abbrev", False)
@@ -72,7 +82,9 @@ class CommandParser(argparse.ArgumentParser):
         self.extra_flags = tuple(extra_flags)
 
     def known_flags(self) -> list[str]:
-        ours = [opt for action in self._actions for opt in action.option_strings if opt.startswith("--")]
+        ours = [
+            opt for action in self._actions for opt in action.option_strings if opt.startswith("--")
+        ]
         return ours + [flag for flag in self.extra_flags if flag not in ours]
 
     def error(self, message: str) -> NoReturn:

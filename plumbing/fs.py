@@ -7,7 +7,8 @@ import os
 import posixpath
 import shutil
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 # gcsfs probes every bucket over gRPC first; against an emulator each open then waits 60 s.
 if os.environ.get("STORAGE_EMULATOR_HOST"):
@@ -146,5 +147,7 @@ def check_output_dir(path: str, *, overwrite: bool, flag: str = "--output") -> b
     if not listdir(path):
         return False
     if not overwrite:
-        raise OutputError(f"{flag} {path!r} is not empty; pass --overwrite to replace it, or choose a new directory.")
+        raise OutputError(
+            f"{flag} {path!r} is not empty; pass --overwrite to replace it, or choose a new directory."
+        )
     return True

@@ -16,11 +16,20 @@ import os
 import posixpath
 import re
 import uuid
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from plumbing import fs
-from schemas.constants import TOKENIZER_DIR_NAME, MANIFEST_FORMAT, MANIFEST_NAME, SCHEMA_NAME, SPLITS, TOKENIZER_INFO_JSON, TOKENIZER_JSON
 from plumbing.errors import OutputError
+from schemas.constants import (
+    MANIFEST_FORMAT,
+    MANIFEST_NAME,
+    SCHEMA_NAME,
+    SPLITS,
+    TOKENIZER_DIR_NAME,
+    TOKENIZER_INFO_JSON,
+    TOKENIZER_JSON,
+)
 from schemas.shards import parse_shard_name
 from schemas.tokenizer_info import TOKENIZER_CONFIG_JSON
 
@@ -102,7 +111,11 @@ _OVERLAP_MESSAGES = {
 
 
 def check_no_overlap(
-    inputs: Sequence[str], output: str, *, output_flag: str = "--output", input_flag: str = "--input"
+    inputs: Sequence[str],
+    output: str,
+    *,
+    output_flag: str = "--output",
+    input_flag: str = "--input",
 ) -> None:
     """Raises OutputError when `output` is equal to, inside, or contains any input.
 
@@ -118,7 +131,9 @@ def check_no_overlap(
         relation = _relation(target, _location(source))
         if relation:
             raise OutputError(
-                _OVERLAP_MESSAGES[relation].format(of=output_flag, output=output, inf=input_flag, source=source)
+                _OVERLAP_MESSAGES[relation].format(
+                    of=output_flag, output=output, inf=input_flag, source=source
+                )
             )
 
 
@@ -130,7 +145,9 @@ class _Layout:
     """The entries one kind of lmshards output puts in its directory."""
 
     marker: str  # written last, deleted first: the sign of a complete output
-    marker_format: str | None = None  # the marker's JSON "format" value, when it has one: a same-named file is not ours
+    marker_format: str | None = (
+        None  # the marker's JSON "format" value, when it has one: a same-named file is not ours
+    )
     files: frozenset[str] = frozenset()
     file_pattern: re.Pattern[str] | None = None
     scratch_dirs: frozenset[str] = frozenset()  # owned with everything they hold
@@ -178,7 +195,9 @@ def _list(filesystem: Any, path: str) -> list[_Entry]:
         if name == path.rstrip("/"):  # an object store's placeholder for the directory itself
             continue
         kind = "other" if info.get("islink") else info["type"]
-        entries.append(_Entry(posixpath.basename(name), kind if kind in ("file", "directory") else "other"))
+        entries.append(
+            _Entry(posixpath.basename(name), kind if kind in ("file", "directory") else "other")
+        )
     return sorted(entries, key=lambda e: e.name)
 
 
@@ -201,8 +220,11 @@ def _foreign_in(filesystem: Any, path: str, name: str, layout: _Layout) -> list[
     if name in layout.scratch_dirs:
         return []
     if name in layout.shard_dirs:
-        return [f"{name}/{e.shown}" for e in _list(filesystem, path)
-                if not (e.type == "file" and _is_shard_of(e.name, name))]
+        return [
+            f"{name}/{e.shown}"
+            for e in _list(filesystem, path)
+            if not (e.type == "file" and _is_shard_of(e.name, name))
+        ]
     for directory, kind in layout.nested:
         if name == directory:
             return [f"{name}/{f}" for f in _classify(filesystem, path, _LAYOUTS[kind]).foreign]
@@ -237,7 +259,9 @@ def _classify(filesystem: Any, path: str, layout: _Layout) -> OwnedEntries:
     owned, foreign = [], []
     for entry in _list(filesystem, path):
         if entry.type == "file":
-            (owned if _is_ours(filesystem, path, entry.name, layout) else foreign).append(entry.name)
+            (owned if _is_ours(filesystem, path, entry.name, layout) else foreign).append(
+                entry.name
+            )
         elif entry.type == "directory":
             inner = _foreign_in(filesystem, posixpath.join(path, entry.name), entry.name, layout)
             if inner:
@@ -260,7 +284,9 @@ def _layout(kind: str) -> _Layout:
 def _existing_directory(directory: str, flag: str) -> tuple[Any, str] | None:
     """(filesystem, path) of directory, or None when nothing is there; OutputError when it is a file."""
     filesystem, path = fs.filesystem(directory)
-    filesystem.invalidate_cache(path)  # other processes (Beam workers) may have written since the last listing
+    filesystem.invalidate_cache(
+        path
+    )  # other processes (Beam workers) may have written since the last listing
     if not filesystem.exists(path):
         return None
     if not filesystem.isdir(path):
@@ -328,7 +354,10 @@ def is_lmshards_output(directory: str) -> bool:
 # errno -> (what happened, how to fix it)
 _DISK_ERRORS = {
     errno.ENOSPC: ("the disk is full", "free some space or choose another location"),
-    errno.EDQUOT: ("the disk quota is exceeded", "free some space, raise the quota or choose another location"),
+    errno.EDQUOT: (
+        "the disk quota is exceeded",
+        "free some space, raise the quota or choose another location",
+    ),
     errno.EROFS: ("the file system is read-only", "choose a location on a writable file system"),
     errno.EACCES: ("permission denied", "fix its permissions or choose another location"),
     errno.EPERM: ("permission denied", "fix its permissions or choose another location"),

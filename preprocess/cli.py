@@ -7,14 +7,22 @@ import os
 import re
 import sys
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from plumbing.cli import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    CommandParser,
+    print_error,
+    run_command,
+    setup_logging,
+    typo_hint,
+)
 from preprocess import runners
 from preprocess.failures import RunFailure, is_reported_failure
 from preprocess.options import REQUIRED_FLAGS, LmshardsPreprocessOptions, config_from_options
-from plumbing.cli import EXIT_FAILURE, EXIT_OK, CommandParser, print_error, run_command, setup_logging, typo_hint
 from schemas.manifest import Manifest
 
 COMMAND = "preprocess"
@@ -47,7 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _preprocess(parser: CommandParser, argv: list[str], others: list[str]) -> int:
     # The runner first: resolving it imports its module, which declares its own flags (Dask's).
-    runners.resolve_runner(PipelineOptions(argv).view_as(StandardOptions).runner or runners.FNAPI_RUNNER)
+    runners.resolve_runner(
+        PipelineOptions(argv).view_as(StandardOptions).runner or runners.FNAPI_RUNNER
+    )
     check_flag_spelling(parser, others)
     config = config_from_options(PipelineOptions(argv))
     from preprocess.pipeline import run_pipeline  # Beam graph code, after the cheap checks
@@ -60,8 +70,10 @@ def _preprocess(parser: CommandParser, argv: list[str], others: list[str]) -> in
         return EXIT_FAILURE
     if manifest is None:
         job_file = runners.dry_run_job_file(PipelineOptions(argv))
-        print(f"lmshards {COMMAND}: dry run, nothing submitted or written"
-              + (f"; Dataflow job written to {job_file}" if job_file else ""))
+        print(
+            f"lmshards {COMMAND}: dry run, nothing submitted or written"
+            + (f"; Dataflow job written to {job_file}" if job_file else "")
+        )
     else:
         print(summary(manifest, config.output, time.monotonic() - started))
     return EXIT_OK
@@ -69,7 +81,9 @@ def _preprocess(parser: CommandParser, argv: list[str], others: list[str]) -> in
 
 def build_parser() -> CommandParser:
     """Our flags, for --help and their checks; typo hints also draw on every Beam flag."""
-    parser = CommandParser(COMMAND, extra_flags=runners.beam_flags(), description=DESCRIPTION, allow_abbrev=False)
+    parser = CommandParser(
+        COMMAND, extra_flags=runners.beam_flags(), description=DESCRIPTION, allow_abbrev=False
+    )
     LmshardsPreprocessOptions._add_argparse_args(parser)
     for action in parser._actions:
         if set(action.option_strings) & set(REQUIRED_FLAGS):
@@ -82,7 +96,9 @@ def check_flag_spelling(parser: CommandParser, others: Sequence[str]) -> None:
 
     Other unknown flags pass through: a runner may read its own.
     """
-    parser.extra_flags = tuple(runners.beam_flags())  # now with the flags of the runner's own options
+    parser.extra_flags = tuple(
+        runners.beam_flags()
+    )  # now with the flags of the runner's own options
     known = parser.known_flags()
     unknown = [arg for arg in others if arg.startswith("--") and arg.split("=", 1)[0] not in known]
     hints = [hint for hint in (typo_hint(arg, known) for arg in unknown) if hint]

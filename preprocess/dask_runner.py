@@ -54,7 +54,9 @@ LOCALHOST = "127.0.0.1"
 # The logger whose worker-side records (our progress lines) reach the launcher.
 FORWARDED_LOGGER = "preprocess"
 DEFAULT_ELEMENTS_PER_PARTITION = 1
-TASK_SHUFFLE = "tasks"  # how a GroupByKey moves data: between workers, through the scheduler's tasks
+TASK_SHUFFLE = (
+    "tasks"  # how a GroupByKey moves data: between workers, through the scheduler's tasks
+)
 # Set-up DoFns a worker process keeps (per thread and DoFn); more than one job's worth.
 SET_UP_FNS_PER_PROCESS = 64
 
@@ -99,19 +101,31 @@ def _process_bundle(elements, spec: _BundleSpec, *side_values: list) -> list:
     """
     receivers = transform_evaluator.OneReceiver()
     handler = _OutputHandler(
-        window_fn=spec.window_fn, main_receivers=receivers[None], tagged_receivers=receivers,
-        per_element_output_counter=None, output_batch_converter=None, process_yields_batches=False,
+        window_fn=spec.window_fn,
+        main_receivers=receivers[None],
+        tagged_receivers=receivers,
+        per_element_output_counter=None,
+        output_batch_converter=None,
+        process_yields_batches=False,
         process_batch_yields_elements=False,
     )
     side_inputs = [
-        SideInputMap(view.view_class, view.view_options,
-                     [transform_evaluator.get_windowed_value(v, view.window_fn) for v in values])
+        SideInputMap(
+            view.view_class,
+            view.view_options,
+            [transform_evaluator.get_windowed_value(v, view.window_fn) for v in values],
+        )
         for view, values in zip(spec.side_inputs, side_values)
     ]
     fn = _set_up_fn(spec.pickled_fn, threading.get_ident())
     invoker = DoFnInvoker.create_invoker(
-        DoFnSignature(fn), handler, context=DoFnContext(spec.label, state=None), side_inputs=side_inputs,
-        input_args=list(spec.args), input_kwargs=dict(spec.kwargs), user_state_context=None,
+        DoFnSignature(fn),
+        handler,
+        context=DoFnContext(spec.label, state=None),
+        side_inputs=side_inputs,
+        input_args=list(spec.args),
+        input_kwargs=dict(spec.kwargs),
+        user_state_context=None,
         bundle_finalizer_param=DoFn.BundleFinalizerParam(),
     )
     invoker.invoke_start_bundle()
@@ -144,15 +158,20 @@ class _ParDo(transform_evaluator.DaskBagOp):
         window_fn = main_input.windowing.windowfn
         side_inputs = side_inputs or []
         spec = _BundleSpec(
-            label=transform.label, pickled_fn=pickler.dumps(transform.fn), args=tuple(transform.args),
-            kwargs=dict(transform.kwargs), window_fn=window_fn,
-            side_inputs=tuple(_SideInputView(type(si), si._view_options(), si.pvalue.windowing.windowfn)
-                              for si, _ in side_inputs),
+            label=transform.label,
+            pickled_fn=pickler.dumps(transform.fn),
+            args=tuple(transform.args),
+            kwargs=dict(transform.kwargs),
+            window_fn=window_fn,
+            side_inputs=tuple(
+                _SideInputView(type(si), si._view_options(), si.pvalue.windowing.windowfn)
+                for si, _ in side_inputs
+            ),
         )
         side_values = [_all_values(bag) for _, bag in side_inputs]
-        return (input_bag
-                .map(transform_evaluator.get_windowed_value, window_fn)
-                .map_partitions(_process_bundle, spec, *side_values))
+        return input_bag.map(transform_evaluator.get_windowed_value, window_fn).map_partitions(
+            _process_bundle, spec, *side_values
+        )
 
 
 @dataclasses.dataclass
@@ -182,15 +201,18 @@ class _BagBuilder(PipelineVisitor):
     def visit_transform(self, node: AppliedPTransform) -> None:
         if len(node.outputs) > 1:
             raise NotImplementedError(
-                f"DaskRunner: step {node.full_label!r} has tagged outputs, which this runner does not keep apart.")
+                f"DaskRunner: step {node.full_label!r} has tagged outputs, which this runner does not keep apart."
+            )
         op_class = TRANSLATIONS.get(type(node.transform), transform_evaluator.NoOp)
         producers = [i.producer for i in node.inputs if not isinstance(i, pvalue.PBegin)]
         sides = [(si, self._bags[si.pvalue.producer]) for si in node.side_inputs]
         self._consumed.update(producers, (si.pvalue.producer for si in node.side_inputs))
         inputs = [self._bags[p] for p in producers if p in self._bags]
         if not inputs and op_class is not _CreateOp:
-            raise NotImplementedError(f"DaskRunner: step {node.full_label!r} ({type(node.transform).__name__}) "
-                                      "starts a pipeline branch, which this runner cannot translate.")
+            raise NotImplementedError(
+                f"DaskRunner: step {node.full_label!r} ({type(node.transform).__name__}) "
+                "starts a pipeline branch, which this runner cannot translate."
+            )
         op = op_class(node, bag_kwargs=self._bag_kwargs)
         if op_class is transform_evaluator.Flatten:
             self._bags[node] = op.apply(inputs)
@@ -219,8 +241,13 @@ class _InfoLogs(WorkerPlugin):
 def local_cluster(workers: int) -> ddist.LocalCluster:
     """`workers` single-threaded worker processes; the scheduler, workers and the scheduler's HTTP
     endpoint (a dashboard, with bokeh installed) listen on 127.0.0.1 only, on free ports."""
-    return ddist.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=LOCALHOST,
-                              dashboard_address=f"{LOCALHOST}:0")
+    return ddist.LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        host=LOCALHOST,
+        dashboard_address=f"{LOCALHOST}:0",
+    )
 
 
 @dataclasses.dataclass
@@ -245,8 +272,9 @@ class DaskRunner(dask_runner.DaskRunner):
     """Beam's DaskRunner with fresh ParDo bundles, side inputs computed once and a local-only cluster."""
 
     def run_pipeline(self, pipeline, options):
-        client_options = options.view_as(dask_runner.DaskOptions).get_all_options(drop_default=True,
-                                                                                  current_only=True)
+        client_options = options.view_as(dask_runner.DaskOptions).get_all_options(
+            drop_default=True, current_only=True
+        )
         bag_kwargs = dask_runner.DaskOptions._extract_bag_kwargs(client_options)
         # distributed logs every worker and connection at INFO; that would drown the progress lines.
         logging.getLogger("distributed").setLevel(logging.WARNING)

@@ -11,13 +11,12 @@ import dataclasses
 import hashlib
 import itertools
 import os
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import apache_beam as beam
 import numpy as np
 
 from preprocess.metrics import counter
-
 
 # ---------------------------------------------------------------- logic
 
@@ -56,16 +55,23 @@ class TokenizedChunk:
     def split(self, bounds: Sequence[int]) -> list[TokenizedChunk]:
         """Documents [bounds[i], bounds[i + 1]) for each i, as views (no copies)."""
         token_ends = np.concatenate([[0], np.cumsum(self.lengths, dtype=np.int64)])
-        return [TokenizedChunk(hashes=self.hashes[lo:hi], lengths=self.lengths[lo:hi],
-                               tokens=self.tokens[int(token_ends[lo]):int(token_ends[hi])])
-                for lo, hi in zip(bounds[:-1], bounds[1:])]
+        return [
+            TokenizedChunk(
+                hashes=self.hashes[lo:hi],
+                lengths=self.lengths[lo:hi],
+                tokens=self.tokens[int(token_ends[lo]) : int(token_ends[hi])],
+            )
+            for lo, hi in zip(bounds[:-1], bounds[1:])
+        ]
 
     @staticmethod
     def concat(chunks: Sequence[TokenizedChunk]) -> TokenizedChunk:
         """One chunk holding the documents of all `chunks`, in order."""
-        return TokenizedChunk(hashes=np.concatenate([c.hashes for c in chunks]),
-                              lengths=np.concatenate([c.lengths for c in chunks]),
-                              tokens=np.concatenate([c.tokens for c in chunks]))
+        return TokenizedChunk(
+            hashes=np.concatenate([c.hashes for c in chunks]),
+            lengths=np.concatenate([c.lengths for c in chunks]),
+            tokens=np.concatenate([c.tokens for c in chunks]),
+        )
 
 
 def doc_hash(text: str) -> int:
@@ -88,7 +94,9 @@ def encode_documents(tokenizer, texts: list[str]) -> TokenizedChunk:
     """The texts hashed and encoded (a `tokenizers.Tokenizer`; special tokens added by its post-processor)."""
     ids = [encoding.ids for encoding in tokenizer.encode_batch_fast(texts, add_special_tokens=True)]
     lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
-    tokens = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
+    tokens = np.fromiter(
+        itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum())
+    )
     hashes = np.fromiter(map(doc_hash, texts), dtype=np.uint64, count=len(texts))
     return TokenizedChunk(hashes=hashes, lengths=lengths, tokens=tokens)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import re
 import traceback
-from typing import Iterator
+from collections.abc import Iterator
 
 from plumbing.errors import LmshardsError
 from plumbing.outputs import disk_error_message
@@ -64,7 +64,7 @@ def user_error(exc: BaseException) -> LmshardsError | None:
         marker = f"{cls.__module__}.{cls.__qualname__}: "
         at = text.rfind(marker)
         if at >= 0 and (best is None or at > best[0]):
-            best = (at, cls, text[at + len(marker):].split("\n", 1)[0])
+            best = (at, cls, text[at + len(marker) :].split("\n", 1)[0])
     return best[1](_clean(best[2])) if best else None
 
 

@@ -9,8 +9,9 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import BinaryIO, Callable, Sequence
+from typing import BinaryIO
 
 import numpy as np
 
@@ -33,12 +34,21 @@ MB = 1_000_000  # decimal megabytes in progress figures, as in the preprocess pr
 
 def build_parser() -> CommandParser:
     parser = CommandParser(COMMAND, description=__doc__.split("\n")[0])
-    parser.add_argument("path", help="a preprocess output directory (or its manifest.json), local or gs://")
-    parser.add_argument("--verify", action="store_true",
-                        help="re-read every shard: record count (TFRecord framing and CRCs), bytes, sha256, "
-                             "and input ids within the tokenizer's vocabulary")
-    parser.add_argument("--threads", type=positive_int, default=DEFAULT_THREADS,
-                        help="shards verified at once with --verify")
+    parser.add_argument(
+        "path", help="a preprocess output directory (or its manifest.json), local or gs://"
+    )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="re-read every shard: record count (TFRecord framing and CRCs), bytes, sha256, "
+        "and input ids within the tokenizer's vocabulary",
+    )
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        default=DEFAULT_THREADS,
+        help="shards verified at once with --verify",
+    )
     parser.add_argument("--json", action="store_true", help="print the manifest as JSON")
     return parser
 
@@ -61,7 +71,10 @@ def _inspect(args: argparse.Namespace) -> int:
     if output.endswith("/" + MANIFEST_NAME) or output == MANIFEST_NAME:
         output = output[: -len(MANIFEST_NAME)].rstrip("/") or "."
     manifest = read_manifest(output)
-    print(manifest.to_json() if args.json else describe(manifest, output), end="" if args.json else "\n")
+    print(
+        manifest.to_json() if args.json else describe(manifest, output),
+        end="" if args.json else "\n",
+    )
     if not args.verify:
         return EXIT_OK
     start = time.monotonic()
@@ -75,8 +88,11 @@ def _inspect(args: argparse.Namespace) -> int:
     if problems:
         print(f"verify: {len(problems)} problem(s) in {shards} shards, {took}", file=sys.stderr)
         return EXIT_MISMATCH
-    print(f"verify: OK, {shards} shards match the manifest (records, bytes, sha256, input ids < vocab_size "
-          f"{manifest.tokenizer.vocab_size:,}) {took}", file=sys.stderr)
+    print(
+        f"verify: OK, {shards} shards match the manifest (records, bytes, sha256, input ids < vocab_size "
+        f"{manifest.tokenizer.vocab_size:,}) {took}",
+        file=sys.stderr,
+    )
     return EXIT_OK
 
 
@@ -92,7 +108,9 @@ def describe(manifest: Manifest, output: str) -> str:
         f"  options: {', '.join(f'{k}={v}' for k, v in sorted(manifest.options.items()))}",
     ]
     if manifest.reading:
-        lines.append(f"  reading: {', '.join(f'{k} {v:,}' for k, v in sorted(manifest.reading.items()))}")
+        lines.append(
+            f"  reading: {', '.join(f'{k} {v:,}' for k, v in sorted(manifest.reading.items()))}"
+        )
     for name, split in manifest.splits.items():
         t, records = split.totals, [s.records for s in split.shards]
         size = sum(s.bytes for s in split.shards)
@@ -109,22 +127,37 @@ def describe(manifest: Manifest, output: str) -> str:
 
 
 def verify(
-    manifest: Manifest, output: str, *, threads: int = DEFAULT_THREADS, progress_every_s: float = PROGRESS_EVERY_S
+    manifest: Manifest,
+    output: str,
+    *,
+    threads: int = DEFAULT_THREADS,
+    progress_every_s: float = PROGRESS_EVERY_S,
 ) -> list[str]:
     """One line per shard problem (missing, framing, records, bytes, sha256, input ids), in manifest order.
 
     Shards are verified `threads` at a time; the result does not depend on the thread count. A progress
     line (shards, MB, MB/s, ETA) is logged every `progress_every_s` seconds while shards remain.
     """
-    shards = [(shard, path) for name in manifest.splits
-              for shard, path in zip(manifest.split(name).shards, manifest.shard_paths(output, name))]
-    progress = VerifyProgress(shards_total=len(shards), bytes_total=sum(shard.bytes for shard, _ in shards))
-    rule = IdRule(vocab_size=manifest.tokenizer.vocab_size, seq_len=manifest.seq_len,
-                  fix=f"re-run `lmshards preprocess --overwrite` into {output} with the manifest's tokenizer "
-                      f"({manifest.tokenizer.fingerprint})")
+    shards = [
+        (shard, path)
+        for name in manifest.splits
+        for shard, path in zip(manifest.split(name).shards, manifest.shard_paths(output, name))
+    ]
+    progress = VerifyProgress(
+        shards_total=len(shards), bytes_total=sum(shard.bytes for shard, _ in shards)
+    )
+    rule = IdRule(
+        vocab_size=manifest.tokenizer.vocab_size,
+        seq_len=manifest.seq_len,
+        fix=f"re-run `lmshards preprocess --overwrite` into {output} with the manifest's tokenizer "
+        f"({manifest.tokenizer.fingerprint})",
+    )
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="verify")
     try:
-        futures = [pool.submit(_verify_shard, shard, path, rule=rule, progress=progress) for shard, path in shards]
+        futures = [
+            pool.submit(_verify_shard, shard, path, rule=rule, progress=progress)
+            for shard, path in shards
+        ]
         pending = set(futures)
         while pending:
             _, pending = wait(pending, timeout=progress_every_s)
@@ -132,8 +165,11 @@ def verify(
                 logger.info("%s", progress.line())
     finally:
         pool.shutdown(cancel_futures=True)  # on Ctrl-C, only the shards being read are finished
-    return [f"{path}: {problem}"
-            for (_, path), future in zip(shards, futures) for problem in future.result()]
+    return [
+        f"{path}: {problem}"
+        for (_, path), future in zip(shards, futures)
+        for problem in future.result()
+    ]
 
 
 def format_eta(seconds: float) -> str:
@@ -146,18 +182,24 @@ def format_eta(seconds: float) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
-def progress_line(*, shards_done: int, shards_total: int, bytes_done: int, bytes_total: int, elapsed_s: float) -> str:
+def progress_line(
+    *, shards_done: int, shards_total: int, bytes_done: int, bytes_total: int, elapsed_s: float
+) -> str:
     """'verify: k/N shards, x of y MB, r MB/s, ETA t' (ETA '?' until something was read)."""
     rate = bytes_done / MB / elapsed_s if elapsed_s > 0 else 0.0
     eta = format_eta(max(bytes_total - bytes_done, 0) / MB / rate) if rate > 0 else "?"
-    return (f"verify: {shards_done}/{shards_total} shards, {bytes_done / MB:,.1f} of {bytes_total / MB:,.1f} MB, "
-            f"{rate:,.1f} MB/s, ETA {eta}")
+    return (
+        f"verify: {shards_done}/{shards_total} shards, {bytes_done / MB:,.1f} of {bytes_total / MB:,.1f} MB, "
+        f"{rate:,.1f} MB/s, ETA {eta}"
+    )
 
 
 class VerifyProgress:
     """Shards finished and bytes read, counted by every verifying thread."""
 
-    def __init__(self, *, shards_total: int, bytes_total: int, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, *, shards_total: int, bytes_total: int, clock: Callable[[], float] = time.monotonic
+    ):
         self.shards_total, self.bytes_total, self._clock = shards_total, bytes_total, clock
         self._start = clock()
         self._lock = threading.Lock()
@@ -173,9 +215,13 @@ class VerifyProgress:
 
     def line(self) -> str:
         with self._lock:
-            return progress_line(shards_done=self.shards_done, shards_total=self.shards_total,
-                                 bytes_done=self.bytes_done, bytes_total=self.bytes_total,
-                                 elapsed_s=self._clock() - self._start)
+            return progress_line(
+                shards_done=self.shards_done,
+                shards_total=self.shards_total,
+                bytes_done=self.bytes_done,
+                bytes_total=self.bytes_total,
+                elapsed_s=self._clock() - self._start,
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,8 +252,10 @@ class ShardIds:
             self.problem = f"a record is not a tf.train.Example of the manifest's features ({e})"
             return
         if ids.shape[1] != self.rule.seq_len:
-            self.problem = (f"{INPUT_IDS} hold {ids.shape[1]} values per record, the manifest's seq_len is "
-                            f"{self.rule.seq_len}")
+            self.problem = (
+                f"{INPUT_IDS} hold {ids.shape[1]} values per record, the manifest's seq_len is "
+                f"{self.rule.seq_len}"
+            )
             return
         self.outside += int(np.count_nonzero((ids < 0) | (ids >= self.rule.vocab_size)))
         low, high = int(ids.min()), int(ids.max())  # records hold seq_len >= 1 ids each
@@ -218,9 +266,11 @@ class ShardIds:
         if self.problem:
             return [f"{self.problem}; {self.rule.fix}"]
         if self.outside:
-            return [f"{self.outside:,} input ids outside [0, vocab_size {self.rule.vocab_size:,}) "
-                    f"(lowest {self.low:,}, highest {self.high:,}): not written with the manifest's tokenizer; "
-                    f"{self.rule.fix}"]
+            return [
+                f"{self.outside:,} input ids outside [0, vocab_size {self.rule.vocab_size:,}) "
+                f"(lowest {self.low:,}, highest {self.high:,}): not written with the manifest's tokenizer; "
+                f"{self.rule.fix}"
+            ]
         return []
 
 
@@ -238,14 +288,18 @@ class _HashingReader:
         return data
 
 
-def _verify_shard(shard: ShardInfo, path: str, *, rule: IdRule, progress: VerifyProgress) -> list[str]:
+def _verify_shard(
+    shard: ShardInfo, path: str, *, rule: IdRule, progress: VerifyProgress
+) -> list[str]:
     try:
         return _check_shard(shard, path, rule=rule, progress=progress)
     finally:
         progress.shard_done()
 
 
-def _check_shard(shard: ShardInfo, path: str, *, rule: IdRule, progress: VerifyProgress) -> list[str]:
+def _check_shard(
+    shard: ShardInfo, path: str, *, rule: IdRule, progress: VerifyProgress
+) -> list[str]:
     """Problems of one shard against its manifest entry, from one read: framing, counts, sha256, input ids."""
     if not fs.exists(path):
         return ["missing"]

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Iterable, NamedTuple, Sequence
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import apache_beam as beam
 
+from plumbing import fs
+from plumbing.errors import OutputError
+from plumbing.outputs import SPECIAL_TOKENS_MAP_JSON, TEMP_DIR_NAME
 from preprocess.pack import sum_totals
 from preprocess.sources import InputError, ReadStats, no_documents_message, sum_stats
-from plumbing import fs
-from schemas.constants import SPLITS, TOKENIZER_INFO_JSON, TOKENIZER_JSON
-from plumbing.errors import OutputError
+from schemas.constants import SPLITS, TOKENIZER_DIR_NAME, TOKENIZER_INFO_JSON, TOKENIZER_JSON
 from schemas.manifest import Manifest, ShardInfo, SplitInfo, SplitTotals, write_manifest
-from plumbing.outputs import SPECIAL_TOKENS_MAP_JSON, TEMP_DIR_NAME
-from schemas.constants import TOKENIZER_DIR_NAME
 from schemas.tfmd import schema_for, write_schema
 from schemas.tokenizer_info import TOKENIZER_CONFIG_JSON, TokenizerSource
 
@@ -58,7 +58,7 @@ def write_schema_file(output: str, header: Manifest) -> None:
 
 
 def utc_timestamp() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def check_documents_read(patterns: Sequence[str], reading: ReadStats) -> None:
@@ -67,8 +67,14 @@ def check_documents_read(patterns: Sequence[str], reading: ReadStats) -> None:
         raise InputError(no_documents_message(patterns, reading))
 
 
-def build_manifest(header: Manifest, *, shards: Iterable[tuple[str, ShardInfo]],
-                   totals: Iterable[tuple[str, SplitTotals]], reading: ReadStats, created_at: str) -> Manifest:
+def build_manifest(
+    header: Manifest,
+    *,
+    shards: Iterable[tuple[str, ShardInfo]],
+    totals: Iterable[tuple[str, SplitTotals]],
+    reading: ReadStats,
+    created_at: str,
+) -> Manifest:
     """`header` (everything known before the run) completed with what the run found.
 
     shards: (split, ShardInfo) of every shard written; totals: (split, SplitTotals), any number per split;
@@ -77,10 +83,16 @@ def build_manifest(header: Manifest, *, shards: Iterable[tuple[str, ShardInfo]],
     shards, totals = list(shards), list(totals)
     splits = {}
     for split in SPLITS:
-        infos = tuple(sorted((info for s, info in shards if s == split), key=lambda info: info.path))
-        splits[split] = SplitInfo(shards=infos, totals=sum_totals(t for s, t in totals if s == split))
+        infos = tuple(
+            sorted((info for s, info in shards if s == split), key=lambda info: info.path)
+        )
+        splits[split] = SplitInfo(
+            shards=infos, totals=sum_totals(t for s, t in totals if s == split)
+        )
     reading = sum_stats([ReadStats(**header.reading), reading])
-    return dataclasses.replace(header, splits=splits, reading=reading.as_dict(), created_at=created_at)
+    return dataclasses.replace(
+        header, splits=splits, reading=reading.as_dict(), created_at=created_at
+    )
 
 
 def finish_output(output: str, manifest: Manifest) -> str:
@@ -91,8 +103,10 @@ def finish_output(output: str, manifest: Manifest) -> str:
     """
     for relpath in (manifest.tokenizer.path, manifest.schema):
         if relpath and not fs.exists(fs.join(output, relpath)):
-            raise OutputError(f"{fs.join(output, relpath)!r} was removed while the run wrote {output!r}; "
-                              "run the command again.")
+            raise OutputError(
+                f"{fs.join(output, relpath)!r} was removed while the run wrote {output!r}; "
+                "run the command again."
+            )
     temp = fs.join(output, TEMP_DIR_NAME)
     if fs.exists(temp):
         filesystem, stripped = fs.filesystem(temp)
@@ -115,10 +129,16 @@ class _WriteManifestFn(beam.DoFn):
     def __init__(self, header: Manifest, output: str, patterns: Sequence[str]):
         self._header, self._output, self._patterns = header, output, tuple(patterns)
 
-    def process(self, _, shards: list[tuple[str, ShardInfo]], totals: list[tuple[str, SplitTotals]],
-                reading: ReadStats) -> Iterable[str]:
-        manifest = build_manifest(self._header, shards=shards, totals=totals, reading=reading,
-                                  created_at=utc_timestamp())
+    def process(
+        self,
+        _,
+        shards: list[tuple[str, ShardInfo]],
+        totals: list[tuple[str, SplitTotals]],
+        reading: ReadStats,
+    ) -> Iterable[str]:
+        manifest = build_manifest(
+            self._header, shards=shards, totals=totals, reading=reading, created_at=utc_timestamp()
+        )
         check_documents_read(self._patterns, ReadStats(**manifest.reading))
         yield finish_output(self._output, manifest)
 
@@ -137,6 +157,11 @@ class WriteManifest(beam.PTransform):
         return (
             inputs.shards.pipeline
             | "Once" >> beam.Create([None])  # None: one element, to run the write once
-            | "Write" >> beam.ParDo(self._fn, beam.pvalue.AsList(inputs.shards), beam.pvalue.AsList(inputs.totals),
-                                    beam.pvalue.AsSingleton(inputs.reading))  # str: the manifest's path
+            | "Write"
+            >> beam.ParDo(
+                self._fn,
+                beam.pvalue.AsList(inputs.shards),
+                beam.pvalue.AsList(inputs.totals),
+                beam.pvalue.AsSingleton(inputs.reading),
+            )  # str: the manifest's path
         )

@@ -30,7 +30,7 @@ def counter(name: str):
 
 
 def format_duration(seconds: float) -> str:
-    """"42 s", "3 min 5 s", "2 h 10 min": two units at most, rounded down."""
+    """ "42 s", "3 min 5 s", "2 h 10 min": two units at most, rounded down."""
     seconds = int(seconds)
     if seconds < 60:
         return f"{seconds} s"
@@ -85,6 +85,8 @@ def finished_line(manifest: Manifest, seconds: float) -> str:
     shards = sum(len(split.shards) for split in manifest.splits.values())
     records = sum(split.totals.records for split in manifest.splits.values())
     rate = input_bytes / seconds / MEGABYTE if seconds > 0 else 0.0
-    return (f"preprocess finished in {format_duration(seconds)}: read {input_bytes / MEGABYTE:.1f} MB "
-            f"({rate:.2f} MB/s), {manifest.reading.get('documents', 0):,} documents; "
-            f"wrote {shards:,} shards, {records:,} records")
+    return (
+        f"preprocess finished in {format_duration(seconds)}: read {input_bytes / MEGABYTE:.1f} MB "
+        f"({rate:.2f} MB/s), {manifest.reading.get('documents', 0):,} documents; "
+        f"wrote {shards:,} shards, {records:,} records"
+    )

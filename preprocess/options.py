@@ -12,11 +12,11 @@ from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from plumbing.errors import LmshardsError
 from preprocess.pack import DEFAULT_GROUP_TOKENS, REMAINDER_CHOICES, REMAINDER_DROP
 from preprocess.shard import DEFAULT_SHARD_MULTIPLE, DEFAULT_TARGET_SHARD_MB
 from preprocess.sources import DEFAULT_TEXT_COLUMN, DEFAULT_TEXT_FIELD, LINE, add_reading_arguments
 from schemas.constants import DEFAULT_SEQ_LEN, MIN_SEQ_LEN
-from plumbing.errors import LmshardsError
 
 DEFAULT_VALIDATION_FRACTION = 0.005
 DEFAULT_BATCH_SIZE = 1000  # documents per encode_batch call
@@ -47,42 +47,95 @@ class LmshardsPreprocessOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--input", action="append", default=None,
-                            help="Input file, directory or glob (local or gs://); repeatable.")
-        parser.add_argument("--tokenizer", default=None,
-                            help="tokenizer.json, or a directory holding one (local or gs://).")
+        parser.add_argument(
+            "--input",
+            action="append",
+            default=None,
+            help="Input file, directory or glob (local or gs://); repeatable.",
+        )
+        parser.add_argument(
+            "--tokenizer",
+            default=None,
+            help="tokenizer.json, or a directory holding one (local or gs://).",
+        )
         parser.add_argument("--output", default=None, help="Output directory (local or gs://).")
-        parser.add_argument("--seq_len", type=int, default=DEFAULT_SEQ_LEN,
-                            help=f"Tokens per record (>= {MIN_SEQ_LEN}, <= the tokenizer's model_max_length).")
-        parser.add_argument("--remainder", choices=REMAINDER_CHOICES, default=REMAINDER_DROP,
-                            help="Final partial block of each packing group: drop it, or pad it "
-                                 "with the pad token (attention_mask 0).")
-        parser.add_argument("--validation_fraction", type=float, default=DEFAULT_VALIDATION_FRACTION,
-                            help="Share of documents held out for validation.")
+        parser.add_argument(
+            "--seq_len",
+            type=int,
+            default=DEFAULT_SEQ_LEN,
+            help=f"Tokens per record (>= {MIN_SEQ_LEN}, <= the tokenizer's model_max_length).",
+        )
+        parser.add_argument(
+            "--remainder",
+            choices=REMAINDER_CHOICES,
+            default=REMAINDER_DROP,
+            help="Final partial block of each packing group: drop it, or pad it "
+            "with the pad token (attention_mask 0).",
+        )
+        parser.add_argument(
+            "--validation_fraction",
+            type=float,
+            default=DEFAULT_VALIDATION_FRACTION,
+            help="Share of documents held out for validation.",
+        )
         parser.add_argument("--seed", type=int, default=0, help="Seed of the record shuffle.")
-        parser.add_argument("--target_shard_mb", type=float, default=DEFAULT_TARGET_SHARD_MB,
-                            help="Target shard size in MiB.")
-        parser.add_argument("--num_shards", type=int, default=None,
-                            help="Shards per split, instead of --target_shard_mb.")
-        parser.add_argument("--shard_multiple", type=int, default=DEFAULT_SHARD_MULTIPLE,
-                            help="Round each split's shard count up to a multiple of this (so every "
-                                 "TPU host gets whole files).")
+        parser.add_argument(
+            "--target_shard_mb",
+            type=float,
+            default=DEFAULT_TARGET_SHARD_MB,
+            help="Target shard size in MiB.",
+        )
+        parser.add_argument(
+            "--num_shards",
+            type=int,
+            default=None,
+            help="Shards per split, instead of --target_shard_mb.",
+        )
+        parser.add_argument(
+            "--shard_multiple",
+            type=int,
+            default=DEFAULT_SHARD_MULTIPLE,
+            help="Round each split's shard count up to a multiple of this (so every "
+            "TPU host gets whole files).",
+        )
         add_reading_arguments(parser)  # --doc_separator, --text_field, --text_column
         # nargs="?" so both `--overwrite` and the Flex Template launcher's `--overwrite=true` parse.
-        parser.add_argument("--overwrite", nargs="?", const=True, default=False, type=parse_bool,
-                            help="Replace an earlier lmshards preprocess output (its manifest is deleted first); "
-                                 "refused if the directory holds anything lmshards did not write.")
-        parser.add_argument("--tokenizer_threads", type=int, default=DEFAULT_TOKENIZER_THREADS,
-                            help="Rust tokenizer threads per worker process. 0 = auto: every core for the "
-                                 "default in-process runner (one worker), else 1 (the runner already runs one "
-                                 "worker process per core).")
-        parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH_SIZE,
-                            help="Documents per tokenizer call; no effect on output.")
-        parser.add_argument("--range_mb", type=float, default=DEFAULT_RANGE_MB,
-                            help="MiB of input per read task; no effect on output.")
-        parser.add_argument("--packing_group_tokens", type=int, default=DEFAULT_GROUP_TOKENS,
-                            help="Approximate tokens per packing group; each group drops or pads at most "
-                                 "one partial block.")
+        parser.add_argument(
+            "--overwrite",
+            nargs="?",
+            const=True,
+            default=False,
+            type=parse_bool,
+            help="Replace an earlier lmshards preprocess output (its manifest is deleted first); "
+            "refused if the directory holds anything lmshards did not write.",
+        )
+        parser.add_argument(
+            "--tokenizer_threads",
+            type=int,
+            default=DEFAULT_TOKENIZER_THREADS,
+            help="Rust tokenizer threads per worker process. 0 = auto: every core for the "
+            "default in-process runner (one worker), else 1 (the runner already runs one "
+            "worker process per core).",
+        )
+        parser.add_argument(
+            "--batch_size",
+            type=int,
+            default=DEFAULT_BATCH_SIZE,
+            help="Documents per tokenizer call; no effect on output.",
+        )
+        parser.add_argument(
+            "--range_mb",
+            type=float,
+            default=DEFAULT_RANGE_MB,
+            help="MiB of input per read task; no effect on output.",
+        )
+        parser.add_argument(
+            "--packing_group_tokens",
+            type=int,
+            default=DEFAULT_GROUP_TOKENS,
+            help="Approximate tokens per packing group; each group drops or pads at most "
+            "one partial block.",
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,8 +170,19 @@ class PreprocessConfig:
         Paths, --overwrite and pure speed knobs (batch size, read range, threads) are left out, so
         the same corpus gives the same manifest whatever the machine.
         """
-        keys = ("seq_len", "remainder", "validation_fraction", "seed", "target_shard_mb", "num_shards",
-                "shard_multiple", "doc_separator", "text_field", "text_column", "packing_group_tokens")
+        keys = (
+            "seq_len",
+            "remainder",
+            "validation_fraction",
+            "seed",
+            "target_shard_mb",
+            "num_shards",
+            "shard_multiple",
+            "doc_separator",
+            "text_field",
+            "text_column",
+            "packing_group_tokens",
+        )
         return {key: getattr(self, key) for key in keys}
 
 
@@ -127,13 +191,19 @@ def validate(config: PreprocessConfig) -> None:
     if not config.inputs:
         raise PreprocessError("No --input given. Pass --input PATH_OR_GLOB (repeatable).")
     if not config.tokenizer:
-        raise PreprocessError("No --tokenizer given. Pass a tokenizer.json or a tokenizer directory.")
+        raise PreprocessError(
+            "No --tokenizer given. Pass a tokenizer.json or a tokenizer directory."
+        )
     if not config.output:
         raise PreprocessError("No --output given. Pass --output DIR (local or gs://).")
     if config.seq_len < MIN_SEQ_LEN:
-        raise PreprocessError(f"--seq_len {config.seq_len} is too small; use at least {MIN_SEQ_LEN}.")
+        raise PreprocessError(
+            f"--seq_len {config.seq_len} is too small; use at least {MIN_SEQ_LEN}."
+        )
     if config.remainder not in REMAINDER_CHOICES:
-        raise PreprocessError(f"--remainder {config.remainder!r} is not one of {list(REMAINDER_CHOICES)}.")
+        raise PreprocessError(
+            f"--remainder {config.remainder!r} is not one of {list(REMAINDER_CHOICES)}."
+        )
     if not 0.0 <= config.validation_fraction < 1.0:
         raise PreprocessError(
             f"--validation_fraction {config.validation_fraction} must be in [0, 1), e.g. 0.005."
@@ -141,9 +211,13 @@ def validate(config: PreprocessConfig) -> None:
     if config.num_shards is not None and config.num_shards < 1:
         raise PreprocessError(f"--num_shards {config.num_shards} must be at least 1.")
     if config.target_shard_mb <= 0:
-        raise PreprocessError(f"--target_shard_mb {config.target_shard_mb} must be positive, e.g. 128.")
+        raise PreprocessError(
+            f"--target_shard_mb {config.target_shard_mb} must be positive, e.g. 128."
+        )
     if config.tokenizer_threads < 0:
-        raise PreprocessError(f"--tokenizer_threads {config.tokenizer_threads} must be >= 0 (0 = auto).")
+        raise PreprocessError(
+            f"--tokenizer_threads {config.tokenizer_threads} must be >= 0 (0 = auto)."
+        )
     for flag in ("shard_multiple", "batch_size", "packing_group_tokens"):
         if getattr(config, flag) < 1:
             raise PreprocessError(f"--{flag} {getattr(config, flag)} must be at least 1.")

@@ -7,7 +7,8 @@ packing, so neither the runner nor the order documents arrived in changes them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 import apache_beam as beam
 import numpy as np
@@ -62,11 +63,13 @@ class PackedBlocks:
         """int32 [num_blocks, seq_len]: 1 for real tokens, 0 for padding."""
         masks = np.ones(self.ids.shape, dtype=np.int32)
         if self.num_blocks:
-            masks[-1, self.last_length:] = 0
+            masks[-1, self.last_length :] = 0
         return masks
 
 
-def pack_blocks(tokens: np.ndarray, *, seq_len: int, remainder: str, pad_id: int | None = None) -> PackedBlocks:
+def pack_blocks(
+    tokens: np.ndarray, *, seq_len: int, remainder: str, pad_id: int | None = None
+) -> PackedBlocks:
     """Cuts concatenated documents into blocks of exactly seq_len tokens.
 
     A document longer than a block continues in the next block. Only the final partial block is
@@ -83,13 +86,21 @@ def pack_blocks(tokens: np.ndarray, *, seq_len: int, remainder: str, pad_id: int
         padded = np.full((full + 1) * seq_len, pad_id, dtype=np.int32)
         padded[:total] = tokens
         return PackedBlocks(
-            ids=padded.reshape(full + 1, seq_len), last_length=tail, tokens_in=total,
-            tokens_written=total, tokens_dropped=0, padding_tokens=seq_len - tail,
+            ids=padded.reshape(full + 1, seq_len),
+            last_length=tail,
+            tokens_in=total,
+            tokens_written=total,
+            tokens_dropped=0,
+            padding_tokens=seq_len - tail,
         )
     written = full * seq_len
     return PackedBlocks(
-        ids=tokens[:written].reshape(full, seq_len), last_length=seq_len, tokens_in=total,
-        tokens_written=written, tokens_dropped=total - written, padding_tokens=0,
+        ids=tokens[:written].reshape(full, seq_len),
+        last_length=seq_len,
+        tokens_in=total,
+        tokens_written=written,
+        tokens_dropped=total - written,
+        padding_tokens=0,
     )
 
 
@@ -115,12 +126,24 @@ class PackedGroup:
     def totals(self) -> SplitTotals:
         """This group's share of its split's counts."""
         b = self.blocks
-        return SplitTotals(documents=self.documents, tokens_in=b.tokens_in, tokens_written=b.tokens_written,
-                           tokens_dropped=b.tokens_dropped, padding_tokens=b.padding_tokens, records=b.num_blocks)
+        return SplitTotals(
+            documents=self.documents,
+            tokens_in=b.tokens_in,
+            tokens_written=b.tokens_written,
+            tokens_dropped=b.tokens_dropped,
+            padding_tokens=b.padding_tokens,
+            records=b.num_blocks,
+        )
 
 
-def pack_group(key: GroupKey, chunks: Iterable[TokenizedChunk], *, seq_len: int, remainder: str,
-               pad_id: int | None) -> PackedGroup:
+def pack_group(
+    key: GroupKey,
+    chunks: Iterable[TokenizedChunk],
+    *,
+    seq_len: int,
+    remainder: str,
+    pad_id: int | None,
+) -> PackedGroup:
     """All the chunks of packing group `key` -> its PackedGroup."""
     chunk = TokenizedChunk.concat(list(chunks))
     blocks = pack_blocks(order_by_hash(chunk), seq_len=seq_len, remainder=remainder, pad_id=pad_id)
@@ -157,7 +180,9 @@ class _PackFn(beam.DoFn):
 
     def process(self, element: tuple[GroupKey, Iterable[TokenizedChunk]]) -> Iterable[PackedGroup]:
         key, chunks = element
-        packed = pack_group(key, chunks, seq_len=self._seq_len, remainder=self._remainder, pad_id=self._pad_id)
+        packed = pack_group(
+            key, chunks, seq_len=self._seq_len, remainder=self._remainder, pad_id=self._pad_id
+        )
         self._groups.inc()
         self._blocks.inc(packed.blocks.num_blocks)
         self._dropped.inc(packed.blocks.tokens_dropped)

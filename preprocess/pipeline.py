@@ -16,26 +16,43 @@ import contextlib
 import dataclasses
 import logging
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
+from plumbing import fs
+from plumbing.errors import LmshardsError, TokenizerError
+from plumbing.outputs import PREPROCESS_OUTPUT, check_no_overlap, check_writable, clear_owned_output
 from preprocess import metrics, runners
 from preprocess.encode import EncodeDocuments, EncodeSettings
 from preprocess.failures import run_failure
-from preprocess.manifest import ManifestInputs, WriteManifest, write_schema_file, write_tokenizer_copy
+from preprocess.manifest import (
+    ManifestInputs,
+    WriteManifest,
+    write_schema_file,
+    write_tokenizer_copy,
+)
 from preprocess.options import PreprocessConfig, PreprocessError
 from preprocess.pack import REMAINDER_PAD, PackGroups, num_groups
 from preprocess.read import ReadDocuments
 from preprocess.shard import MB, WriteShards
-from preprocess.sources import ReadStats, check_not_empty, discover_inputs, is_compressed, read_options_from
+from preprocess.sources import (
+    ReadStats,
+    check_not_empty,
+    discover_inputs,
+    is_compressed,
+    read_options_from,
+)
 from preprocess.split import SplitDocuments, SplitSettings
-from plumbing import fs
 from schemas.constants import FEATURE_NAMES, SCHEMA_NAME, TRAIN_SPLIT, VALIDATION_SPLIT
-from plumbing.errors import LmshardsError, TokenizerError
-from schemas.manifest import TOKENIZER_RELPATH, InputFileInfo, Manifest, TokenizerInfo, read_manifest
-from plumbing.outputs import PREPROCESS_OUTPUT, check_no_overlap, check_writable, clear_owned_output
+from schemas.manifest import (
+    TOKENIZER_RELPATH,
+    InputFileInfo,
+    Manifest,
+    TokenizerInfo,
+    read_manifest,
+)
 from schemas.records import record_bytes_upper_bound
 from schemas.tokenizer_info import (
     TokenizerSource,
@@ -66,9 +83,17 @@ class PreprocessPlan:
     def manifest_header(self) -> Manifest:
         """The manifest's fields known before the run; the manifest stage fills in the rest."""
         config = self.config
-        return Manifest(tool_version=__version__, seq_len=config.seq_len, tokenizer=self.tokenizer, splits={},
-                        inputs=self.files, seed=config.seed, options=config.manifest_options(),
-                        reading=self.reading.as_dict(), schema=SCHEMA_NAME)
+        return Manifest(
+            tool_version=__version__,
+            seq_len=config.seq_len,
+            tokenizer=self.tokenizer,
+            splits={},
+            inputs=self.files,
+            seed=config.seed,
+            options=config.manifest_options(),
+            reading=self.reading.as_dict(),
+            schema=SCHEMA_NAME,
+        )
 
 
 # ---------------------------------------------------------------- planning (before any work)
@@ -120,8 +145,13 @@ def plan_preprocess(config: PreprocessConfig) -> PreprocessPlan:
         VALIDATION_SPLIT: num_groups(total_bytes, fraction, config.packing_group_tokens),
     }
     return PreprocessPlan(
-        config=config, files=discovery.files, tokenizer_source=source, tokenizer=info, pad_id=pad_id,
-        groups=groups, record_bytes=record_bytes_upper_bound(config.seq_len, info.vocab_size, FEATURE_NAMES),
+        config=config,
+        files=discovery.files,
+        tokenizer_source=source,
+        tokenizer=info,
+        pad_id=pad_id,
+        groups=groups,
+        record_bytes=record_bytes_upper_bound(config.seq_len, info.vocab_size, FEATURE_NAMES),
         reading=ReadStats(files_skipped_lmshards_output=discovery.skipped_files),
     )
 
@@ -146,7 +176,10 @@ def build_pipeline(pipeline: beam.Pipeline, plan: PreprocessPlan) -> beam.PColle
     config = plan.config
     range_bytes = config.range_mb * MB
     read = pipeline | "Read" >> ReadDocuments(
-        list(plan.files), read_options_from(config), range_bytes=int(range_bytes), batch_size=config.batch_size,
+        list(plan.files),
+        read_options_from(config),
+        range_bytes=int(range_bytes),
+        batch_size=config.batch_size,
     )  # documents: list[str]; stats: ReadStats, one
     documents = read.documents
     if any(is_compressed(f.path) and f.bytes > range_bytes for f in plan.files):
@@ -155,23 +188,37 @@ def build_pipeline(pipeline: beam.Pipeline, plan: PreprocessPlan) -> beam.PColle
         documents = documents | "SpreadBatches" >> beam.Reshuffle()  # list[str]
     chunks = (
         documents
-        | "Tokenize" >> EncodeDocuments(EncodeSettings(tokenizer_json=plan.tokenizer_source.json_text,
-                                                       threads=config.tokenizer_threads))  # TokenizedChunk
-        | "Split" >> SplitDocuments(SplitSettings(
-            validation_fraction=config.validation_fraction, groups=plan.groups,
-        ))  # (GroupKey, TokenizedChunk)
+        | "Tokenize"
+        >> EncodeDocuments(
+            EncodeSettings(
+                tokenizer_json=plan.tokenizer_source.json_text, threads=config.tokenizer_threads
+            )
+        )  # TokenizedChunk
+        | "Split"
+        >> SplitDocuments(
+            SplitSettings(
+                validation_fraction=config.validation_fraction,
+                groups=plan.groups,
+            )
+        )  # (GroupKey, TokenizedChunk)
     )
     packed = chunks | "Pack" >> PackGroups(
-        seq_len=config.seq_len, remainder=config.remainder, pad_id=plan.pad_id,
+        seq_len=config.seq_len,
+        remainder=config.remainder,
+        pad_id=plan.pad_id,
     )  # groups: PackedGroup; totals: (split, SplitTotals)
     shards = packed.groups | "Shard" >> WriteShards(
-        output=config.output, seed=config.seed, record_bytes=plan.record_bytes,
-        target_shard_bytes=config.target_shard_mb * MB, shard_multiple=config.shard_multiple,
+        output=config.output,
+        seed=config.seed,
+        record_bytes=plan.record_bytes,
+        target_shard_bytes=config.target_shard_mb * MB,
+        shard_multiple=config.shard_multiple,
         num_shards=config.num_shards,
     )  # (split, ShardInfo)
-    return (
-        ManifestInputs(shards=shards, totals=packed.totals, reading=read.stats)
-        | "Manifest" >> WriteManifest(plan.manifest_header(), config.output, patterns=config.inputs)
+    return ManifestInputs(
+        shards=shards, totals=packed.totals, reading=read.stats
+    ) | "Manifest" >> WriteManifest(
+        plan.manifest_header(), config.output, patterns=config.inputs
     )  # str: the manifest's path
 
 
@@ -192,7 +239,9 @@ def run_pipeline(config: PreprocessConfig, beam_args: Sequence[str] = ()) -> Man
       RunFailure: the output could not be written during the run (full disk, lost permission).
     """
     options = runners.pipeline_options(beam_args)
-    config = dataclasses.replace(config, tokenizer_threads=runners.tokenizer_threads(config.tokenizer_threads, options))
+    config = dataclasses.replace(
+        config, tokenizer_threads=runners.tokenizer_threads(config.tokenizer_threads, options)
+    )
     plan = plan_preprocess(config)
     pipeline = beam.Pipeline(options=options)
     build_pipeline(pipeline, plan)  # the reader checks every input file here
@@ -203,7 +252,9 @@ def run_pipeline(config: PreprocessConfig, beam_args: Sequence[str] = ()) -> Man
     preflight(config, options)
     if config.overwrite:
         with _reported_failures(config.output, remove_partial=False):
-            removed = clear_owned_output(config.output, kind=PREPROCESS_OUTPUT)  # refuses before deleting anything
+            removed = clear_owned_output(
+                config.output, kind=PREPROCESS_OUTPUT
+            )  # refuses before deleting anything
         _LOG.info("--overwrite: removed %s from %s", ", ".join(removed) or "nothing", config.output)
     started = time.monotonic()
     with _reported_failures(config.output, remove_partial=not fs.is_remote(config.output)):
@@ -232,7 +283,11 @@ def preflight(config: PreprocessConfig, options: PipelineOptions) -> None:
     """
     check_writable(config.output)
     temp_location = options.view_as(GoogleCloudOptions).temp_location
-    if runners.runner_path(options) == runners.DATAFLOW_RUNNER and temp_location and fs.is_remote(temp_location):
+    if (
+        runners.runner_path(options) == runners.DATAFLOW_RUNNER
+        and temp_location
+        and fs.is_remote(temp_location)
+    ):
         check_writable(temp_location, flag="--temp_location")
 
 
@@ -256,4 +311,8 @@ def remove_partial_output(output: str) -> None:
     try:
         clear_owned_output(output, kind=PREPROCESS_OUTPUT)
     except (OSError, LmshardsError) as e:
-        _LOG.warning("The failed run's partial output in %s was left as it is (%s); it has no manifest.", output, e)
+        _LOG.warning(
+            "The failed run's partial output in %s was left as it is (%s); it has no manifest.",
+            output,
+            e,
+        )

@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Iterable, Iterator, NamedTuple, Sequence, Union
+from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
 
 import apache_beam as beam
 
@@ -44,7 +45,7 @@ INPUT_BYTES_COUNTER = "input_bytes_read"
 
 # What reading one range emits on its single output: its document batches, then its ReadStats.
 # (One output, told apart by type: not every Beam runner keeps a ParDo's tagged outputs apart.)
-RangeOutput = Union[list[str], ReadStats]
+RangeOutput = list[str] | ReadStats
 
 
 # ---------------------------------------------------------------- logic
@@ -63,7 +64,9 @@ class SizedRange:
     live: bool
 
 
-def size_ranges(files: Sequence[InputFileInfo], ranges: Sequence[ReadRange], options: ReadOptions) -> list[SizedRange]:
+def size_ranges(
+    files: Sequence[InputFileInfo], ranges: Sequence[ReadRange], options: ReadOptions
+) -> list[SizedRange]:
     """Each range with its share of its file's size: a byte range its own length; the ranges of a
     file read otherwise (compressed, Parquet row groups) equal shares. The shares sum to the input size."""
     sizes = {f.path: f.bytes for f in files}
@@ -83,8 +86,9 @@ def size_ranges(files: Sequence[InputFileInfo], ranges: Sequence[ReadRange], opt
     return sized
 
 
-def read_batches(r: ReadRange, options: ReadOptions, *, batch_size: int,
-                 stats: ReadStats) -> Iterator[list[str]]:
+def read_batches(
+    r: ReadRange, options: ReadOptions, *, batch_size: int, stats: ReadStats
+) -> Iterator[list[str]]:
     """The documents of range `r` in batches of at most batch_size; counts what it finds in `stats`."""
     batch: list[str] = []
     for document in read_range(r, options, stats):
@@ -105,7 +109,7 @@ def is_batch(element: RangeOutput) -> bool:
 
 
 def progress_line(*, read_bytes: int, total_bytes: int, documents: int, seconds: float) -> str:
-    """"read 30.0 MB of 134.2 MB (22%), 51,200 documents, 3.10 MB/s, ETA 34 s" (MB = 10^6 bytes).
+    """ "read 30.0 MB of 134.2 MB (22%), 51,200 documents, 3.10 MB/s, ETA 34 s" (MB = 10^6 bytes).
 
     The ETA is what is left of total_bytes at this rate.
     """
@@ -113,8 +117,10 @@ def progress_line(*, read_bytes: int, total_bytes: int, documents: int, seconds:
     percent = 100.0 * read_bytes / total_bytes if total_bytes else 100.0
     left = max(total_bytes - read_bytes, 0)
     eta = format_duration(left / rate) if rate > 0 else ETA_UNKNOWN
-    return (f"read {read_bytes / MEGABYTE:.1f} MB of {total_bytes / MEGABYTE:.1f} MB ({percent:.0f}%), "
-            f"{documents:,} documents, {rate / MEGABYTE:.2f} MB/s, ETA {eta}")
+    return (
+        f"read {read_bytes / MEGABYTE:.1f} MB of {total_bytes / MEGABYTE:.1f} MB ({percent:.0f}%), "
+        f"{documents:,} documents, {rate / MEGABYTE:.2f} MB/s, ETA {eta}"
+    )
 
 
 class ReadProgress:
@@ -135,15 +141,28 @@ class ReadProgress:
 
     def report(self, sized: SizedRange, current: ReadStats, *, finished: bool = False) -> None:
         """current: the stats of range `sized` so far; finished: it has been read to its end."""
-        done = sized.input_bytes if finished else min(current.bytes_read, sized.input_bytes) if sized.live else 0
+        done = (
+            sized.input_bytes
+            if finished
+            else min(current.bytes_read, sized.input_bytes)
+            if sized.live
+            else 0
+        )
         documents, nbytes = self._documents + current.documents, self._bytes + done
         if finished:
             self._documents, self._bytes = documents, nbytes
         now = time.monotonic()
         if now - self._last >= self._every_s:
             self._last = now
-            logger.info("%s", progress_line(read_bytes=nbytes, total_bytes=self._total_bytes, documents=documents,
-                                            seconds=now - self._start))
+            logger.info(
+                "%s",
+                progress_line(
+                    read_bytes=nbytes,
+                    total_bytes=self._total_bytes,
+                    documents=documents,
+                    seconds=now - self._start,
+                ),
+            )
 
 
 # ---------------------------------------------------------------- Beam
@@ -176,20 +195,28 @@ class ReadDocuments(beam.PTransform):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         patterns = [f for f in files if isinstance(f, str)]
-        infos = [f for f in files if not isinstance(f, str)] + (expand_inputs(patterns) if patterns else [])
+        infos = [f for f in files if not isinstance(f, str)] + (
+            expand_inputs(patterns) if patterns else []
+        )
         ranges = plan_ranges(infos, options=options, range_bytes=range_bytes)
         self._ranges = size_ranges(infos, ranges, options)
         self._total_bytes = sum(f.bytes for f in infos)
         self._options = options
         self._batch_size = batch_size
-        logger.info("input: %.1f MB in %d files, %d read ranges", self._total_bytes / MEGABYTE, len(infos), len(ranges))
+        logger.info(
+            "input: %.1f MB in %d files, %d read ranges",
+            self._total_bytes / MEGABYTE,
+            len(infos),
+            len(ranges),
+        )
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> ReadOutputs:
         read = (
             pbegin
             | "ListRanges" >> beam.Create(self._ranges)  # SizedRange
             | "SpreadRanges" >> beam.Reshuffle()  # SizedRange, each on any worker
-            | "ReadRanges" >> beam.ParDo(_ReadRangeFn(self._options, self._batch_size, self._total_bytes))
+            | "ReadRanges"
+            >> beam.ParDo(_ReadRangeFn(self._options, self._batch_size, self._total_bytes))
         )  # RangeOutput: list[str] batches, then the range's ReadStats
         documents = read | "Documents" >> beam.Filter(is_batch)  # list[str]
         stats = (
@@ -219,7 +246,9 @@ class _ReadRangeFn(beam.DoFn):
 
     def process(self, sized: SizedRange) -> Iterable[RangeOutput]:
         stats = ReadStats()
-        for batch in read_batches(sized.range, self._options, batch_size=self._batch_size, stats=stats):
+        for batch in read_batches(
+            sized.range, self._options, batch_size=self._batch_size, stats=stats
+        ):
             yield batch
             self._progress.report(sized, stats)
         for field, metric in self._counters.items():

@@ -15,7 +15,7 @@ import json
 import math
 import os
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from apache_beam.options.pipeline_options import (
     DebugOptions,
@@ -28,8 +28,8 @@ from apache_beam.options.pipeline_options import (
 )
 from apache_beam.version import __version__ as beam_version
 
-from preprocess.options import PreprocessError
 from plumbing import fs
+from preprocess.options import PreprocessError
 
 FNAPI_RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
 DIRECT_RUNNER = "apache_beam.runners.direct.direct_runner.DirectRunner"
@@ -39,9 +39,18 @@ DASK_RUNNER = "preprocess.dask_runner.DaskRunner"
 BEAM_DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 REPLACED_RUNNERS = {BEAM_DASK_RUNNER: DASK_RUNNER}
 # Every runner known by its short name (Beam's own, plus Dask's), by its class path.
-RUNNERS = {path.rsplit(".", 1)[1]: path for path in (*StandardOptions.ALL_KNOWN_RUNNERS, DASK_RUNNER)}
+RUNNERS = {
+    path.rsplit(".", 1)[1]: path for path in (*StandardOptions.ALL_KNOWN_RUNNERS, DASK_RUNNER)
+}
 # The runners an error message suggests: the ones a user of lmshards picks from.
-SUGGESTED_RUNNERS = ("DirectRunner", "DataflowRunner", "DaskRunner", "FlinkRunner", "SparkRunner", "PrismRunner")
+SUGGESTED_RUNNERS = (
+    "DirectRunner",
+    "DataflowRunner",
+    "DaskRunner",
+    "FlinkRunner",
+    "SparkRunner",
+    "PrismRunner",
+)
 # Runners that run every worker in this one process (the tokenizer may then use every core).
 IN_PROCESS_RUNNERS = (FNAPI_RUNNER, DIRECT_RUNNER)
 IN_MEMORY = "in_memory"
@@ -90,7 +99,9 @@ def _check_importable(name: str, path: str) -> None:
         fix = INSTALL_HINTS.get(path, f"install the package that provides {module!r}")
         raise PreprocessError(f"--runner {name!r} cannot be used: {e}; {fix}.") from e
     if not found:
-        raise PreprocessError(f"--runner {name!r}: module {module!r} has no {cls!r}; check the class path.")
+        raise PreprocessError(
+            f"--runner {name!r}: module {module!r} has no {cls!r}; check the class path."
+        )
 
 
 def pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
@@ -116,7 +127,9 @@ def pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
     if path == DASK_RUNNER:
         standard.runner = path  # Beam does not know the short name, and its own class is replaced
     if is_dry_run(options) and path != DATAFLOW_RUNNER:
-        raise PreprocessError(f"--dry_run=True needs --runner DataflowRunner; {standard.runner!r} would run the job.")
+        raise PreprocessError(
+            f"--dry_run=True needs --runner DataflowRunner; {standard.runner!r} would run the job."
+        )
     return options
 
 
@@ -126,7 +139,12 @@ def beam_flags() -> list[str]:
     flags: list[str] = []
 
     def collect(parser) -> None:
-        flags.extend(opt for action in parser._actions for opt in action.option_strings if opt.startswith("--"))
+        flags.extend(
+            opt
+            for action in parser._actions
+            for opt in action.option_strings
+            if opt.startswith("--")
+        )
 
     PipelineOptions([]).get_all_options(add_extra_args_fn=collect)
     return flags
@@ -144,8 +162,10 @@ def tokenizer_threads(requested: int, options: PipelineOptions) -> int:
     """
     if requested:
         return requested
-    in_process = (runner_path(options) in IN_PROCESS_RUNNERS
-                  and options.view_as(DirectOptions).direct_running_mode == IN_MEMORY)
+    in_process = (
+        runner_path(options) in IN_PROCESS_RUNNERS
+        and options.view_as(DirectOptions).direct_running_mode == IN_MEMORY
+    )
     return (os.cpu_count() or 1) if in_process else 1
 
 
@@ -179,7 +199,9 @@ def dry_run(pipeline, options: PipelineOptions, *, input_bytes: int | None) -> N
     workers = options.view_as(WorkerOptions)
     machine_type = workers.machine_type or DEFAULT_MACHINE_TYPE
     try:
-        estimate = estimate_dataflow_cost(input_bytes, machine_type=machine_type, max_workers=workers.max_num_workers)
+        estimate = estimate_dataflow_cost(
+            input_bytes, machine_type=machine_type, max_workers=workers.max_num_workers
+        )
     except UnknownMachineType as e:
         print(f"No cost estimate: {e}")
         return
@@ -208,7 +230,9 @@ TARGET_WALL_HOURS = 0.5
 # GB of memory per vCPU of the predefined machine types: N1, and every later series.
 N1_MEMORY_GB_PER_VCPU = {"standard": 3.75, "highmem": 6.5, "highcpu": 0.9}
 MEMORY_GB_PER_VCPU = {"standard": 4.0, "highmem": 8.0, "highcpu": 1.0}
-_PREDEFINED_MACHINE = re.compile(r"(?P<series>[a-z0-9]+)-(?P<kind>standard|highmem|highcpu)-(?P<vcpus>\d+)(-.*)?")
+_PREDEFINED_MACHINE = re.compile(
+    r"(?P<series>[a-z0-9]+)-(?P<kind>standard|highmem|highcpu)-(?P<vcpus>\d+)(-.*)?"
+)
 _CUSTOM_MACHINE = re.compile(r"(?:[a-z0-9]+-)?custom-(?P<vcpus>\d+)-(?P<memory_mb>\d+)(-ext)?")
 _MB = 1_000_000
 _GB = 1_000_000_000
@@ -236,7 +260,9 @@ def machine_shape(machine_type: str) -> MachineShape:
         per_vcpu = N1_MEMORY_GB_PER_VCPU if match["series"] == "n1" else MEMORY_GB_PER_VCPU
         vcpus = int(match["vcpus"])
         return MachineShape(vcpus=vcpus, memory_gb=vcpus * per_vcpu[match["kind"]])
-    raise UnknownMachineType(f"machine type {machine_type!r} (vCPUs and memory unknown; e.g. n2-standard-4).")
+    raise UnknownMachineType(
+        f"machine type {machine_type!r} (vCPUs and memory unknown; e.g. n2-standard-4)."
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,22 +286,26 @@ class CostEstimate:
 
     def describe(self) -> str:
         m = self.machine
-        return "\n".join([
-            f"Dataflow estimate for {self.input_bytes / _MB:,.1f} MB of input: {self.workers} x {self.machine_type} "
-            f"({m.vcpus} vCPUs, {m.memory_gb:g} GB each), {self.vcpu_hours:,.2f} vCPU-hours, "
-            f"about {self.wall_hours * 60:,.0f} min of processing plus worker start-up, about ${self.usd:,.2f}",
-            f"  vCPU ${self.vcpu_usd:,.2f}, memory ${self.memory_usd:,.2f}, Dataflow Shuffle ${self.shuffle_usd:,.2f}, "
-            f"disk ${self.disk_usd:,.2f}",
-            f"  Assumptions: {DATAFLOW_MB_PER_VCPU_S} MB/s of input per vCPU (measured on one machine) x "
-            f"{DATAFLOW_OVERHEAD} for Dataflow's overhead; Shuffle {SHUFFLE_BYTES_PER_INPUT_BYTE} x the input; "
-            f"{DISK_GB_PER_WORKER} GB disk per worker; Dataflow batch list prices in us-central1 (vCPU-hour "
-            f"${VCPU_HOUR_USD}, GB-hour ${MEMORY_GB_HOUR_USD}, Shuffle GB ${SHUFFLE_GB_USD}); workers enough to "
-            f"finish in about {TARGET_WALL_HOURS * 60:.0f} min, at most --max_num_workers; input sizes as stored "
-            "(compressed files hold more text); Cloud Storage billed separately.",
-        ])
+        return "\n".join(
+            [
+                f"Dataflow estimate for {self.input_bytes / _MB:,.1f} MB of input: {self.workers} x {self.machine_type} "
+                f"({m.vcpus} vCPUs, {m.memory_gb:g} GB each), {self.vcpu_hours:,.2f} vCPU-hours, "
+                f"about {self.wall_hours * 60:,.0f} min of processing plus worker start-up, about ${self.usd:,.2f}",
+                f"  vCPU ${self.vcpu_usd:,.2f}, memory ${self.memory_usd:,.2f}, Dataflow Shuffle ${self.shuffle_usd:,.2f}, "
+                f"disk ${self.disk_usd:,.2f}",
+                f"  Assumptions: {DATAFLOW_MB_PER_VCPU_S} MB/s of input per vCPU (measured on one machine) x "
+                f"{DATAFLOW_OVERHEAD} for Dataflow's overhead; Shuffle {SHUFFLE_BYTES_PER_INPUT_BYTE} x the input; "
+                f"{DISK_GB_PER_WORKER} GB disk per worker; Dataflow batch list prices in us-central1 (vCPU-hour "
+                f"${VCPU_HOUR_USD}, GB-hour ${MEMORY_GB_HOUR_USD}, Shuffle GB ${SHUFFLE_GB_USD}); workers enough to "
+                f"finish in about {TARGET_WALL_HOURS * 60:.0f} min, at most --max_num_workers; input sizes as stored "
+                "(compressed files hold more text); Cloud Storage billed separately.",
+            ]
+        )
 
 
-def estimate_dataflow_cost(input_bytes: int, *, machine_type: str, max_workers: int | None) -> CostEstimate:
+def estimate_dataflow_cost(
+    input_bytes: int, *, machine_type: str, max_workers: int | None
+) -> CostEstimate:
     """The runbook's cost model applied to input_bytes of input on `machine_type` workers.
 
     Raises:
@@ -287,8 +317,12 @@ def estimate_dataflow_cost(input_bytes: int, *, machine_type: str, max_workers: 
     workers = min(wanted, max_workers) if max_workers else wanted
     worker_hours = vcpu_hours / machine.vcpus
     return CostEstimate(
-        input_bytes=input_bytes, machine_type=machine_type, machine=machine, workers=workers,
-        vcpu_hours=vcpu_hours, wall_hours=worker_hours / workers,
+        input_bytes=input_bytes,
+        machine_type=machine_type,
+        machine=machine,
+        workers=workers,
+        vcpu_hours=vcpu_hours,
+        wall_hours=worker_hours / workers,
         vcpu_usd=vcpu_hours * VCPU_HOUR_USD,
         memory_usd=worker_hours * machine.memory_gb * MEMORY_GB_HOUR_USD,
         shuffle_usd=input_bytes * SHUFFLE_BYTES_PER_INPUT_BYTE / _GB * SHUFFLE_GB_USD,
@@ -310,8 +344,14 @@ def write_dry_run_job_file(result, path: str) -> None:
 
     job = result.job
     job.proto.environment = apiclient.Environment(
-        packages=[], options=job.options, environment_version=apiclient._FNAPI_ENVIRONMENT_MAJOR_VERSION,
-        proto_pipeline_staged_url="", proto_pipeline=job.proto_pipeline,
+        packages=[],
+        options=job.options,
+        environment_version=apiclient._FNAPI_ENVIRONMENT_MAJOR_VERSION,
+        proto_pipeline_staged_url="",
+        proto_pipeline=job.proto_pipeline,
     ).proto
-    document = {"job": json.loads(job.json()), "pipeline": json_format.MessageToDict(job.proto_pipeline)}
+    document = {
+        "job": json.loads(job.json()),
+        "pipeline": json_format.MessageToDict(job.proto_pipeline),
+    }
     fs.write_text_atomic(path, json.dumps(document, indent=1, sort_keys=True) + "\n")

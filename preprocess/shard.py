@@ -12,17 +12,17 @@ import hashlib
 import math
 import os
 import uuid
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
 
+from plumbing import fs
+from plumbing.outputs import TEMP_DIR_NAME
 from preprocess.metrics import StageProgress, counter
 from preprocess.pack import PackedGroup
-from plumbing import fs
 from schemas.constants import ATTENTION_MASK, INPUT_IDS, SPLITS
 from schemas.manifest import ShardInfo
-from plumbing.outputs import TEMP_DIR_NAME
 from schemas.records import encode_examples, frame_record
 from schemas.shards import shard_relpath
 
@@ -39,7 +39,9 @@ ShardKey = tuple[str, int]  # (split, shard index)
 # ---------------------------------------------------------------- logic: shard counts and layout
 
 
-def num_shards_for(total_bytes: int, *, target_shard_bytes: float, multiple: int, num_shards: int | None = None) -> int:
+def num_shards_for(
+    total_bytes: int, *, target_shard_bytes: float, multiple: int, num_shards: int | None = None
+) -> int:
     """Shards for a split: `num_shards` if given, else ceil(total_bytes / target), rounded up to `multiple`.
 
     A split with no bytes gets no shards.
@@ -77,8 +79,14 @@ class SplitLayout:
     group_offsets: dict[int, int]
 
 
-def layout_splits(sizes: Iterable[GroupSize], *, record_bytes: int, target_shard_bytes: float,
-                  multiple: int, num_shards: int | None) -> dict[str, SplitLayout]:
+def layout_splits(
+    sizes: Iterable[GroupSize],
+    *,
+    record_bytes: int,
+    target_shard_bytes: float,
+    multiple: int,
+    num_shards: int | None,
+) -> dict[str, SplitLayout]:
     """Every packing group's size -> each split's SplitLayout (all splits present)."""
     by_split: dict[str, dict[int, int]] = {split: {} for split in SPLITS}
     for size in sizes:
@@ -89,8 +97,12 @@ def layout_splits(sizes: Iterable[GroupSize], *, record_bytes: int, target_shard
         for group in sorted(counts):
             offsets[group] = total
             total += counts[group]
-        shards = num_shards_for(total * record_bytes, target_shard_bytes=target_shard_bytes, multiple=multiple,
-                                num_shards=num_shards)
+        shards = num_shards_for(
+            total * record_bytes,
+            target_shard_bytes=target_shard_bytes,
+            multiple=multiple,
+            num_shards=num_shards,
+        )
         layouts[split] = SplitLayout(num_records=total, num_shards=shards, group_offsets=offsets)
     return layouts
 
@@ -123,7 +135,10 @@ def permute(indices: np.ndarray, n: int, seed: int) -> np.ndarray:
         return indices.astype(np.int64)
     half_bits = max(1, math.ceil((n - 1).bit_length() / 2))
     with np.errstate(over="ignore"):
-        keys = _mix64(np.arange(_FEISTEL_ROUNDS, dtype=np.uint64) + _U64(seed % (1 << 64)) * _U64(_FEISTEL_ROUNDS + 1))
+        keys = _mix64(
+            np.arange(_FEISTEL_ROUNDS, dtype=np.uint64)
+            + _U64(seed % (1 << 64)) * _U64(_FEISTEL_ROUNDS + 1)
+        )
         out = _feistel(indices, half_bits=half_bits, keys=keys)
         # Cycle walking: the network permutes [0, 4^half_bits); re-apply until inside [0, n).
         outside = out >= _U64(n)
@@ -151,12 +166,18 @@ class ShardBatch:
         return ShardBatch(positions=np.zeros(0, dtype=np.int64), frames=[])
 
 
-def serialize_group(packed: PackedGroup, layout: SplitLayout, seed: int) -> Iterator[tuple[ShardKey, ShardBatch]]:
+def serialize_group(
+    packed: PackedGroup, layout: SplitLayout, seed: int
+) -> Iterator[tuple[ShardKey, ShardBatch]]:
     """A packed group's blocks as framed records, one ShardBatch per shard they are shuffled into."""
-    indices = np.arange(packed.blocks.num_blocks, dtype=np.int64) + layout.group_offsets[packed.group]
+    indices = (
+        np.arange(packed.blocks.num_blocks, dtype=np.int64) + layout.group_offsets[packed.group]
+    )
     positions = permute(indices, layout.num_records, seed)
     shards = shard_of(positions, layout.num_records, layout.num_shards)
-    records = encode_examples({INPUT_IDS: packed.blocks.ids, ATTENTION_MASK: packed.blocks.attention_masks()})
+    records = encode_examples(
+        {INPUT_IDS: packed.blocks.ids, ATTENTION_MASK: packed.blocks.attention_masks()}
+    )
     order = np.argsort(shards, kind="stable")
     keys, firsts = np.unique(shards[order], return_index=True)
     for shard, mine in zip(keys.tolist(), np.split(order, firsts[1:])):
@@ -171,7 +192,9 @@ def empty_shards(layouts: dict[str, SplitLayout]) -> Iterator[tuple[ShardKey, Sh
             yield (split, shard), ShardBatch.empty()
 
 
-def write_shard(output: str, key: ShardKey, batches: Iterable[ShardBatch], *, num_shards: int) -> ShardInfo:
+def write_shard(
+    output: str, key: ShardKey, batches: Iterable[ShardBatch], *, num_shards: int
+) -> ShardInfo:
     """Writes one shard's records in position order; returns its ShardInfo once the file is complete.
 
     Locally the shard is written under a temporary name, then renamed. On an object store it is
@@ -186,7 +209,11 @@ def write_shard(output: str, key: ShardKey, batches: Iterable[ShardBatch], *, nu
     relpath = shard_relpath(split, shard, num_shards, len(frames))
     final = fs.join(output, relpath)
     remote = fs.is_remote(final)
-    target = final if remote else fs.join(output, TEMP_DIR_NAME, f"{split}-{shard:05d}-{uuid.uuid4().hex}")
+    target = (
+        final
+        if remote
+        else fs.join(output, TEMP_DIR_NAME, f"{split}-{shard:05d}-{uuid.uuid4().hex}")
+    )
     if not remote:
         fs.makedirs(fs.join(output, TEMP_DIR_NAME))
         fs.makedirs(fs.join(output, split))
@@ -210,7 +237,9 @@ class _SerializeFn(beam.DoFn):
     def __init__(self, seed: int):
         self._seed = seed
 
-    def process(self, packed: PackedGroup, layouts: dict[str, SplitLayout]) -> Iterable[tuple[ShardKey, ShardBatch]]:
+    def process(
+        self, packed: PackedGroup, layouts: dict[str, SplitLayout]
+    ) -> Iterable[tuple[ShardKey, ShardBatch]]:
         yield from serialize_group(packed, layouts[packed.split], self._seed)
 
 
@@ -226,13 +255,18 @@ class _WriteShardFn(beam.DoFn):
     def setup(self) -> None:
         self._progress = StageProgress("wrote", "shards")
 
-    def process(self, element: tuple[ShardKey, Iterable[ShardBatch]],
-                layouts: dict[str, SplitLayout]) -> Iterable[tuple[str, ShardInfo]]:
+    def process(
+        self, element: tuple[ShardKey, Iterable[ShardBatch]], layouts: dict[str, SplitLayout]
+    ) -> Iterable[tuple[str, ShardInfo]]:
         (split, shard), batches = element
-        info = write_shard(self._output, (split, shard), batches, num_shards=layouts[split].num_shards)
+        info = write_shard(
+            self._output, (split, shard), batches, num_shards=layouts[split].num_shards
+        )
         self._shards.inc()
         self._records.inc(info.records)
-        self._progress.add(info.records, total=sum(layout.num_shards for layout in layouts.values()))
+        self._progress.add(
+            info.records, total=sum(layout.num_shards for layout in layouts.values())
+        )
         yield split, info
 
     def finish_bundle(self) -> None:
@@ -242,26 +276,44 @@ class _WriteShardFn(beam.DoFn):
 class WriteShards(beam.PTransform):
     """PackedGroup -> (split, ShardInfo): a seeded global shuffle into balanced shards."""
 
-    def __init__(self, *, output: str, seed: int, record_bytes: int, target_shard_bytes: float,
-                 shard_multiple: int, num_shards: int | None):
+    def __init__(
+        self,
+        *,
+        output: str,
+        seed: int,
+        record_bytes: int,
+        target_shard_bytes: float,
+        shard_multiple: int,
+        num_shards: int | None,
+    ):
         super().__init__()
         self._output, self._seed = output, seed
-        self._layout_args = dict(record_bytes=record_bytes, target_shard_bytes=target_shard_bytes,
-                                 multiple=shard_multiple, num_shards=num_shards)
+        self._layout_args = dict(
+            record_bytes=record_bytes,
+            target_shard_bytes=target_shard_bytes,
+            multiple=shard_multiple,
+            num_shards=num_shards,
+        )
 
     def expand(self, packed):
         layouts = (
             packed
             | "GroupSizes" >> beam.Map(GroupSize.of)  # GroupSize
             | "AllGroupSizes" >> beam.combiners.ToList()  # list[GroupSize], one element
-            | "Layout" >> beam.Map(layout_splits, **self._layout_args)  # {split: SplitLayout}, one element
+            | "Layout"
+            >> beam.Map(layout_splits, **self._layout_args)  # {split: SplitLayout}, one element
         )
         layouts_side = beam.pvalue.AsSingleton(layouts)
-        records = packed | "Serialize" >> beam.ParDo(_SerializeFn(self._seed), layouts_side)  # (ShardKey, ShardBatch)
-        every_shard = layouts | "EveryShard" >> beam.FlatMap(empty_shards)  # (ShardKey, ShardBatch), empty
+        records = packed | "Serialize" >> beam.ParDo(
+            _SerializeFn(self._seed), layouts_side
+        )  # (ShardKey, ShardBatch)
+        every_shard = layouts | "EveryShard" >> beam.FlatMap(
+            empty_shards
+        )  # (ShardKey, ShardBatch), empty
         return (
             (records, every_shard)
             | "WithEmptyShards" >> beam.Flatten()  # (ShardKey, ShardBatch)
             | "GroupByShard" >> beam.GroupByKey()  # (ShardKey, Iterable[ShardBatch])
-            | "WriteShard" >> beam.ParDo(_WriteShardFn(self._output), layouts_side)  # (split, ShardInfo)
+            | "WriteShard"
+            >> beam.ParDo(_WriteShardFn(self._output), layouts_side)  # (split, ShardInfo)
         )

@@ -8,7 +8,7 @@ hash % groups of its split.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
@@ -38,16 +38,20 @@ def split_of(hashes: np.ndarray, threshold: int) -> np.ndarray:
     return hashes < np.uint64(threshold)
 
 
-def route_documents(chunk: TokenizedChunk, *, threshold: int,
-                    groups: dict[str, int]) -> Iterator[tuple[GroupKey, TokenizedChunk]]:
+def route_documents(
+    chunk: TokenizedChunk, *, threshold: int, groups: dict[str, int]
+) -> Iterator[tuple[GroupKey, TokenizedChunk]]:
     """Splits one chunk into per-(split, group) chunks, in key order (train groups, then validation's).
 
     groups: split -> number of packing groups.
     """
     is_validation = split_of(chunk.hashes, threshold)
     num_train = groups[TRAIN_SPLIT]
-    group = np.where(is_validation, chunk.hashes % np.uint64(groups[VALIDATION_SPLIT]),
-                     chunk.hashes % np.uint64(num_train)).astype(np.int64)
+    group = np.where(
+        is_validation,
+        chunk.hashes % np.uint64(groups[VALIDATION_SPLIT]),
+        chunk.hashes % np.uint64(num_train),
+    ).astype(np.int64)
     key = group + is_validation * num_train  # one number per (split, group): validation after train
     order = np.argsort(key, kind="stable")
     keys, firsts = np.unique(key[order], return_index=True)
@@ -86,7 +90,9 @@ class _RouteFn(beam.DoFn):
         self._buffered_tokens = 0
 
     def process(self, chunk: TokenizedChunk) -> Iterable[tuple[GroupKey, TokenizedChunk]]:
-        for key, piece in route_documents(chunk, threshold=self._threshold, groups=self._settings.groups):
+        for key, piece in route_documents(
+            chunk, threshold=self._threshold, groups=self._settings.groups
+        ):
             self._buffer.setdefault(key, []).append(piece)
         self._buffered_tokens += chunk.num_tokens
         if self._buffered_tokens >= self._settings.flush_tokens:
@@ -113,4 +119,6 @@ class SplitDocuments(beam.PTransform):
         self._settings = settings
 
     def expand(self, chunks):
-        return chunks | "Route" >> beam.ParDo(_RouteFn(self._settings))  # (GroupKey, TokenizedChunk)
+        return chunks | "Route" >> beam.ParDo(
+            _RouteFn(self._settings)
+        )  # (GroupKey, TokenizedChunk)

@@ -5,7 +5,8 @@ transformers is imported inside the function: Dataflow workers, which import sch
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from schemas.constants import ROLE_SPELLINGS
 
@@ -27,7 +28,10 @@ def wrap_fast_tokenizer(
     """
     from transformers import PreTrainedTokenizerFast
 
-    tokens = {f"{role}_token": tokenizer.id_to_token(token_id) for role, token_id in special_token_ids.items()}
+    tokens = {
+        f"{role}_token": tokenizer.id_to_token(token_id)
+        for role, token_id in special_token_ids.items()
+    }
     if tokens.get("cls_token") == _ROBERTA_CLS:
         tokens["bos_token"] = tokens["cls_token"]
         tokens["eos_token"] = tokens.get("sep_token")

@@ -14,8 +14,8 @@ import re
 from typing import Any
 
 from plumbing import fs
+from plumbing.errors import ManifestError
 from schemas.constants import (
-    TOKENIZER_DIR_NAME,
     ATTENTION_MASK,
     INPUT_IDS,
     MANIFEST_FORMAT,
@@ -24,9 +24,9 @@ from schemas.constants import (
     READABLE_MANIFEST_VERSIONS,
     SCHEMA_NAME,
     SPLITS,
+    TOKENIZER_DIR_NAME,
     TOKENIZER_JSON,
 )
-from plumbing.errors import ManifestError
 from schemas.records import feature_spec
 from schemas.shards import parse_shard_name, shard_relpath
 
@@ -141,7 +141,9 @@ def check_accounting(manifest: Manifest) -> None:
                 f"+ tokens_dropped {t.tokens_dropped}."
             )
         if t.records != split.records:
-            raise ManifestError(f"Split {name!r}: totals say {t.records} records, shards hold {split.records}.")
+            raise ManifestError(
+                f"Split {name!r}: totals say {t.records} records, shards hold {split.records}."
+            )
         if t.tokens_written + t.padding_tokens != t.records * manifest.seq_len:
             raise ManifestError(
                 f"Split {name!r}: {t.tokens_written} tokens + {t.padding_tokens} padding != "
@@ -309,11 +311,15 @@ def read_manifest(output_dir: str) -> Manifest:
     try:
         data = json.loads(fs.read_text(path))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ManifestError(f"{path!r} is not valid JSON ({e}); re-run `lmshards preprocess`.") from e
+        raise ManifestError(
+            f"{path!r} is not valid JSON ({e}); re-run `lmshards preprocess`."
+        ) from e
     manifest = manifest_from_dict(data)
     unknown = set(manifest.splits) - set(SPLITS)
     if unknown:
-        raise ManifestError(f"{path!r} names unknown splits {sorted(unknown)}; expected {list(SPLITS)}.")
+        raise ManifestError(
+            f"{path!r} names unknown splits {sorted(unknown)}; expected {list(SPLITS)}."
+        )
     check_accounting(manifest)
     return manifest
 

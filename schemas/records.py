@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Any, BinaryIO, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any, BinaryIO
 
 import google_crc32c
 import numpy as np
@@ -31,7 +32,9 @@ def feature_spec(seq_len: int) -> dict[str, dict[str, Any]]:
     return {name: {"dtype": FEATURE_DTYPE, "shape": [seq_len]} for name in FEATURE_NAMES}
 
 
-def parse_spec(features: dict[str, dict[str, Any]], names: tuple[str, ...] | None = None) -> dict[str, Any]:
+def parse_spec(
+    features: dict[str, dict[str, Any]], names: tuple[str, ...] | None = None
+) -> dict[str, Any]:
     """The `tf.io.parse_example` spec of records with these features (a manifest's `features()`).
 
     names: parse only these features (default all). TensorFlow is imported here, so that
@@ -43,8 +46,12 @@ def parse_spec(features: dict[str, dict[str, Any]], names: tuple[str, ...] | Non
     missing = [name for name in wanted if name not in features]
     if missing:
         raise KeyError(f"records have no feature {missing}; they have {sorted(features)}")
-    return {name: tf.io.FixedLenFeature(features[name]["shape"], tf.dtypes.as_dtype(features[name]["dtype"]))
-            for name in wanted}
+    return {
+        name: tf.io.FixedLenFeature(
+            features[name]["shape"], tf.dtypes.as_dtype(features[name]["dtype"])
+        )
+        for name in wanted
+    }
 
 
 # ---------------------------------------------------------------- sizes
@@ -121,7 +128,9 @@ def encode_examples(features: dict[str, np.ndarray]) -> list[bytes]:
     datas = [data.tobytes() for data, _ in encoded]
     ends = [np.cumsum(sizes).tolist() for _, sizes in encoded]
     keys = [_field(0x0A, name.encode()) for name in names]
-    wrappers: dict[tuple[bytes, int], bytes] = {}  # (key, payload length) -> the entry's bytes before the payload
+    wrappers: dict[
+        tuple[bytes, int], bytes
+    ] = {}  # (key, payload length) -> the entry's bytes before the payload
 
     def entry(key: bytes, payload: bytes) -> bytes:
         size = len(payload)
@@ -129,13 +138,24 @@ def encode_examples(features: dict[str, np.ndarray]) -> list[bytes]:
             int64_list = 1 + len(_varint(size)) + size
             feature = 1 + len(_varint(int64_list)) + int64_list
             body = len(key) + 1 + len(_varint(feature)) + feature
-            wrappers[key, size] = (b"\n" + _varint(body) + key + b"\x12" + _varint(feature)
-                              + b"\x1a" + _varint(int64_list) + b"\n" + _varint(size))
+            wrappers[key, size] = (
+                b"\n"
+                + _varint(body)
+                + key
+                + b"\x12"
+                + _varint(feature)
+                + b"\x1a"
+                + _varint(int64_list)
+                + b"\n"
+                + _varint(size)
+            )
         return wrappers[key, size] + payload
 
     records, starts = [], [0] * len(names)
     for row in range(len(ends[0])):
-        body = b"".join(entry(keys[i], datas[i][starts[i]:ends[i][row]]) for i in range(len(names)))
+        body = b"".join(
+            entry(keys[i], datas[i][starts[i] : ends[i][row]]) for i in range(len(names))
+        )
         records.append(b"\n" + _varint(len(body)) + body)
         starts = [e[row] for e in ends]
     return records
@@ -217,7 +237,9 @@ def _int64_list(record: bytes, start: int, end: int, name: str) -> bytes:
             if number != _INT64_LIST_VALUE:
                 continue
             if value_wire != _WIRE_LENGTH:
-                raise MalformedExampleError(f"feature {name!r} is an unpacked int64 list; only packed ones are read")
+                raise MalformedExampleError(
+                    f"feature {name!r} is an unpacked int64 list; only packed ones are read"
+                )
             packed.append(record[value_start:list_pos])
     return b"".join(packed)
 
@@ -226,7 +248,9 @@ def _int64_features(record: bytes, names: dict[bytes, str]) -> dict[str, bytes]:
     """Feature name -> packed varints of its int64_list, for the wanted names (encoded name -> name)."""
     found = {}
     for features_start, features_stop in _submessages(record, 0, len(record), _EXAMPLE_FEATURES):
-        for entry_start, entry_stop in _submessages(record, features_start, features_stop, _FEATURES_FEATURE):
+        for entry_start, entry_stop in _submessages(
+            record, features_start, features_stop, _FEATURES_FEATURE
+        ):
             key, value, pos = b"", (entry_stop, entry_stop), entry_start
             while pos < entry_stop:
                 field, wire, value_start, pos = _field_at(record, pos, entry_stop)
@@ -329,14 +353,14 @@ def read_records(f: BinaryIO, *, chunk_bytes: int = 1 << 20) -> Iterator[bytes]:
     while available(1):
         if not available(header_bytes):
             raise CorruptRecordError(f"truncated record header at byte {offset}")
-        length_bytes = buffer[pos:pos + _LENGTH.size]
+        length_bytes = buffer[pos : pos + _LENGTH.size]
         if _CRC.unpack_from(buffer, pos + _LENGTH.size)[0] != _masked_crc(length_bytes):
             raise CorruptRecordError(f"length checksum mismatch at byte {offset}")
         (length,) = _LENGTH.unpack(length_bytes)
         if not available(header_bytes + length + _CRC.size):
             raise CorruptRecordError(f"truncated record at byte {offset}")
         start = pos + header_bytes
-        data = buffer[start:start + length]
+        data = buffer[start : start + length]
         if _CRC.unpack_from(buffer, start + length)[0] != _masked_crc(data):
             raise CorruptRecordError(f"data checksum mismatch in the record at byte {offset}")
         pos = start + length + _CRC.size

@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 
 SHARD_SUFFIX = ".tfrecord"
-_SHARD_RE = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<index>\d{5})-of-(?P<count>\d{5})-(?P<records>\d+)\.tfrecord$")
+_SHARD_RE = re.compile(
+    r"^(?P<split>[A-Za-z0-9_]+)-(?P<index>\d{5})-of-(?P<count>\d{5})-(?P<records>\d+)\.tfrecord$"
+)
 
 
 def shard_name(split: str, index: int, count: int, records: int) -> str:

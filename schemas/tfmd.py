@@ -16,8 +16,8 @@ from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 
 from plumbing import fs
-from schemas.constants import ATTENTION_MASK, FEATURE_DTYPE, INPUT_IDS, SCHEMA_NAME
 from plumbing.errors import ManifestError
+from schemas.constants import ATTENTION_MASK, FEATURE_DTYPE, INPUT_IDS, SCHEMA_NAME
 
 
 def feature_domains(vocab_size: int) -> dict[str, schema_pb2.IntDomain]:
@@ -34,15 +34,21 @@ def feature_domains(vocab_size: int) -> dict[str, schema_pb2.IntDomain]:
     }
 
 
-def _fixed_shape_feature(name: str, spec: dict[str, Any], domain: schema_pb2.IntDomain | None) -> schema_pb2.Feature:
+def _fixed_shape_feature(
+    name: str, spec: dict[str, Any], domain: schema_pb2.IntDomain | None
+) -> schema_pb2.Feature:
     """A feature present in every record with exactly `spec["shape"]` int64 values."""
     if spec["dtype"] != FEATURE_DTYPE:
-        raise ValueError(f"feature {name!r} has dtype {spec['dtype']!r}; records hold only {FEATURE_DTYPE} features")
+        raise ValueError(
+            f"feature {name!r} has dtype {spec['dtype']!r}; records hold only {FEATURE_DTYPE} features"
+        )
     feature = schema_pb2.Feature(
         name=name,
         type=schema_pb2.INT,
         presence=schema_pb2.FeaturePresence(min_fraction=1.0),
-        shape=schema_pb2.FixedShape(dim=[schema_pb2.FixedShape.Dim(size=size) for size in spec["shape"]]),
+        shape=schema_pb2.FixedShape(
+            dim=[schema_pb2.FixedShape.Dim(size=size) for size in spec["shape"]]
+        ),
     )
     if domain is not None:
         feature.int_domain.CopyFrom(domain)
@@ -57,7 +63,10 @@ def schema_for(features: dict[str, dict[str, Any]], *, vocab_size: int) -> schem
     """
     domains = feature_domains(vocab_size)
     return schema_pb2.Schema(
-        feature=[_fixed_shape_feature(name, features[name], domains.get(name)) for name in sorted(features)]
+        feature=[
+            _fixed_shape_feature(name, features[name], domains.get(name))
+            for name in sorted(features)
+        ]
     )
 
 

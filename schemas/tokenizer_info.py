@@ -12,13 +12,13 @@ import json
 from typing import Any
 
 from plumbing import fs
+from plumbing.errors import TokenizerError
 from schemas.constants import (
     FINGERPRINT_PREFIX,
     ROLE_SPELLINGS,
     SPECIAL_ROLES,
     TOKENIZER_JSON,
 )
-from plumbing.errors import TokenizerError
 
 TOKENIZER_CONFIG_JSON = "tokenizer_config.json"
 # transformers writes this when a tokenizer has no maximum length.
@@ -78,7 +78,9 @@ def _parse_json(text: str, path: str) -> dict[str, Any]:
             f"Tokenizer file {path!r} is corrupt: {e}. Re-save it or retrain the tokenizer."
         ) from e
     if not isinstance(parsed, dict):
-        raise TokenizerError(f"Tokenizer file {path!r} holds JSON {type(parsed).__name__}, not an object.")
+        raise TokenizerError(
+            f"Tokenizer file {path!r} holds JSON {type(parsed).__name__}, not an object."
+        )
     return parsed
 
 
@@ -87,7 +89,9 @@ def fingerprint(json_text: str) -> str:
 
     Canonical, so re-saving the same tokenizer with other formatting keeps the fingerprint.
     """
-    canonical = json.dumps(json.loads(json_text), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    canonical = json.dumps(
+        json.loads(json_text), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
     return FINGERPRINT_PREFIX + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 

@@ -39,11 +39,15 @@ def _train_small_tokenizer(path: Path, files: list[Path]) -> Path:
     tok.decoder = decoders.ByteLevel()
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
     trainer = trainers.BpeTrainer(
-        vocab_size=2000, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=2000,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     lines = itertools.chain.from_iterable(f.read_text(encoding="utf-8").splitlines() for f in files)
     tok.train_from_iterator(lines, trainer=trainer)
-    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")))
+    tok.post_processor = processors.RobertaProcessing(
+        ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>"))
+    )
     tok.save(str(path))
     return path
 
@@ -51,7 +55,9 @@ def _train_small_tokenizer(path: Path, files: list[Path]) -> Path:
 @pytest.fixture(scope="session")
 def sample_tokenizer(tmp_path_factory, sample_files) -> Path:
     """Path of a tokenizer.json trained on the bundled sample corpus (once per test session)."""
-    return _train_small_tokenizer(tmp_path_factory.mktemp("tokenizer") / "tokenizer.json", sample_files)
+    return _train_small_tokenizer(
+        tmp_path_factory.mktemp("tokenizer") / "tokenizer.json", sample_files
+    )
 
 
 @pytest.fixture(scope="session")

@@ -32,19 +32,27 @@ _DATA_RE = re.compile(rf"^{CHECKPOINT_NAME}-(\d+)\.data-\d+-of-\d+$")
 
 def complete_checkpoints(directory: str) -> list[str]:
     """Prefixes of the checkpoints in directory that have their index file, newest (highest step) first."""
-    steps = [int(m[1]) for m in (_INDEX_RE.match(posixpath.basename(p)) for p in _files(directory)) if m]
+    steps = [
+        int(m[1]) for m in (_INDEX_RE.match(posixpath.basename(p)) for p in _files(directory)) if m
+    ]
     return [_prefix(directory, step) for step in sorted(steps, reverse=True)]
 
 
 def incomplete_checkpoints(directory: str) -> list[str]:
     """Prefixes with data files but no index file: saves killed before they finished."""
     complete = set(complete_checkpoints(directory))
-    steps = {int(m[1]) for m in (_DATA_RE.match(posixpath.basename(p)) for p in _files(directory)) if m}
+    steps = {
+        int(m[1]) for m in (_DATA_RE.match(posixpath.basename(p)) for p in _files(directory)) if m
+    }
     return [p for p in (_prefix(directory, s) for s in sorted(steps)) if p not in complete]
 
 
 def _files(directory: str) -> list[str]:
-    return tf.io.gfile.glob(_join(directory, f"{CHECKPOINT_NAME}-*")) if tf.io.gfile.isdir(directory) else []
+    return (
+        tf.io.gfile.glob(_join(directory, f"{CHECKPOINT_NAME}-*"))
+        if tf.io.gfile.isdir(directory)
+        else []
+    )
 
 
 def _prefix(directory: str, step: int) -> str:
@@ -60,7 +68,9 @@ def _one_line(error: Exception) -> str:
     return " ".join(text.split())[:300]
 
 
-def restore_newest(root: tf.train.Checkpoint, directory: str, *, expect_partial: bool = False) -> str | None:
+def restore_newest(
+    root: tf.train.Checkpoint, directory: str, *, expect_partial: bool = False
+) -> str | None:
     """Restores the newest complete checkpoint in directory that restores; returns its prefix, or None if there is none.
 
     expect_partial: the checkpoint may hold more than root (e.g. optimizer slots when only the model is loaded).
@@ -68,18 +78,28 @@ def restore_newest(root: tf.train.Checkpoint, directory: str, *, expect_partial:
       LmshardsError: there are complete checkpoints but none of them restores.
     """
     for prefix in incomplete_checkpoints(directory):
-        log.warning("Ignoring incomplete checkpoint %s (no index file: its save did not finish).", prefix)
+        log.warning(
+            "Ignoring incomplete checkpoint %s (no index file: its save did not finish).", prefix
+        )
     failures = []
     for prefix in complete_checkpoints(directory):
         try:
             status = root.restore(prefix)
-            (status.expect_partial() if expect_partial else status).assert_existing_objects_matched()
-        except Exception as e:  # a damaged checkpoint fails in many ways: DataLossError, IndexError, OpError, ...
+            (
+                status.expect_partial() if expect_partial else status
+            ).assert_existing_objects_matched()
+        except (
+            Exception
+        ) as e:  # a damaged checkpoint fails in many ways: DataLossError, IndexError, OpError, ...
             failures.append(f"{posixpath.basename(prefix)}: {_one_line(e)}")
             log.warning("Skipping checkpoint %s: it does not restore (%s).", prefix, _one_line(e))
             continue
         if failures:
-            log.warning("Restored %s, the newest checkpoint that restores (skipped: %s).", prefix, "; ".join(failures))
+            log.warning(
+                "Restored %s, the newest checkpoint that restores (skipped: %s).",
+                prefix,
+                "; ".join(failures),
+            )
         return prefix
     if failures:
         raise LmshardsError(
@@ -117,11 +137,18 @@ class RunCheckpoints:
         """
         unreadable = self._unreadable_state()
         if unreadable:
-            log.warning("The checkpoint state file %s is unreadable (%s); looking for checkpoints by their files.",
-                        _join(self.directory, STATE_FILE), unreadable)
+            log.warning(
+                "The checkpoint state file %s is unreadable (%s); looking for checkpoints by their files.",
+                _join(self.directory, STATE_FILE),
+                unreadable,
+            )
         prefix = restore_newest(self.root, self.directory)
         if unreadable:
-            tf.io.gfile.rename(_join(self.directory, STATE_FILE), _join(self.directory, UNREADABLE_STATE_FILE), overwrite=True)
+            tf.io.gfile.rename(
+                _join(self.directory, STATE_FILE),
+                _join(self.directory, UNREADABLE_STATE_FILE),
+                overwrite=True,
+            )
         return prefix
 
     def _unreadable_state(self) -> str | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from plumbing.cli import (
     EXIT_FAILURE,
@@ -34,7 +34,15 @@ log = logging.getLogger(__name__)
 COMMAND = "train"
 DEFAULTS = TrainConfig(shards=(), output="")
 # Options that count steps or objects: each must be at least 1 when given.
-_POSITIVE_INTS = ("steps", "per_replica_batch", "checkpoint_every", "keep", "eval_every", "eval_batches", "log_every")
+_POSITIVE_INTS = (
+    "steps",
+    "per_replica_batch",
+    "checkpoint_every",
+    "keep",
+    "eval_every",
+    "eval_batches",
+    "log_every",
+)
 EXTEND_HELP = (
     "continue this run to a new --steps (or --epochs) from its current weights and optimizer state: the learning "
     "rate falls linearly from its current value to 0 over the added steps, with no new warmup. The schedule and "
@@ -52,55 +60,126 @@ def build_parser() -> CommandParser:
         "(rerun the same command to resume).",
     )
     d = DEFAULTS
-    p.add_argument("--shards", required=True, action="append",
-                   help="preprocess output directory (local or gs://) holding manifest.json, as PATH or PATH:WEIGHT; "
-                        "repeat to blend shard sets by weight (default: equal weights), e.g. --shards gs://a/shards:0.7 "
-                        "--shards gs://b/shards:0.3")
-    p.add_argument("--output", required=True, help="run directory (local or gs://): checkpoints, logs, summary")
+    p.add_argument(
+        "--shards",
+        required=True,
+        action="append",
+        help="preprocess output directory (local or gs://) holding manifest.json, as PATH or PATH:WEIGHT; "
+        "repeat to blend shard sets by weight (default: equal weights), e.g. --shards gs://a/shards:0.7 "
+        "--shards gs://b/shards:0.3",
+    )
+    p.add_argument(
+        "--output", required=True, help="run directory (local or gs://): checkpoints, logs, summary"
+    )
     model = p.add_mutually_exclusive_group()
     model.add_argument("--model_preset", choices=PRESETS, default=d.model_preset, help="model size")
-    model.add_argument("--model_config", help="JSON file with ModelConfig fields instead of a preset")
-    p.add_argument("--model_family", choices=family_names(), default=d.model_family, help="keras-hub model family")
-    p.add_argument("--tokenizer", help="the tokenizer the shards were made with: checked, and copied into the run")
+    model.add_argument(
+        "--model_config", help="JSON file with ModelConfig fields instead of a preset"
+    )
+    p.add_argument(
+        "--model_family",
+        choices=family_names(),
+        default=d.model_family,
+        help="keras-hub model family",
+    )
+    p.add_argument(
+        "--tokenizer",
+        help="the tokenizer the shards were made with: checked, and copied into the run",
+    )
     length = p.add_mutually_exclusive_group(required=True)
-    length.add_argument("--steps", type=int, help="total optimizer steps, fixed by the run's first command (see --extend)")
-    length.add_argument("--epochs", type=float,
-                        help="total epochs over the train split; with several --shards an epoch is as many sequences as "
-                             "all sets' train splits hold together, drawn by weight (a set that runs out starts "
-                             "another pass, counted in run_summary.json)")
-    p.add_argument("--per_replica_batch", type=int, default=d.per_replica_batch, help="sequences per replica per step")
-    p.add_argument("--learning_rate", type=float, default=d.learning_rate, help="peak learning rate")
+    length.add_argument(
+        "--steps",
+        type=int,
+        help="total optimizer steps, fixed by the run's first command (see --extend)",
+    )
+    length.add_argument(
+        "--epochs",
+        type=float,
+        help="total epochs over the train split; with several --shards an epoch is as many sequences as "
+        "all sets' train splits hold together, drawn by weight (a set that runs out starts "
+        "another pass, counted in run_summary.json)",
+    )
+    p.add_argument(
+        "--per_replica_batch",
+        type=int,
+        default=d.per_replica_batch,
+        help="sequences per replica per step",
+    )
+    p.add_argument(
+        "--learning_rate", type=float, default=d.learning_rate, help="peak learning rate"
+    )
     p.add_argument("--weight_decay", type=float, default=d.weight_decay, help="AdamW decay")
-    p.add_argument("--warmup_steps", type=int, help="linear warmup steps (default: 5%% of the total steps)")
-    p.add_argument("--lr_schedule", choices=LR_SCHEDULES, default=d.lr_schedule, help="decay after warmup")
+    p.add_argument(
+        "--warmup_steps", type=int, help="linear warmup steps (default: 5%% of the total steps)"
+    )
+    p.add_argument(
+        "--lr_schedule", choices=LR_SCHEDULES, default=d.lr_schedule, help="decay after warmup"
+    )
     p.add_argument("--clip_norm", type=float, help="clip gradients to this global norm")
-    p.add_argument("--masking", choices=MASKING_RECIPES, default=d.masking,
-                   help="which tokens to predict: single tokens, whole words, or SpanBERT spans of whole words")
-    p.add_argument("--mlm_probability", type=float, default=d.mlm_probability,
-                   help=f"fraction of tokens to predict: below 1 (below {max_mlm_probability(SPAN):.2f} for span)")
-    p.add_argument("--shuffle_buffer", type=int, default=d.shuffle_buffer, help="records held for shuffling")
+    p.add_argument(
+        "--masking",
+        choices=MASKING_RECIPES,
+        default=d.masking,
+        help="which tokens to predict: single tokens, whole words, or SpanBERT spans of whole words",
+    )
+    p.add_argument(
+        "--mlm_probability",
+        type=float,
+        default=d.mlm_probability,
+        help=f"fraction of tokens to predict: below 1 (below {max_mlm_probability(SPAN):.2f} for span)",
+    )
+    p.add_argument(
+        "--shuffle_buffer", type=int, default=d.shuffle_buffer, help="records held for shuffling"
+    )
     p.add_argument("--seed", type=int, default=d.seed, help="data order, masking, initialisation")
-    p.add_argument("--strategy", choices=STRATEGIES, default=d.strategy, help="tf.distribute strategy")
+    p.add_argument(
+        "--strategy", choices=STRATEGIES, default=d.strategy, help="tf.distribute strategy"
+    )
     p.add_argument("--tpu", help="TPU name for TPUClusterResolver ('local' on a TPU VM)")
-    p.add_argument("--precision", choices=PRECISIONS, default=d.precision,
-                   help="Keras dtype policy; auto: mixed_bfloat16 on TPUs and GPUs with bfloat16, mixed_float16 with "
-                        "loss scaling on older GPUs, float32 on CPUs (`lmshards env` shows the choice)")
-    p.add_argument("--steps_per_execution", type=_steps_per_execution, default=d.steps_per_execution,
-                   help="training steps per host call; auto: 32 on TPUs, 8 on GPUs, 1 on CPUs. Logging, evaluation "
-                        "and checkpoints still happen at exactly their steps")
-    p.add_argument("--checkpoint_every", type=int, default=d.checkpoint_every, help="steps between checkpoints")
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default=d.precision,
+        help="Keras dtype policy; auto: mixed_bfloat16 on TPUs and GPUs with bfloat16, mixed_float16 with "
+        "loss scaling on older GPUs, float32 on CPUs (`lmshards env` shows the choice)",
+    )
+    p.add_argument(
+        "--steps_per_execution",
+        type=_steps_per_execution,
+        default=d.steps_per_execution,
+        help="training steps per host call; auto: 32 on TPUs, 8 on GPUs, 1 on CPUs. Logging, evaluation "
+        "and checkpoints still happen at exactly their steps",
+    )
+    p.add_argument(
+        "--checkpoint_every", type=int, default=d.checkpoint_every, help="steps between checkpoints"
+    )
     p.add_argument("--keep", type=int, default=d.keep, help="checkpoints kept")
     p.add_argument("--eval_every", type=int, default=d.eval_every, help="steps between evaluations")
-    p.add_argument("--eval_batches", type=int, default=d.eval_batches,
-                   help="global batches each periodic evaluation reads: the same first ones, masked the same way every "
-                        "time, so evaluations of the same weights agree exactly")
-    p.add_argument("--final_eval", choices=FINAL_EVALS, default=d.final_eval,
-                   help="at the end of training, one pass over the whole validation split (full) or none")
+    p.add_argument(
+        "--eval_batches",
+        type=int,
+        default=d.eval_batches,
+        help="global batches each periodic evaluation reads: the same first ones, masked the same way every "
+        "time, so evaluations of the same weights agree exactly",
+    )
+    p.add_argument(
+        "--final_eval",
+        choices=FINAL_EVALS,
+        default=d.final_eval,
+        help="at the end of training, one pass over the whole validation split (full) or none",
+    )
     p.add_argument("--log_every", type=int, default=d.log_every, help="steps per logging window")
     p.add_argument("--extend", action="store_true", help=EXTEND_HELP)
-    p.add_argument("--restart", action="store_true",
-                   help="delete what an earlier run wrote in --output (checkpoints, metrics, summary) and train from step 0")
-    p.add_argument("--verbose", action="store_true", help="debug logs, and TensorFlow's own start-up and log lines")
+    p.add_argument(
+        "--restart",
+        action="store_true",
+        help="delete what an earlier run wrote in --output (checkpoints, metrics, summary) and train from step 0",
+    )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="debug logs, and TensorFlow's own start-up and log lines",
+    )
     return p
 
 
@@ -124,7 +203,13 @@ def parse_config(argv: Sequence[str]) -> TrainConfig:
     """
     args = build_parser().parse_args(list(argv))
     sources = [parse_shards_flag(text) for text in args.shards]
-    config = TrainConfig(**{**vars(args), "shards": tuple(s.path for s in sources), "shard_weights": source_weights(sources)})
+    config = TrainConfig(
+        **{
+            **vars(args),
+            "shards": tuple(s.path for s in sources),
+            "shard_weights": source_weights(sources),
+        }
+    )
     check_recipe(config.masking, config.mlm_probability)
     for name in _POSITIVE_INTS:
         value = getattr(config, name)
@@ -154,11 +239,16 @@ def _train(argv: Sequence[str]) -> int:
 def _run(config: TrainConfig) -> int:
     checked = preflight(config)
     if checked.finished is not None:
-        log.info("%s has finished; nothing to train (pass --extend with a larger --steps to train it longer).", config.output)
+        log.info(
+            "%s has finished; nothing to train (pass --extend with a larger --steps to train it longer).",
+            config.output,
+        )
         print(format_summary(checked.finished, config.output))
         return EXIT_OK
     with native_stderr_discarded(verbose=config.verbose):
-        from train.trainer import train  # the training stack loads only once every cheap check has passed
+        from train.trainer import (
+            train,
+        )  # the training stack loads only once every cheap check has passed
     summary = train(config, checked)
     if summary.get("preempted") is not None:
         return EXIT_PREEMPTED

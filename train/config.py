@@ -37,7 +37,9 @@ class ModelConfig:
     hidden_dim: int = 64
     intermediate_dim: int = 128
     dropout: float = 0.1
-    max_sequence_length: int = 512  # tokens the model takes; an export may add the family's position offset
+    max_sequence_length: int = (
+        512  # tokens the model takes; an export may add the family's position offset
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -58,7 +60,12 @@ def preset_config(name: str, *, family: str, vocabulary_size: int) -> ModelConfi
     if name not in _PRESET_DIMS:
         raise LmshardsError(f"Unknown --model_preset {name!r}; choose one of {list(PRESETS)}.")
     get_family(family)
-    return ModelConfig(family=family, vocabulary_size=vocabulary_size, max_sequence_length=512, **_PRESET_DIMS[name])
+    return ModelConfig(
+        family=family,
+        vocabulary_size=vocabulary_size,
+        max_sequence_length=512,
+        **_PRESET_DIMS[name],
+    )
 
 
 def model_config_from_dict(data: dict[str, Any], *, source: str) -> ModelConfig:
@@ -66,7 +73,9 @@ def model_config_from_dict(data: dict[str, Any], *, source: str) -> ModelConfig:
     names = {f.name for f in dataclasses.fields(ModelConfig)}
     unknown = set(data) - names
     if unknown:
-        raise LmshardsError(f"Model config {source!r} has unknown fields {sorted(unknown)}; allowed: {sorted(names)}.")
+        raise LmshardsError(
+            f"Model config {source!r} has unknown fields {sorted(unknown)}; allowed: {sorted(names)}."
+        )
     try:
         config = ModelConfig(**data)
     except TypeError as e:
@@ -78,7 +87,9 @@ def model_config_from_dict(data: dict[str, Any], *, source: str) -> ModelConfig:
 def read_model_config(path: str) -> ModelConfig:
     """Reads a --model_config JSON file (the ModelConfig fields; `family` may be omitted)."""
     if not fs.exists(path):
-        raise LmshardsError(f"--model_config {path!r} does not exist; pass a JSON file with the ModelConfig fields.")
+        raise LmshardsError(
+            f"--model_config {path!r} does not exist; pass a JSON file with the ModelConfig fields."
+        )
     try:
         data = json.loads(fs.read_text(path))
     except json.JSONDecodeError as e:

@@ -11,13 +11,13 @@ batches an uninterrupted run would.
 from __future__ import annotations
 
 import contextlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from schemas.constants import ATTENTION_MASK, INPUT_IDS
 from plumbing.errors import LmshardsError
+from schemas.constants import ATTENTION_MASK, INPUT_IDS
 from schemas.manifest import Manifest
 from schemas.records import parse_spec
 from schemas.tokenizer_info import TokenizerSource
@@ -34,7 +34,9 @@ MAX_INTERLEAVE = 8
 EVAL_SEED = 1234
 # The message of the assertion that every token id is below the manifest's vocab_size; the trainer
 # recognises it and names the manifest and the fix.
-ID_OUT_OF_VOCABULARY = "lmshards: a token id in the shards is not below the vocab_size of the manifest"
+ID_OUT_OF_VOCABULARY = (
+    "lmshards: a token id in the shards is not below the vocab_size of the manifest"
+)
 # Stateless seeds are [2] int64: (run seed, counter). Counters of pipelines, and of batch vs pass
 # draws, never coincide: counter = (index * _PIPELINE_STRIDE + pipeline_id) * 2 + (0 for batches, 1 for passes).
 _PIPELINE_STRIDE = 1_000_003
@@ -106,20 +108,44 @@ def train_dataset(
     start = start_step * batch_size  # examples this pipeline has yielded before
     with _tensor_seeds_allowed():  # the per-pass functions are traced here
         if len(streams) == 1:
-            records = _set_records(streams[0], set_index=0, seed=seed, pipeline_id=pipeline_id,
-                                   shuffle_buffer=shuffle_buffer, start_record=start)
+            records = _set_records(
+                streams[0],
+                set_index=0,
+                seed=seed,
+                pipeline_id=pipeline_id,
+                shuffle_buffer=shuffle_buffer,
+                start_record=start,
+            )
         else:
-            read = examples_per_set(block_counts, seed=seed, pipeline_id=pipeline_id, examples=start)
+            read = examples_per_set(
+                block_counts, seed=seed, pipeline_id=pipeline_id, examples=start
+            )
             records = tf.data.Dataset.choose_from_datasets(
-                [_set_records(stream, set_index=i, seed=seed, pipeline_id=pipeline_id, shuffle_buffer=shuffle_buffer,
-                              start_record=read[i]) for i, stream in enumerate(streams)],
-                mixture_choices(block_counts, seed=seed, pipeline_id=pipeline_id, start_example=start),
+                [
+                    _set_records(
+                        stream,
+                        set_index=i,
+                        seed=seed,
+                        pipeline_id=pipeline_id,
+                        shuffle_buffer=shuffle_buffer,
+                        start_record=read[i],
+                    )
+                    for i, stream in enumerate(streams)
+                ],
+                mixture_choices(
+                    block_counts, seed=seed, pipeline_id=pipeline_id, start_example=start
+                ),
             )
     # (step, serialized [batch_size])
-    ds = tf.data.Dataset.zip(tf.data.Dataset.range(start_step, _ENDLESS), records.batch(batch_size, drop_remainder=True))
+    ds = tf.data.Dataset.zip(
+        tf.data.Dataset.range(start_step, _ENDLESS), records.batch(batch_size, drop_remainder=True)
+    )
     ds = ds.map(
         lambda step, serialized: _parse_and_mask(
-            serialized, spec=spec, masking=masking, with_segment_ids=with_segment_ids,
+            serialized,
+            spec=spec,
+            masking=masking,
+            with_segment_ids=with_segment_ids,
             seed=_stream_seed(seed, step, pipeline_id, epoch_draw=False),
         ),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -128,8 +154,15 @@ def train_dataset(
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
-def _set_records(stream: SetStream, *, set_index: int, seed: int, pipeline_id: int, shuffle_buffer: int,
-                 start_record) -> tf.data.Dataset:
+def _set_records(
+    stream: SetStream,
+    *,
+    set_index: int,
+    seed: int,
+    pipeline_id: int,
+    shuffle_buffer: int,
+    start_record,
+) -> tf.data.Dataset:
     """One set's serialized records for one pipeline, pass after pass, from record `start_record` (int or int64 scalar)."""
     paths = tf.constant(stream.files.paths)
 
@@ -150,20 +183,28 @@ def _set_records(stream: SetStream, *, set_index: int, seed: int, pipeline_id: i
     return tf.data.Dataset.range(start_pass, _ENDLESS).flat_map(one_pass).skip(skip)
 
 
-def mixture_choices(block_counts: Sequence[int], *, seed: int, pipeline_id: int, start_example: int) -> tf.data.Dataset:
+def mixture_choices(
+    block_counts: Sequence[int], *, seed: int, pipeline_id: int, start_example: int
+) -> tf.data.Dataset:
     """int64 set index of each example of a pipeline, from example `start_example` on (see train.mixture)."""
     start_block, offset = start_example // MIXTURE_BLOCK, start_example % MIXTURE_BLOCK
     blocks = tf.data.Dataset.range(start_block, _ENDLESS)
     return blocks.flat_map(
-        lambda block: tf.data.Dataset.from_tensor_slices(_block_choices(block_counts, seed, pipeline_id, block))
+        lambda block: tf.data.Dataset.from_tensor_slices(
+            _block_choices(block_counts, seed, pipeline_id, block)
+        )
     ).skip(offset)
 
 
-def examples_per_set(block_counts: Sequence[int], *, seed: int, pipeline_id: int, examples) -> tf.Tensor:
+def examples_per_set(
+    block_counts: Sequence[int], *, seed: int, pipeline_id: int, examples
+) -> tf.Tensor:
     """int64 [sets]: how many of a pipeline's first `examples` examples each set gave (closed form, no reading)."""
     full_blocks, rest = examples // MIXTURE_BLOCK, examples % MIXTURE_BLOCK
     partial = tf.cast(_block_choices(block_counts, seed, pipeline_id, full_blocks)[:rest], tf.int32)
-    in_partial = tf.math.bincount(partial, minlength=len(block_counts), maxlength=len(block_counts), dtype=tf.int64)
+    in_partial = tf.math.bincount(
+        partial, minlength=len(block_counts), maxlength=len(block_counts), dtype=tf.int64
+    )
     return tf.cast(full_blocks, tf.int64) * tf.constant(block_counts, tf.int64) + in_partial
 
 
@@ -172,7 +213,9 @@ def sequences_read(
 ) -> tuple[int, ...]:
     """Sequences each set gave to all input pipelines together once each has yielded examples_per_pipeline."""
     total = sum(
-        examples_per_set(block_counts, seed=seed, pipeline_id=p, examples=examples_per_pipeline).numpy()
+        examples_per_set(
+            block_counts, seed=seed, pipeline_id=p, examples=examples_per_pipeline
+        ).numpy()
         for p in range(num_pipelines)
     )
     return tuple(int(n) for n in total)
@@ -187,7 +230,9 @@ def _block_choices(block_counts: Sequence[int], seed: int, pipeline_id: int, blo
     """
     sets = np.repeat(np.arange(len(block_counts)), block_counts)
     strata = np.concatenate([np.arange(count) for count in block_counts])
-    jitter = tf.random.stateless_uniform([MIXTURE_BLOCK], seed=_choice_seed(seed, block, pipeline_id), dtype=tf.float64)
+    jitter = tf.random.stateless_uniform(
+        [MIXTURE_BLOCK], seed=_choice_seed(seed, block, pipeline_id), dtype=tf.float64
+    )
     points = (strata + jitter) / np.repeat(block_counts, block_counts)
     return tf.gather(tf.constant(sets, tf.int64), tf.argsort(points, stable=True))
 
@@ -229,7 +274,9 @@ def _tensor_seeds_allowed():
             tf.random.set_seed(global_seed)
 
 
-def eval_batch_count(records: int, *, batch_size: int, max_batches: int | None = None, batches_multiple_of: int = 1) -> int:
+def eval_batch_count(
+    records: int, *, batch_size: int, max_batches: int | None = None, batches_multiple_of: int = 1
+) -> int:
     """Batches eval_dataset yields for `records` records: the real ones, then padding up to batches_multiple_of."""
     batches = -(-records // batch_size)
     if max_batches is not None:
@@ -256,30 +303,59 @@ def eval_dataset(
     """
     batches = eval_batch_count(files.total_records, batch_size=batch_size, max_batches=max_batches)
     spec = parse_spec(features, names=READ_FEATURES)
-    ds = tf.data.TFRecordDataset(list(files.paths), num_parallel_reads=min(len(files.paths), MAX_INTERLEAVE))
-    ds = ds.batch(batch_size).take(batches).map(lambda serialized: tf.io.parse_example(serialized, spec))
+    ds = tf.data.TFRecordDataset(
+        list(files.paths), num_parallel_reads=min(len(files.paths), MAX_INTERLEAVE)
+    )
+    ds = (
+        ds.batch(batch_size)
+        .take(batches)
+        .map(lambda serialized: tf.io.parse_example(serialized, spec))
+    )
     padding = {name: tf.zeros([0, *feature.shape], feature.dtype) for name, feature in spec.items()}
-    ds = ds.concatenate(tf.data.Dataset.from_tensors(padding).repeat(-batches % batches_multiple_of))
+    ds = ds.concatenate(
+        tf.data.Dataset.from_tensors(padding).repeat(-batches % batches_multiple_of)
+    )
     # {name: int64 [batch_size, seq_len]}
-    ds = ds.map(lambda f: {
-        name: tf.ensure_shape(tf.pad(v, [[0, batch_size - tf.shape(v)[0]], [0, 0]]), [batch_size, *spec[name].shape])
-        for name, v in f.items()
-    })
+    ds = ds.map(
+        lambda f: {
+            name: tf.ensure_shape(
+                tf.pad(v, [[0, batch_size - tf.shape(v)[0]], [0, 0]]),
+                [batch_size, *spec[name].shape],
+            )
+            for name, v in f.items()
+        }
+    )
     ds = ds.enumerate().map(
-        lambda i, f: _mask(f, masking=masking, with_segment_ids=with_segment_ids,
-                           seed=tf.stack([tf.constant(EVAL_SEED, tf.int64), i])),
+        lambda i, f: _mask(
+            f,
+            masking=masking,
+            with_segment_ids=with_segment_ids,
+            seed=tf.stack([tf.constant(EVAL_SEED, tf.int64), i]),
+        ),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
-def _parse_and_mask(serialized, *, spec: dict, masking: MaskingSpec, with_segment_ids: bool, seed) -> dict[str, tf.Tensor]:
+def _parse_and_mask(
+    serialized, *, spec: dict, masking: MaskingSpec, with_segment_ids: bool, seed
+) -> dict[str, tf.Tensor]:
     # One vectorized parse per batch: far cheaper than parse_single_example per record.
-    return _mask(tf.io.parse_example(serialized, spec), masking=masking, with_segment_ids=with_segment_ids, seed=seed)
+    return _mask(
+        tf.io.parse_example(serialized, spec),
+        masking=masking,
+        with_segment_ids=with_segment_ids,
+        seed=seed,
+    )
 
 
 def _mask(features, *, masking: MaskingSpec, with_segment_ids: bool, seed) -> dict[str, tf.Tensor]:
-    batch = mask_batch(_checked_ids(features[INPUT_IDS], masking.vocab_size), features[ATTENTION_MASK], masking, seed)
+    batch = mask_batch(
+        _checked_ids(features[INPUT_IDS], masking.vocab_size),
+        features[ATTENTION_MASK],
+        masking,
+        seed,
+    )
     if with_segment_ids:
         batch["segment_ids"] = tf.zeros_like(batch["token_ids"])
     # Keep the static batch size (known after batch(drop_remainder=True) or eval padding) on every output.
@@ -290,7 +366,9 @@ def _mask(features, *, masking: MaskingSpec, with_segment_ids: bool, seed) -> di
 def _checked_ids(ids: tf.Tensor, vocab_size: int) -> tf.Tensor:
     """ids, once asserted below vocab_size: a larger id (shards of another tokenizer, or a wrong manifest) would
     index past the embedding table, which fails obscurely on CPUs and silently gives zeros on GPUs and TPUs."""
-    check = tf.debugging.assert_less(tf.reduce_max(ids), tf.constant(vocab_size, ids.dtype), message=ID_OUT_OF_VOCABULARY)
+    check = tf.debugging.assert_less(
+        tf.reduce_max(ids), tf.constant(vocab_size, ids.dtype), message=ID_OUT_OF_VOCABULARY
+    )
     with tf.control_dependencies([check]):
         return tf.identity(ids)
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from plumbing.errors import LmshardsError
 
@@ -29,7 +30,9 @@ DEV_ROOT = "/dev"
 # TPUClusterResolver's name for the chips attached to this host (a TPU VM).
 TPU_LOCAL = "local"
 # For messages that say where no TPU was found.
-TPU_SIGNALS_CHECKED = ", ".join(["--tpu", *TPU_ENV_VARS, *(os.path.join(DEV_ROOT, p) for p in TPU_DEVICE_PATTERNS)])
+TPU_SIGNALS_CHECKED = ", ".join(
+    ["--tpu", *TPU_ENV_VARS, *(os.path.join(DEV_ROOT, p) for p in TPU_DEVICE_PATTERNS)]
+)
 
 # --- strategies and the platform their replicas run on
 STRATEGY_AUTO = "auto"
@@ -72,7 +75,10 @@ GPU_PROBED = "probed"  # DeviceReport.gpu_probe when GPUs were listed, rather th
 
 
 def detect_tpu_signals(
-    *, environ: Mapping[str, str] = os.environ, tpu_flag: str | None = None, dev_root: str | None = None
+    *,
+    environ: Mapping[str, str] = os.environ,
+    tpu_flag: str | None = None,
+    dev_root: str | None = None,
 ) -> list[str]:
     """Every sign that this machine is meant to train on a TPU, e.g. ['env TPU_ACCELERATOR_TYPE=v5litepod-8'].
 
@@ -88,10 +94,14 @@ def detect_tpu_signals(
 def local_tpu_devices(dev_root: str | None = None) -> list[str]:
     """Paths of this host's TPU chips (/dev/accelN, /dev/vfio/N), sorted."""
     root = dev_root or DEV_ROOT
-    return sorted(path for pattern in TPU_DEVICE_PATTERNS for path in glob.glob(os.path.join(root, pattern)))
+    return sorted(
+        path for pattern in TPU_DEVICE_PATTERNS for path in glob.glob(os.path.join(root, pattern))
+    )
 
 
-def tpu_resolver_target(*, tpu_flag: str | None, environ: Mapping[str, str], dev_root: str | None = None) -> str | None:
+def tpu_resolver_target(
+    *, tpu_flag: str | None, environ: Mapping[str, str], dev_root: str | None = None
+) -> str | None:
     """What to pass as TPUClusterResolver(tpu=...).
 
     --tpu wins. Chips on this host mean a TPU VM: 'local' (TF's resolver otherwise demands a name).
@@ -138,7 +148,12 @@ def list_gpus() -> list[GpuInfo]:
     for device in tf.config.list_physical_devices("GPU"):
         details = tf.config.experimental.get_device_details(device)
         cc = details.get("compute_capability")
-        gpus.append(GpuInfo(name=details.get("device_name", device.name), compute_capability=tuple(cc) if cc else None))
+        gpus.append(
+            GpuInfo(
+                name=details.get("device_name", device.name),
+                compute_capability=tuple(cc) if cc else None,
+            )
+        )
     return gpus
 
 
@@ -147,14 +162,18 @@ def gpu_device_kind(gpus: Sequence[GpuInfo]) -> str:
     return " + ".join(dict.fromkeys(gpu.name for gpu in gpus)) or "GPU"
 
 
-def gpu_probe_skip_reason(*, environ: Mapping[str, str] = os.environ, dev_root: str | None = None) -> str | None:
+def gpu_probe_skip_reason(
+    *, environ: Mapping[str, str] = os.environ, dev_root: str | None = None
+) -> str | None:
     """Why listing GPUs cannot find any, so TensorFlow need not be imported to look; None when it might."""
     visible = environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() in ("", "-1"):
         return f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU"
     root = dev_root or DEV_ROOT
     if not any(glob.glob(os.path.join(root, pattern)) for pattern in GPU_DEVICE_PATTERNS):
-        return f"no GPU device file ({', '.join(os.path.join(root, p) for p in GPU_DEVICE_PATTERNS)})"
+        return (
+            f"no GPU device file ({', '.join(os.path.join(root, p) for p in GPU_DEVICE_PATTERNS)})"
+        )
     return None
 
 
@@ -185,7 +204,10 @@ def strategy_platform_for(strategy: str, *, num_gpus: int) -> str:
 
 
 def resolve_precision(
-    requested: str, *, platform: str, gpu_compute_capabilities: Sequence[tuple[int, int] | None] = ()
+    requested: str,
+    *,
+    platform: str,
+    gpu_compute_capabilities: Sequence[tuple[int, int] | None] = (),
 ) -> str:
     """The Keras dtype policy for `--precision requested` on platform; explicit values pass through.
 
@@ -196,7 +218,9 @@ def resolve_precision(
     return _auto_precision(requested, platform, gpu_compute_capabilities)[0]
 
 
-def _auto_precision(requested: str, platform: str, capabilities: Sequence[tuple[int, int] | None]) -> tuple[str, str]:
+def _auto_precision(
+    requested: str, platform: str, capabilities: Sequence[tuple[int, int] | None]
+) -> tuple[str, str]:
     """(policy, why) for resolve_precision and the device report."""
     if requested not in PRECISIONS:
         raise LmshardsError(f"Unknown --precision {requested!r}; choose {', '.join(PRECISIONS)}.")
@@ -213,8 +237,14 @@ def _auto_precision(requested: str, platform: str, capabilities: Sequence[tuple[
     if lowest >= BF16_MIN_COMPUTE_CAPABILITY:
         return MIXED_BFLOAT16, f"GPU compute capability {shown} >= 8.0 has bfloat16 tensor cores"
     if lowest >= FP16_MIN_COMPUTE_CAPABILITY:
-        return MIXED_FLOAT16, f"GPU compute capability {shown} < 8.0 has float16 tensor cores only (loss scaling on)"
-    return FLOAT32, f"GPU compute capability {shown} < 7.0 has no tensor cores: float16 would not be faster"
+        return (
+            MIXED_FLOAT16,
+            f"GPU compute capability {shown} < 8.0 has float16 tensor cores only (loss scaling on)",
+        )
+    return (
+        FLOAT32,
+        f"GPU compute capability {shown} < 7.0 has no tensor cores: float16 would not be faster",
+    )
 
 
 def resolve_steps_per_execution(requested: int | str, *, platform: str) -> int:
@@ -227,18 +257,24 @@ def resolve_steps_per_execution(requested: int | str, *, platform: str) -> int:
     if requested == AUTO:
         return STEPS_PER_EXECUTION[platform]
     if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
-        raise LmshardsError(f"--steps_per_execution {requested!r} must be 'auto' or a positive integer.")
+        raise LmshardsError(
+            f"--steps_per_execution {requested!r} must be 'auto' or a positive integer."
+        )
     return requested
 
 
-def steps_in_next_call(step: int, *, stop: int, every: Sequence[int], steps_per_execution: int) -> int:
+def steps_in_next_call(
+    step: int, *, stop: int, every: Sequence[int], steps_per_execution: int
+) -> int:
     """How many steps the next host call may run from `step` without passing a boundary.
 
     Boundaries are `stop` and every multiple of each interval in `every` (logging, evaluation,
     checkpointing), so each of those steps ends a call and its work happens at exactly that step.
     Always >= 1 while step < stop.
     """
-    return min(steps_per_execution, stop - step, *(interval - step % interval for interval in every))
+    return min(
+        steps_per_execution, stop - step, *(interval - step % interval for interval in every)
+    )
 
 
 def check_tpu_batch(global_batch: int, num_cores: int) -> str | None:

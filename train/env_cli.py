@@ -11,7 +11,7 @@ import json
 import os
 import platform
 import sys
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from plumbing.cli import CommandParser, run_command, setup_logging
 from schemas.version import __version__
@@ -29,7 +29,14 @@ from train.devices import (
 COMMAND = "env"
 # Distributions whose versions matter to a run; read from their metadata, never by importing them.
 STACK = (
-    "tensorflow", "tensorflow-tpu", "libtpu", "keras", "keras-hub", "transformers", "tokenizers", "apache-beam",
+    "tensorflow",
+    "tensorflow-tpu",
+    "libtpu",
+    "keras",
+    "keras-hub",
+    "transformers",
+    "tokenizers",
+    "apache-beam",
     "torch",
 )
 
@@ -37,9 +44,15 @@ STACK = (
 def build_parser() -> CommandParser:
     p = CommandParser(COMMAND, description=__doc__)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.add_argument("--tpu", help="the --tpu value `lmshards train` would get (counts as a TPU signal)")
-    p.add_argument("--no_gpu_probe", action="store_true", help="do not import TensorFlow to list GPUs")
-    p.add_argument("--verbose", action="store_true", help="show TensorFlow's start-up lines when listing GPUs")
+    p.add_argument(
+        "--tpu", help="the --tpu value `lmshards train` would get (counts as a TPU signal)"
+    )
+    p.add_argument(
+        "--no_gpu_probe", action="store_true", help="do not import TensorFlow to list GPUs"
+    )
+    p.add_argument(
+        "--verbose", action="store_true", help="show TensorFlow's start-up lines when listing GPUs"
+    )
     return p
 
 
@@ -69,21 +82,29 @@ def find_gpus(*, probe: bool, environ: Mapping[str, str] = os.environ) -> tuple[
 
 def format_text(report: DeviceReport, versions: Mapping[str, str | None]) -> str:
     """The human-readable report: versions, accelerators and signals, then each auto choice and why."""
-    installed = [f"{name} {version}" for name, version in versions.items() if version and name != "python"]
+    installed = [
+        f"{name} {version}" for name, version in versions.items() if version and name != "python"
+    ]
     missing = [name for name, version in versions.items() if not version]
     signals = ", ".join(report.signals) or f"none (checked {TPU_SIGNALS_CHECKED})"
-    gpus = ", ".join(f"{g.name} (compute capability {g.capability_text or 'unknown'})" for g in report.gpus)
+    gpus = ", ".join(
+        f"{g.name} (compute capability {g.capability_text or 'unknown'})" for g in report.gpus
+    )
     lines = [
         f"Python {versions['python']} on {platform.system()} {platform.machine()}",
         f"stack: {', '.join(installed)}",
         f"not installed: {', '.join(missing) or '-'}",
         f"TPU signals: {signals}",
-        f"GPUs: {gpus or 'none'}" + ("" if report.gpu_probe == GPU_PROBED else f" ({report.gpu_probe})"),
+        f"GPUs: {gpus or 'none'}"
+        + ("" if report.gpu_probe == GPU_PROBED else f" ({report.gpu_probe})"),
         f"device kind: {report.device_kind}",
         "auto chooses here:",
     ]
-    choices = {"strategy": report.strategy, "precision": report.precision,
-               "steps_per_execution": report.steps_per_execution}
+    choices = {
+        "strategy": report.strategy,
+        "precision": report.precision,
+        "steps_per_execution": report.steps_per_execution,
+    }
     for option, value in choices.items():
         lines.append(f"  --{option + ' auto':<25} {value!s:<15} {report.reasons[option]}")
     return "\n".join(lines)
@@ -95,7 +116,9 @@ def run(argv: Sequence[str]) -> int:
     if not args.verbose:  # TensorFlow's C++ start-up lines, should listing GPUs import it
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     gpus, gpu_probe = find_gpus(probe=not args.no_gpu_probe)
-    report = describe_devices(signals=detect_tpu_signals(tpu_flag=args.tpu), gpus=gpus, gpu_probe=gpu_probe)
+    report = describe_devices(
+        signals=detect_tpu_signals(tpu_flag=args.tpu), gpus=gpus, gpu_probe=gpu_probe
+    )
     versions = stack_versions()
     if args.json:
         print(json.dumps({"versions": versions, **report.to_json()}, indent=2))

@@ -18,8 +18,8 @@ import numpy as np
 
 from plumbing import fs
 from plumbing.errors import LmshardsError, TokenizerError
-from schemas.hf_tokenizer import wrap_fast_tokenizer
 from plumbing.outputs import check_writable
+from schemas.hf_tokenizer import wrap_fast_tokenizer
 from schemas.tokenizer_info import TokenizerSource, fingerprint, locate_tokenizer
 from train.config import TOKENIZER_DIR
 from train.families import get_family
@@ -41,7 +41,9 @@ def masked_lm_spec(masked_lm: Any, *, family: str) -> MaskedLMSpec:
     expected = get_family(family).keras_backbone
     backbone = masked_lm.backbone
     if type(backbone).__name__ != expected:
-        raise LmshardsError(f"Family {family!r} expects a keras-hub {expected}, got {type(backbone).__name__}.")
+        raise LmshardsError(
+            f"Family {family!r} expects a keras-hub {expected}, got {type(backbone).__name__}."
+        )
     encoder = backbone.transformer_layers[0]
     head = masked_lm.masked_lm_head
     return MaskedLMSpec(
@@ -70,7 +72,9 @@ def keras_weights(masked_lm: Any, spec: MaskedLMSpec) -> dict[str, np.ndarray]:
     """The masked LM's variables as numpy arrays, named as hf_mapping.keras_weight_names lists them."""
     backbone = masked_lm.backbone
     if getattr(backbone.token_embedding, "tie_weights", True) is False:
-        raise LmshardsError("The model's output projection is not tied to its token embedding; export supports tied models only.")
+        raise LmshardsError(
+            "The model's output projection is not tied to its token embedding; export supports tied models only."
+        )
     family = spec.model_family
     position = backbone
     for name in family.keras_position_embedding.split("."):
@@ -96,7 +100,10 @@ def keras_weights(masked_lm: Any, spec: MaskedLMSpec) -> dict[str, np.ndarray]:
         for part, sublayer in dense.items():
             variables[f"layer.{i}.{part}.kernel"] = sublayer.kernel
             variables[f"layer.{i}.{part}.bias"] = sublayer.bias
-        for part, norm in (("attention_norm", layer._self_attention_layer_norm), ("output_norm", layer._feedforward_layer_norm)):
+        for part, norm in (
+            ("attention_norm", layer._self_attention_layer_norm),
+            ("output_norm", layer._feedforward_layer_norm),
+        ):
             variables[f"layer.{i}.{part}.gamma"] = norm.gamma
             variables[f"layer.{i}.{part}.beta"] = norm.beta
     head = masked_lm.masked_lm_head
@@ -109,7 +116,9 @@ def keras_weights(masked_lm: Any, spec: MaskedLMSpec) -> dict[str, np.ndarray]:
             "head.bias": head._bias,
         }
     )
-    return {name: np.asarray(variable.numpy(), dtype=np.float32) for name, variable in variables.items()}
+    return {
+        name: np.asarray(variable.numpy(), dtype=np.float32) for name, variable in variables.items()
+    }
 
 
 def export_masked_lm(
@@ -132,7 +141,9 @@ def export_masked_lm(
     spec = masked_lm_spec(masked_lm, family=family)
     for role in REQUIRED_ROLES:
         if role not in special_token_ids:
-            raise LmshardsError(f"special_token_ids {special_token_ids} has no {role!r} token; the exported model needs one.")
+            raise LmshardsError(
+                f"special_token_ids {special_token_ids} has no {role!r} token; the exported model needs one."
+            )
     replace = check_export_output(output_dir, overwrite=overwrite)
     differences = head_differences(spec)
     if differences:
@@ -142,14 +153,21 @@ def export_masked_lm(
             "; ".join(differences),
         )
     with fs.atomic_local_path(output_dir) as staging:
-        save_hf_model(keras_weights(masked_lm, spec), spec, special_token_ids=special_token_ids, output_dir=staging)
+        save_hf_model(
+            keras_weights(masked_lm, spec),
+            spec,
+            special_token_ids=special_token_ids,
+            output_dir=staging,
+        )
         save_tokenizer(
             tokenizer_dir_or_json,
             special_token_ids=special_token_ids,
             model_max_length=spec.max_sequence_length,
             output_dir=staging,
         )
-        check_tokenizer_matches(staging, special_token_ids=special_token_ids, vocabulary_size=spec.vocabulary_size)
+        check_tokenizer_matches(
+            staging, special_token_ids=special_token_ids, vocabulary_size=spec.vocabulary_size
+        )
         if replace:
             shutil.rmtree(output_dir)  # only now that the new export is complete
     logger.info("Exported %s model to %s", spec.family, output_dir)
@@ -173,7 +191,11 @@ def check_export_output(output_dir: str, *, overwrite: bool) -> bool:
 
 
 def save_hf_model(
-    weights: dict[str, np.ndarray], spec: MaskedLMSpec, *, special_token_ids: dict[str, int], output_dir: str
+    weights: dict[str, np.ndarray],
+    spec: MaskedLMSpec,
+    *,
+    special_token_ids: dict[str, int],
+    output_dir: str,
 ) -> None:
     """Builds the family's transformers model, loads the mapped weights strictly and saves it (safetensors)."""
     torch, transformers = _import_export_stack()
@@ -187,13 +209,19 @@ def save_hf_model(
             f"Weight mapping does not cover {model_cls.__name__}: missing {sorted(expected - set(state))}, "
             f"unexpected {sorted(set(state) - expected)}"
         )
-    model.load_state_dict({name: torch.from_numpy(value) for name, value in state.items()}, strict=True)
+    model.load_state_dict(
+        {name: torch.from_numpy(value) for name, value in state.items()}, strict=True
+    )
     model.eval()
     model.save_pretrained(output_dir)
 
 
 def save_tokenizer(
-    tokenizer_dir_or_json: str, *, special_token_ids: dict[str, int], model_max_length: int, output_dir: str
+    tokenizer_dir_or_json: str,
+    *,
+    special_token_ids: dict[str, int],
+    model_max_length: int,
+    output_dir: str,
 ) -> None:
     """Puts the tokenizer files into output_dir (local or gs:// source).
 
@@ -209,12 +237,14 @@ def save_tokenizer(
                 with open(os.path.join(output_dir, name), "wb") as f:
                     f.write(fs.read_bytes(path))
         return
-    wrap_tokenizer_json(source, special_token_ids=special_token_ids, model_max_length=model_max_length).save_pretrained(
-        output_dir
-    )
+    wrap_tokenizer_json(
+        source, special_token_ids=special_token_ids, model_max_length=model_max_length
+    ).save_pretrained(output_dir)
 
 
-def wrap_tokenizer_json(source: TokenizerSource, *, special_token_ids: dict[str, int], model_max_length: int) -> Any:
+def wrap_tokenizer_json(
+    source: TokenizerSource, *, special_token_ids: dict[str, int], model_max_length: int
+) -> Any:
     """A transformers PreTrainedTokenizerFast over the tokenizer.json, with its role tokens set.
 
     The mask token also takes the space before it (lstrip), as RoBERTa's does: in "is <mask>." the
@@ -227,10 +257,14 @@ def wrap_tokenizer_json(source: TokenizerSource, *, special_token_ids: dict[str,
         if added["id"] == special_token_ids["mask"]:
             added["lstrip"] = True
     tokenizer = Tokenizer.from_str(json.dumps(parsed, ensure_ascii=False))
-    return wrap_fast_tokenizer(tokenizer, special_token_ids=special_token_ids, model_max_length=model_max_length)
+    return wrap_fast_tokenizer(
+        tokenizer, special_token_ids=special_token_ids, model_max_length=model_max_length
+    )
 
 
-def check_tokenizer_matches(model_dir: str, *, special_token_ids: dict[str, int], vocabulary_size: int) -> None:
+def check_tokenizer_matches(
+    model_dir: str, *, special_token_ids: dict[str, int], vocabulary_size: int
+) -> None:
     """Raises LmshardsError unless the saved tokenizer's role ids are the ones the model was trained with."""
     from transformers import AutoTokenizer
 
@@ -250,7 +284,12 @@ def check_tokenizer_matches(model_dir: str, *, special_token_ids: dict[str, int]
 
 
 def export_run(
-    run_dir: str, *, output_dir: str, checkpoint: str | None = None, tokenizer: str | None = None, overwrite: bool = False
+    run_dir: str,
+    *,
+    output_dir: str,
+    checkpoint: str | None = None,
+    tokenizer: str | None = None,
+    overwrite: bool = False,
 ) -> str:
     """Exports a training run (its latest checkpoint, or `checkpoint`) to output_dir. Returns output_dir.
 
@@ -299,7 +338,9 @@ def push_to_hub(output_dir: str, repo_id: str) -> str:
     api = HfApi()
     try:
         url = api.create_repo(repo_id, exist_ok=True)
-        api.upload_folder(folder_path=output_dir, repo_id=repo_id, commit_message="Upload lmshards export")
+        api.upload_folder(
+            folder_path=output_dir, repo_id=repo_id, commit_message="Upload lmshards export"
+        )
     except (OSError, httpx2.HTTPError) as e:  # offline mode and HTTP status errors are OSErrors
         raise LmshardsError(
             f"Could not push to the Hugging Face Hub repo {repo_id!r}: the Hub is unreachable or refused the upload "
@@ -314,5 +355,7 @@ def _import_export_stack() -> tuple[Any, Any]:
         import torch
         import transformers
     except ImportError as e:
-        raise LmshardsError(f"Export needs torch and transformers ({e}). {EXPORT_EXTRA_HINT}") from e
+        raise LmshardsError(
+            f"Export needs torch and transformers ({e}). {EXPORT_EXTRA_HINT}"
+        ) from e
     return torch, transformers

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Sequence
+from collections.abc import Sequence
 
 from plumbing.cli import EXIT_FAILURE, CommandParser, print_error, run_command, setup_logging
 from plumbing.errors import LmshardsError
@@ -22,13 +22,32 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         description=f"Write a {architectures} directory (config.json, model.safetensors, "
         "tokenizer files) from a training run, for transformers' pipeline('fill-mask') and from_pretrained.",
     )
-    parser.add_argument("run_dir", help="the --output directory of `lmshards train` (local or gs://)")
-    parser.add_argument("--output", required=True, help="new or empty local directory for the model")
-    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output (once the new export is complete)")
-    parser.add_argument("--checkpoint", help="checkpoint prefix, e.g. RUN_DIR/checkpoints/ckpt-3 (default: the latest)")
-    parser.add_argument("--tokenizer", help="tokenizer.json or tokenizer directory (default: RUN_DIR/tokenizer)")
-    parser.add_argument("--push_to_hub", metavar="REPO", help="also upload the export to this Hugging Face Hub repo")
-    parser.add_argument("--verbose", action="store_true", help="debug logs, and TensorFlow's own start-up and log lines")
+    parser.add_argument(
+        "run_dir", help="the --output directory of `lmshards train` (local or gs://)"
+    )
+    parser.add_argument(
+        "--output", required=True, help="new or empty local directory for the model"
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a non-empty --output (once the new export is complete)",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        help="checkpoint prefix, e.g. RUN_DIR/checkpoints/ckpt-3 (default: the latest)",
+    )
+    parser.add_argument(
+        "--tokenizer", help="tokenizer.json or tokenizer directory (default: RUN_DIR/tokenizer)"
+    )
+    parser.add_argument(
+        "--push_to_hub", metavar="REPO", help="also upload the export to this Hugging Face Hub repo"
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="debug logs, and TensorFlow's own start-up and log lines",
+    )
     return parser.parse_args(list(argv))
 
 
@@ -38,7 +57,10 @@ def _export(argv: Sequence[str]) -> int | None:
     load_tensorflow_quietly(verbose=args.verbose)
     try:
         output = export_run(
-            args.run_dir, output_dir=args.output, checkpoint=args.checkpoint, tokenizer=args.tokenizer,
+            args.run_dir,
+            output_dir=args.output,
+            checkpoint=args.checkpoint,
+            tokenizer=args.tokenizer,
             overwrite=args.overwrite,
         )
     except LmshardsError:

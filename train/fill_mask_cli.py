@@ -12,11 +12,12 @@ import json
 import os
 import pickle
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from plumbing.cli import CommandParser, run_command, setup_logging
-from schemas.constants import ROLE_SPELLINGS
 from plumbing.errors import LmshardsError
+from schemas.constants import ROLE_SPELLINGS
 
 COMMAND = "fill-mask"
 DEFAULT_TOP_K = 5
@@ -25,9 +26,13 @@ DEFAULT_TOP_K = 5
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = CommandParser(COMMAND, description=__doc__.split("\n\n")[0])
     parser.add_argument("model_dir", help="directory written by `lmshards export`")
-    parser.add_argument("text", help='text with one or more mask tokens, e.g. "The capital of France is <mask>."')
+    parser.add_argument(
+        "text", help='text with one or more mask tokens, e.g. "The capital of France is <mask>."'
+    )
     parser.add_argument("--top_k", type=int, default=DEFAULT_TOP_K, help="predictions per mask")
-    parser.add_argument("--json", action="store_true", help="print the predictions as JSON (one list per mask)")
+    parser.add_argument(
+        "--json", action="store_true", help="print the predictions as JSON (one list per mask)"
+    )
     args = parser.parse_args(list(argv))
     if args.top_k < 1:
         parser.error(f"--top_k must be at least 1, got {args.top_k}")
@@ -44,21 +49,31 @@ def with_mask_token(text: str, mask_token: str) -> str:
         text = text.replace(spelling, mask_token)
     if mask_token not in text:
         spellings = " or ".join(dict.fromkeys((mask_token, *ROLE_SPELLINGS["mask"])))
-        raise LmshardsError(f"No mask token in {text!r}: put {spellings} where the model should fill in a token.")
+        raise LmshardsError(
+            f"No mask token in {text!r}: put {spellings} where the model should fill in a token."
+        )
     return text
 
 
-def fill_mask(model_dir: str, text: str, *, top_k: int = DEFAULT_TOP_K) -> list[list[dict[str, Any]]]:
+def fill_mask(
+    model_dir: str, text: str, *, top_k: int = DEFAULT_TOP_K
+) -> list[list[dict[str, Any]]]:
     """Predictions for each mask in text, in order: [{score, token, token_str, sequence}, ...] per mask."""
     if not os.path.isdir(model_dir):
-        raise LmshardsError(f"Model directory {model_dir!r} does not exist; pass the --output of `lmshards export`.")
+        raise LmshardsError(
+            f"Model directory {model_dir!r} does not exist; pass the --output of `lmshards export`."
+        )
     try:
         from transformers import pipeline
     except ImportError as e:
-        raise LmshardsError(f"fill-mask needs transformers and torch ({e}). Install: pip install 'lmshards[export]'.") from e
+        raise LmshardsError(
+            f"fill-mask needs transformers and torch ({e}). Install: pip install 'lmshards[export]'."
+        ) from e
     try:
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", module="torch")  # torch's notes on unpickling; the errors below say more
+            warnings.filterwarnings(
+                "ignore", module="torch"
+            )  # torch's notes on unpickling; the errors below say more
             fill = pipeline("fill-mask", model=model_dir, device="cpu")
     except pickle.UnpicklingError as e:
         # torch loads pickled weights (pytorch_model.bin) with weights_only=True and refuses anything else.
@@ -68,7 +83,9 @@ def fill_mask(model_dir: str, text: str, *, top_k: int = DEFAULT_TOP_K) -> list[
             "safetensors where they came from."
         ) from e
     except (OSError, ValueError, RuntimeError) as e:
-        raise LmshardsError(f"{model_dir!r} is not a loadable transformers model directory ({_first_line(e)}).") from e
+        raise LmshardsError(
+            f"{model_dir!r} is not a loadable transformers model directory ({_first_line(e)})."
+        ) from e
     predictions = fill(with_mask_token(text, fill.tokenizer.mask_token), top_k=top_k)
     # One mask gives a flat list, several give a list per mask.
     return predictions if isinstance(predictions[0], list) else [predictions]
@@ -86,7 +103,8 @@ def format_predictions(per_mask: list[list[dict[str, Any]]]) -> str:
             lines.append(f"mask {index + 1} of {len(per_mask)}:")
         lines.append(f"{'score':>7}  {'token':>6}  {'token_str':<16}  sequence")
         lines += [
-            f"{p['score']:7.4f}  {p['token']:>6}  {p['token_str']!r:<16}  {p['sequence']}" for p in predictions
+            f"{p['score']:7.4f}  {p['token']:>6}  {p['token_str']!r:<16}  {p['sequence']}"
+            for p in predictions
         ]
     return "\n".join(lines)
 
@@ -95,7 +113,11 @@ def _fill_mask(argv: Sequence[str]) -> None:
     args = parse_args(argv)
     setup_logging(packages=["train"])
     per_mask = fill_mask(args.model_dir, args.text, top_k=args.top_k)
-    print(json.dumps(per_mask, ensure_ascii=False, indent=2) if args.json else format_predictions(per_mask))
+    print(
+        json.dumps(per_mask, ensure_ascii=False, indent=2)
+        if args.json
+        else format_predictions(per_mask)
+    )
 
 
 def main(argv: Sequence[str]) -> int:

@@ -49,7 +49,9 @@ class MaskedLMSpec:
             raise ValueError(f"family {self.family!r} is not one of {family_names()}")
         for activation in (self.activation, self.head_activation):
             if activation not in HF_ACTIVATIONS:
-                raise ValueError(f"activation {activation!r} has no transformers equivalent; known: {sorted(HF_ACTIVATIONS)}")
+                raise ValueError(
+                    f"activation {activation!r} has no transformers equivalent; known: {sorted(HF_ACTIVATIONS)}"
+                )
 
     @property
     def model_family(self) -> ModelFamily:
@@ -58,7 +60,12 @@ class MaskedLMSpec:
 
 def keras_weight_names(spec: MaskedLMSpec) -> list[str]:
     """The names `hf_state_dict` expects, one per Keras variable of the masked LM (pooler excluded)."""
-    names = ["token_embedding", "position_embedding", "embeddings_norm.gamma", "embeddings_norm.beta"]
+    names = [
+        "token_embedding",
+        "position_embedding",
+        "embeddings_norm.gamma",
+        "embeddings_norm.beta",
+    ]
     if spec.model_family.uses_segment_ids:
         names.append("segment_embedding")
     for i in range(spec.num_layers):
@@ -66,11 +73,19 @@ def keras_weight_names(spec: MaskedLMSpec) -> list[str]:
             names += [f"layer.{i}.{part}.kernel", f"layer.{i}.{part}.bias"]
         for norm in ("attention_norm", "output_norm"):
             names += [f"layer.{i}.{norm}.gamma", f"layer.{i}.{norm}.beta"]
-    names += ["head.dense.kernel", "head.dense.bias", "head.norm.gamma", "head.norm.beta", "head.bias"]
+    names += [
+        "head.dense.kernel",
+        "head.dense.bias",
+        "head.norm.gamma",
+        "head.norm.beta",
+        "head.bias",
+    ]
     return names
 
 
-def hf_state_dict(weights: dict[str, np.ndarray], spec: MaskedLMSpec, *, pad_token_id: int) -> dict[str, np.ndarray]:
+def hf_state_dict(
+    weights: dict[str, np.ndarray], spec: MaskedLMSpec, *, pad_token_id: int
+) -> dict[str, np.ndarray]:
     """Maps Keras weights (named as keras_weight_names) to the full state dict of the HF MaskedLM model.
 
     Tied parameters (decoder weight = word embeddings, decoder bias = head bias) appear under both
@@ -85,7 +100,12 @@ def hf_state_dict(weights: dict[str, np.ndarray], spec: MaskedLMSpec, *, pad_tok
             f"Keras weights do not match the {spec.family} layout: missing {sorted(expected - set(weights))}, "
             f"unexpected {sorted(set(weights) - expected)}"
         )
-    H, I, V, L = spec.hidden_dim, spec.intermediate_dim, spec.vocabulary_size, spec.max_sequence_length
+    H, I, V, L = (  # noqa: E741  (the paper's names: hidden, intermediate, vocabulary, layers)
+        spec.hidden_dim,
+        spec.intermediate_dim,
+        spec.vocabulary_size,
+        spec.max_sequence_length,
+    )
     w = {name: np.asarray(value, dtype=np.float32) for name, value in weights.items()}
     _check_shape(w, "token_embedding", (V, H))
     _check_shape(w, "position_embedding", (L, H))
@@ -114,7 +134,9 @@ def hf_state_dict(weights: dict[str, np.ndarray], spec: MaskedLMSpec, *, pad_tok
             out[f"{hf}.attention.self.{part}.weight"] = w[f"{k}.{part}.kernel"].reshape(H, H).T
             out[f"{hf}.attention.self.{part}.bias"] = w[f"{k}.{part}.bias"].reshape(H)
         _check_shape(w, f"{k}.attention_output.kernel", (spec.num_heads, H // spec.num_heads, H))
-        out[f"{hf}.attention.output.dense.weight"] = w[f"{k}.attention_output.kernel"].reshape(H, H).T
+        out[f"{hf}.attention.output.dense.weight"] = (
+            w[f"{k}.attention_output.kernel"].reshape(H, H).T
+        )
         out[f"{hf}.attention.output.dense.bias"] = w[f"{k}.attention_output.bias"]
         out[f"{hf}.attention.output.LayerNorm.weight"] = w[f"{k}.attention_norm.gamma"]
         out[f"{hf}.attention.output.LayerNorm.bias"] = w[f"{k}.attention_norm.beta"]
@@ -185,7 +207,9 @@ def head_differences(spec: MaskedLMSpec) -> list[str]:
     hf_head_activation = spec.model_family.hf_head_activation or HF_ACTIVATIONS[spec.activation]
     differences = []
     if HF_ACTIVATIONS[spec.head_activation] != hf_head_activation:
-        differences.append(f"head activation {spec.head_activation} exported as {hf_head_activation}")
+        differences.append(
+            f"head activation {spec.head_activation} exported as {hf_head_activation}"
+        )
     if spec.head_layer_norm_epsilon != spec.layer_norm_epsilon:
         differences.append(
             f"head layer norm epsilon {spec.head_layer_norm_epsilon:g} exported as {spec.layer_norm_epsilon:g}"

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -68,11 +68,17 @@ def max_predictions_for(seq_len: int, mlm_probability: float, recipe: str = TOKE
     token: 1.2x the expected selections + 8 (~3 standard deviations at seq_len 128). whole_word, span:
     at least that, and 3 standard deviations of their wider spread above the mean.
     """
-    token = min(seq_len, math.ceil(seq_len * mlm_probability * _PREDICTIONS_HEADROOM) + _PREDICTIONS_SLACK)
+    token = min(
+        seq_len, math.ceil(seq_len * mlm_probability * _PREDICTIONS_HEADROOM) + _PREDICTIONS_SLACK
+    )
     if recipe == TOKEN:
         return token
-    spread = math.sqrt(_SELECTION_DISPERSION[recipe] * mlm_probability * (1 - mlm_probability) * seq_len)
-    return min(seq_len, max(token, math.ceil(seq_len * mlm_probability + _PREDICTIONS_SIGMAS * spread)))
+    spread = math.sqrt(
+        _SELECTION_DISPERSION[recipe] * mlm_probability * (1 - mlm_probability) * seq_len
+    )
+    return min(
+        seq_len, max(token, math.ceil(seq_len * mlm_probability + _PREDICTIONS_SIGMAS * spread))
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,9 +102,13 @@ class MaskingSpec:
         if self.recipe not in MASKING_RECIPES:
             raise ValueError(f"Unknown masking recipe {self.recipe!r}; one of {MASKING_RECIPES}.")
         if self.recipe in WORD_RECIPES:
-            sizes = {len(t) if t is not None else None for t in (self.word_starts, self.next_word_starts)}
+            sizes = {
+                len(t) if t is not None else None for t in (self.word_starts, self.next_word_starts)
+            }
             if sizes != {self.vocab_size}:
-                raise ValueError(f"Masking recipe {self.recipe!r} needs word-start tables of {self.vocab_size} ids.")
+                raise ValueError(
+                    f"Masking recipe {self.recipe!r} needs word-start tables of {self.vocab_size} ids."
+                )
 
 
 def build_masking_spec(
@@ -123,14 +133,18 @@ def build_masking_spec(
     tables: dict[str, tuple[bool, ...]] = {}
     if recipe in WORD_RECIPES:
         if word_starts is None:
-            raise LmshardsError(f"--masking {recipe} needs the tokenizer's word starts; none were given.")
+            raise LmshardsError(
+                f"--masking {recipe} needs the tokenizer's word starts; none were given."
+            )
         if len(word_starts.starts) != vocab_size:
             raise LmshardsError(
                 f"The tokenizer defines {len(word_starts.starts)} token ids but the shards' vocabulary has "
                 f"{vocab_size}: the tokenizer is not the one the shards were made with."
             )
-        tables = {"word_starts": tuple(map(bool, word_starts.starts)),
-                  "next_word_starts": tuple(map(bool, word_starts.next_starts))}
+        tables = {
+            "word_starts": tuple(map(bool, word_starts.starts)),
+            "next_word_starts": tuple(map(bool, word_starts.next_starts)),
+        }
     return MaskingSpec(
         vocab_size=vocab_size,
         mask_id=mask_id,
@@ -142,7 +156,9 @@ def build_masking_spec(
     )
 
 
-def mask_batch(input_ids: tf.Tensor, attention_mask: tf.Tensor, spec: MaskingSpec, seed: tf.Tensor) -> dict[str, tf.Tensor]:
+def mask_batch(
+    input_ids: tf.Tensor, attention_mask: tf.Tensor, spec: MaskingSpec, seed: tf.Tensor
+) -> dict[str, tf.Tensor]:
     """Masks a batch. input_ids, attention_mask: int [batch, seq_len]; seed: int64 [2].
 
     Returns int32 `token_ids`, `padding_mask` [batch, seq_len], `mask_positions`, `mask_ids`
@@ -151,7 +167,9 @@ def mask_batch(input_ids: tf.Tensor, attention_mask: tf.Tensor, spec: MaskingSpe
     ids = tf.cast(input_ids, tf.int32)
     padding_mask = tf.cast(attention_mask, tf.int32)
     batch, seq_len = tf.shape(ids)[0], tf.shape(ids)[1]
-    select_seed, kind_seed, random_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
+    select_seed, kind_seed, random_seed = tf.unstack(
+        tf.random.experimental.stateless_split(seed, 3)
+    )
 
     # Only the selection needs draws per token; everything after works on [batch, max_predictions].
     special = tf.gather(tf.constant(_special_table(spec)), ids)
@@ -170,8 +188,15 @@ def mask_batch(input_ids: tf.Tensor, attention_mask: tf.Tensor, spec: MaskingSpe
     shape = tf.shape(positions)
     kind = tf.random.stateless_uniform(shape, kind_seed)
     regular_ids = tf.constant(_regular_ids(spec), tf.int32)
-    random_ids = tf.gather(regular_ids, tf.random.stateless_uniform(shape, random_seed, maxval=len(regular_ids), dtype=tf.int32))
-    new_ids = tf.where(kind < MASK_FRACTION, spec.mask_id, tf.where(kind < MASK_FRACTION + RANDOM_FRACTION, random_ids, mask_ids))
+    random_ids = tf.gather(
+        regular_ids,
+        tf.random.stateless_uniform(shape, random_seed, maxval=len(regular_ids), dtype=tf.int32),
+    )
+    new_ids = tf.where(
+        kind < MASK_FRACTION,
+        spec.mask_id,
+        tf.where(kind < MASK_FRACTION + RANDOM_FRACTION, random_ids, mask_ids),
+    )
     # Padding slots write into an extra column that is then dropped, so they never clash with a real position.
     target = tf.where(valid, positions, seq_len)
     rows = tf.broadcast_to(tf.range(batch)[:, None], shape)
@@ -187,12 +212,16 @@ def mask_batch(input_ids: tf.Tensor, attention_mask: tf.Tensor, spec: MaskingSpe
     }
 
 
-def _select_tokens(ids: tf.Tensor, candidate: tf.Tensor, spec: MaskingSpec, seed: tf.Tensor) -> tf.Tensor:
+def _select_tokens(
+    ids: tf.Tensor, candidate: tf.Tensor, spec: MaskingSpec, seed: tf.Tensor
+) -> tf.Tensor:
     """bool [batch, seq_len]: each candidate token with probability mlm_probability."""
     return (tf.random.stateless_uniform(tf.shape(ids), seed) < spec.mlm_probability) & candidate
 
 
-def _select_whole_words(ids: tf.Tensor, candidate: tf.Tensor, spec: MaskingSpec, seed: tf.Tensor) -> tf.Tensor:
+def _select_whole_words(
+    ids: tf.Tensor, candidate: tf.Tensor, spec: MaskingSpec, seed: tf.Tensor
+) -> tf.Tensor:
     """bool [batch, seq_len]: each word with probability mlm_probability, all its tokens."""
     words = _word_ids(_word_starts(ids, candidate, spec))
     # A row has at most seq_len words: the draw at position w decides word w.
@@ -201,7 +230,9 @@ def _select_whole_words(ids: tf.Tensor, candidate: tf.Tensor, spec: MaskingSpec,
     return _whole_words_within(selected, words, spec.max_predictions)
 
 
-def _select_spans(ids: tf.Tensor, candidate: tf.Tensor, spec: MaskingSpec, seed: tf.Tensor) -> tf.Tensor:
+def _select_spans(
+    ids: tf.Tensor, candidate: tf.Tensor, spec: MaskingSpec, seed: tf.Tensor
+) -> tf.Tensor:
     """bool [batch, seq_len]: spans of whole words, laid out over the row's maskable words."""
     starts = _word_starts(ids, candidate, spec)
     # Index among the row's maskable words, so special and padding tokens take no room in the layout.
@@ -243,14 +274,20 @@ def _in_spans(words: tf.Tensor, mlm_probability: float, seed: tf.Tensor) -> tf.T
     words is in spans at every index.
     """
     batch, seq_len = tf.shape(words)[0], tf.shape(words)[1]
-    cycles = seq_len // 2 + 1  # each cycle covers at least two words, so the layout passes the last word
+    cycles = (
+        seq_len // 2 + 1
+    )  # each cycle covers at least two words, so the layout passes the last word
     lead_seed, gap_seed, length_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
 
     lead_draws = tf.random.stateless_uniform([batch, 2], lead_seed)
-    lead = tf.where(lead_draws[:, 0] < mlm_probability, _draw_words(_residual_cdf(), lead_draws[:, 1]), 0)
+    lead = tf.where(
+        lead_draws[:, 0] < mlm_probability, _draw_words(_residual_cdf(), lead_draws[:, 1]), 0
+    )
     lengths = _draw_words(_length_cdf(), tf.random.stateless_uniform([batch, cycles], length_seed))
     gap_success = mlm_probability / (mean_span_words() * (1 - mlm_probability))
-    failures = tf.math.log1p(-tf.random.stateless_uniform([batch, cycles], gap_seed)) / math.log1p(-gap_success)
+    failures = tf.math.log1p(-tf.random.stateless_uniform([batch, cycles], gap_seed)) / math.log1p(
+        -gap_success
+    )
     gaps = tf.cast(tf.minimum(tf.floor(failures), tf.cast(seq_len, tf.float32)), tf.int32) + 1
 
     span_lengths = tf.concat([lead[:, None], lengths], axis=1)  # [batch, cycles + 1]
@@ -264,7 +301,9 @@ def _in_spans(words: tf.Tensor, mlm_probability: float, seed: tf.Tensor) -> tf.T
 def _draw_words(cdf: np.ndarray, uniform: tf.Tensor) -> tf.Tensor:
     """int32 lengths 1..len(cdf) by inverse CDF, one per uniform draw (any shape)."""
     flat = tf.reshape(uniform, [1, -1])
-    index = tf.searchsorted(tf.constant(cdf[None, :], tf.float32), flat, side="right", out_type=tf.int32)
+    index = tf.searchsorted(
+        tf.constant(cdf[None, :], tf.float32), flat, side="right", out_type=tf.int32
+    )
     return tf.reshape(index, tf.shape(uniform)) + 1
 
 

@@ -40,7 +40,9 @@ def max_mlm_probability(recipe: str) -> float:
 def check_recipe(recipe: str, mlm_probability: float) -> None:
     """Raises LmshardsError for an unknown recipe or an mlm_probability out of the recipe's range."""
     if recipe not in MASKING_RECIPES:
-        raise LmshardsError(f"--masking {recipe!r} is not a masking recipe; use one of {', '.join(MASKING_RECIPES)}.")
+        raise LmshardsError(
+            f"--masking {recipe!r} is not a masking recipe; use one of {', '.join(MASKING_RECIPES)}."
+        )
     limit = max_mlm_probability(recipe)
     if not 0.0 < mlm_probability < limit:
         raise LmshardsError(

@@ -26,13 +26,12 @@ import dataclasses
 import logging
 import math
 import posixpath
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from plumbing import fs
-from schemas.constants import TOKENIZER_JSON, TRAIN_SPLIT, VALIDATION_SPLIT
 from plumbing.errors import LmshardsError
+from schemas.constants import TOKENIZER_DIR_NAME, TOKENIZER_JSON, TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.manifest import Manifest, read_manifest
-from schemas.constants import TOKENIZER_DIR_NAME
 from schemas.tokenizer_info import TokenizerSource, fingerprint, locate_tokenizer
 from train.config import TOKENIZER_DIR
 
@@ -71,7 +70,9 @@ def parse_shards_flag(text: str) -> ShardSource:
     if weight is None:
         return ShardSource(text)
     if not (math.isfinite(weight) and weight > 0):
-        raise LmshardsError(f"--shards {text!r}: the weight {tail} must be a positive number, e.g. {path}:0.5.")
+        raise LmshardsError(
+            f"--shards {text!r}: the weight {tail} must be a positive number, e.g. {path}:0.5."
+        )
     return ShardSource(path, weight)
 
 
@@ -121,7 +122,9 @@ def check_shard_sizes(manifest: Manifest, shards_dir: str, split: str) -> None:
     """
     for shard, path in zip(manifest.split(split).shards, manifest.shard_paths(shards_dir, split)):
         if not fs.exists(path):
-            raise LmshardsError(f"Shard {path!r} listed in the manifest is missing; re-run `lmshards preprocess`.")
+            raise LmshardsError(
+                f"Shard {path!r} listed in the manifest is missing; re-run `lmshards preprocess`."
+            )
         actual = fs.size(path)
         if actual != shard.bytes:
             raise LmshardsError(
@@ -141,7 +144,10 @@ def pipeline_files(files: SplitFiles, *, num_pipelines: int, pipeline_id: int) -
             f"{len(files.paths)} shard files do not divide evenly between {num_pipelines} input pipelines "
             f"(one per worker host). Re-run `lmshards preprocess` with a shard count that is a multiple of {num_pipelines}."
         )
-    return SplitFiles(paths=files.paths[pipeline_id::num_pipelines], records=files.records[pipeline_id::num_pipelines])
+    return SplitFiles(
+        paths=files.paths[pipeline_id::num_pipelines],
+        records=files.records[pipeline_id::num_pipelines],
+    )
 
 
 # ---------------------------------------------------------------- the mixture
@@ -161,7 +167,10 @@ class ShardSet:
 
     @property
     def has_validation(self) -> bool:
-        return VALIDATION_SPLIT in self.manifest.splits and self.manifest.splits[VALIDATION_SPLIT].records > 0
+        return (
+            VALIDATION_SPLIT in self.manifest.splits
+            and self.manifest.splits[VALIDATION_SPLIT].records > 0
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,7 +216,9 @@ def open_mixture(paths: Sequence[str], weights: Sequence[float] = ()) -> Mixture
     """
     weights = tuple(weights) or (1.0,) * len(paths)
     if not paths or len(weights) != len(paths):
-        raise LmshardsError(f"Pass one weight per shard set: {len(paths)} sets, {len(weights)} weights.")
+        raise LmshardsError(
+            f"Pass one weight per shard set: {len(paths)} sets, {len(weights)} weights."
+        )
     total = sum(weights)
     sets = tuple(
         ShardSet(name=name, path=path, weight=weight / total, manifest=read_manifest(path))
@@ -216,7 +227,11 @@ def open_mixture(paths: Sequence[str], weights: Sequence[float] = ()) -> Mixture
     first = sets[0]
     for other in sets[1:]:
         for what, a, b in (
-            ("tokenizer fingerprint", first.manifest.tokenizer.fingerprint, other.manifest.tokenizer.fingerprint),
+            (
+                "tokenizer fingerprint",
+                first.manifest.tokenizer.fingerprint,
+                other.manifest.tokenizer.fingerprint,
+            ),
             ("seq_len", first.manifest.seq_len, other.manifest.seq_len),
         ):
             if a != b:
@@ -258,7 +273,8 @@ def pass_records(mixture: Mixture, *, num_pipelines: int, unit: int) -> tuple[in
     for s in mixture.sets:
         files = s.files(TRAIN_SPLIT)
         smallest = min(
-            pipeline_files(files, num_pipelines=num_pipelines, pipeline_id=i).total_records for i in range(num_pipelines)
+            pipeline_files(files, num_pipelines=num_pipelines, pipeline_id=i).total_records
+            for i in range(num_pipelines)
         )
         if smallest < unit:
             raise LmshardsError(
@@ -280,7 +296,12 @@ def pipeline_streams(
 ) -> tuple[SetStream, ...]:
     """What input pipeline `pipeline_id` reads of each set."""
     return tuple(
-        SetStream(pipeline_files(s.files(TRAIN_SPLIT), num_pipelines=num_pipelines, pipeline_id=pipeline_id), n)
+        SetStream(
+            pipeline_files(
+                s.files(TRAIN_SPLIT), num_pipelines=num_pipelines, pipeline_id=pipeline_id
+            ),
+            n,
+        )
         for s, n in zip(mixture.sets, passes)
     )
 
@@ -297,12 +318,16 @@ class SetProgress:
     repeats: int
 
 
-def set_progress(sequences: Sequence[int], passes: Sequence[int], *, num_pipelines: int) -> tuple[SetProgress, ...]:
+def set_progress(
+    sequences: Sequence[int], passes: Sequence[int], *, num_pipelines: int
+) -> tuple[SetProgress, ...]:
     """Progress per set from the sequences read of each (all pipelines together) and its pass_records."""
     progress = []
     for read, per_pipeline in zip(sequences, passes):
         done = read / (per_pipeline * num_pipelines)
-        progress.append(SetProgress(sequences=int(read), passes=done, repeats=max(0, math.ceil(done) - 1)))
+        progress.append(
+            SetProgress(sequences=int(read), passes=done, repeats=max(0, math.ceil(done) - 1))
+        )
     return tuple(progress)
 
 
@@ -318,7 +343,9 @@ class EvalSums:
     correct: float
 
 
-def eval_record(step: int, sums: Mapping[str, EvalSums], mixture: Mixture) -> dict[str, float | int]:
+def eval_record(
+    step: int, sums: Mapping[str, EvalSums], mixture: Mixture
+) -> dict[str, float | int]:
     """The metrics record of an evaluation: per set `eval_loss/<name>` and `eval_accuracy/<name>`, and as
     `eval_loss`, `eval_accuracy` their means weighted by the mixture's weights (renormalised over the
     evaluated sets); `eval_perplexity` is exp(eval_loss)."""
@@ -331,8 +358,12 @@ def eval_record(step: int, sums: Mapping[str, EvalSums], mixture: Mixture) -> di
         record[f"eval_loss/{name}"], record[f"eval_accuracy/{name}"] = set_loss, set_accuracy
         loss += weights[name] / total_weight * set_loss
         accuracy += weights[name] / total_weight * set_accuracy
-    record.update(eval_loss=loss, eval_perplexity=math.exp(min(loss, _MAX_LOG_PERPLEXITY)), eval_accuracy=accuracy,
-                  eval_masked_tokens=int(sum(s.tokens for s in sums.values())))
+    record.update(
+        eval_loss=loss,
+        eval_perplexity=math.exp(min(loss, _MAX_LOG_PERPLEXITY)),
+        eval_accuracy=accuracy,
+        eval_masked_tokens=int(sum(s.tokens for s in sums.values())),
+    )
     return record
 
 
@@ -345,7 +376,11 @@ def shard_set_tokenizer(shard_set: ShardSet) -> str | None:
     transformers files beside it come along."""
     recorded = shard_set.manifest.tokenizer_path(shard_set.path)
     if recorded is not None:
-        return posixpath.dirname(recorded) if posixpath.basename(recorded) == TOKENIZER_JSON else recorded
+        return (
+            posixpath.dirname(recorded)
+            if posixpath.basename(recorded) == TOKENIZER_JSON
+            else recorded
+        )
     directory = fs.join(shard_set.path, TOKENIZER_DIR_NAME)
     return directory if fs.exists(fs.join(directory, TOKENIZER_JSON)) else None
 
@@ -362,8 +397,11 @@ def run_tokenizer(given: str | None, mixture: Mixture) -> TokenizerSource | None
     source = locate_tokenizer(path)
     actual, expected = fingerprint(source.json_text), mixture.manifest.tokenizer.fingerprint
     if actual != expected:
-        fix = ("Pass the tokenizer given to `lmshards preprocess`, or re-run preprocess with this one." if given else
-               "The shard set's tokenizer/ was replaced; restore it, or pass the right one with --tokenizer.")
+        fix = (
+            "Pass the tokenizer given to `lmshards preprocess`, or re-run preprocess with this one."
+            if given
+            else "The shard set's tokenizer/ was replaced; restore it, or pass the right one with --tokenizer."
+        )
         raise LmshardsError(
             f"{'--tokenizer ' if given else 'The tokenizer in '}{path!r} has fingerprint {actual} but the shards in "
             f"{mixture.sets[0].path!r} were made with {expected}. {fix}"
@@ -374,7 +412,11 @@ def run_tokenizer(given: str | None, mixture: Mixture) -> TokenizerSource | None
 
 def copy_tokenizer(source: TokenizerSource, run_dir: str) -> None:
     """Copies the tokenizer's file(s) into RUN_DIR/tokenizer/, so `export` and `fill-mask` need no --tokenizer."""
-    files = [p for p in fs.listdir(source.path) if not fs.isdir(p)] if fs.isdir(source.path) else [source.json_path]
+    files = (
+        [p for p in fs.listdir(source.path) if not fs.isdir(p)]
+        if fs.isdir(source.path)
+        else [source.json_path]
+    )
     for path in files:
         name = path.rstrip("/").rsplit("/", 1)[-1]
         fs.write_bytes_atomic(fs.join(run_dir, TOKENIZER_DIR, name), fs.read_bytes(path))

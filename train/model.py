@@ -15,7 +15,9 @@ from train.run_dir import read_run_config
 
 def keras_hub_classes(family: ModelFamily) -> tuple[type, type]:
     """(backbone class, masked LM class) that `family` names in keras_hub.models."""
-    return getattr(keras_hub.models, family.keras_backbone), getattr(keras_hub.models, family.keras_masked_lm)
+    return getattr(keras_hub.models, family.keras_backbone), getattr(
+        keras_hub.models, family.keras_masked_lm
+    )
 
 
 def build_masked_lm(model_config: ModelConfig) -> keras_hub.models.MaskedLM:
@@ -65,7 +67,9 @@ def checkpoint_root(model: keras_hub.models.MaskedLM, **extra) -> tf.train.Check
     return tf.train.Checkpoint(model=model, dropout_seeds=seeds, **extra)
 
 
-def load_model_from_run(run_dir: str, checkpoint: str | None = None) -> tuple[keras_hub.models.MaskedLM, ModelConfig]:
+def load_model_from_run(
+    run_dir: str, checkpoint: str | None = None
+) -> tuple[keras_hub.models.MaskedLM, ModelConfig]:
     """Rebuilds a run's model and restores its weights (not the optimizer) from a checkpoint.
 
     `checkpoint` is a checkpoint prefix (e.g. `RUN_DIR/checkpoints/ckpt-3`); None means the newest one
@@ -75,17 +79,27 @@ def load_model_from_run(run_dir: str, checkpoint: str | None = None) -> tuple[ke
       LmshardsError: not a run directory, a damaged run_config.json, no checkpoint that restores, or a
         named checkpoint that is missing or does not restore.
     """
-    model_config = model_config_from_dict(read_run_config(run_dir)["model"], source=fs.join(run_dir, RUN_CONFIG_JSON))
+    model_config = model_config_from_dict(
+        read_run_config(run_dir)["model"], source=fs.join(run_dir, RUN_CONFIG_JSON)
+    )
     model = build_masked_lm(model_config)
     if checkpoint is None:
         directory = fs.join(run_dir, CHECKPOINTS_DIR)
         if restore_newest(checkpoint_root(model), directory, expect_partial=True) is None:
-            raise LmshardsError(f"No complete checkpoint under {directory!r}; train longer than --checkpoint_every steps.")
+            raise LmshardsError(
+                f"No complete checkpoint under {directory!r}; train longer than --checkpoint_every steps."
+            )
         return model, model_config
     if not tf.io.gfile.exists(checkpoint + ".index"):
-        raise LmshardsError(f"Checkpoint {checkpoint!r} is missing or incomplete (no {checkpoint}.index).")
+        raise LmshardsError(
+            f"Checkpoint {checkpoint!r} is missing or incomplete (no {checkpoint}.index)."
+        )
     try:
-        checkpoint_root(model).restore(checkpoint).expect_partial().assert_existing_objects_matched()
+        checkpoint_root(model).restore(
+            checkpoint
+        ).expect_partial().assert_existing_objects_matched()
     except Exception as e:  # damaged: DataLossError, a short read, ...
-        raise LmshardsError(f"Checkpoint {checkpoint!r} does not restore ({e}); pass another --checkpoint.") from e
+        raise LmshardsError(
+            f"Checkpoint {checkpoint!r} does not restore ({e}); pass another --checkpoint."
+        ) from e
     return model, model_config

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import keras
 
@@ -17,7 +18,11 @@ ADAM_BETA_2 = 0.98
 
 
 def warmup_steps_for(total_steps: int, warmup_steps: int | None) -> int:
-    return warmup_steps if warmup_steps is not None else max(1, math.ceil(DEFAULT_WARMUP_FRACTION * total_steps))
+    return (
+        warmup_steps
+        if warmup_steps is not None
+        else max(1, math.ceil(DEFAULT_WARMUP_FRACTION * total_steps))
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +45,12 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
     """
 
     def __init__(
-        self, *, peak: float, warmup_steps: int, total_steps: int, decay: str = "linear",
+        self,
+        *,
+        peak: float,
+        warmup_steps: int,
+        total_steps: int,
+        decay: str = "linear",
         extensions: Sequence[Mapping[str, Any]] = (),
     ):
         self.peak = peak
@@ -57,14 +67,18 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
     def __call__(self, step):
         step = keras.ops.cast(step, "float32")
         warmup = self.peak * step / max(self.warmup_steps, 1)
-        progress = keras.ops.clip((step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 0.0, 1.0)
+        progress = keras.ops.clip(
+            (step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 0.0, 1.0
+        )
         if self.decay == "cosine":
             decayed = self.peak * 0.5 * (1.0 + keras.ops.cos(math.pi * progress))
         else:
             decayed = self.peak * (1.0 - progress)
         rate = keras.ops.where(step < self.warmup_steps, warmup, decayed)
         for e in self.extensions:
-            left = keras.ops.clip((step - e.start_step) / max(e.end_step - e.start_step, 1), 0.0, 1.0)
+            left = keras.ops.clip(
+                (step - e.start_step) / max(e.end_step - e.start_step, 1), 0.0, 1.0
+            )
             rate = keras.ops.where(step >= e.start_step, e.start_rate * (1.0 - left), rate)
         return rate
 
@@ -76,12 +90,19 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         """
         rate = float(self(from_step))
         config = self.get_config()
-        config["extensions"].append(dataclasses.asdict(ScheduleExtension(start_step=from_step, end_step=to_step, start_rate=rate)))
+        config["extensions"].append(
+            dataclasses.asdict(
+                ScheduleExtension(start_step=from_step, end_step=to_step, start_rate=rate)
+            )
+        )
         return WarmupDecay(**config)
 
     def get_config(self):
         return {
-            "peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps, "decay": self.decay,
+            "peak": self.peak,
+            "warmup_steps": self.warmup_steps,
+            "total_steps": self.total_steps,
+            "decay": self.decay,
             "extensions": [dataclasses.asdict(e) for e in self.extensions],
         }
 

@@ -13,12 +13,13 @@ import logging
 import os
 import sys
 import tempfile
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
-from schemas.constants import TRAIN_SPLIT, VALIDATION_SPLIT
 from plumbing.errors import LmshardsError
-from schemas.manifest import Manifest
 from plumbing.outputs import check_writable
+from schemas.constants import TRAIN_SPLIT, VALIDATION_SPLIT
+from schemas.manifest import Manifest
 from schemas.tokenizer_info import TokenizerSource
 from train import mixture
 from train.config import ModelConfig, TrainConfig, preset_config, read_model_config
@@ -37,10 +38,16 @@ class Preflight:
     """What the checks found, for the trainer to go on with."""
 
     mixture: mixture.Mixture
-    tokenizer: TokenizerSource | None  # the run's tokenizer: --tokenizer, or the one a shard set carries
+    tokenizer: (
+        TokenizerSource | None
+    )  # the run's tokenizer: --tokenizer, or the one a shard set carries
     model_config: ModelConfig
-    previous_run: dict[str, Any] | None  # run_config.json of the run this command continues; None for a new run
-    finished: dict[str, Any] | None  # run_summary.json when the run is finished and this command would only repeat it
+    previous_run: (
+        dict[str, Any] | None
+    )  # run_config.json of the run this command continues; None for a new run
+    finished: (
+        dict[str, Any] | None
+    )  # run_summary.json when the run is finished and this command would only repeat it
 
 
 def preflight(config: TrainConfig) -> Preflight:
@@ -52,20 +59,28 @@ def preflight(config: TrainConfig) -> Preflight:
     """
     mix = mixture.open_mixture(config.shards, config.shard_weights)
     for shard_set in mix.sets:
-        for split in (TRAIN_SPLIT, VALIDATION_SPLIT) if shard_set.has_validation else (TRAIN_SPLIT,):
+        for split in (
+            (TRAIN_SPLIT, VALIDATION_SPLIT) if shard_set.has_validation else (TRAIN_SPLIT,)
+        ):
             mixture.check_shard_sizes(shard_set.manifest, shard_set.path, split)
     tokenizer = mixture.run_tokenizer(config.tokenizer, mix)
     model_config = resolve_model_config(config, mix.manifest)
     previous = None if config.restart else previous_run_config(config.output)
     finished = None
     if previous is not None:
-        finished = finished_summary(config.output, check_continuation(previous, config, model_config))
+        finished = finished_summary(
+            config.output, check_continuation(previous, config, model_config)
+        )
     if finished is None:
         check_writable(config.output)
         if config.restart:
             deleted = clear_run(config.output)
             if deleted:
-                log.warning("--restart: deleted %s from %s; training starts from step 0.", ", ".join(deleted), config.output)
+                log.warning(
+                    "--restart: deleted %s from %s; training starts from step 0.",
+                    ", ".join(deleted),
+                    config.output,
+                )
     return Preflight(mix, tokenizer, model_config, previous, finished)
 
 
@@ -86,7 +101,9 @@ def resolve_model_config(config: TrainConfig, manifest: Manifest) -> ModelConfig
                 f"shards' tokenizer has {vocab} tokens. Set vocabulary_size to {vocab} (or 0 to take it from the manifest)."
             )
     else:
-        model_config = preset_config(config.model_preset, family=config.model_family, vocabulary_size=vocab)
+        model_config = preset_config(
+            config.model_preset, family=config.model_family, vocabulary_size=vocab
+        )
     if manifest.seq_len > model_config.max_sequence_length:
         raise LmshardsError(
             f"The shards hold sequences of {manifest.seq_len} tokens but the {model_config.family} model takes at most "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -33,19 +33,51 @@ _TRAIN_DEFAULTS = TrainConfig(shards=(), output="")
 def build_parser() -> CommandParser:
     d = _TRAIN_DEFAULTS
     p = CommandParser(COMMAND, description=__doc__.split("\n\n", 1)[1])
-    p.add_argument("shards", nargs="+", metavar="SHARDS_DIR",
-                   help="preprocess output (local or gs://), as PATH or PATH:WEIGHT like `lmshards train --shards`")
-    p.add_argument("--masking", choices=MASKING_RECIPES, default=d.masking,
-                   help="masking recipe, as `lmshards train` takes it")
-    p.add_argument("--mlm_probability", type=float, default=d.mlm_probability, help="fraction of tokens to predict")
-    p.add_argument("--seed", type=int, default=d.seed, help="the run's --seed: data order and masks")
+    p.add_argument(
+        "shards",
+        nargs="+",
+        metavar="SHARDS_DIR",
+        help="preprocess output (local or gs://), as PATH or PATH:WEIGHT like `lmshards train --shards`",
+    )
+    p.add_argument(
+        "--masking",
+        choices=MASKING_RECIPES,
+        default=d.masking,
+        help="masking recipe, as `lmshards train` takes it",
+    )
+    p.add_argument(
+        "--mlm_probability",
+        type=float,
+        default=d.mlm_probability,
+        help="fraction of tokens to predict",
+    )
+    p.add_argument(
+        "--seed", type=int, default=d.seed, help="the run's --seed: data order and masks"
+    )
     p.add_argument("--n", type=int, default=DEFAULT_N, help="sequences to show")
-    p.add_argument("--json", action="store_true", help="print one JSON object per sequence and line instead of text")
-    p.add_argument("--tokenizer", help="tokenizer to decode with and find words by (default: the shard set's copy)")
-    p.add_argument("--per_replica_batch", type=int, default=d.per_replica_batch,
-                   help="the run's --per_replica_batch (masks are drawn per batch)")
-    p.add_argument("--shuffle_buffer", type=int, default=d.shuffle_buffer, help="the run's --shuffle_buffer")
-    p.add_argument("--verbose", action="store_true", help="debug logs, and TensorFlow's own start-up and log lines")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object per sequence and line instead of text",
+    )
+    p.add_argument(
+        "--tokenizer",
+        help="tokenizer to decode with and find words by (default: the shard set's copy)",
+    )
+    p.add_argument(
+        "--per_replica_batch",
+        type=int,
+        default=d.per_replica_batch,
+        help="the run's --per_replica_batch (masks are drawn per batch)",
+    )
+    p.add_argument(
+        "--shuffle_buffer", type=int, default=d.shuffle_buffer, help="the run's --shuffle_buffer"
+    )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="debug logs, and TensorFlow's own start-up and log lines",
+    )
     return p
 
 
@@ -71,7 +103,9 @@ def unmasked_rows(batch: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]
     return ids, selected
 
 
-def preview_rows(args: argparse.Namespace) -> tuple[list[PreviewRow], int, Callable[[Sequence[int]], str]]:
+def preview_rows(
+    args: argparse.Namespace,
+) -> tuple[list[PreviewRow], int, Callable[[Sequence[int]], str]]:
     """(the first --n rows, the mask id, a decoder of ids to text) for the parsed options."""
     sources = [mixture.parse_shards_flag(text) for text in args.shards]
     mix = mixture.open_mixture([s.path for s in sources], mixture.source_weights(sources))
@@ -80,23 +114,41 @@ def preview_rows(args: argparse.Namespace) -> tuple[list[PreviewRow], int, Calla
     passes = mixture.pass_records(mix, num_pipelines=1, unit=unit)
     from train import data  # TensorFlow loads only once the options are checked
 
-    masking = data.masking_spec(mix.manifest, recipe=args.masking, mlm_probability=args.mlm_probability, tokenizer=tokenizer)
+    masking = data.masking_spec(
+        mix.manifest, recipe=args.masking, mlm_probability=args.mlm_probability, tokenizer=tokenizer
+    )
     ds = data.train_dataset(
-        mixture.pipeline_streams(mix, passes, num_pipelines=1, pipeline_id=0), block_counts=mix.block_counts(),
-        features=mix.manifest.features(), batch_size=unit, shuffle_buffer=args.shuffle_buffer, seed=args.seed,
-        start_step=0, masking=masking, with_segment_ids=False,
+        mixture.pipeline_streams(mix, passes, num_pipelines=1, pipeline_id=0),
+        block_counts=mix.block_counts(),
+        features=mix.manifest.features(),
+        batch_size=unit,
+        shuffle_buffer=args.shuffle_buffer,
+        seed=args.seed,
+        start_step=0,
+        masking=masking,
+        with_segment_ids=False,
     )
     batches = -(-args.n // unit)
     if len(mix.sets) == 1:
         set_names = [mix.sets[0].name] * (batches * unit)
     else:
-        choices = data.mixture_choices(mix.block_counts(), seed=args.seed, pipeline_id=0, start_example=0)
+        choices = data.mixture_choices(
+            mix.block_counts(), seed=args.seed, pipeline_id=0, start_example=0
+        )
         set_names = [mix.sets[i].name for i in choices.take(batches * unit).as_numpy_iterator()]
     rows: list[PreviewRow] = []
     for batch in ds.take(batches).as_numpy_iterator():
         ids, selected = unmasked_rows(batch)
-        rows += [PreviewRow(set_names[len(rows) + i], ids[i], batch["token_ids"][i], selected[i], batch["padding_mask"][i])
-                 for i in range(len(ids))]
+        rows += [
+            PreviewRow(
+                set_names[len(rows) + i],
+                ids[i],
+                batch["token_ids"][i],
+                selected[i],
+                batch["padding_mask"][i],
+            )
+            for i in range(len(ids))
+        ]
     return rows[: args.n], masking.mask_id, _decoder(tokenizer.json_text if tokenizer else None)
 
 
@@ -110,7 +162,9 @@ def _decoder(tokenizer_json: str | None) -> Callable[[Sequence[int]], str]:
     return lambda ids: tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
 
 
-def marked_text(ids: Sequence[int], selected: Sequence[int], decode: Callable[[Sequence[int]], str]) -> str:
+def marked_text(
+    ids: Sequence[int], selected: Sequence[int], decode: Callable[[Sequence[int]], str]
+) -> str:
     """The decoded ids with every run of selected tokens wrapped in [[...]].
 
     Each run's text is the difference of the decoded prefixes around it, so spaces between words decode
@@ -120,20 +174,24 @@ def marked_text(ids: Sequence[int], selected: Sequence[int], decode: Callable[[S
     parts, before = [], ""
     for start, end in zip(bounds, bounds[1:]):
         upto = decode(ids[:end])
-        text = upto[len(before):] if upto.startswith(before) else decode(ids[start:end])
+        text = upto[len(before) :] if upto.startswith(before) else decode(ids[start:end])
         parts.append(f"{SELECTED_OPEN}{text}{SELECTED_CLOSE}" if selected[start] else text)
         before = upto
     return "".join(parts)
 
 
-def describe(index: int, row: PreviewRow, *, mask_id: int, decode: Callable[[Sequence[int]], str]) -> str:
+def describe(
+    index: int, row: PreviewRow, *, mask_id: int, decode: Callable[[Sequence[int]], str]
+) -> str:
     """A header (set, selected count, how they were replaced) and the marked text, padding left out."""
     real = int(np.nonzero(row.padding_mask)[0].max() + 1) if row.padding_mask.any() else 0
     chosen = row.selected[:real] > 0
     new, old = row.masked_input_ids[:real][chosen], row.input_ids[:real][chosen]
     masked, kept = int((new == mask_id).sum()), int(((new == old) & (new != mask_id)).sum())
-    header = (f"sequence {index} (set {row.set_name}): {int(chosen.sum())} of {real} tokens selected "
-              f"({masked} masked, {len(new) - masked - kept} random, {kept} kept)")
+    header = (
+        f"sequence {index} (set {row.set_name}): {int(chosen.sum())} of {real} tokens selected "
+        f"({masked} masked, {len(new) - masked - kept} random, {kept} kept)"
+    )
     return f"{header}\n{marked_text(row.input_ids[:real], row.selected[:real], decode)}\n"
 
 
@@ -148,8 +206,17 @@ def _preview(argv: Sequence[str]) -> None:
     rows, mask_id, decode = preview_rows(args)
     for index, row in enumerate(rows):
         if args.json:
-            print(json.dumps({"index": index, "set": row.set_name, "input_ids": row.input_ids.tolist(),
-                              "masked_input_ids": row.masked_input_ids.tolist(), "selected": row.selected.tolist()}))
+            print(
+                json.dumps(
+                    {
+                        "index": index,
+                        "set": row.set_name,
+                        "input_ids": row.input_ids.tolist(),
+                        "masked_input_ids": row.masked_input_ids.tolist(),
+                        "selected": row.selected.tolist(),
+                    }
+                )
+            )
         else:
             print(describe(index, row, mask_id=mask_id, decode=decode))
 

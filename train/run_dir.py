@@ -33,8 +33,17 @@ log = logging.getLogger(__name__)
 REFUSE = "refuse"
 WARN = "warn"
 # What `--restart` deletes: everything a training command writes in its run directory, nothing else.
-RUN_OUTPUTS = (RUN_SUMMARY_JSON, CHECKPOINTS_DIR, METRICS_JSONL, TENSORBOARD_DIR, TOKENIZER_DIR, RUN_CONFIG_JSON)
-_RESTART_HINT = "pass --restart to train this run again from step 0 (deleting its checkpoints and metrics)"
+RUN_OUTPUTS = (
+    RUN_SUMMARY_JSON,
+    CHECKPOINTS_DIR,
+    METRICS_JSONL,
+    TENSORBOARD_DIR,
+    TOKENIZER_DIR,
+    RUN_CONFIG_JSON,
+)
+_RESTART_HINT = (
+    "pass --restart to train this run again from step 0 (deleting its checkpoints and metrics)"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +108,9 @@ def read_json_object(path: str, *, fix: str) -> dict[str, Any]:
     except OSError as e:
         raise LmshardsError(f"{path!r} cannot be read ({e}). {fix}") from e
     if not isinstance(data, dict):
-        raise LmshardsError(f"{path!r} is damaged: it holds a JSON {type(data).__name__}, not an object. {fix}")
+        raise LmshardsError(
+            f"{path!r} is damaged: it holds a JSON {type(data).__name__}, not an object. {fix}"
+        )
     return data
 
 
@@ -111,12 +122,16 @@ def read_run_config(run_dir: str, *, fix: str | None = None) -> dict[str, Any]:
     """
     path = fs.join(run_dir, RUN_CONFIG_JSON)
     if not fs.exists(path):
-        raise LmshardsError(f"No {RUN_CONFIG_JSON} in {run_dir!r}: not a training run directory (`lmshards train --output DIR`).")
+        raise LmshardsError(
+            f"No {RUN_CONFIG_JSON} in {run_dir!r}: not a training run directory (`lmshards train --output DIR`)."
+        )
     fix = fix or "Restore it from a copy: the run's checkpoints cannot be used without it."
     config = read_json_object(path, fix=fix)
     missing = [key for key in ("train", "model") if not isinstance(config.get(key), dict)]
     if missing:
-        raise LmshardsError(f"{path!r} is damaged: it has no {' or '.join(repr(k) for k in missing)} section. {fix}")
+        raise LmshardsError(
+            f"{path!r} is damaged: it has no {' or '.join(repr(k) for k in missing)} section. {fix}"
+        )
     return config
 
 
@@ -128,12 +143,16 @@ def previous_run_config(run_dir: str) -> dict[str, Any] | None:
     """
     if not fs.exists(fs.join(run_dir, RUN_CONFIG_JSON)):
         return None
-    return read_run_config(run_dir, fix=f"Restore it from a copy, {_RESTART_HINT}, or use a new --output.")
+    return read_run_config(
+        run_dir, fix=f"Restore it from a copy, {_RESTART_HINT}, or use a new --output."
+    )
 
 
 def changes(recorded_train: dict[str, Any], config: TrainConfig) -> list[Change]:
     """The RUN_OPTIONS whose value in this command differs from the one the run recorded."""
-    given = json.loads(json.dumps(config.to_dict()))  # tuples become the lists they were recorded as
+    given = json.loads(
+        json.dumps(config.to_dict())
+    )  # tuples become the lists they were recorded as
     return [
         Change(option, recorded_train.get(option.name), given[option.name])
         for option in RUN_OPTIONS
@@ -141,7 +160,9 @@ def changes(recorded_train: dict[str, Any], config: TrainConfig) -> list[Change]
     ]
 
 
-def check_continuation(previous: dict[str, Any], config: TrainConfig, model_config: ModelConfig) -> list[Change]:
+def check_continuation(
+    previous: dict[str, Any], config: TrainConfig, model_config: ModelConfig
+) -> list[Change]:
     """Checks that this command may continue the run that wrote `previous`; returns what changed.
 
     Warns about WARN options that changed.
@@ -154,7 +175,11 @@ def check_continuation(previous: dict[str, Any], config: TrainConfig, model_conf
             f"{model_config.to_dict()}. Use a new --output, the same model options to resume, or {_RESTART_HINT}."
         )
     found = changes(previous["train"], config)
-    refused = [c for c in found if c.option.on_change == REFUSE and not (config.extend and c.option.extendable)]
+    refused = [
+        c
+        for c in found
+        if c.option.on_change == REFUSE and not (config.extend and c.option.extendable)
+    ]
     if refused:
         raise LmshardsError(
             f"{config.output!r} is a run whose schedule and masking its first command fixed, and this command changes "
@@ -165,8 +190,10 @@ def check_continuation(previous: dict[str, Any], config: TrainConfig, model_conf
         )
     warned = [c for c in found if c.option.on_change == WARN]
     if warned:
-        log.warning("Resuming with %s: the data order and masks will not continue the earlier run's sequence.",
-                    "; ".join(c.describe() for c in warned))
+        log.warning(
+            "Resuming with %s: the data order and masks will not continue the earlier run's sequence.",
+            "; ".join(c.describe() for c in warned),
+        )
     return found
 
 
@@ -178,7 +205,9 @@ def finished_summary(run_dir: str, found: list[Change]) -> dict[str, Any] | None
     path = fs.join(run_dir, RUN_SUMMARY_JSON)
     if any(c.option.extendable for c in found) or not fs.exists(path):
         return None
-    return read_json_object(path, fix=f"Delete it to evaluate the run's last checkpoint again, or {_RESTART_HINT}.")
+    return read_json_object(
+        path, fix=f"Delete it to evaluate the run's last checkpoint again, or {_RESTART_HINT}."
+    )
 
 
 def forget_summary(run_dir: str) -> None:
@@ -202,17 +231,23 @@ def clear_run(run_dir: str) -> list[str]:
 
 def format_summary(summary: dict[str, Any], run_dir: str) -> str:
     """The few lines `lmshards train` prints on stdout about a finished run."""
+
     def number(key: str, spec: str) -> str:
         value = summary.get(key)
         return "-" if value is None else format(value, spec)
 
-    eval_what = ("the whole validation split" if summary.get("final_eval") == "full"
-                 else f"{summary.get('eval_batches')} validation batches")
-    return "\n".join([
-        f"run {run_dir}: finished at step {summary.get('global_step')}",
-        f"train loss {number('train_loss', '.4f')}",
-        f"eval loss {number('eval_loss', '.4f')}, perplexity {number('eval_perplexity', '.2f')}, "
-        f"accuracy {number('eval_accuracy', '.4f')} (on {eval_what})",
-        f"strategy {summary.get('strategy')}, {summary.get('replicas')} replicas, device kind {summary.get('device_kind')}",
-        f"details: {fs.join(run_dir, RUN_SUMMARY_JSON)}",
-    ])
+    eval_what = (
+        "the whole validation split"
+        if summary.get("final_eval") == "full"
+        else f"{summary.get('eval_batches')} validation batches"
+    )
+    return "\n".join(
+        [
+            f"run {run_dir}: finished at step {summary.get('global_step')}",
+            f"train loss {number('train_loss', '.4f')}",
+            f"eval loss {number('eval_loss', '.4f')}, perplexity {number('eval_perplexity', '.2f')}, "
+            f"accuracy {number('eval_accuracy', '.4f')} (on {eval_what})",
+            f"strategy {summary.get('strategy')}, {summary.get('replicas')} replicas, device kind {summary.get('device_kind')}",
+            f"details: {fs.join(run_dir, RUN_SUMMARY_JSON)}",
+        ]
+    )

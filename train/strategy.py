@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import tensorflow as tf
 
@@ -75,8 +76,12 @@ def make_strategy(
                     "--tpu local and check that no other process holds the chips; for a remote TPU pass --tpu NAME."
                 ) from e
             choice = choose_strategy(STRATEGY_AUTO, signals=(), num_gpus=len(gpus))
-            log.warning("TPU signals found (%s) but the TPU did not initialise (%s); training with strategy %s.",
-                        found, e, choice)
+            log.warning(
+                "TPU signals found (%s) but the TPU did not initialise (%s); training with strategy %s.",
+                found,
+                e,
+                choice,
+            )
     if choice == STRATEGY_MIRRORED:
         devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
         # Without NCCL (CPU, or logical devices) the default all-reduce is not available.
@@ -100,14 +105,20 @@ def strategy_platform(strategy: tf.distribute.Strategy) -> str:
     """Where the strategy's replicas run: tpu | gpu | cpu."""
     if isinstance(strategy, tf.distribute.TPUStrategy):
         return PLATFORM_TPU
-    return PLATFORM_GPU if any("GPU" in d.upper() for d in _replica_devices(strategy)) else PLATFORM_CPU
+    return (
+        PLATFORM_GPU
+        if any("GPU" in d.upper() for d in _replica_devices(strategy))
+        else PLATFORM_CPU
+    )
 
 
 def _replica_devices(strategy: tf.distribute.Strategy) -> tuple[str, ...]:
     try:
         return tuple(strategy.extended.worker_devices)
     except RuntimeError:  # the default strategy has no device list: it runs where TF places ops
-        return tuple(d.name for d in tf.config.list_logical_devices("GPU")[:1]) or ("/device:CPU:0",)
+        return tuple(d.name for d in tf.config.list_logical_devices("GPU")[:1]) or (
+            "/device:CPU:0",
+        )
 
 
 def strategy_summary(strategy: tf.distribute.Strategy) -> dict[str, Any]:
@@ -116,7 +127,11 @@ def strategy_summary(strategy: tf.distribute.Strategy) -> dict[str, Any]:
     if platform == PLATFORM_TPU:
         name, device_kind = STRATEGY_TPU, tpu_device_kind(os.environ)
     else:
-        name = STRATEGY_MIRRORED if isinstance(strategy, tf.distribute.MirroredStrategy) else STRATEGY_CPU
+        name = (
+            STRATEGY_MIRRORED
+            if isinstance(strategy, tf.distribute.MirroredStrategy)
+            else STRATEGY_CPU
+        )
         device_kind = gpu_device_kind(list_gpus()) if platform == PLATFORM_GPU else CPU_DEVICE_KIND
     return {"strategy": name, "replicas": strategy.num_replicas_in_sync, "device_kind": device_kind}
 
@@ -129,7 +144,9 @@ def device_defaults(
     'auto' resolves as `lmshards env` reports it (same functions); explicit values pass through.
     """
     platform = strategy_platform(strategy)
-    capabilities = [gpu.compute_capability for gpu in list_gpus()] if platform == PLATFORM_GPU else []
+    capabilities = (
+        [gpu.compute_capability for gpu in list_gpus()] if platform == PLATFORM_GPU else []
+    )
     return (
         resolve_precision(precision, platform=platform, gpu_compute_capabilities=capabilities),
         resolve_steps_per_execution(steps_per_execution, platform=platform),

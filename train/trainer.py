@@ -18,15 +18,16 @@ import math
 import signal
 import threading
 import time
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import keras
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 from plumbing import fs
-from schemas.constants import TRAIN_SPLIT, VALIDATION_SPLIT
 from plumbing.errors import LmshardsError
+from schemas.constants import TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.manifest import Manifest, manifest_path
 from schemas.version import __version__
 from train import data, mixture
@@ -41,18 +42,32 @@ from train.config import (
     ModelConfig,
     TrainConfig,
 )
-from train.devices import MIXED_FLOAT16, STRATEGY_TPU, check_tpu_batch, detect_tpu_signals, steps_in_next_call
+from train.devices import (
+    MIXED_FLOAT16,
+    STRATEGY_TPU,
+    check_tpu_batch,
+    detect_tpu_signals,
+    steps_in_next_call,
+)
 from train.families import get_family
 from train.model import build_masked_lm, checkpoint_root
 from train.optim import WarmupDecay, make_optimizer, warmup_steps_for
 from train.preflight import Preflight, preflight
 from train.run_dir import forget_summary
-from train.strategy import device_defaults, make_strategy, num_input_pipelines, strategy_summary, uses_gpus
+from train.strategy import (
+    device_defaults,
+    make_strategy,
+    num_input_pipelines,
+    strategy_summary,
+    uses_gpus,
+)
 
 log = logging.getLogger(__name__)
 
 # What tf.summary.scalar writes, without needing the tensorboard package installed to write it.
-_SCALAR_METADATA = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+_SCALAR_METADATA = summary_pb2.SummaryMetadata(
+    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
+)
 # Seconds between progress lines of an evaluation.
 EVAL_PROGRESS_SECONDS = 30.0
 # Keys of the end-of-training pass over the whole validation split start with this (eval_loss -> final_eval_loss).
@@ -79,7 +94,9 @@ def plan_run(config: TrainConfig, mix: mixture.Mixture, strategy: tf.distribute.
     """Sizes of the run; an epoch is one pass over every set's records, drawn by weight (train.mixture)."""
     replicas = strategy.num_replicas_in_sync
     num_pipelines = num_input_pipelines(strategy)
-    unit = config.per_replica_batch * (replicas // num_pipelines)  # sequences per step per input pipeline
+    unit = config.per_replica_batch * (
+        replicas // num_pipelines
+    )  # sequences per step per input pipeline
     passes = mixture.pass_records(mix, num_pipelines=num_pipelines, unit=unit)
     steps_per_epoch = mixture.steps_per_epoch(passes, unit=unit)
     if config.steps is not None:
@@ -88,7 +105,9 @@ def plan_run(config: TrainConfig, mix: mixture.Mixture, strategy: tf.distribute.
         total = math.ceil(config.epochs * steps_per_epoch)
     else:
         raise LmshardsError("Pass --steps N or --epochs E.")
-    return Plan(replicas, num_pipelines, config.per_replica_batch * replicas, steps_per_epoch, total, passes)
+    return Plan(
+        replicas, num_pipelines, config.per_replica_batch * replicas, steps_per_epoch, total, passes
+    )
 
 
 def check_precision_change(previous_run: dict[str, Any] | None, precision: str) -> None:
@@ -106,7 +125,9 @@ def check_precision_change(previous_run: dict[str, Any] | None, precision: str) 
         )
 
 
-def first_schedule(config: TrainConfig, plan: Plan, previous_run: dict[str, Any] | None) -> WarmupDecay:
+def first_schedule(
+    config: TrainConfig, plan: Plan, previous_run: dict[str, Any] | None
+) -> WarmupDecay:
     """The run's learning-rate schedule: the one run_config.json keeps, or a new one for a new run."""
     kept = (previous_run or {}).get("schedule")
     if kept:
@@ -119,7 +140,9 @@ def first_schedule(config: TrainConfig, plan: Plan, previous_run: dict[str, Any]
     )
 
 
-def continue_schedule(schedule: WarmupDecay, *, total_steps: int, start_step: int, extend: bool) -> WarmupDecay:
+def continue_schedule(
+    schedule: WarmupDecay, *, total_steps: int, start_step: int, extend: bool
+) -> WarmupDecay:
     """The schedule this command trains with: the run's, or with --extend the run's continued to total_steps.
 
     Raises:
@@ -136,7 +159,9 @@ def continue_schedule(schedule: WarmupDecay, *, total_steps: int, start_step: in
             f"continue it to step {total_steps}."
         )
     if total_steps <= end:
-        raise LmshardsError(f"--extend needs more steps than the run's schedule has ({end}); this command asks for {total_steps}.")
+        raise LmshardsError(
+            f"--extend needs more steps than the run's schedule has ({end}); this command asks for {total_steps}."
+        )
     if float(schedule(start_step)) <= 0.0:
         raise LmshardsError(
             f"--extend continues from the current learning rate, and at step {start_step} this run's rate has already "
@@ -144,8 +169,12 @@ def continue_schedule(schedule: WarmupDecay, *, total_steps: int, start_step: in
             "SIGTERM or Ctrl-C, then rerun with --extend), or start a new run."
         )
     extended = schedule.extended(from_step=start_step, to_step=total_steps)
-    log.info("--extend: from step %d the learning rate falls linearly from %.3e to 0 at step %d.",
-             start_step, float(schedule(start_step)), total_steps)
+    log.info(
+        "--extend: from step %d the learning rate falls linearly from %.3e to 0 at step %d.",
+        start_step,
+        float(schedule(start_step)),
+        total_steps,
+    )
     return extended
 
 
@@ -172,7 +201,10 @@ def write_run_config(
         "tokenizer_fingerprint": manifest.tokenizer.fingerprint,
         "max_predictions": masking.max_predictions,
     }
-    fs.write_text_atomic(fs.join(config.output, RUN_CONFIG_JSON), json.dumps(run_config, indent=2, sort_keys=True) + "\n")
+    fs.write_text_atomic(
+        fs.join(config.output, RUN_CONFIG_JSON),
+        json.dumps(run_config, indent=2, sort_keys=True) + "\n",
+    )
     return run_config
 
 
@@ -219,16 +251,22 @@ class Every:
 
 def final_eval_record(record: dict[str, Any]) -> dict[str, Any]:
     """An evaluation record under the end-of-training names: eval_loss -> final_eval_loss, ..."""
-    return {key if key == "step" else FINAL_EVAL_PREFIX + key: value for key, value in record.items()}
+    return {
+        key if key == "step" else FINAL_EVAL_PREFIX + key: value for key, value in record.items()
+    }
 
 
-def masked_lm_sums(model: keras.Model, batch: dict[str, tf.Tensor], *, training: bool) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+def masked_lm_sums(
+    model: keras.Model, batch: dict[str, tf.Tensor], *, training: bool
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """(summed cross-entropy over predicted positions, their count, correct predictions) for one replica batch."""
     inputs = {name: batch[name] for name in model.input}
     logits = tf.cast(model(inputs, training=training), tf.float32)
     weights = batch["mask_weights"]
     ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=batch["mask_ids"], logits=logits)
-    correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), batch["mask_ids"]), tf.float32)
+    correct = tf.cast(
+        tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), batch["mask_ids"]), tf.float32
+    )
     # where, not a product: a row of eval padding may give non-finite logits, and 0 * nan is nan.
     ce = tf.where(weights > 0, ce, 0.0)
     return tf.reduce_sum(ce * weights), tf.reduce_sum(weights), tf.reduce_sum(correct * weights)
@@ -243,8 +281,13 @@ class MetricsLog:
         records = self._read()
         self.records = [r for r in records if r["step"] <= resume_step]
         if len(self.records) < len(records):
-            log.warning("%s holds %d records past step %d, where training resumes; they are replaced as those steps "
-                        "are trained again.", self.path, len(records) - len(self.records), resume_step)
+            log.warning(
+                "%s holds %d records past step %d, where training resumes; they are replaced as those steps "
+                "are trained again.",
+                self.path,
+                len(records) - len(self.records),
+                resume_step,
+            )
         self.writer = tf.summary.create_file_writer(fs.join(run_dir, TENSORBOARD_DIR))
 
     def _read(self) -> list[dict]:
@@ -254,7 +297,9 @@ class MetricsLog:
 
     def add(self, record: dict[str, Any]) -> None:
         self.records.append(record)
-        fs.write_text_atomic(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.records))
+        fs.write_text_atomic(
+            self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.records)
+        )
         with self.writer.as_default(step=record["step"]):
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)):
@@ -282,8 +327,10 @@ class PreemptionFlag:
     def _handle(self, signum, frame):
         if self.raised and signum == signal.SIGINT:
             raise KeyboardInterrupt
-        log.warning("%s: finishing the current step, then saving a checkpoint (Ctrl-C again stops at once).",
-                    signal.Signals(signum).name)
+        log.warning(
+            "%s: finishing the current step, then saving a checkpoint (Ctrl-C again stops at once).",
+            signal.Signals(signum).name,
+        )
         self.raised = True
 
     def __exit__(self, *exc):
@@ -301,28 +348,49 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
         return checked.finished
     mix, tokenizer, model_config = checked.mixture, checked.tokenizer, checked.model_config
     manifest = mix.manifest
-    masking = data.masking_spec(manifest, recipe=config.masking, mlm_probability=config.mlm_probability, tokenizer=tokenizer)
+    masking = data.masking_spec(
+        manifest, recipe=config.masking, mlm_probability=config.mlm_probability, tokenizer=tokenizer
+    )
     eval_sets = [s for s in mix.sets if s.has_validation]
     has_eval = bool(eval_sets)
 
     # --- devices: the strategy, and what `auto` precision and steps per host call mean on them
-    strategy = make_strategy(config.strategy, tpu=config.tpu, signals=detect_tpu_signals(tpu_flag=config.tpu))
+    strategy = make_strategy(
+        config.strategy, tpu=config.tpu, signals=detect_tpu_signals(tpu_flag=config.tpu)
+    )
     devices = strategy_summary(strategy)
-    log.info("strategy %s, %d replicas, device kind %s", devices["strategy"], devices["replicas"], devices["device_kind"])
+    log.info(
+        "strategy %s, %d replicas, device kind %s",
+        devices["strategy"],
+        devices["replicas"],
+        devices["device_kind"],
+    )
     precision, steps_per_execution = device_defaults(
         strategy, precision=config.precision, steps_per_execution=config.steps_per_execution
     )
     check_precision_change(checked.previous_run, precision)
     plan = plan_run(config, mix, strategy)
-    tpu_batch_warning = check_tpu_batch(plan.global_batch, plan.replicas) if devices["strategy"] == STRATEGY_TPU else None
+    tpu_batch_warning = (
+        check_tpu_batch(plan.global_batch, plan.replicas)
+        if devices["strategy"] == STRATEGY_TPU
+        else None
+    )
     if tpu_batch_warning:
         log.warning("%s", tpu_batch_warning)
     if tokenizer is not None:
         mixture.copy_tokenizer(tokenizer, config.output)
     else:
-        log.warning("No tokenizer in the shard set and no --tokenizer: `lmshards export` will need --tokenizer.")
-    log.info("global batch %d, %d steps per epoch, %d steps in all; precision %s, up to %d steps per host call.",
-             plan.global_batch, plan.steps_per_epoch, plan.total_steps, precision, steps_per_execution)
+        log.warning(
+            "No tokenizer in the shard set and no --tokenizer: `lmshards export` will need --tokenizer."
+        )
+    log.info(
+        "global batch %d, %d steps per epoch, %d steps in all; precision %s, up to %d steps per host call.",
+        plan.global_batch,
+        plan.steps_per_epoch,
+        plan.total_steps,
+        precision,
+        steps_per_execution,
+    )
 
     # --- model, optimizer and checkpoint, created under the strategy so variables are mirrored
     keras.utils.set_random_seed(config.seed)  # weight initialisation and dropout
@@ -331,24 +399,37 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
         model = build_masked_lm(model_config)
         schedule = first_schedule(config, plan, checked.previous_run)
         optimizer = make_optimizer(
-            schedule=schedule, weight_decay=config.weight_decay, clip_norm=config.clip_norm,
+            schedule=schedule,
+            weight_decay=config.weight_decay,
+            clip_norm=config.clip_norm,
             loss_scaling=precision == MIXED_FLOAT16,
         )
         optimizer.build(model.trainable_variables)
         checkpoints = RunCheckpoints(
-            checkpoint_root(model, optimizer=optimizer), fs.join(config.output, CHECKPOINTS_DIR), keep=config.keep
+            checkpoint_root(model, optimizer=optimizer),
+            fs.join(config.output, CHECKPOINTS_DIR),
+            keep=config.keep,
         )
         restored = checkpoints.restore_latest()
     start_step = int(optimizer.iterations.numpy())
     if restored:
         log.info("Resumed from %s at step %d.", restored, start_step)
-    extended = continue_schedule(schedule, total_steps=plan.total_steps, start_step=start_step, extend=config.extend)
+    extended = continue_schedule(
+        schedule, total_steps=plan.total_steps, start_step=start_step, extend=config.extend
+    )
     if extended is not schedule:
         schedule = optimizer.learning_rate = extended
         forget_summary(config.output)  # the run is no longer finished
-    resolved = {**devices, "precision": precision, "steps_per_execution": steps_per_execution,
-                "global_batch": plan.global_batch, "steps_per_epoch": plan.steps_per_epoch}
-    run_config = write_run_config(config, manifest, model_config, masking, schedule=schedule, resolved=resolved)
+    resolved = {
+        **devices,
+        "precision": precision,
+        "steps_per_execution": steps_per_execution,
+        "global_batch": plan.global_batch,
+        "steps_per_epoch": plan.steps_per_epoch,
+    }
+    run_config = write_run_config(
+        config, manifest, model_config, masking, schedule=schedule, resolved=resolved
+    )
 
     # --- input pipelines: one per worker host, each over its own files of every set, starting where the checkpoint stopped
     train_paths = tuple(p for s in mix.sets for p in s.files(TRAIN_SPLIT).paths)
@@ -356,34 +437,71 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
     with_segments = get_family(model_config.family).uses_segment_ids
 
     def train_input(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
-        streams = mixture.pipeline_streams(mix, plan.pass_records, num_pipelines=ctx.num_input_pipelines,
-                                           pipeline_id=ctx.input_pipeline_id)
+        streams = mixture.pipeline_streams(
+            mix,
+            plan.pass_records,
+            num_pipelines=ctx.num_input_pipelines,
+            pipeline_id=ctx.input_pipeline_id,
+        )
         return data.train_dataset(
-            streams, block_counts=block_counts, features=manifest.features(), batch_size=config.per_replica_batch,
-            shuffle_buffer=config.shuffle_buffer, seed=config.seed, start_step=start_step * plan.replicas_per_pipeline,
-            masking=masking, with_segment_ids=with_segments, pipeline_id=ctx.input_pipeline_id,
+            streams,
+            block_counts=block_counts,
+            features=manifest.features(),
+            batch_size=config.per_replica_batch,
+            shuffle_buffer=config.shuffle_buffer,
+            seed=config.seed,
+            start_step=start_step * plan.replicas_per_pipeline,
+            masking=masking,
+            with_segment_ids=with_segments,
+            pipeline_id=ctx.input_pipeline_id,
         )
 
     def eval_input(shard_set: mixture.ShardSet, limit: int | None):
         """The input function of one set's validation split: its first `limit` global batches (None: all of them)."""
+
         def input_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
-            files = mixture.pipeline_files(shard_set.files(VALIDATION_SPLIT), num_pipelines=ctx.num_input_pipelines,
-                                           pipeline_id=ctx.input_pipeline_id)
+            files = mixture.pipeline_files(
+                shard_set.files(VALIDATION_SPLIT),
+                num_pipelines=ctx.num_input_pipelines,
+                pipeline_id=ctx.input_pipeline_id,
+            )
             max_batches = limit * plan.replicas_per_pipeline if limit else None
-            return data.eval_dataset(files, features=manifest.features(), batch_size=config.per_replica_batch,
-                                     masking=masking, with_segment_ids=with_segments, max_batches=max_batches,
-                                     batches_multiple_of=plan.replicas_per_pipeline)
+            return data.eval_dataset(
+                files,
+                features=manifest.features(),
+                batch_size=config.per_replica_batch,
+                masking=masking,
+                with_segment_ids=with_segments,
+                max_batches=max_batches,
+                batches_multiple_of=plan.replicas_per_pipeline,
+            )
+
         return input_fn
 
-    def eval_batches(shard_set: mixture.ShardSet, limit: int | None) -> int:  # global batches eval_input yields
-        files = mixture.pipeline_files(shard_set.files(VALIDATION_SPLIT), num_pipelines=plan.num_pipelines, pipeline_id=0)
+    def eval_batches(
+        shard_set: mixture.ShardSet, limit: int | None
+    ) -> int:  # global batches eval_input yields
+        files = mixture.pipeline_files(
+            shard_set.files(VALIDATION_SPLIT), num_pipelines=plan.num_pipelines, pipeline_id=0
+        )
         rpp = plan.replicas_per_pipeline
-        return data.eval_batch_count(files.total_records, batch_size=config.per_replica_batch,
-                                     max_batches=limit * rpp if limit else None, batches_multiple_of=rpp) // rpp
+        return (
+            data.eval_batch_count(
+                files.total_records,
+                batch_size=config.per_replica_batch,
+                max_batches=limit * rpp if limit else None,
+                batches_multiple_of=rpp,
+            )
+            // rpp
+        )
 
     def sequences_per_set(at_step: int) -> tuple[int, ...]:
-        return data.sequences_read(block_counts, seed=config.seed, num_pipelines=plan.num_pipelines,
-                                   examples_per_pipeline=at_step * plan.replicas_per_pipeline * config.per_replica_batch)
+        return data.sequences_read(
+            block_counts,
+            seed=config.seed,
+            num_pipelines=plan.num_pipelines,
+            examples_per_pipeline=at_step * plan.replicas_per_pipeline * config.per_replica_batch,
+        )
 
     # --- step functions
     def replica_train_step(batch):
@@ -416,18 +534,26 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
         sums = strategy.run(replica_eval_step, args=(batch,))
         return [strategy.reduce("sum", s, axis=None) for s in sums]
 
-    def evaluate(step: int, *, limit: int | None, stop: Callable[[], bool] = lambda: False) -> dict[str, Any] | None:
+    def evaluate(
+        step: int, *, limit: int | None, stop: Callable[[], bool] = lambda: False
+    ) -> dict[str, Any] | None:
         """Each set's validation split (its first `limit` global batches; None: all), then their weighted mean.
 
         The same batches with the same masks every time, so the same weights give the same numbers.
         None when stop() turned True part-way.
         """
-        expected, read, progress = sum(eval_batches(s, limit) for s in eval_sets), 0, Every(EVAL_PROGRESS_SECONDS)
+        expected, read, progress = (
+            sum(eval_batches(s, limit) for s in eval_sets),
+            0,
+            Every(EVAL_PROGRESS_SECONDS),
+        )
         sums = {}
         for shard_set in eval_sets:
             totals = [0.0, 0.0, 0.0]
             with readable_input_errors(shard_set.files(VALIDATION_SPLIT).paths, mix):
-                for batch in strategy.distribute_datasets_from_function(eval_input(shard_set, limit)):
+                for batch in strategy.distribute_datasets_from_function(
+                    eval_input(shard_set, limit)
+                ):
                     totals = [t + float(v) for t, v in zip(totals, eval_step(batch))]
                     read += 1
                     if stop():
@@ -438,8 +564,15 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
         return {**mixture.eval_record(step, sums, mix), "eval_batches": read}
 
     def log_eval(record: dict[str, Any], what: str) -> None:
-        log.info("%s at step %d (%d batches read): loss %.4f  perplexity %.2f  accuracy %.3f", what, record["step"],
-                 record["eval_batches"], record["eval_loss"], record["eval_perplexity"], record["eval_accuracy"])
+        log.info(
+            "%s at step %d (%d batches read): loss %.4f  perplexity %.2f  accuracy %.3f",
+            what,
+            record["step"],
+            record["eval_batches"],
+            record["eval_loss"],
+            record["eval_perplexity"],
+            record["eval_accuracy"],
+        )
 
     def is_eval_step(at_step: int) -> bool:
         return has_eval and (at_step % config.eval_every == 0 or at_step == plan.total_steps)
@@ -453,14 +586,20 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
 
     with PreemptionFlag() as preemption:
         # A run stopped between its checkpoint and its evaluation at that step evaluates first.
-        if start_step and is_eval_step(start_step) and not any(
-            r["step"] == start_step and "eval_loss" in r for r in metrics.records
+        if (
+            start_step
+            and is_eval_step(start_step)
+            and not any(r["step"] == start_step and "eval_loss" in r for r in metrics.records)
         ):
             metrics.add(evaluate(start_step, limit=config.eval_batches))
             log_eval(metrics.records[-1], "eval")
         while step < plan.total_steps and not preemption.raised:
-            n = steps_in_next_call(step, stop=plan.total_steps, steps_per_execution=steps_per_execution,
-                                   every=(config.log_every, config.checkpoint_every, config.eval_every))
+            n = steps_in_next_call(
+                step,
+                stop=plan.total_steps,
+                steps_per_execution=steps_per_execution,
+                every=(config.log_every, config.checkpoint_every, config.eval_every),
+            )
             t0 = time.perf_counter()
             with readable_input_errors(train_paths, mix):
                 losses = train_steps(iterator, tf.constant(n)).numpy()
@@ -470,22 +609,39 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
             window_losses.extend(float(x) for x in losses)
             window_time += dt
             if not all(math.isfinite(x) for x in losses):
-                raise LmshardsError(f"Training diverged at step {step} (loss {losses[-1]}); lower --learning_rate or set --clip_norm.")
+                raise LmshardsError(
+                    f"Training diverged at step {step} (loss {losses[-1]}); lower --learning_rate or set --clip_norm."
+                )
             if step % config.log_every == 0 or step == plan.total_steps:
                 steps_done = step - window_start
-                metrics.add({
-                    "step": step, "loss": sum(window_losses) / len(window_losses), "learning_rate": float(schedule(step)),
-                    "sequences_per_second": steps_done * plan.global_batch / window_time,
-                    "tokens_per_second": steps_done * tokens_per_step / window_time,
-                    "step_time_s": window_time / steps_done,
-                    **{f"sequences/{s.name}": n for s, n in zip(mix.sets, sequences_per_set(step))},
-                })
+                metrics.add(
+                    {
+                        "step": step,
+                        "loss": sum(window_losses) / len(window_losses),
+                        "learning_rate": float(schedule(step)),
+                        "sequences_per_second": steps_done * plan.global_batch / window_time,
+                        "tokens_per_second": steps_done * tokens_per_step / window_time,
+                        "step_time_s": window_time / steps_done,
+                        **{
+                            f"sequences/{s.name}": n
+                            for s, n in zip(mix.sets, sequences_per_set(step))
+                        },
+                    }
+                )
                 r = metrics.records[-1]
                 elapsed = time.monotonic() - started
                 eta = elapsed / (step - start_step) * (plan.total_steps - step)
-                log.info("step %d/%d  loss %.4f  lr %.2e  %.0f seq/s  %.1f ms/step  elapsed %s  eta %s", step,
-                         plan.total_steps, r["loss"], r["learning_rate"], r["sequences_per_second"],
-                         1000 * r["step_time_s"], format_duration(elapsed), format_duration(eta))
+                log.info(
+                    "step %d/%d  loss %.4f  lr %.2e  %.0f seq/s  %.1f ms/step  elapsed %s  eta %s",
+                    step,
+                    plan.total_steps,
+                    r["loss"],
+                    r["learning_rate"],
+                    r["sequences_per_second"],
+                    1000 * r["step_time_s"],
+                    format_duration(elapsed),
+                    format_duration(eta),
+                )
                 window_losses, window_start, window_time = [], step, 0.0
             if step % config.checkpoint_every == 0 or step == plan.total_steps or preemption.raised:
                 checkpoints.save(step)
@@ -495,11 +651,18 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
                 log_eval(metrics.records[-1], "eval")
 
         final_record = None
-        if step == plan.total_steps and has_eval and config.final_eval == FINAL_EVAL_FULL and not preemption.raised:
+        if (
+            step == plan.total_steps
+            and has_eval
+            and config.final_eval == FINAL_EVAL_FULL
+            and not preemption.raised
+        ):
             log.info("Final evaluation: one pass over the whole validation split.")
             final_record = evaluate(step, limit=None, stop=lambda: preemption.raised)
             # A run stopped after its final evaluation but before its summary evaluates again, in one row.
-            metrics.records = [r for r in metrics.records if FINAL_EVAL_PREFIX + "eval_loss" not in r]
+            metrics.records = [
+                r for r in metrics.records if FINAL_EVAL_PREFIX + "eval_loss" not in r
+            ]
     if preemption.raised:
         if saved_step != step:
             checkpoints.save(step)
@@ -511,10 +674,17 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
     eval_record = final_record or metrics.last("eval_loss")
     last_train = metrics.last("loss") or {}
     trained = step - start_step
-    progress = mixture.set_progress(sequences_per_set(step), plan.pass_records, num_pipelines=plan.num_pipelines)
+    progress = mixture.set_progress(
+        sequences_per_set(step), plan.pass_records, num_pipelines=plan.num_pipelines
+    )
     for shard_set, p in zip(mix.sets, progress):
         if p.repeats:
-            log.info("Shard set %s ran out and started over %d time(s) (%.2f passes).", shard_set.name, p.repeats, p.passes)
+            log.info(
+                "Shard set %s ran out and started over %d time(s) (%.2f passes).",
+                shard_set.name,
+                p.repeats,
+                p.passes,
+            )
     summary = {
         "global_step": step,
         "train_loss": last_train.get("loss"),
@@ -522,7 +692,8 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
         "eval_perplexity": eval_record and eval_record["eval_perplexity"],
         "eval_accuracy": eval_record and eval_record["eval_accuracy"],
         "eval_masked_tokens": eval_record and eval_record["eval_masked_tokens"],
-        "eval_batches": eval_record and eval_record["eval_batches"],  # global batches the reported evaluation read
+        "eval_batches": eval_record
+        and eval_record["eval_batches"],  # global batches the reported evaluation read
         "final_eval": config.final_eval if final_record is not None else None,
         "sequences_per_second": trained * plan.global_batch / train_time if trained else None,
         "tokens_per_second": trained * tokens_per_step / train_time if trained else None,
@@ -530,14 +701,24 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
         "global_batch": plan.global_batch,
         "steps_per_epoch": plan.steps_per_epoch,
         # Per shard set: its normalised weight, the sequences it gave, and how often it ran out and started over.
-        "sets": {s.name: {"path": s.path, "weight": s.weight, "train_records": s.manifest.split(TRAIN_SPLIT).records,
-                          "eval_loss": eval_record and eval_record.get(f"eval_loss/{s.name}"), **dataclasses.asdict(p)}
-                 for s, p in zip(mix.sets, progress)},
+        "sets": {
+            s.name: {
+                "path": s.path,
+                "weight": s.weight,
+                "train_records": s.manifest.split(TRAIN_SPLIT).records,
+                "eval_loss": eval_record and eval_record.get(f"eval_loss/{s.name}"),
+                **dataclasses.asdict(p),
+            }
+            for s, p in zip(mix.sets, progress)
+        },
         **devices,  # strategy (tpu | mirrored | cpu), replicas, device_kind
         "precision": precision,
         "steps_per_execution": steps_per_execution,
         "elapsed_s": time.monotonic() - started,  # this command's training and evaluation time
         "config": run_config,
     }
-    fs.write_text_atomic(fs.join(config.output, RUN_SUMMARY_JSON), json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    fs.write_text_atomic(
+        fs.join(config.output, RUN_SUMMARY_JSON),
+        json.dumps(summary, indent=2, sort_keys=True) + "\n",
+    )
     return summary

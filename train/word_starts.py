@@ -30,7 +30,8 @@ import dataclasses
 import json
 import re
 import unicodedata
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -40,11 +41,19 @@ METASPACE_MARKER = "▁"  # tokenizers' Metaspace default replacement
 WORDPIECE_PREFIX = "##"  # tokenizers' WordPiece default continuing_subword_prefix
 # BERT's _is_chinese_char: the CJK Unified Ideographs blocks, extensions A-E and the compatibility blocks.
 CJK_RANGES = (
-    (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
-    (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F),
+    (0x4E00, 0x9FFF),
+    (0x3400, 0x4DBF),
+    (0x20000, 0x2A6DF),
+    (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F),
+    (0x2B820, 0x2CEAF),
+    (0xF900, 0xFAFF),
+    (0x2F800, 0x2FA1F),
 )
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # byte_fallback pieces of BPE/Unigram models
-_CONTINUATION_BYTE = 0x80  # lowest UTF-8 continuation byte, to complete a character cut inside a token
+_CONTINUATION_BYTE = (
+    0x80  # lowest UTF-8 continuation byte, to complete a character cut inside a token
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +84,9 @@ def word_start_tables(tokenizer_json_text: str) -> WordStartTables:
     try:
         parsed = json.loads(tokenizer_json_text)
     except json.JSONDecodeError as e:
-        raise TokenizerError(f"Cannot read word starts: the tokenizer is not valid JSON ({e}).") from e
+        raise TokenizerError(
+            f"Cannot read word starts: the tokenizer is not valid JSON ({e})."
+        ) from e
     vocab = _vocab(parsed)
     added = {int(t["id"]) for t in parsed.get("added_tokens") or []}
     size = max([*vocab.values(), *added], default=-1) + 1
@@ -83,7 +94,9 @@ def word_start_tables(tokenizer_json_text: str) -> WordStartTables:
     next_starts = np.ones(size, bool)
     spell = _speller(parsed)
     if spell is None:
-        return WordStartTables(starts=starts, next_starts=next_starts)  # WordLevel: every token is a word
+        return WordStartTables(
+            starts=starts, next_starts=next_starts
+        )  # WordLevel: every token is a word
     for token, i in vocab.items():
         if i not in added:
             starts[i], next_starts[i] = _boundaries(spell(token))
@@ -114,7 +127,9 @@ def _speller(parsed: dict[str, Any]) -> Callable[[str], _Piece] | None:
     prefix = model.get("continuing_subword_prefix")
     if kind == "WordPiece" or prefix:
         prefix = prefix or WORDPIECE_PREFIX
-        return lambda token: _Piece(marked=not token.startswith(prefix), content=token.removeprefix(prefix).encode())
+        return lambda token: _Piece(
+            marked=not token.startswith(prefix), content=token.removeprefix(prefix).encode()
+        )
     if any(c["type"] == "ByteLevel" for c in components):
         decode = _byte_decoder()
         return lambda token: _byte_level_piece(token, decode)
@@ -199,7 +214,11 @@ def _is_punctuation(char: str) -> bool:
 def _byte_decoder() -> dict[str, int]:
     """GPT-2's byte-level alphabet, character -> byte: printable bytes stand for themselves, the rest are
     shifted to 256 + n (so the space byte is `Ġ`, newline `Ċ`)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     chars = {b: chr(b) for b in printable}
     shifted = (b for b in range(256) if b not in chars)
     chars.update({b: chr(256 + n) for n, b in enumerate(shifted)})

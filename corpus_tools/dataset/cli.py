@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Sequence
+from collections.abc import Sequence
 
 from corpus_tools.dataset import export as de
 from plumbing.cli import CommandParser, run_command, setup_logging
@@ -14,23 +14,45 @@ LOG_PACKAGES = ("corpus_tools", "schemas")
 
 def build_parser() -> CommandParser:
     parser = CommandParser(
-        COMMAND, description="Write one text column of a dataset as shards that `lmshards preprocess` reads."
+        COMMAND,
+        description="Write one text column of a dataset as shards that `lmshards preprocess` reads.",
     )
-    parser.add_argument("dataset", help="Hub name (needs network), a builder (json, csv, text, parquet) with "
-                                        "--data_files, a directory of data files, or a save_to_disk directory")
+    parser.add_argument(
+        "dataset",
+        help="Hub name (needs network), a builder (json, csv, text, parquet) with "
+        "--data_files, a directory of data files, or a save_to_disk directory",
+    )
     parser.add_argument("--output", required=True, help="output directory (local or gs://)")
-    parser.add_argument("--overwrite", action="store_true", help="delete what a non-empty --output holds first")
-    parser.add_argument("--data_files", action="append", default=[], metavar="PATH",
-                        help="local data files or globs for a builder (repeatable)")
-    parser.add_argument("--split", default=de.DEFAULT_SPLIT, help="split to export; also the shard name prefix")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="delete what a non-empty --output holds first"
+    )
+    parser.add_argument(
+        "--data_files",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="local data files or globs for a builder (repeatable)",
+    )
+    parser.add_argument(
+        "--split", default=de.DEFAULT_SPLIT, help="split to export; also the shard name prefix"
+    )
     parser.add_argument("--config", default=None, help="dataset configuration (subset) name")
     parser.add_argument("--text_column", default=de.DEFAULT_COLUMN, help="column holding the text")
-    parser.add_argument("--output_column", default=de.DEFAULT_COLUMN, help="column name in the output files")
-    parser.add_argument("--num_shards", type=int, default=de.DEFAULT_NUM_SHARDS, help="output files")
-    parser.add_argument("--format", choices=de.FORMATS, default=de.DEFAULT_FORMAT, help="output file format")
-    parser.add_argument("--streaming", action="store_true",
-                        help="read as an IterableDataset (datasets bigger than memory or disk); shards are "
-                             "filled round-robin")
+    parser.add_argument(
+        "--output_column", default=de.DEFAULT_COLUMN, help="column name in the output files"
+    )
+    parser.add_argument(
+        "--num_shards", type=int, default=de.DEFAULT_NUM_SHARDS, help="output files"
+    )
+    parser.add_argument(
+        "--format", choices=de.FORMATS, default=de.DEFAULT_FORMAT, help="output file format"
+    )
+    parser.add_argument(
+        "--streaming",
+        action="store_true",
+        help="read as an IterableDataset (datasets bigger than memory or disk); shards are "
+        "filled round-robin",
+    )
     return parser
 
 
@@ -42,12 +64,22 @@ def main(argv: Sequence[str]) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     config = de.ExportConfig(
-        dataset=args.dataset, output=args.output, data_files=tuple(args.data_files), split=args.split,
-        config=args.config, text_column=args.text_column, output_column=args.output_column,
-        num_shards=args.num_shards, format=args.format, streaming=args.streaming, overwrite=args.overwrite,
+        dataset=args.dataset,
+        output=args.output,
+        data_files=tuple(args.data_files),
+        split=args.split,
+        config=args.config,
+        text_column=args.text_column,
+        output_column=args.output_column,
+        num_shards=args.num_shards,
+        format=args.format,
+        streaming=args.streaming,
+        overwrite=args.overwrite,
     )
     summary = de.export(config)
     rows = [s["rows"] for s in summary["shards"]]
-    print(f"Wrote {summary['rows_written']:,} rows ({summary['rows_without_text']:,} without text skipped) "
-          f"to {len(rows)} {config.format} shards in {config.output} (rows per shard {min(rows):,}-{max(rows):,})")
+    print(
+        f"Wrote {summary['rows_written']:,} rows ({summary['rows_without_text']:,} without text skipped) "
+        f"to {len(rows)} {config.format} shards in {config.output} (rows per shard {min(rows):,}-{max(rows):,})"
+    )
     return 0

@@ -21,7 +21,8 @@ import json
 import logging
 import os
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from corpus_tools.output_dir import prepare_output_dir
 from plumbing import fs
@@ -85,11 +86,15 @@ def shard_of(row: int, *, num_shards: int, total: int | None) -> int:
 
 def validate(config: ExportConfig) -> None:
     if config.format not in FORMATS:
-        raise DatasetExportError(f"--format {config.format!r} is not supported; use one of {', '.join(FORMATS)}.")
+        raise DatasetExportError(
+            f"--format {config.format!r} is not supported; use one of {', '.join(FORMATS)}."
+        )
     if config.num_shards < 1:
         raise DatasetExportError(f"--num_shards must be at least 1, got {config.num_shards}.")
     if not config.output_column:
-        raise DatasetExportError("--output_column is empty; give the column name to write (default 'text').")
+        raise DatasetExportError(
+            "--output_column is empty; give the column name to write (default 'text')."
+        )
 
 
 def load(config: ExportConfig) -> Any:
@@ -108,7 +113,11 @@ def load(config: ExportConfig) -> Any:
             if isinstance(loaded, datasets.DatasetDict):
                 loaded = _pick_split(loaded, config.split, source)
             elif config.split != DEFAULT_SPLIT:
-                logger.info("%s holds a single split; --split %s is only a name for the output", source, config.split)
+                logger.info(
+                    "%s holds a single split; --split %s is only a name for the output",
+                    source,
+                    config.split,
+                )
             dataset = loaded.to_iterable_dataset() if config.streaming else loaded
         else:
             kwargs: dict[str, Any] = {"name": config.config, "streaming": config.streaming}
@@ -129,12 +138,16 @@ def load(config: ExportConfig) -> Any:
 
 
 def _is_saved_dataset(source: str) -> bool:
-    return os.path.isdir(source) and any(os.path.exists(os.path.join(source, f)) for f in _SAVED_DATASET_FILES)
+    return os.path.isdir(source) and any(
+        os.path.exists(os.path.join(source, f)) for f in _SAVED_DATASET_FILES
+    )
 
 
 def _pick_split(loaded: Any, split: str, source: str) -> Any:
     if split not in loaded:
-        raise DatasetExportError(f"Dataset {source!r} has no split {split!r}; it has {sorted(loaded)}. Pass --split.")
+        raise DatasetExportError(
+            f"Dataset {source!r} has no split {split!r}; it has {sorted(loaded)}. Pass --split."
+        )
     return loaded[split]
 
 
@@ -157,7 +170,9 @@ def iter_text_batches(dataset: Any, column: str) -> Iterator[list[str | None]]:
     """The column's values in dataset order, BATCH_ROWS at a time (None where a row has no text)."""
     for batch in dataset.select_columns([column]).iter(batch_size=BATCH_ROWS):
         if column not in batch:
-            raise DatasetExportError(f"Streamed rows have no column {column!r}; they have {sorted(batch)}.")
+            raise DatasetExportError(
+                f"Streamed rows have no column {column!r}; they have {sorted(batch)}."
+            )
         yield batch[column]
 
 
@@ -185,7 +200,9 @@ class _ShardWriter:
         if self._parquet is not None:
             import pyarrow as pa
 
-            self._parquet.write_table(pa.table({self._column: pa.array(texts, pa.string())}, schema=self._schema))
+            self._parquet.write_table(
+                pa.table({self._column: pa.array(texts, pa.string())}, schema=self._schema)
+            )
         else:
             lines = "".join(json.dumps({self._column: t}, ensure_ascii=False) + "\n" for t in texts)
             self._file.write(lines.encode("utf-8"))
@@ -221,8 +238,14 @@ def export(config: ExportConfig) -> dict[str, Any]:
     names = [shard_name(config.split, i, n, config.format) for i in range(n)]
     rows_in = rows_none = 0
     with contextlib.ExitStack() as stack:
-        writers = [_ShardWriter(_staging_path(stack, fs.join(config.output, name)), fmt=config.format,
-                                column=config.output_column) for name in names]
+        writers = [
+            _ShardWriter(
+                _staging_path(stack, fs.join(config.output, name)),
+                fmt=config.format,
+                column=config.output_column,
+            )
+            for name in names
+        ]
         for batch_number, texts in enumerate(iter_text_batches(dataset, config.text_column), 1):
             # (shard, text) for the batch's rows, grouped so each writer gets one list per batch
             by_shard: dict[int, list[str]] = {}
@@ -236,7 +259,9 @@ def export(config: ExportConfig) -> dict[str, Any]:
                 writers[index].write(shard_texts)
             if batch_number % _LOG_EVERY_BATCHES == 0:
                 logger.info("Exported %d rows", rows_in)
-        shards = [ShardSummary(path=name, rows=w.rows, bytes=w.close()) for name, w in zip(names, writers)]
+        shards = [
+            ShardSummary(path=name, rows=w.rows, bytes=w.close()) for name, w in zip(names, writers)
+        ]
     summary = {
         "format": EXPORT_FORMAT,
         "tool_version": __version__,
@@ -257,5 +282,7 @@ def read_summary(output: str) -> dict[str, Any]:
     """The _SUCCESS.json of a finished export. Raises DatasetExportError if the export is not complete."""
     path = fs.join(output, SUCCESS_JSON)
     if not fs.exists(path):
-        raise DatasetExportError(f"No {SUCCESS_JSON} in {output!r}: the export did not finish; run it again.")
+        raise DatasetExportError(
+            f"No {SUCCESS_JSON} in {output!r}: the export did not finish; run it again."
+        )
     return json.loads(fs.read_text(path))

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from plumbing.cli import CommandParser, run_command, setup_logging, typo_hint
 from schemas.constants import SPLITS
@@ -31,18 +32,35 @@ def build_parser() -> CommandParser:
     from corpus_tools.stats.stats import DEFAULT_STATS_DIRNAME, DEFAULT_TOP_K, TOKENIZER_DIRNAME
 
     parser = CommandParser(
-        COMMAND, description=__doc__, extra_flags=_beam_flags(),
+        COMMAND,
+        description=__doc__,
+        extra_flags=_beam_flags(),
         epilog="Every other flag is a Beam pipeline option (--runner, --temp_location, --direct_num_workers, ...).",
     )
-    parser.add_argument("shards_dir", metavar="SHARDS_DIR", help="a preprocess output directory, local or gs://")
-    parser.add_argument("--output", default=None,
-                        help=f"directory for stats.json and stats.html (default SHARDS_DIR/{DEFAULT_STATS_DIRNAME})")
-    parser.add_argument("--split", action="append", choices=SPLITS, default=None,
-                        help="split to analyse; repeatable (default: every split of the manifest)")
-    parser.add_argument("--top_k", type=int, default=DEFAULT_TOP_K, help="most frequent tokens to list")
-    parser.add_argument("--tokenizer", default=None,
-                        help="the shards' tokenizer (tokenizer.json or its directory) to name the top tokens "
-                             f"(default SHARDS_DIR/{TOKENIZER_DIRNAME} if present, else ids only)")
+    parser.add_argument(
+        "shards_dir", metavar="SHARDS_DIR", help="a preprocess output directory, local or gs://"
+    )
+    parser.add_argument(
+        "--output",
+        default=None,
+        help=f"directory for stats.json and stats.html (default SHARDS_DIR/{DEFAULT_STATS_DIRNAME})",
+    )
+    parser.add_argument(
+        "--split",
+        action="append",
+        choices=SPLITS,
+        default=None,
+        help="split to analyse; repeatable (default: every split of the manifest)",
+    )
+    parser.add_argument(
+        "--top_k", type=int, default=DEFAULT_TOP_K, help="most frequent tokens to list"
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default=None,
+        help="the shards' tokenizer (tokenizer.json or its directory) to name the top tokens "
+        f"(default SHARDS_DIR/{TOKENIZER_DIRNAME} if present, else ids only)",
+    )
     parser.add_argument("--verbose", action="store_true", help="debug logging")
     return parser
 
@@ -54,7 +72,12 @@ def parse_args(parser: CommandParser, argv: Sequence[str]) -> tuple[argparse.Nam
     (e.g. --top-k), is an error; other unknown flags pass through, since runners add their own.
     """
     args, rest = parser.parse_known_args(list(argv))
-    ours = [flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")]
+    ours = [
+        flag
+        for action in parser._actions
+        for flag in action.option_strings
+        if flag.startswith("--")
+    ]
     for position, arg in enumerate(rest):
         previous = rest[position - 1] if position else ""
         is_value = previous.startswith("--") and "=" not in previous  # `--runner DataflowRunner`
@@ -75,7 +98,10 @@ def _stats(args: argparse.Namespace, beam_args: list[str]) -> int:
     from corpus_tools.stats.stats import StatsConfig, run_stats
 
     config = StatsConfig(
-        shards_dir=args.shards_dir, output=args.output, splits=tuple(args.split or ()), top_k=args.top_k,
+        shards_dir=args.shards_dir,
+        output=args.output,
+        splits=tuple(args.split or ()),
+        top_k=args.top_k,
         tokenizer=args.tokenizer,
     )
     started = time.monotonic()
@@ -91,7 +117,9 @@ def summary(report: StatsReport, seconds: float) -> str:
     """A few lines on stdout: where the report went and the headline figures."""
     stats = report.stats
     unk = "n/a" if stats["unk_rate"] is None else f"{stats['unk_rate']:.4%}"
-    fallback = "n/a" if stats["byte_fallback_rate"] is None else f"{stats['byte_fallback_rate']:.4%}"
+    fallback = (
+        "n/a" if stats["byte_fallback_rate"] is None else f"{stats['byte_fallback_rate']:.4%}"
+    )
     lines = [
         f"lmshards stats: {stats['shards_dir']} ({', '.join(stats['splits'])}) in {seconds:.1f} s",
         f"  wrote {report.json_path} and {report.html_path}",

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 PLOT_WIDTH, PLOT_HEIGHT = 640, 400
 PLOT_MARGIN = 56  # room for the axis labels
@@ -21,7 +22,7 @@ _STYLE = (
 
 
 def _decade_label(exponent: int) -> str:
-    return f"{10 ** exponent:,}" if 0 <= exponent <= 6 else f"1e{exponent}"
+    return f"{10**exponent:,}" if 0 <= exponent <= 6 else f"1e{exponent}"
 
 
 def sampled_ranks(n: int, points: int = PLOT_POINTS) -> list[int]:
@@ -31,14 +32,19 @@ def sampled_ranks(n: int, points: int = PLOT_POINTS) -> list[int]:
     return sorted({round(10 ** (math.log10(n) * k / (points - 1))) for k in range(points)})
 
 
-def rank_frequency_svg(frequencies: Sequence[int], *, width: int = PLOT_WIDTH, height: int = PLOT_HEIGHT) -> str:
+def rank_frequency_svg(
+    frequencies: Sequence[int], *, width: int = PLOT_WIDTH, height: int = PLOT_HEIGHT
+) -> str:
     """An SVG log-log plot of count against rank; frequencies are counts sorted from most frequent, all > 0."""
     m = PLOT_MARGIN
     head = f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">'
     if not frequencies:
         return f'{head}<text x="{m}" y="{height // 2}">no tokens counted</text></svg>'
     x_max = max(1, math.ceil(math.log10(len(frequencies))))
-    y_min, y_max = math.floor(math.log10(frequencies[-1])), max(1, math.ceil(math.log10(frequencies[0])))
+    y_min, y_max = (
+        math.floor(math.log10(frequencies[-1])),
+        max(1, math.ceil(math.log10(frequencies[0]))),
+    )
     y_max = max(y_max, y_min + 1)
 
     def x(rank: float) -> float:
@@ -50,12 +56,22 @@ def rank_frequency_svg(frequencies: Sequence[int], *, width: int = PLOT_WIDTH, h
     frame = f'<rect x="{m}" y="{m}" width="{width - 2 * m}" height="{height - 2 * m}" fill="none" stroke="#999"/>'
     parts = [head, frame]
     for e in range(x_max + 1):
-        parts.append(f'<line x1="{x(10 ** e):.1f}" y1="{m}" x2="{x(10 ** e):.1f}" y2="{height - m}" stroke="#eee"/>')
-        parts.append(f'<text x="{x(10 ** e):.1f}" y="{height - m + 16}" text-anchor="middle">{_decade_label(e)}</text>')
+        parts.append(
+            f'<line x1="{x(10**e):.1f}" y1="{m}" x2="{x(10**e):.1f}" y2="{height - m}" stroke="#eee"/>'
+        )
+        parts.append(
+            f'<text x="{x(10**e):.1f}" y="{height - m + 16}" text-anchor="middle">{_decade_label(e)}</text>'
+        )
     for e in range(y_min, y_max + 1):
-        parts.append(f'<line x1="{m}" y1="{y(10 ** e):.1f}" x2="{width - m}" y2="{y(10 ** e):.1f}" stroke="#eee"/>')
-        parts.append(f'<text x="{m - 6}" y="{y(10 ** e) + 4:.1f}" text-anchor="end">{_decade_label(e)}</text>')
-    points = " ".join(f"{x(r):.1f},{y(frequencies[r - 1]):.1f}" for r in sampled_ranks(len(frequencies)))
+        parts.append(
+            f'<line x1="{m}" y1="{y(10**e):.1f}" x2="{width - m}" y2="{y(10**e):.1f}" stroke="#eee"/>'
+        )
+        parts.append(
+            f'<text x="{m - 6}" y="{y(10**e) + 4:.1f}" text-anchor="end">{_decade_label(e)}</text>'
+        )
+    points = " ".join(
+        f"{x(r):.1f},{y(frequencies[r - 1]):.1f}" for r in sampled_ranks(len(frequencies))
+    )
     parts += [
         f'<polyline points="{points}" fill="none" stroke="#1f77b4" stroke-width="1.5"/>',
         f'<text x="{width / 2:.0f}" y="{height - 12}" text-anchor="middle">rank (log)</text>',
@@ -79,10 +95,14 @@ def stats_page(stats: Mapping[str, Any], frequencies: Sequence[int]) -> str:
         ("records", f"{stats['records']:,}"),
         ("non-padding tokens", f"{stats['tokens']:,}"),
         ("padding share", _share(stats["padding_share"])),
-        ("tokens per record (min / mean / max)",
-         f"{per_record['min']:,} / {per_record['mean']:,.1f} / {per_record['max']:,}"),
-        ("records per shard (min / mean / max)",
-         f"{per_shard['min']:,} / {per_shard['mean']:,.1f} / {per_shard['max']:,}"),
+        (
+            "tokens per record (min / mean / max)",
+            f"{per_record['min']:,} / {per_record['mean']:,.1f} / {per_record['max']:,}",
+        ),
+        (
+            "records per shard (min / mean / max)",
+            f"{per_shard['min']:,} / {per_shard['mean']:,.1f} / {per_shard['max']:,}",
+        ),
         ("vocabulary size", f"{stats['vocab_size']:,}"),
         ("vocabulary never used", _share(stats["vocab_unused_fraction"])),
         ("unknown-token rate", _share(stats["unk_rate"])),
@@ -90,26 +110,39 @@ def stats_page(stats: Mapping[str, Any], frequencies: Sequence[int]) -> str:
     ]
     named = any("token" in entry for entry in stats["top_tokens"])
     rows = [
-        f'<tr><td>{rank}</td><td>{entry["id"]}</td>'
-        + ("".join(f'<td class="l"><code>{esc(repr(entry[key]))}</code></td>' for key in ("token", "text"))
-           if named else "")
-        + f'<td>{entry["count"]:,}</td><td>{entry["share"]:.3%}</td></tr>'
+        f"<tr><td>{rank}</td><td>{entry['id']}</td>"
+        + (
+            "".join(
+                f'<td class="l"><code>{esc(repr(entry[key]))}</code></td>'
+                for key in ("token", "text")
+            )
+            if named
+            else ""
+        )
+        + f"<td>{entry['count']:,}</td><td>{entry['share']:.3%}</td></tr>"
         for rank, entry in enumerate(stats["top_tokens"], 1)
     ]
-    header = "<tr><th>rank</th><th>id</th>" + ('<th class="l">piece</th><th class="l">text</th>' if named else "")
+    header = "<tr><th>rank</th><th>id</th>" + (
+        '<th class="l">piece</th><th class="l">text</th>' if named else ""
+    )
     warnings = "".join(f"<li>{esc(problem)}</li>" for problem in stats["manifest_mismatches"])
-    return "\n".join([
-        "<!DOCTYPE html>",
-        f'<html><head><meta charset="utf-8"><title>lmshards stats: {esc(stats["shards_dir"])}</title>',
-        f"<style>{_STYLE}</style></head><body>",
-        f'<h1>Corpus statistics of <code>{esc(stats["shards_dir"])}</code></h1>',
-        f"<p><strong>Differences from the manifest:</strong></p><ul>{warnings}</ul>" if warnings else "",
-        "<table>" + "".join(f'<tr><th class="l">{esc(k)}</th><td>{esc(v)}</td></tr>' for k, v in figures)
-        + "</table>",
-        "<h2>Token frequencies by rank</h2>",
-        rank_frequency_svg(frequencies),
-        f"<h2>Top {len(rows)} tokens</h2>",
-        f"<table>{header}<th>count</th><th>share</th></tr>{''.join(rows)}</table>",
-        "</body></html>",
-        "",
-    ])
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            f'<html><head><meta charset="utf-8"><title>lmshards stats: {esc(stats["shards_dir"])}</title>',
+            f"<style>{_STYLE}</style></head><body>",
+            f"<h1>Corpus statistics of <code>{esc(stats['shards_dir'])}</code></h1>",
+            f"<p><strong>Differences from the manifest:</strong></p><ul>{warnings}</ul>"
+            if warnings
+            else "",
+            "<table>"
+            + "".join(f'<tr><th class="l">{esc(k)}</th><td>{esc(v)}</td></tr>' for k, v in figures)
+            + "</table>",
+            "<h2>Token frequencies by rank</h2>",
+            rank_frequency_svg(frequencies),
+            f"<h2>Top {len(rows)} tokens</h2>",
+            f"<table>{header}<th>count</th><th>share</th></tr>{''.join(rows)}</table>",
+            "</body></html>",
+            "",
+        ]
+    )

@@ -18,7 +18,8 @@ import posixpath
 import re
 import tempfile
 import uuid
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import apache_beam as beam
 import numpy as np
@@ -27,10 +28,10 @@ from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from corpus_tools.stats.page import stats_page
-from preprocess.runners import dry_run, is_dry_run, pipeline_options
 from plumbing import fs
-from schemas.constants import ATTENTION_MASK, INPUT_IDS
 from plumbing.errors import LmshardsError, OutputError, TokenizerError
+from preprocess.runners import dry_run, is_dry_run, pipeline_options
+from schemas.constants import ATTENTION_MASK, INPUT_IDS
 from schemas.manifest import Manifest, ShardInfo, read_manifest
 from schemas.shards import parse_shard_name
 from schemas.tfmd import schema_for
@@ -46,9 +47,13 @@ logger = logging.getLogger(__name__)
 STATS_JSON = "stats.json"
 STATS_HTML = "stats.html"
 DEFAULT_STATS_DIRNAME = "stats"  # default output: SHARDS_DIR/stats
-TOKENIZER_DIRNAME = "tokenizer"  # a tokenizer kept beside the shards: SHARDS_DIR/tokenizer/tokenizer.json
+TOKENIZER_DIRNAME = (
+    "tokenizer"  # a tokenizer kept beside the shards: SHARDS_DIR/tokenizer/tokenizer.json
+)
 DEFAULT_TOP_K = 50
-DECODE_BATCH_RECORDS = 1024  # records per decoded Arrow batch, i.e. per analyzer call (fewer at a bundle's end)
+DECODE_BATCH_RECORDS = (
+    1024  # records per decoded Arrow batch, i.e. per analyzer call (fewer at a bundle's end)
+)
 # SentencePiece-style byte fallback: one piece per byte, spelled <0x00> ... <0xFF>.
 BYTE_FALLBACK_PIECE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
 
@@ -88,7 +93,9 @@ class StatsPlan:
     output: str
     manifest: Manifest
     splits: tuple[str, ...]
-    shards: tuple[ShardInfo, ...]  # the analysed shards in manifest order; SHARD_FEATURE indexes them
+    shards: tuple[
+        ShardInfo, ...
+    ]  # the analysed shards in manifest order; SHARD_FEATURE indexes them
     top_k: int
     tokenizer: TokenizerSource | None  # names the top tokens; its fingerprint is the manifest's
 
@@ -123,20 +130,31 @@ def plan_stats(config: StatsConfig) -> StatsPlan:
     """
     shards_dir = config.shards_dir.rstrip("/") or "/"
     manifest = read_manifest(shards_dir)
-    splits = tuple(dict.fromkeys(config.splits)) or tuple(manifest.splits)  # each split once, in the order given
+    splits = tuple(dict.fromkeys(config.splits)) or tuple(
+        manifest.splits
+    )  # each split once, in the order given
     shards = tuple(shard for split in splits for shard in manifest.split(split).shards)
     if not shards:
-        raise StatsError(f"Splits {list(splits)} of {shards_dir!r} hold no shards; nothing to analyse.")
+        raise StatsError(
+            f"Splits {list(splits)} of {shards_dir!r} hold no shards; nothing to analyse."
+        )
     output = config.output or fs.join(shards_dir, DEFAULT_STATS_DIRNAME)
     if fs.exists(output) and not fs.isdir(output):
         raise OutputError(f"--output {output!r} is a file; pass a directory path.")
     return StatsPlan(
-        shards_dir=shards_dir, output=output, manifest=manifest, splits=splits, shards=shards,
-        top_k=config.top_k, tokenizer=find_tokenizer(shards_dir, config.tokenizer, manifest),
+        shards_dir=shards_dir,
+        output=output,
+        manifest=manifest,
+        splits=splits,
+        shards=shards,
+        top_k=config.top_k,
+        tokenizer=find_tokenizer(shards_dir, config.tokenizer, manifest),
     )
 
 
-def find_tokenizer(shards_dir: str, given: str | None, manifest: Manifest) -> TokenizerSource | None:
+def find_tokenizer(
+    shards_dir: str, given: str | None, manifest: Manifest
+) -> TokenizerSource | None:
     """The tokenizer that names top tokens: `given`, else SHARDS_DIR/tokenizer if there is one, else None.
 
     Raises:
@@ -161,7 +179,9 @@ def find_tokenizer(shards_dir: str, given: str | None, manifest: Manifest) -> To
 def shard_column(indices: Sequence[int]) -> pa.Array:
     """SHARD_FEATURE as tfx-bsl lays out a scalar int64 feature: one one-element list per record."""
     values = pa.array(indices, type=pa.int64())
-    return pa.LargeListArray.from_arrays(pa.array(np.arange(len(values) + 1), type=pa.int64()), values)
+    return pa.LargeListArray.from_arrays(
+        pa.array(np.arange(len(values) + 1), type=pa.int64()), values
+    )
 
 
 def tensor_adapter_config(record_schema: schema_pb2.Schema):
@@ -174,7 +194,9 @@ def tensor_adapter_config(record_schema: schema_pb2.Schema):
 
     schema = type(record_schema)()
     schema.CopyFrom(record_schema)
-    shard = schema_utils.schema_from_feature_spec({SHARD_FEATURE: tf.io.FixedLenFeature([], tf.int64)})
+    shard = schema_utils.schema_from_feature_spec(
+        {SHARD_FEATURE: tf.io.FixedLenFeature([], tf.int64)}
+    )
     schema.feature.extend(shard.feature)
     arrow_schema = ExamplesToRecordBatchDecoder(record_schema.SerializeToString()).ArrowSchema()
     return tensor_adapter.TensorAdapterConfig(
@@ -183,7 +205,9 @@ def tensor_adapter_config(record_schema: schema_pb2.Schema):
     )
 
 
-def _with_shard_index(path_record: tuple[str, bytes], index: Mapping[str, int]) -> tuple[int, bytes]:
+def _with_shard_index(
+    path_record: tuple[str, bytes], index: Mapping[str, int]
+) -> tuple[int, bytes]:
     # Shard file names hold their split, so a name alone identifies a shard of the set.
     path, record = path_record
     return index[posixpath.basename(path)], record
@@ -201,8 +225,10 @@ class ReadShardRecords(beam.PTransform):
         return (
             pbegin
             | "Paths" >> beam.Create(self._paths)  # path
-            | "Records" >> beam.io.ReadAllFromTFRecord(with_filename=True)  # (path, serialized Example)
-            | "ShardIndex" >> beam.Map(_with_shard_index, index)  # (shard index, serialized Example)
+            | "Records"
+            >> beam.io.ReadAllFromTFRecord(with_filename=True)  # (path, serialized Example)
+            | "ShardIndex"
+            >> beam.Map(_with_shard_index, index)  # (shard index, serialized Example)
         )
 
 
@@ -230,26 +256,37 @@ def preprocessing_fn(inputs: dict[str, Any]) -> dict[str, Any]:
     import tensorflow_transform as tft
 
     real = tf.not_equal(inputs[ATTENTION_MASK], 0)  # [batch, seq_len]; padding is attention_mask 0
-    tft.count_per_key(tf.ragged.boolean_mask(inputs[INPUT_IDS], real), key_vocabulary_filename=TOKEN_COUNTS)
+    tft.count_per_key(
+        tf.ragged.boolean_mask(inputs[INPUT_IDS], real), key_vocabulary_filename=TOKEN_COUNTS
+    )
     record_tokens = tf.reduce_sum(tf.cast(real, tf.int64), axis=1)  # [batch]
     tft.count_per_key(record_tokens, key_vocabulary_filename=RECORD_TOKEN_COUNTS)
     tft.count_per_key(inputs[SHARD_FEATURE], key_vocabulary_filename=SHARD_RECORD_COUNTS)
     return {RECORD_TOKEN_COUNTS: record_tokens}
 
 
-def build_pipeline(pipeline: beam.Pipeline, plan: StatsPlan, *, temp_dir: str, counts_dir: str) -> None:
+def build_pipeline(
+    pipeline: beam.Pipeline, plan: StatsPlan, *, temp_dir: str, counts_dir: str
+) -> None:
     """Read -> Batch -> Decode -> Analyze -> the transform function (with the count files) in counts_dir."""
     import tensorflow_transform.beam as tft_beam
 
-    record_schema = schema_for(plan.manifest.features(), vocab_size=plan.manifest.tokenizer.vocab_size)
+    record_schema = schema_for(
+        plan.manifest.features(), vocab_size=plan.manifest.tokenizer.vocab_size
+    )
     paths = [fs.join(plan.shards_dir, shard.path) for shard in plan.shards]
     with tft_beam.Context(temp_dir=temp_dir):
         records = pipeline | "Read" >> ReadShardRecords(paths)  # (shard index, serialized Example)
         batches = records | "Batch" >> beam.BatchElements(
-            min_batch_size=DECODE_BATCH_RECORDS, max_batch_size=DECODE_BATCH_RECORDS)  # [(shard index, bytes)]
-        decoded = batches | "Decode" >> beam.ParDo(DecodeRecords(record_schema.SerializeToString()))  # pa.RecordBatch
+            min_batch_size=DECODE_BATCH_RECORDS, max_batch_size=DECODE_BATCH_RECORDS
+        )  # [(shard index, bytes)]
+        decoded = batches | "Decode" >> beam.ParDo(
+            DecodeRecords(record_schema.SerializeToString())
+        )  # pa.RecordBatch
         dataset = (decoded, tensor_adapter_config(record_schema))
-        analyzed = dataset | "Analyze" >> tft_beam.AnalyzeDataset(preprocessing_fn)  # (transform fn dir, metadata)
+        analyzed = dataset | "Analyze" >> tft_beam.AnalyzeDataset(
+            preprocessing_fn
+        )  # (transform fn dir, metadata)
         _ = analyzed | "WriteCounts" >> tft_beam.WriteTransformFn(counts_dir)
 
 
@@ -306,8 +343,11 @@ def top_tokens(token_counts: Mapping[int, int], k: int) -> list[dict[str, Any]]:
 def name_tokens(top: list[dict[str, Any]], tokenizer: Tokenizer) -> list[dict[str, Any]]:
     """Top tokens with their vocabulary piece ('token') and decoded text ('text')."""
     return [
-        {**entry, "token": tokenizer.id_to_token(entry["id"]),
-         "text": tokenizer.decode([entry["id"]], skip_special_tokens=False)}
+        {
+            **entry,
+            "token": tokenizer.id_to_token(entry["id"]),
+            "text": tokenizer.decode([entry["id"]], skip_special_tokens=False),
+        }
         for entry in top
     ]
 
@@ -317,7 +357,9 @@ def rank_frequency(token_counts: Mapping[int, int]) -> list[int]:
     return sorted(token_counts.values(), reverse=True)
 
 
-def corpus_stats(counts: AnalyzerCounts, *, plan: StatsPlan, tokenizer: Tokenizer | None) -> dict[str, Any]:
+def corpus_stats(
+    counts: AnalyzerCounts, *, plan: StatsPlan, tokenizer: Tokenizer | None
+) -> dict[str, Any]:
     """Every figure of stats.json, from the analyzers' counts.
 
     tokenizer: the plan's tokenizer, loaded; it names the top tokens and finds the byte-fallback
@@ -334,7 +376,9 @@ def corpus_stats(counts: AnalyzerCounts, *, plan: StatsPlan, tokenizer: Tokenize
     unk_id = manifest.tokenizer.special_token_ids.get("unk")
     unk_tokens = counts.tokens.get(unk_id, 0) if unk_id is not None else None
     fallback = byte_fallback_ids(tokenizer.get_vocab(with_added_tokens=True)) if tokenizer else None
-    fallback_tokens = sum(counts.tokens.get(i, 0) for i in fallback) if fallback is not None else None
+    fallback_tokens = (
+        sum(counts.tokens.get(i, 0) for i in fallback) if fallback is not None else None
+    )
     shard_records = [counts.shard_records.get(i, 0) for i in range(len(shards))]
     split_records = dict.fromkeys(plan.splits, 0)
     for shard, n in zip(shards, shard_records):
@@ -359,19 +403,25 @@ def corpus_stats(counts: AnalyzerCounts, *, plan: StatsPlan, tokenizer: Tokenize
         "unk_rate": _rate(unk_tokens, tokens) if unk_tokens is not None else None,
         "byte_fallback_ids": len(fallback) if fallback is not None else None,
         "byte_fallback_tokens": fallback_tokens,
-        "byte_fallback_rate": _rate(fallback_tokens, tokens) if fallback_tokens is not None else None,
+        "byte_fallback_rate": _rate(fallback_tokens, tokens)
+        if fallback_tokens is not None
+        else None,
         "tokens_per_record": {
             "mean": _rate(tokens, records),
             "min": lengths[0] if lengths else 0,
             "max": lengths[-1] if lengths else 0,
-            "histogram": [[n, counts.record_tokens[n]] for n in lengths],  # [non-padding tokens, records]
+            "histogram": [
+                [n, counts.record_tokens[n]] for n in lengths
+            ],  # [non-padding tokens, records]
         },
         "records_per_split": split_records,
         "records_per_shard": {
             "min": min(shard_records),
             "max": max(shard_records),
             "mean": _rate(records, len(shards)),
-            "shards": [{"path": shard.path, "records": n} for shard, n in zip(shards, shard_records)],
+            "shards": [
+                {"path": shard.path, "records": n} for shard, n in zip(shards, shard_records)
+            ],
         },
         "tokenizer": plan.tokenizer.json_path if plan.tokenizer else None,
         "top_tokens": name_tokens(top, tokenizer) if tokenizer else top,
@@ -380,21 +430,31 @@ def corpus_stats(counts: AnalyzerCounts, *, plan: StatsPlan, tokenizer: Tokenize
     return stats
 
 
-def manifest_mismatches(stats: Mapping[str, Any], *, manifest: Manifest, shards: Sequence[ShardInfo]) -> list[str]:
+def manifest_mismatches(
+    stats: Mapping[str, Any], *, manifest: Manifest, shards: Sequence[ShardInfo]
+) -> list[str]:
     """Where the counted figures differ from what the manifest promises; empty for intact shards."""
     totals = [manifest.split(split).totals for split in stats["splits"]]
     problems = []
     written = sum(t.tokens_written for t in totals)
     if stats["tokens"] != written:
-        problems.append(f"{stats['tokens']} non-padding tokens counted, manifest says {written} tokens_written")
+        problems.append(
+            f"{stats['tokens']} non-padding tokens counted, manifest says {written} tokens_written"
+        )
     padding = sum(t.padding_tokens for t in totals)
     if stats["padding_tokens"] != padding:
-        problems.append(f"{stats['padding_tokens']} padding tokens counted, manifest says {padding}")
+        problems.append(
+            f"{stats['padding_tokens']} padding tokens counted, manifest says {padding}"
+        )
     for shard, counted in zip(shards, stats["records_per_shard"]["shards"]):
         if counted["records"] != shard.records:
-            problems.append(f"{shard.path}: {counted['records']} records counted, manifest says {shard.records}")
+            problems.append(
+                f"{shard.path}: {counted['records']} records counted, manifest says {shard.records}"
+            )
     if stats["out_of_vocab_tokens"]:
-        problems.append(f"{stats['out_of_vocab_tokens']} tokens have ids outside [0, {stats['vocab_size']})")
+        problems.append(
+            f"{stats['out_of_vocab_tokens']} tokens have ids outside [0, {stats['vocab_size']})"
+        )
     return problems
 
 
@@ -418,7 +478,9 @@ def remove_tree(path: str) -> None:
 
 def write_stats(output: str, stats: dict[str, Any], frequencies: Sequence[int]) -> StatsReport:
     """Writes stats.json and stats.html (with the rank-frequency plot of `frequencies`) atomically."""
-    report = StatsReport(stats=stats, json_path=fs.join(output, STATS_JSON), html_path=fs.join(output, STATS_HTML))
+    report = StatsReport(
+        stats=stats, json_path=fs.join(output, STATS_JSON), html_path=fs.join(output, STATS_HTML)
+    )
     fs.write_text_atomic(report.json_path, json.dumps(stats, indent=2, ensure_ascii=False) + "\n")
     fs.write_text_atomic(report.html_path, stats_page(stats, frequencies))
     return report
@@ -445,7 +507,12 @@ def run_stats(config: StatsConfig, beam_args: Sequence[str] = ()) -> StatsReport
         if is_dry_run(options):
             dry_run(pipeline, options, input_bytes=None)  # the cost model is preprocess's
             return None
-        logger.info("stats: analysing %d shards of %s (%s)", len(plan.shards), plan.shards_dir, ", ".join(plan.splits))
+        logger.info(
+            "stats: analysing %d shards of %s (%s)",
+            len(plan.shards),
+            plan.shards_dir,
+            ", ".join(plan.splits),
+        )
         pipeline.run().wait_until_finish()
         counts = read_counts(counts_dir)
     finally:

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from corpus_tools.tokenizer import config as cfg
-from corpus_tools.tokenizer.corpus_report import DEFAULT_INSPECT_DOCUMENTS, load_tokenizer, sample_report
+from corpus_tools.tokenizer.corpus_report import (
+    DEFAULT_INSPECT_DOCUMENTS,
+    load_tokenizer,
+    sample_report,
+)
 from corpus_tools.tokenizer.training import train
-from preprocess import sources
 from plumbing.cli import CommandParser, run_command, setup_logging
+from preprocess import sources
 
 TRAIN_COMMAND = "tokenizer train"
 INSPECT_COMMAND = "tokenizer inspect"
@@ -23,35 +27,63 @@ def parse_size(value: str) -> int:
     """Bytes from '1000000', '100MB', '1.5G' (decimal units; 'MiB' is read as MB)."""
     match = _SIZE_RE.match(value)
     if not match:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a size; write e.g. 100MB, 1GB or 1000000.")
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a size; write e.g. 100MB, 1GB or 1000000."
+        )
     return int(float(match[1]) * _SIZE_UNITS[match[2].lower()])
 
 
 def _add_input_args(parser: argparse.ArgumentParser, *, required: bool) -> None:
-    parser.add_argument("--input", action="append", required=required, default=[], metavar="PATH",
-                        help="file, directory or glob, local or gs://; text, JSONL or Parquet, optionally "
-                             ".gz/.bz2 (repeatable)")
+    parser.add_argument(
+        "--input",
+        action="append",
+        required=required,
+        default=[],
+        metavar="PATH",
+        help="file, directory or glob, local or gs://; text, JSONL or Parquet, optionally "
+        ".gz/.bz2 (repeatable)",
+    )
     sources.add_reading_arguments(parser)
-    parser.add_argument("--seed", type=int, default=cfg.DEFAULT_SEED, help="seed of the document sample")
+    parser.add_argument(
+        "--seed", type=int, default=cfg.DEFAULT_SEED, help="seed of the document sample"
+    )
 
 
 def train_parser() -> CommandParser:
-    parser = CommandParser(TRAIN_COMMAND, description="Train a tokenizer on a seeded random sample of the corpus.")
+    parser = CommandParser(
+        TRAIN_COMMAND, description="Train a tokenizer on a seeded random sample of the corpus."
+    )
     _add_input_args(parser, required=True)
     parser.add_argument("--output", required=True, help="output directory (local or gs://)")
-    parser.add_argument("--overwrite", action="store_true", help="replace what a non-empty --output holds")
-    parser.add_argument("--model", choices=cfg.MODELS, default=cfg.DEFAULT_MODEL, help="tokenizer model")
-    parser.add_argument("--vocab_size", type=int, default=cfg.DEFAULT_VOCAB_SIZE,
-                        help="vocabulary size, special tokens included")
-    parser.add_argument("--special_tokens", choices=sorted(cfg.PRESETS), default=None,
-                        help="special-token preset (default: roberta for unigram/bpe, bert for wordpiece)")
-    parser.add_argument("--lowercase", action="store_true", help="wordpiece: lowercase and strip accents")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace what a non-empty --output holds"
+    )
+    parser.add_argument(
+        "--model", choices=cfg.MODELS, default=cfg.DEFAULT_MODEL, help="tokenizer model"
+    )
+    parser.add_argument(
+        "--vocab_size",
+        type=int,
+        default=cfg.DEFAULT_VOCAB_SIZE,
+        help="vocabulary size, special tokens included",
+    )
+    parser.add_argument(
+        "--special_tokens",
+        choices=sorted(cfg.PRESETS),
+        default=None,
+        help="special-token preset (default: roberta for unigram/bpe, bert for wordpiece)",
+    )
+    parser.add_argument(
+        "--lowercase", action="store_true", help="wordpiece: lowercase and strip accents"
+    )
     parser.add_argument("--max_documents", type=int, default=None, help="cap on sampled documents")
     parser.add_argument(
-        "--max_bytes", type=parse_size, default=None,
+        "--max_bytes",
+        type=parse_size,
+        default=None,
         help=f"cap on sampled text, e.g. 500MB (default: {cfg.DEFAULT_MAX_BYTES // 10**6} MB for bpe and "
-             "wordpiece, as trainer memory grows many times faster than the text; "
-             f"{cfg.DEFAULT_MAX_BYTES_BY_MODEL[cfg.UNIGRAM] // 10**6} MB for unigram, whose training runs on one core)",
+        "wordpiece, as trainer memory grows many times faster than the text; "
+        f"{cfg.DEFAULT_MAX_BYTES_BY_MODEL[cfg.UNIGRAM] // 10**6} MB for unigram, whose training runs on one core)",
     )
     return parser
 
@@ -60,13 +92,17 @@ def inspect_parser() -> CommandParser:
     parser = CommandParser(
         INSPECT_COMMAND,
         description="Show tokens and ids of --text, and with --input the unknown-token rate and tokens per word "
-                    "(per character for CJK) on a sample.",
+        "(per character for CJK) on a sample.",
     )
     parser.add_argument("tokenizer", help="tokenizer directory or tokenizer.json (local or gs://)")
     parser.add_argument("--text", action="append", default=[], help="text to tokenize (repeatable)")
     _add_input_args(parser, required=False)
-    parser.add_argument("--max_documents", type=int, default=DEFAULT_INSPECT_DOCUMENTS,
-                        help="documents sampled from --input")
+    parser.add_argument(
+        "--max_documents",
+        type=int,
+        default=DEFAULT_INSPECT_DOCUMENTS,
+        help="documents sampled from --input",
+    )
     return parser
 
 
@@ -89,18 +125,31 @@ def inspect_main(argv: Sequence[str]) -> int:
 
 def _train(args: argparse.Namespace) -> int:
     config = cfg.TrainConfig(
-        inputs=tuple(args.input), output=args.output, model=args.model, vocab_size=args.vocab_size,
-        special_tokens=args.special_tokens, lowercase=args.lowercase, max_documents=args.max_documents,
-        max_bytes=args.max_bytes, seed=args.seed, doc_separator=args.doc_separator, text_field=args.text_field,
-        text_column=args.text_column, overwrite=args.overwrite,
+        inputs=tuple(args.input),
+        output=args.output,
+        model=args.model,
+        vocab_size=args.vocab_size,
+        special_tokens=args.special_tokens,
+        lowercase=args.lowercase,
+        max_documents=args.max_documents,
+        max_bytes=args.max_bytes,
+        seed=args.seed,
+        doc_separator=args.doc_separator,
+        text_field=args.text_field,
+        text_column=args.text_column,
+        overwrite=args.overwrite,
     )
     result = train(config)
     s = result.sample
-    print(f"Sampled {s.documents_sampled:,} of {s.documents_seen:,} documents "
-          f"({s.bytes_sampled / 1e6:,.1f} of {s.bytes_seen / 1e6:,.1f} MB; cap {config.max_bytes / 1e6:,.0f} MB)")
-    print(f"Trained {config.model} ({config.special_tokens} special tokens), vocabulary {result.vocab_size:,}, "
-          f"in {result.seconds:.1f} s ({result.sampling_seconds:.1f} s of it sampling); "
-          f"peak RSS {result.peak_rss_bytes / 2**20:,.0f} MiB")
+    print(
+        f"Sampled {s.documents_sampled:,} of {s.documents_seen:,} documents "
+        f"({s.bytes_sampled / 1e6:,.1f} of {s.bytes_seen / 1e6:,.1f} MB; cap {config.max_bytes / 1e6:,.0f} MB)"
+    )
+    print(
+        f"Trained {config.model} ({config.special_tokens} special tokens), vocabulary {result.vocab_size:,}, "
+        f"in {result.seconds:.1f} s ({result.sampling_seconds:.1f} s of it sampling); "
+        f"peak RSS {result.peak_rss_bytes / 2**20:,.0f} MiB"
+    )
     print(f"Special token ids: {result.special_token_ids}")
     print(f"Fingerprint: {result.fingerprint}")
     print(f"Wrote {result.output}")
@@ -109,7 +158,9 @@ def _train(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     tok, roles = load_tokenizer(args.tokenizer)
-    print(f"{args.tokenizer}: {type(tok.model).__name__}, vocabulary {tok.get_vocab_size():,}, special {roles}")
+    print(
+        f"{args.tokenizer}: {type(tok.model).__name__}, vocabulary {tok.get_vocab_size():,}, special {roles}"
+    )
     for text in args.text:
         enc = tok.encode(text)
         print(f"\ntext:    {text!r}")
@@ -117,14 +168,26 @@ def _inspect(args: argparse.Namespace) -> int:
         print(f"ids:     {enc.ids}")
         print(f"decoded: {tok.decode(enc.ids)!r}")
     if args.input:
-        report = sample_report(tok, args.input, sources.read_options_from(args), seed=args.seed,
-                               max_documents=args.max_documents, unk_id=roles.get("unk"))
-        print(f"\nSample of {report.documents:,} documents: {report.tokens:,} tokens, "
-              f"unknown-token rate {report.unknown_rate:.4%} ({report.unknown_tokens:,} unknown)")
+        report = sample_report(
+            tok,
+            args.input,
+            sources.read_options_from(args),
+            seed=args.seed,
+            max_documents=args.max_documents,
+            unk_id=roles.get("unk"),
+        )
+        print(
+            f"\nSample of {report.documents:,} documents: {report.tokens:,} tokens, "
+            f"unknown-token rate {report.unknown_rate:.4%} ({report.unknown_tokens:,} unknown)"
+        )
         if report.tokens_per_word is not None:
-            print(f"  {report.word_documents:,} word-separated documents: "
-                  f"{report.tokens_per_word:.3f} tokens per word ({report.words:,} words)")
+            print(
+                f"  {report.word_documents:,} word-separated documents: "
+                f"{report.tokens_per_word:.3f} tokens per word ({report.words:,} words)"
+            )
         if report.tokens_per_cjk_char is not None:
-            print(f"  {report.cjk_documents:,} CJK documents: "
-                  f"{report.tokens_per_cjk_char:.3f} tokens per character ({report.cjk_chars:,} CJK characters)")
+            print(
+                f"  {report.cjk_documents:,} CJK documents: "
+                f"{report.tokens_per_cjk_char:.3f} tokens per character ({report.cjk_chars:,} CJK characters)"
+            )
     return 0

@@ -6,9 +6,9 @@ import dataclasses
 
 from tokenizers import pre_tokenizers
 
+from plumbing.errors import LmshardsError
 from preprocess import sources
 from schemas.constants import SPECIAL_ROLES
-from plumbing.errors import LmshardsError
 
 UNIGRAM, BPE, WORDPIECE = "unigram", "bpe", "wordpiece"
 MODELS = (UNIGRAM, BPE, WORDPIECE)
@@ -22,7 +22,11 @@ DEFAULT_VOCAB_SIZE = 32000
 DEFAULT_MAX_BYTES = 1_000_000_000
 # Unigram's EM runs on one core (tokenizers 0.23): ~20 s per sampled MB on a 2-core machine, so its
 # default sample is smaller; BPE/WordPiece train in parallel and take the general cap.
-DEFAULT_MAX_BYTES_BY_MODEL = {UNIGRAM: 100_000_000, BPE: DEFAULT_MAX_BYTES, WORDPIECE: DEFAULT_MAX_BYTES}
+DEFAULT_MAX_BYTES_BY_MODEL = {
+    UNIGRAM: 100_000_000,
+    BPE: DEFAULT_MAX_BYTES,
+    WORDPIECE: DEFAULT_MAX_BYTES,
+}
 DEFAULT_SEED = 0
 # The positional embedding size of BERT-base/RoBERTa-base; what transformers pads/truncates to.
 MODEL_MAX_LENGTH = 512
@@ -53,10 +57,25 @@ class SpecialTokens:
 
 
 PRESETS = {
-    "bert": SpecialTokens("bert", cls="[CLS]", sep="[SEP]", pad="[PAD]", unk="[UNK]", mask="[MASK]",
-                          tokens=("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")),
-    "roberta": SpecialTokens("roberta", cls="<s>", sep="</s>", pad="<pad>", unk="<unk>", mask="<mask>",
-                             tokens=("<s>", "<pad>", "</s>", "<unk>", "<mask>"), mask_lstrip=True),
+    "bert": SpecialTokens(
+        "bert",
+        cls="[CLS]",
+        sep="[SEP]",
+        pad="[PAD]",
+        unk="[UNK]",
+        mask="[MASK]",
+        tokens=("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"),
+    ),
+    "roberta": SpecialTokens(
+        "roberta",
+        cls="<s>",
+        sep="</s>",
+        pad="<pad>",
+        unk="<unk>",
+        mask="<mask>",
+        tokens=("<s>", "<pad>", "</s>", "<unk>", "<mask>"),
+        mask_lstrip=True,
+    ),
 }
 DEFAULT_PRESET = {UNIGRAM: "roberta", BPE: "roberta", WORDPIECE: "bert"}
 
@@ -86,7 +105,9 @@ class TrainConfig:
         if self.special_tokens is None:
             object.__setattr__(self, "special_tokens", DEFAULT_PRESET.get(self.model, ""))
         if self.max_bytes is None:
-            object.__setattr__(self, "max_bytes", DEFAULT_MAX_BYTES_BY_MODEL.get(self.model, DEFAULT_MAX_BYTES))
+            object.__setattr__(
+                self, "max_bytes", DEFAULT_MAX_BYTES_BY_MODEL.get(self.model, DEFAULT_MAX_BYTES)
+            )
 
     @property
     def preset(self) -> SpecialTokens:
@@ -99,12 +120,18 @@ class TrainConfig:
 def validate(config: TrainConfig) -> None:
     """Raises TokenizerTrainingError (or sources.InputError) on a bad option, before any reading."""
     if config.model not in MODELS:
-        raise TokenizerTrainingError(f"--model {config.model!r} is not supported; use one of {', '.join(MODELS)}.")
+        raise TokenizerTrainingError(
+            f"--model {config.model!r} is not supported; use one of {', '.join(MODELS)}."
+        )
     if config.special_tokens not in PRESETS:
         raise TokenizerTrainingError(
             f"--special_tokens {config.special_tokens!r} is not a preset; use one of {', '.join(PRESETS)}."
         )
-    alphabet = {BPE: len(pre_tokenizers.ByteLevel.alphabet()), UNIGRAM: len(BYTE_PIECES) + 1, WORDPIECE: 1}
+    alphabet = {
+        BPE: len(pre_tokenizers.ByteLevel.alphabet()),
+        UNIGRAM: len(BYTE_PIECES) + 1,
+        WORDPIECE: 1,
+    }
     minimum = len(config.preset.tokens) + alphabet[config.model]
     if config.vocab_size < minimum:
         raise TokenizerTrainingError(
@@ -112,7 +139,9 @@ def validate(config: TrainConfig) -> None:
             f"({len(config.preset.tokens)} special tokens + the alphabet). Pass --vocab_size {minimum} or more."
         )
     if config.max_documents is not None and config.max_documents < 1:
-        raise TokenizerTrainingError(f"--max_documents must be at least 1, got {config.max_documents}.")
+        raise TokenizerTrainingError(
+            f"--max_documents must be at least 1, got {config.max_documents}."
+        )
     if config.max_bytes < 1:
         raise TokenizerTrainingError(f"--max_bytes must be at least 1, got {config.max_bytes}.")
     if config.lowercase and config.model != WORDPIECE:

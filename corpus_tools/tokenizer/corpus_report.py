@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from tokenizers import Tokenizer
 
@@ -54,11 +54,18 @@ class CorpusReport:
 
 def is_cjk(char: str) -> bool:
     code = ord(char)
-    return (0x3400 <= code <= 0x9FFF or 0xF900 <= code <= 0xFAFF or 0x20000 <= code <= 0x2FA1F  # Han
-            or 0x3040 <= code <= 0x30FF or 0xAC00 <= code <= 0xD7AF)  # kana, Hangul syllables
+    return (
+        0x3400 <= code <= 0x9FFF
+        or 0xF900 <= code <= 0xFAFF
+        or 0x20000 <= code <= 0x2FA1F  # Han
+        or 0x3040 <= code <= 0x30FF
+        or 0xAC00 <= code <= 0xD7AF
+    )  # kana, Hangul syllables
 
 
-def corpus_report(tok: Tokenizer, docs: Iterable[str], *, unk_id: int | None, batch_size: int = 256) -> CorpusReport:
+def corpus_report(
+    tok: Tokenizer, docs: Iterable[str], *, unk_id: int | None, batch_size: int = 256
+) -> CorpusReport:
     """Encodes docs (in batches, without special tokens) and counts tokens, unknowns, words, CJK chars."""
     counts = {f.name: 0 for f in dataclasses.fields(CorpusReport)}
     batch: list[str] = []
@@ -90,11 +97,20 @@ def corpus_report(tok: Tokenizer, docs: Iterable[str], *, unk_id: int | None, ba
 
 
 def sample_report(
-    tok: Tokenizer, paths: Sequence[str], options: sources.ReadOptions, *, seed: int, max_documents: int,
+    tok: Tokenizer,
+    paths: Sequence[str],
+    options: sources.ReadOptions,
+    *,
+    seed: int,
+    max_documents: int,
     unk_id: int | None,
 ) -> CorpusReport:
     """corpus_report on a seeded sample of at most max_documents documents of the input paths (read twice)."""
-    limit, _ = sample_limit(sources.iter_documents(paths, options), seed=seed, max_documents=max_documents,
-                            max_bytes=DEFAULT_MAX_BYTES)
+    limit, _ = sample_limit(
+        sources.iter_documents(paths, options),
+        seed=seed,
+        max_documents=max_documents,
+        max_bytes=DEFAULT_MAX_BYTES,
+    )
     docs = iter_sample(sources.iter_documents(paths, options), seed=seed, limit=limit)
     return corpus_report(tok, docs, unk_id=unk_id)

@@ -12,9 +12,19 @@ Each model gets the normalization and pre-tokenization that suit it:
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import (
+    AddedToken,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
 
 from corpus_tools.tokenizer.config import (
     BPE,
@@ -29,7 +39,9 @@ from corpus_tools.tokenizer.config import (
 # Unigram's EM sums probabilities in hash-map order, so the last bits of its scores differ run to
 # run; rounding them makes the saved tokenizer (and its fingerprint) reproducible.
 UNIGRAM_SCORE_DECIMALS = 8
-_REQUIRED_CHAR_STEP = 1e-4  # tokenizers' UnigramTrainer: score step between appended required characters
+_REQUIRED_CHAR_STEP = (
+    1e-4  # tokenizers' UnigramTrainer: score step between appended required characters
+)
 _GRID_TOLERANCE = 1e-3  # in steps; scores are rounded to 1e-8
 
 
@@ -52,21 +64,31 @@ def build_tokenizer(model: str, preset: SpecialTokens, *, lowercase: bool = Fals
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         tok.decoder = decoders.WordPiece()
     else:
-        raise TokenizerTrainingError(f"--model {model!r} is not supported; use one of {', '.join(MODELS)}.")
+        raise TokenizerTrainingError(
+            f"--model {model!r} is not supported; use one of {', '.join(MODELS)}."
+        )
     return tok
 
 
 def post_processor(preset: SpecialTokens, ids: dict[str, int]) -> processors.TemplateProcessing:
     """Wraps one document as `cls ... sep` and a pair as BERT (`cls A sep B sep`) or RoBERTa does."""
     cls, sep = preset.cls, preset.sep
-    pair = f"{cls} $A {sep} $B:1 {sep}:1" if preset.name == "bert" else f"{cls} $A {sep} {sep} $B {sep}"
+    pair = (
+        f"{cls} $A {sep} $B:1 {sep}:1"
+        if preset.name == "bert"
+        else f"{cls} $A {sep} {sep} $B {sep}"
+    )
     return processors.TemplateProcessing(
         single=f"{cls} $A {sep}", pair=pair, special_tokens=[(cls, ids[cls]), (sep, ids[sep])]
     )
 
 
 def train_tokenizer(
-    docs: Callable[[], Iterable[str]], *, model: str, vocab_size: int, preset: SpecialTokens,
+    docs: Callable[[], Iterable[str]],
+    *,
+    model: str,
+    vocab_size: int,
+    preset: SpecialTokens,
     lowercase: bool = False,
 ) -> Tokenizer:
     """Trains on the documents docs() yields (called once, twice for WordPiece); reproducible.
@@ -78,14 +100,18 @@ def train_tokenizer(
     tok = build_tokenizer(model, preset, lowercase=lowercase)
     if model == UNIGRAM:
         trainer = trainers.UnigramTrainer(
-            vocab_size=vocab_size, special_tokens=specials + list(BYTE_PIECES), unk_token=preset.unk,
+            vocab_size=vocab_size,
+            special_tokens=specials + list(BYTE_PIECES),
+            unk_token=preset.unk,
             show_progress=False,
         )
         _train(tok, docs(), trainer, model=model, vocab_size=vocab_size)
         tok = _finish_unigram(tok, specials)
     elif model == BPE:
         trainer = trainers.BpeTrainer(
-            vocab_size=vocab_size, special_tokens=specials, show_progress=False,
+            vocab_size=vocab_size,
+            special_tokens=specials,
+            show_progress=False,
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         )
         _train(tok, docs(), trainer, model=model, vocab_size=vocab_size)
@@ -94,13 +120,17 @@ def train_tokenizer(
     ids = {t: tok.token_to_id(t) for t in specials}
     tok.post_processor = post_processor(preset, ids)
     if preset.mask_lstrip:
-        tok.add_special_tokens([AddedToken(preset.mask, lstrip=True, special=True, normalized=False)])
+        tok.add_special_tokens(
+            [AddedToken(preset.mask, lstrip=True, special=True, normalized=False)]
+        )
     if tok.get_vocab_size() > vocab_size:
         raise _too_small(model, vocab_size, tok.get_vocab_size())
     return tok
 
 
-def _train(tok: Tokenizer, docs: Iterable[str], trainer: Any, *, model: str, vocab_size: int) -> None:
+def _train(
+    tok: Tokenizer, docs: Iterable[str], trainer: Any, *, model: str, vocab_size: int
+) -> None:
     try:
         tok.train_from_iterator(docs, trainer=trainer)
     except Exception as e:  # the Rust trainers raise plain Exception
@@ -121,7 +151,12 @@ def _too_small(model: str, vocab_size: int, minimum: int) -> TokenizerTrainingEr
 
 
 def _train_wordpiece(
-    tok: Tokenizer, docs: Callable[[], Iterable[str]], *, vocab_size: int, preset: SpecialTokens, lowercase: bool
+    tok: Tokenizer,
+    docs: Callable[[], Iterable[str]],
+    *,
+    vocab_size: int,
+    preset: SpecialTokens,
+    lowercase: bool,
 ) -> Tokenizer:
     """WordPiece in two rounds, so that every word can be spelled and ids are the same on every run.
 
@@ -133,16 +168,26 @@ def _train_wordpiece(
     tokens again (they stay in the vocabulary as ordinary pieces).
     """
     specials = list(preset.tokens)
-    _train(tok, docs(), trainers.WordPieceTrainer(vocab_size=1, special_tokens=specials, show_progress=False),
-           model=WORDPIECE, vocab_size=vocab_size)
-    chars = {t.removeprefix("##") for t in tok.get_vocab() if t not in specials and len(t.removeprefix("##")) == 1}
+    _train(
+        tok,
+        docs(),
+        trainers.WordPieceTrainer(vocab_size=1, special_tokens=specials, show_progress=False),
+        model=WORDPIECE,
+        vocab_size=vocab_size,
+    )
+    chars = {
+        t.removeprefix("##")
+        for t in tok.get_vocab()
+        if t not in specials and len(t.removeprefix("##")) == 1
+    }
     continuing = sorted(f"##{c}" for c in chars if _can_continue_a_word(tok, c))
     minimum = len(specials) + len(chars) + len(continuing)
     if minimum > vocab_size:
         raise _too_small(WORDPIECE, vocab_size, minimum)
     tok = build_tokenizer(WORDPIECE, preset, lowercase=lowercase)
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials + continuing,
-                                        show_progress=False)
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, special_tokens=specials + continuing, show_progress=False
+    )
     _train(tok, docs(), trainer, model=WORDPIECE, vocab_size=vocab_size)
     data = json.loads(tok.to_str())
     data["added_tokens"] = [t for t in data["added_tokens"] if t["content"] in specials]
@@ -163,7 +208,11 @@ def _deal_required_char_scores(pieces: list[list]) -> list[list]:
     character order. Returns the pieces sorted by (score descending, piece).
     """
     lowest = min(score for _, score in pieces)
-    steps = {i: (score - lowest) / _REQUIRED_CHAR_STEP for i, (piece, score) in enumerate(pieces) if len(piece) == 1}
+    steps = {
+        i: (score - lowest) / _REQUIRED_CHAR_STEP
+        for i, (piece, score) in enumerate(pieces)
+        if len(piece) == 1
+    }
     on_grid = [i for i, k in steps.items() if abs(k - round(k)) < _GRID_TOLERANCE]
     dealt = sorted(i for i in on_grid if round(steps[i]) < len(on_grid))
     chars = sorted(pieces[i][0] for i in dealt)
@@ -187,7 +236,9 @@ def _finish_unigram(tok: Tokenizer, specials: list[str]) -> Tokenizer:
     model["byte_fallback"] = True
     fixed = len(specials) + len(BYTE_PIECES)  # ids of the special tokens, then the byte pieces
     head, pieces = model["vocab"][:fixed], model["vocab"][fixed:]
-    pieces = _deal_required_char_scores([[piece, round(score, UNIGRAM_SCORE_DECIMALS)] for piece, score in pieces])
+    pieces = _deal_required_char_scores(
+        [[piece, round(score, UNIGRAM_SCORE_DECIMALS)] for piece, score in pieces]
+    )
     lowest = pieces[-1][1]
     head = [[piece, lowest if piece in BYTE_PIECES else score] for piece, score in head]
     model["vocab"] = head + pieces

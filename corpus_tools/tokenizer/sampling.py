@@ -12,7 +12,7 @@ import dataclasses
 import hashlib
 import heapq
 import json
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 _KEY_BYTES = 8
 
@@ -29,7 +29,9 @@ class SampleStats:
 
 def sample_key(data: bytes, seed: int) -> int:
     """A document's sampling priority: 64 bits of a keyed hash of its UTF-8 bytes."""
-    digest = hashlib.blake2b(data, digest_size=_KEY_BYTES, key=seed.to_bytes(8, "little", signed=True))
+    digest = hashlib.blake2b(
+        data, digest_size=_KEY_BYTES, key=seed.to_bytes(8, "little", signed=True)
+    )
     return int.from_bytes(digest.digest(), "big")
 
 
@@ -45,7 +47,9 @@ def sample_limit(
     """
     stats = SampleStats()
     heap: list[tuple[int, int]] = []  # (-key, size): the largest kept key on top
-    limit: int | None = None  # the smallest key dropped so far; only keys below it can still be kept
+    limit: int | None = (
+        None  # the smallest key dropped so far; only keys below it can still be kept
+    )
     for text in docs:
         data = text.encode("utf-8")
         stats.documents_seen += 1
@@ -56,7 +60,8 @@ def sample_limit(
         heapq.heappush(heap, (-key, len(data)))
         stats.bytes_sampled += len(data)
         while heap and (
-            stats.bytes_sampled > max_bytes or (max_documents is not None and len(heap) > max_documents)
+            stats.bytes_sampled > max_bytes
+            or (max_documents is not None and len(heap) > max_documents)
         ):
             top = heap[0][0]
             while heap and heap[0][0] == top:

@@ -39,12 +39,16 @@ def save_tokenizer(
     """
     with tempfile.TemporaryDirectory(prefix="lmshards-tokenizer-") as staging:
         ids = {role: tok.token_to_id(token) for role, token in preset.by_role().items()}
-        wrap_fast_tokenizer(tok, special_token_ids=ids, model_max_length=MODEL_MAX_LENGTH).save_pretrained(staging)
+        wrap_fast_tokenizer(
+            tok, special_token_ids=ids, model_max_length=MODEL_MAX_LENGTH
+        ).save_pretrained(staging)
         source = locate_tokenizer(staging)
         roles = special_token_ids(source)
         missing = [role for role in SPECIAL_ROLES if role not in roles]
         if missing:
-            raise RuntimeError(f"saved tokenizer lacks special-token roles {missing}; found {roles}")
+            raise RuntimeError(
+                f"saved tokenizer lacks special-token roles {missing}; found {roles}"
+            )
         content = {
             "format": TOKENIZER_INFO_FORMAT,
             "format_version": TOKENIZER_INFO_FORMAT_VERSION,
@@ -61,5 +65,7 @@ def save_tokenizer(
         for name in sorted(os.listdir(staging)):
             with open(os.path.join(staging, name), "rb") as f:
                 fs.write_bytes_atomic(fs.join(output, name), f.read())
-    fs.write_text_atomic(fs.join(output, TOKENIZER_INFO_JSON), json.dumps(content, indent=2, sort_keys=True) + "\n")
+    fs.write_text_atomic(
+        fs.join(output, TOKENIZER_INFO_JSON), json.dumps(content, indent=2, sort_keys=True) + "\n"
+    )
     return content

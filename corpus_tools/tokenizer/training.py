@@ -15,10 +15,16 @@ import time
 
 from corpus_tools.tokenizer.config import TokenizerTrainingError, TrainConfig, validate
 from corpus_tools.tokenizer.models import train_tokenizer
-from corpus_tools.tokenizer.sampling import SampleStats, iter_sample, read_sample, sample_limit, write_sample
+from corpus_tools.tokenizer.sampling import (
+    SampleStats,
+    iter_sample,
+    read_sample,
+    sample_limit,
+    write_sample,
+)
 from corpus_tools.tokenizer.save import save_tokenizer
-from preprocess import sources
 from plumbing import fs
+from preprocess import sources
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +63,9 @@ def train(config: TrainConfig) -> TrainResult:
     read_stats = sources.ReadStats()
     limit, sample = sample_limit(
         sources.iter_documents(config.inputs, options, read_stats),
-        seed=config.seed, max_documents=config.max_documents, max_bytes=config.max_bytes,
+        seed=config.seed,
+        max_documents=config.max_documents,
+        max_bytes=config.max_bytes,
     )
     if sample.documents_sampled == 0 and sample.documents_seen:
         raise TokenizerTrainingError(
@@ -70,28 +78,55 @@ def train(config: TrainConfig) -> TrainResult:
             f"hold no non-empty document ({read_stats.documents_empty} empty, "
             f"{read_stats.documents_invalid_json} invalid JSON lines). Check --input and --text_field/--text_column."
         )
-    logger.info("Sample: %d of %d documents, %d of %d bytes", sample.documents_sampled, sample.documents_seen,
-                sample.bytes_sampled, sample.bytes_seen)
+    logger.info(
+        "Sample: %d of %d documents, %d of %d bytes",
+        sample.documents_sampled,
+        sample.documents_seen,
+        sample.bytes_sampled,
+        sample.bytes_seen,
+    )
     with tempfile.TemporaryDirectory(prefix="lmshards-tokenizer-sample-") as tmp:
         sample_path = os.path.join(tmp, _SAMPLE_FILE)
-        write_sample(iter_sample(sources.iter_documents(config.inputs, options), seed=config.seed, limit=limit),
-                     sample_path)
+        write_sample(
+            iter_sample(
+                sources.iter_documents(config.inputs, options), seed=config.seed, limit=limit
+            ),
+            sample_path,
+        )
         sampled = time.monotonic()
-        tok = train_tokenizer(lambda: read_sample(sample_path), model=config.model,
-                              vocab_size=config.vocab_size, preset=config.preset, lowercase=config.lowercase)
+        tok = train_tokenizer(
+            lambda: read_sample(sample_path),
+            model=config.model,
+            vocab_size=config.vocab_size,
+            preset=config.preset,
+            lowercase=config.lowercase,
+        )
     seconds = time.monotonic() - start
     rss = peak_rss_bytes()
     saved = save_tokenizer(
-        tok, config.output, preset=config.preset, overwrite=config.overwrite,
+        tok,
+        config.output,
+        preset=config.preset,
+        overwrite=config.overwrite,
         info={
             "options": dataclasses.asdict(config),
             "inputs": [dataclasses.asdict(f) for f in files],
             "read_stats": read_stats.as_dict(),
             "sample": dataclasses.asdict(sample),
-            "seconds": {"sampling": round(sampled - start, 3), "training": round(seconds - (sampled - start), 3)},
+            "seconds": {
+                "sampling": round(sampled - start, 3),
+                "training": round(seconds - (sampled - start), 3),
+            },
             "peak_rss_bytes": rss,
         },
     )
-    return TrainResult(output=config.output, fingerprint=saved["fingerprint"], vocab_size=saved["vocab_size"],
-                       special_token_ids=saved["special_token_ids"], sample=sample, seconds=seconds,
-                       sampling_seconds=sampled - start, peak_rss_bytes=rss)
+    return TrainResult(
+        output=config.output,
+        fingerprint=saved["fingerprint"],
+        vocab_size=saved["vocab_size"],
+        special_token_ids=saved["special_token_ids"],
+        sample=sample,
+        seconds=seconds,
+        sampling_seconds=sampled - start,
+        peak_rss_bytes=rss,
+    )

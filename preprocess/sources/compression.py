@@ -8,10 +8,11 @@ import contextlib
 import dataclasses
 import gzip
 import zlib
-from typing import BinaryIO, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
 
-from preprocess.sources.options import InputError
 from plumbing import fs
+from preprocess.sources.options import InputError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from preprocess.sources.options import ReadOptions
 
@@ -149,7 +149,9 @@ class Document:
         return kept
 
 
-def text_document(text: str, options: ReadOptions, stats: ReadStats, *, invalid_utf8: bool = False) -> list[str]:
+def text_document(
+    text: str, options: ReadOptions, stats: ReadStats, *, invalid_utf8: bool = False
+) -> list[str]:
     """The pieces of one document given as text; counts it in stats."""
     if invalid_utf8 or "\x00" in text or len(text) > options.max_document_chars:
         doc = Document(options, stats, invalid_utf8=invalid_utf8)

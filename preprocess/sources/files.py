@@ -15,13 +15,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import posixpath
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from preprocess.sources.options import InputError
 from plumbing import fs
+from plumbing.outputs import TEMP_DIR_NAME, is_lmshards_output
+from preprocess.sources.options import InputError
 from schemas.constants import MANIFEST_NAME
 from schemas.manifest import InputFileInfo
-from plumbing.outputs import TEMP_DIR_NAME, is_lmshards_output
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +61,9 @@ def discover_inputs(patterns: Sequence[str]) -> InputDiscovery:
         lmshards output, or a local file that cannot be opened.
     """
     if not patterns:
-        raise InputError("No input given. Pass --input FILE, DIRECTORY or GLOB (local or gs://); it can repeat.")
+        raise InputError(
+            "No input given. Pass --input FILE, DIRECTORY or GLOB (local or gs://); it can repeat."
+        )
     outputs = _OutputDirectories()
     sizes: dict[str, int] = {}
     skipped: dict[str, str] = {}  # file -> the lmshards output holding it
@@ -74,8 +77,11 @@ def discover_inputs(patterns: Sequence[str]) -> InputDiscovery:
         skipped_files=len(skipped),
     )
     if discovery.skipped_files:
-        logger.warning("Skipped %d files under lmshards outputs (never read as text): %s",
-                       discovery.skipped_files, shown_paths(discovery.skipped))
+        logger.warning(
+            "Skipped %d files under lmshards outputs (never read as text): %s",
+            discovery.skipped_files,
+            shown_paths(discovery.skipped),
+        )
     return discovery
 
 
@@ -102,7 +108,9 @@ def check_not_empty(files: Sequence[InputFileInfo]) -> None:
     )
 
 
-def _expand_pattern(pattern: str, outputs: _OutputDirectories) -> tuple[dict[str, int], dict[str, str]]:
+def _expand_pattern(
+    pattern: str, outputs: _OutputDirectories
+) -> tuple[dict[str, int], dict[str, str]]:
     """(file -> size, file -> the lmshards output holding it) for one pattern."""
     if not pattern.strip():
         raise InputError("An --input value is empty; give a file, directory or glob.")
@@ -121,7 +129,9 @@ def _expand_pattern(pattern: str, outputs: _OutputDirectories) -> tuple[dict[str
             entries = {stripped: filesystem.info(stripped)}
             named_file = entries[stripped]["type"] != "directory"
         else:
-            raise InputError(f"--input {pattern!r} does not exist. Check the path (and the bucket, for gs://).")
+            raise InputError(
+                f"--input {pattern!r} does not exist. Check the path (and the bucket, for gs://)."
+            )
         files: dict[str, int] = {}
         for name, info in entries.items():
             if info["type"] == "directory":
@@ -198,7 +208,9 @@ def _directory_files(filesystem: Any, directory: str) -> dict[str, int]:
     files = {}
     for name, info in found.items():
         relative = posixpath.relpath(name, directory)
-        if info["type"] == "file" and not any(p.startswith(_HIDDEN_PREFIXES) for p in relative.split("/")):
+        if info["type"] == "file" and not any(
+            p.startswith(_HIDDEN_PREFIXES) for p in relative.split("/")
+        ):
             files[name] = int(info["size"])
     return files
 

@@ -20,12 +20,13 @@ from __future__ import annotations
 import codecs
 import logging
 import re
-from typing import BinaryIO, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
 
+from plumbing import fs
 from preprocess.sources.documents import ReadStats
 from preprocess.sources.options import ReadOptions
 from preprocess.sources.ranges import TO_END, ReadRange
-from plumbing import fs
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +97,9 @@ def read_lines(
     wide = next((w for w in WIDE_BOMS if head.startswith(w[0])), None)
     if wide is None:
         bom = len(BOM) if r.start == 0 and head.startswith(BOM) else 0
-        yield from _read(f, r, records(r, options, stats), stats, bom=bom, share=lambda stop: _share(r, stop))
+        yield from _read(
+            f, r, records(r, options, stats), stats, bom=bom, share=lambda stop: _share(r, stop)
+        )
         return
     if r.start > 0:  # the file's first range reads all of it
         return
@@ -106,7 +109,9 @@ def read_lines(
     f.seek(len(bom))
     text = _Utf8Text(f, codec)
     whole = ReadRange(r.path, 0, TO_END)
-    yield from _read(text, whole, records(whole, options, stats), stats, bom=0, share=lambda _: text.source_bytes)
+    yield from _read(
+        text, whole, records(whole, options, stats), stats, bom=0, share=lambda _: text.source_bytes
+    )
 
 
 def _file_head(f: BinaryIO, r: ReadRange) -> bytes:
@@ -121,8 +126,15 @@ def _file_head(f: BinaryIO, r: ReadRange) -> bytes:
     return filesystem.cat_file(path, start=0, end=HEAD_BYTES)
 
 
-def _read(f: BinaryIO, r: ReadRange, records: LineRecords, stats: ReadStats, *, bom: int,
-          share: Callable[[int], int]) -> Iterator[str]:
+def _read(
+    f: BinaryIO,
+    r: ReadRange,
+    records: LineRecords,
+    stats: ReadStats,
+    *,
+    bom: int,
+    share: Callable[[int], int],
+) -> Iterator[str]:
     """The documents of range r of f, skipping `bom` bytes at byte 0; share(stop) is the range's
     bytes_read once reading stopped at byte `stop` of f."""
     end = None if r.end < 0 else r.end
@@ -130,7 +142,9 @@ def _read(f: BinaryIO, r: ReadRange, records: LineRecords, stats: ReadStats, *, 
         f.seek(bom)
     else:
         first_line = _next_line_start(f, r.start)
-        if first_line is None or (end is not None and first_line >= end):  # no line starts in the range
+        if first_line is None or (
+            end is not None and first_line >= end
+        ):  # no line starts in the range
             stats.bytes_read += share(f.tell() if first_line is None else first_line)
             return
         records.begin_mid_file(f, first_line)
@@ -191,7 +205,7 @@ def _line_events(f: BinaryIO) -> Iterator[tuple[bool, int, bytes, bool, bool]]:
                 yield False, line_start, chunk, False, False
                 continue
             yield False, line_start, chunk[:newline], False, True
-            streaming, chunk, base = False, chunk[newline + 1:], base + newline + 1
+            streaming, chunk, base = False, chunk[newline + 1 :], base + newline + 1
             line_start = base
         last_newline = chunk.rfind(b"\n")
         if last_newline < 0:
@@ -201,7 +215,7 @@ def _line_events(f: BinaryIO) -> Iterator[tuple[bool, int, bytes, bool, bool]]:
                 carry, streaming = b"", True
             continue
         yield True, line_start, carry + chunk[: last_newline + 1], True, True
-        carry, line_start = chunk[last_newline + 1:], base + last_newline + 1
+        carry, line_start = chunk[last_newline + 1 :], base + last_newline + 1
     if streaming:
         yield False, line_start, b"", False, True
     elif carry:
@@ -240,6 +254,8 @@ class _Utf8Text:
 
     def seek(self, position: int) -> int:
         if position != self._position:
-            raise ValueError(f"the UTF-8 text of a UTF-16/32 file is read forward only: at {self._position}, "
-                             f"not {position}")
+            raise ValueError(
+                f"the UTF-8 text of a UTF-16/32 file is read forward only: at {self._position}, "
+                f"not {position}"
+            )
         return position

@@ -44,9 +44,13 @@ class ReadOptions:
                 f"--doc_separator {self.doc_separator!r} is not supported; use one of {', '.join(DOC_SEPARATORS)}."
             )
         if not self.text_field:
-            raise InputError("--text_field is empty; give the JSON Lines field holding the text (default 'text').")
+            raise InputError(
+                "--text_field is empty; give the JSON Lines field holding the text (default 'text')."
+            )
         if not self.text_column:
-            raise InputError("--text_column is empty; give the Parquet column holding the text (default 'text').")
+            raise InputError(
+                "--text_column is empty; give the Parquet column holding the text (default 'text')."
+            )
         if self.max_document_chars < 1:
             raise InputError(f"max_document_chars must be >= 1, got {self.max_document_chars}.")
 
@@ -57,10 +61,18 @@ def add_reading_arguments(parser: argparse.ArgumentParser) -> None:
     Works on any argparse parser, including the one Beam hands to PipelineOptions._add_argparse_args;
     read_options_from turns the parsed values into ReadOptions.
     """
-    parser.add_argument("--doc_separator", choices=DOC_SEPARATORS, default=LINE,
-                        help="plain-text files: one document per line, or documents separated by blank lines")
-    parser.add_argument("--text_field", default=DEFAULT_TEXT_FIELD, help="JSON Lines field holding the text")
-    parser.add_argument("--text_column", default=DEFAULT_TEXT_COLUMN, help="Parquet column holding the text")
+    parser.add_argument(
+        "--doc_separator",
+        choices=DOC_SEPARATORS,
+        default=LINE,
+        help="plain-text files: one document per line, or documents separated by blank lines",
+    )
+    parser.add_argument(
+        "--text_field", default=DEFAULT_TEXT_FIELD, help="JSON Lines field holding the text"
+    )
+    parser.add_argument(
+        "--text_column", default=DEFAULT_TEXT_COLUMN, help="Parquet column holding the text"
+    )
 
 
 def read_options_from(values: Any) -> ReadOptions:
@@ -70,5 +82,8 @@ def read_options_from(values: Any) -> ReadOptions:
     Raises:
       InputError: a value ReadOptions rejects.
     """
-    return ReadOptions(doc_separator=values.doc_separator, text_field=values.text_field,
-                       text_column=values.text_column)
+    return ReadOptions(
+        doc_separator=values.doc_separator,
+        text_field=values.text_field,
+        text_column=values.text_column,
+    )

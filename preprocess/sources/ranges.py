@@ -44,4 +44,6 @@ def byte_ranges(info: InputFileInfo, options: ReadOptions, range_bytes: int) -> 
     if is_compressed(path) or size <= range_bytes:
         return whole_file(info, options, range_bytes)
     starts = range(0, size, range_bytes)
-    return [ReadRange(path, s, s + range_bytes if s + range_bytes < size else TO_END) for s in starts]
+    return [
+        ReadRange(path, s, s + range_bytes if s + range_bytes < size else TO_END) for s in starts
+    ]

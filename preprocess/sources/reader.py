@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from preprocess.sources.compression import is_compressed, open_decompressed
 from preprocess.sources.documents import ReadStats
@@ -31,8 +31,16 @@ _NO_DOCUMENT_REASONS = (
     ("files_skipped_lmshards_output", "files skipped inside lmshards outputs"),
 )
 # Counters worth a warning when a range finds them (documents_empty only alongside another).
-_PROBLEMS = ("files_empty", "documents_invalid_utf8", "documents_nul", "documents_split", "documents_invalid_json",
-             "documents_missing_field", "documents_non_string_text", "documents_empty")
+_PROBLEMS = (
+    "files_empty",
+    "documents_invalid_utf8",
+    "documents_nul",
+    "documents_split",
+    "documents_invalid_json",
+    "documents_missing_field",
+    "documents_non_string_text",
+    "documents_empty",
+)
 
 
 def plan_ranges(
@@ -88,7 +96,11 @@ def read_range(r: ReadRange, options: ReadOptions, stats: ReadStats | None = Non
 
 def no_documents_message(patterns: Sequence[str], stats: ReadStats) -> str:
     """Why reading `patterns` gave no document, from what reading counted, and what to check."""
-    found = [f"{what}: {getattr(stats, name):,}" for name, what in _NO_DOCUMENT_REASONS if getattr(stats, name)]
+    found = [
+        f"{what}: {getattr(stats, name):,}"
+        for name, what in _NO_DOCUMENT_REASONS
+        if getattr(stats, name)
+    ]
     return (
         f"--input {shown_paths(patterns)} gave no documents ({stats.bytes_read:,} bytes read"
         + "".join(f"; {f}" for f in found)

@@ -7,13 +7,22 @@ import sys
 import pytest
 
 from bench._measure import MB, run_checked, run_measured
-from bench.bench_preprocess import CEILING, HF_STYLE, LMSHARDS, Input, Result, parse_args, ratios, take_subset
+from bench.bench_preprocess import (
+    CEILING,
+    HF_STYLE,
+    LMSHARDS,
+    Input,
+    Result,
+    parse_args,
+    ratios,
+    take_subset,
+)
 
 CHILD_MB = 200
 # A parent that stays small while its child holds CHILD_MB of touched memory for long enough for PSS samples.
 PARENT_WITH_HUNGRY_CHILD = (
     "import subprocess, sys; subprocess.check_call([sys.executable, '-c', "
-    f"\"import time; b = bytearray({CHILD_MB} * 10**6); time.sleep(2.5)\"])"
+    f'"import time; b = bytearray({CHILD_MB} * 10**6); time.sleep(2.5)"])'
 )
 
 
@@ -32,15 +41,27 @@ def test_peak_memory_counts_child_processes():
 
 def test_cpu_seconds_include_grandchildren():
     spin = "import time; t = time.process_time(); exec('while time.process_time() - t < 0.5: pass')"
-    m = run_checked([sys.executable, "-c", f"import subprocess, sys; subprocess.check_call([sys.executable, '-c', {spin!r}])"])
+    m = run_checked(
+        [
+            sys.executable,
+            "-c",
+            f"import subprocess, sys; subprocess.check_call([sys.executable, '-c', {spin!r}])",
+        ]
+    )
     assert m.cpu_s >= 0.5
 
 
 def test_run_checked_reports_stderr_of_a_failing_command():
     with pytest.raises(RuntimeError, match="(?s)exited 3.*no such corpus"):
-        run_checked([sys.executable, "-c", "import sys; sys.stderr.write('no such corpus\\n'); sys.exit(3)"])
+        run_checked(
+            [sys.executable, "-c", "import sys; sys.stderr.write('no such corpus\\n'); sys.exit(3)"]
+        )
     m = run_measured([sys.executable, "-c", "print('out')"])
-    assert (m.returncode, m.stdout, m.stderr) == (0, "out\n", "")  # the wrapper's rusage line is removed
+    assert (m.returncode, m.stdout, m.stderr) == (
+        0,
+        "out\n",
+        "",
+    )  # the wrapper's rusage line is removed
 
 
 def test_subset_takes_the_same_leading_share_of_every_file_at_line_ends(tmp_path):
@@ -71,15 +92,30 @@ def _result(system: str, wall_s: float, pss_mb: float) -> Result:
 
 
 def test_ratios_compare_throughput_against_the_targets():
-    results = [_result(CEILING, 20.0, 300), _result(LMSHARDS, 25.0, 900), _result(HF_STYLE, 100.0, 1100)]
+    results = [
+        _result(CEILING, 20.0, 300),
+        _result(LMSHARDS, 25.0, 900),
+        _result(HF_STYLE, 100.0, 1100),
+    ]
     summary = ratios(results, "all")
     assert summary["b_over_a"]["value"] == pytest.approx(0.8) and summary["b_over_a"]["met"]
     assert summary["b_over_a"]["by_cpu_time"] == pytest.approx(0.8)
     assert summary["b_over_c"]["value"] == pytest.approx(4.0) and summary["b_over_c"]["met"]
     assert summary["memory_b_below_c"]["met"]
 
-    slow = ratios([_result(CEILING, 20.0, 300), _result(LMSHARDS, 60.0, 1200), _result(HF_STYLE, 100.0, 1100)], "all")
-    assert not slow["b_over_a"]["met"] and not slow["b_over_c"]["met"] and not slow["memory_b_below_c"]["met"]
+    slow = ratios(
+        [
+            _result(CEILING, 20.0, 300),
+            _result(LMSHARDS, 60.0, 1200),
+            _result(HF_STYLE, 100.0, 1100),
+        ],
+        "all",
+    )
+    assert (
+        not slow["b_over_a"]["met"]
+        and not slow["b_over_c"]["met"]
+        and not slow["memory_b_below_c"]["met"]
+    )
     assert Input("all", ()).bytes == 0
 
 

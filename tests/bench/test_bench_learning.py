@@ -18,14 +18,16 @@ SPEC = bl.MaskingSpec(vocab_size=1000, mask_id=4, special_ids=(0, 1, 2, 3, 4))
 PAD = 1
 
 
-def _records(rows: int, seq_len: int, *, seed: int = 0, padded_rows: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def _records(
+    rows: int, seq_len: int, *, seed: int = 0, padded_rows: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Random non-special ids [rows, seq_len] with <s> ... </s>; the last padded_rows rows half padding."""
     rng = np.random.default_rng(seed)
     ids = rng.integers(5, SPEC.vocab_size, size=(rows, seq_len))
     ids[:, 0], ids[:, -1] = 0, 2
     mask = np.ones_like(ids)
     if padded_rows:
-        mask[-padded_rows:, seq_len // 2:] = 0
+        mask[-padded_rows:, seq_len // 2 :] = 0
         ids[mask == 0] = PAD
     return torch.from_numpy(ids), torch.from_numpy(mask)
 
@@ -35,15 +37,17 @@ def test_schedule_is_transformers_linear_warmup_with_5_percent_warmup():
     warmup = bl.warmup_steps_for(total)
     assert warmup == 15 and bl.warmup_steps_for(10) == 1 and bl.warmup_steps_for(21) == 2
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    hf = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=warmup, num_training_steps=total)
+    hf = get_linear_schedule_with_warmup(
+        optimizer, num_warmup_steps=warmup, num_training_steps=total
+    )
     expected = [hf.lr_lambdas[0](step) for step in range(total + 1)]
     ours = [bl.lr_factor(step, warmup_steps=warmup, total_steps=total) for step in range(total + 1)]
     assert ours == pytest.approx(expected, abs=1e-12)
     # The first update runs at rate 0, the peak is reached at the end of warmup, the last update is above 0.
     assert (ours[0], ours[warmup], ours[total]) == (0.0, 1.0, 0.0)
     assert ours[total - 1] > 0.0
-    assert all(a < b for a, b in zip(ours[:warmup], ours[1:warmup + 1]))
-    assert all(a > b for a, b in zip(ours[warmup:total], ours[warmup + 1:total + 1]))
+    assert all(a < b for a, b in zip(ours[:warmup], ours[1 : warmup + 1]))
+    assert all(a > b for a, b in zip(ours[warmup:total], ours[warmup + 1 : total + 1]))
 
 
 def test_weight_decay_skips_exactly_the_layernorm_weights_and_the_biases():
@@ -58,8 +62,13 @@ def test_weight_decay_skips_exactly_the_layernorm_weights_and_the_biases():
     # In RoBERTa every 1-D parameter is a bias or a LayerNorm weight, and nothing else is.
     assert kept_names == {n for n, p in model.named_parameters() if p.ndim == 1}
     assert decayed_names == {n for n, p in model.named_parameters() if p.ndim > 1}
-    assert "lm_head.layer_norm.weight" in kept_names and "roberta.embeddings.LayerNorm.weight" in kept_names
-    assert "roberta.embeddings.word_embeddings.weight" in decayed_names  # tied to the decoder: listed once
+    assert (
+        "lm_head.layer_norm.weight" in kept_names
+        and "roberta.embeddings.LayerNorm.weight" in kept_names
+    )
+    assert (
+        "roberta.embeddings.word_embeddings.weight" in decayed_names
+    )  # tied to the decoder: listed once
     assert len(decayed["params"]) + len(kept["params"]) == len(list(model.parameters()))
 
 
@@ -137,8 +146,12 @@ def test_read_split_returns_tensorflow_written_records_in_manifest_order(tmp_pat
     manifest = write_shards(tmp_path, splits, seq_len=16, tokenizer=tokenizer, inputs=())
 
     train = bl.read_split(manifest, str(tmp_path), TRAIN_SPLIT)
-    assert np.array_equal(train[INPUT_IDS], train_ids) and np.array_equal(train[ATTENTION_MASK], train_mask)
-    assert np.array_equal(bl.read_split(manifest, str(tmp_path), VALIDATION_SPLIT)[INPUT_IDS], val_ids)
+    assert np.array_equal(train[INPUT_IDS], train_ids) and np.array_equal(
+        train[ATTENTION_MASK], train_mask
+    )
+    assert np.array_equal(
+        bl.read_split(manifest, str(tmp_path), VALIDATION_SPLIT)[INPUT_IDS], val_ids
+    )
     first = bl.read_split(manifest, str(tmp_path), TRAIN_SPLIT, max_records=12)
     assert np.array_equal(first[INPUT_IDS], train_ids[:12])
     assert bl.MaskingSpec.from_manifest(manifest) == SPEC
@@ -147,11 +160,17 @@ def test_read_split_returns_tensorflow_written_records_in_manifest_order(tmp_pat
 def test_batches_are_full_and_each_epoch_visits_distinct_records():
     rows = list(bl.batch_rows(100, batch_size=32, steps=7, seed=0))
     assert len(rows) == 7 and all(len(r) == 32 for r in rows)
-    for epoch in (rows[0:3], rows[3:6]):  # 3 full batches per epoch; the 4 records left over are skipped
+    for epoch in (
+        rows[0:3],
+        rows[3:6],
+    ):  # 3 full batches per epoch; the 4 records left over are skipped
         seen = np.concatenate(epoch)
         assert len(set(seen.tolist())) == 96
     assert not np.array_equal(np.concatenate(rows[0:3]), np.concatenate(rows[3:6]))
-    assert all(np.array_equal(a, b) for a, b in zip(rows, bl.batch_rows(100, batch_size=32, steps=7, seed=0)))
+    assert all(
+        np.array_equal(a, b)
+        for a, b in zip(rows, bl.batch_rows(100, batch_size=32, steps=7, seed=0))
+    )
     with pytest.raises(ValueError, match="fewer than one batch"):
         next(bl.batch_rows(10, batch_size=32, steps=1, seed=0))
 
@@ -160,12 +179,19 @@ def test_timing_windows_leave_out_the_first_ten_steps():
     assert bl.kept_windows(300, window=10) == list(range(10, 291, 10))
     assert bl.kept_windows(100, window=20) == [20, 40, 60, 80]
     assert bl.kept_windows(40, window=3) == [12, 15, 18, 21, 24, 27, 30, 33, 36]
-    times = bl.StepTimes(window_ms=(30.0, 10.0, 20.0, 50.0), window=10, cpu_ms_per_step=None, mean_load1=0.0)
+    times = bl.StepTimes(
+        window_ms=(30.0, 10.0, 20.0, 50.0), window=10, cpu_ms_per_step=None, mean_load1=0.0
+    )
     assert (times.median_ms, times.steps_per_s) == (25.0, 40.0)
 
 
 def test_command_line_options_reach_the_lmshards_command_and_environment(tmp_path):
-    for bad in (["--shards", "somewhere"], ["--steps", "25"], ["--threads", "0"], ["--lmshards-env", "NOVALUE"]):
+    for bad in (
+        ["--shards", "somewhere"],
+        ["--steps", "25"],
+        ["--threads", "0"],
+        ["--lmshards-env", "NOVALUE"],
+    ):
         with pytest.raises(SystemExit):
             bl.parse_args(bad)
     config = bl.parse_args(["--steps", "50", "--lmshards-args", "--steps_per_execution 10", "--threads", "1",
@@ -173,9 +199,19 @@ def test_command_line_options_reach_the_lmshards_command_and_environment(tmp_pat
     args = bl.train_args(config, shards="S", tokenizer="T", run_dir=tmp_path / "run")
     flags = dict(zip(args[1:-2:2], args[2:-2:2]))
     assert args[-2:] == ["--steps_per_execution", "10"]
-    expected = {"--steps": "50", "--per_replica_batch": "32", "--warmup_steps": "3", "--log_every": "10",
-                "--model_preset": "tiny", "--learning_rate": "0.0005", "--lr_schedule": "linear"}
+    expected = {
+        "--steps": "50",
+        "--per_replica_batch": "32",
+        "--warmup_steps": "3",
+        "--log_every": "10",
+        "--model_preset": "tiny",
+        "--learning_rate": "0.0005",
+        "--lr_schedule": "linear",
+    }
     assert {k: flags[k] for k in expected} == expected
     assert config.lmshards_env == {"TF_NUM_INTEROP_THREADS": "2"}
-    assert bl.thread_env(config.threads) == {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
+    assert bl.thread_env(config.threads) == {
+        "TF_NUM_INTRAOP_THREADS": "1",
+        "TF_NUM_INTEROP_THREADS": "1",
+    }
     assert bl.thread_env(None) == {}

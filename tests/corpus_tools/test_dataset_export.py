@@ -11,15 +11,15 @@ import pytest
 
 from corpus_tools.dataset import export as de
 from lmshards.cli import main as lmshards_main
-from preprocess import sources
 from plumbing import fs
+from preprocess import sources
 
 ROWS = 1037  # not a multiple of any shard count used here
 
 
 def _texts() -> list[str]:
     # Multilingual, with newlines, quotes and a duplicate, so that exactly-once is a real check.
-    base = [f"row {i}: Привет, мир 学而时习之 \"quoted\" line" for i in range(ROWS - 2)]
+    base = [f'row {i}: Привет, мир 学而时习之 "quoted" line' for i in range(ROWS - 2)]
     return base + ["two\nlines", base[0]]
 
 
@@ -50,8 +50,14 @@ def _read_shard(path: str, fmt: str, column: str = "text") -> list[str]:
 def test_export_every_row_exactly_once(saved_dataset, tmp_path, fmt, streaming):
     source, texts = saved_dataset
     out = tmp_path / "out"
-    config = de.ExportConfig(dataset=str(source), output=str(out), text_column="content", num_shards=4,
-                             format=fmt, streaming=streaming)
+    config = de.ExportConfig(
+        dataset=str(source),
+        output=str(out),
+        text_column="content",
+        num_shards=4,
+        format=fmt,
+        streaming=streaming,
+    )
     summary = de.export(config)
     names = [de.shard_name("train", i, 4, fmt) for i in range(4)]
     assert sorted(p.name for p in out.iterdir()) == sorted(names + [de.SUCCESS_JSON])
@@ -71,8 +77,15 @@ def test_export_every_row_exactly_once(saved_dataset, tmp_path, fmt, streaming):
 def test_preprocess_reader_reads_the_export(saved_dataset, tmp_path):
     source, texts = saved_dataset
     for fmt in de.FORMATS:
-        de.export(de.ExportConfig(dataset=str(source), output=str(tmp_path / fmt), text_column="content",
-                                  num_shards=3, format=fmt))
+        de.export(
+            de.ExportConfig(
+                dataset=str(source),
+                output=str(tmp_path / fmt),
+                text_column="content",
+                num_shards=3,
+                format=fmt,
+            )
+        )
     options = sources.ReadOptions(text_field="text", text_column="text")
     # The directory as input: _SUCCESS.json is skipped as a hidden name.
     for fmt in de.FORMATS:
@@ -85,12 +98,35 @@ def test_cli_exports_json_files_with_a_builder(tmp_path, capsys):
     rows = [{"body": f"document {i}", "id": i} for i in range(50)]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out"
-    code = lmshards_main(["dataset", "export", "json", "--data_files", str(data), "--text_column", "body",
-                             "--output", str(out), "--num_shards", "2", "--format", "jsonl", "--output_column", "txt"])
+    code = lmshards_main(
+        [
+            "dataset",
+            "export",
+            "json",
+            "--data_files",
+            str(data),
+            "--text_column",
+            "body",
+            "--output",
+            str(out),
+            "--num_shards",
+            "2",
+            "--format",
+            "jsonl",
+            "--output_column",
+            "txt",
+        ]
+    )
     assert code == 0
     assert "Wrote 50 rows" in capsys.readouterr().out
-    shards = [_read_shard(str(out / de.shard_name("train", i, 2, "jsonl")), "jsonl", "txt") for i in range(2)]
-    assert shards == [[f"document {i}" for i in range(25)], [f"document {i}" for i in range(25, 50)]]
+    shards = [
+        _read_shard(str(out / de.shard_name("train", i, 2, "jsonl")), "jsonl", "txt")
+        for i in range(2)
+    ]
+    assert shards == [
+        [f"document {i}" for i in range(25)],
+        [f"document {i}" for i in range(25, 50)],
+    ]
 
 
 def test_existing_output_needs_overwrite(saved_dataset, tmp_path, capsys):
@@ -105,7 +141,10 @@ def test_existing_output_needs_overwrite(saved_dataset, tmp_path, capsys):
     assert "is not empty" in err and "--overwrite" in err
     assert lmshards_main(args + ["--overwrite"]) == 0
     # No shard of the 3-shard export is left beside the new single shard.
-    assert sorted(p.name for p in out.iterdir()) == [de.SUCCESS_JSON, de.shard_name("train", 0, 1, "parquet")]
+    assert sorted(p.name for p in out.iterdir()) == [
+        de.SUCCESS_JSON,
+        de.shard_name("train", 0, 1, "parquet"),
+    ]
 
 
 def test_a_failed_export_leaves_no_shard(saved_dataset, tmp_path, monkeypatch):
@@ -119,18 +158,27 @@ def test_a_failed_export_leaves_no_shard(saved_dataset, tmp_path, monkeypatch):
     monkeypatch.setattr(de, "iter_text_batches", failing_batches)
     out = tmp_path / "out"
     with pytest.raises(OSError, match="disk full"):
-        de.export(de.ExportConfig(dataset=str(source), output=str(out), text_column="content", num_shards=2))
+        de.export(
+            de.ExportConfig(
+                dataset=str(source), output=str(out), text_column="content", num_shards=2
+            )
+        )
     assert list(out.iterdir()) == []
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--text_column", "missing"], "has no column 'missing'"),
-    (["--text_column", "label"], "not text"),
-    (["--num_shards", "0"], "--num_shards must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--text_column", "missing"], "has no column 'missing'"),
+        (["--text_column", "label"], "not text"),
+        (["--num_shards", "0"], "--num_shards must be at least 1"),
+    ],
+)
 def test_bad_options_are_clear_errors(saved_dataset, tmp_path, capsys, args, message):
     source, _ = saved_dataset
-    code = lmshards_main(["dataset", "export", str(source), "--output", str(tmp_path / "out"), *args])
+    code = lmshards_main(
+        ["dataset", "export", str(source), "--output", str(tmp_path / "out"), *args]
+    )
     assert code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out" / de.SUCCESS_JSON).exists()
@@ -138,7 +186,9 @@ def test_bad_options_are_clear_errors(saved_dataset, tmp_path, capsys, args, mes
 
 def test_hub_name_without_network_says_so(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    code = lmshards_main(["dataset", "export", "someone/some-corpus", "--output", str(tmp_path / "out")])
+    code = lmshards_main(
+        ["dataset", "export", "someone/some-corpus", "--output", str(tmp_path / "out")]
+    )
     assert code == 2
     err = capsys.readouterr().err
     assert "Cannot reach the Hugging Face Hub" in err and "--data_files" in err
@@ -148,10 +198,20 @@ def test_hub_name_without_network_says_so(tmp_path, capsys, monkeypatch):
 def test_export_to_gcs(saved_dataset, gcs_emulator):
     source, texts = saved_dataset
     output = f"{gcs_emulator}/exports/ds"
-    summary = de.export(de.ExportConfig(dataset=str(source), output=output, text_column="content", num_shards=2,
-                                        format=de.JSONL, streaming=True))
+    summary = de.export(
+        de.ExportConfig(
+            dataset=str(source),
+            output=output,
+            text_column="content",
+            num_shards=2,
+            format=de.JSONL,
+            streaming=True,
+        )
+    )
     names = [de.shard_name("train", i, 2, "jsonl") for i in range(2)]
-    assert sorted(p.rsplit("/", 1)[-1] for p in fs.listdir(output)) == sorted(names + [de.SUCCESS_JSON])
+    assert sorted(p.rsplit("/", 1)[-1] for p in fs.listdir(output)) == sorted(
+        names + [de.SUCCESS_JSON]
+    )
     got = [t for name in names for t in _read_shard(fs.join(output, name), "jsonl")]
     assert Counter(got) == Counter(texts)
     assert de.read_summary(output)["rows_written"] == summary["rows_written"] == len(texts)

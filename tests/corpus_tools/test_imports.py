@@ -21,5 +21,9 @@ def _imported_packages(path: Path) -> set[str]:
 
 def test_corpus_tools_never_imports_train():
     root = Path(corpus_tools.__file__).parent
-    offenders = [str(path.relative_to(root)) for path in sorted(root.rglob("*.py")) if "train" in _imported_packages(path)]
+    offenders = [
+        str(path.relative_to(root))
+        for path in sorted(root.rglob("*.py"))
+        if "train" in _imported_packages(path)
+    ]
     assert offenders == []

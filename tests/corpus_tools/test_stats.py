@@ -23,8 +23,8 @@ from corpus_tools.stats.stats import (
     run_stats,
     top_tokens,
 )
-from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
 from plumbing.errors import ManifestError, TokenizerError
+from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.manifest import read_manifest
 from schemas.records import parse_spec, read_records
 from tests.helpers.shard_factory import write_sample_shards
@@ -36,8 +36,15 @@ SEQ_LEN = 32
 def shards(tmp_path_factory, sample_tokenizer, sample_files):
     """A small real shard set (both splits, the last record padded) with its tokenizer in SHARDS_DIR/tokenizer."""
     out = tmp_path_factory.mktemp("shards")
-    write_sample_shards(out, sample_tokenizer, sample_files, seq_len=SEQ_LEN, max_lines_per_file=60,
-                        train_shards=4, validation_shards=2)
+    write_sample_shards(
+        out,
+        sample_tokenizer,
+        sample_files,
+        seq_len=SEQ_LEN,
+        max_lines_per_file=60,
+        train_shards=4,
+        validation_shards=2,
+    )
     (out / "tokenizer").mkdir()
     shutil.copy(sample_tokenizer, out / "tokenizer" / "tokenizer.json")
     return out
@@ -48,8 +55,12 @@ def _parsed(shards_dir, splits) -> tuple[np.ndarray, np.ndarray]:
     import tensorflow as tf
 
     manifest = read_manifest(str(shards_dir))
-    serialized = [record for split in splits for path in manifest.shard_paths(str(shards_dir), split)
-                  for record in read_records(io.BytesIO(open(path, "rb").read()))]
+    serialized = [
+        record
+        for split in splits
+        for path in manifest.shard_paths(str(shards_dir), split)
+        for record in read_records(io.BytesIO(open(path, "rb").read()))
+    ]
     parsed = tf.io.parse_example(serialized, parse_spec(manifest.features()))
     return parsed[INPUT_IDS].numpy(), parsed[ATTENTION_MASK].numpy()
 
@@ -68,7 +79,11 @@ def test_counts_equal_numpy_over_the_parsed_shards(shards, cli_run):
     real = ids[mask == 1]
     counts = np.bincount(real, minlength=manifest.tokenizer.vocab_size)
 
-    assert stats["tokens"] == sum(s.totals.tokens_written for s in manifest.splits.values()) == real.size
+    assert (
+        stats["tokens"]
+        == sum(s.totals.tokens_written for s in manifest.splits.values())
+        == real.size
+    )
     assert stats["records"] == len(ids)
     assert stats["padding_tokens"] == int((mask == 0).sum()) > 0
     assert stats["padding_share"] == pytest.approx((mask == 0).mean())
@@ -87,9 +102,15 @@ def test_counts_equal_numpy_over_the_parsed_shards(shards, cli_run):
 
 def test_records_per_shard_and_split_match_the_manifest(shards, cli_run):
     manifest = read_manifest(str(shards))
-    expected = [{"path": s.path, "records": s.records} for split in manifest.splits.values() for s in split.shards]
+    expected = [
+        {"path": s.path, "records": s.records}
+        for split in manifest.splits.values()
+        for s in split.shards
+    ]
     assert cli_run["records_per_shard"]["shards"] == expected
-    assert cli_run["records_per_split"] == {name: split.records for name, split in manifest.splits.items()}
+    assert cli_run["records_per_split"] == {
+        name: split.records for name, split in manifest.splits.items()
+    }
 
 
 def test_top_tokens_are_named_by_the_tokenizer_beside_the_shards(shards, cli_run, sample_tokenizer):
@@ -106,19 +127,32 @@ def test_html_page_has_the_rank_frequency_plot(shards, cli_run):
     page = (shards / "stats" / "stats.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "<polyline" in page
     used = cli_run["vocab_size"] - round(cli_run["vocab_unused_fraction"] * cli_run["vocab_size"])
-    assert len(re.search(r'<polyline points="([^"]+)"', page)[1].split()) == len(sampled_ranks(used))
+    assert len(re.search(r'<polyline points="([^"]+)"', page)[1].split()) == len(
+        sampled_ranks(used)
+    )
     assert f"<td>{cli_run['tokens']:,}</td>" in page
 
 
 def test_one_split_to_another_output(shards, tmp_path):
-    report = run_stats(StatsConfig(shards_dir=str(shards), output=str(tmp_path / "s"), splits=(VALIDATION_SPLIT,),
-                                   tokenizer=None, top_k=3))
+    report = run_stats(
+        StatsConfig(
+            shards_dir=str(shards),
+            output=str(tmp_path / "s"),
+            splits=(VALIDATION_SPLIT,),
+            tokenizer=None,
+            top_k=3,
+        )
+    )
     manifest = read_manifest(str(shards))
     ids, mask = _parsed(shards, [VALIDATION_SPLIT])
     assert report.json_path == str(tmp_path / "s" / "stats.json")
     assert json.loads((tmp_path / "s" / "stats.json").read_text()) == report.stats
     assert report.stats["splits"] == [VALIDATION_SPLIT]
-    assert report.stats["tokens"] == manifest.split(VALIDATION_SPLIT).totals.tokens_written == int(mask.sum())
+    assert (
+        report.stats["tokens"]
+        == manifest.split(VALIDATION_SPLIT).totals.tokens_written
+        == int(mask.sum())
+    )
     assert len(report.stats["top_tokens"]) == 3
 
 
@@ -157,8 +191,15 @@ def test_a_tokenizer_other_than_the_shards_own_is_refused(shards, tmp_path):
 
 
 def test_unknown_split_is_refused(tmp_path, sample_tokenizer, sample_files):
-    write_sample_shards(tmp_path, sample_tokenizer, sample_files[:1], seq_len=SEQ_LEN, max_lines_per_file=5,
-                        train_shards=1, validation_shards=1)
+    write_sample_shards(
+        tmp_path,
+        sample_tokenizer,
+        sample_files[:1],
+        seq_len=SEQ_LEN,
+        max_lines_per_file=5,
+        train_shards=1,
+        validation_shards=1,
+    )
     plan = plan_stats(StatsConfig(shards_dir=str(tmp_path), splits=(TRAIN_SPLIT, TRAIN_SPLIT)))
     assert plan.splits == (TRAIN_SPLIT,) and plan.tokenizer is None
     manifest_path = tmp_path / "manifest.json"
@@ -179,7 +220,8 @@ def test_parse_counts_reads_tft_count_files():
 
 def test_top_tokens_break_ties_by_id():
     assert top_tokens({5: 2, 3: 2, 9: 7, 1: 1}, 3) == [
-        {"id": 9, "count": 7, "share": 7 / 12}, {"id": 3, "count": 2, "share": 2 / 12},
+        {"id": 9, "count": 7, "share": 7 / 12},
+        {"id": 3, "count": 2, "share": 2 / 12},
         {"id": 5, "count": 2, "share": 2 / 12},
     ]
 
@@ -194,14 +236,19 @@ def test_unk_and_byte_fallback_rates_from_a_unigram_vocabulary(shards):
     assert byte_fallback_ids(tokenizer.get_vocab()) == {5, 6}
     plan = plan_stats(StatsConfig(shards_dir=str(shards), top_k=2))
     assert plan.manifest.tokenizer.special_token_ids["unk"] == 3
-    counts = AnalyzerCounts(tokens={3: 2, 4: 93, 5: 3, 6: 2}, record_tokens={50: 2},
-                            shard_records=dict.fromkeys(range(len(plan.shards)), 0) | {0: 2})
+    counts = AnalyzerCounts(
+        tokens={3: 2, 4: 93, 5: 3, 6: 2},
+        record_tokens={50: 2},
+        shard_records=dict.fromkeys(range(len(plan.shards)), 0) | {0: 2},
+    )
     stats = corpus_stats(counts, plan=plan, tokenizer=tokenizer)
     assert stats["tokens"] == 100 and stats["records"] == 2
     assert stats["unk_tokens"] == 2 and stats["unk_rate"] == 2 / 100
     assert stats["byte_fallback_tokens"] == 5 and stats["byte_fallback_rate"] == 5 / 100
-    assert stats["top_tokens"] == [{"id": 4, "count": 93, "share": 0.93, "token": "▁the", "text": "▁the"},
-                                   {"id": 5, "count": 3, "share": 0.03, "token": "<0x41>", "text": "A"}]
+    assert stats["top_tokens"] == [
+        {"id": 4, "count": 93, "share": 0.93, "token": "▁the", "text": "▁the"},
+        {"id": 5, "count": 3, "share": 0.03, "token": "<0x41>", "text": "A"},
+    ]
     assert stats["records_per_shard"]["min"] == 0 and stats["records_per_shard"]["max"] == 2
     assert any("tokens_written" in problem for problem in stats["manifest_mismatches"])
 
@@ -219,15 +266,28 @@ def test_rank_frequency_svg_is_log_log_and_sampled():
 
 
 @pytest.mark.gcs
-@pytest.mark.usefixtures("gcs_emulator")  # the DataflowRunner's staging-bucket lookup goes to the emulator
+@pytest.mark.usefixtures(
+    "gcs_emulator"
+)  # the DataflowRunner's staging-bucket lookup goes to the emulator
 def test_dataflow_dry_run_builds_the_job_and_writes_nothing(shards, tmp_path):
     job_file = tmp_path / "job.json"
-    temp = tmp_path / "temp"  # local: TensorFlow, which writes tft's temporary files, cannot reach the emulator
-    argv = [str(shards), f"--output={tmp_path / 'out'}", "--runner=DataflowRunner", "--dry_run=True",
-            "--project=lmshards-test", "--region=us-central1", f"--dataflow_job_file={job_file}",
-            f"--temp_location={temp}"]
+    temp = (
+        tmp_path / "temp"
+    )  # local: TensorFlow, which writes tft's temporary files, cannot reach the emulator
+    argv = [
+        str(shards),
+        f"--output={tmp_path / 'out'}",
+        "--runner=DataflowRunner",
+        "--dry_run=True",
+        "--project=lmshards-test",
+        "--region=us-central1",
+        f"--dataflow_job_file={job_file}",
+        f"--temp_location={temp}",
+    ]
     assert cli.main(argv) == 0
     transforms = json.loads(job_file.read_text())["pipeline"]["components"]["transforms"].values()
-    assert {"Read", "Batch", "Decode", "Analyze", "WriteCounts"} <= {t["uniqueName"] for t in transforms}
+    assert {"Read", "Batch", "Decode", "Analyze", "WriteCounts"} <= {
+        t["uniqueName"] for t in transforms
+    }
     assert not (tmp_path / "out").exists()
     assert not temp.exists() or not any(temp.iterdir())  # the analysis directory is removed

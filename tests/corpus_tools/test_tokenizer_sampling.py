@@ -68,7 +68,15 @@ def test_sample_keeps_or_drops_copies_together():
     assert set(copies) == {0, 10}
 
 
-@pytest.mark.parametrize("text, expected", [("1000", 1000), ("100MB", 100 * 10**6), ("1.5G", 1_500_000_000),
-                                            ("64 kb", 64_000), ("2MiB", 2 * 10**6)])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("1000", 1000),
+        ("100MB", 100 * 10**6),
+        ("1.5G", 1_500_000_000),
+        ("64 kb", 64_000),
+        ("2MiB", 2 * 10**6),
+    ],
+)
 def test_parse_size(text, expected):
     assert parse_size(text) == expected

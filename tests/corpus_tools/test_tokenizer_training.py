@@ -10,8 +10,18 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from corpus_tools.tokenizer.config import DEFAULT_PRESET, MODEL_MAX_LENGTH, MODELS, PRESETS, TrainConfig
-from corpus_tools.tokenizer.corpus_report import DEFAULT_INSPECT_DOCUMENTS, corpus_report, load_tokenizer
+from corpus_tools.tokenizer.config import (
+    DEFAULT_PRESET,
+    MODEL_MAX_LENGTH,
+    MODELS,
+    PRESETS,
+    TrainConfig,
+)
+from corpus_tools.tokenizer.corpus_report import (
+    DEFAULT_INSPECT_DOCUMENTS,
+    corpus_report,
+    load_tokenizer,
+)
 from corpus_tools.tokenizer.training import train
 from lmshards.cli import main as lmshards_main
 from plumbing import fs
@@ -37,7 +47,9 @@ def corpus(tmp_path_factory, sample_files) -> tuple[Path, dict[str, list[str]]]:
     held_out: dict[str, list[str]] = {}
     for path in sample_files:
         lang = path.parent.name
-        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        lines = [
+            line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+        ]
         held_out.setdefault(lang, []).extend(lines[::HELD_OUT_EVERY])
         train = [line for i, line in enumerate(lines) if i % HELD_OUT_EVERY]
         out = root / "train" / lang / path.name
@@ -47,8 +59,14 @@ def corpus(tmp_path_factory, sample_files) -> tuple[Path, dict[str, list[str]]]:
 
 
 def _config(corpus_dir: Path, output: Path, model: str, **overrides) -> TrainConfig:
-    fields = dict(inputs=(str(corpus_dir),), output=str(output), model=model, vocab_size=VOCAB_SIZE,
-                  max_bytes=TRAIN_BYTES[model], seed=5)
+    fields = dict(
+        inputs=(str(corpus_dir),),
+        output=str(output),
+        model=model,
+        vocab_size=VOCAB_SIZE,
+        max_bytes=TRAIN_BYTES[model],
+        seed=5,
+    )
     return TrainConfig(**{**fields, **overrides})
 
 
@@ -62,19 +80,29 @@ def trained(request, corpus, tmp_path_factory):
 def test_output_files_and_info(trained):
     config, result = trained
     out = Path(config.output)
-    assert {TOKENIZER_JSON, TOKENIZER_INFO_JSON, "tokenizer_config.json"} <= {p.name for p in out.iterdir()}
+    assert {TOKENIZER_JSON, TOKENIZER_INFO_JSON, "tokenizer_config.json"} <= {
+        p.name for p in out.iterdir()
+    }
     info = json.loads((out / TOKENIZER_INFO_JSON).read_text())
-    assert info["fingerprint"] == result.fingerprint == fingerprint((out / TOKENIZER_JSON).read_text())
+    assert (
+        info["fingerprint"] == result.fingerprint == fingerprint((out / TOKENIZER_JSON).read_text())
+    )
     assert info["vocab_size"] == result.vocab_size == VOCAB_SIZE
     assert info["options"] == json.loads(json.dumps(dataclasses.asdict(config)))
     sample = info["sample"]
     assert 0 < sample["bytes_sampled"] <= TRAIN_BYTES[config.model]
-    assert (sample["bytes_sampled"] < sample["bytes_seen"]) == (TRAIN_BYTES[config.model] < sample["bytes_seen"])
+    assert (sample["bytes_sampled"] < sample["bytes_seen"]) == (
+        TRAIN_BYTES[config.model] < sample["bytes_seen"]
+    )
     assert info["read_stats"]["documents"] == info["sample"]["documents_seen"]
     preset = PRESETS[DEFAULT_PRESET[config.model]]
     roles = special_token_ids(locate_tokenizer(config.output))
     assert set(roles) == set(SPECIAL_ROLES)
-    assert roles == info["special_token_ids"] == {r: preset.tokens.index(t) for r, t in preset.by_role().items()}
+    assert (
+        roles
+        == info["special_token_ids"]
+        == {r: preset.tokens.index(t) for r, t in preset.by_role().items()}
+    )
 
 
 def test_post_processor_wraps_each_document(trained):
@@ -88,8 +116,10 @@ def test_post_processor_wraps_each_document(trained):
     masked = tok.encode("Paris is <mask>. Paris is [MASK].", add_special_tokens=False).ids
     mask_id = tok.token_to_id(preset.mask)
     assert masked.count(mask_id) == 1
-    before = tok.encode("Paris is" if preset.mask_lstrip else "Paris is ", add_special_tokens=False).ids
-    assert masked[masked.index(mask_id) - len(before):masked.index(mask_id)] == before
+    before = tok.encode(
+        "Paris is" if preset.mask_lstrip else "Paris is ", add_special_tokens=False
+    ).ids
+    assert masked[masked.index(mask_id) - len(before) : masked.index(mask_id)] == before
 
 
 def _expected_decode(tok: Tokenizer, model: str, text: str) -> str:
@@ -108,7 +138,9 @@ def test_held_out_text_round_trips(trained, corpus):
     for lang, lines in corpus[1].items():
         for text in lines:
             ids = tok.encode(text).ids
-            if roles["unk"] in ids:  # WordPiece: a word holding an unseen character (asserted rare below)
+            if (
+                roles["unk"] in ids
+            ):  # WordPiece: a word holding an unseen character (asserted rare below)
                 with_unknown += 1
                 continue
             decoded = tok.decode(ids)
@@ -122,8 +154,13 @@ def test_held_out_text_round_trips(trained, corpus):
 
 
 def _sample_lines(sample_files: list[Path], lang: str) -> list[str]:
-    return [line for path in sample_files if path.parent.name == lang
-            for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        line
+        for path in sample_files
+        if path.parent.name == lang
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
 
 
 def test_unknown_rate_on_russian_and_chinese(trained, sample_files):
@@ -148,11 +185,22 @@ def test_transformers_loads_the_directory_offline(trained, corpus, monkeypatch):
     hf = AutoTokenizer.from_pretrained(config.output)
     tok = Tokenizer.from_file(str(Path(config.output) / TOKENIZER_JSON))
     assert (hf.mask_token, hf.pad_token, hf.cls_token, hf.sep_token, hf.unk_token) == (
-        preset.mask, preset.pad, preset.cls, preset.sep, preset.unk)
+        preset.mask,
+        preset.pad,
+        preset.cls,
+        preset.sep,
+        preset.unk,
+    )
     assert hf.model_max_length == MODEL_MAX_LENGTH
     # bos/eos as roberta-base and bert-base have them: <s>/</s> for RoBERTa's tokens, none for BERT's.
-    assert (hf.bos_token, hf.eos_token) == ((preset.cls, preset.sep) if preset.name == "roberta" else (None, None))
-    texts = [lines[0] for lines in corpus[1].values()] + ["Hello, world!", "Привет, мир", "学而时习之"]
+    assert (hf.bos_token, hf.eos_token) == (
+        (preset.cls, preset.sep) if preset.name == "roberta" else (None, None)
+    )
+    texts = [lines[0] for lines in corpus[1].values()] + [
+        "Hello, world!",
+        "Привет, мир",
+        "学而时习之",
+    ]
     assert [hf(t)["input_ids"] for t in texts] == [tok.encode(t).ids for t in texts]
 
 
@@ -160,12 +208,16 @@ def test_same_seed_same_fingerprint(trained, tmp_path):
     config, result = trained
     again = train(dataclasses.replace(config, output=str(tmp_path / "again")))
     assert again.fingerprint == result.fingerprint
-    assert (tmp_path / "again" / TOKENIZER_JSON).read_bytes() == (Path(config.output) / TOKENIZER_JSON).read_bytes()
+    assert (tmp_path / "again" / TOKENIZER_JSON).read_bytes() == (
+        Path(config.output) / TOKENIZER_JSON
+    ).read_bytes()
 
 
 def test_other_seed_other_sample(corpus, tmp_path):
     first = train(_config(corpus[0], tmp_path / "a", "bpe", vocab_size=1000, max_bytes=300_000))
-    second = train(_config(corpus[0], tmp_path / "b", "bpe", vocab_size=1000, max_bytes=300_000, seed=6))
+    second = train(
+        _config(corpus[0], tmp_path / "b", "bpe", vocab_size=1000, max_bytes=300_000, seed=6)
+    )
     assert first.fingerprint != second.fingerprint
     assert first.sample.documents_seen == second.sample.documents_seen
 
@@ -174,7 +226,12 @@ def test_inspect_reports_tokens_and_rates(trained, corpus, tmp_path, capsys):
     config, _ = trained
     zh = tmp_path / "zh.txt"
     zh.write_text("\n".join(corpus[1]["zh"]) + "\n", encoding="utf-8")
-    assert lmshards_main(["tokenizer", "inspect", config.output, "--text", "Hello world", "--input", str(zh)]) == 0
+    assert (
+        lmshards_main(
+            ["tokenizer", "inspect", config.output, "--text", "Hello world", "--input", str(zh)]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     tok = Tokenizer.from_file(str(Path(config.output) / TOKENIZER_JSON))
     assert f"ids:     {tok.encode('Hello world').ids}" in out
@@ -194,7 +251,9 @@ def _run(argv, capsys) -> tuple[int, str]:
 def test_empty_corpus_is_a_clear_error(tmp_path, capsys):
     (tmp_path / "a.txt").write_text("")
     (tmp_path / "b.txt").write_text("\n  \n")
-    code, err = _run(["train", "--input", str(tmp_path / "*.txt"), "--output", str(tmp_path / "out")], capsys)
+    code, err = _run(
+        ["train", "--input", str(tmp_path / "*.txt"), "--output", str(tmp_path / "out")], capsys
+    )
     assert code == 2
     assert "No documents to train on" in err and "2 input file(s)" in err
     assert not (tmp_path / "out" / TOKENIZER_INFO_JSON).exists()
@@ -202,20 +261,46 @@ def test_empty_corpus_is_a_clear_error(tmp_path, capsys):
 
 def test_sample_cap_below_every_document_is_a_clear_error(tmp_path, capsys):
     (tmp_path / "a.txt").write_text("a document longer than ten bytes\n")
-    code, err = _run(["train", "--input", str(tmp_path / "a.txt"), "--output", str(tmp_path / "out"),
-                      "--max_bytes", "10"], capsys)
+    code, err = _run(
+        [
+            "train",
+            "--input",
+            str(tmp_path / "a.txt"),
+            "--output",
+            str(tmp_path / "out"),
+            "--max_bytes",
+            "10",
+        ],
+        capsys,
+    )
     assert code == 2 and "--max_bytes 10 is smaller than every one of the 1 documents" in err
 
 
 def test_missing_input_is_a_clear_error(tmp_path, capsys):
-    code, err = _run(["train", "--input", str(tmp_path / "nope.txt"), "--output", str(tmp_path / "out")], capsys)
+    code, err = _run(
+        ["train", "--input", str(tmp_path / "nope.txt"), "--output", str(tmp_path / "out")], capsys
+    )
     assert code == 2 and "nope.txt" in err and "does not exist" in err
 
 
 @pytest.mark.parametrize("model, vocab_size, minimum", [("bpe", 100, 261), ("unigram", 100, 262)])
-def test_vocab_below_the_fixed_alphabet_is_refused_before_reading(tmp_path, capsys, model, vocab_size, minimum):
-    code, err = _run(["train", "--input", str(tmp_path / "never-read.txt"), "--output", str(tmp_path / "out"),
-                      "--model", model, "--vocab_size", str(vocab_size)], capsys)
+def test_vocab_below_the_fixed_alphabet_is_refused_before_reading(
+    tmp_path, capsys, model, vocab_size, minimum
+):
+    code, err = _run(
+        [
+            "train",
+            "--input",
+            str(tmp_path / "never-read.txt"),
+            "--output",
+            str(tmp_path / "out"),
+            "--model",
+            model,
+            "--vocab_size",
+            str(vocab_size),
+        ],
+        capsys,
+    )
     assert code == 2 and f"--vocab_size {vocab_size}" in err and f"at least {minimum}" in err
 
 
@@ -226,8 +311,20 @@ def test_vocab_below_the_sample_alphabet_names_the_minimum(tmp_path, capsys, mod
     text = "学而时习之不亦说乎有朋自远方来不亦乐乎人不知而不愠不亦君子乎"
     (tmp_path / "zh.txt").write_text(text + "\n")
     minimum = specials + len(set(text))
-    code, err = _run(["train", "--input", str(tmp_path / "zh.txt"), "--output", str(tmp_path / "out"),
-                      "--model", model, "--vocab_size", str(specials + 3)], capsys)
+    code, err = _run(
+        [
+            "train",
+            "--input",
+            str(tmp_path / "zh.txt"),
+            "--output",
+            str(tmp_path / "out"),
+            "--model",
+            model,
+            "--vocab_size",
+            str(specials + 3),
+        ],
+        capsys,
+    )
     assert code == 2
     assert f"need {minimum}" in err and f"--vocab_size {minimum} or more" in err
 
@@ -242,8 +339,17 @@ def test_non_empty_output_needs_overwrite_and_is_then_replaced(tmp_path, capsys,
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    argv = ["train", "--input", str(_small_corpus(tmp_path, sample_files)), "--output", str(out), "--model", "bpe",
-            "--vocab_size", "400"]
+    argv = [
+        "train",
+        "--input",
+        str(_small_corpus(tmp_path, sample_files)),
+        "--output",
+        str(out),
+        "--model",
+        "bpe",
+        "--vocab_size",
+        "400",
+    ]
     code, err = _run(argv, capsys)
     assert code == 2
     assert err.splitlines()[-1].startswith("lmshards tokenizer train: error: --output")
@@ -257,13 +363,27 @@ def test_non_empty_output_needs_overwrite_and_is_then_replaced(tmp_path, capsys,
     assert "INFO" not in captured.out and "corpus_tools.tokenizer.training: Sample:" in captured.err
     info = json.loads((out / TOKENIZER_INFO_JSON).read_text())
     assert info["options"]["overwrite"] is True
-    assert {p.name for p in out.iterdir()} == {TOKENIZER_JSON, TOKENIZER_INFO_JSON, "tokenizer_config.json"}
+    assert {p.name for p in out.iterdir()} == {
+        TOKENIZER_JSON,
+        TOKENIZER_INFO_JSON,
+        "tokenizer_config.json",
+    }
 
 
 def test_a_failed_overwrite_leaves_the_old_tokenizer(tmp_path, capsys, sample_files):
     out = tmp_path / "out"
     corpus_file = _small_corpus(tmp_path, sample_files)
-    base = ["train", "--input", str(corpus_file), "--output", str(out), "--model", "bpe", "--vocab_size", "400"]
+    base = [
+        "train",
+        "--input",
+        str(corpus_file),
+        "--output",
+        str(out),
+        "--model",
+        "bpe",
+        "--vocab_size",
+        "400",
+    ]
     assert _run(base, capsys)[0] == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     (tmp_path / "empty.txt").write_text("\n")
@@ -277,12 +397,27 @@ def test_inspect_needs_text_or_input(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         lmshards_main(["tokenizer", "inspect", str(tmp_path)])
     assert e.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1].startswith("lmshards tokenizer inspect: error: nothing to inspect")
+    assert (
+        capsys.readouterr()
+        .err.splitlines()[-1]
+        .startswith("lmshards tokenizer inspect: error: nothing to inspect")
+    )
 
 
 def test_unknown_preset_is_an_argparse_choice(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        lmshards_main(["tokenizer", "train", "--input", "x", "--output", str(tmp_path), "--special_tokens", "gpt2"])
+        lmshards_main(
+            [
+                "tokenizer",
+                "train",
+                "--input",
+                "x",
+                "--output",
+                str(tmp_path),
+                "--special_tokens",
+                "gpt2",
+            ]
+        )
     assert e.value.code == 2
     assert "invalid choice: 'gpt2'" in capsys.readouterr().err
 
@@ -299,11 +434,28 @@ def test_gcs_round_trip(gcs_emulator, corpus, capsys):
         name = sorted((train_dir / lang).iterdir())[0]
         fs.write_bytes_atomic(f"{gcs_emulator}/corpus/{lang}.txt", name.read_bytes()[:100_000])
     output = f"{gcs_emulator}/tokenizers/bpe"
-    assert lmshards_main(["tokenizer", "train", "--input", f"{gcs_emulator}/corpus/*.txt", "--output", output,
-                                "--model", "bpe", "--vocab_size", "2000"]) == 0
+    assert (
+        lmshards_main(
+            [
+                "tokenizer",
+                "train",
+                "--input",
+                f"{gcs_emulator}/corpus/*.txt",
+                "--output",
+                output,
+                "--model",
+                "bpe",
+                "--vocab_size",
+                "2000",
+            ]
+        )
+        == 0
+    )
     assert "Fingerprint: sha256:" in capsys.readouterr().out
     info = json.loads(fs.read_text(fs.join(output, TOKENIZER_INFO_JSON)))
-    assert [i["path"] for i in info["inputs"]] == [f"{gcs_emulator}/corpus/{lang}.txt" for lang in ("en", "ru", "zh")]
+    assert [i["path"] for i in info["inputs"]] == [
+        f"{gcs_emulator}/corpus/{lang}.txt" for lang in ("en", "ru", "zh")
+    ]
     source = locate_tokenizer(output)
     assert fingerprint(source.json_text) == info["fingerprint"]
     assert set(special_token_ids(source)) == set(SPECIAL_ROLES)

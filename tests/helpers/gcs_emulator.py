@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from typing import Iterator
+from collections.abc import Iterator
 
 BUCKET = "lmshards-test"
 _START_TIMEOUT_S = 30.0
@@ -45,9 +45,22 @@ def running_emulator(workdir: str) -> Iterator[str]:
     host = f"http://127.0.0.1:{port}"
     log = open(os.path.join(workdir, "gcs_emulator.log"), "wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", str(port),
-         "--in-memory", "--default-bucket", BUCKET, "-q"],
-        stdout=log, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "gcp_storage_emulator",
+            "start",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--in-memory",
+            "--default-bucket",
+            BUCKET,
+            "-q",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     saved = {k: os.environ.get(k) for k in emulator_env(host)}
     try:
@@ -56,9 +69,9 @@ def running_emulator(workdir: str) -> Iterator[str]:
             try:
                 urllib.request.urlopen(f"{host}/storage/v1/b/{BUCKET}", timeout=1).read()
                 break
-            except OSError:
+            except OSError as err:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"GCS emulator did not start; see {log.name}")
+                    raise RuntimeError(f"GCS emulator did not start; see {log.name}") from err
                 time.sleep(0.2)
         os.environ.update(emulator_env(host))
         _no_beam_credentials()

@@ -38,14 +38,24 @@ def perturb(masked_lm, *, seed: int) -> None:
 
 def train_bert_tokenizer(path: Path, files: list[Path]) -> Path:
     """A BERT-style WordPiece tokenizer.json ([PAD]=0 ... [MASK]=4) trained on part of the sample corpus."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
     lines = [line for f in files for line in f.read_text(encoding="utf-8").splitlines()[:2000]]
-    tok.train_from_iterator(lines, trainer=trainers.WordPieceTrainer(vocab_size=600, special_tokens=BERT_SPECIALS))
+    tok.train_from_iterator(
+        lines, trainer=trainers.WordPieceTrainer(vocab_size=600, special_tokens=BERT_SPECIALS)
+    )
     tok.post_processor = processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))
     tok.save(str(path))
     return path

@@ -10,8 +10,8 @@ import dataclasses
 import hashlib
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -38,7 +38,9 @@ def tokenizer_info_for(tokenizer_path: str) -> mf.TokenizerInfo:
     )
 
 
-def pack_blocks(token_ids: np.ndarray, *, seq_len: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+def pack_blocks(
+    token_ids: np.ndarray, *, seq_len: int, pad_id: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Splits a token stream into [n, seq_len] blocks; the last one padded (attention_mask 0)."""
     n = -(-len(token_ids) // seq_len)
     ids = np.full(n * seq_len, pad_id, np.int64)
@@ -93,7 +95,13 @@ def write_random_shards(
     mask = np.ones_like(ids)
     mask[:, seq_len - seq_len // 8 :] = 0
     ids[mask == 0] = tokenizer.special_token_ids["pad"]
-    return write_shards(out_dir, {TRAIN_SPLIT: (ids, mask, num_shards)}, seq_len=seq_len, tokenizer=tokenizer, inputs=())
+    return write_shards(
+        out_dir,
+        {TRAIN_SPLIT: (ids, mask, num_shards)},
+        seq_len=seq_len,
+        tokenizer=tokenizer,
+        inputs=(),
+    )
 
 
 def write_shards(
@@ -119,10 +127,21 @@ def write_shards(
                 for r in rows:
                     writer.write(_example(ids[r], mask[r]))
             data = Path(path).read_bytes()
-            shards.append(mf.ShardInfo(path=rel, records=len(rows), bytes=len(data), sha256=hashlib.sha256(data).hexdigest()))
+            shards.append(
+                mf.ShardInfo(
+                    path=rel,
+                    records=len(rows),
+                    bytes=len(data),
+                    sha256=hashlib.sha256(data).hexdigest(),
+                )
+            )
         real = int(mask.sum())
         totals = mf.SplitTotals(
-            documents=len(ids), tokens_in=real, tokens_written=real, padding_tokens=int(mask.size - real), records=len(ids)
+            documents=len(ids),
+            tokens_in=real,
+            tokens_written=real,
+            padding_tokens=int(mask.size - real),
+            records=len(ids),
         )
         split_infos[split] = mf.SplitInfo(shards=tuple(shards), totals=totals)
     manifest = mf.Manifest(
@@ -145,7 +164,9 @@ def carry_tokenizer(out_dir: str | Path, tokenizer_path: str | Path) -> mf.Manif
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(tokenizer_path, target)
     manifest = mf.read_manifest(str(out_dir))
-    manifest = dataclasses.replace(manifest, tokenizer=dataclasses.replace(manifest.tokenizer, path=TOKENIZER_RELPATH))
+    manifest = dataclasses.replace(
+        manifest, tokenizer=dataclasses.replace(manifest.tokenizer, path=TOKENIZER_RELPATH)
+    )
     mf.write_manifest(str(out_dir), manifest)
     return manifest
 

@@ -11,9 +11,22 @@ from preprocess.sources import ReadOptions, ReadStats, expand_inputs, plan_range
 BOM = codecs.BOM_UTF8
 WS = b" \t\r\n\f\v\x00"  # bytes of a blank line
 
-PIECES = [b"alpha", b"beta gamma", b"", b"   ", b"\t", "h\u00e9llo w\u00f6rld".encode(), "\u65e5\u672c\u8a9e".encode(),
-          "\U0001f642 ok".encode(), b"bad \xff\xfe byte", b"cut \xe2\x82", b"nul\x00here", b"\x00", b"mid\rline",
-          b"\xef\xbf\xbd literal"]
+PIECES = [
+    b"alpha",
+    b"beta gamma",
+    b"",
+    b"   ",
+    b"\t",
+    "h\u00e9llo w\u00f6rld".encode(),
+    "\u65e5\u672c\u8a9e".encode(),
+    "\U0001f642 ok".encode(),
+    b"bad \xff\xfe byte",
+    b"cut \xe2\x82",
+    b"nul\x00here",
+    b"\x00",
+    b"mid\rline",
+    b"\xef\xbf\xbd literal",
+]
 
 
 def expected_documents(data: bytes, separator: str) -> list[str]:
@@ -36,7 +49,9 @@ def expected_documents(data: bytes, separator: str) -> list[str]:
     return [t for t in texts if t and not t.isspace()]
 
 
-def random_corpus(seed: int, *, lines: int, crlf: bool, bom: bool, final_newline: bool = True) -> bytes:
+def random_corpus(
+    seed: int, *, lines: int, crlf: bool, bom: bool, final_newline: bool = True
+) -> bytes:
     rng = random.Random(seed)
     out = [b" ".join(rng.choice(PIECES) for _ in range(rng.randint(1, 4))) for _ in range(lines)]
     eol = b"\r\n" if crlf else b"\n"
@@ -44,16 +59,26 @@ def random_corpus(seed: int, *, lines: int, crlf: bool, bom: bool, final_newline
     return (BOM if bom else b"") + data
 
 
-def read_in_ranges(path: Path, options: ReadOptions, range_bytes: int) -> tuple[list[str], ReadStats]:
+def read_in_ranges(
+    path: Path, options: ReadOptions, range_bytes: int
+) -> tuple[list[str], ReadStats]:
     stats = ReadStats()
     files = expand_inputs([str(path)])
-    docs = [d for r in plan_ranges(files, options=options, range_bytes=range_bytes) for d in read_range(r, options, stats)]
+    docs = [
+        d
+        for r in plan_ranges(files, options=options, range_bytes=range_bytes)
+        for d in read_range(r, options, stats)
+    ]
     return docs, stats
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
     """Every file below root (hidden ones too) -> its bytes: what must be unchanged after reading."""
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def write(path: Path, data: bytes) -> Path:

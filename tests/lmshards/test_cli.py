@@ -47,31 +47,46 @@ def parsers(monkeypatch) -> list[CommandParser]:
     return seen
 
 
-def _command_parser(command: str, parsers: list[CommandParser], capsys) -> tuple[CommandParser, str]:
+def _command_parser(
+    command: str, parsers: list[CommandParser], capsys
+) -> tuple[CommandParser, str]:
     """The parser behind `lmshards COMMAND` and its --help text."""
     code, out, err = _run([*command.split(), "--help"], capsys)
     assert code == 0, err
-    assert parsers, f"`lmshards {command}` does not parse its arguments with plumbing.cli.CommandParser"
+    assert parsers, (
+        f"`lmshards {command}` does not parse its arguments with plumbing.cli.CommandParser"
+    )
     return parsers[0], out
 
 
 def _flags(parser: argparse.ArgumentParser) -> list[argparse.Action]:
-    return [a for a in parser._actions if a.option_strings and not isinstance(a, argparse._HelpAction)]
+    return [
+        a for a in parser._actions if a.option_strings and not isinstance(a, argparse._HelpAction)
+    ]
 
 
 def _has_default(action: argparse.Action) -> bool:
     default = action.default
-    unset = any(default is value for value in (None, False, argparse.SUPPRESS)) or default in ([], ())
+    unset = any(default is value for value in (None, False, argparse.SUPPRESS)) or default in (
+        [],
+        (),
+    )
     return not action.required and not unset
 
 
 def _required_args(parser: argparse.ArgumentParser) -> list[str]:
     """Values for every positional, required flag and required either-or group: parsing then reaches unknown flags."""
     needed = [a for a in parser._actions if a.required or not a.option_strings]
-    needed += [group._group_actions[0] for group in parser._mutually_exclusive_groups if group.required]
+    needed += [
+        group._group_actions[0] for group in parser._mutually_exclusive_groups if group.required
+    ]
     args: list[str] = []
     for action in needed:
-        value = [str(list(action.choices)[0]) if action.choices else _ANY_VALUE] if action.nargs != 0 else []
+        value = (
+            [str(list(action.choices)[0]) if action.choices else _ANY_VALUE]
+            if action.nargs != 0
+            else []
+        )
         args += [action.option_strings[0], *value] if action.option_strings else value
     return args
 
@@ -81,7 +96,7 @@ def _misspelled(parser: argparse.ArgumentParser) -> tuple[str, str]:
     known = [opt for a in _flags(parser) for opt in a.option_strings if opt.startswith("--")]
     for flag in sorted(known, key=len, reverse=True):
         middle = 2 + (len(flag) - 2) // 2
-        typo = flag[:middle] + flag[middle + 1:]
+        typo = flag[:middle] + flag[middle + 1 :]
         if not any(other.startswith(typo) for other in known):
             return flag, typo
     raise AssertionError(f"no flag of {parser.prog} to misspell: {known}")
@@ -124,12 +139,15 @@ def test_a_group_without_its_command_lists_the_group(capsys):
     assert "tokenizer train" in out and "tokenizer inspect" in out and "dataset export" not in out
 
 
-@pytest.mark.parametrize("argv, hint", [
-    (["trian"], "; did you mean 'train'?"),
-    (["fill_mask", "x"], "; did you mean 'fill-mask'?"),
-    (["tokenizer", "trian"], "; did you mean 'tokenizer train'?"),
-    (["xyzzy"], ""),
-])
+@pytest.mark.parametrize(
+    "argv, hint",
+    [
+        (["trian"], "; did you mean 'train'?"),
+        (["fill_mask", "x"], "; did you mean 'fill-mask'?"),
+        (["tokenizer", "trian"], "; did you mean 'tokenizer train'?"),
+        (["xyzzy"], ""),
+    ],
+)
 def test_unknown_command_is_one_error_line_with_a_close_match(argv, hint, capsys):
     code, out, err = _run(argv, capsys)
     given = " ".join(argv[:2]) if argv[0] == "tokenizer" else argv[0]
@@ -148,6 +166,8 @@ def test_train_help_does_not_import_tensorflow():
         "    assert e.code in (0, None), e.code\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'keras_hub'))))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == []

@@ -10,8 +10,17 @@ import numpy as np
 import pytest
 
 from lmshards.demo import (
-    IGNORE_LABEL, RATIO_TARGET, SUMMARY_JSON, Scores, baseline_accuracy, is_real_word, mask_records,
-    most_frequent_token, parse_args, summary_dict, summary_lines,
+    IGNORE_LABEL,
+    RATIO_TARGET,
+    SUMMARY_JSON,
+    Scores,
+    baseline_accuracy,
+    is_real_word,
+    mask_records,
+    most_frequent_token,
+    parse_args,
+    summary_dict,
+    summary_lines,
 )
 from schemas.constants import ATTENTION_MASK, INPUT_IDS
 from schemas.manifest import read_manifest
@@ -35,7 +44,9 @@ def _records(rows: int = 64, seq_len: int = 32, seed: int = 5) -> dict[str, np.n
 def test_most_frequent_token_counts_only_real_non_special_tokens():
     ids = np.array([[0, 7, 7, 9, 1, 1, 1, 1], [0, 9, 7, 4, 4, 4, 1, 1]])
     attention = np.array([[1, 1, 1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1, 0, 0]])
-    assert most_frequent_token(ids, attention, SPECIAL) == 7  # 3x 7 beats 2x 9; pads, <s> and <mask> are skipped
+    assert (
+        most_frequent_token(ids, attention, SPECIAL) == 7
+    )  # 3x 7 beats 2x 9; pads, <s> and <mask> are skipped
     ids[0, 1:3] = 9
     assert most_frequent_token(ids, attention, SPECIAL) == 9
 
@@ -45,7 +56,9 @@ def test_mask_records_is_seeded_and_masks_only_real_tokens():
     first = mask_records(records, special_ids=SPECIAL, mask_id=MASK_ID, probability=0.15, seed=0)
     again = mask_records(records, special_ids=SPECIAL, mask_id=MASK_ID, probability=0.15, seed=0)
     other = mask_records(records, special_ids=SPECIAL, mask_id=MASK_ID, probability=0.15, seed=1)
-    assert np.array_equal(first.input_ids, again.input_ids) and np.array_equal(first.labels, again.labels)
+    assert np.array_equal(first.input_ids, again.input_ids) and np.array_equal(
+        first.labels, again.labels
+    )
     assert not np.array_equal(first.labels, other.labels)
 
     where = first.masked
@@ -63,14 +76,27 @@ def test_baseline_accuracy_is_the_share_of_masked_labels_equal_to_the_token():
     masked = mask_records(records, special_ids=SPECIAL, mask_id=MASK_ID, probability=0.5, seed=0)
     labels = masked.labels[masked.masked]
     token = int(np.bincount(labels).argmax())
-    assert baseline_accuracy(masked, token) == pytest.approx(np.count_nonzero(labels == token) / labels.size)
+    assert baseline_accuracy(masked, token) == pytest.approx(
+        np.count_nonzero(labels == token) / labels.size
+    )
     assert baseline_accuracy(masked, 200) == 0.0
 
 
-@pytest.mark.parametrize("token, real", [
-    ("Ġman", True), (" the", True), ("▁wife", True), ("wife", True),
-    (",", False), (" a", False), ("Ġ", False), ("Ġ2000", False), ("Ġdon't", False), ("<mask>", False),
-])
+@pytest.mark.parametrize(
+    "token, real",
+    [
+        ("Ġman", True),
+        (" the", True),
+        ("▁wife", True),
+        ("wife", True),
+        (",", False),
+        (" a", False),
+        ("Ġ", False),
+        ("Ġ2000", False),
+        ("Ġdon't", False),
+        ("<mask>", False),
+    ],
+)
 def test_is_real_word(token, real):
     assert is_real_word(token) is real
 
@@ -79,9 +105,18 @@ def test_summary_ratio_and_verdict_follow_the_scores(tmp_path):
     cfg = parse_args(["--output", str(tmp_path)])
 
     def summary(accuracy: float) -> dict:
-        scores = Scores(eval_loss=4.5, eval_accuracy=accuracy, baseline_accuracy=0.05, baseline_token_id=16,
-                        baseline_token=",", masked_tokens=1000, validation_records=90)
-        return summary_dict(cfg, scores, [",", " the", " man"], {"a": 1.0, "b": 2.5}, {"loss": 4.0, "accuracy": 0.2})
+        scores = Scores(
+            eval_loss=4.5,
+            eval_accuracy=accuracy,
+            baseline_accuracy=0.05,
+            baseline_token_id=16,
+            baseline_token=",",
+            masked_tokens=1000,
+            validation_records=90,
+        )
+        return summary_dict(
+            cfg, scores, [",", " the", " man"], {"a": 1.0, "b": 2.5}, {"loss": 4.0, "accuracy": 0.2}
+        )
 
     met, missed = summary(0.125), summary(0.075)
     assert met["accuracy_ratio"] == pytest.approx(2.5) and met["ratio_target_met"] is True
@@ -99,13 +134,20 @@ def test_demo_learns_beyond_the_most_frequent_token(tmp_path):
     a word.
     """
     out = tmp_path / "demo"
-    proc = subprocess.run([sys.executable, "-m", "lmshards", "demo", "--output", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lmshards", "demo", "--output", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 
     summary = json.loads((out / SUMMARY_JSON).read_text())
     assert 0 < summary["baseline_accuracy"] < summary["eval_accuracy"] <= 1
-    assert summary["accuracy_ratio"] == pytest.approx(summary["eval_accuracy"] / summary["baseline_accuracy"])
+    assert summary["accuracy_ratio"] == pytest.approx(
+        summary["eval_accuracy"] / summary["baseline_accuracy"]
+    )
     assert summary["accuracy_ratio"] >= RATIO_TARGET and summary["ratio_target_met"] is True
     assert summary["masked_tokens"] > 0 and summary["eval_loss"] > 0
     assert summary["total_seconds"] == pytest.approx(sum(summary["seconds"].values()))
@@ -125,7 +167,9 @@ def test_demo_learns_beyond_the_most_frequent_token(tmp_path):
     assert len(train_counts) == 8 and max(train_counts) - min(train_counts) <= 1
     run_summary = json.loads((out / "run" / "run_summary.json").read_text())
     assert run_summary["global_step"] == summary["settings"]["steps"]
-    assert json.loads((out / "hf_model" / "config.json").read_text())["architectures"] == ["RobertaForMaskedLM"]
+    assert json.loads((out / "hf_model" / "config.json").read_text())["architectures"] == [
+        "RobertaForMaskedLM"
+    ]
 
     report = (out / "report.html").read_text()
     assert report.count('class="bar"') == sum(len(s.shards) for s in manifest.splits.values())
@@ -138,7 +182,12 @@ def test_demo_learns_beyond_the_most_frequent_token(tmp_path):
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "keep.txt").write_text("mine")
-    refused = subprocess.run([sys.executable, "-m", "lmshards", "demo", "--output", str(foreign)],
-                             cwd=REPO, capture_output=True, text=True, timeout=120)
+    refused = subprocess.run(
+        [sys.executable, "-m", "lmshards", "demo", "--output", str(foreign)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert refused.returncode == 2 and "not made by `lmshards demo`" in refused.stderr
     assert (foreign / "keep.txt").read_text() == "mine"

@@ -32,9 +32,25 @@ DOCKERFILE = REPO / "dataflow_templates" / "preprocess" / "Dockerfile"
 DOCKERIGNORE = REPO / "dataflow_templates" / "preprocess" / "Dockerfile.dockerignore"
 WORKER_PACKAGES = {"preprocess", "plumbing", "schemas"}
 # Never on a worker: the trainer side, the corpus tools, the CLI package, tests, sample data, benchmarks.
-NOT_ON_WORKERS = {"train", "corpus_tools", "lmshards", "tests", "data", "bench", "scripts", "dataflow_templates"}
+NOT_ON_WORKERS = {
+    "train",
+    "corpus_tools",
+    "lmshards",
+    "tests",
+    "data",
+    "bench",
+    "scripts",
+    "dataflow_templates",
+}
 FULL_PACKAGES = WORKER_PACKAGES | {"corpus_tools", "lmshards", "train"}
-TRAINER_ONLY_REQUIREMENTS = {"keras", "keras-hub", "torch", "transformers", "datasets", "safetensors"}
+TRAINER_ONLY_REQUIREMENTS = {
+    "keras",
+    "keras-hub",
+    "torch",
+    "transformers",
+    "datasets",
+    "safetensors",
+}
 # The TensorFlow stack: ~2 GB that no worker module needs; only the `train` and `stats` extras carry it.
 # (tensorflow-metadata, its schema protos, is a worker pin: it needs protobuf, not TensorFlow.)
 TF_STACK = {"tensorflow", "tensorflow-transform", "tfx-bsl", "tf-keras"}
@@ -43,13 +59,19 @@ DASK_REQUIREMENTS = {"dask", "distributed"}
 # Import name of each distribution whose name is not its import name with "-" -> "_".
 IMPORT_NAMES = {"apache-beam": "apache_beam", "protobuf": "google.protobuf"}
 # Worker pins that worker code never imports by name: distribution -> why the workers need it.
-RUNTIME_PLUGINS = {"gcsfs": "fsspec's gs:// filesystem, which fsspec imports itself for gs:// paths (plumbing/fs.py)"}
+RUNTIME_PLUGINS = {
+    "gcsfs": "fsspec's gs:// filesystem, which fsspec imports itself for gs:// paths (plumbing/fs.py)"
+}
 # Imports worker code makes only for an extra's users, inside the function that needs them (so every
 # worker module imports without them): module -> the worker files allowed to.
 OPTIONAL_IMPORTS = {
     "tensorflow": {"schemas/records.py"},  # parse_spec(): the trainer's and stats' tf.io spec
-    "tensorflow_transform": {"schemas/tfmd.py"},  # parse_spec_from_schema(): tft's reading of schema.pbtxt ([stats])
-    "transformers": {"schemas/hf_tokenizer.py"},  # the trainer's and corpus tools' tokenizer wrapper
+    "tensorflow_transform": {
+        "schemas/tfmd.py"
+    },  # parse_spec_from_schema(): tft's reading of schema.pbtxt ([stats])
+    "transformers": {
+        "schemas/hf_tokenizer.py"
+    },  # the trainer's and corpus tools' tokenizer wrapper
 }
 # Worker modules only an extra's users load (by class path, never imported by another worker module at
 # module level), so they import the extra at module level: file -> the extra's modules.
@@ -62,7 +84,9 @@ def _setup_py_value(name: str) -> ast.expr:
     """The expression assigned to a module-level name of setup.py (which runs setup() on import)."""
     tree = ast.parse((REPO / "setup.py").read_text(encoding="utf-8"))
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            getattr(t, "id", None) == name for t in node.targets
+        ):
             return node.value
     raise LookupError(f"setup.py assigns no {name}")
 
@@ -76,8 +100,12 @@ def _repo_files() -> list[str]:
     """Tracked and not-ignored files: what a fresh clone holds (no .venv, no egg-info, no caches)."""
     if not (REPO / ".git").exists() or shutil.which("git") is None:
         pytest.skip("needs a git checkout to know the repository's files")
-    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                         cwd=REPO, check=True, capture_output=True).stdout.decode()
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
     return [f for f in out.split("\0") if f and (REPO / f).is_file()]
 
 
@@ -90,7 +118,9 @@ def _run(cmd: list[str], cwd: Path, *, worker: bool) -> None:
 
 def _sdist(src: Path, dist_dir: Path, *, worker: bool) -> Path:
     """`setup.py sdist` as Beam's stager runs it (no `build` module installed); returns the tarball."""
-    _run([sys.executable, "setup.py", "-q", "sdist", "--dist-dir", str(dist_dir)], src, worker=worker)
+    _run(
+        [sys.executable, "setup.py", "-q", "sdist", "--dist-dir", str(dist_dir)], src, worker=worker
+    )
     (tarball,) = dist_dir.glob("*.tar.gz")
     return tarball
 
@@ -128,16 +158,22 @@ def test_worker_sdist_holds_only_preprocess_and_schemas(worker_sdist):
     top = top_level(names)
     assert top & NOT_ON_WORKERS == set()
     assert {"preprocess", "plumbing", "schemas", "setup.py", "PKG-INFO"} <= top
-    expected_modules = {p.relative_to(REPO).as_posix() for pkg in WORKER_PACKAGES for p in (REPO / pkg).rglob("*.py")}
+    expected_modules = {
+        p.relative_to(REPO).as_posix()
+        for pkg in WORKER_PACKAGES
+        for p in (REPO / pkg).rglob("*.py")
+    }
     shipped = {name.split("/", 1)[1] for name in names if name.endswith(".py") and "/" in name}
     assert expected_modules <= shipped
     assert {module.split("/")[0] for module in shipped if "/" in module} == WORKER_PACKAGES
-    assert not any(name.endswith((".txt", ".tfrecord", ".json")) and "/data/" in name for name in names)
+    assert not any(
+        name.endswith((".txt", ".tfrecord", ".json")) and "/data/" in name for name in names
+    )
 
 
 def _sdist_member(tarball: Path, relpath: str) -> str:
     with tarfile.open(tarball) as tar:
-        return tar.extractfile(f"{tarball.name[:-len('.tar.gz')]}/{relpath}").read().decode()
+        return tar.extractfile(f"{tarball.name[: -len('.tar.gz')]}/{relpath}").read().decode()
 
 
 def requires_by_section(requires_txt: str) -> dict[str, list[Requirement]]:
@@ -160,20 +196,28 @@ def names(requirements: list[Requirement]) -> set[str]:
 @pytest.fixture(scope="module")
 def worker_requirements(worker_sdist) -> list[Requirement]:
     """install_requires of the worker sdist, as a worker's pip reads them (its egg-info requires.txt)."""
-    sections = requires_by_section(_sdist_member(worker_sdist, "lmshards_worker.egg-info/requires.txt"))
+    sections = requires_by_section(
+        _sdist_member(worker_sdist, "lmshards_worker.egg-info/requires.txt")
+    )
     assert list(sections) == [""], "the worker distribution has no extras"
     return sections[""]
 
 
-def test_worker_requirements_are_exact_pins_without_tensorflow_or_trainer_packages(worker_sdist, worker_requirements):
+def test_worker_requirements_are_exact_pins_without_tensorflow_or_trainer_packages(
+    worker_sdist, worker_requirements
+):
     meta = email.parser.Parser().parsestr(_sdist_member(worker_sdist, "PKG-INFO"))
     pins = setup_py_constant("PINS")
     assert sorted(meta.get_all("Requires-Dist")) == sorted(str(r) for r in worker_requirements)
     for requirement in worker_requirements:
         assert str(requirement.specifier) == f"=={pins[requirement.name]}", requirement
     assert meta.get_all("Provides-Extra") is None  # no trainer extras hanging off the worker dist
-    assert not names(worker_requirements) & (TRAINER_ONLY_REQUIREMENTS | TF_STACK | DASK_REQUIREMENTS)
-    assert {str(r) for r in worker_requirements} >= {f"apache-beam[gcp]=={pins['apache-beam']}"}  # gs:// IO
+    assert not names(worker_requirements) & (
+        TRAINER_ONLY_REQUIREMENTS | TF_STACK | DASK_REQUIREMENTS
+    )
+    assert {str(r) for r in worker_requirements} >= {
+        f"apache-beam[gcp]=={pins['apache-beam']}"
+    }  # gs:// IO
     assert meta["Name"] == setup_py_constant("WORKER_DIST_NAME")
 
 
@@ -192,7 +236,9 @@ def installed_closure(requirements: list[Requirement]) -> set[str]:
         seen.add((name, extras))
         for line in importlib.metadata.requires(name) or []:
             requirement = Requirement(line)
-            if requirement.marker is None or any(requirement.marker.evaluate({"extra": e}) for e in extras | {""}):
+            if requirement.marker is None or any(
+                requirement.marker.evaluate({"extra": e}) for e in extras | {""}
+            ):
                 todo.append((canonicalize_name(requirement.name), frozenset(requirement.extras)))
     return {name for name, _ in seen}
 
@@ -247,20 +293,29 @@ def third_party_imports(source: str, path: str) -> list[Import]:
     """Imports of anything but the standard library and the worker packages themselves."""
     finder = _ImportFinder(path)
     finder.visit(ast.parse(source))
-    return [i for i in finder.found
-            if i.module.split(".")[0] not in sys.stdlib_module_names | WORKER_PACKAGES]
+    return [
+        i
+        for i in finder.found
+        if i.module.split(".")[0] not in sys.stdlib_module_names | WORKER_PACKAGES
+    ]
 
 
 def worker_code_imports() -> list[Import]:
-    return [found
-            for package in sorted(WORKER_PACKAGES)
-            for file in sorted((REPO / package).rglob("*.py"))
-            for found in third_party_imports(file.read_text(encoding="utf-8"), file.relative_to(REPO).as_posix())]
+    return [
+        found
+        for package in sorted(WORKER_PACKAGES)
+        for file in sorted((REPO / package).rglob("*.py"))
+        for found in third_party_imports(
+            file.read_text(encoding="utf-8"), file.relative_to(REPO).as_posix()
+        )
+    ]
 
 
 def is_optional(found: Import) -> bool:
     """An import made only for an extra's users (OPTIONAL_IMPORTS, or anything an OPTIONAL_MODULES file imports)."""
-    return found.path in OPTIONAL_MODULES or found.path in OPTIONAL_IMPORTS.get(found.module.split(".")[0], set())
+    return found.path in OPTIONAL_MODULES or found.path in OPTIONAL_IMPORTS.get(
+        found.module.split(".")[0], set()
+    )
 
 
 def import_name(distribution: str) -> str:
@@ -292,7 +347,9 @@ def test_import_finder_sees_lazy_imports_and_skips_type_checking_blocks():
         "        from tokenizers import Tokenizer\n"
     )
     assert third_party_imports(source, "x.py") == [
-        Import("numpy", "x.py", False), Import("fsspec", "x.py", False), Import("tokenizers", "x.py", True),
+        Import("numpy", "x.py", False),
+        Import("fsspec", "x.py", False),
+        Import("tokenizers", "x.py", True),
     ]
 
 
@@ -306,7 +363,9 @@ def test_every_worker_pin_is_imported_by_worker_code(worker_requirements):
     )
     from fsspec.registry import known_implementations
 
-    assert known_implementations["gs"]["class"].split(".")[0] == "gcsfs"  # why gcsfs is a worker pin
+    assert (
+        known_implementations["gs"]["class"].split(".")[0] == "gcsfs"
+    )  # why gcsfs is a worker pin
 
 
 def test_every_third_party_import_of_worker_code_has_a_worker_pin(worker_requirements):
@@ -321,23 +380,31 @@ def test_every_third_party_import_of_worker_code_has_a_worker_pin(worker_require
             continue
         if found.path in OPTIONAL_IMPORTS.get(top, set()):
             if not found.lazy:
-                problems.append(f"{found.path} imports optional {found.module} at module level: workers lack it")
+                problems.append(
+                    f"{found.path} imports optional {found.module} at module level: workers lack it"
+                )
         else:
-            problems.append(f"{found.path} imports {found.module}, which no worker pin provides: pin it in "
-                            "setup.py's WORKER, or (if only an extra's users need it) import it inside the "
-                            "function that does and list it in OPTIONAL_IMPORTS")
+            problems.append(
+                f"{found.path} imports {found.module}, which no worker pin provides: pin it in "
+                "setup.py's WORKER, or (if only an extra's users need it) import it inside the "
+                "function that does and list it in OPTIONAL_IMPORTS"
+            )
     assert not problems, "\n".join(problems)
     made = {(i.module.split(".")[0], i.path) for i in imports}
     listed = {(module, path) for module, paths in OPTIONAL_IMPORTS.items() for path in paths}
     listed |= {(module, path) for path, modules in OPTIONAL_MODULES.items() for module in modules}
-    assert not listed - made, f"OPTIONAL_* list imports worker code no longer makes: {sorted(listed - made)}"
+    assert not listed - made, (
+        f"OPTIONAL_* list imports worker code no longer makes: {sorted(listed - made)}"
+    )
 
 
 def test_import_names_are_the_installed_distributions_modules(worker_requirements):
     """The name mapping above is the truth of this environment: each import name is a file of its distribution."""
     for distribution in sorted(names(worker_requirements)):
         origin = Path(importlib.util.find_spec(import_name(distribution)).origin).resolve()
-        files = {Path(f.locate()).resolve() for f in importlib.metadata.distribution(distribution).files}
+        files = {
+            Path(f.locate()).resolve() for f in importlib.metadata.distribution(distribution).files
+        }
         assert origin in files, f"{import_name(distribution)} is not a module of {distribution}"
 
 
@@ -347,14 +414,32 @@ def test_worker_rebuilds_the_same_distribution_without_the_switch(worker_sdist, 
         tar.extractall(tmp_path, filter="data")
     (src,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     wheel_dir = tmp_path / "wheel"
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheel_dir), "."],
-         src, worker=False)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(wheel_dir),
+            ".",
+        ],
+        src,
+        worker=False,
+    )
     (wheel,) = wheel_dir.glob("*.whl")
     with zipfile.ZipFile(wheel) as whl:
         names = whl.namelist()
-    packages = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    packages = {
+        name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")
+    }
     assert packages == WORKER_PACKAGES
-    assert not any(name.endswith("entry_points.txt") for name in names)  # no `lmshards` script without its package
+    assert not any(
+        name.endswith("entry_points.txt") for name in names
+    )  # no `lmshards` script without its package
 
 
 def test_default_distribution_still_carries_everything(checkout, tmp_path, worker_requirements):
@@ -363,7 +448,9 @@ def test_default_distribution_still_carries_everything(checkout, tmp_path, worke
     with tarfile.open(tarball) as tar:
         members = tar.getnames()
     assert FULL_PACKAGES <= top_level(members)
-    assert "corpus_tools/tokenizer/cli.py" in {name.split("/", 1)[1] for name in members if "/" in name}
+    assert "corpus_tools/tokenizer/cli.py" in {
+        name.split("/", 1)[1] for name in members if "/" in name
+    }
     assert {"tests", "data"} & top_level(members) == set()
     meta = email.parser.Parser().parsestr(_sdist_member(tarball, "PKG-INFO"))
     assert meta["Name"] == "lmshards"
@@ -375,7 +462,9 @@ def test_default_distribution_still_carries_everything(checkout, tmp_path, worke
     assert {"tensorflow", "tensorflow-transform"} <= names(sections["stats"])
     assert "tensorflow" in names(sections["train"])
     assert {str(r) for r in sections["dask"]} == {"dask[bag]==2026.8.0", "distributed==2026.8.0"}
-    assert {str(r) for r in sections["all"]} == {str(r) for extra in extras - {"test"} for r in sections[extra]}
+    assert {str(r) for r in sections["all"]} == {
+        str(r) for extra in extras - {"test"} for r in sections[extra]
+    }
     carriers = {extra for extra, reqs in sections.items() if names(reqs) & {"tensorflow-transform"}}
     assert carriers == {"stats", "all"}
 
@@ -386,7 +475,11 @@ def test_default_distribution_still_carries_everything(checkout, tmp_path, worke
 def _dockerfile_instructions() -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) per instruction, continuation lines joined, comments dropped."""
     text = re.sub(r"\\\n", " ", DOCKERFILE.read_text(encoding="utf-8"))
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    lines = [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
     return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in lines]
 
 
@@ -397,10 +490,19 @@ def _arg_defaults(instructions) -> dict[str, str]:
 def test_dockerfile_beam_image_matches_the_pinned_beam():
     instructions = _dockerfile_instructions()
     args = _arg_defaults(instructions)
-    images = [re.sub(r"\$\{(\w+)\}", lambda m: args[m[1]], a.split()[0]) for op, a in instructions if op == "FROM"]
+    images = [
+        re.sub(r"\$\{(\w+)\}", lambda m: args[m[1]], a.split()[0])
+        for op, a in instructions
+        if op == "FROM"
+    ]
     pins = setup_py_constant("PINS")
-    assert images[-1] == f"apache/beam_python3.11_sdk:{pins['apache-beam']}"  # the final stage: workers
-    assert any(i.startswith("gcr.io/dataflow-templates-base/python311-template-launcher-base:") for i in images)
+    assert (
+        images[-1] == f"apache/beam_python3.11_sdk:{pins['apache-beam']}"
+    )  # the final stage: workers
+    assert any(
+        i.startswith("gcr.io/dataflow-templates-base/python311-template-launcher-base:")
+        for i in images
+    )
 
 
 def test_dockerfile_is_a_worker_and_a_flex_template_launcher():
@@ -415,13 +517,26 @@ def test_dockerfile_is_a_worker_and_a_flex_template_launcher():
     assert env["FLEX_TEMPLATE_PYTHON_PY_FILE"] == "${WORKDIR}/main.py"
     assert env["FLEX_TEMPLATE_PYTHON_SETUP_FILE"] == "${WORKDIR}/setup.py"
     copies = [args.split() for op, args in instructions if op == "COPY"]
-    assert ["--from=launcher", "/opt/google/dataflow/python_template_launcher",
-            "/opt/google/dataflow/python_template_launcher"] in copies
+    assert [
+        "--from=launcher",
+        "/opt/google/dataflow/python_template_launcher",
+        "/opt/google/dataflow/python_template_launcher",
+    ] in copies
     # Every copied source exists in the repository and gets past the build context's ignore file,
     # and what lands in WORKDIR includes main.py and setup.py.
     sources = [src for parts in copies if not parts[0].startswith("--from") for src in parts[:-1]]
-    assert set(sources) >= {"setup.py", "plumbing", "schemas", "preprocess", "dataflow_templates/preprocess/main.py"}
-    allowed = [line[1:].rstrip("/*") for line in DOCKERIGNORE.read_text().splitlines() if line.startswith("!")]
+    assert set(sources) >= {
+        "setup.py",
+        "plumbing",
+        "schemas",
+        "preprocess",
+        "dataflow_templates/preprocess/main.py",
+    }
+    allowed = [
+        line[1:].rstrip("/*")
+        for line in DOCKERIGNORE.read_text().splitlines()
+        if line.startswith("!")
+    ]
     for src in sources:
         assert (REPO / src).exists(), src
         assert src in allowed, f"{src} is excluded from the build context by {DOCKERIGNORE.name}"
@@ -429,7 +544,9 @@ def test_dockerfile_is_a_worker_and_a_flex_template_launcher():
     assert entrypoint == ['["/opt/apache/beam/boot"]'] and workdir == "/template"
     # The image installs the worker distribution alone (no extras) and fails to build if TensorFlow got in.
     installs = [args for op, args in instructions if op == "RUN" and "pip install" in args]
-    assert len(installs) == 1 and re.search(r"pip install --no-cache-dir \.(\s|$)", installs[0]), installs
+    assert len(installs) == 1 and re.search(r"pip install --no-cache-dir \.(\s|$)", installs[0]), (
+        installs
+    )
     assert "find_spec('tensorflow') is None" in installs[0]
 
 
@@ -448,8 +565,14 @@ def _run_as_worker(code: str) -> subprocess.CompletedProcess:
     lacking = TRAINER_ONLY_REQUIREMENTS | TF_STACK | DASK_REQUIREMENTS
     blocked = sorted(NOT_ON_WORKERS | {r.replace("-", "_") for r in lacking})
     env = {**os.environ, "PYTHONPATH": str(REPO)}  # as if the worker distribution were installed
-    return subprocess.run([sys.executable, "-c", _WORKER_ONLY_PRELUDE.format(blocked=blocked) + code],
-                          cwd=REPO.parent, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", _WORKER_ONLY_PRELUDE.format(blocked=blocked) + code],
+        cwd=REPO.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_worker_modules_and_the_template_entry_point_need_nothing_outside_the_worker_set():

@@ -14,7 +14,6 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 
 from plumbing import fs
-from schemas.constants import MANIFEST_FORMAT
 from plumbing.errors import OutputError
 from plumbing.outputs import (
     DATASET_EXPORT_OUTPUT,
@@ -28,6 +27,7 @@ from plumbing.outputs import (
     is_lmshards_output,
     owned_entries,
 )
+from schemas.constants import MANIFEST_FORMAT
 
 REPO = Path(__file__).resolve().parents[2]
 OUR_MANIFEST = json.dumps({"format": MANIFEST_FORMAT}).encode()
@@ -156,7 +156,10 @@ def test_local_overlap_is_refused_and_inputs_stay_intact(tmp_path, monkeypatch):
     for output, source, relation in _local_cases(tmp_path):
         with pytest.raises(OutputError) as caught:
             check_no_overlap([source], output, output_flag="--output_dir", input_flag="--input")
-        assert f"--output_dir {output!r} {relation} --input {source!r}" in str(caught.value), (output, source)
+        assert f"--output_dir {output!r} {relation} --input {source!r}" in str(caught.value), (
+            output,
+            source,
+        )
     assert _tree(tmp_path) == before
 
 
@@ -221,7 +224,10 @@ def test_clear_owned_output_deletes_the_manifest_before_anything_else(tmp_path, 
         ({"notes.txt": b"mine"}, "notes.txt"),
         ({"train/notes.txt": b"mine"}, "train/notes.txt"),
         ({"train/sub/x.tfrecord": b"mine"}, "train/sub/"),
-        ({"validation/train-00000-of-00001-3.tfrecord": b"mine"}, "validation/train-00000-of-00001-3.tfrecord"),
+        (
+            {"validation/train-00000-of-00001-3.tfrecord": b"mine"},
+            "validation/train-00000-of-00001-3.tfrecord",
+        ),
         ({"tokenizer/vocab.txt": b"mine"}, "tokenizer/vocab.txt"),
         ({"corpus/a.txt": b"mine"}, "corpus/"),
         ({"manifest.json.bak": b"mine"}, "manifest.json.bak"),
@@ -256,7 +262,10 @@ def test_a_symlinked_split_directory_is_foreign(tmp_path):
     (out / "train").symlink_to(user)
     (out / "schema.pbtxt").symlink_to(user / "train-00000-of-00001-1.tfrecord")
     before = _tree(tmp_path)
-    assert owned_entries(str(out), kind=PREPROCESS_OUTPUT) == (("manifest.json",), ("schema.pbtxt", "train"))
+    assert owned_entries(str(out), kind=PREPROCESS_OUTPUT) == (
+        ("manifest.json",),
+        ("schema.pbtxt", "train"),
+    )
     with pytest.raises(OutputError):
         clear_owned_output(str(out), kind=PREPROCESS_OUTPUT)
     assert _tree(tmp_path) == before
@@ -267,7 +276,10 @@ def test_foreign_files_of_other_kinds(tmp_path):
     _write(tok, {**TOKENIZER_FILES, "vocab.txt": b"a\n", "train/x": b""})
     _write(export, {**EXPORT_FILES, "data.csv": b"text\n", "manifest.json": b"{}"})
     assert owned_entries(str(tok), kind=TOKENIZER_OUTPUT).foreign == ("train/", "vocab.txt")
-    assert owned_entries(str(export), kind=DATASET_EXPORT_OUTPUT).foreign == ("data.csv", "manifest.json")
+    assert owned_entries(str(export), kind=DATASET_EXPORT_OUTPUT).foreign == (
+        "data.csv",
+        "manifest.json",
+    )
     before = _tree(tmp_path)
     for path, kind in ((tok, TOKENIZER_OUTPUT), (export, DATASET_EXPORT_OUTPUT)):
         with pytest.raises(OutputError, match=f"earlier lmshards {kind} output"):
@@ -291,11 +303,18 @@ def test_missing_empty_and_file_outputs(tmp_path):
 
 def test_another_tools_manifest_json_is_never_deleted_as_ours(tmp_path):
     for name, data in (("web", WEB_MANIFEST), ("yaml", NOT_JSON)):
-        _write(tmp_path / name, {"manifest.json": data, "train/train-00000-of-00001-1.tfrecord": b"x"})
-        assert owned_entries(str(tmp_path / name), kind=PREPROCESS_OUTPUT) == (("train",), ("manifest.json",))
+        _write(
+            tmp_path / name, {"manifest.json": data, "train/train-00000-of-00001-1.tfrecord": b"x"}
+        )
+        assert owned_entries(str(tmp_path / name), kind=PREPROCESS_OUTPUT) == (
+            ("train",),
+            ("manifest.json",),
+        )
     before = _tree(tmp_path)
     for name in ("web", "yaml"):
-        with pytest.raises(OutputError, match=r"holds files lmshards did not write \('manifest.json'\)"):
+        with pytest.raises(
+            OutputError, match=r"holds files lmshards did not write \('manifest.json'\)"
+        ):
             clear_owned_output(str(tmp_path / name), kind=PREPROCESS_OUTPUT)
     assert _tree(tmp_path) == before
 
@@ -308,7 +327,9 @@ def test_is_lmshards_output(tmp_path):
     _write(tmp_path / "partial", {".lmshards-tmp/x": b""})
     _write(tmp_path / "corpus", CORPUS)
     _write(tmp_path / "shards_only", {"train/train-00000-of-00001-1.tfrecord": b""})
-    assert is_lmshards_output(str(tmp_path / "complete")) and is_lmshards_output(str(tmp_path / "partial"))
+    assert is_lmshards_output(str(tmp_path / "complete")) and is_lmshards_output(
+        str(tmp_path / "partial")
+    )
     assert is_lmshards_output(str(tmp_path / "damaged"))
     assert not is_lmshards_output(str(tmp_path / "web_app"))
     assert not is_lmshards_output(str(tmp_path / "corpus"))
@@ -324,7 +345,7 @@ def _gcs_write(prefix: str, files: dict[str, bytes]) -> None:
 def _gcs_tree(prefix: str) -> dict[str, bytes]:
     filesystem, root = fs.filesystem(prefix)
     filesystem.invalidate_cache()
-    return {name[len(root) + 1:]: filesystem.cat_file(name) for name in filesystem.find(root)}
+    return {name[len(root) + 1 :]: filesystem.cat_file(name) for name in filesystem.find(root)}
 
 
 @pytest.mark.gcs
@@ -365,7 +386,9 @@ def test_check_writable_creates_the_directory_and_leaves_no_probe(tmp_path):
     check_writable(str(tmp_path / "out"))
     assert _tree(tmp_path / "out") == before
     check_writable(str(tmp_path / "new" / "nested") + "/")
-    assert (tmp_path / "new" / "nested").is_dir() and list((tmp_path / "new" / "nested").iterdir()) == []
+    assert (tmp_path / "new" / "nested").is_dir() and list(
+        (tmp_path / "new" / "nested").iterdir()
+    ) == []
 
 
 def test_check_writable_refuses_a_file(tmp_path):
@@ -406,14 +429,18 @@ def test_check_writable_reports_disk_errors_in_one_line(tmp_path, monkeypatch, c
         check_writable(str(out))
     monkeypatch.undo()
     message = str(caught.value)
-    assert message.startswith(f"--output {str(out)!r} is not writable: {words} ({os.strerror(code)}); ")
+    assert message.startswith(
+        f"--output {str(out)!r} is not writable: {words} ({os.strerror(code)}); "
+    )
     assert "\n" not in message
     assert _tree(out) == before  # the probe, written before fsync failed, is gone too
 
 
 def test_check_writable_other_os_errors(tmp_path, monkeypatch):
     _fail_on_probe(monkeypatch, "open", errno.EIO)
-    with pytest.raises(OutputError, match="a test file cannot be created and removed there .*Input/output error"):
+    with pytest.raises(
+        OutputError, match="a test file cannot be created and removed there .*Input/output error"
+    ):
         check_writable(str(tmp_path))
     monkeypatch.undo()
     assert list(tmp_path.iterdir()) == []
@@ -430,7 +457,9 @@ def test_check_writable_on_a_read_only_directory(tmp_path):
         except PermissionError:
             pass
         else:
-            pytest.skip("running as root: chmod does not stop writes (covered by the monkeypatched EACCES case)")
+            pytest.skip(
+                "running as root: chmod does not stop writes (covered by the monkeypatched EACCES case)"
+            )
         with pytest.raises(OutputError, match="is not writable: permission denied"):
             check_writable(str(out))
         with pytest.raises(OutputError, match="permission denied"):
@@ -442,7 +471,9 @@ def test_check_writable_on_a_read_only_directory(tmp_path):
 
 
 # Bind-mounts $1 read-only in a private mount namespace (root in a user namespace), then runs python.
-_READ_ONLY_BIND = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 77; shift; exec "$@"'
+_READ_ONLY_BIND = (
+    'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 77; shift; exec "$@"'
+)
 _CHECK_WRITABLE = """
 import sys
 from plumbing.errors import OutputError
@@ -465,16 +496,33 @@ def test_check_writable_on_a_read_only_file_system(tmp_path):
     _write(out, CORPUS)
     before = _tree(out)
     proc = subprocess.run(
-        [unshare, "-rm", "sh", "-c", _READ_ONLY_BIND, "sh", str(out), sys.executable, "-c", _CHECK_WRITABLE,
-         str(out), str(out / "sub")],
-        capture_output=True, text=True, cwd=REPO, timeout=120,
+        [
+            unshare,
+            "-rm",
+            "sh",
+            "-c",
+            _READ_ONLY_BIND,
+            "sh",
+            str(out),
+            sys.executable,
+            "-c",
+            _CHECK_WRITABLE,
+            str(out),
+            str(out / "sub"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
     )
     if proc.returncode == 77:
         pytest.skip(f"cannot bind-mount read-only here: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr
     fix = "the file system is read-only (Read-only file system); choose a location on a writable file system."
-    assert proc.stdout.splitlines() == [f"--output {str(out)!r} is not writable: {fix}",
-                                        f"--output {str(out / 'sub')!r} is not writable: {fix}"]
+    assert proc.stdout.splitlines() == [
+        f"--output {str(out)!r} is not writable: {fix}",
+        f"--output {str(out / 'sub')!r} is not writable: {fix}",
+    ]
     assert _tree(out) == before
 
 
@@ -495,7 +543,9 @@ def test_check_writable_on_a_missing_bucket(gcs_emulator):
     with pytest.raises(OutputError) as caught:
         check_writable(location)
     message = str(caught.value)
-    assert message.startswith(f"--output {location!r} is not writable: bucket 'lmshards-no-such-bucket' does not exist")
+    assert message.startswith(
+        f"--output {location!r} is not writable: bucket 'lmshards-no-such-bucket' does not exist"
+    )
     assert "\n" not in message
 
 
@@ -517,6 +567,8 @@ def test_disk_error_message():
         "Traceback ...\nOSError: [Errno 122] Disk quota exceeded: '/data/out/x' [while running 'WriteShard']"
     )
     assert "the disk quota is exceeded" in disk_error_message(beam_text, path)
-    assert "permission denied" in disk_error_message(PermissionError(errno.EACCES, "Permission denied"), path)
+    assert "permission denied" in disk_error_message(
+        PermissionError(errno.EACCES, "Permission denied"), path
+    )
     assert disk_error_message(FileNotFoundError(errno.ENOENT, "No such file"), path) is None
     assert disk_error_message(ValueError("bad value"), path) is None

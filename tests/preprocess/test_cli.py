@@ -30,12 +30,15 @@ def test_help_marks_required_flags_and_shows_defaults(capsys):
     assert "DaskRunner" in text
 
 
-@pytest.mark.parametrize("typo,meant", [
-    ("--runer", "--runner"),  # a Beam flag, not --remainder
-    ("--seq-len", "--seq_len"),
-    ("--projct", "--project"),
-    ("--tokenizer_thread", "--tokenizer_threads"),
-])
+@pytest.mark.parametrize(
+    "typo,meant",
+    [
+        ("--runer", "--runner"),  # a Beam flag, not --remainder
+        ("--seq-len", "--seq_len"),
+        ("--projct", "--project"),
+        ("--tokenizer_thread", "--tokenizer_threads"),
+    ],
+)
 def test_a_misspelt_flag_gets_a_hint_from_every_known_flag(capsys, typo, meant):
     err = _usage_error([*REQUIRED, typo, "5"], capsys)
     assert err.startswith("lmshards preprocess: error: ")
@@ -44,7 +47,9 @@ def test_a_misspelt_flag_gets_a_hint_from_every_known_flag(capsys, typo, meant):
 
 def test_missing_required_flags_are_named(capsys):
     err = _usage_error(["--tokenizer", "tok.json"], capsys)
-    assert err.startswith("lmshards preprocess: error: the following arguments are required: --input, --output")
+    assert err.startswith(
+        "lmshards preprocess: error: the following arguments are required: --input, --output"
+    )
 
 
 def test_unknown_runner_is_an_error_line_not_a_traceback(capsys):
@@ -59,9 +64,21 @@ def test_unknown_runner_is_an_error_line_not_a_traceback(capsys):
 
 def test_logs_go_to_stderr_and_stdout_holds_only_the_summary(tmp_path, sample_tokenizer, capsys):
     corpus = tmp_path / "in.txt"
-    corpus.write_text("\n".join(f"line {i} of a small corpus with a few more words" for i in range(300)))
-    argv = ["--input", str(corpus), "--tokenizer", str(sample_tokenizer), "--output", str(tmp_path / "out"),
-            "--seq_len", "16", "--tokenizer_threads", "1"]
+    corpus.write_text(
+        "\n".join(f"line {i} of a small corpus with a few more words" for i in range(300))
+    )
+    argv = [
+        "--input",
+        str(corpus),
+        "--tokenizer",
+        str(sample_tokenizer),
+        "--output",
+        str(tmp_path / "out"),
+        "--seq_len",
+        "16",
+        "--tokenizer_threads",
+        "1",
+    ]
     assert main(argv) == 0
     captured = capsys.readouterr()
     lines = captured.out.splitlines()

@@ -20,27 +20,68 @@ from preprocess.dask_runner import LOCALHOST, local_cluster  # noqa: E402  (need
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 # Several packing groups and read ranges (so both workers read, pack and write), pad, JSON Lines and text.
-FLAGS = ["--input", str(GOLDEN / "docs.jsonl"), "--input", str(GOLDEN / "corpus"), "--tokenizer",
-         str(GOLDEN / "tokenizer.json"), "--seq_len", "48", "--validation_fraction", "0.1", "--seed", "3",
-         "--packing_group_tokens", "2000", "--shard_multiple", "4", "--remainder", "pad", "--range_mb", "0.005"]
+FLAGS = [
+    "--input",
+    str(GOLDEN / "docs.jsonl"),
+    "--input",
+    str(GOLDEN / "corpus"),
+    "--tokenizer",
+    str(GOLDEN / "tokenizer.json"),
+    "--seq_len",
+    "48",
+    "--validation_fraction",
+    "0.1",
+    "--seed",
+    "3",
+    "--packing_group_tokens",
+    "2000",
+    "--shard_multiple",
+    "4",
+    "--remainder",
+    "pad",
+    "--range_mb",
+    "0.005",
+]
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, host=LOCALHOST,
-                                  dashboard_address=f"{LOCALHOST}:0") as cluster:
+    with distributed.LocalCluster(
+        n_workers=2,
+        processes=True,
+        threads_per_worker=1,
+        host=LOCALHOST,
+        dashboard_address=f"{LOCALHOST}:0",
+    ) as cluster:
         yield cluster
 
 
 def _files(output: Path) -> dict[str, bytes]:
-    return {p.relative_to(output).as_posix(): p.read_bytes() for p in sorted(output.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(output).as_posix(): p.read_bytes()
+        for p in sorted(output.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_dask_output_is_byte_identical_to_the_default_runners(cluster, tmp_path):
     default, dask = tmp_path / "default", tmp_path / "dask"
     assert lmshards_main(["preprocess", *FLAGS, "--output", str(default)]) == 0
-    assert lmshards_main(["preprocess", *FLAGS, "--output", str(dask), "--runner", "DaskRunner",
-                          "--dask_client_address", cluster.scheduler_address]) == 0
+    assert (
+        lmshards_main(
+            [
+                "preprocess",
+                *FLAGS,
+                "--output",
+                str(dask),
+                "--runner",
+                "DaskRunner",
+                "--dask_client_address",
+                cluster.scheduler_address,
+            ]
+        )
+        == 0
+    )
 
     expected, got = _files(default), _files(dask)
     manifests = [json.loads(files.pop("manifest.json")) for files in (expected, got)]
@@ -87,20 +128,32 @@ def test_each_step_runs_once_and_finish_bundle_outputs_arrive(cluster, tmp_path)
     a side input's upstream in every task that reads it."""
     runs, result = tmp_path / "runs", tmp_path / "result.json"
     runs.mkdir()
-    options = PipelineOptions(["--runner", "preprocess.dask_runner.DaskRunner",
-                               "--dask_client_address", cluster.scheduler_address])
+    options = PipelineOptions(
+        [
+            "--runner",
+            "preprocess.dask_runner.DaskRunner",
+            "--dask_client_address",
+            cluster.scheduler_address,
+        ]
+    )
     with beam.Pipeline(options=options) as pipeline:
         numbers = pipeline | beam.Create(range(6)) | beam.ParDo(_CountRuns(str(runs)))
         total = numbers | beam.CombineGlobally(sum)
         held = numbers | beam.ParDo(_EmitLast(), beam.pvalue.AsSingleton(total))
         numbers | "Again" >> beam.Map(lambda x: x)  # a second consumer, and a second leaf
-        pipeline | "Once" >> beam.Create([None]) | beam.Map(_save, beam.pvalue.AsList(held), str(result))
+        (
+            pipeline
+            | "Once" >> beam.Create([None])
+            | beam.Map(_save, beam.pvalue.AsList(held), str(result))
+        )
     assert json.loads(result.read_text()) == [x * 100 + 15 for x in range(6)]
     assert sorted(p.read_text() for p in runs.iterdir()) == [str(x) for x in range(6)]
 
 
 def test_tagged_outputs_are_refused_before_any_cluster_starts():
-    pipeline = beam.Pipeline(options=PipelineOptions(["--runner", "preprocess.dask_runner.DaskRunner"]))
+    pipeline = beam.Pipeline(
+        options=PipelineOptions(["--runner", "preprocess.dask_runner.DaskRunner"])
+    )
     _ = pipeline | beam.Create([1, 2]) | beam.Map(lambda x: x).with_outputs("odd", main="all")
     with pytest.raises(NotImplementedError, match="has tagged outputs"):
         pipeline.run()
@@ -109,8 +162,16 @@ def test_tagged_outputs_are_refused_before_any_cluster_starts():
 def test_the_local_cluster_listens_on_localhost_only():
     psutil = pytest.importorskip("psutil")
     with local_cluster(1) as cluster:
-        addresses = [cluster.scheduler_address, *(w["host"] for w in cluster.scheduler_info["workers"].values())]
+        addresses = [
+            cluster.scheduler_address,
+            *(w["host"] for w in cluster.scheduler_info["workers"].values()),
+        ]
         processes = [psutil.Process(), *psutil.Process().children(recursive=True)]
-        listening = {c.laddr.ip for p in processes for c in p.net_connections("inet") if c.status == psutil.CONN_LISTEN}
+        listening = {
+            c.laddr.ip
+            for p in processes
+            for c in p.net_connections("inet")
+            if c.status == psutil.CONN_LISTEN
+        }
     assert all(LOCALHOST in address for address in addresses)
     assert listening == {LOCALHOST}

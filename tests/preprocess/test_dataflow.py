@@ -12,9 +12,14 @@ from pathlib import Path
 import pytest
 from google.cloud import dataflow_v1beta3  # ships with apache-beam[gcp]
 
-from preprocess import runners
-from preprocess.options import LmshardsPreprocessOptions, PreprocessConfig, config_from_options, parse_bool
 from plumbing import fs
+from preprocess import runners
+from preprocess.options import (
+    LmshardsPreprocessOptions,
+    PreprocessConfig,
+    config_from_options,
+    parse_bool,
+)
 from tests.conftest import REPO
 
 METADATA = REPO / "dataflow_templates" / "preprocess" / "metadata.json"
@@ -34,8 +39,11 @@ def _metadata_params() -> dict[str, dict]:
 
 def _required_flags(actions: dict[str, argparse.Action]) -> set[str]:
     """Flags whose PreprocessConfig field has no default (the config names --input `inputs`)."""
-    no_default = {f.name for f in dataclasses.fields(PreprocessConfig)
-                  if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    no_default = {
+        f.name
+        for f in dataclasses.fields(PreprocessConfig)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
     return {dest for dest in actions if dest in no_default or f"{dest}s" in no_default}
 
 
@@ -74,15 +82,27 @@ def test_metadata_regexes_accept_defaults_and_gcs_paths_only_where_paths_go():
             assert patterns, name
             assert all(p.fullmatch("gs://bucket/corpus/*.jsonl.gz") for p in patterns), name
             assert not any(p.fullmatch("/home/me/corpus.txt") for p in patterns), name
-    assert {n for n, p in _metadata_params().items() if p["paramType"] in GCS_PARAM_TYPES} == {"input", "tokenizer", "output"}
+    assert {n for n, p in _metadata_params().items() if p["paramType"] in GCS_PARAM_TYPES} == {
+        "input",
+        "tokenizer",
+        "output",
+    }
 
 
 def _launcher_argv(params: dict[str, dict], *, types: set[str]) -> list[str]:
     """The --name=value flags the Flex Template launcher passes, one sample value per parameter."""
-    samples = {"GCS_READ_FILE": "gs://bucket/in/*.txt", "GCS_WRITE_FOLDER": "gs://bucket/out", "BOOLEAN": "true",
-               "NUMBER": "3", "TEXT": "body"}
-    return [f"--{name}={param.get('defaultValue') or samples[param['paramType']]}"
-            for name, param in params.items() if param["paramType"] in types]
+    samples = {
+        "GCS_READ_FILE": "gs://bucket/in/*.txt",
+        "GCS_WRITE_FOLDER": "gs://bucket/out",
+        "BOOLEAN": "true",
+        "NUMBER": "3",
+        "TEXT": "body",
+    }
+    return [
+        f"--{name}={param.get('defaultValue') or samples[param['paramType']]}"
+        for name, param in params.items()
+        if param["paramType"] in types
+    ]
 
 
 def test_every_template_parameter_parses_as_the_launcher_passes_it():
@@ -99,7 +119,14 @@ def test_every_template_parameter_parses_as_the_launcher_passes_it():
 # ---------------------------------------------------------------- the Dataflow job, built offline
 
 IMAGE = "us-central1-docker.pkg.dev/lmshards-test/lmshards/preprocess:test"
-STAGES = ("Read", "Tokenize", "Split", "Pack", "Shard", "Manifest")  # the top-level stages of build_pipeline
+STAGES = (
+    "Read",
+    "Tokenize",
+    "Split",
+    "Pack",
+    "Shard",
+    "Manifest",
+)  # the top-level stages of build_pipeline
 # The worker distribution ships these folders and no other code (the trainer stays off the workers).
 WORKER_FOLDERS = {"preprocess", "schemas"}
 
@@ -126,14 +153,26 @@ def dry_run(gcs_emulator, sample_tokenizer, sample_files, tmp_path_factory):
     fs.write_bytes_atomic(f"{work}/tokenizer/tokenizer.json", sample_tokenizer.read_bytes())
     job_file = str(tmp_path_factory.mktemp("dry-run") / "job.json")
     argv = [
-        f"--input={work}/corpus", f"--tokenizer={work}/tokenizer", f"--output={work}/out", "--seq_len=64",
-        "--range_mb=0.25", "--runner=DataflowRunner", "--dry_run=True", "--project=lmshards-test",
-        "--region=us-central1", f"--temp_location={work}/tmp", f"--setup_file={REPO / 'setup.py'}",
-        f"--sdk_container_image={IMAGE}", "--machine_type=n2-standard-4", "--max_num_workers=25",
+        f"--input={work}/corpus",
+        f"--tokenizer={work}/tokenizer",
+        f"--output={work}/out",
+        "--seq_len=64",
+        "--range_mb=0.25",
+        "--runner=DataflowRunner",
+        "--dry_run=True",
+        "--project=lmshards-test",
+        "--region=us-central1",
+        f"--temp_location={work}/tmp",
+        f"--setup_file={REPO / 'setup.py'}",
+        f"--sdk_container_image={IMAGE}",
+        "--machine_type=n2-standard-4",
+        "--max_num_workers=25",
         f"--dataflow_job_file={job_file}",
     ]
     with pytest.MonkeyPatch.context() as env:
-        env.setenv(runners.WORKER_PACKAGE_ENV, "1")  # what run_pipeline sets when it stages with --setup_file
+        env.setenv(
+            runners.WORKER_PACKAGE_ENV, "1"
+        )  # what run_pipeline sets when it stages with --setup_file
         result = _build_dry_run(argv)
     runners.write_dry_run_job_file(result, job_file)
     return json.loads(Path(job_file).read_text()), argv, work
@@ -152,15 +191,20 @@ def _artifacts(job: dict) -> dict[str, str]:
     for env in job["pipeline"]["components"]["environments"].values():
         for dep in env.get("dependencies", []):
             info = json_format.ParseDict(dep, beam_runner_api_pb2.ArtifactInformation())
-            staged = beam_runner_api_pb2.ArtifactStagingToRolePayload.FromString(info.role_payload).staged_name
+            staged = beam_runner_api_pb2.ArtifactStagingToRolePayload.FromString(
+                info.role_payload
+            ).staged_name
             out[staged] = beam_runner_api_pb2.ArtifactFilePayload.FromString(info.type_payload).path
     return out
 
 
 def _shipped_folders(names: list[str]) -> set[str]:
     """Folders right under an sdist's root, its egg-info aside: the code a worker receives."""
-    return {parts[1] for parts in (name.split("/") for name in names)
-            if len(parts) > 2 and not parts[1].endswith(".egg-info")}
+    return {
+        parts[1]
+        for parts in (name.split("/") for name in names)
+        if len(parts) > 2 and not parts[1].endswith(".egg-info")
+    }
 
 
 def _fused_stages(job: dict) -> list[set[str]]:
@@ -176,8 +220,11 @@ def _fused_stages(job: dict) -> list[set[str]]:
 
     proto = json_format.ParseDict(job["pipeline"], beam_runner_api_pb2.Pipeline())
     _, stages = translations.create_and_optimize_stages(
-        proto, phases=translations.standard_optimize_phases(),
-        known_runner_urns=frozenset([common_urns.primitives.GROUP_BY_KEY.urn, common_urns.primitives.FLATTEN.urn]),
+        proto,
+        phases=translations.standard_optimize_phases(),
+        known_runner_urns=frozenset(
+            [common_urns.primitives.GROUP_BY_KEY.urn, common_urns.primitives.FLATTEN.urn]
+        ),
     )
     return [{t.unique_name for t in stage.transforms if t.unique_name} for stage in stages]
 
@@ -206,9 +253,14 @@ def test_dry_run_job_carries_the_options_container_and_machine(dry_run):
     options = job["job"]["environment"]["sdkPipelineOptions"]["options"]
     assert options["input"] == [f"{work}/corpus"] and options["output"] == f"{work}/out"
     assert options["tokenizer"] == f"{work}/tokenizer" and options["seq_len"] == 64
-    assert options["setup_file"] == str(REPO / "setup.py") and options["sdk_container_image"] == IMAGE
+    assert (
+        options["setup_file"] == str(REPO / "setup.py") and options["sdk_container_image"] == IMAGE
+    )
     (pool,) = job["job"]["environment"]["workerPools"]
-    assert pool["machineType"] == "n2-standard-4" and pool["autoscalingSettings"]["maxNumWorkers"] == 25
+    assert (
+        pool["machineType"] == "n2-standard-4"
+        and pool["autoscalingSettings"]["maxNumWorkers"] == 25
+    )
     (image,) = pool["sdkHarnessContainerImages"]
     assert image["containerImage"] == IMAGE
     # One SDK process per vCPU: hence one Rust tokenizer thread per harness (--tokenizer_threads 1).
@@ -234,14 +286,20 @@ def test_dry_run_graph_spreads_the_read_and_fuses_no_fan_out_into_one_worker(dry
     job, argv, work = dry_run
     # The read is split: every sample file is larger than --range_mb, so there are more ranges than files.
     files = expand_inputs([f"{work}/corpus"])
-    assert len(plan_ranges(files, options=ReadOptions(), range_bytes=int(0.25 * 1024 * 1024))) > 2 * len(files)
+    assert len(
+        plan_ranges(files, options=ReadOptions(), range_bytes=int(0.25 * 1024 * 1024))
+    ) > 2 * len(files)
     stages = _fused_stages(job)
     # Ranges are redistributed before reading: listing them (one element fanning out to all of them)
     # is not fused with reading them.
     assert _stage_of(stages, "Read/ListRanges/FlatMap") != _stage_of(stages, "Read/ReadRanges")
     # Reading and tokenizing one range fuse on purpose: the raw text is never shuffled, and the
     # ranges (64 MiB each by default) are the unit of parallelism.
-    assert _stage_of(stages, "Read/ReadRanges") == _stage_of(stages, "Tokenize/Encode") == _stage_of(stages, "Split/Route")
+    assert (
+        _stage_of(stages, "Read/ReadRanges")
+        == _stage_of(stages, "Tokenize/Encode")
+        == _stage_of(stages, "Split/Route")
+    )
     # After each fan-out a GroupByKey redistributes: documents -> packing groups, blocks -> shards.
     assert _stage_of(stages, "Split/Route") != _stage_of(stages, "Pack/Pack")
     assert _stage_of(stages, "Shard/Serialize") != _stage_of(stages, "Shard/WriteShard")
@@ -250,16 +308,22 @@ def test_dry_run_graph_spreads_the_read_and_fuses_no_fan_out_into_one_worker(dry
 
 # ---------------------------------------------------------------- the CLI path to Dataflow
 
+
 @pytest.mark.gcs
 @pytest.mark.slow
-def test_cli_dry_run_writes_the_job_file_and_never_touches_the_output(dry_run, tmp_path, monkeypatch):
+def test_cli_dry_run_writes_the_job_file_and_never_touches_the_output(
+    dry_run, tmp_path, monkeypatch
+):
     from preprocess.cli import main
 
     _, argv, work = dry_run
     fs.write_text_atomic(f"{work}/out/keep.txt", "an existing output")
     monkeypatch.delenv(runners.WORKER_PACKAGE_ENV, raising=False)
     job_file = tmp_path / "cli-job.json"
-    argv = [a for a in argv if not a.startswith("--dataflow_job_file")] + [f"--dataflow_job_file={job_file}", "--overwrite"]
+    argv = [a for a in argv if not a.startswith("--dataflow_job_file")] + [
+        f"--dataflow_job_file={job_file}",
+        "--overwrite",
+    ]
     assert main(argv) == 0
     job = json.loads(job_file.read_text())
     assert set(STAGES) <= {t["uniqueName"] for t in _transforms(job).values()}
@@ -274,22 +338,42 @@ def test_flex_template_boolean_parameters_parse():
     params = _metadata_params()
     booleans = _launcher_argv(params, types={"BOOLEAN"})
     assert booleans == ["--overwrite=true"]
-    assert config_from_options(PipelineOptions([*_launcher_argv(params, types={"GCS_READ_FILE", "GCS_WRITE_FOLDER"}),
-                                                *booleans])).overwrite is True
-    assert config_from_options(PipelineOptions([*_launcher_argv(params, types={"GCS_READ_FILE", "GCS_WRITE_FOLDER"}),
-                                                "--overwrite=false"])).overwrite is False
+    assert (
+        config_from_options(
+            PipelineOptions(
+                [*_launcher_argv(params, types={"GCS_READ_FILE", "GCS_WRITE_FOLDER"}), *booleans]
+            )
+        ).overwrite
+        is True
+    )
+    assert (
+        config_from_options(
+            PipelineOptions(
+                [
+                    *_launcher_argv(params, types={"GCS_READ_FILE", "GCS_WRITE_FOLDER"}),
+                    "--overwrite=false",
+                ]
+            )
+        ).overwrite
+        is False
+    )
 
 
 @pytest.mark.gcs
 @pytest.mark.slow
-def test_dry_run_spreads_a_large_compressed_input_before_tokenizing(dry_run, sample_files, monkeypatch):
+def test_dry_run_spreads_a_large_compressed_input_before_tokenizing(
+    dry_run, sample_files, monkeypatch
+):
     import gzip
 
     _, argv, work = dry_run
     text = b"".join(f.read_bytes() for f in sample_files)
     fs.write_bytes_atomic(f"{work}/gz/corpus.txt.gz", gzip.compress(text))
     monkeypatch.setenv(runners.WORKER_PACKAGE_ENV, "1")
-    argv = [a for a in argv if not a.startswith(("--input=", "--output="))] + [f"--input={work}/gz", f"--output={work}/gz-out"]
+    argv = [a for a in argv if not a.startswith(("--input=", "--output="))] + [
+        f"--input={work}/gz",
+        f"--output={work}/gz-out",
+    ]
     job_file = f"{work}/gz-job.json"
     runners.write_dry_run_job_file(_build_dry_run(argv), job_file)
     stages = _fused_stages(json.loads(fs.read_text(job_file)))

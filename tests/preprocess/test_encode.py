@@ -11,21 +11,28 @@ from preprocess.encode import TokenizedChunk, doc_hash, encode_documents
 
 def chunk_of(docs: dict[int, list[int]]) -> TokenizedChunk:
     """hash -> token ids, as one TokenizedChunk in dict order."""
-    return TokenizedChunk(hashes=np.array(list(docs), dtype=np.uint64),
-                          lengths=np.array([len(v) for v in docs.values()], dtype=np.int32),
-                          tokens=np.array([t for v in docs.values() for t in v], dtype=np.int32))
+    return TokenizedChunk(
+        hashes=np.array(list(docs), dtype=np.uint64),
+        lengths=np.array([len(v) for v in docs.values()], dtype=np.int32),
+        tokens=np.array([t for v in docs.values() for t in v], dtype=np.int32),
+    )
 
 
 def documents_of(chunk: TokenizedChunk) -> list[tuple[int, list[int]]]:
     ends = np.cumsum(chunk.lengths)
-    return [(int(h), chunk.tokens[e - n:e].tolist()) for h, n, e in zip(chunk.hashes, chunk.lengths, ends)]
+    return [
+        (int(h), chunk.tokens[e - n : e].tolist())
+        for h, n, e in zip(chunk.hashes, chunk.lengths, ends)
+    ]
 
 
 def test_doc_hash_is_stable_and_text_only():
     assert doc_hash("hello") == doc_hash("hello")
     assert doc_hash("hello") != doc_hash("hello ")
     # Pinned value: the split of a document must never change between versions or machines.
-    assert doc_hash("hello") == int.from_bytes(hashlib.blake2b(b"hello", digest_size=8).digest(), "little")
+    assert doc_hash("hello") == int.from_bytes(
+        hashlib.blake2b(b"hello", digest_size=8).digest(), "little"
+    )
 
 
 DOCS = {7: [70, 71], 3: [30], 9: [90, 91, 92], 5: [50, 51], 2: []}
@@ -35,15 +42,23 @@ def test_take_reorders_whole_documents():
     chunk = chunk_of(DOCS)
     taken = chunk.take(np.array([2, 0, 4, 3]))
     assert documents_of(taken) == [(9, [90, 91, 92]), (7, [70, 71]), (2, []), (5, [50, 51])]
-    assert taken.hashes.dtype == np.uint64 and taken.lengths.dtype == np.int32 and taken.tokens.dtype == np.int32
+    assert (
+        taken.hashes.dtype == np.uint64
+        and taken.lengths.dtype == np.int32
+        and taken.tokens.dtype == np.int32
+    )
     assert (taken.num_documents, taken.num_tokens) == (4, 7)
 
 
 def test_split_and_concat_are_inverse():
     chunk = chunk_of(DOCS)
     pieces = chunk.split([0, 1, 1, 4, 5])
-    assert [documents_of(p) for p in pieces] == [[(7, [70, 71])], [], [(3, [30]), (9, [90, 91, 92]), (5, [50, 51])],
-                                                 [(2, [])]]
+    assert [documents_of(p) for p in pieces] == [
+        [(7, [70, 71])],
+        [],
+        [(3, [30]), (9, [90, 91, 92]), (5, [50, 51])],
+        [(2, [])],
+    ]
     assert all(p.tokens.base is not None for p in pieces)  # views, not copies
     assert documents_of(TokenizedChunk.concat(pieces)) == documents_of(chunk)
 

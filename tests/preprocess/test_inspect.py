@@ -18,8 +18,12 @@ from schemas.constants import TRAIN_SPLIT
 from schemas.manifest import read_manifest
 from tests.helpers.shard_factory import write_sample_shards, write_shards
 
-PROGRESS_RE = re.compile(r"verify: (\d+)/(\d+) shards, ([\d,.]+) of ([\d,.]+) MB, ([\d,.]+) MB/s, ETA (.+)$")
-DONE_RE = re.compile(r"verify: OK, (\d+) shards match the manifest .* in ([\d.]+) s \(([\d,.]+) MB, ([\d,.]+) MB/s\)$")
+PROGRESS_RE = re.compile(
+    r"verify: (\d+)/(\d+) shards, ([\d,.]+) of ([\d,.]+) MB, ([\d,.]+) MB/s, ETA (.+)$"
+)
+DONE_RE = re.compile(
+    r"verify: OK, (\d+) shards match the manifest .* in ([\d.]+) s \(([\d,.]+) MB, ([\d,.]+) MB/s\)$"
+)
 
 
 def inspect_main(argv: list[str]) -> int:
@@ -30,7 +34,9 @@ def inspect_main(argv: list[str]) -> int:
 def small_output(tmp_path_factory, sample_dir, sample_tokenizer):
     """Shards and a manifest as the contract defines them, of one sample file."""
     out = tmp_path_factory.mktemp("inspect") / "out"
-    write_sample_shards(out, sample_tokenizer, [sample_dir / "zh" / "lunyu_shijing.txt"], seq_len=64)
+    write_sample_shards(
+        out, sample_tokenizer, [sample_dir / "zh" / "lunyu_shijing.txt"], seq_len=64
+    )
     return out
 
 
@@ -42,7 +48,9 @@ def test_summary_and_json(small_output, capsys):
     assert f"{train.records:,} records in {len(train.shards)} shards" in text
     assert manifest.tokenizer.fingerprint in text and "seq_len 64" in text
     assert inspect_main([str(small_output / "manifest.json"), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == json.loads((small_output / "manifest.json").read_text())
+    assert json.loads(capsys.readouterr().out) == json.loads(
+        (small_output / "manifest.json").read_text()
+    )
 
 
 def test_verify_passes_then_names_a_shard_with_one_flipped_byte(small_output, tmp_path, capsys):
@@ -65,7 +73,10 @@ def test_verify_passes_then_names_a_shard_with_one_flipped_byte(small_output, tm
 def test_missing_manifest_is_a_clear_error(tmp_path, capsys):
     assert inspect_main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("lmshards inspect: error: ") and "incomplete or not a preprocess output" in err
+    assert (
+        err.startswith("lmshards inspect: error: ")
+        and "incomplete or not a preprocess output" in err
+    )
 
 
 # ---------------------------------------------------------------- parallel verify
@@ -98,14 +109,21 @@ def test_parallel_verify_finds_exactly_what_sequential_verify_finds(damaged_outp
         by_shard.setdefault(path.rsplit("/", 1)[1], []).append(problem)
     assert list(by_shard) == [truncated, flipped, missing]  # manifest order
     assert by_shard[missing] == ["missing"]
-    assert [p.split(" ")[0] for p in by_shard[truncated]] == ["corrupt", str(_shard(manifest, truncated).bytes - 7),
-                                                               "sha256"]
+    assert [p.split(" ")[0] for p in by_shard[truncated]] == [
+        "corrupt",
+        str(_shard(manifest, truncated).bytes - 7),
+        "sha256",
+    ]
     assert "truncated record" in by_shard[truncated][0]
     assert len(by_shard[flipped]) == 2
-    assert "checksum mismatch" in by_shard[flipped][0] and by_shard[flipped][1].startswith("sha256 ")
+    assert "checksum mismatch" in by_shard[flipped][0] and by_shard[flipped][1].startswith(
+        "sha256 "
+    )
 
 
-def test_verify_cli_prints_mismatches_in_manifest_order_whatever_the_threads(damaged_output, capsys):
+def test_verify_cli_prints_mismatches_in_manifest_order_whatever_the_threads(
+    damaged_output, capsys
+):
     out, names = damaged_output
     outputs = []
     for threads in ("1", "4"):
@@ -114,39 +132,67 @@ def test_verify_cli_prints_mismatches_in_manifest_order_whatever_the_threads(dam
         outputs.append([line for line in err.splitlines() if line.startswith("MISMATCH")])
         assert re.search(r"verify: 6 problem\(s\) in 10 shards, in [\d.]+ s", err)
     assert outputs[0] == outputs[1]
-    assert [next(n for n in names if n in line) for line in outputs[0]] == [names[0]] * 3 + [names[1]] * 2 + [names[2]]
+    assert [next(n for n in names if n in line) for line in outputs[0]] == [names[0]] * 3 + [
+        names[1]
+    ] * 2 + [names[2]]
 
 
 def test_threads_must_be_positive(small_output, capsys):
     with pytest.raises(SystemExit) as exit_:
         inspect_main([str(small_output), "--verify", "--threads", "0"])
     assert exit_.value.code == 2
-    assert "lmshards inspect: error: argument --threads: must be at least 1, got 0" in capsys.readouterr().err
+    assert (
+        "lmshards inspect: error: argument --threads: must be at least 1, got 0"
+        in capsys.readouterr().err
+    )
 
 
 def _shard(manifest: mf.Manifest, name: str) -> mf.ShardInfo:
-    return next(s for split in manifest.splits.values() for s in split.shards if s.path.endswith("/" + name))
+    return next(
+        s for split in manifest.splits.values() for s in split.shards if s.path.endswith("/" + name)
+    )
 
 
 # ---------------------------------------------------------------- progress and timing
 
 
 def test_progress_line_and_eta():
-    assert inspect_cli.progress_line(shards_done=3, shards_total=10, bytes_done=30_000_000, bytes_total=100_000_000,
-                                     elapsed_s=10.0) == "verify: 3/10 shards, 30.0 of 100.0 MB, 3.0 MB/s, ETA 23 s"
-    assert inspect_cli.progress_line(shards_done=0, shards_total=4, bytes_done=0, bytes_total=5_000_000,
-                                     elapsed_s=2.0) == "verify: 0/4 shards, 0.0 of 5.0 MB, 0.0 MB/s, ETA ?"
-    assert [inspect_cli.format_eta(s) for s in (0.4, 59, 185, 7620)] == ["0 s", "59 s", "3 min 05 s", "2 h 07 min"]
+    assert (
+        inspect_cli.progress_line(
+            shards_done=3,
+            shards_total=10,
+            bytes_done=30_000_000,
+            bytes_total=100_000_000,
+            elapsed_s=10.0,
+        )
+        == "verify: 3/10 shards, 30.0 of 100.0 MB, 3.0 MB/s, ETA 23 s"
+    )
+    assert (
+        inspect_cli.progress_line(
+            shards_done=0, shards_total=4, bytes_done=0, bytes_total=5_000_000, elapsed_s=2.0
+        )
+        == "verify: 0/4 shards, 0.0 of 5.0 MB, 0.0 MB/s, ETA ?"
+    )
+    assert [inspect_cli.format_eta(s) for s in (0.4, 59, 185, 7620)] == [
+        "0 s",
+        "59 s",
+        "3 min 05 s",
+        "2 h 07 min",
+    ]
 
     now = [100.0]
-    progress = inspect_cli.VerifyProgress(shards_total=2, bytes_total=4_000_000, clock=lambda: now[0])
+    progress = inspect_cli.VerifyProgress(
+        shards_total=2, bytes_total=4_000_000, clock=lambda: now[0]
+    )
     progress.add_bytes(1_000_000)
     progress.shard_done()
     now[0] = 102.0
     assert progress.line() == "verify: 1/2 shards, 1.0 of 4.0 MB, 0.5 MB/s, ETA 6 s"
 
 
-def test_verify_logs_progress_while_shards_remain_and_says_how_long_it_took(small_output, monkeypatch, capsys):
+def test_verify_logs_progress_while_shards_remain_and_says_how_long_it_took(
+    small_output, monkeypatch, capsys
+):
     """Each shard made to take >= 50 ms: with a progress line due every 20 ms, lines appear, counts only grow."""
     slow_read = inspect_cli.read_records
 
@@ -167,7 +213,9 @@ def test_verify_logs_progress_while_shards_remain_and_says_how_long_it_took(smal
     assert {m[4] for m in progress} == {f"{total_mb:,.1f}"}
     assert all(float(m[3].replace(",", "")) <= total_mb for m in progress)
     (final,) = [m for m in map(DONE_RE.search, lines) if m]
-    assert int(final[1]) == 10 and float(final[2]) >= 0.05 * 10 / 2 - 0.05  # 10 slow shards over 2 threads
+    assert (
+        int(final[1]) == 10 and float(final[2]) >= 0.05 * 10 / 2 - 0.05
+    )  # 10 slow shards over 2 threads
     assert final[3] == f"{total_mb:,.1f}"
 
 
@@ -175,18 +223,29 @@ def test_verify_logs_progress_while_shards_remain_and_says_how_long_it_took(smal
 
 
 def _tokenizer(vocab_size: int) -> mf.TokenizerInfo:
-    return mf.TokenizerInfo(fingerprint="sha256:" + "ab" * 32, vocab_size=vocab_size,
-                            special_token_ids={"pad": 0, "mask": 1}, all_special_ids=(0, 1))
+    return mf.TokenizerInfo(
+        fingerprint="sha256:" + "ab" * 32,
+        vocab_size=vocab_size,
+        special_token_ids={"pad": 0, "mask": 1},
+        all_special_ids=(0, 1),
+    )
 
 
 def _ids_output(out, ids: np.ndarray, *, vocab_size: int, num_shards: int) -> mf.Manifest:
     mask = np.ones_like(ids)
-    return write_shards(out, {TRAIN_SPLIT: (ids, mask, num_shards)}, seq_len=ids.shape[1],
-                        tokenizer=_tokenizer(vocab_size), inputs=())
+    return write_shards(
+        out,
+        {TRAIN_SPLIT: (ids, mask, num_shards)},
+        seq_len=ids.shape[1],
+        tokenizer=_tokenizer(vocab_size),
+        inputs=(),
+    )
 
 
 @pytest.mark.parametrize("batch_records", [inspect_cli.DECODE_BATCH_RECORDS, 2])
-def test_verify_names_the_shard_whose_input_ids_exceed_the_vocabulary(tmp_path, monkeypatch, capsys, batch_records):
+def test_verify_names_the_shard_whose_input_ids_exceed_the_vocabulary(
+    tmp_path, monkeypatch, capsys, batch_records
+):
     monkeypatch.setattr(inspect_cli, "DECODE_BATCH_RECORDS", batch_records)
     ids = np.random.default_rng(0).integers(2, 100, size=(12, 8))
     ids[4, 3], ids[5, 0] = 100, 250  # both in shard 1 of 3 (rows 4-7), in different records
@@ -196,7 +255,9 @@ def test_verify_names_the_shard_whose_input_ids_exceed_the_vocabulary(tmp_path, 
     err = capsys.readouterr().err
     (line,) = [line for line in err.splitlines() if line.startswith("MISMATCH")]
     bad_shard = manifest.split(TRAIN_SPLIT).shards[1].path
-    assert line.startswith(f"MISMATCH {tmp_path / 'out' / bad_shard}: 2 input ids outside [0, vocab_size 100) ")
+    assert line.startswith(
+        f"MISMATCH {tmp_path / 'out' / bad_shard}: 2 input ids outside [0, vocab_size 100) "
+    )
     assert re.search(r"\(lowest \d+, highest 250\)", line)
     assert f"re-run `lmshards preprocess --overwrite` into {tmp_path / 'out'}" in line
     assert manifest.tokenizer.fingerprint in line
@@ -215,20 +276,27 @@ def test_shard_ids_reports_records_that_are_not_examples_of_the_features():
     ids = inspect_cli.ShardIds(rule)
     ids.add([b"\x0a\x02\x0a\x00"])  # an Example whose only map entry is empty: no input_ids
     ids.add([b"junk"])  # not looked at: the first problem stands
-    assert ids.problems() == ["a record is not a tf.train.Example of the manifest's features "
-                              "(record 0 has no int64 feature 'input_ids'); FIX"]
+    assert ids.problems() == [
+        "a record is not a tf.train.Example of the manifest's features "
+        "(record 0 has no int64 feature 'input_ids'); FIX"
+    ]
 
 
 # ---------------------------------------------------------------- manifests pointing outside the shard set
 
 
-@pytest.mark.parametrize("bad_path", [
-    "../elsewhere/train-00000-of-00008.tfrecord",
-    "/etc/train-00000-of-00008.tfrecord",
-    "gs://other-bucket/train/train-00000-of-00008.tfrecord",
-    "validation/../../train-00000-of-00008.tfrecord",
-])
-def test_verify_refuses_a_manifest_whose_shard_path_escapes_the_shard_set(small_output, tmp_path, capsys, bad_path):
+@pytest.mark.parametrize(
+    "bad_path",
+    [
+        "../elsewhere/train-00000-of-00008.tfrecord",
+        "/etc/train-00000-of-00008.tfrecord",
+        "gs://other-bucket/train/train-00000-of-00008.tfrecord",
+        "validation/../../train-00000-of-00008.tfrecord",
+    ],
+)
+def test_verify_refuses_a_manifest_whose_shard_path_escapes_the_shard_set(
+    small_output, tmp_path, capsys, bad_path
+):
     out = tmp_path / "out"
     shutil.copytree(small_output, out)
     data = json.loads((out / "manifest.json").read_text())

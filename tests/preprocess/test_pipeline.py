@@ -30,17 +30,24 @@ GROUPS = {"train": 2, "validation": 3}
 
 
 def _pipeline() -> TestPipeline:
-    return TestPipeline(runner="FnApiRunner", options=PipelineOptions(["--direct_running_mode=in_memory"]))
+    return TestPipeline(
+        runner="FnApiRunner", options=PipelineOptions(["--direct_running_mode=in_memory"])
+    )
 
 
 def _documents(key, chunk: TokenizedChunk) -> list[tuple]:
     ends = np.cumsum(chunk.lengths)
-    return [(*key, int(h), tuple(chunk.tokens[e - n:e].tolist())) for h, n, e in zip(chunk.hashes, chunk.lengths, ends)]
+    return [
+        (*key, int(h), tuple(chunk.tokens[e - n : e].tolist()))
+        for h, n, e in zip(chunk.hashes, chunk.lengths, ends)
+    ]
 
 
 # Emitted per chunk (no buffering), flushed within the bundle, or only at its end.
 @pytest.mark.parametrize("flush_tokens", [0, 50, 1 << 22])
-def test_encode_and_split_route_every_document_to_its_split_and_group(sample_tokenizer, flush_tokens):
+def test_encode_and_split_route_every_document_to_its_split_and_group(
+    sample_tokenizer, flush_tokens
+):
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(sample_tokenizer))
@@ -56,38 +63,66 @@ def test_encode_and_split_route_every_document_to_its_split_and_group(sample_tok
         chunks = (
             p
             | beam.Create([DOCS[:25], DOCS[25:]])
-            | EncodeDocuments(EncodeSettings(tokenizer_json=sample_tokenizer.read_text(), threads=1))
-            | SplitDocuments(SplitSettings(validation_fraction=0.3, groups=GROUPS, flush_tokens=flush_tokens))
+            | EncodeDocuments(
+                EncodeSettings(tokenizer_json=sample_tokenizer.read_text(), threads=1)
+            )
+            | SplitDocuments(
+                SplitSettings(validation_fraction=0.3, groups=GROUPS, flush_tokens=flush_tokens)
+            )
         )
         assert_that(chunks | beam.FlatMap(lambda kv: _documents(*kv)), equal_to(expected))
 
 
 def _chunk(docs: dict[int, list[int]]) -> TokenizedChunk:
-    return TokenizedChunk(hashes=np.array(list(docs), dtype=np.uint64),
-                          lengths=np.array([len(v) for v in docs.values()], dtype=np.int32),
-                          tokens=np.array([t for v in docs.values() for t in v], dtype=np.int32))
+    return TokenizedChunk(
+        hashes=np.array(list(docs), dtype=np.uint64),
+        lengths=np.array([len(v) for v in docs.values()], dtype=np.int32),
+        tokens=np.array([t for v in docs.values() for t in v], dtype=np.int32),
+    )
 
 
 @pytest.mark.parametrize("remainder", ["drop", "pad"])
 def test_pack_is_independent_of_how_documents_were_batched(remainder):
-    docs = {h: list(range(h * 10, h * 10 + h % 5 + 3)) for h in range(1, 12)}  # 11 docs, 3-7 tokens each
+    docs = {
+        h: list(range(h * 10, h * 10 + h % 5 + 3)) for h in range(1, 12)
+    }  # 11 docs, 3-7 tokens each
     tokens_in = sum(len(v) for v in docs.values())
     items = list(docs.items())
     one_batch = [(("train", 0), _chunk(docs))]
-    reversed_batches = [(("train", 0), _chunk(dict(items[i:i + 3]))) for i in reversed(range(0, len(items), 3))]
+    reversed_batches = [
+        (("train", 0), _chunk(dict(items[i : i + 3]))) for i in reversed(range(0, len(items), 3))
+    ]
 
     def blocks(packed: PackedGroup):
-        return [(packed.split, packed.group, tuple(row), tuple(mask))
-                for row, mask in zip(packed.blocks.ids.tolist(), packed.blocks.attention_masks().tolist())]
+        return [
+            (packed.split, packed.group, tuple(row), tuple(mask))
+            for row, mask in zip(
+                packed.blocks.ids.tolist(), packed.blocks.attention_masks().tolist()
+            )
+        ]
 
     expected_tokens = [t for h in sorted(docs) for t in docs[h]]
     full, tail = divmod(tokens_in, 8)
-    expected = [("train", 0, tuple(expected_tokens[i * 8:(i + 1) * 8]), (1,) * 8) for i in range(full)]
+    expected = [
+        ("train", 0, tuple(expected_tokens[i * 8 : (i + 1) * 8]), (1,) * 8) for i in range(full)
+    ]
     if remainder == "pad":
-        expected.append(("train", 0, tuple(expected_tokens[full * 8:] + [1] * (8 - tail)), (1,) * tail + (0,) * (8 - tail)))
-    totals = SplitTotals(documents=11, tokens_in=tokens_in, tokens_written=tokens_in if remainder == "pad" else full * 8,
-                         tokens_dropped=0 if remainder == "pad" else tail,
-                         padding_tokens=8 - tail if remainder == "pad" else 0, records=len(expected))
+        expected.append(
+            (
+                "train",
+                0,
+                tuple(expected_tokens[full * 8 :] + [1] * (8 - tail)),
+                (1,) * tail + (0,) * (8 - tail),
+            )
+        )
+    totals = SplitTotals(
+        documents=11,
+        tokens_in=tokens_in,
+        tokens_written=tokens_in if remainder == "pad" else full * 8,
+        tokens_dropped=0 if remainder == "pad" else tail,
+        padding_tokens=8 - tail if remainder == "pad" else 0,
+        records=len(expected),
+    )
     for chunks in (one_batch, reversed_batches):
         with _pipeline() as p:
             packed = p | beam.Create(chunks) | PackGroups(seq_len=8, remainder=remainder, pad_id=1)
@@ -96,32 +131,85 @@ def test_pack_is_independent_of_how_documents_were_batched(remainder):
 
 
 def test_pack_sums_totals_per_split_over_groups():
-    chunks = [(("train", 0), _chunk({1: [1] * 9})), (("train", 1), _chunk({2: [2] * 8, 3: [3] * 3})),
-              (("validation", 0), _chunk({4: [4] * 5}))]
+    chunks = [
+        (("train", 0), _chunk({1: [1] * 9})),
+        (("train", 1), _chunk({2: [2] * 8, 3: [3] * 3})),
+        (("validation", 0), _chunk({4: [4] * 5})),
+    ]
     with _pipeline() as p:
-        totals = (p | beam.Create(chunks) | PackGroups(seq_len=4, remainder="drop", pad_id=None)).totals
-        assert_that(totals, equal_to([
-            ("train", SplitTotals(documents=3, tokens_in=20, tokens_written=16, tokens_dropped=4, records=4)),
-            ("validation", SplitTotals(documents=1, tokens_in=5, tokens_written=4, tokens_dropped=1, records=1)),
-        ]))
+        totals = (
+            p | beam.Create(chunks) | PackGroups(seq_len=4, remainder="drop", pad_id=None)
+        ).totals
+        assert_that(
+            totals,
+            equal_to(
+                [
+                    (
+                        "train",
+                        SplitTotals(
+                            documents=3,
+                            tokens_in=20,
+                            tokens_written=16,
+                            tokens_dropped=4,
+                            records=4,
+                        ),
+                    ),
+                    (
+                        "validation",
+                        SplitTotals(
+                            documents=1, tokens_in=5, tokens_written=4, tokens_dropped=1, records=1
+                        ),
+                    ),
+                ]
+            ),
+        )
 
 
 def test_write_shards_shuffles_all_blocks_into_balanced_files(tmp_path):
     seq_len = 8
-    groups = [PackedGroup(split="train", group=g, documents=1,
-                          blocks=pack_blocks(np.arange(g * 1000, g * 1000 + 8 * (5 + g), dtype=np.int32),
-                                             seq_len=seq_len, remainder="drop"))
-              for g in range(3)]  # 5, 6 and 7 blocks
+    groups = [
+        PackedGroup(
+            split="train",
+            group=g,
+            documents=1,
+            blocks=pack_blocks(
+                np.arange(g * 1000, g * 1000 + 8 * (5 + g), dtype=np.int32),
+                seq_len=seq_len,
+                remainder="drop",
+            ),
+        )
+        for g in range(3)
+    ]  # 5, 6 and 7 blocks
     out = str(tmp_path)
     with _pipeline() as p:
-        infos = p | beam.Create(groups) | WriteShards(output=out, seed=5, record_bytes=1,
-                                                      target_shard_bytes=1 << 20, shard_multiple=4, num_shards=None)
-        assert_that(infos | beam.Map(lambda kv: (kv[0], kv[1].records)), equal_to([("train", 5), ("train", 4)] * 2))
+        infos = (
+            p
+            | beam.Create(groups)
+            | WriteShards(
+                output=out,
+                seed=5,
+                record_bytes=1,
+                target_shard_bytes=1 << 20,
+                shard_multiple=4,
+                num_shards=None,
+            )
+        )
+        assert_that(
+            infos | beam.Map(lambda kv: (kv[0], kv[1].records)),
+            equal_to([("train", 5), ("train", 4)] * 2),
+        )
 
     files = sorted((tmp_path / "train").iterdir())
-    assert [parse_shard_name(f.name)[1:] for f in files] == [(0, 4, 5), (1, 4, 4), (2, 4, 5), (3, 4, 4)]
+    assert [parse_shard_name(f.name)[1:] for f in files] == [
+        (0, 4, 5),
+        (1, 4, 4),
+        (2, 4, 5),
+        (3, 4, 4),
+    ]
     assert not list((tmp_path / ".lmshards-tmp").iterdir())  # every temp file renamed into place
-    spec = {name: tf.io.FixedLenFeature([seq_len], tf.int64) for name in ("input_ids", "attention_mask")}
+    spec = {
+        name: tf.io.FixedLenFeature([seq_len], tf.int64) for name in ("input_ids", "attention_mask")
+    }
     rows = []
     for f in files:
         with open(f, "rb") as fh:
@@ -156,7 +244,11 @@ def _shape(element) -> str:
     """A short name of an element's shape: 'list[str]', '(tuple, TokenizedChunk)', 'PackedGroup', ..."""
     if isinstance(element, tuple) and len(element) == 2:
         key, value = element
-        key_name = f"({type(key[0]).__name__}, {type(key[1]).__name__})" if isinstance(key, tuple) else type(key).__name__
+        key_name = (
+            f"({type(key[0]).__name__}, {type(key[1]).__name__})"
+            if isinstance(key, tuple)
+            else type(key).__name__
+        )
         return f"({key_name}, {_shape(value)})"
     if isinstance(element, list):
         return f"list[{'/'.join(sorted({type(e).__name__ for e in element}))}]"
@@ -168,8 +260,15 @@ def small_plan(tmp_path_factory, sample_tokenizer, sample_dir):
     work = tmp_path_factory.mktemp("wired")
     text = (sample_dir / "en" / "persuasion.txt").read_text(encoding="utf-8")
     (work / "in.txt").write_text(text[:60_000], encoding="utf-8")
-    config = PreprocessConfig(inputs=(str(work / "in.txt"),), tokenizer=str(sample_tokenizer), output=str(work / "out"),
-                              seq_len=32, validation_fraction=0.2, packing_group_tokens=2000, tokenizer_threads=1)
+    config = PreprocessConfig(
+        inputs=(str(work / "in.txt"),),
+        tokenizer=str(sample_tokenizer),
+        output=str(work / "out"),
+        seq_len=32,
+        validation_fraction=0.2,
+        packing_group_tokens=2000,
+        tokenizer_threads=1,
+    )
     return plan_preprocess(config)
 
 
@@ -217,7 +316,13 @@ def test_no_preprocess_module_uses_tagged_outputs():
     offenders = []
     for path in sorted(root.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+            name = (
+                node.attr
+                if isinstance(node, ast.Attribute)
+                else node.id
+                if isinstance(node, ast.Name)
+                else None
+            )
             if name in ("with_outputs", "TaggedOutput"):
                 offenders.append(f"{path.relative_to(root)}:{node.lineno}")
     assert offenders == []

@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from plumbing import fs
 from preprocess.cli import main as preprocess_main
 from preprocess.encode import doc_hash
 from preprocess.options import PreprocessConfig
 from preprocess.pipeline import run_pipeline
 from preprocess.sources import InputError, ReadOptions, iter_documents
 from preprocess.split import split_of, validation_threshold
-from plumbing import fs
 from schemas.manifest import read_manifest
 from schemas.records import read_records
 from schemas.shards import parse_shard_name
@@ -28,8 +28,13 @@ GROUP_TOKENS = 200_000  # several packing groups on the ~1.5M-token sample
 
 
 def _config(inputs, tokenizer, output, **overrides) -> PreprocessConfig:
-    values = dict(inputs=tuple(str(i) for i in inputs), tokenizer=str(tokenizer), output=str(output),
-                  validation_fraction=VALIDATION_FRACTION, packing_group_tokens=GROUP_TOKENS)
+    values = dict(
+        inputs=tuple(str(i) for i in inputs),
+        tokenizer=str(tokenizer),
+        output=str(output),
+        validation_fraction=VALIDATION_FRACTION,
+        packing_group_tokens=GROUP_TOKENS,
+    )
     return PreprocessConfig(**{**values, **overrides})
 
 
@@ -40,13 +45,17 @@ def _sample_glob(sample_dir: Path) -> str:
 @pytest.fixture(scope="module")
 def sample_run(tmp_path_factory, sample_dir, sample_tokenizer):
     """The sample corpus preprocessed by the in-process runner: (config, manifest)."""
-    config = _config([_sample_glob(sample_dir)], sample_tokenizer, tmp_path_factory.mktemp("run") / "out")
+    config = _config(
+        [_sample_glob(sample_dir)], sample_tokenizer, tmp_path_factory.mktemp("run") / "out"
+    )
     return config, run_pipeline(config, IN_PROCESS)
 
 
 def _files(output: str) -> dict[str, bytes]:
     root = Path(output)
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 def _manifest_without_time(output: str) -> dict:
@@ -62,16 +71,25 @@ def test_token_accounting_matches_an_independent_count(sample_run, sample_dir, s
     config, manifest = sample_run
     tokenizer = Tokenizer.from_file(str(sample_tokenizer))
     docs = list(iter_documents([_sample_glob(sample_dir)], ReadOptions()))
-    lengths = np.array([len(e.ids) for i in range(0, len(docs), 2000)
-                        for e in tokenizer.encode_batch(docs[i:i + 2000])])
-    is_validation = split_of(np.array([doc_hash(d) for d in docs], dtype=np.uint64),
-                             validation_threshold(VALIDATION_FRACTION))
+    lengths = np.array(
+        [
+            len(e.ids)
+            for i in range(0, len(docs), 2000)
+            for e in tokenizer.encode_batch(docs[i : i + 2000])
+        ]
+    )
+    is_validation = split_of(
+        np.array([doc_hash(d) for d in docs], dtype=np.uint64),
+        validation_threshold(VALIDATION_FRACTION),
+    )
     for name, selected in (("train", ~is_validation), ("validation", is_validation)):
         totals = manifest.split(name).totals
         assert totals.documents == int(selected.sum()) > 0
         assert totals.tokens_in == int(lengths[selected].sum())
         assert totals.tokens_in == totals.tokens_written + totals.tokens_dropped
-        assert totals.tokens_written == totals.records * config.seq_len and totals.padding_tokens == 0
+        assert (
+            totals.tokens_written == totals.records * config.seq_len and totals.padding_tokens == 0
+        )
         # At most one partial block dropped per packing group.
         assert totals.tokens_dropped < config.seq_len * max(1, totals.tokens_in // GROUP_TOKENS + 1)
     assert manifest.reading["documents"] == len(docs)
@@ -84,7 +102,10 @@ def test_shards_are_balanced_and_parse_with_the_run_mlm_spec(sample_run):
     import tensorflow as tf
 
     config, manifest = sample_run
-    spec = {name: tf.io.FixedLenFeature([config.seq_len], tf.int64) for name in ("input_ids", "attention_mask")}
+    spec = {
+        name: tf.io.FixedLenFeature([config.seq_len], tf.int64)
+        for name in ("input_ids", "attention_mask")
+    }
     for name in ("train", "validation"):
         split = manifest.split(name)
         records = [s.records for s in split.shards]
@@ -92,7 +113,9 @@ def test_shards_are_balanced_and_parse_with_the_run_mlm_spec(sample_run):
         assert max(records) - min(records) <= 1
         paths = manifest.shard_paths(config.output, name)
         assert [parse_shard_name(p)[3] for p in paths] == records
-        dataset = tf.data.TFRecordDataset(paths).batch(512).map(lambda x: tf.io.parse_example(x, spec))
+        dataset = (
+            tf.data.TFRecordDataset(paths).batch(512).map(lambda x: tf.io.parse_example(x, spec))
+        )
         count = 0
         for batch in dataset:
             ids = batch["input_ids"].numpy()
@@ -101,14 +124,22 @@ def test_shards_are_balanced_and_parse_with_the_run_mlm_spec(sample_run):
             count += ids.shape[0]
         assert count == split.records == split.totals.records
     assert sorted(p.name for p in Path(config.output).iterdir()) == [
-        "manifest.json", "schema.pbtxt", "tokenizer", "train", "validation"]
+        "manifest.json",
+        "schema.pbtxt",
+        "tokenizer",
+        "train",
+        "validation",
+    ]
 
 
 @pytest.mark.slow
-def test_output_bytes_do_not_depend_on_runner_workers_ranges_or_batches(sample_run, tmp_path, sample_dir,
-                                                                       sample_tokenizer):
+def test_output_bytes_do_not_depend_on_runner_workers_ranges_or_batches(
+    sample_run, tmp_path, sample_dir, sample_tokenizer
+):
     config, _ = sample_run
-    other = _config([_sample_glob(sample_dir)], sample_tokenizer, tmp_path / "out", range_mb=0.25, batch_size=97)
+    other = _config(
+        [_sample_glob(sample_dir)], sample_tokenizer, tmp_path / "out", range_mb=0.25, batch_size=97
+    )
     run_pipeline(other, ["--direct_running_mode=multi_processing", "--direct_num_workers=2"])
     assert _files(other.output).keys() == _files(config.output).keys()
     for relpath, data in _files(config.output).items():
@@ -118,7 +149,9 @@ def test_output_bytes_do_not_depend_on_runner_workers_ranges_or_batches(sample_r
 
 
 @pytest.mark.slow
-def test_refuses_non_empty_output_and_overwrite_replaces_it(sample_run, tmp_path, sample_tokenizer, capsys):
+def test_refuses_non_empty_output_and_overwrite_replaces_it(
+    sample_run, tmp_path, sample_tokenizer, capsys
+):
     config, _ = sample_run
     before = _files(config.output)
     argv = ["--input", config.inputs[0], "--tokenizer", config.tokenizer, "--output", config.output]
@@ -131,8 +164,18 @@ def test_refuses_non_empty_output_and_overwrite_replaces_it(sample_run, tmp_path
     (out / "notes.txt").write_text("the user's own file")
     small = tmp_path / "small.txt"
     small.write_text("\n".join(f"line {i} of a small corpus with some words" for i in range(400)))
-    argv = ["--input", str(small), "--tokenizer", config.tokenizer, "--output", str(out), "--overwrite",
-            "--seq_len", "16", *IN_PROCESS]
+    argv = [
+        "--input",
+        str(small),
+        "--tokenizer",
+        config.tokenizer,
+        "--output",
+        str(out),
+        "--overwrite",
+        "--seq_len",
+        "16",
+        *IN_PROCESS,
+    ]
     copied = _files(str(out))
     assert preprocess_main(argv) == 2  # --overwrite replaces only what lmshards wrote
     assert "'notes.txt'" in capsys.readouterr().err
@@ -152,7 +195,9 @@ def test_a_run_that_fails_midway_leaves_no_manifest(tmp_path, sample_tokenizer):
     inputs = tmp_path / "in"
     inputs.mkdir()
     (inputs / "good.txt").write_text("a good document\n" * 50)
-    (inputs / "bad.txt.gz").write_bytes(gzip.compress(b"a document\n" * 1000)[:-40])  # truncated: fails when read
+    (inputs / "bad.txt.gz").write_bytes(
+        gzip.compress(b"a document\n" * 1000)[:-40]
+    )  # truncated: fails when read
     config = _config([inputs], sample_tokenizer, tmp_path / "out")
     with pytest.raises(InputError, match="bad.txt.gz"):
         run_pipeline(config, IN_PROCESS)
@@ -169,11 +214,21 @@ def test_a_worker_process_error_ends_in_one_clean_line(tmp_path, sample_tokenize
     inputs.mkdir()
     (inputs / "good.txt").write_text("a good document\n" * 50)
     (inputs / "bad.txt.gz").write_bytes(gzip.compress(b"a document\n" * 1000)[:-40])
-    argv = ["--input", str(inputs), "--tokenizer", str(sample_tokenizer), "--output", str(tmp_path / "out"),
-            "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    argv = [
+        "--input",
+        str(inputs),
+        "--tokenizer",
+        str(sample_tokenizer),
+        "--output",
+        str(tmp_path / "out"),
+        "--direct_running_mode=multi_processing",
+        "--direct_num_workers=2",
+    ]
     assert preprocess_main(argv) == 2
     last = capsys.readouterr().err.rstrip().splitlines()[-1]
-    assert last.startswith(f"lmshards preprocess: error: {str(inputs / 'bad.txt.gz')!r}: corrupt or truncated")
+    assert last.startswith(
+        f"lmshards preprocess: error: {str(inputs / 'bad.txt.gz')!r}: corrupt or truncated"
+    )
     assert "[while running" not in last
     assert _files(str(tmp_path / "out")) == {}
 
@@ -188,17 +243,30 @@ def bad_inputs(tmp_path, sample_tokenizer, sample_dir):
     (short / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 64}))
     a_file = tmp_path / "a_file"
     a_file.write_text("not a directory")
-    return {"corrupt": corrupt, "short": short, "a_file": a_file, "good": str(sample_tokenizer),
-            "input": str(sample_dir / "en" / "persuasion.txt"), "out": str(tmp_path / "out")}
+    return {
+        "corrupt": corrupt,
+        "short": short,
+        "a_file": a_file,
+        "good": str(sample_tokenizer),
+        "input": str(sample_dir / "en" / "persuasion.txt"),
+        "out": str(tmp_path / "out"),
+    }
 
 
-@pytest.mark.parametrize("case,flags,named", [
-    ("corrupt tokenizer", {"--tokenizer": "{corrupt}"}, "{corrupt}"),
-    ("seq_len too small", {"--seq_len": "4"}, "--seq_len 4"),
-    ("seq_len above model max", {"--tokenizer": "{short}", "--seq_len": "128"}, "model_max_length 64"),
-    ("output is a file", {"--output": "{a_file}"}, "{a_file}"),
-    ("missing glob", {"--input": "{out}/nowhere/*.txt"}, "nowhere/*.txt"),
-])
+@pytest.mark.parametrize(
+    "case,flags,named",
+    [
+        ("corrupt tokenizer", {"--tokenizer": "{corrupt}"}, "{corrupt}"),
+        ("seq_len too small", {"--seq_len": "4"}, "--seq_len 4"),
+        (
+            "seq_len above model max",
+            {"--tokenizer": "{short}", "--seq_len": "128"},
+            "model_max_length 64",
+        ),
+        ("output is a file", {"--output": "{a_file}"}, "{a_file}"),
+        ("missing glob", {"--input": "{out}/nowhere/*.txt"}, "nowhere/*.txt"),
+    ],
+)
 def test_bad_input_is_a_clear_error_before_any_work(bad_inputs, capsys, case, flags, named):
     args = {"--input": "{input}", "--tokenizer": "{good}", "--output": "{out}", **flags}
     argv = [part.format(**bad_inputs) for flag, value in args.items() for part in (flag, value)]
@@ -215,11 +283,15 @@ def test_gcs_inputs_tokenizer_and_output(gcs_emulator, sample_dir, sample_tokeni
     for path in (sample_dir / "en" / "persuasion.txt", sample_dir / "zh" / "lunyu_shijing.txt"):
         fs.write_bytes_atomic(f"{bucket}/corpus/{path.parent.name}/{path.name}", path.read_bytes())
     fs.write_bytes_atomic(f"{bucket}/tok/tokenizer.json", sample_tokenizer.read_bytes())
-    config = _config([f"{bucket}/corpus/*/*.txt"], f"{bucket}/tok", f"{bucket}/out", target_shard_mb=0.05)
+    config = _config(
+        [f"{bucket}/corpus/*/*.txt"], f"{bucket}/tok", f"{bucket}/out", target_shard_mb=0.05
+    )
     manifest = run_pipeline(config, IN_PROCESS)
     assert read_manifest(config.output) == manifest
-    assert [i.path for i in manifest.inputs] == [f"{bucket}/corpus/en/persuasion.txt",
-                                                 f"{bucket}/corpus/zh/lunyu_shijing.txt"]
+    assert [i.path for i in manifest.inputs] == [
+        f"{bucket}/corpus/en/persuasion.txt",
+        f"{bucket}/corpus/zh/lunyu_shijing.txt",
+    ]
     for name in ("train", "validation"):
         split = manifest.split(name)
         assert len(split.shards) % 8 == 0 and split.records > 0
@@ -240,12 +312,20 @@ def test_worker_log_lines_of_ours_are_kept_and_shortened_beam_chatter_dropped():
     def record(level: int, entry: str) -> logging.LogRecord:
         return logging.LogRecord("beam", level, __file__, 1, "Worker: %s", (entry,), None)
 
-    progress = record(logging.INFO, 'severity: INFO timestamp { seconds: 1 } message: "read 12 documents, 0.1 MB '
-                                     '(6 documents/s, 0.05 MB/s)" instruction_id: "bundle_5" log_location: '
-                                     '"/repo/preprocess/read.py:147" thread: "Thread-13"')
+    progress = record(
+        logging.INFO,
+        'severity: INFO timestamp { seconds: 1 } message: "read 12 documents, 0.1 MB '
+        '(6 documents/s, 0.05 MB/s)" instruction_id: "bundle_5" log_location: '
+        '"/repo/preprocess/read.py:147" thread: "Thread-13"',
+    )
     assert _from_preprocess_or_error(progress)
     assert progress.getMessage() == "worker: read 12 documents, 0.1 MB (6 documents/s, 0.05 MB/s)"
-    chatter = record(logging.WARNING, 'message: "No semi_persistent_directory found" log_location: '
-                                      '"/venv/apache_beam/runners/worker/sdk_worker_main.py:421"')
+    chatter = record(
+        logging.WARNING,
+        'message: "No semi_persistent_directory found" log_location: '
+        '"/venv/apache_beam/runners/worker/sdk_worker_main.py:421"',
+    )
     assert not _from_preprocess_or_error(chatter)
-    assert _from_preprocess_or_error(record(logging.ERROR, 'message: "boom" log_location: "/venv/apache_beam/x.py:1"'))
+    assert _from_preprocess_or_error(
+        record(logging.ERROR, 'message: "boom" log_location: "/venv/apache_beam/x.py:1"')
+    )

@@ -14,7 +14,14 @@ from preprocess import metrics
 from preprocess.read import ReadProgress, SizedRange, progress_line, size_ranges
 from preprocess.sources import ReadOptions, ReadRange, ReadStats, expand_inputs, plan_ranges
 from preprocess.sources.ranges import TO_END
-from schemas.manifest import InputFileInfo, Manifest, ShardInfo, SplitInfo, SplitTotals, TokenizerInfo
+from schemas.manifest import (
+    InputFileInfo,
+    Manifest,
+    ShardInfo,
+    SplitInfo,
+    SplitTotals,
+    TokenizerInfo,
+)
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 
@@ -26,16 +33,29 @@ def messages(caplog) -> list[str]:
 # ---------------------------------------------------------------- the lines
 
 
-@pytest.mark.parametrize("seconds,text", [(0, "0 s"), (59.9, "59 s"), (61, "1 min 1 s"), (3599, "59 min 59 s"),
-                                          (3600, "1 h 0 min"), (7 * 3600 + 125, "7 h 2 min")])
+@pytest.mark.parametrize(
+    "seconds,text",
+    [
+        (0, "0 s"),
+        (59.9, "59 s"),
+        (61, "1 min 1 s"),
+        (3599, "59 min 59 s"),
+        (3600, "1 h 0 min"),
+        (7 * 3600 + 125, "7 h 2 min"),
+    ],
+)
 def test_format_duration(seconds, text):
     assert metrics.format_duration(seconds) == text
 
 
 def test_progress_line_has_percent_rate_and_eta():
-    line = progress_line(read_bytes=30_000_000, total_bytes=120_000_000, documents=51_200, seconds=10.0)
+    line = progress_line(
+        read_bytes=30_000_000, total_bytes=120_000_000, documents=51_200, seconds=10.0
+    )
     assert line == "read 30.0 MB of 120.0 MB (25%), 51,200 documents, 3.00 MB/s, ETA 30 s"
-    assert progress_line(read_bytes=0, total_bytes=5, documents=0, seconds=0.0).endswith("0.00 MB/s, ETA unknown")
+    assert progress_line(read_bytes=0, total_bytes=5, documents=0, seconds=0.0).endswith(
+        "0.00 MB/s, ETA unknown"
+    )
     assert "(100%)" in progress_line(read_bytes=0, total_bytes=0, documents=0, seconds=1.0)
 
 
@@ -46,19 +66,33 @@ def test_read_progress_counts_live_ranges_as_read_and_others_when_finished(caplo
     with caplog.at_level(logging.INFO, logger="preprocess.read"):
         progress.report(text, ReadStats(documents=3, bytes_read=2_500_000))
         progress.report(text, ReadStats(documents=9, bytes_read=6_000_000), finished=True)
-        progress.report(packed, ReadStats(documents=2, bytes_read=9_000_000))  # decompressed text, not file bytes
+        progress.report(
+            packed, ReadStats(documents=2, bytes_read=9_000_000)
+        )  # decompressed text, not file bytes
         progress.report(packed, ReadStats(documents=4, bytes_read=15_000_000), finished=True)
     lines = messages(caplog)
     assert [line.split(",")[0] for line in lines] == [
-        "read 2.5 MB of 10.0 MB (25%)", "read 6.0 MB of 10.0 MB (60%)", "read 6.0 MB of 10.0 MB (60%)",
-        "read 10.0 MB of 10.0 MB (100%)"]
-    assert [line.split(", ")[1] for line in lines] == ["3 documents", "9 documents", "11 documents", "13 documents"]
+        "read 2.5 MB of 10.0 MB (25%)",
+        "read 6.0 MB of 10.0 MB (60%)",
+        "read 6.0 MB of 10.0 MB (60%)",
+        "read 10.0 MB of 10.0 MB (100%)",
+    ]
+    assert [line.split(", ")[1] for line in lines] == [
+        "3 documents",
+        "9 documents",
+        "11 documents",
+        "13 documents",
+    ]
 
 
 def test_read_progress_logs_at_most_every_interval(caplog):
     progress = ReadProgress(total_bytes=10, every_s=3600.0)
     with caplog.at_level(logging.INFO, logger="preprocess.read"):
-        progress.report(SizedRange(ReadRange("a", 0, 10), 10, live=True), ReadStats(bytes_read=10), finished=True)
+        progress.report(
+            SizedRange(ReadRange("a", 0, 10), 10, live=True),
+            ReadStats(bytes_read=10),
+            finished=True,
+        )
     assert messages(caplog) == []
 
 
@@ -95,22 +129,36 @@ def test_size_ranges_parquet_row_groups_get_equal_shares(tmp_path):
     import pyarrow.parquet as pq
 
     path = tmp_path / "t.parquet"
-    pq.write_table(pa.table({"text": [f"document {i} " * 20 for i in range(40)]}), str(path), row_group_size=10)
+    pq.write_table(
+        pa.table({"text": [f"document {i} " * 20 for i in range(40)]}), str(path), row_group_size=10
+    )
     files = expand_inputs([str(path)])
-    sized = size_ranges(files, plan_ranges(files, options=ReadOptions(), range_bytes=1), ReadOptions())
+    sized = size_ranges(
+        files, plan_ranges(files, options=ReadOptions(), range_bytes=1), ReadOptions()
+    )
     shares = [s.input_bytes for s in sized]
     assert len(shares) == 4 and sum(shares) == files[0].bytes and max(shares) - min(shares) <= 1
     assert not any(s.live for s in sized)
 
 
 def test_finished_line():
-    split = SplitInfo(shards=(ShardInfo("train/a", 5, 10, "x"), ShardInfo("train/b", 6, 10, "y")),
-                      totals=SplitTotals(records=11))
-    manifest = Manifest(tool_version="0", seq_len=8, tokenizer=TokenizerInfo("f", 10, {}, ()), splits={"train": split},
-                        inputs=(InputFileInfo("a", 3_000_000), InputFileInfo("b", 1_500_000)), seed=0, options={},
-                        reading={"documents": 12_345})
+    split = SplitInfo(
+        shards=(ShardInfo("train/a", 5, 10, "x"), ShardInfo("train/b", 6, 10, "y")),
+        totals=SplitTotals(records=11),
+    )
+    manifest = Manifest(
+        tool_version="0",
+        seq_len=8,
+        tokenizer=TokenizerInfo("f", 10, {}, ()),
+        splits={"train": split},
+        inputs=(InputFileInfo("a", 3_000_000), InputFileInfo("b", 1_500_000)),
+        seed=0,
+        options={},
+        reading={"documents": 12_345},
+    )
     assert metrics.finished_line(manifest, 90.0) == (
-        "preprocess finished in 1 min 30 s: read 4.5 MB (0.05 MB/s), 12,345 documents; wrote 2 shards, 11 records")
+        "preprocess finished in 1 min 30 s: read 4.5 MB (0.05 MB/s), 12,345 documents; wrote 2 shards, 11 records"
+    )
 
 
 # ---------------------------------------------------------------- a whole run
@@ -122,9 +170,16 @@ def test_a_run_logs_each_stage_and_counts_under_the_same_names(tmp_path, caplog)
     from schemas.manifest import read_manifest
 
     output = tmp_path / "out"
-    config = PreprocessConfig(inputs=(str(GOLDEN / "docs.jsonl"), str(GOLDEN / "corpus" / "en.txt")),
-                              tokenizer=str(GOLDEN / "tokenizer.json"), output=str(output), seq_len=48,
-                              validation_fraction=0.1, packing_group_tokens=500, shard_multiple=4, range_mb=0.005)
+    config = PreprocessConfig(
+        inputs=(str(GOLDEN / "docs.jsonl"), str(GOLDEN / "corpus" / "en.txt")),
+        tokenizer=str(GOLDEN / "tokenizer.json"),
+        output=str(output),
+        seq_len=48,
+        validation_fraction=0.1,
+        packing_group_tokens=500,
+        shard_multiple=4,
+        range_mb=0.005,
+    )
     plan = pipeline_module.plan_preprocess(config)
     pipeline = beam.Pipeline(options=pipeline_module.runners.pipeline_options([]))
     with caplog.at_level(logging.INFO, logger="preprocess"):
@@ -139,15 +194,36 @@ def test_a_run_logs_each_stage_and_counts_under_the_same_names(tmp_path, caplog)
     input_bytes = sum(f.bytes for f in plan.files)
 
     lines = messages(caplog)
-    ranges = len(plan_ranges(list(plan.files), options=ReadOptions(), range_bytes=int(0.005 * (1 << 20))))
+    ranges = len(
+        plan_ranges(list(plan.files), options=ReadOptions(), range_bytes=int(0.005 * (1 << 20)))
+    )
     assert f"input: {input_bytes / 1e6:.1f} MB in 2 files, {ranges} read ranges" in lines
-    assert lines[-2:] == [f"packed {groups} groups, {records} records",
-                          f"wrote {shards} of {shards} shards, {records} records"]
+    assert lines[-2:] == [
+        f"packed {groups} groups, {records} records",
+        f"wrote {shards} of {shards} shards, {records} records",
+    ]
 
-    counters = {c.key.metric.name: c.committed for c in
-                result.metrics().query(MetricsFilter().with_namespace(metrics.METRICS_NAMESPACE))["counters"]}
-    assert {name: counters[name] for name in ("input_bytes_read", "bytes_read", "documents_read", "groups_packed",
-                                              "shards_written", "records_written")} == {
-        "input_bytes_read": input_bytes, "bytes_read": manifest.reading["bytes_read"],
-        "documents_read": manifest.reading["documents"], "groups_packed": groups, "shards_written": shards,
-        "records_written": records}
+    counters = {
+        c.key.metric.name: c.committed
+        for c in result.metrics().query(MetricsFilter().with_namespace(metrics.METRICS_NAMESPACE))[
+            "counters"
+        ]
+    }
+    assert {
+        name: counters[name]
+        for name in (
+            "input_bytes_read",
+            "bytes_read",
+            "documents_read",
+            "groups_packed",
+            "shards_written",
+            "records_written",
+        )
+    } == {
+        "input_bytes_read": input_bytes,
+        "bytes_read": manifest.reading["bytes_read"],
+        "documents_read": manifest.reading["documents"],
+        "groups_packed": groups,
+        "shards_written": shards,
+        "records_written": records,
+    }

@@ -12,11 +12,13 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from preprocess.sources import InputError, ReadOptions, ReadStats, expand_inputs
 from preprocess.metrics import METRICS_NAMESPACE
 from preprocess.read import COUNTERS, INPUT_BYTES_COUNTER, ReadDocuments
+from preprocess.sources import InputError, ReadOptions, ReadStats, expand_inputs
 
-LINES = b"\xef\xbb\xbf" + b"alpha one\r\n\r\nbeta \xff two\r\ngamma\x00 three\n   \ndelta four\n" * 3
+LINES = (
+    b"\xef\xbb\xbf" + b"alpha one\r\n\r\nbeta \xff two\r\ngamma\x00 three\n   \ndelta four\n" * 3
+)
 PARAGRAPHS = b"p1 line a\np1 line b\n\n\np2 only\n \t\np3 first\r\np3 second\r\n\r\np4\n\n" * 3
 
 
@@ -28,26 +30,49 @@ def write_corpus(tmp_path: Path, text: bytes) -> list[Path]:
     (tmp_path / "b.txt.gz").write_bytes(gzip.compress(text))
     (tmp_path / "c.txt.bz2").write_bytes(bz2.compress(text))
     (tmp_path / "d.jsonl").write_bytes(b'{"text": "json one"}\n{"text": \n{"text": "json two"}\n')
-    pq.write_table(pa.table({"text": ["pq one", "pq two", None, "pq three"]}), str(tmp_path / "e.parquet"),
-                   row_group_size=2)
+    pq.write_table(
+        pa.table({"text": ["pq one", "pq two", None, "pq three"]}),
+        str(tmp_path / "e.parquet"),
+        row_group_size=2,
+    )
     return sorted(tmp_path.iterdir())
 
 
-def run_read(files, options: ReadOptions, *, range_bytes: int, batch_size: int, expected_docs, expected_stats,
-             input_bytes: int):
+def run_read(
+    files,
+    options: ReadOptions,
+    *,
+    range_bytes: int,
+    batch_size: int,
+    expected_docs,
+    expected_stats,
+    input_bytes: int,
+):
     pipeline = test_pipeline.TestPipeline(runner="FnApiRunner")
     out = pipeline | ReadDocuments(files, options, range_bytes=range_bytes, batch_size=batch_size)
-    assert_that(out.documents | "Flatten" >> beam.FlatMap(lambda batch: batch), equal_to(expected_docs))
-    assert_that(out.documents | "Sizes" >> beam.Map(len),
-                lambda sizes: _check(all(1 <= s <= batch_size for s in sizes), sizes), label="BatchSizes")
+    assert_that(
+        out.documents | "Flatten" >> beam.FlatMap(lambda batch: batch), equal_to(expected_docs)
+    )
+    assert_that(
+        out.documents | "Sizes" >> beam.Map(len),
+        lambda sizes: _check(all(1 <= s <= batch_size for s in sizes), sizes),
+        label="BatchSizes",
+    )
     assert_that(out.stats, equal_to([expected_stats]), label="Stats")
     result = pipeline.run()
     result.wait_until_finish()
-    counters = {c.key.metric.name: c.committed
-                for c in result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]}
+    counters = {
+        c.key.metric.name: c.committed
+        for c in result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))[
+            "counters"
+        ]
+    }
     assert {name: counters.get(name, 0) for name in COUNTERS.values()} == {
-        COUNTERS[field]: value for field, value in expected_stats.as_dict().items()}
-    assert counters[INPUT_BYTES_COUNTER] == input_bytes  # the files' sizes, however they were ranged
+        COUNTERS[field]: value for field, value in expected_stats.as_dict().items()
+    }
+    assert (
+        counters[INPUT_BYTES_COUNTER] == input_bytes
+    )  # the files' sizes, however they were ranged
 
 
 def _check(ok: bool, what) -> None:
@@ -56,30 +81,59 @@ def _check(ok: bool, what) -> None:
 
 
 def text_size(paths) -> int:
-    return sum(len(gzip.decompress(p.read_bytes())) if p.suffix == ".gz" else
-               len(bz2.decompress(p.read_bytes())) if p.suffix == ".bz2" else p.stat().st_size
-               for p in paths if p.suffix != ".parquet")
+    return sum(
+        len(gzip.decompress(p.read_bytes()))
+        if p.suffix == ".gz"
+        else len(bz2.decompress(p.read_bytes()))
+        if p.suffix == ".bz2"
+        else p.stat().st_size
+        for p in paths
+        if p.suffix != ".parquet"
+    )
 
 
 def test_read_documents_line_separated(tmp_path):
     files = write_corpus(tmp_path, LINES)
     per_text_file = ["alpha one", "beta \ufffd two", "gamma three", "delta four"] * 3
     expected = per_text_file * 3 + ["json one", "json two", "pq one", "pq two", "pq three"]
-    stats = ReadStats(documents=len(expected), documents_empty=3 * 3 * 2 + 1, documents_invalid_utf8=9,
-                      documents_nul=9, documents_invalid_json=1,
-                      bytes_read=text_size(files) + len("pq onepq twopq three"))
-    run_read(expand_inputs([str(tmp_path)]), ReadOptions(), range_bytes=37, batch_size=5,
-             expected_docs=expected, expected_stats=stats, input_bytes=sum(p.stat().st_size for p in files))
+    stats = ReadStats(
+        documents=len(expected),
+        documents_empty=3 * 3 * 2 + 1,
+        documents_invalid_utf8=9,
+        documents_nul=9,
+        documents_invalid_json=1,
+        bytes_read=text_size(files) + len("pq onepq twopq three"),
+    )
+    run_read(
+        expand_inputs([str(tmp_path)]),
+        ReadOptions(),
+        range_bytes=37,
+        batch_size=5,
+        expected_docs=expected,
+        expected_stats=stats,
+        input_bytes=sum(p.stat().st_size for p in files),
+    )
 
 
 def test_read_documents_blank_line_separated_from_a_glob(tmp_path):
     files = write_corpus(tmp_path, PARAGRAPHS)
     per_text_file = ["p1 line a\np1 line b", "p2 only", "p3 first\np3 second", "p4"] * 3
     expected = per_text_file * 3 + ["json one", "json two", "pq one", "pq two", "pq three"]
-    stats = ReadStats(documents=len(expected), documents_empty=1, documents_invalid_json=1,
-                      bytes_read=text_size(files) + len("pq onepq twopq three"))
-    run_read([str(tmp_path / "*")], ReadOptions(doc_separator="blank_line"), range_bytes=16, batch_size=512,
-             expected_docs=expected, expected_stats=stats, input_bytes=sum(p.stat().st_size for p in files))
+    stats = ReadStats(
+        documents=len(expected),
+        documents_empty=1,
+        documents_invalid_json=1,
+        bytes_read=text_size(files) + len("pq onepq twopq three"),
+    )
+    run_read(
+        [str(tmp_path / "*")],
+        ReadOptions(doc_separator="blank_line"),
+        range_bytes=16,
+        batch_size=512,
+        expected_docs=expected,
+        expected_stats=stats,
+        input_bytes=sum(p.stat().st_size for p in files),
+    )
 
 
 def test_read_documents_checks_inputs_while_building(tmp_path):

@@ -11,20 +11,25 @@ from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
 from preprocess import runners
 from preprocess.options import PreprocessError
 
-UNKNOWN = ("--runner 'Foo' is not a known runner; use one of DirectRunner, DataflowRunner, DaskRunner, FlinkRunner, "
-           "SparkRunner, PrismRunner (or a full class path).")
+UNKNOWN = (
+    "--runner 'Foo' is not a known runner; use one of DirectRunner, DataflowRunner, DaskRunner, FlinkRunner, "
+    "SparkRunner, PrismRunner (or a full class path)."
+)
 
 
-@pytest.mark.parametrize("name,path", [
-    ("DirectRunner", runners.DIRECT_RUNNER),
-    ("directrunner", runners.DIRECT_RUNNER),
-    ("Direct", runners.DIRECT_RUNNER),  # Beam accepts the name without "Runner" too
-    ("FnApiRunner", runners.FNAPI_RUNNER),
-    ("DataflowRunner", runners.DATAFLOW_RUNNER),
-    ("PrismRunner", "apache_beam.runners.portability.prism_runner.PrismRunner"),
-    ("FlinkRunner", "apache_beam.runners.portability.flink_runner.FlinkRunner"),
-    (runners.FNAPI_RUNNER, runners.FNAPI_RUNNER),
-])
+@pytest.mark.parametrize(
+    "name,path",
+    [
+        ("DirectRunner", runners.DIRECT_RUNNER),
+        ("directrunner", runners.DIRECT_RUNNER),
+        ("Direct", runners.DIRECT_RUNNER),  # Beam accepts the name without "Runner" too
+        ("FnApiRunner", runners.FNAPI_RUNNER),
+        ("DataflowRunner", runners.DATAFLOW_RUNNER),
+        ("PrismRunner", "apache_beam.runners.portability.prism_runner.PrismRunner"),
+        ("FlinkRunner", "apache_beam.runners.portability.flink_runner.FlinkRunner"),
+        (runners.FNAPI_RUNNER, runners.FNAPI_RUNNER),
+    ],
+)
 def test_known_runners_resolve_to_their_class_path(name, path):
     assert runners.resolve_runner(name) == path
 
@@ -45,14 +50,17 @@ def test_a_class_path_that_does_not_import_names_the_module():
 def _without_dask(monkeypatch) -> None:
     """As if dask were not installed: its modules fail to import."""
     for name in list(sys.modules):
-        if name in ("dask", "preprocess.dask_runner") or name.startswith(("dask.", "distributed",
-                                                                          "apache_beam.runners.dask")):
+        if name in ("dask", "preprocess.dask_runner") or name.startswith(
+            ("dask.", "distributed", "apache_beam.runners.dask")
+        ):
             monkeypatch.delitem(sys.modules, name)
     for name in ("dask", "dask.bag", "distributed", "dask.distributed"):
         monkeypatch.setitem(sys.modules, name, None)
 
 
-@pytest.mark.parametrize("name", ["DaskRunner", "dask", runners.DASK_RUNNER, runners.BEAM_DASK_RUNNER])
+@pytest.mark.parametrize(
+    "name", ["DaskRunner", "dask", runners.DASK_RUNNER, runners.BEAM_DASK_RUNNER]
+)
 def test_dask_without_dask_installed_names_the_extra(monkeypatch, name):
     _without_dask(monkeypatch)
     with pytest.raises(PreprocessError) as e:
@@ -65,23 +73,30 @@ def test_dask_without_dask_installed_names_the_extra(monkeypatch, name):
 def test_dask_names_map_to_our_dask_runner(name):
     pytest.importorskip("dask.distributed")
     options = runners.pipeline_options(["--runner", name])
-    assert options.view_as(StandardOptions).runner == runners.DASK_RUNNER == "preprocess.dask_runner.DaskRunner"
+    assert (
+        options.view_as(StandardOptions).runner
+        == runners.DASK_RUNNER
+        == "preprocess.dask_runner.DaskRunner"
+    )
     assert runners.tokenizer_threads(0, options) == 1  # one worker process per core
 
 
 def test_dataflow_without_the_gcp_libraries_names_what_to_install(monkeypatch):
     """Beam's Dataflow runner module imports without them; submitting (or a dry run) would fail later."""
+    import google.cloud
     from apache_beam.version import __version__ as beam_version
 
-    import google.cloud
-
     monkeypatch.delitem(sys.modules, runners.RUNNER_NEEDS[runners.DATAFLOW_RUNNER], raising=False)
-    monkeypatch.setitem(sys.modules, "google.cloud.dataflow", None)  # as if google-cloud-dataflow-client were absent
+    monkeypatch.setitem(
+        sys.modules, "google.cloud.dataflow", None
+    )  # as if google-cloud-dataflow-client were absent
     monkeypatch.delattr(google.cloud, "dataflow", raising=False)
     with pytest.raises(PreprocessError) as e:
         runners.resolve_runner("DataflowRunner")
     assert str(e.value).startswith("--runner 'DataflowRunner' cannot be used: ")
-    assert str(e.value).endswith(f'pip install "apache-beam[gcp]=={beam_version}" (part of lmshards\' default install).')
+    assert str(e.value).endswith(
+        f'pip install "apache-beam[gcp]=={beam_version}" (part of lmshards\' default install).'
+    )
 
 
 def test_runner_errors_exit_2_with_one_line(capsys, monkeypatch):
@@ -89,12 +104,21 @@ def test_runner_errors_exit_2_with_one_line(capsys, monkeypatch):
 
     _without_dask(monkeypatch)
     golden = "tests/data/golden"
-    args = ["--input", f"{golden}/docs.jsonl", "--tokenizer", f"{golden}/tokenizer.json", "--output", "unused"]
+    args = [
+        "--input",
+        f"{golden}/docs.jsonl",
+        "--tokenizer",
+        f"{golden}/tokenizer.json",
+        "--output",
+        "unused",
+    ]
     assert main([*args, "--runner", "Foo"]) == 2
     assert main([*args, "--runner", "DaskRunner"]) == 2
     errors = capsys.readouterr().err.strip().splitlines()
     assert errors[0] == f"lmshards preprocess: error: {UNKNOWN}"
-    assert errors[1].startswith("lmshards preprocess: error: --runner 'DaskRunner' cannot be used: ")
+    assert errors[1].startswith(
+        "lmshards preprocess: error: --runner 'DaskRunner' cannot be used: "
+    )
     assert errors[1].endswith('pip install "lmshards[dask]".')
 
 
@@ -106,10 +130,13 @@ def test_default_is_the_in_process_fnapi_runner_with_every_core():
     assert runners.tokenizer_threads(3, options) == 3  # an explicit value wins
 
 
-@pytest.mark.parametrize("args", [
-    ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
-    ["--runner=DataflowRunner"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+        ["--runner=DataflowRunner"],
+    ],
+)
 def test_multi_process_runners_get_one_tokenizer_thread(args):
     assert runners.tokenizer_threads(0, runners.pipeline_options(args)) == 1
 
@@ -117,20 +144,30 @@ def test_multi_process_runners_get_one_tokenizer_thread(args):
 def test_dry_run_only_on_dataflow():
     with pytest.raises(PreprocessError, match="--dry_run=True needs --runner DataflowRunner"):
         runners.pipeline_options(["--dry_run=True"])
-    assert runners.is_dry_run(runners.pipeline_options(["--runner=DataflowRunner", "--dry_run=True"]))
+    assert runners.is_dry_run(
+        runners.pipeline_options(["--runner=DataflowRunner", "--dry_run=True"])
+    )
 
 
 # ---------------------------------------------------------------- dry-run cost estimate
 
 
 def test_cost_estimate_reproduces_the_runbooks_100_gb_figures():
-    estimate = runners.estimate_dataflow_cost(100 * 10**9, machine_type="n2-standard-4", max_workers=25)
+    estimate = runners.estimate_dataflow_cost(
+        100 * 10**9, machine_type="n2-standard-4", max_workers=25
+    )
     assert estimate.machine == runners.MachineShape(vcpus=4, memory_gb=16.0)
-    assert estimate.vcpu_hours == pytest.approx(46.3, abs=0.01)  # 100,000 MB / 0.9 MB/s / 3600 x 1.5
+    assert estimate.vcpu_hours == pytest.approx(
+        46.3, abs=0.01
+    )  # 100,000 MB / 0.9 MB/s / 3600 x 1.5
     assert estimate.workers == 24  # 46.3 vCPU-h on 4-vCPU workers in about 30 min
     assert estimate.wall_hours == pytest.approx(46.296 / 96, rel=1e-3)
-    assert (round(estimate.vcpu_usd, 2), round(estimate.memory_usd, 2), round(estimate.shuffle_usd, 2),
-            round(estimate.disk_usd, 2)) == (2.59, 0.66, 1.98, 0.02)
+    assert (
+        round(estimate.vcpu_usd, 2),
+        round(estimate.memory_usd, 2),
+        round(estimate.shuffle_usd, 2),
+        round(estimate.disk_usd, 2),
+    ) == (2.59, 0.66, 1.98, 0.02)
     assert estimate.usd == pytest.approx(5.25, abs=0.01)  # the runbook's "~$5.20 per 100 GB"
 
 
@@ -138,7 +175,9 @@ def test_cost_estimate_caps_workers_and_prices_memory_by_machine():
     capped = runners.estimate_dataflow_cost(10**12, machine_type="n2-highcpu-8", max_workers=10)
     assert capped.workers == 10 and capped.wall_hours == pytest.approx(capped.vcpu_hours / 80)
     assert capped.machine.memory_gb == 8.0
-    small = runners.estimate_dataflow_cost(10**6, machine_type=runners.DEFAULT_MACHINE_TYPE, max_workers=None)
+    small = runners.estimate_dataflow_cost(
+        10**6, machine_type=runners.DEFAULT_MACHINE_TYPE, max_workers=None
+    )
     assert small.workers == 1 and small.machine == runners.MachineShape(vcpus=1, memory_gb=3.75)
     custom = runners.estimate_dataflow_cost(10**9, machine_type="custom-6-24576", max_workers=None)
     assert custom.machine == runners.MachineShape(vcpus=6, memory_gb=24.0)
@@ -153,15 +192,33 @@ class _BuiltJob:
 
 
 def test_dry_run_prints_the_estimate_with_its_assumptions(capsys):
-    options = runners.pipeline_options(["--runner=DataflowRunner", "--dry_run=True", "--machine_type=n2-standard-4",
-                                        "--max_num_workers=25"])
+    options = runners.pipeline_options(
+        [
+            "--runner=DataflowRunner",
+            "--dry_run=True",
+            "--machine_type=n2-standard-4",
+            "--max_num_workers=25",
+        ]
+    )
     runners.dry_run(_BuiltJob(), options, input_bytes=100 * 10**9)
     out = capsys.readouterr().out
-    assert out.startswith("Dataflow estimate for 100,000.0 MB of input: 24 x n2-standard-4 (4 vCPUs, 16 GB each), "
-                          "46.30 vCPU-hours, about 29 min of processing plus worker start-up, about $5.25\n")
-    for assumption in ("0.9 MB/s of input per vCPU", "x 1.5 for Dataflow's overhead", "us-central1",
-                       "at most --max_num_workers", "compressed files hold more text"):
+    assert out.startswith(
+        "Dataflow estimate for 100,000.0 MB of input: 24 x n2-standard-4 (4 vCPUs, 16 GB each), "
+        "46.30 vCPU-hours, about 29 min of processing plus worker start-up, about $5.25\n"
+    )
+    for assumption in (
+        "0.9 MB/s of input per vCPU",
+        "x 1.5 for Dataflow's overhead",
+        "us-central1",
+        "at most --max_num_workers",
+        "compressed files hold more text",
+    ):
         assert assumption in out
-    runners.dry_run(_BuiltJob(), runners.pipeline_options(["--runner=DataflowRunner", "--dry_run=True",
-                                                           "--machine_type=e2-micro"]), input_bytes=1)
+    runners.dry_run(
+        _BuiltJob(),
+        runners.pipeline_options(
+            ["--runner=DataflowRunner", "--dry_run=True", "--machine_type=e2-micro"]
+        ),
+        input_bytes=1,
+    )
     assert capsys.readouterr().out.startswith("No cost estimate: machine type 'e2-micro'")

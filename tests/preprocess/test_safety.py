@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from plumbing import fs
+from plumbing.errors import ManifestError
+from plumbing.outputs import TEMP_DIR_NAME, WRITE_PROBE_PREFIX
 from preprocess.cli import main
 from preprocess.failures import RunFailure, is_reported_failure, run_failure, user_error
 from preprocess.sources import InputError
-from plumbing import fs
-from plumbing.errors import ManifestError
 from schemas.manifest import TOKENIZER_RELPATH, manifest_from_dict, read_manifest
-from plumbing.outputs import TEMP_DIR_NAME, WRITE_PROBE_PREFIX
 from schemas.tokenizer_info import fingerprint
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
@@ -36,7 +36,11 @@ ERROR = "lmshards preprocess: error: "
 
 def _tree(root: Path) -> dict[str, bytes]:
     """Every file under root (relative path -> bytes): to show that nothing changed."""
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -65,7 +69,9 @@ def corpus(tmp_path) -> Path:
 
 def _good_output(capsys, corpus: Path, output: Path) -> dict[str, bytes]:
     """A complete preprocess output of corpus/a.txt at output; returns its files."""
-    code, _, err = _run(capsys, "--input", corpus / "a.txt", "--tokenizer", TOKENIZER, "--output", output)
+    code, _, err = _run(
+        capsys, "--input", corpus / "a.txt", "--tokenizer", TOKENIZER, "--output", output
+    )
     assert code == 0, err
     assert (output / "manifest.json").is_file()
     return _tree(output)
@@ -76,7 +82,9 @@ def _good_output(capsys, corpus: Path, output: Path) -> dict[str, bytes]:
 
 def test_output_equal_to_the_input_is_refused_and_deletes_nothing(capsys, corpus):
     before = _tree(corpus)
-    code, out, err = _run(capsys, "--input", corpus, "--tokenizer", TOKENIZER, "--output", corpus, "--overwrite")
+    code, out, err = _run(
+        capsys, "--input", corpus, "--tokenizer", TOKENIZER, "--output", corpus, "--overwrite"
+    )
     assert code == 2 and out == ""
     line = _error_line(err)
     assert f"--output {str(corpus)!r}" in line and f"--input {str(corpus)!r}" in line
@@ -87,7 +95,9 @@ def test_output_inside_the_input_is_refused_and_a_previous_output_there_stays(ca
     out_dir = corpus / "out"
     previous = _good_output(capsys, corpus, out_dir)
     before = _tree(corpus)
-    code, _, err = _run(capsys, "--input", corpus, "--tokenizer", TOKENIZER, "--output", out_dir, "--overwrite")
+    code, _, err = _run(
+        capsys, "--input", corpus, "--tokenizer", TOKENIZER, "--output", out_dir, "--overwrite"
+    )
     assert code == 2
     line = _error_line(err)
     assert "is inside --input" in line and str(out_dir) in line and str(corpus) in line
@@ -96,17 +106,28 @@ def test_output_inside_the_input_is_refused_and_a_previous_output_there_stays(ca
 
 def test_output_holding_an_input_file_is_refused(capsys, corpus):
     before = _tree(corpus)
-    code, _, err = _run(capsys, "--input", corpus / "a.txt", "--tokenizer", TOKENIZER, "--output", corpus,
-                        "--overwrite")
+    code, _, err = _run(
+        capsys,
+        "--input",
+        corpus / "a.txt",
+        "--tokenizer",
+        TOKENIZER,
+        "--output",
+        corpus,
+        "--overwrite",
+    )
     assert code == 2 and "contains --input" in _error_line(err)
     assert _tree(corpus) == before
 
 
-@pytest.mark.parametrize("inputs,output,relation", [
-    (["gs://bucket/corpus"], "gs://bucket/corpus", "is the same location as"),
-    (["gs://bucket/corpus/*.txt"], "gs://bucket/corpus/out", "is inside"),
-    (["gs://bucket/corpus/a.txt", "gs://bucket/other"], "gs://bucket", "contains"),
-])
+@pytest.mark.parametrize(
+    "inputs,output,relation",
+    [
+        (["gs://bucket/corpus"], "gs://bucket/corpus", "is the same location as"),
+        (["gs://bucket/corpus/*.txt"], "gs://bucket/corpus/out", "is inside"),
+        (["gs://bucket/corpus/a.txt", "gs://bucket/other"], "gs://bucket", "contains"),
+    ],
+)
 def test_overlapping_gcs_locations_are_refused_before_any_io(capsys, inputs, output, relation):
     argv = [part for path in inputs for part in ("--input", path)]
     code, _, err = _run(capsys, *argv, "--tokenizer", TOKENIZER, "--output", output, "--overwrite")
@@ -119,8 +140,16 @@ def test_output_holding_the_tokenizer_is_refused(capsys, corpus, tmp_path):
     out_dir = tmp_path / "out"
     previous = _good_output(capsys, corpus, out_dir)
     # Re-running with the tokenizer copied into the previous output: --overwrite would delete it first.
-    code, _, err = _run(capsys, "--input", corpus, "--tokenizer", out_dir / "tokenizer", "--output", out_dir,
-                        "--overwrite")
+    code, _, err = _run(
+        capsys,
+        "--input",
+        corpus,
+        "--tokenizer",
+        out_dir / "tokenizer",
+        "--output",
+        out_dir,
+        "--overwrite",
+    )
     assert code == 2 and "contains --tokenizer" in _error_line(err)
     assert _tree(out_dir) == previous
 
@@ -134,7 +163,9 @@ def test_overwrite_refuses_foreign_files_and_deletes_nothing(capsys, corpus, tmp
     (out_dir / "notes.txt").write_text("my notes")
     (out_dir / "train" / "keep.md").write_text("not a shard")
     before = _tree(out_dir)
-    code, _, err = _run(capsys, "--input", corpus, "--tokenizer", TOKENIZER, "--output", out_dir, "--overwrite")
+    code, _, err = _run(
+        capsys, "--input", corpus, "--tokenizer", TOKENIZER, "--output", out_dir, "--overwrite"
+    )
     assert code == 2
     line = _error_line(err)
     assert "'notes.txt'" in line and "'train/keep.md'" in line and "did not write" in line
@@ -148,7 +179,9 @@ def test_overwrite_replaces_a_previous_output_completely(capsys, corpus, tmp_pat
     (out_dir / TEMP_DIR_NAME).mkdir()
     (out_dir / TEMP_DIR_NAME / "train-00003-0123").write_bytes(b"left by a killed run")
     inputs = _tree(corpus)
-    code, _, err = _run(capsys, "--input", corpus, "--tokenizer", TOKENIZER, "--output", out_dir, "--overwrite")
+    code, _, err = _run(
+        capsys, "--input", corpus, "--tokenizer", TOKENIZER, "--output", out_dir, "--overwrite"
+    )
     assert code == 0, err
     manifest = read_manifest(str(out_dir))
     assert [Path(i.path).name for i in manifest.inputs] == ["a.txt", "b.txt"]
@@ -171,7 +204,9 @@ def test_an_unwritable_output_is_refused_before_any_work(capsys, corpus, tmp_pat
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", read_only_probe)
-    code, _, err = _run(capsys, "--input", corpus, "--tokenizer", TOKENIZER, "--output", out_dir, "--overwrite")
+    code, _, err = _run(
+        capsys, "--input", corpus, "--tokenizer", TOKENIZER, "--output", out_dir, "--overwrite"
+    )
     assert code == 2
     line = _error_line(err)
     assert f"--output {str(out_dir)!r} is not writable: the file system is read-only" in line
@@ -179,9 +214,12 @@ def test_an_unwritable_output_is_refused_before_any_work(capsys, corpus, tmp_pat
     assert _tree(out_dir) == previous  # --overwrite deleted nothing
 
 
-@pytest.mark.parametrize("code,words", [(errno.ENOSPC, "the disk is full"), (errno.EACCES, "permission denied")])
-def test_a_disk_error_while_writing_shards_is_one_line_exit_1_and_no_output(capsys, corpus, tmp_path, monkeypatch,
-                                                                            code, words):
+@pytest.mark.parametrize(
+    "code,words", [(errno.ENOSPC, "the disk is full"), (errno.EACCES, "permission denied")]
+)
+def test_a_disk_error_while_writing_shards_is_one_line_exit_1_and_no_output(
+    capsys, corpus, tmp_path, monkeypatch, code, words
+):
     out_dir = tmp_path / "out"
     inputs = _tree(corpus)
     real_open_file = fs.open_file
@@ -192,7 +230,9 @@ def test_a_disk_error_while_writing_shards_is_one_line_exit_1_and_no_output(caps
         return real_open_file(path, mode)
 
     monkeypatch.setattr(fs, "open_file", failing_shard_writes)
-    exit_code, out, err = _run(capsys, "--input", corpus, "--tokenizer", TOKENIZER, "--output", out_dir)
+    exit_code, out, err = _run(
+        capsys, "--input", corpus, "--tokenizer", TOKENIZER, "--output", out_dir
+    )
     assert exit_code == 1 and out == ""
     assert _error_line(err) == (
         f"{ERROR}Cannot write to {str(out_dir)!r}: {words} ({os.strerror(code)}); "
@@ -209,7 +249,9 @@ def test_a_disk_error_while_writing_shards_is_one_line_exit_1_and_no_output(caps
 def test_a_zero_byte_file_is_refused_at_planning(capsys, tmp_path):
     empty = tmp_path / "empty.txt"
     empty.touch()
-    code, _, err = _run(capsys, "--input", empty, "--tokenizer", TOKENIZER, "--output", tmp_path / "out")
+    code, _, err = _run(
+        capsys, "--input", empty, "--tokenizer", TOKENIZER, "--output", tmp_path / "out"
+    )
     assert code == 2
     assert "Every input file is empty" in _error_line(err) and str(empty) in err
     assert not (tmp_path / "out").exists() and empty.read_bytes() == b""
@@ -220,10 +262,16 @@ def test_a_directory_of_empty_files_is_refused_at_planning(capsys, tmp_path):
     directory.mkdir()
     for i in range(200):
         (directory / f"part-{i:03d}.txt").touch()
-    code, _, err = _run(capsys, "--input", directory, "--tokenizer", TOKENIZER, "--output", tmp_path / "out")
+    code, _, err = _run(
+        capsys, "--input", directory, "--tokenizer", TOKENIZER, "--output", tmp_path / "out"
+    )
     assert code == 2
     line = _error_line(err)
-    assert "Every input file is empty" in line and str(directory / "part-000.txt") in line and "200" in line
+    assert (
+        "Every input file is empty" in line
+        and str(directory / "part-000.txt") in line
+        and "200" in line
+    )
     assert not (tmp_path / "out").exists()
     assert len(list(directory.iterdir())) == 200
 
@@ -259,19 +307,26 @@ def test_a_tokenizer_that_cannot_be_loaded_is_named(capsys, corpus, tmp_path):
     broken = tmp_path / "tokenizer.json"
     broken.write_text(json.dumps({"model": {"type": "NoSuchModel"}}))
     inputs = _tree(corpus)
-    code, _, err = _run(capsys, "--input", corpus, "--tokenizer", broken, "--output", tmp_path / "out")
+    code, _, err = _run(
+        capsys, "--input", corpus, "--tokenizer", broken, "--output", tmp_path / "out"
+    )
     assert code == 2
     line = _error_line(err)
     assert str(broken) in line and "cannot be loaded" in line
     assert not (tmp_path / "out").exists() and _tree(corpus) == inputs
 
 
-@pytest.mark.parametrize("field,value", [
-    ("tokenizer.path", "../../etc/passwd"),
-    ("tokenizer.path", "/etc/passwd"),
-    ("schema", "gs://elsewhere/schema.pbtxt"),
-])
-def test_a_manifest_naming_a_file_outside_the_output_is_refused(capsys, corpus, tmp_path, field, value):
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("tokenizer.path", "../../etc/passwd"),
+        ("tokenizer.path", "/etc/passwd"),
+        ("schema", "gs://elsewhere/schema.pbtxt"),
+    ],
+)
+def test_a_manifest_naming_a_file_outside_the_output_is_refused(
+    capsys, corpus, tmp_path, field, value
+):
     out_dir = tmp_path / "out"
     _good_output(capsys, corpus, out_dir)
     data = json.loads((out_dir / "manifest.json").read_text())
@@ -302,16 +357,23 @@ def test_worker_errors_are_traced_back_to_what_the_user_can_fix():
     assert type(error) is InputError and str(error) == "'/data/x.gz': truncated; re-create it."
     # Worker processes, Dask, Dataflow: the worker's traceback as text.
     remote = RuntimeError(
-        "Traceback (most recent call last):\n  File \"/w/preprocess/read.py\", line 1, in process\n"
+        'Traceback (most recent call last):\n  File "/w/preprocess/read.py", line 1, in process\n'
         "preprocess.sources.options.InputError: '/data/x.gz': truncated; re-create it. "
         "[while running 'Read/ReadRanges']\n"
     )
     error = user_error(remote)
     assert type(error) is InputError and str(error) == "'/data/x.gz': truncated; re-create it."
-    assert type(user_error(RuntimeError("plumbing.errors.ManifestError: bad manifest"))) is ManifestError
+    assert (
+        type(user_error(RuntimeError("plumbing.errors.ManifestError: bad manifest")))
+        is ManifestError
+    )
     # Disk errors, as an exception or as text.
-    full = run_failure(RuntimeError("OSError: [Errno 28] No space left on device: '/out/train/x'"), "/out")
-    assert isinstance(full, RunFailure) and str(full).startswith("Cannot write to '/out': the disk is full")
+    full = run_failure(
+        RuntimeError("OSError: [Errno 28] No space left on device: '/out/train/x'"), "/out"
+    )
+    assert isinstance(full, RunFailure) and str(full).startswith(
+        "Cannot write to '/out': the disk is full"
+    )
     assert isinstance(run_failure(OSError(errno.EDQUOT, "Disk quota exceeded"), "/out"), RunFailure)
     # Anything else is a bug: left as it is (its traceback is shown).
     assert run_failure(ValueError("unexpected"), "/out") is None
@@ -319,18 +381,33 @@ def test_worker_errors_are_traced_back_to_what_the_user_can_fix():
 
 
 def test_beams_log_records_of_reported_failures_are_recognised():
-    def record(name: str, level: int, message: str, exc: BaseException | None = None) -> logging.LogRecord:
+    def record(
+        name: str, level: int, message: str, exc: BaseException | None = None
+    ) -> logging.LogRecord:
         exc_info = (type(exc), exc, None) if exc else None
         return logging.LogRecord(name, level, __file__, 1, message, (), exc_info)
 
     escaped = r"worker: Error processing\ntreceback\npreprocess.sources.options.InputError: \'x.gz\': truncated"
-    assert is_reported_failure(record("apache_beam.runners.portability.local_job_service", logging.ERROR, escaped))
-    assert is_reported_failure(record("apache_beam.runners.common", logging.ERROR, "x [while running 'A']",
-                                      InputError("x")))
-    assert is_reported_failure(record("apache_beam.runners.common", logging.ERROR, "[Errno 28] No space left"))
-    assert not is_reported_failure(record("apache_beam.runners.common", logging.ERROR, "a bug", ValueError("bug")))
-    assert not is_reported_failure(record("preprocess.read", logging.ERROR, "InputError", InputError("x")))
-    assert not is_reported_failure(record("apache_beam.runners.common", logging.WARNING, "", InputError("x")))
+    assert is_reported_failure(
+        record("apache_beam.runners.portability.local_job_service", logging.ERROR, escaped)
+    )
+    assert is_reported_failure(
+        record(
+            "apache_beam.runners.common", logging.ERROR, "x [while running 'A']", InputError("x")
+        )
+    )
+    assert is_reported_failure(
+        record("apache_beam.runners.common", logging.ERROR, "[Errno 28] No space left")
+    )
+    assert not is_reported_failure(
+        record("apache_beam.runners.common", logging.ERROR, "a bug", ValueError("bug"))
+    )
+    assert not is_reported_failure(
+        record("preprocess.read", logging.ERROR, "InputError", InputError("x"))
+    )
+    assert not is_reported_failure(
+        record("apache_beam.runners.common", logging.WARNING, "", InputError("x"))
+    )
 
 
 # ---------------------------------------------------------------- self-contained, relocatable shard sets
@@ -342,7 +419,9 @@ def tokenizer_dir(tmp_path) -> Path:
     directory = tmp_path / "tok"
     directory.mkdir()
     shutil.copy(TOKENIZER, directory / "tokenizer.json")
-    (directory / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 512, "pad_token": "<pad>"}))
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps({"model_max_length": 512, "pad_token": "<pad>"})
+    )
     (directory / "special_tokens_map.json").write_text(json.dumps({"pad_token": "<pad>"}))
     (directory / "lmshards_tokenizer.json").write_text(json.dumps({"vocab_size": 400}))
     (directory / "README.md").write_text("how this tokenizer was made")
@@ -351,14 +430,28 @@ def tokenizer_dir(tmp_path) -> Path:
 
 def test_the_output_carries_its_tokenizer_and_schema(capsys, corpus, tmp_path, tokenizer_dir):
     out_dir = tmp_path / "out"
-    code, _, err = _run(capsys, "--input", corpus, "--tokenizer", tokenizer_dir, "--output", out_dir)
+    code, _, err = _run(
+        capsys, "--input", corpus, "--tokenizer", tokenizer_dir, "--output", out_dir
+    )
     assert code == 0, err
     manifest = read_manifest(str(out_dir))
-    assert manifest.tokenizer.path == "tokenizer/tokenizer.json" and manifest.schema == "schema.pbtxt"
+    assert (
+        manifest.tokenizer.path == "tokenizer/tokenizer.json" and manifest.schema == "schema.pbtxt"
+    )
     copied = _tree(out_dir / "tokenizer")
-    assert copied == {name: (tokenizer_dir / name).read_bytes() for name in (
-        "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "lmshards_tokenizer.json")}
-    assert fingerprint(Path(manifest.tokenizer_path(str(out_dir))).read_text()) == manifest.tokenizer.fingerprint
+    assert copied == {
+        name: (tokenizer_dir / name).read_bytes()
+        for name in (
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "special_tokens_map.json",
+            "lmshards_tokenizer.json",
+        )
+    }
+    assert (
+        fingerprint(Path(manifest.tokenizer_path(str(out_dir))).read_text())
+        == manifest.tokenizer.fingerprint
+    )
 
     from schemas.tfmd import parse_spec_from_schema, read_schema
 
@@ -367,14 +460,23 @@ def test_the_output_carries_its_tokenizer_and_schema(capsys, corpus, tmp_path, t
     assert (ids.int_domain.min, ids.int_domain.max) == (0, manifest.tokenizer.vocab_size - 1)
     assert set(parse_spec_from_schema(schema)) == {"input_ids", "attention_mask"}
     # The copied tokenizer and schema belong to the output: a rerun may replace them.
-    code, _, err = _run(capsys, "--input", corpus, "--tokenizer", tokenizer_dir, "--output", out_dir, "--overwrite")
+    code, _, err = _run(
+        capsys, "--input", corpus, "--tokenizer", tokenizer_dir, "--output", out_dir, "--overwrite"
+    )
     assert code == 0, err
 
 
 def test_a_tokenizer_given_as_a_file_is_copied_alone(capsys, corpus, tmp_path, tokenizer_dir):
     out_dir = tmp_path / "out"
-    code, _, err = _run(capsys, "--input", corpus, "--tokenizer", tokenizer_dir / "tokenizer.json",
-                        "--output", out_dir)
+    code, _, err = _run(
+        capsys,
+        "--input",
+        corpus,
+        "--tokenizer",
+        tokenizer_dir / "tokenizer.json",
+        "--output",
+        out_dir,
+    )
     assert code == 0, err
     assert _tree(out_dir / "tokenizer") == {"tokenizer.json": TOKENIZER.read_bytes()}
 
@@ -402,4 +504,3 @@ def test_a_manifest_without_the_tokenizer_copy_or_schema_still_reads(capsys, cor
     manifest = manifest_from_dict(data)
     assert manifest.tokenizer.path is None and manifest.schema is None
     assert manifest.tokenizer_path(str(out_dir)) is None
-

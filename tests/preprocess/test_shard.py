@@ -57,21 +57,39 @@ def test_permutation_is_pure_and_seeded():
 
 def test_layout_numbers_groups_in_order_and_sizes_shards():
     sizes = [GroupSize("train", 2, 30), GroupSize("train", 0, 10), GroupSize("validation", 0, 3)]
-    layouts = layout_splits(sizes, record_bytes=100, target_shard_bytes=1000, multiple=4, num_shards=None)
+    layouts = layout_splits(
+        sizes, record_bytes=100, target_shard_bytes=1000, multiple=4, num_shards=None
+    )
     assert layouts["train"].group_offsets == {0: 0, 2: 10}
     assert (layouts["train"].num_records, layouts["train"].num_shards) == (40, 4)
     assert (layouts["validation"].num_records, layouts["validation"].num_shards) == (3, 4)
-    empty = layout_splits([GroupSize("train", 0, 5)], record_bytes=1, target_shard_bytes=10, multiple=8,
-                          num_shards=None)
+    empty = layout_splits(
+        [GroupSize("train", 0, 5)],
+        record_bytes=1,
+        target_shard_bytes=10,
+        multiple=8,
+        num_shards=None,
+    )
     assert (empty["validation"].num_records, empty["validation"].num_shards) == (0, 0)
 
 
 def test_serialized_groups_cover_every_position_once():
-    groups = [PackedGroup(split="train", group=g, documents=1,
-                          blocks=pack_blocks(np.arange(8 * (g + 2), dtype=np.int32), seq_len=8, remainder="drop"))
-              for g in range(3)]  # 2, 3 and 4 blocks
-    layout = layout_splits([GroupSize.of(g) for g in groups], record_bytes=1, target_shard_bytes=1, multiple=1,
-                           num_shards=3)["train"]
+    groups = [
+        PackedGroup(
+            split="train",
+            group=g,
+            documents=1,
+            blocks=pack_blocks(np.arange(8 * (g + 2), dtype=np.int32), seq_len=8, remainder="drop"),
+        )
+        for g in range(3)
+    ]  # 2, 3 and 4 blocks
+    layout = layout_splits(
+        [GroupSize.of(g) for g in groups],
+        record_bytes=1,
+        target_shard_bytes=1,
+        multiple=1,
+        num_shards=3,
+    )["train"]
     batches = [item for g in groups for item in serialize_group(g, layout, seed=1)]
     positions = np.concatenate([batch.positions for _, batch in batches])
     assert sorted(positions.tolist()) == list(range(9))
@@ -82,11 +100,16 @@ def test_serialized_groups_cover_every_position_once():
 
 def test_write_shard_orders_records_by_position_whatever_the_batches(tmp_path):
     frames = [frame_record(f"record {i}".encode()) for i in range(5)]
-    batches = [ShardBatch(positions=np.array([13, 10]), frames=[frames[3], frames[0]]), ShardBatch.empty(),
-               ShardBatch(positions=np.array([12, 11, 14]), frames=[frames[2], frames[1], frames[4]])]
+    batches = [
+        ShardBatch(positions=np.array([13, 10]), frames=[frames[3], frames[0]]),
+        ShardBatch.empty(),
+        ShardBatch(positions=np.array([12, 11, 14]), frames=[frames[2], frames[1], frames[4]]),
+    ]
     info = write_shard(str(tmp_path / "a"), ("train", 1), batches, num_shards=4)
     again = write_shard(str(tmp_path / "b"), ("train", 1), list(reversed(batches)), num_shards=4)
-    assert info == again and info.path == "train/train-00001-of-00004-5.tfrecord" and info.records == 5
+    assert (
+        info == again and info.path == "train/train-00001-of-00004-5.tfrecord" and info.records == 5
+    )
     data = (tmp_path / "a" / info.path).read_bytes()
     assert data == b"".join(frames) and info.bytes == len(data)
     with open(tmp_path / "a" / info.path, "rb") as f:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from preprocess.encode import TokenizedChunk, doc_hash
-from preprocess.split import SplitSettings, _RouteFn, route_documents, split_of, validation_threshold
+from preprocess.split import (
+    SplitSettings,
+    _RouteFn,
+    route_documents,
+    split_of,
+    validation_threshold,
+)
 
 
 def test_split_fraction_is_respected_on_100k_hashes():
@@ -31,28 +37,42 @@ def test_route_sends_each_document_whole_to_its_split_and_group():
     expected = {}
     for h, n, e in zip(hashes.tolist(), lengths.tolist(), ends.tolist()):
         split = "validation" if h < threshold else "train"
-        expected.setdefault((split, h % groups[split]), []).append((h, tokens[e - n:e].tolist()))
+        expected.setdefault((split, h % groups[split]), []).append((h, tokens[e - n : e].tolist()))
 
     routed = list(route_documents(chunk, threshold=threshold, groups=groups))
     keys = [key for key, _ in routed]
-    assert keys == sorted(expected, key=lambda k: (k[0] == "validation", k[1]))  # train groups, then validation's
+    assert keys == sorted(
+        expected, key=lambda k: (k[0] == "validation", k[1])
+    )  # train groups, then validation's
     for key, piece in routed:
         ends = np.cumsum(piece.lengths)
-        got = [(int(h), piece.tokens[e - n:e].tolist()) for h, n, e in zip(piece.hashes, piece.lengths, ends)]
+        got = [
+            (int(h), piece.tokens[e - n : e].tolist())
+            for h, n, e in zip(piece.hashes, piece.lengths, ends)
+        ]
         assert got == expected[key]  # whole documents, in arrival order
 
 
 def test_unbuffered_routing_emits_nothing_when_the_bundle_ends():
     """flush_tokens=0, for runners that drop finish_bundle's output (Dask): every piece leaves in process()."""
-    chunk = TokenizedChunk(hashes=np.arange(1, 41, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15),
-                           lengths=np.full(40, 2, dtype=np.int32), tokens=np.arange(80, dtype=np.int32))
-    fn = _RouteFn(SplitSettings(validation_fraction=0.25, groups={"train": 3, "validation": 2}, flush_tokens=0))
+    chunk = TokenizedChunk(
+        hashes=np.arange(1, 41, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15),
+        lengths=np.full(40, 2, dtype=np.int32),
+        tokens=np.arange(80, dtype=np.int32),
+    )
+    fn = _RouteFn(
+        SplitSettings(
+            validation_fraction=0.25, groups={"train": 3, "validation": 2}, flush_tokens=0
+        )
+    )
     fn.setup()
     fn.start_bundle()
     emitted = [*fn.process(chunk), *fn.process(chunk)]
     assert list(fn.finish_bundle()) == []
     assert sum(piece.num_documents for _, piece in emitted) == 80
-    buffered = _RouteFn(SplitSettings(validation_fraction=0.25, groups={"train": 3, "validation": 2}))
+    buffered = _RouteFn(
+        SplitSettings(validation_fraction=0.25, groups={"train": 3, "validation": 2})
+    )
     buffered.setup()
     buffered.start_bundle()
     assert [*buffered.process(chunk), *buffered.process(chunk)] == []

@@ -20,7 +20,9 @@ def _word_level(roles: dict[str, str]) -> tuple[Tokenizer, dict[str, int]]:
     return tok, {role: vocab[token] for role, token in roles.items()}
 
 
-@pytest.mark.parametrize("roles, bos_eos", [(BERT_ROLES, (None, None)), (ROBERTA_ROLES, ("<s>", "</s>"))])
+@pytest.mark.parametrize(
+    "roles, bos_eos", [(BERT_ROLES, (None, None)), (ROBERTA_ROLES, ("<s>", "</s>"))]
+)
 def test_roles_bos_eos_and_max_length(roles, bos_eos, tmp_path):
     from transformers import AutoTokenizer
 

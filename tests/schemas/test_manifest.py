@@ -27,12 +27,23 @@ HF_RUN_MLM_RE = re.compile(r"-\d+-(\d+)\.tfrecord")  # what run_mlm.py counts sa
 
 
 def _manifest(seq_len: int = 8) -> Manifest:
-    shards = (ShardInfo(path="train/" + shard_name("train", 0, 1, 3), records=3, bytes=100, sha256="ab" * 32),)
-    totals = SplitTotals(documents=2, tokens_in=22, tokens_written=20, tokens_dropped=2, padding_tokens=4, records=3)
+    shards = (
+        ShardInfo(
+            path="train/" + shard_name("train", 0, 1, 3), records=3, bytes=100, sha256="ab" * 32
+        ),
+    )
+    totals = SplitTotals(
+        documents=2, tokens_in=22, tokens_written=20, tokens_dropped=2, padding_tokens=4, records=3
+    )
     return Manifest(
         tool_version="0.1.0",
         seq_len=seq_len,
-        tokenizer=TokenizerInfo(fingerprint="sha256:00", vocab_size=100, special_token_ids={"pad": 1}, all_special_ids=(0, 1)),
+        tokenizer=TokenizerInfo(
+            fingerprint="sha256:00",
+            vocab_size=100,
+            special_token_ids={"pad": 1},
+            all_special_ids=(0, 1),
+        ),
         splits={"train": SplitInfo(shards=shards, totals=totals)},
         inputs=(InputFileInfo(path="a.txt", bytes=10),),
         seed=1,
@@ -65,10 +76,17 @@ def test_manifest_round_trip(tmp_path):
 
 
 def test_manifest_refuses_unbalanced_accounting(tmp_path):
-    bad = dataclasses.replace(_manifest(), splits={
-        "train": SplitInfo(shards=_manifest().splits["train"].shards,
-                           totals=SplitTotals(tokens_in=23, tokens_written=20, tokens_dropped=2, padding_tokens=4, records=3))
-    })
+    bad = dataclasses.replace(
+        _manifest(),
+        splits={
+            "train": SplitInfo(
+                shards=_manifest().splits["train"].shards,
+                totals=SplitTotals(
+                    tokens_in=23, tokens_written=20, tokens_dropped=2, padding_tokens=4, records=3
+                ),
+            )
+        },
+    )
     with pytest.raises(ManifestError, match="tokens_in 23"):
         write_manifest(str(tmp_path), bad)
     assert not (tmp_path / "manifest.json").exists()

@@ -28,12 +28,18 @@ SHARD = shard_relpath("train", 0, 1, RECORDS)
 
 def _manifest() -> Manifest:
     shards = (ShardInfo(path=SHARD, records=RECORDS, bytes=10, sha256="ab" * 32),)
-    totals = SplitTotals(documents=1, tokens_in=RECORDS * SEQ_LEN, tokens_written=RECORDS * SEQ_LEN, records=RECORDS)
+    totals = SplitTotals(
+        documents=1, tokens_in=RECORDS * SEQ_LEN, tokens_written=RECORDS * SEQ_LEN, records=RECORDS
+    )
     return Manifest(
         tool_version="0.1.0",
         seq_len=SEQ_LEN,
-        tokenizer=TokenizerInfo(fingerprint="sha256:00", vocab_size=100, special_token_ids={"pad": 1},
-                                all_special_ids=(0, 1)),
+        tokenizer=TokenizerInfo(
+            fingerprint="sha256:00",
+            vocab_size=100,
+            special_token_ids={"pad": 1},
+            all_special_ids=(0, 1),
+        ),
         splits={"train": SplitInfo(shards=shards, totals=totals)},
         inputs=(),
         seed=1,
@@ -98,15 +104,29 @@ def test_read_manifest_refuses_an_escaping_shard_path(shard_sets, path, problem)
 @pytest.mark.parametrize(
     "path,records,message",
     [
-        (shard_relpath("train", 0, 1, 4), RECORDS, "its file name says 4 records, the manifest says 3"),
+        (
+            shard_relpath("train", 0, 1, 4),
+            RECORDS,
+            "its file name says 4 records, the manifest says 3",
+        ),
         ("train/data.tfrecord", RECORDS, "is not a shard file name"),
-        (shard_relpath("validation", 0, 1, RECORDS), RECORDS, "listed under split 'train' but is not a 'train' shard"),
-        (f"validation/{shard_relpath('train', 0, 1, RECORDS).split('/')[1]}", RECORDS, "is not a 'train' shard"),
+        (
+            shard_relpath("validation", 0, 1, RECORDS),
+            RECORDS,
+            "listed under split 'train' but is not a 'train' shard",
+        ),
+        (
+            f"validation/{shard_relpath('train', 0, 1, RECORDS).split('/')[1]}",
+            RECORDS,
+            "is not a 'train' shard",
+        ),
         (f"train/sub/{SHARD.split('/')[1]}", RECORDS, "is not a 'train' shard in 'train/'"),
         (SHARD.split("/")[1], RECORDS, "is not a 'train' shard"),
     ],
 )
-def test_read_manifest_refuses_a_shard_that_disagrees_with_its_name(shard_sets, path, records, message):
+def test_read_manifest_refuses_a_shard_that_disagrees_with_its_name(
+    shard_sets, path, records, message
+):
     output, _ = shard_sets
     _tamper(output, path, records)
     with pytest.raises(ManifestError, match=message):

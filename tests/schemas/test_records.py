@@ -23,8 +23,13 @@ from schemas.records import (
 
 
 def _tf_example(features: dict[str, list[int]]) -> bytes:
-    feature = {name: tf.train.Feature(int64_list=tf.train.Int64List(value=v)) for name, v in features.items()}
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True)
+    feature = {
+        name: tf.train.Feature(int64_list=tf.train.Int64List(value=v))
+        for name, v in features.items()
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(
+        deterministic=True
+    )
 
 
 @pytest.mark.parametrize("seq_len,vocab", [(8, 100), (8, 2000), (128, 50265), (64, 2**31 - 1)])
@@ -33,9 +38,12 @@ def test_encode_examples_matches_protobuf_and_parses_with_the_run_mlm_spec(seq_l
     ids = rng.integers(0, vocab, size=(20, seq_len)).astype(np.int64)
     ids[0], ids[1] = 0, vocab - 1
     masks = np.ones_like(ids)
-    masks[-1, seq_len // 2:] = 0
+    masks[-1, seq_len // 2 :] = 0
     records = encode_examples({"input_ids": ids, "attention_mask": masks})
-    assert records == [_tf_example({"input_ids": i, "attention_mask": m}) for i, m in zip(ids.tolist(), masks.tolist())]
+    assert records == [
+        _tf_example({"input_ids": i, "attention_mask": m})
+        for i, m in zip(ids.tolist(), masks.tolist())
+    ]
     parsed = tf.io.parse_example(records, parse_spec(feature_spec(seq_len)))
     assert np.array_equal(parsed["input_ids"].numpy(), ids)
     assert np.array_equal(parsed["attention_mask"].numpy(), masks)
@@ -43,8 +51,12 @@ def test_encode_examples_matches_protobuf_and_parses_with_the_run_mlm_spec(seq_l
 
 def test_record_bytes_upper_bound_is_exact_for_the_largest_record():
     for seq_len, vocab in [(8, 2000), (128, 50265), (512, 120)]:
-        largest = encode_examples({"input_ids": np.full((1, seq_len), vocab - 1), "attention_mask": np.ones((1, seq_len))})
-        assert record_bytes_upper_bound(seq_len, vocab, ("input_ids", "attention_mask")) == len(frame_record(largest[0]))
+        largest = encode_examples(
+            {"input_ids": np.full((1, seq_len), vocab - 1), "attention_mask": np.ones((1, seq_len))}
+        )
+        assert record_bytes_upper_bound(seq_len, vocab, ("input_ids", "attention_mask")) == len(
+            frame_record(largest[0])
+        )
 
 
 def test_framing_matches_tensorflow_and_detects_corruption(tmp_path):
@@ -83,11 +95,17 @@ def test_decode_examples_equals_tf_parse_example_on_random_records(seq_len, voca
     ours = encode_examples({"input_ids": ids, "attention_mask": masks})
     # TensorFlow's own serialization (map order not promised) with a feature the decoder must skip.
     theirs = [
-        tf.train.Example(features=tf.train.Features(feature={
-            "input_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=i)),
-            "attention_mask": tf.train.Feature(int64_list=tf.train.Int64List(value=m)),
-            "text": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"x" * int(i[0] % 300)])),
-        })).SerializeToString()
+        tf.train.Example(
+            features=tf.train.Features(
+                feature={
+                    "input_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=i)),
+                    "attention_mask": tf.train.Feature(int64_list=tf.train.Int64List(value=m)),
+                    "text": tf.train.Feature(
+                        bytes_list=tf.train.BytesList(value=[b"x" * int(i[0] % 300)])
+                    ),
+                }
+            )
+        ).SerializeToString()
         for i, m in zip(ids.tolist(), masks.tolist())
     ]
     for records in (ours, theirs):
@@ -110,8 +128,11 @@ def test_decode_examples_takes_int64_extremes_like_tensorflow():
 
 def test_decode_examples_names_what_is_wrong():
     good = _tf_example({"input_ids": [1, 2, 3], "attention_mask": [1, 1, 0]})
-    floats = tf.train.Example(features=tf.train.Features(
-        feature={"input_ids": tf.train.Feature(float_list=tf.train.FloatList(value=[1.0]))})).SerializeToString()
+    floats = tf.train.Example(
+        features=tf.train.Features(
+            feature={"input_ids": tf.train.Feature(float_list=tf.train.FloatList(value=[1.0]))}
+        )
+    ).SerializeToString()
     with pytest.raises(MalformedExampleError, match="record 0 has no int64 feature 'segment_ids'"):
         decode_examples([good], ("segment_ids",))
     with pytest.raises(MalformedExampleError, match="'input_ids' is not an int64 list"):
@@ -121,8 +142,10 @@ def test_decode_examples_names_what_is_wrong():
     with pytest.raises(MalformedExampleError, match="3-4 values per record"):
         decode_examples([good, _tf_example({"input_ids": [1, 2, 3, 4]})], ("input_ids",))
     # Example{features{feature{key: "input_ids", value{int64_list{value: 5}}}}}, the value as a lone varint field.
-    unpacked = bytes.fromhex("0a13" "0a11" "0a09") + b"input_ids" + bytes.fromhex("1204" "1a02" "0805")
+    unpacked = bytes.fromhex("0a130a110a09") + b"input_ids" + bytes.fromhex("12041a020805")
     spec = {"input_ids": tf.io.FixedLenFeature([1], tf.int64)}
-    assert tf.io.parse_example([unpacked], spec)["input_ids"].numpy().tolist() == [[5]]  # valid for TensorFlow
+    assert tf.io.parse_example([unpacked], spec)["input_ids"].numpy().tolist() == [
+        [5]
+    ]  # valid for TensorFlow
     with pytest.raises(MalformedExampleError, match="unpacked"):
         decode_examples([unpacked], ("input_ids",))

@@ -23,8 +23,13 @@ VOLATILE_FIELDS = ("created_at", "tool_version")
 # Per-split counters that 0.1.0 wrote but never set (always 0); format_version 2 dropped them.
 DROPPED_IN_V2 = ("documents_empty", "documents_invalid_utf8", "documents_nul")
 # Reading counters added since 0.1.0; the golden corpus has none of these.
-READING_ADDED_IN_V2 = ("documents_missing_field", "documents_non_string_text", "files_utf16", "files_utf32",
-                       "files_skipped_lmshards_output")
+READING_ADDED_IN_V2 = (
+    "documents_missing_field",
+    "documents_non_string_text",
+    "files_utf16",
+    "files_utf32",
+    "files_skipped_lmshards_output",
+)
 # Files a format_version 2 output holds beside its shards, as the manifest lists them.
 TOKENIZER_COPY = "tokenizer/tokenizer.json"
 SCHEMA = "schema.pbtxt"

@@ -15,8 +15,8 @@ from tensorflow_transform.tf_metadata import schema_utils
 from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
 
 from plumbing import fs
-from schemas.constants import ATTENTION_MASK, INPUT_IDS, SCHEMA_NAME
 from plumbing.errors import ManifestError
+from schemas.constants import ATTENTION_MASK, INPUT_IDS, SCHEMA_NAME
 from schemas.records import encode_examples, feature_spec, frame_record, parse_spec, read_records
 from schemas.tfmd import (
     feature_domains,
@@ -50,7 +50,7 @@ def _records(rows: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     ids[0, 0], ids[0, 1] = 0, VOCAB - 1
     mask = np.ones_like(ids)
     for row in range(0, rows, 3):
-        mask[row, SEQ_LEN - row % SEQ_LEN:] = 0
+        mask[row, SEQ_LEN - row % SEQ_LEN :] = 0
     ids[mask == 0] = 1
     return ids, mask
 
@@ -65,28 +65,42 @@ def test_schema_has_the_features_shapes_and_token_id_domain():
         assert feature.presence.min_fraction == 1.0
     ids = features[INPUT_IDS].int_domain
     assert (ids.min, ids.max, ids.is_categorical) == (0, VOCAB - 1, True)
-    assert (features[ATTENTION_MASK].int_domain.min, features[ATTENTION_MASK].int_domain.max) == (0, 1)
+    assert (features[ATTENTION_MASK].int_domain.min, features[ATTENTION_MASK].int_domain.max) == (
+        0,
+        1,
+    )
     with pytest.raises(ValueError, match="vocab_size"):
         schema_for(feature_spec(SEQ_LEN), vocab_size=0)
     with pytest.raises(ValueError, match="'float32'"):
         schema_for({INPUT_IDS: {"dtype": "float32", "shape": [SEQ_LEN]}}, vocab_size=VOCAB)
 
 
-@pytest.mark.parametrize(("seq_len", "vocab_size"), [(8, 1), (16, VOCAB), (128, 30522), (512, 50265), (4096, 250002)])
+@pytest.mark.parametrize(
+    ("seq_len", "vocab_size"), [(8, 1), (16, VOCAB), (128, 30522), (512, 50265), (4096, 250002)]
+)
 def test_schema_is_the_one_tensorflow_transform_builds_to_the_byte(seq_len, vocab_size):
     """Launchers without TensorFlow write what tft's schema utilities make; a tft change that alters it fails here."""
     features = feature_spec(seq_len)
     ours = schema_for(features, vocab_size=vocab_size)
-    theirs = schema_utils.schema_from_feature_spec(parse_spec(features), feature_domains(vocab_size))
+    theirs = schema_utils.schema_from_feature_spec(
+        parse_spec(features), feature_domains(vocab_size)
+    )
     assert ours == theirs
     assert schema_text(ours).encode() == schema_text(theirs).encode()
-    assert ours.SerializeToString(deterministic=True) == theirs.SerializeToString(deterministic=True)
+    assert ours.SerializeToString(deterministic=True) == theirs.SerializeToString(
+        deterministic=True
+    )
 
 
 def test_the_schema_is_written_without_tensorflow(tmp_path):
     """The launcher in the lean Dataflow image writes the same schema.pbtxt as one with TensorFlow."""
-    subprocess.run([sys.executable, "-c", _WRITE_WITHOUT_TENSORFLOW, str(tmp_path), str(SEQ_LEN), str(VOCAB)],
-                   cwd=REPO, check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-c", _WRITE_WITHOUT_TENSORFLOW, str(tmp_path), str(SEQ_LEN), str(VOCAB)],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     expected = schema_text(schema_for(feature_spec(SEQ_LEN), vocab_size=VOCAB)).encode()
     assert (tmp_path / SCHEMA_NAME).read_bytes() == expected
 
@@ -106,7 +120,9 @@ def test_schema_pbtxt_round_trips_with_deterministic_bytes(tmp_path):
     first = (tmp_path / "a" / SCHEMA_NAME).read_bytes()
     assert first == (tmp_path / "b" / SCHEMA_NAME).read_bytes() == schema_text(schema).encode()
     assert b'name: "input_ids"' in first and b"max: 499" in first
-    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [SCHEMA_NAME]  # no temporary left behind
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [
+        SCHEMA_NAME
+    ]  # no temporary left behind
 
 
 def test_read_schema_names_a_missing_or_corrupt_schema(tmp_path):
@@ -120,7 +136,9 @@ def test_read_schema_names_a_missing_or_corrupt_schema(tmp_path):
 def test_tfx_bsl_example_decoder_gives_the_trainers_arrays(tmp_path):
     ids, mask = _records(40)
     shard = tmp_path / "train-00000-of-00001-40.tfrecord"
-    shard.write_bytes(b"".join(frame_record(r) for r in encode_examples({INPUT_IDS: ids, ATTENTION_MASK: mask})))
+    shard.write_bytes(
+        b"".join(frame_record(r) for r in encode_examples({INPUT_IDS: ids, ATTENTION_MASK: mask}))
+    )
     serialized = list(read_records(io.BytesIO(shard.read_bytes())))
     schema = schema_for(feature_spec(SEQ_LEN), vocab_size=VOCAB)
 

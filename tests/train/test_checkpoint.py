@@ -46,7 +46,9 @@ def test_restores_the_newest(tmp_path):
     saved_run(tmp_path)
     v, checkpoints = reopen(tmp_path)
     assert checkpoints.restore_latest() == str(tmp_path / "ckpt-30") and v.numpy()[0] == 30
-    assert complete_checkpoints(str(tmp_path)) == [str(tmp_path / f"ckpt-{s}") for s in (30, 20, 10)]
+    assert complete_checkpoints(str(tmp_path)) == [
+        str(tmp_path / f"ckpt-{s}") for s in (30, 20, 10)
+    ]
 
 
 def damage_truncate(directory: Path) -> None:
@@ -63,7 +65,11 @@ def damage_index(directory: Path) -> None:
     (directory / "ckpt-30.index").unlink()
 
 
-@pytest.mark.parametrize("damage", [damage_truncate, damage_flip, damage_index], ids=["truncated", "bit-flip", "no-index"])
+@pytest.mark.parametrize(
+    "damage",
+    [damage_truncate, damage_flip, damage_index],
+    ids=["truncated", "bit-flip", "no-index"],
+)
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, damage, caplog):
     saved_run(tmp_path)
     damage(tmp_path)
@@ -81,10 +87,14 @@ def test_a_bit_flip_is_caught_by_tensorflows_own_checksums(tmp_path):
     saved_run(tmp_path)
     damage_flip(tmp_path)
     with pytest.raises(tf.errors.DataLossError, match="Checksum does not match"):
-        tf.train.Checkpoint(v=tf.Variable(np.zeros(SIZE, np.float32))).restore(str(tmp_path / "ckpt-30"))
+        tf.train.Checkpoint(v=tf.Variable(np.zeros(SIZE, np.float32))).restore(
+            str(tmp_path / "ckpt-30")
+        )
 
 
-@pytest.mark.parametrize("state", [b"\xff\xfe not text", b"", b"garbage {{{"], ids=["binary", "empty", "not-a-proto"])
+@pytest.mark.parametrize(
+    "state", [b"\xff\xfe not text", b"", b"garbage {{{"], ids=["binary", "empty", "not-a-proto"]
+)
 def test_an_unreadable_state_file_is_set_aside_and_the_files_are_used(tmp_path, state, caplog):
     saved_run(tmp_path)
     (tmp_path / "checkpoint").write_bytes(state)

@@ -27,7 +27,9 @@ BATCH = 16
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory, sample_tokenizer, sample_files) -> str:
     out = tmp_path_factory.mktemp("shards")
-    write_sample_shards(out, sample_tokenizer, sample_files, seq_len=SEQ_LEN, max_lines_per_file=150)
+    write_sample_shards(
+        out, sample_tokenizer, sample_files, seq_len=SEQ_LEN, max_lines_per_file=150
+    )
     return str(out)
 
 
@@ -39,10 +41,17 @@ def make_train_dataset(shards: str, *, start_step: int = 0, seed: int = 3, maski
     """The one-set pipeline as the trainer builds it on one replica: (dataset, steps per epoch, manifest)."""
     mix = mixture.open_mixture([shards])
     passes = mixture.pass_records(mix, num_pipelines=1, unit=BATCH)
-    ds = data.train_dataset(mixture.pipeline_streams(mix, passes, num_pipelines=1, pipeline_id=0),
-                            block_counts=mix.block_counts(), features=mix.manifest.features(), batch_size=BATCH,
-                            shuffle_buffer=64, seed=seed, start_step=start_step,
-                            masking=masking or token_masking(mix.manifest), with_segment_ids=False)
+    ds = data.train_dataset(
+        mixture.pipeline_streams(mix, passes, num_pipelines=1, pipeline_id=0),
+        block_counts=mix.block_counts(),
+        features=mix.manifest.features(),
+        batch_size=BATCH,
+        shuffle_buffer=64,
+        seed=seed,
+        start_step=start_step,
+        masking=masking or token_masking(mix.manifest),
+        with_segment_ids=False,
+    )
     return ds, mixture.steps_per_epoch(passes, unit=BATCH), mix.manifest
 
 
@@ -64,7 +73,9 @@ def test_an_epoch_is_exact_and_visits_each_record_at_most_once(shards):
     rows = np.concatenate([unmasked(b) for b in ds.take(spe)])
     assert len(rows) == spe * BATCH
     spec = parse_spec(manifest.features(), names=("input_ids",))
-    stored = tf.data.TFRecordDataset(manifest.shard_paths(shards, "train")).map(lambda r: tf.io.parse_single_example(r, spec))
+    stored = tf.data.TFRecordDataset(manifest.shard_paths(shards, "train")).map(
+        lambda r: tf.io.parse_single_example(r, spec)
+    )
     available = Counter(bytes(r["input_ids"].astype(np.int32)) for r in stored.as_numpy_iterator())
     seen = Counter(bytes(r.astype(np.int32)) for r in rows)
     assert not seen - available  # every row is a stored record, none more often than it is stored
@@ -81,7 +92,10 @@ def test_order_and_masks_are_deterministic_and_resume_mid_stream(shards):
         tf.random.set_seed(None)
     np.testing.assert_array_equal(np.stack(expected), np.stack(again))
     for start in (5, spe + 1):
-        resumed = [b["token_ids"].numpy() for b in make_train_dataset(shards, start_step=start)[0].take(steps - start)]
+        resumed = [
+            b["token_ids"].numpy()
+            for b in make_train_dataset(shards, start_step=start)[0].take(steps - start)
+        ]
         np.testing.assert_array_equal(np.stack(resumed), np.stack(expected[start:]))
     other_seed = make_train_dataset(shards, seed=4)[0]
     assert (next(iter(other_seed))["token_ids"].numpy() != expected[0]).any()
@@ -93,16 +107,30 @@ def test_eval_batches_are_full_and_fixed_and_cover_every_record(shards):
     manifest = read_manifest(shards)
     files = mixture.split_files(manifest, shards, "validation")
     records = files.total_records
-    ds = data.eval_dataset(files, features=manifest.features(), batch_size=BATCH, masking=token_masking(manifest),
-                           with_segment_ids=True, batches_multiple_of=4)
+    ds = data.eval_dataset(
+        files,
+        features=manifest.features(),
+        batch_size=BATCH,
+        masking=token_masking(manifest),
+        with_segment_ids=True,
+        batches_multiple_of=4,
+    )
     assert ds.element_spec["token_ids"].shape == (BATCH, SEQ_LEN)
     batches = list(ds)
     assert len(batches) % 4 == 0 and len(batches) >= records / BATCH
     rows = np.concatenate([b["padding_mask"].numpy() for b in batches])
     assert (rows.sum(axis=1) > 0).sum() == records  # padding rows only after the real ones
     assert (rows[records:] == 0).all()
-    again = list(data.eval_dataset(files, features=manifest.features(), batch_size=BATCH, masking=token_masking(manifest),
-                                   with_segment_ids=True, batches_multiple_of=4))
+    again = list(
+        data.eval_dataset(
+            files,
+            features=manifest.features(),
+            batch_size=BATCH,
+            masking=token_masking(manifest),
+            with_segment_ids=True,
+            batches_multiple_of=4,
+        )
+    )
     for a, b in zip(batches, again):
         np.testing.assert_array_equal(a["token_ids"].numpy(), b["token_ids"].numpy())
 
@@ -110,38 +138,64 @@ def test_eval_batches_are_full_and_fixed_and_cover_every_record(shards):
 @pytest.mark.parametrize("recipe", MASKING_RECIPES)
 def test_every_recipe_has_fixed_shapes_and_resumes_exactly(shards, sample_tokenizer, recipe):
     manifest = read_manifest(shards)
-    masking = data.masking_spec(manifest, recipe=recipe, mlm_probability=0.3, tokenizer=locate_tokenizer(str(sample_tokenizer)))
+    masking = data.masking_spec(
+        manifest,
+        recipe=recipe,
+        mlm_probability=0.3,
+        tokenizer=locate_tokenizer(str(sample_tokenizer)),
+    )
     assert masking.recipe == recipe and masking.mlm_probability == 0.3
     assert (masking.word_starts is not None) == (recipe in WORD_RECIPES)
     ds, _, _ = make_train_dataset(shards, masking=masking)
     assert ds.element_spec["mask_positions"].shape == (BATCH, masking.max_predictions)
     full = [b["mask_positions"].numpy() for b in ds.take(6)]
-    resumed = [b["mask_positions"].numpy() for b in make_train_dataset(shards, masking=masking, start_step=4)[0].take(2)]
+    resumed = [
+        b["mask_positions"].numpy()
+        for b in make_train_dataset(shards, masking=masking, start_step=4)[0].take(2)
+    ]
     np.testing.assert_array_equal(np.stack(resumed), np.stack(full[4:]))
 
 
 @pytest.mark.parametrize("recipe", WORD_RECIPES)
 def test_a_word_recipe_without_a_tokenizer_names_the_fix(capsys, shards, tmp_path, recipe):
-    err = run_cli(capsys, "--shards", shards, "--output", str(tmp_path / "run"), "--masking", recipe)
+    err = run_cli(
+        capsys, "--shards", shards, "--output", str(tmp_path / "run"), "--masking", recipe
+    )
     assert f"--masking {recipe} finds words with the tokenizer the shards were made with" in err
     assert "pass --tokenizer PATH" in err and len(err.splitlines()) == 1
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--masking", "span", "--mlm_probability", "0.8"], "--mlm_probability 0.8 must be above 0 and below 0.79 for --masking span"),
-    (["--mlm_probability", "1.0"], "--mlm_probability 1.0 must be above 0 and below 1.00 for --masking token"),
-    (["--masking", "whole_word", "--mlm_probability", "0"],
-     "--mlm_probability 0.0 must be above 0 and below 1.00 for --masking whole_word"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            ["--masking", "span", "--mlm_probability", "0.8"],
+            "--mlm_probability 0.8 must be above 0 and below 0.79 for --masking span",
+        ),
+        (
+            ["--mlm_probability", "1.0"],
+            "--mlm_probability 1.0 must be above 0 and below 1.00 for --masking token",
+        ),
+        (
+            ["--masking", "whole_word", "--mlm_probability", "0"],
+            "--mlm_probability 0.0 must be above 0 and below 1.00 for --masking whole_word",
+        ),
+    ],
+)
 def test_mlm_probability_is_checked_per_recipe(capsys, flags, message):
     err = run_cli(capsys, "--shards", "s", "--output", "o", *flags)
-    assert err == f"lmshards train: error: {message} (e.g. 0.15; up to 0.5 is tested for every recipe).\n"
+    assert (
+        err
+        == f"lmshards train: error: {message} (e.g. 0.15; up to 0.5 is tested for every recipe).\n"
+    )
 
 
 def test_files_must_divide_between_input_pipelines(shards):
     files = mixture.split_files(read_manifest(shards), shards, "train")
     assert mixture.pipeline_files(files, num_pipelines=4, pipeline_id=1).paths == files.paths[1::4]
-    with pytest.raises(LmshardsError, match="8 shard files do not divide evenly between 3 input pipelines"):
+    with pytest.raises(
+        LmshardsError, match="8 shard files do not divide evenly between 3 input pipelines"
+    ):
         mixture.pipeline_files(files, num_pipelines=3, pipeline_id=0)
 
 
@@ -151,7 +205,7 @@ def corrupt_copy(shards: str, tmp_path) -> tuple[str, str]:
     shutil.copytree(shards, copy)
     bad = read_manifest(str(copy)).shard_paths(str(copy), "train")[5]
     raw = bytearray(open(bad, "rb").read())
-    raw[len(raw) // 2: len(raw) // 2 + 8] = b"\xff" * 8
+    raw[len(raw) // 2 : len(raw) // 2 + 8] = b"\xff" * 8
     open(bad, "wb").write(bytes(raw))
     return str(copy), bad
 
@@ -191,7 +245,9 @@ def test_truncated_shard(capsys, shards, tmp_path):
 
 def test_corrupt_shard_stops_training_with_its_name(capsys, shards, tmp_path):
     copy, bad = corrupt_copy(shards, tmp_path)
-    err = run_cli(capsys, "--shards", copy, "--output", str(tmp_path / "run"), "--eval_every", "100")
+    err = run_cli(
+        capsys, "--shards", copy, "--output", str(tmp_path / "run"), "--eval_every", "100"
+    )
     assert repr(bad) in err and "is corrupt" in err and "Traceback" not in err
 
 
@@ -199,22 +255,38 @@ def test_tokenizer_fingerprint_mismatch(capsys, shards, sample_tokenizer, tmp_pa
     other = json.loads(sample_tokenizer.read_text())
     other["model"]["vocab"]["zzz-not-in-the-original"] = len(other["model"]["vocab"])
     (tmp_path / "tokenizer.json").write_text(json.dumps(other))
-    err = run_cli(capsys, "--shards", shards, "--output", str(tmp_path / "run"), "--tokenizer", str(tmp_path / "tokenizer.json"))
+    err = run_cli(
+        capsys,
+        "--shards",
+        shards,
+        "--output",
+        str(tmp_path / "run"),
+        "--tokenizer",
+        str(tmp_path / "tokenizer.json"),
+    )
     expected = read_manifest(shards).tokenizer.fingerprint
-    assert "fingerprint sha256:" in err and expected in err and "Pass the tokenizer given to `lmshards preprocess`" in err
+    assert (
+        "fingerprint sha256:" in err
+        and expected in err
+        and "Pass the tokenizer given to `lmshards preprocess`" in err
+    )
 
 
 def test_seq_len_longer_than_the_model(capsys, shards, tmp_path):
     config = tmp_path / "model.json"
     config.write_text(json.dumps({"family": "roberta", "max_sequence_length": 20}))
-    err = run_cli(capsys, "--shards", shards, "--output", str(tmp_path / "run"), "--model_config", str(config))
+    err = run_cli(
+        capsys, "--shards", shards, "--output", str(tmp_path / "run"), "--model_config", str(config)
+    )
     assert f"sequences of {SEQ_LEN} tokens" in err and "at most 20" in err and "--seq_len" in err
 
 
 def test_vocabulary_mismatch(capsys, shards, tmp_path):
     config = tmp_path / "model.json"
     config.write_text(json.dumps({"vocabulary_size": 30522}))
-    err = run_cli(capsys, "--shards", shards, "--output", str(tmp_path / "run"), "--model_config", str(config))
+    err = run_cli(
+        capsys, "--shards", shards, "--output", str(tmp_path / "run"), "--model_config", str(config)
+    )
     assert "vocabulary_size 30522" in err and "has 2000 tokens" in err
 
 
@@ -229,7 +301,9 @@ def test_half_written_checkpoint_is_ignored(tmp_path):
     (tmp_path / "ckpt-30.data-00000-of-00001").write_bytes(b"partial")
     (tmp_path / "ckpt-30_temp").mkdir()
     tf.compat.v1.train.update_checkpoint_state(
-        str(tmp_path), str(tmp_path / "ckpt-30"), all_model_checkpoint_paths=[*checkpoints.manager.checkpoints, str(tmp_path / "ckpt-30")]
+        str(tmp_path),
+        str(tmp_path / "ckpt-30"),
+        all_model_checkpoint_paths=[*checkpoints.manager.checkpoints, str(tmp_path / "ckpt-30")],
     )
     v.assign(0)
     reopened = RunCheckpoints(tf.train.Checkpoint(v=v), str(tmp_path), keep=3)

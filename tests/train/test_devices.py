@@ -45,14 +45,24 @@ def fake_dev(root: Path, *names: str) -> str:
 
 @pytest.mark.parametrize(
     "name, value",
-    [("TPU_NAME", "my-tpu"), ("TPU_ACCELERATOR_TYPE", "v5litepod-8"), ("TPU_WORKER_ID", "0"),
-     ("TPU_SKIP_MDS_QUERY", "1")],
+    [
+        ("TPU_NAME", "my-tpu"),
+        ("TPU_ACCELERATOR_TYPE", "v5litepod-8"),
+        ("TPU_WORKER_ID", "0"),
+        ("TPU_SKIP_MDS_QUERY", "1"),
+    ],
 )
 def test_each_tpu_env_var_alone_is_a_signal_and_auto_chooses_tpu(tmp_path, name, value):
-    signals = detect_tpu_signals(environ={name: value, "HOME": "/root"}, dev_root=fake_dev(tmp_path))
+    signals = detect_tpu_signals(
+        environ={name: value, "HOME": "/root"}, dev_root=fake_dev(tmp_path)
+    )
     assert signals == [f"env {name}={value}"]
     report = describe_devices(signals=signals, gpus=[H100], environ={name: value})
-    assert (report.strategy, report.precision, report.steps_per_execution) == ("tpu", "mixed_bfloat16", 32)
+    assert (report.strategy, report.precision, report.steps_per_execution) == (
+        "tpu",
+        "mixed_bfloat16",
+        32,
+    )
     assert report.tpu_expected and signals[0] in report.reasons["strategy"]
 
 
@@ -65,7 +75,9 @@ def test_each_tpu_device_file_alone_is_a_signal(tmp_path, device):
 
 
 def test_tpu_flag_is_a_signal(tmp_path):
-    assert detect_tpu_signals(environ={}, tpu_flag="local", dev_root=fake_dev(tmp_path)) == ["--tpu local"]
+    assert detect_tpu_signals(environ={}, tpu_flag="local", dev_root=fake_dev(tmp_path)) == [
+        "--tpu local"
+    ]
 
 
 def test_no_signal_on_a_plain_machine(tmp_path):
@@ -81,8 +93,13 @@ def test_all_signals_are_listed_in_a_fixed_order(tmp_path):
     root = fake_dev(tmp_path, "vfio/1", "vfio/0", "accel0")
     environ = {"TPU_WORKER_ID": "3", "TPU_NAME": "pod", "TPU_ACCELERATOR_TYPE": "v6e-16"}
     assert detect_tpu_signals(environ=environ, tpu_flag="pod", dev_root=root) == [
-        "--tpu pod", "env TPU_NAME=pod", "env TPU_ACCELERATOR_TYPE=v6e-16", "env TPU_WORKER_ID=3",
-        f"device {tmp_path / 'accel0'}", f"device {tmp_path / 'vfio/0'}", f"device {tmp_path / 'vfio/1'}",
+        "--tpu pod",
+        "env TPU_NAME=pod",
+        "env TPU_ACCELERATOR_TYPE=v6e-16",
+        "env TPU_WORKER_ID=3",
+        f"device {tmp_path / 'accel0'}",
+        f"device {tmp_path / 'vfio/0'}",
+        f"device {tmp_path / 'vfio/1'}",
     ]
 
 
@@ -93,18 +110,32 @@ def test_default_dev_root_is_read_at_call_time(tmp_path, monkeypatch):
 
 def test_resolver_target(tmp_path):
     empty, vm = fake_dev(tmp_path / "a"), fake_dev(tmp_path / "b", "vfio/0")
-    assert tpu_resolver_target(tpu_flag="my-pod", environ={"TPU_NAME": "x"}, dev_root=vm) == "my-pod"
+    assert (
+        tpu_resolver_target(tpu_flag="my-pod", environ={"TPU_NAME": "x"}, dev_root=vm) == "my-pod"
+    )
     # A VM's own chips: 'local', even when TPU_NAME is set (TF would otherwise ask the Cloud TPU API).
     assert tpu_resolver_target(tpu_flag=None, environ={"TPU_NAME": "x"}, dev_root=vm) == "local"
     assert tpu_resolver_target(tpu_flag=None, environ={"TPU_NAME": "x"}, dev_root=empty) is None
-    assert tpu_resolver_target(tpu_flag=None, environ={"TPU_ACCELERATOR_TYPE": "v5p-8"}, dev_root=empty) == "local"
+    assert (
+        tpu_resolver_target(
+            tpu_flag=None, environ={"TPU_ACCELERATOR_TYPE": "v5p-8"}, dev_root=empty
+        )
+        == "local"
+    )
 
 
 def test_gpu_probe_is_skipped_only_when_no_gpu_can_exist(tmp_path):
-    with_gpu, without = fake_dev(tmp_path / "g", "nvidia0", "nvidiactl"), fake_dev(tmp_path / "n", "nvidiactl")
+    with_gpu, without = (
+        fake_dev(tmp_path / "g", "nvidia0", "nvidiactl"),
+        fake_dev(tmp_path / "n", "nvidiactl"),
+    )
     assert gpu_probe_skip_reason(environ={}, dev_root=with_gpu) is None
-    assert "CUDA_VISIBLE_DEVICES" in gpu_probe_skip_reason(environ={"CUDA_VISIBLE_DEVICES": ""}, dev_root=with_gpu)
-    assert "CUDA_VISIBLE_DEVICES" in gpu_probe_skip_reason(environ={"CUDA_VISIBLE_DEVICES": "-1"}, dev_root=with_gpu)
+    assert "CUDA_VISIBLE_DEVICES" in gpu_probe_skip_reason(
+        environ={"CUDA_VISIBLE_DEVICES": ""}, dev_root=with_gpu
+    )
+    assert "CUDA_VISIBLE_DEVICES" in gpu_probe_skip_reason(
+        environ={"CUDA_VISIBLE_DEVICES": "-1"}, dev_root=with_gpu
+    )
     assert gpu_probe_skip_reason(environ={"CUDA_VISIBLE_DEVICES": "1"}, dev_root=with_gpu) is None
     assert "no GPU device file" in gpu_probe_skip_reason(environ={}, dev_root=without)
 
@@ -136,7 +167,10 @@ def test_choose_strategy():
 )
 def test_auto_precision(platform, gpus, expected):
     capabilities = [g.compute_capability for g in gpus]
-    assert resolve_precision("auto", platform=platform, gpu_compute_capabilities=capabilities) == expected
+    assert (
+        resolve_precision("auto", platform=platform, gpu_compute_capabilities=capabilities)
+        == expected
+    )
 
 
 def test_explicit_precision_passes_through_and_unknown_is_refused():
@@ -147,7 +181,11 @@ def test_explicit_precision_passes_through_and_unknown_is_refused():
 
 
 def test_steps_per_execution():
-    assert [resolve_steps_per_execution("auto", platform=p) for p in ("tpu", "gpu", "cpu")] == [32, 8, 1]
+    assert [resolve_steps_per_execution("auto", platform=p) for p in ("tpu", "gpu", "cpu")] == [
+        32,
+        8,
+        1,
+    ]
     assert resolve_steps_per_execution(5, platform="tpu") == 5
     for bad in (0, -3, "8", True):
         with pytest.raises(LmshardsError, match="steps_per_execution"):
@@ -156,7 +194,11 @@ def test_steps_per_execution():
 
 def test_report_for_gpus():
     report = describe_devices(signals=[], gpus=[A100, A100], environ={})
-    assert (report.strategy, report.precision, report.steps_per_execution) == ("mirrored", "mixed_bfloat16", 8)
+    assert (report.strategy, report.precision, report.steps_per_execution) == (
+        "mirrored",
+        "mixed_bfloat16",
+        8,
+    )
     assert report.device_kind == A100.name
     assert report.to_json()["gpus"] == [{"name": A100.name, "compute_capability": "8.0"}] * 2
     older = describe_devices(signals=[], gpus=[T4], environ={})
@@ -164,19 +206,26 @@ def test_report_for_gpus():
 
 
 def test_tpu_report_names_the_slice():
-    report = describe_devices(signals=["env TPU_ACCELERATOR_TYPE=v5p-8"], gpus=[],
-                              environ={"TPU_ACCELERATOR_TYPE": "v5p-8"})
+    report = describe_devices(
+        signals=["env TPU_ACCELERATOR_TYPE=v5p-8"],
+        gpus=[],
+        environ={"TPU_ACCELERATOR_TYPE": "v5p-8"},
+    )
     assert report.device_kind == "TPU v5p-8"
 
 
 # ---------------------------------------------------------------- chunks between boundaries
 
 
-def run_chunks(start: int, stop: int, every: tuple[int, ...], steps_per_execution: int) -> list[int]:
+def run_chunks(
+    start: int, stop: int, every: tuple[int, ...], steps_per_execution: int
+) -> list[int]:
     """The step each host call ends on, as the training loop advances."""
     ends, step = [], start
     while step < stop:
-        n = steps_in_next_call(step, stop=stop, every=every, steps_per_execution=steps_per_execution)
+        n = steps_in_next_call(
+            step, stop=stop, every=every, steps_per_execution=steps_per_execution
+        )
         assert 1 <= n <= steps_per_execution
         step += n
         ends.append(step)
@@ -188,14 +237,18 @@ def run_chunks(start: int, stop: int, every: tuple[int, ...], steps_per_executio
 def test_chunks_end_on_every_boundary_and_never_cross_one(start, steps_per_execution):
     stop, every = 253, (50, 100, 30)  # log, checkpoint, eval
     ends = run_chunks(start, stop, every, steps_per_execution)
-    boundaries = {s for s in range(start + 1, stop + 1) if s == stop or any(s % e == 0 for e in every)}
+    boundaries = {
+        s for s in range(start + 1, stop + 1) if s == stop or any(s % e == 0 for e in every)
+    }
     assert boundaries <= set(ends)
     assert ends[-1] == stop
     starts = [start, *ends[:-1]]
     assert not any(a < b < end for a, end in zip(starts, ends) for b in boundaries)
     # Between boundaries the calls are as long as allowed.
-    assert len(ends) == sum(-(-(b - a) // steps_per_execution) for a, b in zip([start, *sorted(boundaries)],
-                                                                                 sorted(boundaries)))
+    assert len(ends) == sum(
+        -(-(b - a) // steps_per_execution)
+        for a, b in zip([start, *sorted(boundaries)], sorted(boundaries))
+    )
 
 
 def test_chunk_sizes_example():
@@ -247,39 +300,58 @@ def expected_fallback(tf) -> dict:
     return {"strategy": "mirrored" if gpus else "cpu", "replicas": max(1, len(gpus))}
 
 
-@pytest.mark.parametrize("error", [ValueError("Please provide a TPU Name to connect to."), RuntimeError("no TPU"),
-                                   OSError("metadata server unreachable")])
+@pytest.mark.parametrize(
+    "error",
+    [
+        ValueError("Please provide a TPU Name to connect to."),
+        RuntimeError("no TPU"),
+        OSError("metadata server unreachable"),
+    ],
+)
 def test_auto_with_a_signal_falls_back_with_a_warning_naming_it(strategy_module, caplog, error):
     import tensorflow as tf
 
     init = FakeInit(error)
     with caplog.at_level(logging.WARNING, logger="train.strategy"):
-        strategy = strategy_module.make_strategy("auto", tpu=None, signals=["device /dev/vfio/0"], init_tpu=init)
+        strategy = strategy_module.make_strategy(
+            "auto", tpu=None, signals=["device /dev/vfio/0"], init_tpu=init
+        )
     assert init.calls == [None]
     summary = strategy_module.strategy_summary(strategy)
     assert {k: summary[k] for k in ("strategy", "replicas")} == expected_fallback(tf)
     warning = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
-    assert "device /dev/vfio/0" in warning and str(error) in warning and summary["strategy"] in warning
+    assert (
+        "device /dev/vfio/0" in warning and str(error) in warning and summary["strategy"] in warning
+    )
 
 
 def test_auto_with_a_signal_uses_the_tpu_that_initialises(strategy_module):
     sentinel = object()
     init = FakeInit(sentinel)
-    assert strategy_module.make_strategy("auto", tpu="local", signals=["--tpu local"], init_tpu=init) is sentinel
+    assert (
+        strategy_module.make_strategy("auto", tpu="local", signals=["--tpu local"], init_tpu=init)
+        is sentinel
+    )
     assert init.calls == ["local"]
 
 
 def test_strategy_tpu_without_a_signal_is_a_clear_error_before_any_init(strategy_module):
     init = FakeInit(object())
-    with pytest.raises(LmshardsError, match="no TPU signal.*TPU_ACCELERATOR_TYPE.*--tpu local") as e:
+    with pytest.raises(
+        LmshardsError, match="no TPU signal.*TPU_ACCELERATOR_TYPE.*--tpu local"
+    ) as e:
         strategy_module.make_strategy("tpu", signals=[], init_tpu=init)
     assert init.calls == [] and "/dev/vfio" in str(e.value)
 
 
 def test_strategy_tpu_that_does_not_initialise_names_the_signals(strategy_module):
     init = FakeInit(RuntimeError("TPU busy"))
-    with pytest.raises(LmshardsError, match=r"TPU busy.*env TPU_NAME=x, device /dev/accel0.*--tpu local"):
-        strategy_module.make_strategy("tpu", signals=["env TPU_NAME=x", "device /dev/accel0"], init_tpu=init)
+    with pytest.raises(
+        LmshardsError, match=r"TPU busy.*env TPU_NAME=x, device /dev/accel0.*--tpu local"
+    ):
+        strategy_module.make_strategy(
+            "tpu", signals=["env TPU_NAME=x", "device /dev/accel0"], init_tpu=init
+        )
 
 
 def test_auto_without_signals_never_tries_the_tpu(strategy_module):
@@ -298,12 +370,25 @@ def test_summary_and_defaults_of_cpu_strategies(strategy_module):
     if tf.config.list_logical_devices("GPU"):
         pytest.skip("describes a machine without GPUs")
     default = strategy_module.make_strategy("cpu", signals=[])
-    assert strategy_module.strategy_summary(default) == {"strategy": "cpu", "replicas": 1, "device_kind": "CPU"}
-    mirrored = tf.distribute.MirroredStrategy(["/cpu:0"], cross_device_ops=tf.distribute.ReductionToOneDevice())
-    assert strategy_module.strategy_summary(mirrored) == {"strategy": "mirrored", "replicas": 1, "device_kind": "CPU"}
+    assert strategy_module.strategy_summary(default) == {
+        "strategy": "cpu",
+        "replicas": 1,
+        "device_kind": "CPU",
+    }
+    mirrored = tf.distribute.MirroredStrategy(
+        ["/cpu:0"], cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
+    assert strategy_module.strategy_summary(mirrored) == {
+        "strategy": "mirrored",
+        "replicas": 1,
+        "device_kind": "CPU",
+    }
     for strategy in (default, mirrored):
         assert not strategy_module.uses_gpus(strategy)
         assert strategy_module.num_input_pipelines(strategy) == 1
-        assert strategy_module.device_defaults(strategy, precision="auto", steps_per_execution="auto") == ("float32", 1)
-        assert strategy_module.device_defaults(strategy, precision="mixed_bfloat16", steps_per_execution=4) == (
-            "mixed_bfloat16", 4)
+        assert strategy_module.device_defaults(
+            strategy, precision="auto", steps_per_execution="auto"
+        ) == ("float32", 1)
+        assert strategy_module.device_defaults(
+            strategy, precision="mixed_bfloat16", steps_per_execution=4
+        ) == ("mixed_bfloat16", 4)

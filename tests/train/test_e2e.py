@@ -23,25 +23,60 @@ SEQ_LEN = 32
 STEPS = 300
 KILL_AFTER = 60
 # Sized so loss falls clearly within STEPS on a 2-core machine.
-TRAIN_ARGS = ["--steps", str(STEPS), "--per_replica_batch", "16", "--learning_rate", "3e-3", "--warmup_steps", "30",
-              "--lr_schedule", "cosine", "--log_every", "1", "--eval_every", "150", "--checkpoint_every", "100",
-              "--shuffle_buffer", "256", "--seed", "5"]
+TRAIN_ARGS = [
+    "--steps",
+    str(STEPS),
+    "--per_replica_batch",
+    "16",
+    "--learning_rate",
+    "3e-3",
+    "--warmup_steps",
+    "30",
+    "--lr_schedule",
+    "cosine",
+    "--log_every",
+    "1",
+    "--eval_every",
+    "150",
+    "--checkpoint_every",
+    "100",
+    "--shuffle_buffer",
+    "256",
+    "--seed",
+    "5",
+]
 
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory, sample_tokenizer, sample_files) -> str:
     out = tmp_path_factory.mktemp("shards")
-    write_sample_shards(out, sample_tokenizer, sample_files, seq_len=SEQ_LEN, max_lines_per_file=150)
+    write_sample_shards(
+        out, sample_tokenizer, sample_files, seq_len=SEQ_LEN, max_lines_per_file=150
+    )
     return str(out)
 
 
 def train_cmd(shards: str, run: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "lmshards", "train", "--shards", shards, "--output", str(run), *TRAIN_ARGS, *extra]
+    return [
+        sys.executable,
+        "-m",
+        "lmshards",
+        "train",
+        "--shards",
+        shards,
+        "--output",
+        str(run),
+        *TRAIN_ARGS,
+        *extra,
+    ]
 
 
 def env() -> dict[str, str]:
     """This environment without TF_CPP_MIN_LOG_LEVEL: the trainer itself keeps TensorFlow quiet."""
-    return {**{k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}, "PYTHONPATH": str(REPO)}
+    return {
+        **{k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"},
+        "PYTHONPATH": str(REPO),
+    }
 
 
 def run_ok(cmd: list[str]) -> subprocess.CompletedProcess:
@@ -84,13 +119,17 @@ def test_loss_falls_and_eval_is_reported(uninterrupted):
     assert summary["eval_perplexity"] == pytest.approx(math.exp(summary["eval_loss"]))
     assert 0.0 < summary["eval_accuracy"] < 1.0 and summary["sequences_per_second"] > 0
     evals = [r for r in metrics(uninterrupted) if "eval_loss" in r]
-    assert [r["step"] for r in evals] == [150, 300] and evals[1]["eval_loss"] < evals[0]["eval_loss"]
+    assert [r["step"] for r in evals] == [150, 300] and evals[1]["eval_loss"] < evals[0][
+        "eval_loss"
+    ]
     (final,) = [r for r in metrics(uninterrupted) if "final_eval_loss" in r]
     assert final["step"] == STEPS and summary["eval_loss"] == final["final_eval_loss"]
     assert summary["eval_batches"] == final["final_eval_batches"] >= evals[1]["eval_batches"]
     assert (summary["strategy"], summary["replicas"], summary["device_kind"]) == ("cpu", 1, "CPU")
     run_config = json.loads((uninterrupted / "run_config.json").read_text())
-    assert run_config["model"]["family"] == "roberta" and run_config["special_token_ids"]["mask"] == 4
+    assert (
+        run_config["model"]["family"] == "roberta" and run_config["special_token_ids"]["mask"] == 4
+    )
     assert (uninterrupted / "tokenizer" / "tokenizer.json").exists()
     assert list((uninterrupted / "tensorboard").glob("events.out.tfevents.*"))
 
@@ -102,8 +141,12 @@ def test_load_model_from_run_restores_the_trained_weights(uninterrupted):
     from train.model import build_masked_lm, load_model_from_run
 
     latest, config = load_model_from_run(str(uninterrupted))
-    named, _ = load_model_from_run(str(uninterrupted), str(uninterrupted / "checkpoints" / f"ckpt-{STEPS}"))
-    older, _ = load_model_from_run(str(uninterrupted), str(uninterrupted / "checkpoints" / "ckpt-200"))
+    named, _ = load_model_from_run(
+        str(uninterrupted), str(uninterrupted / "checkpoints" / f"ckpt-{STEPS}")
+    )
+    older, _ = load_model_from_run(
+        str(uninterrupted), str(uninterrupted / "checkpoints" / "ckpt-200")
+    )
     weights = [w.numpy() for w in latest.weights]
     for other, same in ((named, True), (older, False), (build_masked_lm(config), False)):
         equal = all(np.array_equal(a, b.numpy()) for a, b in zip(weights, other.weights))
@@ -112,12 +155,20 @@ def test_load_model_from_run_restores_the_trained_weights(uninterrupted):
         load_model_from_run(str(uninterrupted), str(uninterrupted / "checkpoints" / "ckpt-7"))
 
 
-def test_sigterm_then_rerun_continues_like_an_uninterrupted_run(shards, sample_tokenizer, uninterrupted, tmp_path):
+def test_sigterm_then_rerun_continues_like_an_uninterrupted_run(
+    shards, sample_tokenizer, uninterrupted, tmp_path
+):
     run = tmp_path / "run"
     cmd = train_cmd(shards, run, "--tokenizer", str(sample_tokenizer))
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     deadline = time.monotonic() + 300
-    while max(train_losses(run), default=0) < KILL_AFTER and proc.poll() is None and time.monotonic() < deadline:
+    while (
+        max(train_losses(run), default=0) < KILL_AFTER
+        and proc.poll() is None
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=120)
@@ -133,19 +184,29 @@ def test_sigterm_then_rerun_continues_like_an_uninterrupted_run(shards, sample_t
     (run / "checkpoints" / f"ckpt-{stopped + 1}_temp").mkdir()
 
     proc = run_ok(cmd)
-    assert f"Resumed from {run / 'checkpoints' / f'ckpt-{stopped}'} at step {stopped}" in proc.stderr
-    assert proc.stdout.startswith(f"run {run}: finished at step {STEPS}\n")  # logs go to stderr, the summary to stdout
+    assert (
+        f"Resumed from {run / 'checkpoints' / f'ckpt-{stopped}'} at step {stopped}" in proc.stderr
+    )
+    assert proc.stdout.startswith(
+        f"run {run}: finished at step {STEPS}\n"
+    )  # logs go to stderr, the summary to stdout
     resumed, expected = train_losses(run), train_losses(uninterrupted)
     assert sorted(resumed) == list(range(1, STEPS + 1))
     for step in range(1, STEPS + 1):
         assert resumed[step] == pytest.approx(expected[step], rel=1e-4, abs=1e-4), step
     summary = json.loads((run / "run_summary.json").read_text())
     assert summary["global_step"] == STEPS
-    assert summary["eval_loss"] == pytest.approx(json.loads((uninterrupted / "run_summary.json").read_text())["eval_loss"], rel=1e-4)
+    assert summary["eval_loss"] == pytest.approx(
+        json.loads((uninterrupted / "run_summary.json").read_text())["eval_loss"], rel=1e-4
+    )
     import tensorflow as tf
 
     reader = tf.train.load_checkpoint(str(run / "checkpoints"))
-    iterations = [k for k in reader.get_variable_to_shape_map() if k.startswith("optimizer/") and "_iterations" in k]
+    iterations = [
+        k
+        for k in reader.get_variable_to_shape_map()
+        if k.startswith("optimizer/") and "_iterations" in k
+    ]
     assert [int(reader.get_tensor(k)) for k in iterations] == [STEPS]
 
 
@@ -160,11 +221,41 @@ sys.exit(main(sys.argv[1:]))
 
 def test_mirrored_strategy_over_two_cpu_devices(shards, tmp_path):
     run = tmp_path / "run"
-    run_ok([sys.executable, "-c", MIRRORED, "--shards", shards, "--output", str(run), "--strategy", "mirrored",
-            "--model_family", "bert", "--steps", "30", "--per_replica_batch", "8", "--learning_rate", "3e-3",
-            "--warmup_steps", "5", "--log_every", "10", "--eval_every", "30", "--checkpoint_every", "30"])
+    run_ok(
+        [
+            sys.executable,
+            "-c",
+            MIRRORED,
+            "--shards",
+            shards,
+            "--output",
+            str(run),
+            "--strategy",
+            "mirrored",
+            "--model_family",
+            "bert",
+            "--steps",
+            "30",
+            "--per_replica_batch",
+            "8",
+            "--learning_rate",
+            "3e-3",
+            "--warmup_steps",
+            "5",
+            "--log_every",
+            "10",
+            "--eval_every",
+            "30",
+            "--checkpoint_every",
+            "30",
+        ]
+    )
     summary = json.loads((run / "run_summary.json").read_text())
-    assert summary["replicas"] == 2 and summary["global_batch"] == 16 and summary["strategy"] == "mirrored"
+    assert (
+        summary["replicas"] == 2
+        and summary["global_batch"] == 16
+        and summary["strategy"] == "mirrored"
+    )
     assert summary["config"]["model"]["family"] == "bert" and summary["global_step"] == 30
     losses = train_losses(run)
     assert sorted(losses) == [10, 20, 30] and losses[30] < losses[10]
@@ -172,9 +263,22 @@ def test_mirrored_strategy_over_two_cpu_devices(shards, tmp_path):
 
 
 def test_export_keeps_tensorflows_start_up_lines_off_stderr(uninterrupted, tmp_path):
-    proc = run_ok([sys.executable, "-m", "lmshards", "export", str(uninterrupted), "--output", str(tmp_path / "hf")])
+    proc = run_ok(
+        [
+            sys.executable,
+            "-m",
+            "lmshards",
+            "export",
+            str(uninterrupted),
+            "--output",
+            str(tmp_path / "hf"),
+        ]
+    )
     assert proc.stdout == f"Exported {uninterrupted} to {tmp_path / 'hf'}\n"
     # Ours start with the date; transformers' progress bar is the one other writer.
-    foreign = [line for line in proc.stderr.splitlines()
-               if line.strip() and not line.startswith("20") and "Writing model shards" not in line]
+    foreign = [
+        line
+        for line in proc.stderr.splitlines()
+        if line.strip() and not line.startswith("20") and "Writing model shards" not in line
+    ]
     assert foreign == [], proc.stderr[-3000:]

@@ -42,7 +42,11 @@ def test_json_under_a_faked_tpu_vm_environment(plain_machine, monkeypatch, capsy
     monkeypatch.setenv("TPU_WORKER_ID", "0")
     report = env_json(capsys)
     assert report["signals"] == ["env TPU_ACCELERATOR_TYPE=v6e-8", "env TPU_WORKER_ID=0"]
-    assert (report["strategy"], report["precision"], report["steps_per_execution"]) == ("tpu", "mixed_bfloat16", 32)
+    assert (report["strategy"], report["precision"], report["steps_per_execution"]) == (
+        "tpu",
+        "mixed_bfloat16",
+        32,
+    )
     assert report["tpu_expected"] is True and report["device_kind"] == "TPU v6e-8"
     assert report["gpus"] == [] and report["gpu_probe"].startswith("not probed: no GPU device file")
 
@@ -63,7 +67,11 @@ def test_json_with_the_tpu_flag(plain_machine, capsys):
 def test_json_on_a_cpu_machine(plain_machine, capsys):
     report = env_json(capsys)
     assert report["signals"] == [] and report["tpu_expected"] is False
-    assert (report["strategy"], report["precision"], report["steps_per_execution"]) == ("cpu", "float32", 1)
+    assert (report["strategy"], report["precision"], report["steps_per_execution"]) == (
+        "cpu",
+        "float32",
+        1,
+    )
     assert report["device_kind"] == "CPU" and report["gpus"] == []
     assert set(report["reasons"]) == {"strategy", "precision", "steps_per_execution"}
     versions = report["versions"]
@@ -90,7 +98,11 @@ def test_text_report(plain_machine, monkeypatch, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert "TPU signals: env TPU_NAME=my-tpu" in lines
     auto = {line.split()[0]: line.split()[2] for line in lines if line.startswith("  --")}
-    assert auto == {"--strategy": "tpu", "--precision": "mixed_bfloat16", "--steps_per_execution": "32"}
+    assert auto == {
+        "--strategy": "tpu",
+        "--precision": "mixed_bfloat16",
+        "--steps_per_execution": "32",
+    }
     assert f"tensorflow {importlib.metadata.version('tensorflow')}" in lines[1]
 
 
@@ -104,14 +116,24 @@ def test_unknown_flag_is_one_error_line_with_a_hint(capsys):
 
 def test_lmshards_env_runs_without_importing_tensorflow():
     """The real command, in its own process and on this machine's /dev, with every GPU hidden."""
-    code = ("import sys; from lmshards.cli import main; rc = main(['env', '--json']); "
-            "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'; sys.exit(rc)")
+    code = (
+        "import sys; from lmshards.cli import main; rc = main(['env', '--json']); "
+        "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'; sys.exit(rc)"
+    )
     environ = {k: v for k, v in os.environ.items() if k not in TPU_ENV_VARS}
     environ["CUDA_VISIBLE_DEVICES"] = ""
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=environ, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert {"strategy", "precision", "steps_per_execution", "signals", "versions", "gpus"} <= set(report)
+    assert {"strategy", "precision", "steps_per_execution", "signals", "versions", "gpus"} <= set(
+        report
+    )
     assert report["signals"] == devices.detect_tpu_signals(environ=environ)
     assert report["strategy"] == ("tpu" if report["signals"] else "cpu")

@@ -26,7 +26,12 @@ from train.export import export_masked_lm, push_to_hub
 from train.families import FAMILIES, family_names, get_family
 from train.hf_mapping import MaskedLMSpec, hf_config, hf_state_dict, keras_weight_names
 
-TEXTS = ["The capital of France is Paris.", "Привет, мир!", "学而时习之，不亦说乎", "  spaced   out\ttext  "]
+TEXTS = [
+    "The capital of France is Paris.",
+    "Привет, мир!",
+    "学而时习之，不亦说乎",
+    "  spaced   out\ttext  ",
+]
 
 
 def padded_batch(family_pad_id: int, vocabulary_size: int, *, first_id: int, seed: int = 1):
@@ -40,7 +45,9 @@ def padded_batch(family_pad_id: int, vocabulary_size: int, *, first_id: int, see
     return ids, mask
 
 
-def keras_outputs(masked_lm, family: str, ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def keras_outputs(
+    masked_lm, family: str, ids: np.ndarray, mask: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(sequence output, logits at every position) of the Keras model."""
     inputs = {"token_ids": ids, "padding_mask": mask}
     if get_family(family).uses_segment_ids:
@@ -71,7 +78,11 @@ def roberta_export(tmp_path_factory, sample_tokenizer):
     masked_lm = tiny_masked_lm("roberta", vocabulary_size=vocabulary_size)
     out = tmp_path_factory.mktemp("roberta") / "model"
     export_masked_lm(
-        masked_lm, family="roberta", tokenizer_dir_or_json=str(sample_tokenizer), special_token_ids=specials, output_dir=str(out)
+        masked_lm,
+        family="roberta",
+        tokenizer_dir_or_json=str(sample_tokenizer),
+        special_token_ids=specials,
+        output_dir=str(out),
     )
     return masked_lm, out, specials
 
@@ -80,7 +91,9 @@ def roberta_export(tmp_path_factory, sample_tokenizer):
 def bert_tokenizer_dir(tmp_path_factory, sample_files) -> Path:
     base = tmp_path_factory.mktemp("bert_tokenizer")
     english = [f for f in sample_files if f.parent.name == "en"]
-    return transformers_tokenizer_dir(train_bert_tokenizer(base / "tokenizer.json", english), base / "hf")
+    return transformers_tokenizer_dir(
+        train_bert_tokenizer(base / "tokenizer.json", english), base / "hf"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -89,34 +102,70 @@ def bert_export(tmp_path_factory, bert_tokenizer_dir):
     masked_lm = tiny_masked_lm("bert", vocabulary_size=600)
     out = tmp_path_factory.mktemp("bert") / "model"
     export_masked_lm(
-        masked_lm, family="bert", tokenizer_dir_or_json=str(bert_tokenizer_dir), special_token_ids=specials, output_dir=str(out)
+        masked_lm,
+        family="bert",
+        tokenizer_dir_or_json=str(bert_tokenizer_dir),
+        special_token_ids=specials,
+        output_dir=str(out),
     )
     return masked_lm, out, specials
 
 
 def test_hf_state_dict_moves_roberta_positions_and_splits_heads_like_hf():
     spec = MaskedLMSpec(
-        family="roberta", vocabulary_size=7, num_layers=1, num_heads=2, hidden_dim=4, intermediate_dim=6, dropout=0.0,
-        max_sequence_length=5, num_segments=0, activation="gelu", layer_norm_epsilon=1e-5, head_activation="gelu",
+        family="roberta",
+        vocabulary_size=7,
+        num_layers=1,
+        num_heads=2,
+        hidden_dim=4,
+        intermediate_dim=6,
+        dropout=0.0,
+        max_sequence_length=5,
+        num_segments=0,
+        activation="gelu",
+        layer_norm_epsilon=1e-5,
+        head_activation="gelu",
         head_layer_norm_epsilon=1e-5,
     )
     rng = np.random.default_rng(0)
     shapes = {
-        "token_embedding": (7, 4), "position_embedding": (5, 4), "layer.0.query.kernel": (4, 2, 2),
-        "layer.0.key.kernel": (4, 2, 2), "layer.0.value.kernel": (4, 2, 2), "layer.0.query.bias": (2, 2),
-        "layer.0.key.bias": (2, 2), "layer.0.value.bias": (2, 2), "layer.0.attention_output.kernel": (2, 2, 4),
-        "layer.0.intermediate.kernel": (4, 6), "layer.0.intermediate.bias": (6,), "layer.0.output.kernel": (6, 4),
-        "head.dense.kernel": (4, 4), "head.bias": (7,),
+        "token_embedding": (7, 4),
+        "position_embedding": (5, 4),
+        "layer.0.query.kernel": (4, 2, 2),
+        "layer.0.key.kernel": (4, 2, 2),
+        "layer.0.value.kernel": (4, 2, 2),
+        "layer.0.query.bias": (2, 2),
+        "layer.0.key.bias": (2, 2),
+        "layer.0.value.bias": (2, 2),
+        "layer.0.attention_output.kernel": (2, 2, 4),
+        "layer.0.intermediate.kernel": (4, 6),
+        "layer.0.intermediate.bias": (6,),
+        "layer.0.output.kernel": (6, 4),
+        "head.dense.kernel": (4, 4),
+        "head.bias": (7,),
     }
-    weights = {name: rng.normal(size=shapes.get(name, (4,))).astype("float32") for name in keras_weight_names(spec)}
+    weights = {
+        name: rng.normal(size=shapes.get(name, (4,))).astype("float32")
+        for name in keras_weight_names(spec)
+    }
     state = hf_state_dict(weights, spec, pad_token_id=3)
 
     positions = state["roberta.embeddings.position_embeddings.weight"]
-    assert positions.shape == (3 + 1 + 5, 4) == (hf_config(spec, {"pad": 3, "mask": 4})["max_position_embeddings"], 4)
-    np.testing.assert_array_equal(positions[4:], weights["position_embedding"])  # first token -> row padding_idx + 1
+    assert (
+        positions.shape
+        == (3 + 1 + 5, 4)
+        == (hf_config(spec, {"pad": 3, "mask": 4})["max_position_embeddings"], 4)
+    )
+    np.testing.assert_array_equal(
+        positions[4:], weights["position_embedding"]
+    )  # first token -> row padding_idx + 1
     np.testing.assert_array_equal(positions[:4], 0.0)
-    np.testing.assert_array_equal(state["roberta.embeddings.token_type_embeddings.weight"], np.zeros((1, 4)))
-    query = state["roberta.encoder.layer.0.attention.self.query.weight"]  # torch [out = head * 2 + dim, in]
+    np.testing.assert_array_equal(
+        state["roberta.embeddings.token_type_embeddings.weight"], np.zeros((1, 4))
+    )
+    query = state[
+        "roberta.encoder.layer.0.attention.self.query.weight"
+    ]  # torch [out = head * 2 + dim, in]
     kernel = weights["layer.0.query.kernel"]  # keras [in, head, dim]
     for h_in, head, dim in np.ndindex(kernel.shape):
         assert query[head * 2 + dim, h_in] == kernel[h_in, head, dim]
@@ -161,56 +210,97 @@ def test_export_of_the_trainers_model_gives_its_logits(family, tmp_path, sample_
     from train.model import build_masked_lm
 
     vocabulary_size = Tokenizer.from_file(str(sample_tokenizer)).get_vocab_size()
-    masked_lm = build_masked_lm(ModelConfig(family=family, vocabulary_size=vocabulary_size, num_layers=2, num_heads=2,
-                                            hidden_dim=32, intermediate_dim=64, dropout=0.1,
-                                            max_sequence_length=SEQ_LEN))
+    masked_lm = build_masked_lm(
+        ModelConfig(
+            family=family,
+            vocabulary_size=vocabulary_size,
+            num_layers=2,
+            num_heads=2,
+            hidden_dim=32,
+            intermediate_dim=64,
+            dropout=0.1,
+            max_sequence_length=SEQ_LEN,
+        )
+    )
     perturb(masked_lm, seed=3)
     specials = special_token_ids(locate_tokenizer(str(sample_tokenizer)))
     out = tmp_path / "model"
     export_masked_lm(
-        masked_lm, family=family, tokenizer_dir_or_json=str(sample_tokenizer), special_token_ids=specials, output_dir=str(out)
+        masked_lm,
+        family=family,
+        tokenizer_dir_or_json=str(sample_tokenizer),
+        special_token_ids=specials,
+        output_dir=str(out),
     )
     ids, mask = padded_batch(specials["pad"], vocabulary_size, first_id=5, seed=4)
     _, keras_logits = keras_outputs(masked_lm, family, ids, mask)
     _, torch_logits = hf_outputs(out, ids, mask)
-    assert type(transformers.AutoModelForMaskedLM.from_pretrained(out)).__name__ == FAMILIES[family].hf_masked_lm_class
+    assert (
+        type(transformers.AutoModelForMaskedLM.from_pretrained(out)).__name__
+        == FAMILIES[family].hf_masked_lm_class
+    )
     assert np.abs(torch_logits[mask == 1] - keras_logits[mask == 1]).max() < 1e-4
     assert np.abs(keras_logits).max() > 0.5  # logits of a real scale, not all near zero
 
 
 @pytest.mark.parametrize("family", ["roberta", "bert"])
-def test_export_loads_cleanly_with_a_config_matching_model_and_tokenizer(family, roberta_export, bert_export):
+def test_export_loads_cleanly_with_a_config_matching_model_and_tokenizer(
+    family, roberta_export, bert_export
+):
     masked_lm, out, specials = roberta_export if family == "roberta" else bert_export
     model, info = transformers.AutoModelForMaskedLM.from_pretrained(out, output_loading_info=True)
     assert {k: list(v) for k, v in info.items()} == {
-        "missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []
+        "missing_keys": [],
+        "unexpected_keys": [],
+        "mismatched_keys": [],
+        "error_msgs": [],
     }
     files = sorted(p.name for p in out.iterdir())
     assert files == ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
     config = model.config
     backbone = masked_lm.backbone
-    assert type(model).__name__ == {"roberta": "RobertaForMaskedLM", "bert": "BertForMaskedLM"}[family]
-    assert (config.vocab_size, config.hidden_size, config.num_hidden_layers, config.num_attention_heads) == (
-        backbone.vocabulary_size, 32, 2, 2
+    assert (
+        type(model).__name__ == {"roberta": "RobertaForMaskedLM", "bert": "BertForMaskedLM"}[family]
     )
+    assert (
+        config.vocab_size,
+        config.hidden_size,
+        config.num_hidden_layers,
+        config.num_attention_heads,
+    ) == (backbone.vocabulary_size, 32, 2, 2)
     assert config.intermediate_size == 64 and config.hidden_dropout_prob == pytest.approx(0.1)
     expected = {
         "roberta": ("gelu", 1e-5, SEQ_LEN + specials["pad"] + 1, 1),
         "bert": ("gelu_pytorch_tanh", 1e-12, SEQ_LEN, 2),
     }[family]
-    assert (config.hidden_act, config.layer_norm_eps, config.max_position_embeddings, config.type_vocab_size) == expected
+    assert (
+        config.hidden_act,
+        config.layer_norm_eps,
+        config.max_position_embeddings,
+        config.type_vocab_size,
+    ) == expected
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     assert config.pad_token_id == tokenizer.pad_token_id == specials["pad"]
     assert tokenizer.mask_token_id == specials["mask"]
     if family == "roberta":
-        assert (config.bos_token_id, config.eos_token_id) == (tokenizer.bos_token_id, tokenizer.eos_token_id) == (
-            specials["cls"], specials["sep"]
+        assert (
+            (config.bos_token_id, config.eos_token_id)
+            == (tokenizer.bos_token_id, tokenizer.eos_token_id)
+            == (specials["cls"], specials["sep"])
         )
-    assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    assert (
+        model.get_output_embeddings().weight.data_ptr()
+        == model.get_input_embeddings().weight.data_ptr()
+    )
 
 
-def test_exported_tokenizers_give_the_tokenizers_library_ids(roberta_export, bert_export, sample_tokenizer, bert_tokenizer_dir):
-    for (_, out, _), tokenizer_json in ((roberta_export, sample_tokenizer), (bert_export, bert_tokenizer_dir / "tokenizer.json")):
+def test_exported_tokenizers_give_the_tokenizers_library_ids(
+    roberta_export, bert_export, sample_tokenizer, bert_tokenizer_dir
+):
+    for (_, out, _), tokenizer_json in (
+        (roberta_export, sample_tokenizer),
+        (bert_export, bert_tokenizer_dir / "tokenizer.json"),
+    ):
         reference = Tokenizer.from_file(str(tokenizer_json))
         exported = transformers.AutoTokenizer.from_pretrained(out)
         for text in TEXTS:
@@ -223,23 +313,34 @@ def test_exported_tokenizers_give_the_tokenizers_library_ids(roberta_export, ber
 def test_wrapped_mask_token_takes_the_space_before_it(roberta_export):
     tokenizer = transformers.AutoTokenizer.from_pretrained(roberta_export[1])
     ids = tokenizer("The capital of France is <mask>.")["input_ids"]
-    assert ids[ids.index(tokenizer.mask_token_id) - 1] == tokenizer("The capital of France is")["input_ids"][-2]
+    assert (
+        ids[ids.index(tokenizer.mask_token_id) - 1]
+        == tokenizer("The capital of France is")["input_ids"][-2]
+    )
 
 
 def test_export_refuses_a_non_empty_output_and_a_tokenizer_with_other_role_ids(
     tmp_path, roberta_export, sample_tokenizer, bert_tokenizer_dir
 ):
     masked_lm, out, specials = roberta_export
-    kwargs = dict(family="roberta", tokenizer_dir_or_json=str(sample_tokenizer), special_token_ids=specials)
+    kwargs = dict(
+        family="roberta", tokenizer_dir_or_json=str(sample_tokenizer), special_token_ids=specials
+    )
     with pytest.raises(LmshardsError, match="is not empty; pass --overwrite"):
         export_masked_lm(masked_lm, output_dir=str(out), **kwargs)
-    with pytest.raises(TokenizerError, match="pad token has id 0, but the model was trained with 1"):
+    with pytest.raises(
+        TokenizerError, match="pad token has id 0, but the model was trained with 1"
+    ):
         other_tokenizer = {**kwargs, "tokenizer_dir_or_json": str(bert_tokenizer_dir)}
         export_masked_lm(masked_lm, output_dir=str(tmp_path / "m"), **other_tokenizer)
-    assert not (tmp_path / "m").exists() and os.listdir(tmp_path) == []  # no partial output left behind
+    assert (
+        not (tmp_path / "m").exists() and os.listdir(tmp_path) == []
+    )  # no partial output left behind
     with pytest.raises(LmshardsError, match="expects a keras-hub BertBackbone"):
         export_masked_lm(masked_lm, output_dir=str(tmp_path / "m"), **{**kwargs, "family": "bert"})
-    with pytest.raises(LmshardsError, match=r"Unknown model family 'gpt2'; choose one of \['roberta', 'bert'\]"):
+    with pytest.raises(
+        LmshardsError, match=r"Unknown model family 'gpt2'; choose one of \['roberta', 'bert'\]"
+    ):
         export_masked_lm(masked_lm, output_dir=str(tmp_path / "m"), **{**kwargs, "family": "gpt2"})
 
 
@@ -251,16 +352,22 @@ def test_overwrite_replaces_an_export_only_once_the_new_one_is_complete(
     kwargs = dict(family="roberta", special_token_ids=specials, output_dir=str(out), overwrite=True)
     export_masked_lm(masked_lm, tokenizer_dir_or_json=str(sample_tokenizer), **kwargs)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    assert before == {p.name: p.read_bytes() for p in first.iterdir()}  # the same model exports the same bytes
+    assert before == {
+        p.name: p.read_bytes() for p in first.iterdir()
+    }  # the same model exports the same bytes
 
     with pytest.raises(TokenizerError):
         export_masked_lm(masked_lm, tokenizer_dir_or_json=str(bert_tokenizer_dir), **kwargs)
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before and os.listdir(tmp_path) == ["model"]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before and os.listdir(tmp_path) == [
+        "model"
+    ]
 
     other = tiny_masked_lm("roberta", vocabulary_size=masked_lm.backbone.vocabulary_size, seed=5)
     export_masked_lm(other, tokenizer_dir_or_json=str(sample_tokenizer), **kwargs)
     after = {p.name: p.read_bytes() for p in out.iterdir()}
-    assert after.keys() == before.keys() and after["model.safetensors"] != before["model.safetensors"]
+    assert (
+        after.keys() == before.keys() and after["model.safetensors"] != before["model.safetensors"]
+    )
     assert after["tokenizer.json"] == before["tokenizer.json"] and os.listdir(tmp_path) == ["model"]
 
 
@@ -287,30 +394,74 @@ def train_tiny_run(tmp_path: Path, *, tokenizer_json: Path, files: list[Path]) -
     from train import cli as train_cli
 
     write_sample_shards(
-        tmp_path / "shards", tokenizer_json, files, seq_len=SEQ_LEN, train_shards=2, validation_shards=1, max_lines_per_file=40
+        tmp_path / "shards",
+        tokenizer_json,
+        files,
+        seq_len=SEQ_LEN,
+        train_shards=2,
+        validation_shards=1,
+        max_lines_per_file=40,
     )
-    model_config = dict(num_layers=1, num_heads=2, hidden_dim=32, intermediate_dim=64, max_sequence_length=SEQ_LEN + 2)
+    model_config = dict(
+        num_layers=1,
+        num_heads=2,
+        hidden_dim=32,
+        intermediate_dim=64,
+        max_sequence_length=SEQ_LEN + 2,
+    )
     (tmp_path / "model.json").write_text(json.dumps(model_config))
     run_dir = tmp_path / "run"
-    args = ["--shards", str(tmp_path / "shards"), "--output", str(run_dir), "--tokenizer", str(tokenizer_json)]
-    args += ["--model_config", str(tmp_path / "model.json"), "--steps", "4", "--checkpoint_every", "2", "--keep", "2"]
-    args += ["--eval_every", "100", "--per_replica_batch", "4", "--strategy", "cpu", "--learning_rate", "0.01"]
+    args = [
+        "--shards",
+        str(tmp_path / "shards"),
+        "--output",
+        str(run_dir),
+        "--tokenizer",
+        str(tokenizer_json),
+    ]
+    args += [
+        "--model_config",
+        str(tmp_path / "model.json"),
+        "--steps",
+        "4",
+        "--checkpoint_every",
+        "2",
+        "--keep",
+        "2",
+    ]
+    args += [
+        "--eval_every",
+        "100",
+        "--per_replica_batch",
+        "4",
+        "--strategy",
+        "cpu",
+        "--learning_rate",
+        "0.01",
+    ]
     assert train_cli.main(args) == 0
     return run_dir
 
 
 def test_export_checks_its_output_and_the_run_config_before_any_work(tmp_path, capsys):
     (tmp_path / "a-file").write_text("not a directory")
-    assert export_cli.main([str(tmp_path / "no-run"), "--output", str(tmp_path / "a-file" / "model")]) == 2
+    assert (
+        export_cli.main([str(tmp_path / "no-run"), "--output", str(tmp_path / "a-file" / "model")])
+        == 2
+    )
     err = capsys.readouterr().err
-    assert err.startswith(f"lmshards export: error: the directory of --output {str(tmp_path / 'a-file')!r} is a file")
+    assert err.startswith(
+        f"lmshards export: error: the directory of --output {str(tmp_path / 'a-file')!r} is a file"
+    )
     assert len(err.splitlines()) == 1
     run = tmp_path / "run"
     run.mkdir()
     (run / "run_config.json").write_text('{"model": ')
     assert export_cli.main([str(run), "--output", str(tmp_path / "model")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"lmshards export: error: {str(run / 'run_config.json')!r} is damaged: not valid JSON")
+    assert err.startswith(
+        f"lmshards export: error: {str(run / 'run_config.json')!r} is damaged: not valid JSON"
+    )
     assert len(err.splitlines()) == 1 and not (tmp_path / "model").exists()
 
 
@@ -326,7 +477,13 @@ def test_export_cli_exports_a_training_run_at_its_latest_or_a_chosen_checkpoint(
     exports = {None: tmp_path / "latest", first: tmp_path / "first"}
     logits = {}
     for checkpoint, out in exports.items():
-        assert export_cli.main([str(run_dir), "--output", str(out)] + (["--checkpoint", checkpoint] if checkpoint else [])) == 0
+        assert (
+            export_cli.main(
+                [str(run_dir), "--output", str(out)]
+                + (["--checkpoint", checkpoint] if checkpoint else [])
+            )
+            == 0
+        )
         masked_lm, _ = load_model_from_run(str(run_dir), checkpoint=checkpoint)
         ids, mask = padded_batch(specials["pad"], masked_lm.backbone.vocabulary_size, first_id=5)
         _, keras_logits = keras_outputs(masked_lm, "roberta", ids, mask)
@@ -334,7 +491,9 @@ def test_export_cli_exports_a_training_run_at_its_latest_or_a_chosen_checkpoint(
         assert np.abs(logits[checkpoint][mask == 1] - keras_logits[mask == 1]).max() < 1e-4
     assert np.abs(logits[None] - logits[first]).max() > 1e-3  # the two checkpoints really differ
 
-    code = export_cli.main([str(run_dir), "--output", str(tmp_path / "other"), "--tokenizer", str(bert_tokenizer_dir)])
+    code = export_cli.main(
+        [str(run_dir), "--output", str(tmp_path / "other"), "--tokenizer", str(bert_tokenizer_dir)]
+    )
     assert code == 2
     assert "is not the one the run was trained with" in capsys.readouterr().err
     code = export_cli.main([str(tmp_path), "--output", str(tmp_path / "other")])
@@ -344,7 +503,9 @@ def test_export_cli_exports_a_training_run_at_its_latest_or_a_chosen_checkpoint(
 
 
 @pytest.mark.gcs
-def test_export_copies_a_transformers_tokenizer_directory_from_gcs(gcs_emulator, bert_export, bert_tokenizer_dir, tmp_path):
+def test_export_copies_a_transformers_tokenizer_directory_from_gcs(
+    gcs_emulator, bert_export, bert_tokenizer_dir, tmp_path
+):
     from plumbing import fs
 
     remote = f"{gcs_emulator}/export-test/tokenizer"
@@ -352,6 +513,12 @@ def test_export_copies_a_transformers_tokenizer_directory_from_gcs(gcs_emulator,
         fs.write_bytes_atomic(fs.join(remote, path.name), path.read_bytes())
     masked_lm, _, specials = bert_export
     out = tmp_path / "model"
-    export_masked_lm(masked_lm, family="bert", tokenizer_dir_or_json=remote, special_token_ids=specials, output_dir=str(out))
+    export_masked_lm(
+        masked_lm,
+        family="bert",
+        tokenizer_dir_or_json=remote,
+        special_token_ids=specials,
+        output_dir=str(out),
+    )
     for path in bert_tokenizer_dir.iterdir():
         assert (out / path.name).read_bytes() == path.read_bytes()

@@ -10,7 +10,9 @@ from train.families import DEFAULT_FAMILY, FAMILIES, family_names, get_family
 
 
 def test_an_unknown_family_is_an_error_listing_the_known_ones():
-    with pytest.raises(LmshardsError, match=r"Unknown model family 'robert'; choose one of \['roberta', 'bert'\]"):
+    with pytest.raises(
+        LmshardsError, match=r"Unknown model family 'robert'; choose one of \['roberta', 'bert'\]"
+    ):
         get_family("robert")
     with pytest.raises(LmshardsError, match="Unknown model family 'gpt2'"):
         model_config_from_dict({"family": "gpt2"}, source="model.json")
@@ -24,8 +26,12 @@ def test_every_family_names_real_keras_hub_and_transformers_classes():
     import transformers
 
     for family in FAMILIES.values():
-        assert issubclass(getattr(keras_hub.models, family.keras_backbone), keras_hub.models.Backbone)
-        assert issubclass(getattr(keras_hub.models, family.keras_masked_lm), keras_hub.models.MaskedLM)
+        assert issubclass(
+            getattr(keras_hub.models, family.keras_backbone), keras_hub.models.Backbone
+        )
+        assert issubclass(
+            getattr(keras_hub.models, family.keras_masked_lm), keras_hub.models.MaskedLM
+        )
         model_cls = getattr(transformers, family.hf_masked_lm_class)
         assert model_cls.config_class is getattr(transformers, family.hf_config_class)
 
@@ -45,8 +51,15 @@ def test_model_family_choices_come_from_the_registry(capsys):
 
     (action,) = [a for a in build_parser()._actions if a.dest == "model_family"]
     assert tuple(action.choices) == family_names() and action.default == DEFAULT_FAMILY
-    assert parse_config(["--shards", "s", "--output", "o", "--steps", "1", "--model_family", "bert"]).model_family == "bert"
+    assert (
+        parse_config(
+            ["--shards", "s", "--output", "o", "--steps", "1", "--model_family", "bert"]
+        ).model_family
+        == "bert"
+    )
     with pytest.raises(SystemExit) as exited:
         parse_config(["--shards", "s", "--output", "o", "--steps", "1", "--model_family", "gpt2"])
     assert exited.value.code == 2
-    assert capsys.readouterr().err.startswith("lmshards train: error: argument --model_family: invalid choice: 'gpt2'")
+    assert capsys.readouterr().err.startswith(
+        "lmshards train: error: argument --model_family: invalid choice: 'gpt2'"
+    )

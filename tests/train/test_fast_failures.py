@@ -19,8 +19,20 @@ from train.config import preset_config
 
 REPO = Path(__file__).resolve().parents[2]
 SEQ_LEN = 32
-ARGS = ["--steps", "6", "--per_replica_batch", "8", "--log_every", "1", "--checkpoint_every", "3", "--eval_every", "3",
-        "--eval_batches", "2"]
+ARGS = [
+    "--steps",
+    "6",
+    "--per_replica_batch",
+    "8",
+    "--log_every",
+    "1",
+    "--checkpoint_every",
+    "3",
+    "--eval_every",
+    "3",
+    "--eval_batches",
+    "2",
+]
 # Runs `lmshards ARGV` in a fresh interpreter and says, as the last stdout line, whether TensorFlow was imported.
 PROBE = """
 import sys
@@ -48,17 +60,41 @@ def environment() -> dict[str, str]:
 
 def probe(*argv: str) -> tuple[int, list[str], list[str], bool]:
     """(exit code, stdout lines before the marker, stderr lines, whether TensorFlow was imported)."""
-    proc = subprocess.run([sys.executable, "-c", PROBE, *argv], cwd=REPO, env=environment(), capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, *argv],
+        cwd=REPO,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     *out, marker = proc.stdout.splitlines()
     return proc.returncode, out, proc.stderr.splitlines(), marker == "TENSORFLOW IMPORTED"
 
 
 def test_missing_shards_exit_2_in_one_line_without_importing_tensorflow(tmp_path):
     output = tmp_path / "X"
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "lmshards", "train", "--shards", "DOES_NOT_EXIST",
-                           "--output", str(output), "--steps", "10"], cwd=REPO, env=environment(), capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "lmshards",
+            "train",
+            "--shards",
+            "DOES_NOT_EXIST",
+            "--output",
+            str(output),
+            "--steps",
+            "10",
+        ],
+        cwd=REPO,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     imports = [line for line in proc.stderr.splitlines() if line.startswith("import time:")]
     others = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
     assert proc.returncode == 2 and proc.stdout == ""
@@ -71,16 +107,33 @@ def test_missing_shards_exit_2_in_one_line_without_importing_tensorflow(tmp_path
 
 
 def test_the_literal_command_without_a_length_is_one_line_too(tmp_path):
-    code, out, err, imported = probe("train", "--shards", "DOES_NOT_EXIST", "--output", str(tmp_path / "X"))
+    code, out, err, imported = probe(
+        "train", "--shards", "DOES_NOT_EXIST", "--output", str(tmp_path / "X")
+    )
     assert (code, out, imported) == (2, [], False)
-    assert len(err) == 1 and err[0].startswith("lmshards train: error: one of the arguments --steps --epochs is required")
+    assert len(err) == 1 and err[0].startswith(
+        "lmshards train: error: one of the arguments --steps --epochs is required"
+    )
 
 
-@pytest.mark.parametrize("flag, value", [("--steps_per_execution", "0"), ("--steps_per_execution", "many"),
-                                         ("--eval_batches", "0"), ("--final_eval", "half")])
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--steps_per_execution", "0"),
+        ("--steps_per_execution", "many"),
+        ("--eval_batches", "0"),
+        ("--final_eval", "half"),
+    ],
+)
 def test_bad_values_of_the_new_flags_are_one_line(tmp_path, flag, value):
-    code, _, err, imported = probe("train", "--shards", "s", "--output", str(tmp_path), "--steps", "5", flag, value)
-    assert (code, imported) == (2, False) and len(err) == 1 and err[0].startswith("lmshards train: error: ")
+    code, _, err, imported = probe(
+        "train", "--shards", "s", "--output", str(tmp_path), "--steps", "5", flag, value
+    )
+    assert (
+        (code, imported) == (2, False)
+        and len(err) == 1
+        and err[0].startswith("lmshards train: error: ")
+    )
     assert flag in err[0]
 
 
@@ -89,17 +142,29 @@ def test_a_missing_shard_is_found_before_tensorflow_loads(shards, tmp_path):
     shutil.copytree(shards, copy)
     victim = sorted((copy / "validation").iterdir())[1]
     victim.unlink()
-    code, _, err, imported = probe("train", "--shards", str(copy), "--output", str(tmp_path / "run"), *ARGS)
+    code, _, err, imported = probe(
+        "train", "--shards", str(copy), "--output", str(tmp_path / "run"), *ARGS
+    )
     assert (code, imported) == (2, False)
-    assert err == [f"lmshards train: error: Shard {str(victim)!r} listed in the manifest is missing; re-run `lmshards preprocess`."]
+    assert err == [
+        f"lmshards train: error: Shard {str(victim)!r} listed in the manifest is missing; re-run `lmshards preprocess`."
+    ]
 
 
 def test_a_foreign_tokenizer_is_found_before_tensorflow_loads(shards, sample_tokenizer, tmp_path):
     other = json.loads(sample_tokenizer.read_text())
     other["model"]["vocab"]["zzz-not-in-the-original"] = len(other["model"]["vocab"])
     (tmp_path / "tokenizer.json").write_text(json.dumps(other))
-    code, _, err, imported = probe("train", "--shards", shards, "--output", str(tmp_path / "run"),
-                                   "--tokenizer", str(tmp_path / "tokenizer.json"), *ARGS)
+    code, _, err, imported = probe(
+        "train",
+        "--shards",
+        shards,
+        "--output",
+        str(tmp_path / "run"),
+        "--tokenizer",
+        str(tmp_path / "tokenizer.json"),
+        *ARGS,
+    )
     assert (code, imported) == (2, False) and len(err) == 1 and "has fingerprint sha256:" in err[0]
 
 
@@ -116,7 +181,9 @@ def recorded_run(shards: str, run: Path, argv: list[str]) -> None:
     config = parse_config(["--shards", shards, "--output", str(run), *argv])
     model = preset_config("tiny", family="roberta", vocabulary_size=2000)
     run.mkdir()
-    (run / "run_config.json").write_text(json.dumps({"train": config.to_dict(), "model": model.to_dict()}))
+    (run / "run_config.json").write_text(
+        json.dumps({"train": config.to_dict(), "model": model.to_dict()})
+    )
 
 
 def test_a_damaged_run_config_is_one_line_naming_the_file_and_the_fix(shards, tmp_path):
@@ -125,14 +192,18 @@ def test_a_damaged_run_config_is_one_line_naming_the_file_and_the_fix(shards, tm
     (run / "run_config.json").write_text('{"train": {"steps": 6')
     code, _, err, imported = probe("train", "--shards", shards, "--output", str(run), *ARGS)
     assert (code, imported) == (2, False) and len(err) == 1
-    assert err[0].startswith(f"lmshards train: error: {str(run / 'run_config.json')!r} is damaged: not valid JSON")
+    assert err[0].startswith(
+        f"lmshards train: error: {str(run / 'run_config.json')!r} is damaged: not valid JSON"
+    )
     assert "--restart" in err[0]
 
 
 def test_a_changed_schedule_is_refused_before_tensorflow_loads(shards, tmp_path):
     run = tmp_path / "run"
     recorded_run(shards, run, ARGS)
-    code, _, err, imported = probe("train", "--shards", shards, "--output", str(run), *ARGS, "--learning_rate", "0.01")
+    code, _, err, imported = probe(
+        "train", "--shards", shards, "--output", str(run), *ARGS, "--learning_rate", "0.01"
+    )
     assert (code, imported) == (2, False) and len(err) == 1
     assert "--learning_rate 0.0005 in the run, 0.01 in this command" in err[0]
 
@@ -140,12 +211,24 @@ def test_a_changed_schedule_is_refused_before_tensorflow_loads(shards, tmp_path)
 def test_a_finished_run_prints_its_summary_and_exits_0_without_tensorflow(shards, tmp_path):
     run = tmp_path / "run"
     recorded_run(shards, run, ARGS)
-    summary = {"global_step": 6, "train_loss": 7.1, "eval_loss": 7.3, "eval_perplexity": 1480.3, "eval_accuracy": 0.02,
-               "final_eval": "full", "eval_batches": 4, "strategy": "cpu", "replicas": 1, "device_kind": "CPU"}
+    summary = {
+        "global_step": 6,
+        "train_loss": 7.1,
+        "eval_loss": 7.3,
+        "eval_perplexity": 1480.3,
+        "eval_accuracy": 0.02,
+        "final_eval": "full",
+        "eval_batches": 4,
+        "strategy": "cpu",
+        "replicas": 1,
+        "device_kind": "CPU",
+    }
     (run / "run_summary.json").write_text(json.dumps(summary))
     code, out, err, imported = probe("train", "--shards", shards, "--output", str(run), *ARGS)
     assert (code, imported) == (0, False)
-    assert out[0] == f"run {run}: finished at step 6" and out[2].startswith("eval loss 7.3000, perplexity 1480.30")
+    assert out[0] == f"run {run}: finished at step 6" and out[2].startswith(
+        "eval loss 7.3000, perplexity 1480.30"
+    )
     assert "has finished; nothing to train" in "\n".join(err)
 
 
@@ -163,27 +246,37 @@ def test_ids_beyond_the_manifests_vocabulary_are_one_error_line(shards, tmp_path
     (copy / "manifest.json").write_text(json.dumps(manifest))
     assert cli.main(["--shards", str(copy), "--output", str(tmp_path / "run"), *ARGS]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err[-1].startswith("lmshards train: error: The shards hold token ids of 1000 or more, but "
-                              f"{str(copy / 'manifest.json')!r} says the tokenizer has vocab_size 1000")
-    assert "Re-run `lmshards preprocess`" in err[-1] and not [line for line in err if "Traceback" in line]
+    assert err[-1].startswith(
+        "lmshards train: error: The shards hold token ids of 1000 or more, but "
+        f"{str(copy / 'manifest.json')!r} says the tokenizer has vocab_size 1000"
+    )
+    assert "Re-run `lmshards preprocess`" in err[-1] and not [
+        line for line in err if "Traceback" in line
+    ]
 
 
 @pytest.mark.slow
-def test_a_full_disk_during_the_run_is_one_error_line_and_exit_1(shards, tmp_path, capsys, monkeypatch):
+def test_a_full_disk_during_the_run_is_one_error_line_and_exit_1(
+    shards, tmp_path, capsys, monkeypatch
+):
     import tensorflow as tf
 
     from train import cli
     from train.checkpoint import RunCheckpoints
 
     def full_disk(self, step):
-        raise tf.errors.ResourceExhaustedError(None, None, f"{self.directory}/ckpt-{step}_temp; No space left on device")
+        raise tf.errors.ResourceExhaustedError(
+            None, None, f"{self.directory}/ckpt-{step}_temp; No space left on device"
+        )
 
     monkeypatch.setattr(RunCheckpoints, "save", full_disk)
     run = tmp_path / "run"
     assert cli.main(["--shards", shards, "--output", str(run), *ARGS]) == 1
     err = capsys.readouterr().err.splitlines()
-    assert err[-1] == (f"lmshards train: error: Cannot write to {str(run)!r}: the disk is full (No space left on device); "
-                       "free some space or choose another location, then run the command again.")
+    assert err[-1] == (
+        f"lmshards train: error: Cannot write to {str(run)!r}: the disk is full (No space left on device); "
+        "free some space or choose another location, then run the command again."
+    )
     assert not (run / "run_summary.json").exists()
 
 
@@ -196,5 +289,7 @@ def test_an_os_error_of_the_disk_is_exit_1(shards, tmp_path, capsys, monkeypatch
     monkeypatch.setattr("train.preflight.check_writable", read_only)
     assert cli.main(["--shards", shards, "--output", str(tmp_path / "run"), *ARGS]) == 1
     err = capsys.readouterr().err
-    assert err.endswith("the file system is read-only (Read-only file system); choose a location on a writable "
-                        "file system, then run the command again.\n")
+    assert err.endswith(
+        "the file system is read-only (Read-only file system); choose a location on a writable "
+        "file system, then run the command again.\n"
+    )

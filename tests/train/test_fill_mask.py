@@ -13,7 +13,11 @@ import transformers
 from tokenizers import Tokenizer
 
 from schemas.tokenizer_info import locate_tokenizer, special_token_ids
-from tests.helpers.masked_lm_factory import tiny_masked_lm, train_bert_tokenizer, transformers_tokenizer_dir
+from tests.helpers.masked_lm_factory import (
+    tiny_masked_lm,
+    train_bert_tokenizer,
+    transformers_tokenizer_dir,
+)
 from train import fill_mask_cli
 from train.export import export_masked_lm
 
@@ -24,7 +28,11 @@ def export_tiny(family: str, tokenizer_path, out, *, vocabulary_size: int):
     masked_lm = tiny_masked_lm(family, vocabulary_size=vocabulary_size, seed=7)
     specials = special_token_ids(locate_tokenizer(str(tokenizer_path)))
     export_masked_lm(
-        masked_lm, family=family, tokenizer_dir_or_json=str(tokenizer_path), special_token_ids=specials, output_dir=str(out)
+        masked_lm,
+        family=family,
+        tokenizer_dir_or_json=str(tokenizer_path),
+        special_token_ids=specials,
+        output_dir=str(out),
     )
     return masked_lm, out
 
@@ -32,14 +40,21 @@ def export_tiny(family: str, tokenizer_path, out, *, vocabulary_size: int):
 @pytest.fixture(scope="module")
 def roberta_model(tmp_path_factory, sample_tokenizer):
     vocabulary_size = Tokenizer.from_file(str(sample_tokenizer)).get_vocab_size()
-    return export_tiny("roberta", sample_tokenizer, tmp_path_factory.mktemp("fm") / "roberta", vocabulary_size=vocabulary_size)
+    return export_tiny(
+        "roberta",
+        sample_tokenizer,
+        tmp_path_factory.mktemp("fm") / "roberta",
+        vocabulary_size=vocabulary_size,
+    )
 
 
 @pytest.fixture(scope="module")
 def bert_model(tmp_path_factory, sample_files):
     base = tmp_path_factory.mktemp("fm_bert")
     english = [f for f in sample_files if f.parent.name == "en"]
-    tokenizer_dir = transformers_tokenizer_dir(train_bert_tokenizer(base / "tokenizer.json", english), base / "tokenizer")
+    tokenizer_dir = transformers_tokenizer_dir(
+        train_bert_tokenizer(base / "tokenizer.json", english), base / "tokenizer"
+    )
     return export_tiny("bert", tokenizer_dir, base / "model", vocabulary_size=600)
 
 
@@ -55,7 +70,9 @@ def keras_top_k(masked_lm, model_dir, text: str, k: int) -> tuple[list[int], np.
     inputs = {
         "token_ids": ids,
         "padding_mask": np.ones_like(ids),
-        "mask_positions": np.array([[ids[0].tolist().index(tokenizer.mask_token_id)]], dtype="int32"),
+        "mask_positions": np.array(
+            [[ids[0].tolist().index(tokenizer.mask_token_id)]], dtype="int32"
+        ),
     }
     if "segment_ids" in masked_lm.input:
         inputs["segment_ids"] = np.zeros_like(ids)
@@ -112,7 +129,9 @@ def test_fill_mask_errors_name_the_problem(roberta_model, tmp_path, capsys):
     with pytest.raises(SystemExit) as exited:
         fill_mask_cli.main([str(out), TEXT, "--top_k", "0"])
     assert exited.value.code == 2
-    assert capsys.readouterr().err.startswith("lmshards fill-mask: error: --top_k must be at least 1, got 0")
+    assert capsys.readouterr().err.startswith(
+        "lmshards fill-mask: error: --top_k must be at least 1, got 0"
+    )
 
 
 class _Payload:
@@ -134,7 +153,9 @@ def test_a_pickled_weights_file_is_a_clean_error_and_is_never_run(roberta_model,
     (unsafe / "pytorch_model.bin").write_bytes(pickle.dumps(_Payload(marker)))
     assert fill_mask_cli.main([str(unsafe), TEXT]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"lmshards fill-mask: error: {str(unsafe)!r} holds a pickled weights file that torch refuses "
-                          "to load, as unpickling it could run code.")
+    assert err.startswith(
+        f"lmshards fill-mask: error: {str(unsafe)!r} holds a pickled weights file that torch refuses "
+        "to load, as unpickling it could run code."
+    )
     assert len(err.splitlines()) == 1 and "model.safetensors" in err
     assert not marker.exists()

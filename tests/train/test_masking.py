@@ -15,8 +15,9 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from plumbing.errors import LmshardsError  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
+
+from plumbing.errors import LmshardsError  # noqa: E402
 from train.masking import (  # noqa: E402
     MASKING_RECIPES,
     SPAN,
@@ -36,7 +37,9 @@ PROBABILITIES = (0.15, 0.3, 0.5)
 SEEDS = ((7, 0), (7, 1))  # (run seed, step): two steps of one run
 FRACTION_TOLERANCE = 0.005
 # SpanBERT's law, written out here: geometric(0.2) over 1..10 words, renormalised.
-SPAN_LAW = np.array([0.2 * 0.8 ** (k - 1) for k in range(1, 11)]) / sum(0.2 * 0.8 ** (k - 1) for k in range(1, 11))
+SPAN_LAW = np.array([0.2 * 0.8 ** (k - 1) for k in range(1, 11)]) / sum(
+    0.2 * 0.8 ** (k - 1) for k in range(1, 11)
+)
 SPAN_MEAN = float(np.arange(1, 11) @ SPAN_LAW)  # 3.80 words
 
 
@@ -49,8 +52,13 @@ ROWS, PADDED = 12_000, 16  # 1.5M tokens, 1.1M maskable; the last 16 of each row
 
 
 def spec(p: float = 0.15, max_predictions: int | None = None) -> MaskingSpec:
-    return MaskingSpec(vocab_size=VOCAB, mask_id=MASK, special_ids=SPECIALS, mlm_probability=p,
-                       max_predictions=max_predictions or max_predictions_for(SEQ_LEN, p))
+    return MaskingSpec(
+        vocab_size=VOCAB,
+        mask_id=MASK,
+        special_ids=SPECIALS,
+        mlm_probability=p,
+        max_predictions=max_predictions or max_predictions_for(SEQ_LEN, p),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +68,12 @@ def batch():
     ids[:, 0], ids[:, SEQ_LEN - PADDED - 1] = 0, 2  # <s> ... </s> like a packed block
     ids[:, ::7] = rng.integers(0, 5, size=ids[:, ::7].shape)  # extra special tokens inside the text
     attention = np.ones_like(ids)
-    attention[:, SEQ_LEN - PADDED:] = 0
+    attention[:, SEQ_LEN - PADDED :] = 0
     ids[attention == 0] = PAD
-    out = {k: v.numpy() for k, v in mask_batch(ids, attention, spec(), tf.constant([7, 0], tf.int64)).items()}
+    out = {
+        k: v.numpy()
+        for k, v in mask_batch(ids, attention, spec(), tf.constant([7, 0], tf.int64)).items()
+    }
     return ids, attention, out
 
 
@@ -104,7 +115,9 @@ def test_labels_are_the_original_ids_at_fixed_shape_positions(batch):
     for key in ("mask_positions", "mask_ids", "mask_weights"):
         assert out[key].shape == (ROWS, p)
     w = out["mask_weights"] > 0
-    np.testing.assert_array_equal(out["mask_ids"][w], np.take_along_axis(ids, out["mask_positions"], 1)[w])
+    np.testing.assert_array_equal(
+        out["mask_ids"][w], np.take_along_axis(ids, out["mask_positions"], 1)[w]
+    )
     assert (out["mask_ids"][~w] == 0).all() and (out["mask_positions"][~w] == 0).all()
     # Valid positions come first, strictly ascending.
     assert (np.diff(w.astype(int), axis=1) <= 0).all()
@@ -115,7 +128,9 @@ def test_labels_are_the_original_ids_at_fixed_shape_positions(batch):
 
 def test_truncates_to_max_predictions():
     ids = np.full((4, SEQ_LEN), 100, np.int64)
-    out = mask_batch(ids, np.ones_like(ids), spec(p=0.9, max_predictions=10), tf.constant([1, 2], tf.int64))
+    out = mask_batch(
+        ids, np.ones_like(ids), spec(p=0.9, max_predictions=10), tf.constant([1, 2], tf.int64)
+    )
     sel = selected_mask({k: v.numpy() for k, v in out.items()})
     assert (sel.sum(axis=1) == 10).all()
     assert (out["token_ids"].numpy() != 100).sum(axis=1).max() <= 10
@@ -139,37 +154,187 @@ PINNED_IDS = [
     [0, 24, 56, 37, 44, 17, 37, 49, 53, 52, 58, 12, 47, 30, 42, 20, 5, 9, 58, 54, 21, 28, 18, 13],
 ]
 PINNED = [
-    (0.15, (7, 3), 13, {
-        "token_ids": [
-            [0, 12, 48, 32, 37, 38, 44, 6, 31, 4, 27, 56, 35, 8, 34, 12, 46, 57, 58, 39, 2, 1, 1, 1],
-            [0, 41, 59, 20, 52, 12, 4, 48, 18, 3, 30, 33, 56, 49, 51, 35, 59, 21, 12, 16, 21, 35, 4, 31],
-            [0, 24, 56, 37, 44, 4, 37, 49, 53, 4, 58, 12, 4, 30, 42, 20, 5, 9, 58, 54, 21, 28, 18, 4],
-        ],
-        "mask_positions": [[9, 17, 19] + [0] * 10, [6, 17, 22] + [0] * 10, [5, 9, 12, 23] + [0] * 9],
-        "mask_ids": [[13, 57, 39] + [0] * 10, [24, 58, 50] + [0] * 10, [17, 52, 47, 13] + [0] * 9],
-    }),
-    (0.5, (1, 2), 23, {
-        "token_ids": [
-            [0, 4, 48, 54, 4, 4, 44, 6, 4, 27, 4, 56, 4, 4, 34, 12, 46, 4, 58, 4, 2, 1, 1, 1],
-            [0, 38, 59, 4, 4, 12, 24, 48, 18, 3, 4, 33, 44, 49, 51, 35, 4, 55, 4, 16, 21, 35, 50, 4],
-            [0, 24, 4, 37, 4, 4, 37, 49, 4, 4, 58, 5, 4, 30, 42, 4, 4, 4, 58, 4, 4, 28, 4, 13],
-        ],
-        "mask_positions": [
-            [1, 3, 4, 5, 8, 9, 10, 12, 13, 14, 17, 19] + [0] * 11,
-            [1, 3, 4, 8, 10, 12, 16, 17, 18, 23] + [0] * 13,
-            [2, 4, 5, 6, 8, 9, 11, 12, 15, 16, 17, 19, 20, 22] + [0] * 9,
-        ],
-        "mask_ids": [
-            [12, 32, 37, 38, 31, 13, 27, 35, 8, 34, 57, 39] + [0] * 11,
-            [41, 20, 52, 18, 30, 56, 59, 58, 12, 31] + [0] * 13,
-            [56, 44, 17, 37, 53, 52, 12, 47, 20, 5, 9, 54, 21, 18] + [0] * 9,
-        ],
-    }),
-    (0.5, (1, 2), 4, {  # truncated: the first 4 selections of the row above
-        "token_ids": [[0, 4, 48, 54, 4, 4, 44, 6, 31, 13, 27, 56, 35, 8, 34, 12, 46, 57, 58, 39, 2, 1, 1, 1]],
-        "mask_positions": [[1, 3, 4, 5]],
-        "mask_ids": [[12, 32, 37, 38]],
-    }),
+    (
+        0.15,
+        (7, 3),
+        13,
+        {
+            "token_ids": [
+                [
+                    0,
+                    12,
+                    48,
+                    32,
+                    37,
+                    38,
+                    44,
+                    6,
+                    31,
+                    4,
+                    27,
+                    56,
+                    35,
+                    8,
+                    34,
+                    12,
+                    46,
+                    57,
+                    58,
+                    39,
+                    2,
+                    1,
+                    1,
+                    1,
+                ],
+                [
+                    0,
+                    41,
+                    59,
+                    20,
+                    52,
+                    12,
+                    4,
+                    48,
+                    18,
+                    3,
+                    30,
+                    33,
+                    56,
+                    49,
+                    51,
+                    35,
+                    59,
+                    21,
+                    12,
+                    16,
+                    21,
+                    35,
+                    4,
+                    31,
+                ],
+                [
+                    0,
+                    24,
+                    56,
+                    37,
+                    44,
+                    4,
+                    37,
+                    49,
+                    53,
+                    4,
+                    58,
+                    12,
+                    4,
+                    30,
+                    42,
+                    20,
+                    5,
+                    9,
+                    58,
+                    54,
+                    21,
+                    28,
+                    18,
+                    4,
+                ],
+            ],
+            "mask_positions": [
+                [9, 17, 19] + [0] * 10,
+                [6, 17, 22] + [0] * 10,
+                [5, 9, 12, 23] + [0] * 9,
+            ],
+            "mask_ids": [
+                [13, 57, 39] + [0] * 10,
+                [24, 58, 50] + [0] * 10,
+                [17, 52, 47, 13] + [0] * 9,
+            ],
+        },
+    ),
+    (
+        0.5,
+        (1, 2),
+        23,
+        {
+            "token_ids": [
+                [0, 4, 48, 54, 4, 4, 44, 6, 4, 27, 4, 56, 4, 4, 34, 12, 46, 4, 58, 4, 2, 1, 1, 1],
+                [
+                    0,
+                    38,
+                    59,
+                    4,
+                    4,
+                    12,
+                    24,
+                    48,
+                    18,
+                    3,
+                    4,
+                    33,
+                    44,
+                    49,
+                    51,
+                    35,
+                    4,
+                    55,
+                    4,
+                    16,
+                    21,
+                    35,
+                    50,
+                    4,
+                ],
+                [0, 24, 4, 37, 4, 4, 37, 49, 4, 4, 58, 5, 4, 30, 42, 4, 4, 4, 58, 4, 4, 28, 4, 13],
+            ],
+            "mask_positions": [
+                [1, 3, 4, 5, 8, 9, 10, 12, 13, 14, 17, 19] + [0] * 11,
+                [1, 3, 4, 8, 10, 12, 16, 17, 18, 23] + [0] * 13,
+                [2, 4, 5, 6, 8, 9, 11, 12, 15, 16, 17, 19, 20, 22] + [0] * 9,
+            ],
+            "mask_ids": [
+                [12, 32, 37, 38, 31, 13, 27, 35, 8, 34, 57, 39] + [0] * 11,
+                [41, 20, 52, 18, 30, 56, 59, 58, 12, 31] + [0] * 13,
+                [56, 44, 17, 37, 53, 52, 12, 47, 20, 5, 9, 54, 21, 18] + [0] * 9,
+            ],
+        },
+    ),
+    (
+        0.5,
+        (1, 2),
+        4,
+        {  # truncated: the first 4 selections of the row above
+            "token_ids": [
+                [
+                    0,
+                    4,
+                    48,
+                    54,
+                    4,
+                    4,
+                    44,
+                    6,
+                    31,
+                    13,
+                    27,
+                    56,
+                    35,
+                    8,
+                    34,
+                    12,
+                    46,
+                    57,
+                    58,
+                    39,
+                    2,
+                    1,
+                    1,
+                    1,
+                ]
+            ],
+            "mask_positions": [[1, 3, 4, 5]],
+            "mask_ids": [[12, 32, 37, 38]],
+        },
+    ),
 ]
 
 
@@ -177,8 +342,13 @@ PINNED = [
 def test_token_recipe_masks_as_before(p, seed, max_predictions, expected):
     ids = np.array(PINNED_IDS[: len(expected["token_ids"])])
     attention = (ids != 1).astype(np.int64)
-    pinned = MaskingSpec(vocab_size=60, mask_id=4, special_ids=(0, 1, 2, 3, 4), mlm_probability=p,
-                         max_predictions=max_predictions)
+    pinned = MaskingSpec(
+        vocab_size=60,
+        mask_id=4,
+        special_ids=(0, 1, 2, 3, 4),
+        mlm_probability=p,
+        max_predictions=max_predictions,
+    )
     out = mask_batch(ids, attention, pinned, tf.constant(seed, tf.int64))
     for key, value in expected.items():
         np.testing.assert_array_equal(out[key].numpy(), value, err_msg=key)
@@ -199,21 +369,42 @@ def test_build_masking_spec():
     tables = WordStartTables(starts=np.arange(10) % 2 == 0, next_starts=np.zeros(10, bool))
     common = dict(vocab_size=10, mask_id=4, special_ids=[4, 0, 4], seq_len=SEQ_LEN)
     built = build_masking_spec(recipe=SPAN, mlm_probability=0.3, word_starts=tables, **common)
-    assert built.special_ids == (0, 4) and built.max_predictions == max_predictions_for(SEQ_LEN, 0.3, SPAN)
+    assert built.special_ids == (0, 4) and built.max_predictions == max_predictions_for(
+        SEQ_LEN, 0.3, SPAN
+    )
     assert built.word_starts == tuple(tables.starts) and built.next_word_starts == (False,) * 10
     token = build_masking_spec(recipe=TOKEN, mlm_probability=0.15, **common)
     assert token.word_starts is None and token.max_predictions == 32
-    with pytest.raises(LmshardsError, match="--masking 'words' is not a masking recipe; use one of token, whole_word, span"):
+    with pytest.raises(
+        LmshardsError,
+        match="--masking 'words' is not a masking recipe; use one of token, whole_word, span",
+    ):
         build_masking_spec(recipe="words", mlm_probability=0.15, **common)
     for recipe, p in ((TOKEN, 0.0), (WHOLE_WORD, 1.0), (SPAN, 0.8)):
         with pytest.raises(LmshardsError, match=f"--mlm_probability {p} must be above 0 and below"):
             build_masking_spec(recipe=recipe, mlm_probability=p, word_starts=tables, **common)
-    with pytest.raises(LmshardsError, match="--masking whole_word needs the tokenizer's word starts"):
+    with pytest.raises(
+        LmshardsError, match="--masking whole_word needs the tokenizer's word starts"
+    ):
         build_masking_spec(recipe=WHOLE_WORD, mlm_probability=0.15, **common)
-    with pytest.raises(LmshardsError, match="defines 10 token ids but the shards' vocabulary has 12"):
-        build_masking_spec(recipe=WHOLE_WORD, mlm_probability=0.15, word_starts=tables, **{**common, "vocab_size": 12})
+    with pytest.raises(
+        LmshardsError, match="defines 10 token ids but the shards' vocabulary has 12"
+    ):
+        build_masking_spec(
+            recipe=WHOLE_WORD,
+            mlm_probability=0.15,
+            word_starts=tables,
+            **{**common, "vocab_size": 12},
+        )
     with pytest.raises(ValueError, match="needs word-start tables of 10 ids"):
-        MaskingSpec(vocab_size=10, mask_id=4, special_ids=(4,), mlm_probability=0.15, max_predictions=8, recipe=SPAN)
+        MaskingSpec(
+            vocab_size=10,
+            mask_id=4,
+            special_ids=(4,),
+            mlm_probability=0.15,
+            max_predictions=8,
+            recipe=SPAN,
+        )
 
 
 def test_words_start_at_the_row_start_and_around_special_tokens():
@@ -221,12 +412,36 @@ def test_words_start_at_the_row_start_and_around_special_tokens():
     starts = np.zeros(20, bool)
     starts[[0, 1, 2, 4, 11]] = True
     tables = WordStartTables(starts=starts, next_starts=np.isin(np.arange(20), [0, 1, 2, 4]))
-    row = [10, 11, 10, 10, 2, 10, 10, 0, 11, 1, 1]  # words: [10] [11 10 10] [</s>] [10 10] [<s>] [11] pad pad
+    row = [
+        10,
+        11,
+        10,
+        10,
+        2,
+        10,
+        10,
+        0,
+        11,
+        1,
+        1,
+    ]  # words: [10] [11 10 10] [</s>] [10 10] [<s>] [11] pad pad
     ids = np.array([row] * 400)
     attention = (ids != 1).astype(np.int64)
-    whole = build_masking_spec(recipe=WHOLE_WORD, vocab_size=20, mask_id=4, special_ids=(0, 1, 2, 4),
-                               mlm_probability=0.5, seq_len=len(row), word_starts=tables)
-    sel = selected_mask({k: v.numpy() for k, v in mask_batch(ids, attention, whole, tf.constant([1, 1], tf.int64)).items()})
+    whole = build_masking_spec(
+        recipe=WHOLE_WORD,
+        vocab_size=20,
+        mask_id=4,
+        special_ids=(0, 1, 2, 4),
+        mlm_probability=0.5,
+        seq_len=len(row),
+        word_starts=tables,
+    )
+    sel = selected_mask(
+        {
+            k: v.numpy()
+            for k, v in mask_batch(ids, attention, whole, tf.constant([1, 1], tf.int64)).items()
+        }
+    )
     for word in ([1, 2, 3], [5, 6]):
         assert (sel[:, word] == sel[:, word[:1]]).all()
     assert not sel[:, [4, 7, 9, 10]].any()
@@ -237,11 +452,14 @@ def test_words_start_at_the_row_start_and_around_special_tokens():
 
 # ----- The sample corpus, three tokenizer families -----
 
+
 @dataclasses.dataclass(frozen=True)
 class Corpus:
     """Packed rows of the sample corpus under one tokenizer, with what masking needs to know about it."""
 
-    ids: np.ndarray  # int64 [rows, SEQ_LEN]: documents as <cls> ... <sep>, back to back; some rows end in padding
+    ids: (
+        np.ndarray
+    )  # int64 [rows, SEQ_LEN]: documents as <cls> ... <sep>, back to back; some rows end in padding
     attention: np.ndarray
     vocab_size: int
     mask_id: int
@@ -253,9 +471,15 @@ class Corpus:
         return (self.attention == 1) & ~np.isin(self.ids, self.special_ids)
 
     def spec(self, recipe: str, p: float, max_predictions: int | None = None) -> MaskingSpec:
-        built = build_masking_spec(recipe=recipe, vocab_size=self.vocab_size, mask_id=self.mask_id,
-                                   special_ids=self.special_ids, mlm_probability=p, seq_len=SEQ_LEN,
-                                   word_starts=self.tables)
+        built = build_masking_spec(
+            recipe=recipe,
+            vocab_size=self.vocab_size,
+            mask_id=self.mask_id,
+            special_ids=self.special_ids,
+            mlm_probability=p,
+            seq_len=SEQ_LEN,
+            word_starts=self.tables,
+        )
         return dataclasses.replace(built, max_predictions=max_predictions or built.max_predictions)
 
 
@@ -268,7 +492,9 @@ class Masked:
 
 
 def sample_lines(sample_files) -> list[str]:
-    lines = itertools.chain.from_iterable(f.read_text(encoding="utf-8").splitlines() for f in sample_files)
+    lines = itertools.chain.from_iterable(
+        f.read_text(encoding="utf-8").splitlines() for f in sample_files
+    )
     return [line for line in lines if line.strip()]
 
 
@@ -281,8 +507,15 @@ def unigram(lines: list[str]) -> Tokenizer:
     tok.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace()])
     # Few Chinese lines: fewer required characters keeps training fast; the rest falls back to bytes.
     light = [line for i, line in enumerate(lines) if line.isascii() or i % 40 == 0]
-    tok.train_from_iterator(light[::8], trainers.UnigramTrainer(
-        vocab_size=3000, special_tokens=specials + byte_pieces, unk_token="<unk>", show_progress=False))
+    tok.train_from_iterator(
+        light[::8],
+        trainers.UnigramTrainer(
+            vocab_size=3000,
+            special_tokens=specials + byte_pieces,
+            unk_token="<unk>",
+            show_progress=False,
+        ),
+    )
     data = json.loads(tok.to_str())
     data["added_tokens"] = [t for t in data["added_tokens"] if t["content"] in specials]
     data["model"]["byte_fallback"] = True
@@ -293,8 +526,14 @@ def wordpiece(lines: list[str]) -> Tokenizer:
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer, tok.decoder = pre_tokenizers.BertPreTokenizer(), decoders.WordPiece()
-    tok.train_from_iterator(lines[::2], trainers.WordPieceTrainer(
-        vocab_size=4000, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], show_progress=False))
+    tok.train_from_iterator(
+        lines[::2],
+        trainers.WordPieceTrainer(
+            vocab_size=4000,
+            special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+            show_progress=False,
+        ),
+    )
     return tok
 
 
@@ -313,18 +552,29 @@ def pack(tok: Tokenizer, lines: list[str], roles: tuple[str, ...]) -> Corpus:
     attention = np.ones_like(ids)
     # Every fourth row ends in padding, as the last block of a shard does.
     ends = np.random.default_rng(0).integers(SEQ_LEN // 4, SEQ_LEN, size=len(ids))
-    attention[np.arange(SEQ_LEN) >= np.where(np.arange(len(ids)) % 4 == 0, ends, SEQ_LEN)[:, None]] = 0
+    attention[
+        np.arange(SEQ_LEN) >= np.where(np.arange(len(ids)) % 4 == 0, ends, SEQ_LEN)[:, None]
+    ] = 0
     ids[attention == 0] = pad
-    return Corpus(ids=ids, attention=attention, vocab_size=tok.get_vocab_size(), mask_id=mask,
-                  special_ids=tuple(sorted({cls, sep, pad, mask, unk})), tables=word_start_tables(tok.to_str()))
+    return Corpus(
+        ids=ids,
+        attention=attention,
+        vocab_size=tok.get_vocab_size(),
+        mask_id=mask,
+        special_ids=tuple(sorted({cls, sep, pad, mask, unk})),
+        tables=word_start_tables(tok.to_str()),
+    )
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
 def corpus(request, sample_files, sample_tokenizer) -> Corpus:
     lines = sample_lines(sample_files)
     every, roles = FAMILIES[request.param]
-    tok = {"byte_level_bpe": lambda: Tokenizer.from_file(str(sample_tokenizer)),
-           "unigram": lambda: unigram(lines), "wordpiece": lambda: wordpiece(lines)}[request.param]()
+    tok = {
+        "byte_level_bpe": lambda: Tokenizer.from_file(str(sample_tokenizer)),
+        "unigram": lambda: unigram(lines),
+        "wordpiece": lambda: wordpiece(lines),
+    }[request.param]()
     built = pack(tok, lines[::every], roles)
     assert built.candidate.sum() > 300_000
     return built
@@ -335,14 +585,24 @@ def masked(corpus):
     """masked(recipe, p, seed=SEEDS[0], max_predictions=None) -> Masked, computed once per corpus."""
     cache: dict[tuple, Masked] = {}
 
-    def run(recipe: str, p: float, seed: tuple[int, int] = SEEDS[0], max_predictions: int | None = None) -> Masked:
+    def run(
+        recipe: str, p: float, seed: tuple[int, int] = SEEDS[0], max_predictions: int | None = None
+    ) -> Masked:
         key = (recipe, p, seed, max_predictions)
         if key not in cache:
-            out = mask_batch(corpus.ids, corpus.attention, corpus.spec(recipe, p, max_predictions),
-                             tf.constant(seed, tf.int64))
+            out = mask_batch(
+                corpus.ids,
+                corpus.attention,
+                corpus.spec(recipe, p, max_predictions),
+                tf.constant(seed, tf.int64),
+            )
             out = {k: v.numpy() for k, v in out.items()}
-            cache[key] = Masked(selected=selected_mask(out), token_ids=out["token_ids"], mask_ids=out["mask_ids"],
-                                mask_weights=out["mask_weights"])
+            cache[key] = Masked(
+                selected=selected_mask(out),
+                token_ids=out["token_ids"],
+                mask_ids=out["mask_ids"],
+                mask_weights=out["mask_weights"],
+            )
         return cache[key]
 
     return run
@@ -369,7 +629,9 @@ def assert_whole_words(selected: np.ndarray, words: np.ndarray) -> None:
 def test_selected_fraction_matches_mlm_probability(corpus, masked, recipe):
     maskable = corpus.candidate.sum()
     for p in PROBABILITIES:
-        fraction = sum(masked(recipe, p, seed).selected.sum() for seed in SEEDS) / (len(SEEDS) * maskable)
+        fraction = sum(masked(recipe, p, seed).selected.sum() for seed in SEEDS) / (
+            len(SEEDS) * maskable
+        )
         assert abs(fraction - p) < FRACTION_TOLERANCE, (p, fraction)
 
 
@@ -387,7 +649,9 @@ def test_never_selects_special_or_padding_tokens_and_replaces_80_10_10(corpus, m
     sel = out.selected
     assert not (sel & ~corpus.candidate).any()
     np.testing.assert_array_equal(out.token_ids[~sel], corpus.ids[~sel])
-    np.testing.assert_array_equal(out.mask_ids[out.mask_weights > 0], corpus.ids[sel])  # row-major, like sel
+    np.testing.assert_array_equal(
+        out.mask_ids[out.mask_weights > 0], corpus.ids[sel]
+    )  # row-major, like sel
     new, old = out.token_ids[sel], corpus.ids[sel]
     assert len(new) > 100_000
     masked_share, unchanged = (new == corpus.mask_id).mean(), (new == old).mean()
@@ -415,7 +679,9 @@ def test_truncation_drops_whole_words_past_the_cap(corpus, masked, recipe):
     last_rank = np.zeros(flat.max() + 1)
     np.maximum.at(last_rank, flat, rank.ravel())
     np.testing.assert_array_equal(kept, drawn & (last_rank[flat].reshape(drawn.shape) <= 6))
-    assert (kept.sum(axis=1) <= 6).all() and (kept.sum(axis=1) < np.minimum(drawn.sum(axis=1), 6)).any()
+    assert (kept.sum(axis=1) <= 6).all() and (
+        kept.sum(axis=1) < np.minimum(drawn.sum(axis=1), 6)
+    ).any()
 
 
 def span_runs(corpus: Corpus, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -423,7 +689,9 @@ def span_runs(corpus: Corpus, selected: np.ndarray) -> tuple[np.ndarray, np.ndar
     starts = np.diff(word_ids(corpus), axis=1, prepend=-1) > 0
     first = starts & corpus.candidate  # first token of each maskable word
     index = np.cumsum(first, axis=1) - 1
-    flags = np.zeros((len(selected), SEQ_LEN + 2), bool)  # a False column each side closes every run
+    flags = np.zeros(
+        (len(selected), SEQ_LEN + 2), bool
+    )  # a False column each side closes every run
     rows, cols = np.nonzero(first)
     flags[rows, index[rows, cols] + 1] = selected[rows, cols]
     edges = np.diff(flags.astype(np.int8), axis=1)
@@ -434,7 +702,9 @@ def span_runs(corpus: Corpus, selected: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 def test_span_lengths_follow_the_geometric_law(corpus, masked):
     for p in PROBABILITIES:
-        start, length, row_words = span_runs(corpus, masked(SPAN, p, max_predictions=SEQ_LEN).selected)
+        start, length, row_words = span_runs(
+            corpus, masked(SPAN, p, max_predictions=SEQ_LEN).selected
+        )
         assert length.max() <= SPAN_MAX_WORDS
         # Spans that the row start or end may have cut are left out; which those are depends on
         # where a span starts, never on its length.
@@ -467,6 +737,8 @@ def test_stateless_seeds_same_masks_for_a_seed_others_differ(corpus, recipe):
     first, again = run((3, 5)), run((3, 5))
     for key in first:
         np.testing.assert_array_equal(first[key].numpy(), again[key].numpy())
-        assert first[key].shape[-1] == (spec_.max_predictions if key.startswith("mask_") else SEQ_LEN)
+        assert first[key].shape[-1] == (
+            spec_.max_predictions if key.startswith("mask_") else SEQ_LEN
+        )
     for other in ((3, 6), (4, 5)):
         assert (run(other)["token_ids"].numpy() != first["token_ids"].numpy()).any()

@@ -23,9 +23,28 @@ BATCH = 8
 
 
 def args(steps: int) -> list[str]:
-    return ["--steps", str(steps), "--per_replica_batch", str(BATCH), "--learning_rate", "1e-3", "--warmup_steps", "2",
-            "--log_every", "1", "--checkpoint_every", "3", "--eval_every", "3", "--eval_batches", "2", "--seed", "3",
-            "--shuffle_buffer", "64"]
+    return [
+        "--steps",
+        str(steps),
+        "--per_replica_batch",
+        str(BATCH),
+        "--learning_rate",
+        "1e-3",
+        "--warmup_steps",
+        "2",
+        "--log_every",
+        "1",
+        "--checkpoint_every",
+        "3",
+        "--eval_every",
+        "3",
+        "--eval_batches",
+        "2",
+        "--seed",
+        "3",
+        "--shuffle_buffer",
+        "64",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -87,20 +106,48 @@ def test_evaluations_are_bounded_then_one_full_pass_is_reported(reference, shard
     assert [(r["step"], r["eval_batches"]) for r in evals] == [(3, 2), (6, 2)]
     (final,) = [r for r in rows if "final_eval_loss" in r]
     validation = read_manifest(shards).splits["validation"].records
-    assert (final["step"], final["final_eval_batches"]) == (6, math.ceil(validation / BATCH)) and validation > 2 * BATCH
+    assert (final["step"], final["final_eval_batches"]) == (
+        6,
+        math.ceil(validation / BATCH),
+    ) and validation > 2 * BATCH
     assert final["final_eval_masked_tokens"] > evals[-1]["eval_masked_tokens"]
     summary = json.loads((reference / "run_summary.json").read_text())
     assert (summary["eval_loss"], summary["eval_batches"], summary["final_eval"]) == (
-        final["final_eval_loss"], final["final_eval_batches"], "full")
-    assert {k: summary[k] for k in ("strategy", "replicas", "device_kind", "precision", "steps_per_execution")} == {
-        "strategy": "cpu", "replicas": 1, "device_kind": "CPU", "precision": "float32", "steps_per_execution": 1}
+        final["final_eval_loss"],
+        final["final_eval_batches"],
+        "full",
+    )
+    assert {
+        k: summary[k]
+        for k in ("strategy", "replicas", "device_kind", "precision", "steps_per_execution")
+    } == {
+        "strategy": "cpu",
+        "replicas": 1,
+        "device_kind": "CPU",
+        "precision": "float32",
+        "steps_per_execution": 1,
+    }
     run_config = json.loads((reference / "run_config.json").read_text())
-    assert (run_config["train"]["precision"], run_config["train"]["steps_per_execution"]) == ("auto", "auto")
-    assert (run_config["resolved"]["precision"], run_config["resolved"]["steps_per_execution"]) == ("float32", 1)
-    assert run_config["schedule"] == {"peak": 1e-3, "warmup_steps": 2, "total_steps": 6, "decay": "linear", "extensions": []}
+    assert (run_config["train"]["precision"], run_config["train"]["steps_per_execution"]) == (
+        "auto",
+        "auto",
+    )
+    assert (run_config["resolved"]["precision"], run_config["resolved"]["steps_per_execution"]) == (
+        "float32",
+        1,
+    )
+    assert run_config["schedule"] == {
+        "peak": 1e-3,
+        "warmup_steps": 2,
+        "total_steps": 6,
+        "decay": "linear",
+        "extensions": [],
+    }
 
 
-def test_evaluating_the_same_weights_again_gives_exactly_the_same_numbers(reference, shards, tmp_path, capsys):
+def test_evaluating_the_same_weights_again_gives_exactly_the_same_numbers(
+    reference, shards, tmp_path, capsys
+):
     run = copy_run(reference, tmp_path)
     (run / "run_summary.json").unlink()  # as if stopped before its summary
     before = metrics(run)
@@ -116,9 +163,12 @@ def test_evaluating_the_same_weights_again_gives_exactly_the_same_numbers(refere
         assert len(new) == 1 and new == old  # every number equal, not just close
 
 
-def test_sigint_saves_exits_75_and_the_rerun_continues_like_an_uninterrupted_run(preempted, reference, shards, tmp_path,
-                                                                                 capsys):
-    assert (preempted / "checkpoints" / "ckpt-4.index").exists() and not (preempted / "run_summary.json").exists()
+def test_sigint_saves_exits_75_and_the_rerun_continues_like_an_uninterrupted_run(
+    preempted, reference, shards, tmp_path, capsys
+):
+    assert (preempted / "checkpoints" / "ckpt-4.index").exists() and not (
+        preempted / "run_summary.json"
+    ).exists()
     assert max(losses(preempted)) == 4
     run = copy_run(preempted, tmp_path)
     assert train(shards, run) == 0
@@ -126,7 +176,10 @@ def test_sigint_saves_exits_75_and_the_rerun_continues_like_an_uninterrupted_run
     assert f"Resumed from {run / 'checkpoints' / 'ckpt-4'} at step 4" in captured.err
     assert "strategy cpu, 1 replicas, device kind CPU" in captured.err
     assert captured.out.startswith(f"run {run}: finished at step 6\n")
-    assert re.search(r"step 6/6  loss \S+  lr \S+  \d+ seq/s  \S+ ms/step  elapsed \d+:\d\d:\d\d  eta 0:00:00", captured.err)
+    assert re.search(
+        r"step 6/6  loss \S+  lr \S+  \d+ seq/s  \S+ ms/step  elapsed \d+:\d\d:\d\d  eta 0:00:00",
+        captured.err,
+    )
     assert losses(run) == pytest.approx(losses(reference), abs=1e-6)
 
 
@@ -144,11 +197,16 @@ def test_the_preemption_is_logged_with_the_step_and_what_to_do(shards, tmp_path,
         patch.setattr(trainer.MetricsLog, "add", add_then_terminate)
         assert train(shards, tmp_path / "run") == 75
     err = capsys.readouterr().err
-    assert "SIGTERM: finishing the current step" in err and "preempted at step 2; rerun the same command to resume" in err
+    assert (
+        "SIGTERM: finishing the current step" in err
+        and "preempted at step 2; rerun the same command to resume" in err
+    )
     assert (tmp_path / "run" / "checkpoints" / "ckpt-2.index").exists()
 
 
-def test_extend_continues_from_the_current_rate_without_warmup(preempted, reference, shards, tmp_path, capsys):
+def test_extend_continues_from_the_current_rate_without_warmup(
+    preempted, reference, shards, tmp_path, capsys
+):
     run = copy_run(preempted, tmp_path)
     assert train(shards, run, "--extend", steps=10) == 0
     rate_at_4 = {r["step"]: r["learning_rate"] for r in metrics(reference) if "loss" in r}[4]
@@ -192,7 +250,9 @@ def damage(run: Path, kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind, restored", [("truncated", 3), ("bit-flip", 3), ("state-file", 6)])
-def test_a_damaged_checkpoint_falls_back_and_metrics_keep_their_rows(reference, shards, tmp_path, capsys, kind, restored):
+def test_a_damaged_checkpoint_falls_back_and_metrics_keep_their_rows(
+    reference, shards, tmp_path, capsys, kind, restored
+):
     run = copy_run(reference, tmp_path)
     (run / "run_summary.json").unlink()  # as if stopped before its summary
     damage(run, kind)
@@ -212,7 +272,9 @@ def test_a_damaged_checkpoint_falls_back_and_metrics_keep_their_rows(reference, 
     assert json.loads((run / "run_summary.json").read_text())["global_step"] == 6
 
 
-def test_when_no_checkpoint_restores_the_run_stops_until_restart(reference, shards, tmp_path, capsys):
+def test_when_no_checkpoint_restores_the_run_stops_until_restart(
+    reference, shards, tmp_path, capsys
+):
     run = copy_run(reference, tmp_path)
     (run / "run_summary.json").unlink()
     for data in (run / "checkpoints").glob("ckpt-*.data-*"):
@@ -222,12 +284,19 @@ def test_when_no_checkpoint_restores_the_run_stops_until_restart(reference, shar
     metrics_bytes = (run / "metrics.jsonl").read_bytes()
     assert train(shards, run) == 2
     err = capsys.readouterr().err.splitlines()[-1]
-    assert err.startswith(f"lmshards train: error: No checkpoint in {str(run / 'checkpoints')!r} restores (ckpt-6: ")
+    assert err.startswith(
+        f"lmshards train: error: No checkpoint in {str(run / 'checkpoints')!r} restores (ckpt-6: "
+    )
     assert "--restart" in err
     assert (run / "metrics.jsonl").read_bytes() == metrics_bytes  # nothing was overwritten
     assert train(shards, run, "--restart") == 0
-    assert f"--restart: deleted checkpoints, metrics.jsonl, tensorboard, run_config.json from {run}" in capsys.readouterr().err
-    assert losses(run) == pytest.approx(losses(reference), abs=1e-6)  # trained again from step 0, the same way
+    assert (
+        f"--restart: deleted checkpoints, metrics.jsonl, tensorboard, run_config.json from {run}"
+        in capsys.readouterr().err
+    )
+    assert losses(run) == pytest.approx(
+        losses(reference), abs=1e-6
+    )  # trained again from step 0, the same way
 
 
 def test_loading_the_latest_model_skips_a_damaged_checkpoint_too(reference, tmp_path):
@@ -247,15 +316,22 @@ def test_loading_the_latest_model_skips_a_damaged_checkpoint_too(reference, tmp_
         load_model_from_run(str(run), str(run / "checkpoints" / "ckpt-6"))
 
 
-def test_several_steps_per_host_call_keep_every_logging_eval_and_checkpoint_step(reference, shards, tmp_path):
+def test_several_steps_per_host_call_keep_every_logging_eval_and_checkpoint_step(
+    reference, shards, tmp_path
+):
     run = tmp_path / "run"
     assert train(shards, run, "--steps_per_execution", "4", "--log_every", "2") == 0
     rows = metrics(run)
     assert [r["step"] for r in rows if "loss" in r] == [2, 4, 6]
     assert [r["step"] for r in rows if "eval_loss" in r] == [3, 6]
-    assert sorted(p.name for p in (run / "checkpoints").glob("*.index")) == ["ckpt-3.index", "ckpt-6.index"]
+    assert sorted(p.name for p in (run / "checkpoints").glob("*.index")) == [
+        "ckpt-3.index",
+        "ckpt-6.index",
+    ]
     expected = losses(reference)
     for r in rows:
         if "loss" in r:  # the window's mean: the same steps, trained the same way
-            assert r["loss"] == pytest.approx((expected[r["step"] - 1] + expected[r["step"]]) / 2, abs=1e-6)
+            assert r["loss"] == pytest.approx(
+                (expected[r["step"] - 1] + expected[r["step"]]) / 2, abs=1e-6
+            )
     assert json.loads((run / "run_config.json").read_text())["resolved"]["steps_per_execution"] == 4

@@ -31,50 +31,73 @@ def config(tmp_path, **options) -> TrainConfig:
 
 def recorded(tmp_path, **options) -> dict:
     """What run_config.json of a run started with these options holds (the sections the checks read)."""
-    return json.loads(json.dumps({"train": config(tmp_path, **options).to_dict(), "model": MODEL.to_dict()}))
+    return json.loads(
+        json.dumps({"train": config(tmp_path, **options).to_dict(), "model": MODEL.to_dict()})
+    )
 
 
 def test_the_same_command_continues_the_run(tmp_path):
     assert check_continuation(recorded(tmp_path), config(tmp_path), MODEL) == []
 
 
-@pytest.mark.parametrize("option, first, rerun", [
-    ("steps", 100, 200),
-    ("learning_rate", 5e-4, 1e-3),
-    ("warmup_steps", None, 10),
-    ("lr_schedule", "linear", "cosine"),
-    ("masking", "token", "whole_word"),
-    ("mlm_probability", 0.15, 0.3),
-])
-def test_a_changed_schedule_or_masking_is_refused_naming_the_option_and_both_values(tmp_path, option, first, rerun):
+@pytest.mark.parametrize(
+    "option, first, rerun",
+    [
+        ("steps", 100, 200),
+        ("learning_rate", 5e-4, 1e-3),
+        ("warmup_steps", None, 10),
+        ("lr_schedule", "linear", "cosine"),
+        ("masking", "token", "whole_word"),
+        ("mlm_probability", 0.15, 0.3),
+    ],
+)
+def test_a_changed_schedule_or_masking_is_refused_naming_the_option_and_both_values(
+    tmp_path, option, first, rerun
+):
     previous = recorded(tmp_path, **{option: first})
     with pytest.raises(LmshardsError) as refused:
         check_continuation(previous, config(tmp_path, **{option: rerun}), MODEL)
     shown = {None: "unset"}.get(first, json.dumps(first))
-    assert f"--{option} {shown} in the run, {json.dumps(rerun)} in this command" in str(refused.value)
+    assert f"--{option} {shown} in the run, {json.dumps(rerun)} in this command" in str(
+        refused.value
+    )
     assert "--extend" in str(refused.value) and "--restart" in str(refused.value)
 
 
 def test_extend_lets_only_the_length_change(tmp_path):
     found = check_continuation(recorded(tmp_path), config(tmp_path, steps=300, extend=True), MODEL)
     assert [(c.option.name, c.recorded, c.given) for c in found] == [("steps", 100, 300)]
-    with pytest.raises(LmshardsError, match="--learning_rate 0.0005 in the run, 0.001 in this command"):
-        check_continuation(recorded(tmp_path), config(tmp_path, steps=300, learning_rate=1e-3, extend=True), MODEL)
+    with pytest.raises(
+        LmshardsError, match="--learning_rate 0.0005 in the run, 0.001 in this command"
+    ):
+        check_continuation(
+            recorded(tmp_path), config(tmp_path, steps=300, learning_rate=1e-3, extend=True), MODEL
+        )
     # --steps to --epochs is a change of length too.
-    found = check_continuation(recorded(tmp_path), config(tmp_path, steps=None, epochs=2.0, extend=True), MODEL)
+    found = check_continuation(
+        recorded(tmp_path), config(tmp_path, steps=None, epochs=2.0, extend=True), MODEL
+    )
     assert [c.option.name for c in found] == ["steps", "epochs"]
 
 
 def test_data_options_only_warn(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="train.run_dir"):
-        found = check_continuation(recorded(tmp_path), config(tmp_path, seed=7, shards=("a", "b")), MODEL)
+        found = check_continuation(
+            recorded(tmp_path), config(tmp_path, seed=7, shards=("a", "b")), MODEL
+        )
     assert {c.option.name for c in found} == {"seed", "shards"}
     assert '--shards ["shards"] in the run, ["a", "b"] in this command' in caplog.text
     assert "--seed 0 in the run, 7 in this command" in caplog.text
 
 
 def test_tuples_compare_equal_to_the_lists_they_were_recorded_as(tmp_path):
-    assert changes(recorded(tmp_path, shard_weights=(0.7, 0.3))["train"], config(tmp_path, shard_weights=(0.7, 0.3))) == []
+    assert (
+        changes(
+            recorded(tmp_path, shard_weights=(0.7, 0.3))["train"],
+            config(tmp_path, shard_weights=(0.7, 0.3)),
+        )
+        == []
+    )
 
 
 def test_every_table_entry_is_an_option_of_the_command():
@@ -86,22 +109,33 @@ def test_every_table_entry_is_an_option_of_the_command():
 
 def test_another_model_is_refused(tmp_path):
     with pytest.raises(LmshardsError, match="holds a run of another model"):
-        check_continuation(recorded(tmp_path), config(tmp_path), ModelConfig(vocabulary_size=2000, num_layers=4))
+        check_continuation(
+            recorded(tmp_path), config(tmp_path), ModelConfig(vocabulary_size=2000, num_layers=4)
+        )
 
 
-@pytest.mark.parametrize("content, problem", [
-    ("{\"train\": {", "is damaged: not valid JSON"),
-    ("[1, 2]", "is damaged: it holds a JSON list, not an object"),
-    ("{\"model\": {}}", "is damaged: it has no 'train' section"),
-    (b"\xff\xfe\x00", "is damaged: not valid JSON"),
-])
-def test_a_damaged_run_config_is_a_clean_error_naming_the_file_and_the_fix(tmp_path, content, problem):
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        ('{"train": {', "is damaged: not valid JSON"),
+        ("[1, 2]", "is damaged: it holds a JSON list, not an object"),
+        ('{"model": {}}', "is damaged: it has no 'train' section"),
+        (b"\xff\xfe\x00", "is damaged: not valid JSON"),
+    ],
+)
+def test_a_damaged_run_config_is_a_clean_error_naming_the_file_and_the_fix(
+    tmp_path, content, problem
+):
     path = tmp_path / "run_config.json"
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
     with pytest.raises(LmshardsError) as damaged:
         previous_run_config(str(tmp_path))
     message = str(damaged.value)
-    assert message.startswith(f"{str(path)!r} {problem}") and "--restart" in message and "new --output" in message
+    assert (
+        message.startswith(f"{str(path)!r} {problem}")
+        and "--restart" in message
+        and "new --output" in message
+    )
     with pytest.raises(LmshardsError, match="Restore it from a copy"):
         read_run_config(str(tmp_path))
 
@@ -138,8 +172,18 @@ def test_restart_deletes_only_what_training_wrote(tmp_path):
 
 
 def test_summary_lines(tmp_path):
-    summary = {"global_step": 300, "train_loss": 3.21, "eval_loss": 3.5, "eval_perplexity": 33.12, "eval_accuracy": 0.41,
-               "final_eval": "full", "eval_batches": 12, "strategy": "cpu", "replicas": 1, "device_kind": "CPU"}
+    summary = {
+        "global_step": 300,
+        "train_loss": 3.21,
+        "eval_loss": 3.5,
+        "eval_perplexity": 33.12,
+        "eval_accuracy": 0.41,
+        "final_eval": "full",
+        "eval_batches": 12,
+        "strategy": "cpu",
+        "replicas": 1,
+        "device_kind": "CPU",
+    }
     lines = format_summary(summary, str(tmp_path)).splitlines()
     assert lines == [
         f"run {tmp_path}: finished at step 300",
@@ -148,5 +192,7 @@ def test_summary_lines(tmp_path):
         "strategy cpu, 1 replicas, device kind CPU",
         f"details: {tmp_path / 'run_summary.json'}",
     ]
-    bounded = format_summary({**summary, "final_eval": None, "eval_loss": None}, str(tmp_path)).splitlines()
+    bounded = format_summary(
+        {**summary, "final_eval": None, "eval_loss": None}, str(tmp_path)
+    ).splitlines()
     assert bounded[2] == "eval loss -, perplexity 33.12, accuracy 0.4100 (on 12 validation batches)"

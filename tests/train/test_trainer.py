@@ -29,9 +29,14 @@ def test_the_same_length_keeps_the_runs_schedule():
 
 
 def test_another_length_needs_extend_and_more_steps():
-    with pytest.raises(LmshardsError, match="trains 150 steps in all but the run's schedule, fixed by its first command, ends at step 100"):
+    with pytest.raises(
+        LmshardsError,
+        match="trains 150 steps in all but the run's schedule, fixed by its first command, ends at step 100",
+    ):
         continue_schedule(SCHEDULE, total_steps=150, start_step=40, extend=False)
-    with pytest.raises(LmshardsError, match=r"--extend needs more steps than the run's schedule has \(100\)"):
+    with pytest.raises(
+        LmshardsError, match=r"--extend needs more steps than the run's schedule has \(100\)"
+    ):
         continue_schedule(SCHEDULE, total_steps=80, start_step=40, extend=True)
     with pytest.raises(LmshardsError, match="at step 100 this run's rate has already fallen to 0"):
         continue_schedule(SCHEDULE, total_steps=150, start_step=100, extend=True)
@@ -42,30 +47,47 @@ def test_another_length_needs_extend_and_more_steps():
 def test_resuming_across_loss_scaling_is_refused():
     check_precision_change(None, "mixed_float16")
     check_precision_change({"resolved": {"precision": "float32"}}, "mixed_bfloat16")
-    with pytest.raises(LmshardsError, match="trained with precision mixed_float16 .* Pass --precision mixed_float16"):
+    with pytest.raises(
+        LmshardsError,
+        match="trained with precision mixed_float16 .* Pass --precision mixed_float16",
+    ):
         check_precision_change({"resolved": {"precision": "mixed_float16"}}, "float32")
 
 
-def test_an_out_of_vocabulary_assertion_becomes_an_error_naming_the_manifest(tmp_path, sample_tokenizer):
+def test_an_out_of_vocabulary_assertion_becomes_an_error_naming_the_manifest(
+    tmp_path, sample_tokenizer
+):
     info = tokenizer_info_for(str(sample_tokenizer))
     ids = np.full((4, 8), 7, np.int64)
-    write_shards(tmp_path, {"train": (ids, np.ones_like(ids), 1)}, seq_len=8, tokenizer=info, inputs=())
+    write_shards(
+        tmp_path, {"train": (ids, np.ones_like(ids), 1)}, seq_len=8, tokenizer=info, inputs=()
+    )
     mix = mixture.open_mixture([str(tmp_path)])
     with pytest.raises(LmshardsError) as error:
         with readable_input_errors((), mix):
-            tf.debugging.assert_less(tf.constant(5000), tf.constant(2000), message=data.ID_OUT_OF_VOCABULARY)
+            tf.debugging.assert_less(
+                tf.constant(5000), tf.constant(2000), message=data.ID_OUT_OF_VOCABULARY
+            )
     assert str(error.value).startswith(
         f"The shards hold token ids of 2000 or more, but {str(tmp_path / 'manifest.json')!r} says the tokenizer has "
-        "vocab_size 2000")
+        "vocab_size 2000"
+    )
     with pytest.raises(tf.errors.InvalidArgumentError):  # any other error stays what it is
         with readable_input_errors((), mix):
             tf.debugging.assert_less(tf.constant(5), tf.constant(2), message="something else")
 
 
 def test_progress_formatting():
-    assert [format_duration(s) for s in (0, 59.6, 61, 3725.2, 90000)] == ["0:00:00", "0:01:00", "0:01:01", "1:02:05", "25:00:00"]
-    assert final_eval_record({"step": 6, "eval_loss": 1.5, "eval_loss/a": 1.4, "eval_batches": 3}) == {
-        "step": 6, "final_eval_loss": 1.5, "final_eval_loss/a": 1.4, "final_eval_batches": 3}
+    assert [format_duration(s) for s in (0, 59.6, 61, 3725.2, 90000)] == [
+        "0:00:00",
+        "0:01:00",
+        "0:01:01",
+        "1:02:05",
+        "25:00:00",
+    ]
+    assert final_eval_record(
+        {"step": 6, "eval_loss": 1.5, "eval_loss/a": 1.4, "eval_batches": 3}
+    ) == {"step": 6, "final_eval_loss": 1.5, "final_eval_loss/a": 1.4, "final_eval_batches": 3}
     every = Every(3600.0)
     assert not every.due()
     every.seconds = 0.0

@@ -14,7 +14,8 @@ from train.families.base import HfHeadNames, ModelFamily
 _FAMILY_MODULES = ("roberta", "bert")
 
 FAMILIES: dict[str, ModelFamily] = {
-    family.name: family for family in (importlib.import_module(f"{__name__}.{m}").FAMILY for m in _FAMILY_MODULES)
+    family.name: family
+    for family in (importlib.import_module(f"{__name__}.{m}").FAMILY for m in _FAMILY_MODULES)
 }
 DEFAULT_FAMILY = "roberta"
 

@@ -58,4 +58,7 @@ class ModelFamily:
 
     def hf_token_ids(self, special_token_ids: dict[str, int]) -> dict[str, int | None]:
         """`{alias}_token_id` of each alias, from the role ids (None for a role the tokenizer lacks)."""
-        return {f"{alias}_token_id": special_token_ids.get(role) for alias, role in self.hf_token_aliases}
+        return {
+            f"{alias}_token_id": special_token_ids.get(role)
+            for alias, role in self.hf_token_aliases
+        }

@@ -13,7 +13,12 @@ FAMILY = ModelFamily(
     hf_config_class="RobertaConfig",
     hf_masked_lm_class="RobertaForMaskedLM",
     hf_base_prefix="roberta",
-    hf_head=HfHeadNames(dense="lm_head.dense", norm="lm_head.layer_norm", bias="lm_head.bias", decoder="lm_head.decoder"),
+    hf_head=HfHeadNames(
+        dense="lm_head.dense",
+        norm="lm_head.layer_norm",
+        bias="lm_head.bias",
+        decoder="lm_head.decoder",
+    ),
     hf_head_activation="gelu",  # RobertaLMHead applies exact GELU whatever hidden_act says
     hf_positions_after_padding=True,
     hf_token_aliases=(("bos", "cls"), ("eos", "sep")),  # <s> ... </s> are also bos/eos

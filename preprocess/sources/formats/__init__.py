@@ -31,7 +31,7 @@ def format_for(path: str, options: ReadOptions) -> Format:
 
 
 def detect_format(path: str) -> str:
-    """"text", "jsonl" or "parquet" (a format's name), from the file name after stripping .gz/.bz2."""
+    """ "text", "jsonl" or "parquet" (a format's name), from the file name after stripping .gz/.bz2."""
     claimed = _claimed(path)
     return claimed.name if claimed else TEXT
 

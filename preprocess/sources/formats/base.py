@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import BinaryIO, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
 
 from preprocess.sources.documents import ReadStats
 from preprocess.sources.options import ReadOptions

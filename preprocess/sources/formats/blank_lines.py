@@ -6,7 +6,8 @@ NULs). One CR before each line end is dropped.
 
 from __future__ import annotations
 
-from typing import BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import BinaryIO
 
 from preprocess.sources.documents import Document, ReadStats
 from preprocess.sources.formats.base import TEXT, Format
@@ -40,7 +41,13 @@ class _BlankLineDocuments(LineRecords):
         lines = data.split(b"\n")
         lines.pop()  # after the final '\n'
         for n, line in enumerate(lines):
-            if n and not paragraph and self._doc is None and self._end is not None and line_start >= self._end:
+            if (
+                n
+                and not paragraph
+                and self._doc is None
+                and self._end is not None
+                and line_start >= self._end
+            ):
                 self.stop = line_start
                 break
             line_start += len(line) + 1
@@ -116,4 +123,10 @@ def _read_range(f: BinaryIO, r: ReadRange, options: ReadOptions, stats: ReadStat
     return read_lines(f, r, options, stats, _BlankLineDocuments)
 
 
-FORMAT = Format(name=TEXT, extensions=(), doc_separator=BLANK_LINE, plan_ranges=byte_ranges, read_range=_read_range)
+FORMAT = Format(
+    name=TEXT,
+    extensions=(),
+    doc_separator=BLANK_LINE,
+    plan_ranges=byte_ranges,
+    read_range=_read_range,
+)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from typing import Any, BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import Any, BinaryIO
 
 from preprocess.sources.documents import ReadStats, decode_utf8, text_document
 from preprocess.sources.formats.base import Format
@@ -55,7 +56,10 @@ def _text_field(line: str, field: str) -> str | _Skipped:
         return _Skipped("documents_missing_field", f"no {field!r} field (pass --text_field NAME)")
     text = value[field]
     if text is not None and not isinstance(text, str):
-        return _Skipped("documents_non_string_text", f"field {field!r} is a JSON {_json_type(text)}, not a string")
+        return _Skipped(
+            "documents_non_string_text",
+            f"field {field!r} is a JSON {_json_type(text)}, not a string",
+        )
     return text or ""
 
 
@@ -92,7 +96,9 @@ class _JsonLines(LineRecords):
             self._stats.count(text.counter)
             if self._logged < MAX_LOGGED_BAD_LINES:
                 self._logged += 1
-                logger.warning("%s: line at byte %d skipped: %s.", self._path, line_start, text.problem)
+                logger.warning(
+                    "%s: line at byte %d skipped: %s.", self._path, line_start, text.problem
+                )
             return []
         return text_document(text, self._options, self._stats, invalid_utf8=invalid_utf8)
 
@@ -101,4 +107,6 @@ def _read_range(f: BinaryIO, r: ReadRange, options: ReadOptions, stats: ReadStat
     return read_lines(f, r, options, stats, _JsonLines)
 
 
-FORMAT = Format(name="jsonl", extensions=(".jsonl", ".json"), plan_ranges=byte_ranges, read_range=_read_range)
+FORMAT = Format(
+    name="jsonl", extensions=(".jsonl", ".json"), plan_ranges=byte_ranges, read_range=_read_range
+)

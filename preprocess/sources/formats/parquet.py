@@ -7,14 +7,15 @@ empty documents. pyarrow is imported only when a Parquet file is met.
 from __future__ import annotations
 
 import io
-from typing import BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import BinaryIO
 
+from plumbing import fs
 from preprocess.sources.compression import is_compressed
 from preprocess.sources.documents import ReadStats, decode_utf8, text_document
 from preprocess.sources.formats.base import Format
 from preprocess.sources.options import InputError, ReadOptions
 from preprocess.sources.ranges import TO_END, ReadRange, whole_file
-from plumbing import fs
 from schemas.manifest import InputFileInfo
 
 PARQUET_BATCH_ROWS = 1024
@@ -50,9 +51,16 @@ def _plan_ranges(info: InputFileInfo, options: ReadOptions, range_bytes: int) ->
             f"{path!r} has no column {column!r}; it has {schema.names}. Pass --text_column NAME."
         )
     kind = schema.field(index).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
-            or pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
-        raise InputError(f"{path!r}: column {column!r} holds {kind}, not text. Pass --text_column NAME.")
+    if not (
+        pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_string_view(kind)
+        or pa.types.is_binary(kind)
+        or pa.types.is_large_binary(kind)
+    ):
+        raise InputError(
+            f"{path!r}: column {column!r} holds {kind}, not text. Pass --text_column NAME."
+        )
     ranges, first, group_bytes = [], 0, 0
     for i in range(metadata.num_row_groups - 1):
         group_bytes += metadata.row_group(i).total_byte_size
@@ -78,14 +86,19 @@ def _read_range(f: BinaryIO, r: ReadRange, options: ReadOptions, stats: ReadStat
     groups = list(range(r.start, parquet.num_row_groups if r.end < 0 else r.end))
     if not groups:
         return
-    for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, row_groups=groups,
-                                      columns=[options.text_column]):
+    for batch in parquet.iter_batches(
+        batch_size=PARQUET_BATCH_ROWS, row_groups=groups, columns=[options.text_column]
+    ):
         column = batch.column(0)
         stats.bytes_read += pc.sum(pc.binary_length(column)).as_py() or 0
         is_binary = pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)
         for value in column.to_pylist():
-            text, invalid_utf8 = decode_utf8(value) if is_binary and value is not None else (value or "", False)
+            text, invalid_utf8 = (
+                decode_utf8(value) if is_binary and value is not None else (value or "", False)
+            )
             yield from text_document(text, options, stats, invalid_utf8=invalid_utf8)
 
 
-FORMAT = Format(name="parquet", extensions=(".parquet",), plan_ranges=_plan_ranges, read_range=_read_range)
+FORMAT = Format(
+    name="parquet", extensions=(".parquet",), plan_ranges=_plan_ranges, read_range=_read_range
+)

@@ -7,7 +7,8 @@ stays.
 from __future__ import annotations
 
 import re
-from typing import BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import BinaryIO
 
 from preprocess.sources.documents import Document, ReadStats, decode_utf8, text_document
 from preprocess.sources.formats.base import TEXT, Format
@@ -52,7 +53,10 @@ def _line_documents(data: bytes, options: ReadOptions, stats: ReadStats) -> list
     lines = text.split("\n")
     lines.pop()  # after the final '\n'
     special = bad_bytes or "\x00" in text
-    if not special and (len(text) <= options.max_document_chars or max(map(len, lines)) <= options.max_document_chars):
+    if not special and (
+        len(text) <= options.max_document_chars
+        or max(map(len, lines)) <= options.max_document_chars
+    ):
         documents = [line for line in lines if line and not line.isspace()]
         stats.documents += len(documents)
         stats.documents_empty += len(lines) - len(documents)
@@ -70,4 +74,6 @@ def _read_range(f: BinaryIO, r: ReadRange, options: ReadOptions, stats: ReadStat
     return read_lines(f, r, options, stats, _LineDocuments)
 
 
-FORMAT = Format(name=TEXT, extensions=(), doc_separator=LINE, plan_ranges=byte_ranges, read_range=_read_range)
+FORMAT = Format(
+    name=TEXT, extensions=(), doc_separator=LINE, plan_ranges=byte_ranges, read_range=_read_range
+)

@@ -9,15 +9,30 @@ from preprocess.sources import documents
 
 def test_utf8_boundary_keeps_decoding_identical():
     rng = random.Random(0)
-    alphabet = [b"a", b"\n", "\u00e9".encode(), "\u20ac".encode(), "\U0001f642".encode(), b"\x80", b"\xbf",
-                b"\xc3", b"\xe2\x82", b"\xf0\x9f", b"\xff", b"\xed\xa0\x80"]
+    alphabet = [
+        b"a",
+        b"\n",
+        "\u00e9".encode(),
+        "\u20ac".encode(),
+        "\U0001f642".encode(),
+        b"\x80",
+        b"\xbf",
+        b"\xc3",
+        b"\xe2\x82",
+        b"\xf0\x9f",
+        b"\xff",
+        b"\xed\xa0\x80",
+    ]
     for _ in range(300):
         data = b"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12)))
         whole = data.decode("utf-8", errors="replace")
         for pos in range(len(data) + 1):
             cut = documents._utf8_boundary(data, pos)
             assert pos - 3 <= cut <= pos
-            assert data[:cut].decode("utf-8", "replace") + data[cut:].decode("utf-8", "replace") == whole
+            assert (
+                data[:cut].decode("utf-8", "replace") + data[cut:].decode("utf-8", "replace")
+                == whole
+            )
 
 
 def test_split_long_prefers_whitespace_and_loses_nothing():

@@ -9,8 +9,7 @@ import json
 
 import pytest
 
-from preprocess.sources import ReadOptions, ReadStats, iter_documents
-from preprocess.sources import documents
+from preprocess.sources import ReadOptions, ReadStats, documents, iter_documents
 from preprocess.sources import lines as line_reading
 from tests.helpers.text_corpus import random_corpus, read_in_ranges, tree_bytes, write
 
@@ -34,7 +33,9 @@ def wide_twin(stats: ReadStats, counter: str, size: int) -> ReadStats:
 
 @pytest.mark.parametrize("codec, bom, counter", WIDE)
 @pytest.mark.parametrize("separator", ["line", "blank_line"])
-def test_wide_text_reads_like_its_utf8_twin_in_any_ranges(tmp_path, monkeypatch, codec, bom, counter, separator):
+def test_wide_text_reads_like_its_utf8_twin_in_any_ranges(
+    tmp_path, monkeypatch, codec, bom, counter, separator
+):
     # Chunks of 7 bytes cut through code units and surrogate pairs, and make long lines arrive in parts.
     monkeypatch.setattr(line_reading, "READ_CHUNK_BYTES", 7)
     monkeypatch.setattr(documents, "DECODE_BYTES", 5)
@@ -56,8 +57,14 @@ def test_wide_text_reads_like_its_utf8_twin_in_any_ranges(tmp_path, monkeypatch,
 
 @pytest.mark.parametrize("codec, bom, counter", WIDE)
 def test_wide_json_lines_and_compressed_files(tmp_path, codec, bom, counter):
-    rows = [{"text": "caf\u00e9 \U0001f642"}, {"text": "\u65e5\u672c\u8a9e\nline two"}, {"text": 7}, {"x": "y"},
-            {"text": "   "}, {"text": "last"}]
+    rows = [
+        {"text": "caf\u00e9 \U0001f642"},
+        {"text": "\u65e5\u672c\u8a9e\nline two"},
+        {"text": 7},
+        {"x": "y"},
+        {"text": "   "},
+        {"text": "last"},
+    ]
     data = "\r\n".join(json.dumps(r, ensure_ascii=False) for r in rows).encode(codec)
     jsonl = write(tmp_path / "a.jsonl", bom + data)
     gz = write(tmp_path / "b.txt.gz", gzip.compress(bom + "one\ntwo\n\nthree".encode(codec)))
@@ -65,22 +72,37 @@ def test_wide_json_lines_and_compressed_files(tmp_path, codec, bom, counter):
     for range_bytes in (1, 5, 1000):
         docs, stats = read_in_ranges(jsonl, ReadOptions(), range_bytes)
         assert docs == ["caf\u00e9 \U0001f642", "\u65e5\u672c\u8a9e\nline two", "last"]
-        assert stats == ReadStats(documents=3, documents_empty=1, documents_non_string_text=1,
-                                  documents_missing_field=1, bytes_read=len(bom + data), **{counter: 1})
+        assert stats == ReadStats(
+            documents=3,
+            documents_empty=1,
+            documents_non_string_text=1,
+            documents_missing_field=1,
+            bytes_read=len(bom + data),
+            **{counter: 1},
+        )
     stats = ReadStats()
     assert list(iter_documents([str(gz)], ReadOptions(), stats)) == ["one", "two", "three"]
-    assert stats == ReadStats(documents=3, documents_empty=1, bytes_read=len(bom) + 14 * len(bom), **{counter: 1})
+    assert stats == ReadStats(
+        documents=3, documents_empty=1, bytes_read=len(bom) + 14 * len(bom), **{counter: 1}
+    )
     assert tree_bytes(tmp_path) == before
 
 
 def test_invalid_and_truncated_utf16_is_replaced_and_counted(tmp_path):
     lone_surrogate = "\ud800".encode("utf-16-le", errors="surrogatepass")
-    data = codecs.BOM_UTF16_LE + "ok\nbad ".encode("utf-16-le") + lone_surrogate + " here\nend".encode("utf-16-le")
+    data = (
+        codecs.BOM_UTF16_LE
+        + "ok\nbad ".encode("utf-16-le")
+        + lone_surrogate
+        + " here\nend".encode("utf-16-le")
+    )
     path = write(tmp_path / "a.txt", data + b"x")  # an odd final byte: half a code unit
     for range_bytes in (1, len(data) + 1):
         docs, stats = read_in_ranges(path, ReadOptions(), range_bytes)
         assert docs == ["ok", "bad \ufffd here", "end\ufffd"]
-        assert stats == ReadStats(documents=3, documents_invalid_utf8=2, files_utf16=1, bytes_read=len(data) + 1)
+        assert stats == ReadStats(
+            documents=3, documents_invalid_utf8=2, files_utf16=1, bytes_read=len(data) + 1
+        )
 
 
 def test_a_bom_alone_is_an_empty_file_and_utf32_le_wins_over_utf16_le(tmp_path):

@@ -5,23 +5,38 @@ from __future__ import annotations
 import pytest
 
 from preprocess.sources import DOC_SEPARATORS, ReadOptions, detect_format
-from preprocess.sources.formats import FORMATS, format_for
-from preprocess.sources.formats import blank_lines, jsonl, parquet, text_lines
+from preprocess.sources.formats import FORMATS, blank_lines, format_for, jsonl, parquet, text_lines
 
 
-@pytest.mark.parametrize("name, fmt", [
-    ("a.txt", "text"), ("a.txt.gz", "text"), ("a", "text"), ("dir.v1/a", "text"), ("a.JSONL", "jsonl"),
-    ("a.json.bz2", "jsonl"), ("gs://b/x/a.jsonl.gz", "jsonl"), ("a.parquet", "parquet"), ("a.gz", "text"),
-    (".jsonl", "text"),
-])
+@pytest.mark.parametrize(
+    "name, fmt",
+    [
+        ("a.txt", "text"),
+        ("a.txt.gz", "text"),
+        ("a", "text"),
+        ("dir.v1/a", "text"),
+        ("a.JSONL", "jsonl"),
+        ("a.json.bz2", "jsonl"),
+        ("gs://b/x/a.jsonl.gz", "jsonl"),
+        ("a.parquet", "parquet"),
+        ("a.gz", "text"),
+        (".jsonl", "text"),
+    ],
+)
 def test_detect_format(name, fmt):
     assert detect_format(name) == fmt
 
 
-@pytest.mark.parametrize("name, separator, module", [
-    ("a.txt", "line", text_lines), ("a.txt.bz2", "blank_line", blank_lines), ("a.md", "blank_line", blank_lines),
-    ("a.json.gz", "blank_line", jsonl), ("A.Parquet", "line", parquet),
-])
+@pytest.mark.parametrize(
+    "name, separator, module",
+    [
+        ("a.txt", "line", text_lines),
+        ("a.txt.bz2", "blank_line", blank_lines),
+        ("a.md", "blank_line", blank_lines),
+        ("a.json.gz", "blank_line", jsonl),
+        ("A.Parquet", "line", parquet),
+    ],
+)
 def test_format_for_picks_by_extension_then_doc_separator(name, separator, module):
     assert format_for(name, ReadOptions(doc_separator=separator)) is module.FORMAT
 
@@ -30,5 +45,7 @@ def test_registry_claims_each_extension_once_and_each_separator_once():
     extensions = [e for fmt in FORMATS for e in fmt.extensions]
     assert len(extensions) == len(set(extensions))
     assert all(e == e.lower() and e.startswith(".") and e.count(".") == 1 for e in extensions)
-    assert sorted(fmt.doc_separator for fmt in FORMATS if fmt.doc_separator) == sorted(DOC_SEPARATORS)
+    assert sorted(fmt.doc_separator for fmt in FORMATS if fmt.doc_separator) == sorted(
+        DOC_SEPARATORS
+    )
     assert all(not fmt.extensions for fmt in FORMATS if fmt.doc_separator)

@@ -10,9 +10,17 @@ from tests.helpers.text_corpus import BOM, read_in_ranges, write
 
 def test_jsonl_skips_and_counts_bad_lines(tmp_path, caplog, monkeypatch):
     lines = [
-        b'{"text": "first", "id": 1}', b"{not json", b'{"body": "no text field"}', b'{"text": 42}', b"[1, 2]",
-        b'{"text": null}', b'{"text": "  "}', b"", b'{"text": "nul\\u0000inside", "x": "\\u00e9"}',
-        b'{"text": "caf\xe9 raw"}', b'{"text": "last"}',
+        b'{"text": "first", "id": 1}',
+        b"{not json",
+        b'{"body": "no text field"}',
+        b'{"text": 42}',
+        b"[1, 2]",
+        b'{"text": null}',
+        b'{"text": "  "}',
+        b"",
+        b'{"text": "nul\\u0000inside", "x": "\\u00e9"}',
+        b'{"text": "caf\xe9 raw"}',
+        b'{"text": "last"}',
     ]
     data = BOM + b"\r\n".join(lines)
     path = write(tmp_path / "a.jsonl", data)
@@ -20,11 +28,20 @@ def test_jsonl_skips_and_counts_bad_lines(tmp_path, caplog, monkeypatch):
     with caplog.at_level("WARNING", logger=jsonl.__name__):
         docs = list(iter_documents([str(path)], ReadOptions(), stats))
     assert docs == ["first", "nulinside", "caf\ufffd raw", "last"]
-    assert stats == ReadStats(documents=4, documents_empty=3, documents_invalid_utf8=1, documents_nul=1,
-                              documents_invalid_json=2, documents_missing_field=1, documents_non_string_text=1,
-                              bytes_read=len(data))
+    assert stats == ReadStats(
+        documents=4,
+        documents_empty=3,
+        documents_invalid_utf8=1,
+        documents_nul=1,
+        documents_invalid_json=2,
+        documents_missing_field=1,
+        documents_non_string_text=1,
+        bytes_read=len(data),
+    )
     located = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
-    assert len(located) == jsonl.MAX_LOGGED_BAD_LINES and all("a.jsonl: line at byte" in m for m in located)
+    assert len(located) == jsonl.MAX_LOGGED_BAD_LINES and all(
+        "a.jsonl: line at byte" in m for m in located
+    )
     for range_bytes in (1, 37):
         assert read_in_ranges(path, ReadOptions(), range_bytes) == (docs, stats)
     monkeypatch.setattr(line_reading, "READ_CHUNK_BYTES", 8)  # most lines now come in parts
@@ -40,15 +57,32 @@ def test_jsonl_custom_field(tmp_path):
 
 
 def test_non_string_text_fields_are_counted_under_their_own_name(tmp_path, caplog):
-    lines = [b'{"text": 42}', b'{"text": 1.5e3}', b'{"text": [1, "a"]}', b'{"text": {"a": "b"}}', b'{"text": true}',
-             b'{"text": "kept"}', b'{"other": "x"}', b'"just a string"', b"12", b"{broken", b'{"text": null}']
+    lines = [
+        b'{"text": 42}',
+        b'{"text": 1.5e3}',
+        b'{"text": [1, "a"]}',
+        b'{"text": {"a": "b"}}',
+        b'{"text": true}',
+        b'{"text": "kept"}',
+        b'{"other": "x"}',
+        b'"just a string"',
+        b"12",
+        b"{broken",
+        b'{"text": null}',
+    ]
     data = b"\n".join(lines) + b"\n"
     path = write(tmp_path / "a.jsonl", data)
     stats = ReadStats()
     with caplog.at_level("WARNING", logger=jsonl.__name__):
         assert list(iter_documents([str(path)], ReadOptions(), stats)) == ["kept"]
-    assert stats == ReadStats(documents=1, documents_empty=1, documents_non_string_text=5, documents_missing_field=1,
-                              documents_invalid_json=3, bytes_read=len(data))
+    assert stats == ReadStats(
+        documents=1,
+        documents_empty=1,
+        documents_non_string_text=5,
+        documents_missing_field=1,
+        documents_invalid_json=3,
+        bytes_read=len(data),
+    )
     assert [r.getMessage() for r in caplog.records if r.name == jsonl.__name__] == [
         f"{path}: line at byte 0 skipped: field 'text' is a JSON number, not a string.",
         f"{path}: line at byte 13 skipped: field 'text' is a JSON number, not a string.",

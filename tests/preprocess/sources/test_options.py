@@ -6,16 +6,19 @@ import argparse
 
 import pytest
 
-from preprocess.sources import InputError, ReadOptions, add_reading_arguments, read_options_from
 from plumbing.cli import CommandParser
+from preprocess.sources import InputError, ReadOptions, add_reading_arguments, read_options_from
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    ({"doc_separator": "paragraph"}, ["'paragraph'", "line, blank_line"]),
-    ({"text_field": ""}, ["--text_field"]),
-    ({"text_column": ""}, ["--text_column"]),
-    ({"max_document_chars": 0}, ["max_document_chars"]),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"doc_separator": "paragraph"}, ["'paragraph'", "line, blank_line"]),
+        ({"text_field": ""}, ["--text_field"]),
+        ({"text_column": ""}, ["--text_column"]),
+        ({"max_document_chars": 0}, ["max_document_chars"]),
+    ],
+)
 def test_read_options_reject_bad_values(kwargs, words):
     with pytest.raises(InputError) as e:
         ReadOptions(**kwargs)
@@ -27,8 +30,12 @@ def test_reading_flags_default_to_read_options_defaults(parser_type):
     parser = parser_type()
     add_reading_arguments(parser)
     assert read_options_from(parser.parse_args([])) == ReadOptions()
-    args = parser.parse_args(["--doc_separator", "blank_line", "--text_field", "body", "--text_column", "c"])
-    assert read_options_from(args) == ReadOptions(doc_separator="blank_line", text_field="body", text_column="c")
+    args = parser.parse_args(
+        ["--doc_separator", "blank_line", "--text_field", "body", "--text_column", "c"]
+    )
+    assert read_options_from(args) == ReadOptions(
+        doc_separator="blank_line", text_field="body", text_column="c"
+    )
 
 
 def test_reading_flags_reject_bad_values(capsys):

@@ -8,8 +8,7 @@ import tracemalloc
 
 import pytest
 
-from preprocess.sources import ReadOptions, ReadStats, iter_documents
-from preprocess.sources import documents
+from preprocess.sources import ReadOptions, ReadStats, documents, iter_documents
 from preprocess.sources import lines as line_reading
 from preprocess.sources.formats import blank_lines
 from preprocess.sources.options import MAX_DOCUMENT_CHARS
@@ -22,8 +21,13 @@ def test_line_documents_normalize_and_count_bad_data(tmp_path):
     stats = ReadStats()
     docs = list(iter_documents([str(path)], ReadOptions(), stats))
     assert docs == ["first", "second \ufffd half", "nulled", "last without newline"]
-    assert stats == ReadStats(documents=4, documents_empty=3, documents_invalid_utf8=1, documents_nul=2,
-                              bytes_read=len(data))
+    assert stats == ReadStats(
+        documents=4,
+        documents_empty=3,
+        documents_invalid_utf8=1,
+        documents_nul=2,
+        bytes_read=len(data),
+    )
 
 
 def test_blank_line_documents_join_lines(tmp_path):
@@ -36,8 +40,13 @@ def test_blank_line_documents_join_lines(tmp_path):
 
 
 def test_empty_files_are_counted_not_read(tmp_path):
-    paths = [write(tmp_path / "a.txt", b""), write(tmp_path / "b.txt", BOM), write(tmp_path / "c.jsonl", b""),
-             write(tmp_path / "d.txt.gz", gzip.compress(b"")), write(tmp_path / "e.txt", b"\n")]
+    paths = [
+        write(tmp_path / "a.txt", b""),
+        write(tmp_path / "b.txt", BOM),
+        write(tmp_path / "c.jsonl", b""),
+        write(tmp_path / "d.txt.gz", gzip.compress(b"")),
+        write(tmp_path / "e.txt", b"\n"),
+    ]
     stats = ReadStats()
     assert list(iter_documents([str(p) for p in paths], ReadOptions(), stats)) == []
     assert stats.files_empty == 4 and stats.documents_empty == 1 and stats.documents == 0
