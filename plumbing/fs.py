@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -17,6 +18,16 @@ if os.environ.get("STORAGE_EMULATOR_HOST"):
 import fsspec  # noqa: E402  (must follow the environment set-up above)
 
 from plumbing.errors import OutputError  # noqa: E402
+
+# The lease a writing command holds on its output (plumbing.lease): inside it, or `.{name}.lmshards-lease`
+# beside an output that is renamed into place; `.gone-{uuid4 hex}` while it is being removed.
+LEASE_NAME = ".lmshards-lease"
+_LEASE_NAME_RE = re.compile(r"^(?:\.[^/]+)?\.lmshards-lease(?:\.gone-[0-9a-f]{32})?$")
+
+
+def is_lease_name(name: str) -> bool:
+    """True for a lease file's base name (plumbing.lease): never output data, never an input."""
+    return bool(_LEASE_NAME_RE.match(name))
 
 
 def is_remote(path: str) -> bool:
@@ -136,6 +147,7 @@ def check_output_dir(path: str, *, overwrite: bool, flag: str = "--output") -> b
     """Checks that `path` can receive a new output: absent, an empty directory, or (with overwrite) a directory.
 
     Returns True when the directory exists and is not empty (so the caller will replace its content).
+    The command's own lease file does not count.
 
     Raises:
       OutputError: path is a file, or a non-empty directory without overwrite.
@@ -144,7 +156,7 @@ def check_output_dir(path: str, *, overwrite: bool, flag: str = "--output") -> b
         return False
     if not isdir(path):
         raise OutputError(f"{flag} {path!r} is a file; pass a directory path.")
-    if not listdir(path):
+    if not [e for e in listdir(path) if not is_lease_name(posixpath.basename(e.rstrip("/")))]:
         return False
     if not overwrite:
         raise OutputError(

@@ -194,6 +194,10 @@ def _list(filesystem: Any, path: str) -> list[_Entry]:
         name = info["name"].rstrip("/")
         if name == path.rstrip("/"):  # an object store's placeholder for the directory itself
             continue
+        if fs.is_lease_name(
+            posixpath.basename(name)
+        ):  # the running command's own: never deleted here
+            continue
         kind = "other" if info.get("islink") else info["type"]
         entries.append(
             _Entry(posixpath.basename(name), kind if kind in ("file", "directory") else "other")
@@ -299,6 +303,7 @@ def owned_entries(directory: str, *, kind: str, flag: str = "--output") -> Owned
 
     `kind` is one of OUTPUT_KINDS. Split directories count as owned only while they hold nothing
     but shard files of their split; symlinks are always foreign. A missing directory holds nothing.
+    A lease file (plumbing.lease) is in neither list: it belongs to the command that holds it.
 
     Raises:
       OutputError: directory is a file.

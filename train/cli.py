@@ -20,6 +20,7 @@ from plumbing.cli import (
     setup_logging,
 )
 from plumbing.errors import LmshardsError
+from plumbing.lease import output_lease
 from plumbing.outputs import disk_error_message
 from train.config import FINAL_EVALS, LR_SCHEDULES, PRESETS, TrainConfig
 from train.devices import AUTO, PRECISIONS, STRATEGIES
@@ -237,6 +238,13 @@ def _train(argv: Sequence[str]) -> int:
 
 
 def _run(config: TrainConfig) -> int:
+    # One writer per run directory: a second `train` on it (a restarted job whose old process still
+    # runs) stops here instead of resuming from a checkpoint that the first one keeps writing.
+    with output_lease(config.output, command=COMMAND):
+        return _train_under_lease(config)
+
+
+def _train_under_lease(config: TrainConfig) -> int:
     checked = preflight(config)
     if checked.finished is not None:
         log.info(

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from collections.abc import Sequence
 
+from plumbing import fs
 from plumbing.cli import EXIT_FAILURE, CommandParser, print_error, run_command, setup_logging
 from plumbing.errors import LmshardsError
+from plumbing.lease import output_lease, sibling_lease_path
 from plumbing.outputs import disk_error_message
 from train.export import export_run, push_to_hub
 from train.families import FAMILIES
@@ -55,14 +58,22 @@ def _export(argv: Sequence[str]) -> int | None:
     args = parse_args(argv)
     setup_logging(verbose=args.verbose, packages=["train"])
     load_tensorflow_quietly(verbose=args.verbose)
+    # The export is built beside --output and renamed into place, so its lease lies beside it too.
+    # (A gs:// --output is refused by export_run itself.)
+    lease = (
+        contextlib.nullcontext()
+        if fs.is_remote(args.output)
+        else output_lease(args.output, command=COMMAND, path=sibling_lease_path(args.output))
+    )
     try:
-        output = export_run(
-            args.run_dir,
-            output_dir=args.output,
-            checkpoint=args.checkpoint,
-            tokenizer=args.tokenizer,
-            overwrite=args.overwrite,
-        )
+        with lease:
+            output = export_run(
+                args.run_dir,
+                output_dir=args.output,
+                checkpoint=args.checkpoint,
+                tokenizer=args.tokenizer,
+                overwrite=args.overwrite,
+            )
     except LmshardsError:
         raise
     except Exception as e:  # a full disk or lost permission while writing: one line, exit 1

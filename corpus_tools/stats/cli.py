@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from plumbing.cli import CommandParser, run_command, setup_logging, typo_hint
+from plumbing.lease import output_lease
 from schemas.constants import SPLITS
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _stats(args: argparse.Namespace, beam_args: list[str]) -> int:
-    from corpus_tools.stats.stats import StatsConfig, run_stats
+    from corpus_tools.stats.stats import StatsConfig, run_stats, stats_output
 
     config = StatsConfig(
         shards_dir=args.shards_dir,
@@ -105,7 +106,8 @@ def _stats(args: argparse.Namespace, beam_args: list[str]) -> int:
         tokenizer=args.tokenizer,
     )
     started = time.monotonic()
-    report = run_stats(config, beam_args)
+    with output_lease(stats_output(config), command=COMMAND):
+        report = run_stats(config, beam_args)
     if report is None:
         print(f"lmshards {COMMAND}: dry run, nothing submitted or written")
         return 0

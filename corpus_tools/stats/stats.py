@@ -121,6 +121,11 @@ class StatsReport:
 # ---------------------------------------------------------------- plan
 
 
+def stats_output(config: StatsConfig) -> str:
+    """Where stats.json and stats.html go: --output, or SHARDS_DIR/stats."""
+    return config.output or fs.join(config.shards_dir.rstrip("/") or "/", DEFAULT_STATS_DIRNAME)
+
+
 def plan_stats(config: StatsConfig) -> StatsPlan:
     """Reads the manifest and checks splits, output and tokenizer before any pipeline is built.
 
@@ -138,7 +143,7 @@ def plan_stats(config: StatsConfig) -> StatsPlan:
         raise StatsError(
             f"Splits {list(splits)} of {shards_dir!r} hold no shards; nothing to analyse."
         )
-    output = config.output or fs.join(shards_dir, DEFAULT_STATS_DIRNAME)
+    output = stats_output(config)
     if fs.exists(output) and not fs.isdir(output):
         raise OutputError(f"--output {output!r} is a file; pass a directory path.")
     return StatsPlan(

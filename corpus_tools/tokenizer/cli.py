@@ -14,6 +14,7 @@ from corpus_tools.tokenizer.corpus_report import (
 )
 from corpus_tools.tokenizer.training import train
 from plumbing.cli import CommandParser, run_command, setup_logging
+from plumbing.lease import output_lease
 from preprocess import sources
 
 TRAIN_COMMAND = "tokenizer train"
@@ -139,7 +140,8 @@ def _train(args: argparse.Namespace) -> int:
         text_column=args.text_column,
         overwrite=args.overwrite,
     )
-    result = train(config)
+    with output_lease(config.output, command=TRAIN_COMMAND):
+        result = train(config)
     s = result.sample
     print(
         f"Sampled {s.documents_sampled:,} of {s.documents_seen:,} documents "
