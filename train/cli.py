@@ -26,9 +26,9 @@ from train.config import FINAL_EVALS, LR_SCHEDULES, PRESETS, TrainConfig
 from train.devices import AUTO, PRECISIONS, STRATEGIES
 from train.families import family_names
 from train.masking_recipes import MASKING_RECIPES, SPAN, check_recipe, max_mlm_probability
-from train.mixture import parse_shards_flag, source_weights
 from train.preflight import native_stderr_discarded, preflight, quiet_tensorflow
 from train.run_dir import format_summary
+from train.shards_flag import parse_shards_flag, source_weights
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +65,10 @@ def build_parser() -> CommandParser:
         "--shards",
         required=True,
         action="append",
-        help="preprocess output directory (local or gs://) holding manifest.json, as PATH or PATH:WEIGHT; "
-        "repeat to blend shard sets by weight (default: equal weights), e.g. --shards gs://a/shards:0.7 "
-        "--shards gs://b/shards:0.3",
+        help="preprocess output directory (local or gs://) holding manifest.json, as PATH or PATH:WEIGHT "
+        "(a weight is split off the last ':' only when a number follows), or path=PATH / "
+        "weight=WEIGHT,path=PATH for a path with a ':' of its own; repeat to blend shard sets by weight "
+        "(default: equal weights), e.g. --shards gs://a/shards:0.7 --shards gs://b/shards:0.3",
     )
     p.add_argument(
         "--output", required=True, help="run directory (local or gs://): checkpoints, logs, summary"
