@@ -18,7 +18,7 @@ import numpy as np
 from plumbing import fs
 from plumbing.cli import EXIT_FAILURE, EXIT_OK, CommandParser, run_command, setup_logging
 from schemas.constants import INPUT_IDS, MANIFEST_NAME
-from schemas.manifest import Manifest, ShardInfo, read_manifest
+from schemas.manifest import Manifest, ShardInfo, read_manifest, tokenizer_copy_problem
 from schemas.records import CorruptRecordError, MalformedExampleError, decode_examples, read_records
 
 logger = logging.getLogger(__name__)
@@ -133,7 +133,8 @@ def verify(
     threads: int = DEFAULT_THREADS,
     progress_every_s: float = PROGRESS_EVERY_S,
 ) -> list[str]:
-    """One line per shard problem (missing, framing, records, bytes, sha256, input ids), in manifest order.
+    """One line per problem, in manifest order: each shard's (missing, framing, records, bytes, sha256, input
+    ids), then the tokenizer copy's (missing, or not the manifest's fingerprint).
 
     Shards are verified `threads` at a time; the result does not depend on the thread count. A progress
     line (shards, MB, MB/s, ETA) is logged every `progress_every_s` seconds while shards remain.
@@ -165,11 +166,12 @@ def verify(
                 logger.info("%s", progress.line())
     finally:
         pool.shutdown(cancel_futures=True)  # on Ctrl-C, only the shards being read are finished
+    tokenizer = tokenizer_copy_problem(manifest, output)
     return [
         f"{path}: {problem}"
         for (_, path), future in zip(shards, futures)
         for problem in future.result()
-    ]
+    ] + ([f"{output}: {tokenizer}"] if tokenizer else [])
 
 
 def format_eta(seconds: float) -> str:

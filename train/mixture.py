@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from plumbing import fs
 from plumbing.errors import LmshardsError
 from schemas.constants import TOKENIZER_DIR_NAME, TOKENIZER_JSON, TRAIN_SPLIT, VALIDATION_SPLIT
-from schemas.manifest import Manifest, read_manifest
+from schemas.manifest import Manifest, check_tokenizer_copy, read_manifest
 from schemas.tokenizer_info import TokenizerSource, fingerprint, locate_tokenizer
 from train.config import TOKENIZER_DIR
 from train.shards_flag import ShardSource, parse_shards_flag, source_weights
@@ -168,7 +168,8 @@ def open_mixture(paths: Sequence[str], weights: Sequence[float] = ()) -> Mixture
     """Reads every set's manifest and checks that the sets can be blended. weights: as given; none means equal.
 
     Raises:
-      LmshardsError: a manifest is missing or bad; two sets differ in tokenizer or seq_len; a weight
+      LmshardsError: a manifest is missing or bad (shards listed twice, totals that disagree with the
+        shards, a tokenizer/ copy that is not the manifest's); two sets differ in tokenizer or seq_len; a weight
         is so small that the set would never be drawn.
     """
     weights = tuple(weights) or (1.0,) * len(paths)
@@ -181,6 +182,8 @@ def open_mixture(paths: Sequence[str], weights: Sequence[float] = ()) -> Mixture
         ShardSet(name=name, path=path, weight=weight / total, manifest=read_manifest(path))
         for name, path, weight in zip(set_names(paths), paths, weights)
     )
+    for s in sets:  # a set whose tokenizer/ was replaced would train and export under the wrong ids
+        check_tokenizer_copy(s.manifest, s.path)
     first = sets[0]
     for other in sets[1:]:
         for what, a, b in (
