@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from plumbing import fs
-from plumbing.errors import OutputError
+from plumbing.errors import OutputError, StorageError
 from schemas.constants import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,
@@ -425,6 +425,8 @@ def check_writable(location: str, *, flag: str = "--output") -> None:
             _probe_local(location, probe_name, flag)
     except OutputError:
         raise
+    except StorageError as e:
+        raise OutputError(f"{flag} {location!r} is not writable: {e}") from e
     # Any failure here means the command could not write its output; remote stores raise their own
     # error classes (gcsfs: OSError for 403 but HttpError for others), so all become one message.
     except Exception as e:
