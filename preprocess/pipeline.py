@@ -162,7 +162,7 @@ def plan_preprocess(config: PreprocessConfig) -> PreprocessPlan:
         pad_id=pad_id,
         groups=groups,
         record_bytes=record_bytes_upper_bound(config.seq_len, info.vocab_size, FEATURE_NAMES),
-        reading=ReadStats(files_skipped_lmshards_output=discovery.skipped_files),
+        reading=ReadStats(**discovery.counts()),
     )
 
 
