@@ -14,6 +14,7 @@ from corpus_tools.tokenizer.corpus_report import (
 )
 from corpus_tools.tokenizer.training import train
 from plumbing.cli import CommandParser, run_command, setup_logging
+from plumbing.units import format_duration
 from preprocess import sources
 
 TRAIN_COMMAND = "tokenizer train"
@@ -147,7 +148,7 @@ def _train(args: argparse.Namespace) -> int:
     )
     print(
         f"Trained {config.model} ({config.special_tokens} special tokens), vocabulary {result.vocab_size:,}, "
-        f"in {result.seconds:.1f} s ({result.sampling_seconds:.1f} s of it sampling); "
+        f"in {format_duration(result.seconds)} ({format_duration(result.sampling_seconds)} of it sampling); "
         f"peak RSS {result.peak_rss_bytes / 2**20:,.0f} MiB"
     )
     print(f"Special token ids: {result.special_token_ids}")
