@@ -1,14 +1,16 @@
 """Units every command prints and parses: durations and byte sizes.
 
-Sizes follow one convention: a size is written with its unit, and the unit means what its standard says
-(MB = 10^6 bytes, MiB = 2^20 bytes; GB and GiB likewise). Every figure a command prints (progress,
-throughput, totals) is in decimal MB. A size flag takes a value with its unit (`256MiB`, `1.5GB`); a
-bare number is refused, so no value can be read in the wrong unit.
+Sizes follow one convention: a unit means what its standard says (MB = 10^6 bytes, MiB = 2^20 bytes;
+K, M, G and T alone are decimal too), and every figure a command prints (progress, throughput, totals)
+is in decimal MB. A size flag accepts a value with any unit (`256MiB`, `1.5GB`); a bare number is read
+in the unit the flag's name and help state (bytes for `--max_bytes`, MiB for `--target_shard_mb`).
 """
 
 from __future__ import annotations
 
+import argparse
 import re
+from collections.abc import Callable
 
 KB = 1000
 MB = 1000**2
@@ -27,24 +29,29 @@ SIZE_UNITS = {
     "MIB": MIB,
     "GIB": GIB,
     "TIB": 1 << 40,
+    "K": KB,
+    "M": MB,
+    "G": GB,
+    "T": 1000**4,
 }
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*$")
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 
 
-def parse_size(text: str) -> int:
-    """Bytes in a size written with its unit: '256MiB' -> 268435456, '1.5GB' -> 1500000000.
+def parse_size(text: str, *, bare_unit: str | None = None) -> int:
+    """Bytes in a size: '256MiB' -> 268435456, '1.5GB' -> 1500000000, '64' -> 64 MiB if bare_unit='MiB'.
 
     Raises:
-        ValueError: `text` has no unit, an unknown unit, or is not a number; the message shows how to
-            write it.
+        ValueError: `text` is not a number with a known unit (or a bare number when bare_unit is
+            None); the message shows how to write it.
     """
     match = _SIZE_RE.match(text)
-    if match is None or match[2].upper() not in SIZE_UNITS:
+    unit = (match[2] or bare_unit or "") if match else ""
+    if match is None or unit.upper() not in SIZE_UNITS:
         raise ValueError(
             f"{text!r} is not a size with a unit: write e.g. 256MiB, 500MB or 2GB "
             "(MB = 10^6 bytes, MiB = 2^20 bytes)"
         )
-    return int(float(match[1]) * SIZE_UNITS[match[2].upper()])
+    return int(float(match[1]) * SIZE_UNITS[unit.upper()])
 
 
 def format_size(nbytes: int) -> str:
@@ -81,3 +88,19 @@ def format_eta(left: float, rate: float) -> str:
     if left <= 0:
         return format_duration(0)
     return format_duration(left / rate) if rate > 0 else ETA_UNKNOWN
+
+
+def size_flag(bare_unit: str) -> Callable[[str], float]:
+    """An argparse `type` for a size flag: the value in `bare_unit` units ('500MB' for a MiB flag -> 476.8...).
+
+    A bare number is already in `bare_unit`, so old values of a flag keep their meaning.
+    """
+
+    def parse(text: str) -> float:
+        try:
+            return parse_size(text, bare_unit=bare_unit) / SIZE_UNITS[bare_unit.upper()]
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    parse.__name__ = f"size in {bare_unit}"  # argparse names the type in its error message
+    return parse

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from plumbing.progress import Pacer, bytes_progress
-from plumbing.units import format_duration, format_eta, format_size, parse_size
+from plumbing.units import format_duration, format_eta, format_size, parse_size, size_flag
 
 
 @pytest.mark.parametrize(
@@ -87,3 +89,13 @@ def test_pacer_is_due_at_most_once_per_interval():
     now[0] = 25.0
     assert pacer.due()
     assert pacer.elapsed() == 25.0
+
+
+def test_a_size_flag_keeps_bare_numbers_in_its_unit_and_reads_units_by_their_standard():
+    mib_flag = size_flag("MiB")
+    assert mib_flag("128") == 128.0  # old values keep their meaning
+    assert mib_flag("0.25") == 0.25
+    assert mib_flag("1GiB") == 1024.0
+    assert mib_flag("500MB") == pytest.approx(500e6 / 2**20)
+    with pytest.raises(argparse.ArgumentTypeError, match="256MiB, 500MB or 2GB"):
+        mib_flag("12 parsecs")

@@ -7,7 +7,6 @@ import logging
 from pathlib import Path
 
 import apache_beam as beam
-import pytest
 from apache_beam.metrics.metric import MetricsFilter
 
 from preprocess import metrics
