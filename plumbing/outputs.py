@@ -310,6 +310,44 @@ def owned_entries(directory: str, *, kind: str, flag: str = "--output") -> Owned
     return _classify(*found, layout)
 
 
+def _refuse_foreign(directory: str, foreign: Sequence[str], *, kind: str, flag: str) -> None:
+    if foreign:
+        shown = ", ".join(repr(f) for f in foreign[:_FOREIGN_SHOWN])
+        more = f" and {len(foreign) - _FOREIGN_SHOWN} more" if len(foreign) > _FOREIGN_SHOWN else ""
+        raise OutputError(
+            f"{flag} {directory!r} holds files lmshards did not write ({shown}{more}); --overwrite only "
+            f"replaces an earlier lmshards {kind} output. Move those files away or choose another {flag}."
+        )
+
+
+def check_replaceable(
+    directory: str, *, kind: str, overwrite: bool, flag: str = "--output"
+) -> None:
+    """Refuses, before any work starts, an output directory that a new `kind` output may not replace.
+
+    Absent or empty directories are fine; a non-empty one needs `overwrite` and must hold nothing
+    but an earlier lmshards `kind` output.
+
+    Raises:
+      OutputError: directory is a file, is not empty and overwrite is False, or holds foreign entries.
+    """
+    if fs.check_output_dir(directory, overwrite=overwrite, flag=flag):
+        _refuse_foreign(
+            directory, owned_entries(directory, kind=kind, flag=flag).foreign, kind=kind, flag=flag
+        )
+
+
+def prepare_output(directory: str, *, kind: str, overwrite: bool, flag: str = "--output") -> None:
+    """Makes `directory` an empty directory for a new `kind` output, deleting an earlier one (its marker first).
+
+    Raises:
+      OutputError: as check_replaceable.
+    """
+    if fs.check_output_dir(directory, overwrite=overwrite, flag=flag):
+        clear_owned_output(directory, kind=kind, flag=flag)
+    fs.makedirs(directory)
+
+
 def clear_owned_output(directory: str, *, kind: str, flag: str = "--output") -> tuple[str, ...]:
     """Deletes what an earlier lmshards `kind` output left in directory (the marker first); returns the names.
 
@@ -319,13 +357,7 @@ def clear_owned_output(directory: str, *, kind: str, flag: str = "--output") -> 
       OutputError: directory is a file, or holds entries lmshards did not write (a few are named).
     """
     owned, foreign = owned_entries(directory, kind=kind, flag=flag)
-    if foreign:
-        shown = ", ".join(repr(f) for f in foreign[:_FOREIGN_SHOWN])
-        more = f" and {len(foreign) - _FOREIGN_SHOWN} more" if len(foreign) > _FOREIGN_SHOWN else ""
-        raise OutputError(
-            f"{flag} {directory!r} holds files lmshards did not write ({shown}{more}); --overwrite only "
-            f"replaces an earlier lmshards {kind} output. Move those files away or choose another {flag}."
-        )
+    _refuse_foreign(directory, foreign, kind=kind, flag=flag)
     filesystem, path = fs.filesystem(directory)
     for name in owned:
         filesystem.rm(posixpath.join(path, name), recursive=True)

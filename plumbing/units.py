@@ -93,12 +93,14 @@ def format_eta(left: float, rate: float) -> str:
 def size_flag(bare_unit: str) -> Callable[[str], float]:
     """An argparse `type` for a size flag: the value in `bare_unit` units ('500MB' for a MiB flag -> 476.8...).
 
-    A bare number is already in `bare_unit`, so old values of a flag keep their meaning.
+    A bare number is already in `bare_unit`, so old values of a flag keep their meaning. A flag in
+    bytes ('B') gets a whole number of bytes.
     """
 
     def parse(text: str) -> float:
         try:
-            return parse_size(text, bare_unit=bare_unit) / SIZE_UNITS[bare_unit.upper()]
+            nbytes = parse_size(text, bare_unit=bare_unit)
+            return nbytes if bare_unit == "B" else nbytes / SIZE_UNITS[bare_unit.upper()]
         except ValueError as err:
             raise argparse.ArgumentTypeError(str(err)) from None
 
