@@ -335,7 +335,9 @@ def _small_corpus(tmp_path: Path, sample_files: list[Path]) -> Path:
     return path
 
 
-def test_non_empty_output_needs_overwrite_and_only_an_earlier_tokenizer_is_replaced(tmp_path, capsys, sample_files):
+def test_non_empty_output_needs_overwrite_and_only_an_earlier_tokenizer_is_replaced(
+    tmp_path, capsys, sample_files
+):
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
@@ -362,7 +364,9 @@ def test_non_empty_output_needs_overwrite_and_only_an_earlier_tokenizer_is_repla
 
     (out / "keep.txt").unlink()
     assert lmshards_main(["tokenizer", *argv]) == 0
-    (out / "tokenizer.json").write_text("{}")  # the earlier output's files are replaced whatever they hold
+    (out / "tokenizer.json").write_text(
+        "{}"
+    )  # the earlier output's files are replaced whatever they hold
     capsys.readouterr()
     assert lmshards_main(["tokenizer", *argv, "--overwrite"]) == 0
     captured = capsys.readouterr()
