@@ -307,6 +307,7 @@ def run_step(step: Step, log_dir: Path) -> tuple[float, str]:
             proc = subprocess.Popen(
                 command, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
             )
+            assert proc.stdout is not None, "stdout=PIPE"
             for line in proc.stdout:
                 log.write(line)
                 sys.stdout.write(line.decode("utf-8", "replace"))
@@ -323,7 +324,7 @@ def run_step(step: Step, log_dir: Path) -> tuple[float, str]:
 
 def read_split(manifest: Manifest, shards_dir: Path, split: str) -> dict[str, np.ndarray]:
     """{INPUT_IDS, ATTENTION_MASK: int64 [records, seq_len]} of a split, in manifest order (no TensorFlow)."""
-    records = []
+    records: list[bytes] = []
     for path in manifest.shard_paths(str(shards_dir), split):
         with open(path, "rb") as f:
             records.extend(read_records(f))
@@ -413,7 +414,7 @@ def score(out: Path) -> Scores:
             f"The validation split in {out / 'shards'} has no token to mask; use a larger corpus."
         )
     loss, accuracy = score_export(out / "hf_model", masked)
-    top_text = AutoTokenizer.from_pretrained(str(out / "hf_model")).decode([top])
+    top_text = str(AutoTokenizer.from_pretrained(str(out / "hf_model")).decode([top]))
     return Scores(
         eval_loss=loss,
         eval_accuracy=accuracy,

@@ -51,7 +51,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
             return help_
         if isinstance(action.default, (list, tuple)) and not action.default:
             return help_
-        return super()._get_help_string(action)
+        return super()._get_help_string(action) or help_
 
     def _format_action_invocation(self, action: argparse.Action) -> str:
         text = super()._format_action_invocation(action)

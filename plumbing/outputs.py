@@ -255,7 +255,8 @@ def _is_ours(filesystem: Any, path: str, name: str, layout: _Layout) -> bool:
 
 
 def _classify(filesystem: Any, path: str, layout: _Layout) -> OwnedEntries:
-    owned, foreign = [], []
+    owned: list[str] = []
+    foreign: list[str] = []
     for entry in _list(filesystem, path):
         if entry.type == "file":
             (owned if _is_ours(filesystem, path, entry.name, layout) else foreign).append(

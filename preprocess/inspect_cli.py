@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import numpy as np
 
@@ -294,12 +294,13 @@ def _check_shard(
         return ["missing"]
     problems: list[str] = []
     shard_ids = ShardIds(rule)
-    records: int | None = 0
+    records = 0
+    corrupt = False
     batch: list[bytes] = []
     with fs.open_file(path, "rb") as f:
         reader = _HashingReader(f, progress)
         try:
-            for record in read_records(reader):
+            for record in read_records(cast(BinaryIO, reader)):
                 batch.append(record)
                 if len(batch) == DECODE_BATCH_RECORDS:
                     records += len(batch)
@@ -308,11 +309,11 @@ def _check_shard(
             records += len(batch)
         except CorruptRecordError as e:
             problems.append(f"corrupt TFRecord: {e}")
-            records = None  # unknown past a corrupt frame
+            corrupt = True  # the record count is unknown past a corrupt frame
         shard_ids.add(batch)  # the records before a corrupt frame too
         while reader.read(1 << 20):  # hash whatever follows a corrupt frame too
             pass
-    if records is not None and records != shard.records:
+    if not corrupt and records != shard.records:
         problems.append(f"{records} records, manifest says {shard.records}")
     if reader.bytes != shard.bytes:
         problems.append(f"{reader.bytes} bytes, manifest says {shard.bytes}")

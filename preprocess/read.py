@@ -234,15 +234,17 @@ class _ReadRangeFn(beam.DoFn):
         self._progress = ReadProgress(self._total_bytes, PROGRESS_EVERY_S)
 
     def process(self, sized: SizedRange) -> Iterable[RangeOutput]:
+        progress = self._progress
+        assert progress is not None, "made in setup()"
         stats = ReadStats()
         for batch in read_batches(
             sized.range, self._options, batch_size=self._batch_size, stats=stats
         ):
             yield batch
-            self._progress.report(sized, stats)
+            progress.report(sized, stats)
         for field, metric in self._counters.items():
             if value := getattr(stats, field):
                 metric.inc(value)
         self._input_bytes.inc(sized.input_bytes)
-        self._progress.report(sized, stats, finished=True)
+        progress.report(sized, stats, finished=True)
         yield stats

@@ -133,7 +133,7 @@ def _train(args: argparse.Namespace) -> int:
     s = result.sample
     print(
         f"Sampled {s.documents_sampled:,} of {s.documents_seen:,} documents "
-        f"({s.bytes_sampled / 1e6:,.1f} of {s.bytes_seen / 1e6:,.1f} MB; cap {config.max_bytes / 1e6:,.0f} MB)"
+        f"({s.bytes_sampled / 1e6:,.1f} of {s.bytes_seen / 1e6:,.1f} MB; cap {config.byte_cap / 1e6:,.0f} MB)"
     )
     print(
         f"Trained {config.model} ({config.special_tokens} special tokens), vocabulary {result.vocab_size:,}, "
