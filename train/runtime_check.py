@@ -42,8 +42,9 @@ SKIP_METADATA_ENV = {"TPU_SKIP_MDS_QUERY": "1"}
 PROBE_TIMEOUT_S = 300.0
 # How much of a failed import's stderr a problem quotes.
 ERROR_TAIL_CHARS = 300
-# absl's fatal log lines, e.g. 'F0000 00:00:1733... tpu_library_init_fns.inc:...] ... not available'.
-FATAL_LOG_LINE = re.compile(r"F[0-9]{4} ")
+# A fatal log line, in absl's format ('F1201 13:16:58.470804 ... file.cc:12] why') or TensorFlow's
+# ('2026-12-01 13:16:58.470804: F external/.../tpu_library_init_fns.inc:12] why').
+FATAL_LOG_LINE = re.compile(r"F[0-9]{4} |[0-9-]+ [0-9:.]+: F ")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,7 +256,7 @@ def runtime_problem(backend: str, probe: RuntimeProbe) -> str | None:
     if probe.ok:
         return None
     return (
-        f"--backend {backend} does not load: {probe.detail}. Reinstall its runtime in a fresh venv "
+        f"--backend {backend} does not load: {probe.detail.rstrip('.')}. Reinstall its runtime in a fresh venv "
         "(on a TPU VM: scripts/setup_tpu_env.sh)."
     )
 
