@@ -171,9 +171,9 @@ def run(argv: Sequence[str]) -> int:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     versions = stack_versions()
     runtime = check_runtime(args.backend, versions, import_runtime=not args.no_import)
-    tensorflow_loads = runtime["runtime_ok"] is not False and not (
-        runtime_check.tensorflow_conflict(versions)
-    )
+    # Listing GPUs imports TensorFlow in this process: not when the probe saw it fail, or half overwritten.
+    tensorflow_failed = args.backend == BACKEND_TENSORFLOW and runtime["runtime_ok"] is False
+    tensorflow_loads = not tensorflow_failed and not runtime_check.tensorflow_conflict(versions)
     gpus, gpu_probe = find_gpus(probe=not args.no_gpu_probe, tensorflow_loads=tensorflow_loads)
     report = describe_devices(
         signals=detect_tpu_signals(tpu_flag=args.tpu), gpus=gpus, gpu_probe=gpu_probe
