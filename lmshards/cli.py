@@ -119,7 +119,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "export": Subcommand(_export, "export a training run to a Hugging Face model directory"),
     "fill-mask": Subcommand(_fill_mask, "run transformers' fill-mask on an exported model"),
     "env": Subcommand(
-        _env, "versions, accelerators, TPU signals and what `auto` chooses on this machine"
+        _env,
+        "versions, whether the backend loads, accelerators, TPU signals and what `auto` chooses here",
     ),
     "demo": Subcommand(_demo, "the whole story on the bundled sample corpus"),
 }
