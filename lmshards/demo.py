@@ -24,8 +24,9 @@ import numpy as np
 
 from lmshards.report import read_metrics, render_report
 from plumbing import fs
-from plumbing.cli import CommandParser, run_command, setup_logging
+from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from plumbing.errors import LmshardsError, OutputError
+from plumbing.quiet import PROGRESS_ENVIRONMENT
 from schemas.constants import (
     ATTENTION_MASK,
     FEATURE_NAMES,
@@ -76,6 +77,7 @@ class DemoConfig:
     learning_rate: float
     mlm_probability: float
     seq_len: int
+    verbose: bool = False
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,7 @@ def build_parser() -> CommandParser:
         default=16,
         help="tokens per record; short records let a tiny model learn from its neighbours within minutes",
     )
+    add_verbose_flag(p)
     return p
 
 
@@ -172,6 +175,7 @@ def parse_args(argv: Sequence[str]) -> DemoConfig:
         learning_rate=a.learning_rate,
         mlm_probability=a.mlm_probability,
         seq_len=a.seq_len,
+        verbose=a.verbose,
     )
 
 
@@ -290,7 +294,7 @@ def run_step(step: Step, log_dir: Path) -> tuple[float, str]:
     print(f"\n=== {step.title}\n$ {shlex.join(['lmshards', *step.argv])}", flush=True)
     start = time.monotonic()
     command = [sys.executable, "-m", "lmshards", *step.argv]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = {**os.environ, **PROGRESS_ENVIRONMENT, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     log_path = log_dir / f"{step.argv[0]}.log"
     captured = b""
     with open(log_path, "ab") as log:
@@ -544,7 +548,7 @@ def write_report(cfg: DemoConfig, summary: dict[str, Any]) -> Path:
 
 def main(argv: Sequence[str]) -> int:
     cfg = parse_args(argv)
-    setup_logging(packages=("lmshards",))
+    setup_logging(verbose=cfg.verbose, packages=("lmshards",))
     return run_command(COMMAND, lambda: _run(cfg))
 
 

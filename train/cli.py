@@ -15,11 +15,13 @@ from plumbing.cli import (
     EXIT_OK,
     EXIT_PREEMPTED,
     CommandParser,
+    add_verbose_flag,
     print_error,
     run_command,
     setup_logging,
 )
 from plumbing.errors import LmshardsError
+from plumbing.known_names import name_hints
 from plumbing.outputs import disk_error_message
 from train.config import FINAL_EVALS, LR_SCHEDULES, PRESETS, TrainConfig
 from train.devices import AUTO, PRECISIONS, STRATEGIES
@@ -55,6 +57,7 @@ EXTEND_HELP = (
 def build_parser() -> CommandParser:
     p = CommandParser(
         COMMAND,
+        renamed=name_hints(COMMAND),
         description="Train a masked LM on preprocess shards. Rerunning the same command with the same --output resumes "
         "it; a finished run prints its summary and exits 0. SIGTERM or SIGINT saves a checkpoint and exits 75 "
         "(rerun the same command to resume).",
@@ -175,11 +178,7 @@ def build_parser() -> CommandParser:
         action="store_true",
         help="delete what an earlier run wrote in --output (checkpoints, metrics, summary) and train from step 0",
     )
-    p.add_argument(
-        "--verbose",
-        action="store_true",
-        help="debug logs, and TensorFlow's own start-up and log lines",
-    )
+    add_verbose_flag(p)
     return p
 
 

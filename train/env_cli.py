@@ -13,7 +13,7 @@ import platform
 import sys
 from collections.abc import Mapping, Sequence
 
-from plumbing.cli import CommandParser, run_command, setup_logging
+from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from schemas.version import __version__
 from train.devices import (
     GPU_PROBED,
@@ -50,9 +50,7 @@ def build_parser() -> CommandParser:
     p.add_argument(
         "--no_gpu_probe", action="store_true", help="do not import TensorFlow to list GPUs"
     )
-    p.add_argument(
-        "--verbose", action="store_true", help="show TensorFlow's start-up lines when listing GPUs"
-    )
+    add_verbose_flag(p)
     return p
 
 

@@ -5,9 +5,18 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from plumbing.cli import EXIT_FAILURE, CommandParser, print_error, run_command, setup_logging
+from plumbing.cli import (
+    EXIT_FAILURE,
+    CommandParser,
+    add_overwrite_flag,
+    add_verbose_flag,
+    print_error,
+    run_command,
+    setup_logging,
+)
 from plumbing.errors import LmshardsError
 from plumbing.outputs import disk_error_message
+from plumbing.quiet import hide_third_party_progress_bars
 from train.export import export_run, push_to_hub
 from train.families import FAMILIES
 from train.preflight import load_tensorflow_quietly
@@ -28,10 +37,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--output", required=True, help="new or empty local directory for the model"
     )
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace a non-empty --output (once the new export is complete)",
+    add_overwrite_flag(
+        parser, help="replace a non-empty --output (once the new export is complete)"
     )
     parser.add_argument(
         "--checkpoint",
@@ -43,11 +50,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--push_to_hub", metavar="REPO", help="also upload the export to this Hugging Face Hub repo"
     )
-    parser.add_argument(
-        "--verbose",
-        action="store_true",
-        help="debug logs, and TensorFlow's own start-up and log lines",
-    )
+    add_verbose_flag(parser)
     return parser.parse_args(list(argv))
 
 
@@ -55,6 +58,8 @@ def _export(argv: Sequence[str]) -> int | None:
     args = parse_args(argv)
     setup_logging(verbose=args.verbose, packages=["train"])
     load_tensorflow_quietly(verbose=args.verbose)
+    if not args.verbose:
+        hide_third_party_progress_bars()
     try:
         output = export_run(
             args.run_dir,

@@ -13,7 +13,13 @@ from corpus_tools.tokenizer.corpus_report import (
     sample_report,
 )
 from corpus_tools.tokenizer.training import train
-from plumbing.cli import CommandParser, run_command, setup_logging
+from plumbing.cli import (
+    CommandParser,
+    add_overwrite_flag,
+    add_verbose_flag,
+    run_command,
+    setup_logging,
+)
 from preprocess import sources
 
 TRAIN_COMMAND = "tokenizer train"
@@ -55,9 +61,8 @@ def train_parser() -> CommandParser:
     )
     _add_input_args(parser, required=True)
     parser.add_argument("--output", required=True, help="output directory (local or gs://)")
-    parser.add_argument(
-        "--overwrite", action="store_true", help="replace what a non-empty --output holds"
-    )
+    add_overwrite_flag(parser, help="replace what a non-empty --output holds")
+    add_verbose_flag(parser)
     parser.add_argument(
         "--model", choices=cfg.MODELS, default=cfg.DEFAULT_MODEL, help="tokenizer model"
     )
@@ -103,12 +108,13 @@ def inspect_parser() -> CommandParser:
         default=DEFAULT_INSPECT_DOCUMENTS,
         help="documents sampled from --input",
     )
+    add_verbose_flag(parser)
     return parser
 
 
 def train_main(argv: Sequence[str]) -> int:
     args = train_parser().parse_args(list(argv))
-    setup_logging(packages=LOG_PACKAGES)
+    setup_logging(verbose=args.verbose, packages=LOG_PACKAGES)
     return run_command(TRAIN_COMMAND, lambda: _train(args))
 
 
@@ -119,7 +125,7 @@ def inspect_main(argv: Sequence[str]) -> int:
         parser.error("nothing to inspect: pass --text TEXT and/or --input PATH")
     if args.max_documents < 1:
         parser.error(f"--max_documents must be at least 1, got {args.max_documents}")
-    setup_logging(packages=LOG_PACKAGES)
+    setup_logging(verbose=args.verbose, packages=LOG_PACKAGES)
     return run_command(INSPECT_COMMAND, lambda: _inspect(args))
 
 

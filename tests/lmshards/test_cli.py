@@ -171,3 +171,28 @@ def test_train_help_does_not_import_tensorflow():
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_verbose_and_overwrite_are_the_same_switches_everywhere(command, parsers, capsys):
+    from plumbing.cli import VERBOSE_HELP
+
+    parser, _ = _command_parser(command, parsers, capsys)
+    actions = {a.option_strings[0]: a for a in _flags(parser)}
+    assert "--verbose" in actions, command
+    assert actions["--verbose"].nargs == 0 and actions["--verbose"].help == VERBOSE_HELP
+    if "--overwrite" in actions:
+        assert actions["--overwrite"].nargs == 0, command
+
+
+def test_run_mlm_names_point_at_flags_that_exist(parsers, capsys):
+    from plumbing.known_names import OTHER_COMMAND, RUN_MLM_NAMES
+
+    for command, names in RUN_MLM_NAMES.items():
+        for old, new in names.items():
+            target = OTHER_COMMAND.get((command, old), command)
+            parsers.clear()
+            parser, _ = _command_parser(target, parsers, capsys)
+            known = {opt for a in parser._actions for opt in a.option_strings}
+            assert new in known or new in getattr(parser, "extra_flags", ()), (command, old, new)
+            assert old not in known, (command, old)
