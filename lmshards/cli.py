@@ -57,6 +57,9 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "train.env_cli",
         "versions, accelerators, TPU signals and what `auto` chooses on this machine",
     ),
+    "report": Subcommand(
+        "lmshards.report", "one self-contained HTML page of a training run's charts and numbers"
+    ),
     "demo": Subcommand("lmshards.demo", "the whole story on the bundled sample corpus"),
 }
 _HELP_FLAGS = ("-h", "--help")
