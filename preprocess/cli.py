@@ -21,6 +21,7 @@ from plumbing.cli import (
     setup_logging,
 )
 from preprocess import runners
+from preprocess.corpus_warnings import corpus_warnings
 from preprocess.failures import RunFailure, is_reported_failure
 from preprocess.options import (
     RENAMED_FLAGS,
@@ -31,6 +32,7 @@ from preprocess.options import (
 from schemas.manifest import Manifest
 
 COMMAND = "preprocess"
+log = logging.getLogger(__name__)
 DESCRIPTION = (
     "Text corpus -> tokenized, packed, shuffled, balanced TFRecord shards + manifest.json.\n\n"
     "Any Apache Beam pipeline option (--runner, --project, --region, --temp_location, --direct_num_workers, ...) "
@@ -84,6 +86,8 @@ def _preprocess(parser: CommandParser, argv: list[str], others: list[str]) -> in
             + (f"; Dataflow job written to {job_file}" if job_file else "")
         )
     else:
+        for warning in corpus_warnings(manifest, config):
+            log.warning("%s", warning)
         print(summary(manifest, config.output, time.monotonic() - started))
     return EXIT_OK
 
