@@ -23,12 +23,13 @@ from plumbing.cli import (
 from plumbing.errors import LmshardsError
 from plumbing.known_names import name_hints
 from plumbing.outputs import disk_error_message
+from plumbing.quiet import native_stderr_discarded, quiet_tensorflow
 from train.config import FINAL_EVALS, LR_SCHEDULES, PRESETS, TrainConfig
 from train.devices import AUTO, PRECISIONS, STRATEGIES
 from train.families import family_names
 from train.masking_recipes import MASKING_RECIPES, SPAN, check_recipe, max_mlm_probability
 from train.mixture import parse_shards_flag, source_weights
-from train.preflight import native_stderr_discarded, preflight, quiet_tensorflow
+from train.preflight import preflight
 from train.run_dir import format_summary
 
 log = logging.getLogger(__name__)

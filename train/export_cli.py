@@ -16,10 +16,9 @@ from plumbing.cli import (
 )
 from plumbing.errors import LmshardsError
 from plumbing.outputs import disk_error_message
-from plumbing.quiet import hide_third_party_progress_bars
+from plumbing.quiet import hide_third_party_progress_bars, load_tensorflow_quietly
 from train.export import export_run, push_to_hub
 from train.families import FAMILIES
-from train.preflight import load_tensorflow_quietly
 
 COMMAND = "export"
 

@@ -18,10 +18,10 @@ import numpy as np
 
 from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from plumbing.errors import LmshardsError
+from plumbing.quiet import load_tensorflow_quietly
 from train import mixture
 from train.config import TrainConfig
 from train.masking_recipes import MASKING_RECIPES, check_recipe
-from train.preflight import load_tensorflow_quietly
 
 COMMAND = "preview"
 DEFAULT_N = 5

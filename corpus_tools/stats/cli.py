@@ -7,6 +7,7 @@ any Beam runner with --runner ...) and writes stats.json and stats.html to --out
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from collections.abc import Sequence
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from plumbing.errors import LmshardsError
+from plumbing.quiet import load_tensorflow_quietly
 from schemas.constants import SPLITS
 
 if TYPE_CHECKING:
@@ -21,6 +23,15 @@ if TYPE_CHECKING:
 
 COMMAND = "stats"
 LOGGED_PACKAGES = ("corpus_tools", "schemas")
+# Imported up front with their start-up lines (CUDA, oneDNN, CPU features) kept off stderr; tfx-bsl
+# loads a second copy of TensorFlow's C++ logging that prints them again.
+TENSORFLOW_MODULES = (
+    "tensorflow",
+    "tensorflow_transform",
+    "tensorflow_transform.beam",
+    "tfx_bsl.coders.example_coder",
+)
+log = logging.getLogger(__name__)
 
 
 def build_parser() -> CommandParser:
@@ -91,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _stats(args: argparse.Namespace, beam_args: list[str]) -> int:
+    log.info("stats: loading TensorFlow and tensorflow-transform")
+    load_tensorflow_quietly(verbose=args.verbose, modules=TENSORFLOW_MODULES)
     from corpus_tools.stats.stats import StatsConfig, run_stats
 
     config = StatsConfig(

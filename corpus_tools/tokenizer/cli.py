@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 from collections.abc import Sequence
 
 from corpus_tools.tokenizer import config as cfg
 from corpus_tools.tokenizer.corpus_report import (
     DEFAULT_INSPECT_DOCUMENTS,
+    byte_fallback_ids,
     load_tokenizer,
     sample_report,
 )
@@ -22,6 +24,7 @@ from plumbing.cli import (
 )
 from preprocess import sources
 
+log = logging.getLogger(__name__)
 TRAIN_COMMAND = "tokenizer train"
 INSPECT_COMMAND = "tokenizer inspect"
 LOG_PACKAGES = ("corpus_tools", "preprocess", "schemas")
@@ -159,7 +162,19 @@ def _train(args: argparse.Namespace) -> int:
     print(f"Special token ids: {result.special_token_ids}")
     print(f"Fingerprint: {result.fingerprint}")
     print(f"Wrote {result.output}")
+    if result.vocab_size < config.vocab_size:
+        log.warning("%s", smaller_vocabulary_message(result.vocab_size, config))
     return 0
+
+
+def smaller_vocabulary_message(got: int, config: cfg.TrainConfig) -> str:
+    """Why a trained vocabulary can come out smaller than --vocab_size, and what to change."""
+    return (
+        f"the vocabulary has {got:,} tokens, fewer than --vocab_size {config.vocab_size:,}: the "
+        f"sample ({config.max_bytes / 1e6:,.0f} MB cap) holds too few distinct pieces for more. "
+        "Pass a larger --max_bytes or more input for the size asked, or a --vocab_size near "
+        f"{got:,} to say what you get (the model's embedding table follows the tokenizer)."
+    )
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -184,7 +199,13 @@ def _inspect(args: argparse.Namespace) -> int:
         )
         print(
             f"\nSample of {report.documents:,} documents: {report.tokens:,} tokens, "
-            f"unknown-token rate {report.unknown_rate:.4%} ({report.unknown_tokens:,} unknown)"
+            f"unknown-token rate {report.unknown_rate:.4%} ({report.unknown_tokens:,} unknown), "
+            + (
+                f"byte-fallback rate {report.byte_fallback_rate:.4%} "
+                f"({report.byte_fallback_tokens:,} byte pieces)"
+                if byte_fallback_ids(tok.get_vocab(with_added_tokens=True))
+                else "byte-fallback rate n/a (no byte pieces in the vocabulary)"
+            )
         )
         if report.tokens_per_word is not None:
             print(
