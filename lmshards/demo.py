@@ -34,7 +34,7 @@ from lmshards.report import (
 from plumbing import fs
 from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from plumbing.errors import LmshardsError, OutputError
-from plumbing.quiet import PROGRESS_ENVIRONMENT
+from plumbing.quiet import PROGRESS_ENVIRONMENT, hide_third_party_progress_bars
 from schemas.constants import (
     ATTENTION_MASK,
     FEATURE_NAMES,
@@ -560,6 +560,8 @@ def write_report(cfg: DemoConfig, summary: dict[str, Any]) -> Path:
 def main(argv: Sequence[str]) -> int:
     cfg = parse_args(argv)
     setup_logging(verbose=cfg.verbose, packages=("lmshards",))
+    if not cfg.verbose:
+        hide_third_party_progress_bars()  # the demo scores the exported model in this process
     return run_command(COMMAND, lambda: _run(cfg))
 
 

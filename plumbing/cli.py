@@ -68,7 +68,8 @@ class CommandParser(argparse.ArgumentParser):
     """argparse with the project's error line, default display and typo hints.
 
     extra_flags: flags accepted elsewhere (e.g. Beam's pipeline options) that typo hints may suggest.
-    renamed: old flag -> its new name; the old one is refused with a hint naming the new one.
+    renamed: a flag this command does not take -> the flag to use instead (a renamed flag's new name,
+      lmshards' name for run_mlm.py's); the hint names it.
     """
 
     def __init__(
@@ -107,8 +108,8 @@ class CommandParser(argparse.ArgumentParser):
         }
 
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
-        if args is not None:
-            args = normalize_switches(args, self.switches(), command=self.command)
+        args = sys.argv[1:] if args is None else args
+        args = normalize_switches(args, self.switches(), command=self.command)
         return super().parse_known_args(args, namespace)
 
     def _hint(self, arg: str) -> str:
