@@ -38,6 +38,10 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "preprocess": Subcommand(
         "preprocess.cli", "Beam pipeline: text corpus -> balanced TFRecord shards + manifest"
     ),
+    "repack": Subcommand(
+        "preprocess.repack_cli",
+        "a token store -> new shard set (seq_len, shards, split, seed) without tokenizing",
+    ),
     "inspect": Subcommand("preprocess.inspect_cli", "summarize (and --verify) a preprocess output"),
     "stats": Subcommand(
         "corpus_tools.stats.cli",

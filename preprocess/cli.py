@@ -43,14 +43,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     _, others = parser.parse_known_args(argv)  # --help, missing required flags, bad values of ours
     # Writing schema.pbtxt imports TensorFlow here; its C++ INFO lines (CPU features, ...) are not for users.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    setup_preprocess_logging()
+    return run_command(COMMAND, lambda: _preprocess(parser, argv, others))
+
+
+def setup_preprocess_logging() -> None:
+    """Our progress lines, workers' included; a failure reported in one line is not also Beam's traceback."""
     setup_logging(packages=["preprocess"])
     for handler in logging.getLogger().handlers:
-        # A failure reported in one line is not also shown as Beam's traceback of it.
         handler.addFilter(lambda record: not is_reported_failure(record))
     worker_logs = logging.getLogger(WORKER_LOGGER)
     worker_logs.setLevel(logging.INFO)
     worker_logs.addFilter(_from_preprocess_or_error)
-    return run_command(COMMAND, lambda: _preprocess(parser, argv, others))
 
 
 def _preprocess(parser: CommandParser, argv: list[str], others: list[str]) -> int:
@@ -123,8 +127,8 @@ def _from_preprocess_or_error(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.ERROR
 
 
-def summary(manifest: Manifest, output: str, seconds: float) -> str:
-    lines = [f"lmshards {COMMAND}: wrote {output} in {seconds:.1f} s (seq_len {manifest.seq_len})"]
+def summary(manifest: Manifest, output: str, seconds: float, *, command: str = COMMAND) -> str:
+    lines = [f"lmshards {command}: wrote {output} in {seconds:.1f} s (seq_len {manifest.seq_len})"]
     for name, split in manifest.splits.items():
         t = split.totals
         lines.append(

@@ -110,6 +110,16 @@ class LmshardsPreprocessOptions(PipelineOptions):
             "refused if the directory holds anything lmshards did not write.",
         )
         parser.add_argument(
+            "--keep_tokens",
+            nargs="?",
+            const=True,
+            default=False,
+            type=parse_bool,
+            help="Also keep every document's token ids in OUTPUT/tokens/ (Parquet), so that "
+            "`lmshards repack` can build other shard sets (seq_len, shard count, split, seed) "
+            "without tokenizing again. The shards are the same with or without it.",
+        )
+        parser.add_argument(
             "--tokenizer_threads",
             type=int,
             default=DEFAULT_TOKENIZER_THREADS,
@@ -156,6 +166,7 @@ class PreprocessConfig:
     text_field: str = DEFAULT_TEXT_FIELD
     text_column: str = DEFAULT_TEXT_COLUMN
     overwrite: bool = False
+    keep_tokens: bool = False
     tokenizer_threads: int = DEFAULT_TOKENIZER_THREADS
     batch_size: int = DEFAULT_BATCH_SIZE
     range_mb: float = DEFAULT_RANGE_MB
@@ -167,7 +178,7 @@ class PreprocessConfig:
     def manifest_options(self) -> dict[str, Any]:
         """The options that decide the output's bytes (recorded in the manifest).
 
-        Paths, --overwrite and pure speed knobs (batch size, read range, threads) are left out, so
+        Paths, --overwrite, --keep_tokens and pure speed knobs (batch size, read range, threads) are left out, so
         the same corpus gives the same manifest whatever the machine.
         """
         keys = (
