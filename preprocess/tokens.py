@@ -9,7 +9,9 @@ sizes the plan sized the packing groups from are in its manifest. Layout of `OUT
   tokenizer/                a copy of the tokenizer the ids come from: the store stands alone
   manifest.json             written last (format lmshards.tokens): the sign the store is complete
 
-The id width is the narrowest unsigned type that holds every id of the vocabulary.
+The id type is the narrowest unsigned one that holds every id of the vocabulary (what readers of the
+Parquet see; on disk zstd makes either about 1.4 bytes per token of English text, against ~3 in the
+shards).
 """
 
 from __future__ import annotations
@@ -259,6 +261,8 @@ def encode_part(chunk: TokenizedChunk, id_dtype: str) -> bytes:
         compression=PARQUET_COMPRESSION,
         row_group_size=ROW_GROUP_ROWS,
         use_dictionary=False,  # hashes are random and ids dense: dictionaries only cost time here
+        # Ids byte by byte: as small under zstd as plain, and faster to write and read.
+        use_byte_stream_split=[f"{IDS_COLUMN}.list.element"],
     )
     return sink.getvalue()
 
