@@ -278,3 +278,66 @@ def test_stats_on_a_token_store_is_a_clear_error(store_run, capsys):
     err = capsys.readouterr().err
     assert err.startswith("lmshards stats: error: ") and "is a token store" in err
     assert "lmshards repack --tokens" in err
+
+
+@pytest.mark.slow
+def test_other_runners_write_a_store_in_several_parts_and_repack_the_same_bytes(
+    store_run, tmp_path
+):
+    """A store written by 2 worker processes (one part per bundle), repacked on them and on Dask."""
+    distributed = pytest.importorskip("dask.distributed")
+    from preprocess.dask_runner import LOCALHOST
+
+    workers = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    config = PreprocessConfig(
+        inputs=(str(GOLDEN / "corpus" / "*.txt"),),
+        tokenizer=str(GOLDEN / "tokenizer.json"),
+        output=str(tmp_path / "store"),
+        keep_tokens=True,
+        range_mb=0.005,
+        batch_size=50,
+        **BASE,
+    )
+    run_pipeline(config, workers)
+    assert len(read_store_manifest(str(tmp_path / "store" / "tokens")).files) >= 2
+    _preprocess(tmp_path / "text", seq_len=24)
+    run_repack(
+        RepackConfig(tokens=str(tmp_path / "store"), output=str(tmp_path / "mp"), seq_len=24),
+        workers,
+    )
+    _assert_same_as_preprocess(tmp_path / "mp", tmp_path / "text")
+    with distributed.LocalCluster(
+        n_workers=2, processes=True, threads_per_worker=1, host=LOCALHOST, dashboard_address=":0"
+    ) as cluster:
+        run_repack(
+            RepackConfig(tokens=str(store_run), output=str(tmp_path / "dask"), seq_len=24),
+            ["--runner", "DaskRunner", "--dask_client_address", cluster.scheduler_address],
+        )
+    _assert_same_as_preprocess(tmp_path / "dask", tmp_path / "text")
+
+
+def test_a_store_on_gcs_repacks_to_gcs(gcs_emulator, tmp_path):
+    from plumbing import fs
+
+    bucket = gcs_emulator
+    for path in sorted((GOLDEN / "corpus").glob("*.txt")):
+        fs.write_bytes_atomic(f"{bucket}/corpus/{path.name}", path.read_bytes())
+    fs.write_bytes_atomic(f"{bucket}/tok/tokenizer.json", (GOLDEN / "tokenizer.json").read_bytes())
+    config = PreprocessConfig(
+        inputs=(f"{bucket}/corpus/*.txt",),
+        tokenizer=f"{bucket}/tok",
+        output=f"{bucket}/store",
+        keep_tokens=True,
+        **BASE,
+    )
+    run_pipeline(config, IN_PROCESS)
+    assert not any(".lmshards-tmp" in p for p in fs.listdir(f"{bucket}/store/tokens"))
+    remote = run_repack(
+        RepackConfig(tokens=f"{bucket}/store", output=f"{bucket}/repacked", seq_len=16), IN_PROCESS
+    )
+    local = run_repack(
+        RepackConfig(tokens=f"{bucket}/store", output=str(tmp_path / "local"), seq_len=16),
+        IN_PROCESS,
+    )
+    assert remote.splits == local.splits  # every shard's bytes (sha256), records and totals
+    assert remote.repacked_from == f"{bucket}/store/tokens"
