@@ -43,9 +43,12 @@ DOC_HASH_COLUMN = "doc_hash"
 IDS_COLUMN = "input_ids"
 UINT16, UINT32 = "uint16", "uint32"
 PARQUET_COMPRESSION = "zstd"
-# Tokens a writer buffers before writing one part file (int32 in memory: 4 bytes each): parts of
-# tens of MB, few enough that listing them is cheap, small enough to read one per worker at once.
-PART_FLUSH_TOKENS = 16 << 20
+# Tokens a writer buffers before writing one part file (int32 in memory: 4 bytes each): parts of a
+# few MB on disk, few enough that listing them is cheap, many enough to spread over the workers.
+PART_FLUSH_TOKENS = 4 << 20
+# A part is handed on in pieces of about this many tokens: the split stage reorders each element it
+# gets with int64 indices (12 bytes per token), so one whole part at once would be its memory peak.
+READ_PIECE_TOKENS = 1 << 20
 # Ids per Parquet row group: several per part, so a reader's peak memory stays near one part's ids.
 ROW_GROUP_ROWS = 64 << 10
 _REPACK_HINT = "re-run `lmshards preprocess --keep_tokens` to write the token store again."
@@ -320,6 +323,21 @@ def write_part(store: str, chunk: TokenizedChunk, id_dtype: str) -> TokenFileInf
     )
 
 
+def pieces(chunk: TokenizedChunk, max_tokens: int) -> list[TokenizedChunk]:
+    """The chunk cut between documents into views of at most max_tokens tokens each (a longer document
+    alone in its piece), in order."""
+    if chunk.num_tokens <= max_tokens:
+        return [chunk]
+    ends = np.cumsum(chunk.lengths, dtype=np.int64)
+    bounds = [0]
+    while bounds[-1] < chunk.num_documents:
+        start = bounds[-1]
+        taken = int(ends[start - 1]) if start else 0
+        end = int(np.searchsorted(ends, taken + max_tokens, side="right"))
+        bounds.append(max(end, start + 1))
+    return chunk.split(bounds)
+
+
 def read_part(store: str, info: TokenFileInfo) -> TokenizedChunk:
     path = fs.join(store, info.path)
     try:
@@ -443,10 +461,10 @@ class WriteTokenStore(beam.PTransform):
 
 
 class _ReadPartFn(beam.DoFn):
-    """TokenFileInfo -> its TokenizedChunk (checked against the manifest)."""
+    """TokenFileInfo -> its documents (checked against the manifest), in TokenizedChunk pieces."""
 
-    def __init__(self, store: str):
-        self._store = store
+    def __init__(self, store: str, piece_tokens: int = READ_PIECE_TOKENS):
+        self._store, self._piece_tokens = store, piece_tokens
         self._documents = counter("documents_read")
         self._tokens = counter("tokens")
 
@@ -454,11 +472,11 @@ class _ReadPartFn(beam.DoFn):
         chunk = read_part(self._store, info)
         self._documents.inc(chunk.num_documents)
         self._tokens.inc(chunk.num_tokens)
-        yield chunk
+        yield from pieces(chunk, self._piece_tokens)
 
 
 class ReadTokenStore(beam.PTransform):
-    """PBegin -> TokenizedChunk, one per part file of the store, each read on any worker."""
+    """PBegin -> TokenizedChunk: every part file of the store, each read on any worker."""
 
     def __init__(self, store: str, files: Sequence[TokenFileInfo]):
         super().__init__()
@@ -469,5 +487,5 @@ class ReadTokenStore(beam.PTransform):
             pbegin
             | "ListParts" >> beam.Create(self._files)  # TokenFileInfo
             | "SpreadParts" >> beam.Reshuffle()  # TokenFileInfo, each on any worker
-            | "ReadParts" >> beam.ParDo(_ReadPartFn(self._store))  # TokenizedChunk
+            | "ReadParts" >> beam.ParDo(_ReadPartFn(self._store))  # TokenizedChunk, in pieces
         )

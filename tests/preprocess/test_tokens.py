@@ -20,6 +20,7 @@ from preprocess.tokens import (
     finish_store,
     id_dtype_for,
     locate_store,
+    pieces,
     read_part,
     read_store_manifest,
     write_part,
@@ -141,3 +142,14 @@ def test_locate_store_says_which_kind_of_directory_it_was_given(tmp_path: Path):
     (tmp_path / "tokens").mkdir()
     with pytest.raises(TokenStoreError, match="tokens.* has no manifest.json: it is incomplete"):
         locate_store(str(tmp_path))
+
+
+@pytest.mark.parametrize("max_tokens", [1, 299, 1000, 10**9])
+def test_pieces_cut_between_documents_and_keep_every_one_in_order(max_tokens):
+    chunk = _chunk(399, documents=80)
+    parts = pieces(chunk, max_tokens)
+    _equal(chunk, TokenizedChunk.concat(parts))
+    assert all(p.num_documents >= 1 for p in parts)
+    assert all(p.num_tokens <= max_tokens or p.num_documents == 1 for p in parts)
+    if max_tokens >= chunk.num_tokens:
+        assert len(parts) == 1
