@@ -49,8 +49,9 @@ PART_FLUSH_TOKENS = 4 << 20
 # A part is handed on in pieces of about this many tokens: the split stage reorders each element it
 # gets with int64 indices (12 bytes per token), so one whole part at once would be its memory peak.
 READ_PIECE_TOKENS = 1 << 20
-# Ids per Parquet row group: several per part, so a reader's peak memory stays near one part's ids.
-ROW_GROUP_ROWS = 64 << 10
+# Tokens per Parquet row group (about): a reader decodes one row group at a time, so its memory
+# stays near one row group's ids whatever the part's size.
+ROW_GROUP_TOKENS = 1 << 20
 _REPACK_HINT = "re-run `lmshards preprocess --keep_tokens` to write the token store again."
 
 
@@ -262,7 +263,7 @@ def encode_part(chunk: TokenizedChunk, id_dtype: str) -> bytes:
         table,
         sink,
         compression=PARQUET_COMPRESSION,
-        row_group_size=ROW_GROUP_ROWS,
+        row_group_size=max(1, chunk.num_documents * ROW_GROUP_TOKENS // max(chunk.num_tokens, 1)),
         use_dictionary=False,  # hashes are random and ids dense: dictionaries only cost time here
         # Ids byte by byte: as small under zstd as plain, and faster to write and read.
         use_byte_stream_split=[f"{IDS_COLUMN}.list.element"],
@@ -270,8 +271,9 @@ def encode_part(chunk: TokenizedChunk, id_dtype: str) -> bytes:
     return sink.getvalue()
 
 
-def decode_part(data: bytes, info: TokenFileInfo, path: str) -> TokenizedChunk:
-    """A part file's bytes -> its TokenizedChunk, checked against its TokenFileInfo.
+def decode_pieces(data: bytes, info: TokenFileInfo, path: str) -> Iterator[TokenizedChunk]:
+    """A part file's bytes -> its documents, one TokenizedChunk per row group, checked against its
+    TokenFileInfo (the counts once every row group is read).
 
     Raises:
       TokenStoreError: naming `path`, when the bytes are not the listed ones or not a valid part.
@@ -282,21 +284,32 @@ def decode_part(data: bytes, info: TokenFileInfo, path: str) -> TokenizedChunk:
     damaged = f"Token store file {path!r} is damaged"
     if hashlib.sha256(data).hexdigest() != info.sha256:
         raise TokenStoreError(f"{damaged}: its sha256 is not its manifest's; {_REPACK_HINT}")
+    documents = tokens = 0
     try:
-        table = pq.read_table(pa.BufferReader(data), columns=[DOC_HASH_COLUMN, IDS_COLUMN])
-        ids = table.column(IDS_COLUMN).combine_chunks()
-        hashes = table.column(DOC_HASH_COLUMN).to_numpy()
-        offsets = ids.offsets.to_numpy()
-        tokens = ids.values.to_numpy().astype(np.int32)
+        part = pq.ParquetFile(pa.BufferReader(data))
+        for group in range(part.num_row_groups):
+            table = part.read_row_group(group, columns=[DOC_HASH_COLUMN, IDS_COLUMN])
+            ids = table.column(IDS_COLUMN).combine_chunks()
+            offsets = ids.offsets.to_numpy()
+            chunk = TokenizedChunk(
+                hashes=table.column(DOC_HASH_COLUMN).to_numpy().astype(np.uint64),
+                lengths=np.diff(offsets).astype(np.int32),
+                tokens=ids.values.to_numpy()[offsets[0] : offsets[-1]].astype(np.int32),
+            )
+            documents, tokens = documents + chunk.num_documents, tokens + chunk.num_tokens
+            yield chunk
     except (pa.ArrowException, KeyError, ValueError) as e:
         raise TokenStoreError(f"{damaged} ({e}); {_REPACK_HINT}") from e
-    if hashes.size != info.documents or tokens.size != info.tokens:
+    if documents != info.documents or tokens != info.tokens:
         raise TokenStoreError(
-            f"{damaged}: it holds {hashes.size} documents and {tokens.size} tokens, its manifest says "
+            f"{damaged}: it holds {documents} documents and {tokens} tokens, its manifest says "
             f"{info.documents} and {info.tokens}; {_REPACK_HINT}"
         )
-    lengths = np.diff(offsets).astype(np.int32)
-    return TokenizedChunk(hashes=hashes.astype(np.uint64), lengths=lengths, tokens=tokens)
+
+
+def decode_part(data: bytes, info: TokenFileInfo, path: str) -> TokenizedChunk:
+    """decode_pieces as one TokenizedChunk."""
+    return TokenizedChunk.concat(list(decode_pieces(data, info, path)))
 
 
 def write_part(store: str, chunk: TokenizedChunk, id_dtype: str) -> TokenFileInfo:
@@ -338,19 +351,24 @@ def pieces(chunk: TokenizedChunk, max_tokens: int) -> list[TokenizedChunk]:
     return chunk.split(bounds)
 
 
-def read_part(store: str, info: TokenFileInfo) -> TokenizedChunk:
+def read_pieces(store: str, info: TokenFileInfo) -> Iterator[TokenizedChunk]:
+    """The documents of one part file, read and checked, a row group at a time."""
     path = fs.join(store, info.path)
     try:
         data = fs.read_bytes(path)
     except FileNotFoundError as e:
         raise TokenStoreError(f"Token store file {path!r} is missing; {_REPACK_HINT}") from e
-    return decode_part(data, info, path)
+    yield from decode_pieces(data, info, path)
+
+
+def read_part(store: str, info: TokenFileInfo) -> TokenizedChunk:
+    return TokenizedChunk.concat(list(read_pieces(store, info)))
 
 
 def iter_store(store: str, manifest: TokenStoreManifest) -> Iterator[TokenizedChunk]:
-    """Every part of the store, read and checked, in manifest order."""
+    """Every part of the store, read and checked a row group at a time, in manifest order."""
     for info in manifest.files:
-        yield read_part(store, info)
+        yield from read_pieces(store, info)
 
 
 def finish_store(store: str, manifest: TokenStoreManifest) -> str:
@@ -469,10 +487,12 @@ class _ReadPartFn(beam.DoFn):
         self._tokens = counter("tokens")
 
     def process(self, info: TokenFileInfo) -> Iterable[TokenizedChunk]:
-        chunk = read_part(self._store, info)
-        self._documents.inc(chunk.num_documents)
-        self._tokens.inc(chunk.num_tokens)
-        yield from pieces(chunk, self._piece_tokens)
+        for group in read_pieces(self._store, info):
+            self._documents.inc(group.num_documents)
+            self._tokens.inc(group.num_tokens)
+            yield from pieces(
+                group, self._piece_tokens
+            )  # row groups of other writers may be larger
 
 
 class ReadTokenStore(beam.PTransform):

@@ -16,6 +16,7 @@ from preprocess.tokens import (
     TokenStoreError,
     TokenStoreManifest,
     decode_part,
+    decode_pieces,
     encode_part,
     finish_store,
     id_dtype_for,
@@ -153,3 +154,14 @@ def test_pieces_cut_between_documents_and_keep_every_one_in_order(max_tokens):
     assert all(p.num_tokens <= max_tokens or p.num_documents == 1 for p in parts)
     if max_tokens >= chunk.num_tokens:
         assert len(parts) == 1
+
+
+def test_a_part_is_read_a_row_group_at_a_time_and_still_whole(tmp_path, monkeypatch):
+    import preprocess.tokens
+
+    monkeypatch.setattr(preprocess.tokens, "ROW_GROUP_TOKENS", 2000)
+    chunk = _chunk(399, documents=200)
+    info = write_part(str(tmp_path), chunk, UINT16)
+    groups = list(decode_pieces((tmp_path / info.path).read_bytes(), info, info.path))
+    assert len(groups) >= chunk.num_tokens // 2000 - 1
+    _equal(chunk, TokenizedChunk.concat(groups))
