@@ -26,6 +26,7 @@ from lmshards.report import read_metrics, render_report
 from plumbing import fs
 from plumbing.cli import CommandParser, run_command, setup_logging
 from plumbing.errors import LmshardsError, OutputError
+from plumbing.units import format_duration
 from schemas.constants import (
     ATTENTION_MASK,
     FEATURE_NAMES,
@@ -522,7 +523,7 @@ def write_report(cfg: DemoConfig, summary: dict[str, Any]) -> Path:
         "trainer's own eval": f"loss {summary['trainer_eval']['loss']:.3f}, accuracy "
         f"{summary['trainer_eval']['accuracy']:.3f} (its masks leave some tokens unchanged)",
         "fill-mask": f"{summary['fill_mask']['prompt']} -> {', '.join(map(repr, summary['fill_mask']['top_k']))}",
-        **{f"time: {k}": f"{v:.1f} s" for k, v in summary["seconds"].items()},
+        **{f"time: {k}": format_duration(v) for k, v in summary["seconds"].items()},
     }
     accuracy = [
         (f"most frequent token {summary['baseline_token']!r}", summary["baseline_accuracy"]),

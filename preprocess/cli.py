@@ -20,6 +20,7 @@ from plumbing.cli import (
     setup_logging,
     typo_hint,
 )
+from plumbing.units import format_duration
 from preprocess import runners
 from preprocess.failures import RunFailure, is_reported_failure
 from preprocess.options import REQUIRED_FLAGS, LmshardsPreprocessOptions, config_from_options
@@ -128,7 +129,9 @@ def _from_preprocess_or_error(record: logging.LogRecord) -> bool:
 
 
 def summary(manifest: Manifest, output: str, seconds: float, *, command: str = COMMAND) -> str:
-    lines = [f"lmshards {command}: wrote {output} in {seconds:.1f} s (seq_len {manifest.seq_len})"]
+    lines = [
+        f"lmshards {command}: wrote {output} in {format_duration(seconds)} (seq_len {manifest.seq_len})"
+    ]
     for name, split in manifest.splits.items():
         t = split.totals
         lines.append(

@@ -14,9 +14,9 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from corpus_tools.output_dir import prepare_output_dir
 from corpus_tools.tokenizer.config import MODEL_MAX_LENGTH, SpecialTokens
 from plumbing import fs
+from plumbing.outputs import TOKENIZER_OUTPUT, prepare_output
 from schemas.constants import SPECIAL_ROLES, TOKENIZER_INFO_JSON
 from schemas.hf_tokenizer import wrap_fast_tokenizer
 from schemas.tokenizer_info import fingerprint, locate_tokenizer, special_token_ids
@@ -61,7 +61,7 @@ def save_tokenizer(
             "model_max_length": MODEL_MAX_LENGTH,
             **info,
         }
-        prepare_output_dir(output, overwrite=overwrite, marker=TOKENIZER_INFO_JSON)
+        prepare_output(output, kind=TOKENIZER_OUTPUT, overwrite=overwrite)
         for name in sorted(os.listdir(staging)):
             with open(os.path.join(staging, name), "rb") as f:
                 fs.write_bytes_atomic(fs.join(output, name), f.read())
