@@ -51,6 +51,8 @@ REPACK_OPTIONS = (
     "shard_multiple",
     "packing_group_tokens",
 )
+# --num_shards 0: no fixed count, even where the store's run had one (--target_shard_mb decides).
+SHARDS_BY_SIZE = 0
 # How the store's run read its text: fixed by the store, recorded again in the new manifest.
 READING_OPTIONS = ("doc_separator", "text_field", "text_column")
 
@@ -76,7 +78,11 @@ class RepackConfig:
     overwrite: bool = False
 
     def changed(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in REPACK_OPTIONS if getattr(self, k) is not None}
+        """The options given; num_shards 0 clears the store run's count (shards sized by bytes)."""
+        given = {k: getattr(self, k) for k in REPACK_OPTIONS if getattr(self, k) is not None}
+        if given.get("num_shards") == SHARDS_BY_SIZE:
+            given["num_shards"] = None
+        return given
 
 
 @dataclasses.dataclass(frozen=True)

@@ -53,7 +53,12 @@ def build_parser() -> CommandParser:
     parser.add_argument(
         "--target_shard_mb", type=float, default=None, help=f"target shard size in MiB {KEEP}"
     )
-    parser.add_argument("--num_shards", type=int, default=None, help=f"shards per split {KEEP}")
+    parser.add_argument(
+        "--num_shards",
+        type=int,
+        default=None,
+        help=f"shards per split; 0: sized by --target_shard_mb {KEEP}",
+    )
     parser.add_argument(
         "--shard_multiple",
         type=int,

@@ -112,6 +112,21 @@ def test_repack_writes_what_preprocess_writes_from_the_text(store_run, tmp_path,
     assert manifest.tokens is None
 
 
+def test_num_shards_0_sizes_the_shards_by_bytes_again(tmp_path):
+    _preprocess(tmp_path / "store", keep_tokens=True, num_shards=5)
+    _preprocess(tmp_path / "text", target_shard_mb=0.004)
+    run_repack(
+        RepackConfig(
+            tokens=str(tmp_path / "store"),
+            output=str(tmp_path / "repacked"),
+            num_shards=0,
+            target_shard_mb=0.004,
+        ),
+        IN_PROCESS,
+    )
+    _assert_same_as_preprocess(tmp_path / "repacked", tmp_path / "text")
+
+
 def test_the_store_itself_or_the_set_holding_it_and_unchanged_options_give_the_store_runs_shards(
     store_run, tmp_path
 ):
