@@ -294,7 +294,9 @@ def decode_pieces(data: bytes, info: TokenFileInfo, path: str) -> Iterator[Token
             chunk = TokenizedChunk(
                 hashes=table.column(DOC_HASH_COLUMN).to_numpy().astype(np.uint64),
                 lengths=np.diff(offsets).astype(np.int32),
-                tokens=ids.values.to_numpy()[offsets[0] : offsets[-1]].astype(np.int32),
+                # Kept at the store's width: the shuffle before packing then holds half the bytes
+                # of int32 ids (packing widens each group's ids to int32, so the records are the same).
+                tokens=ids.values.to_numpy()[offsets[0] : offsets[-1]],
             )
             documents, tokens = documents + chunk.num_documents, tokens + chunk.num_tokens
             yield chunk
