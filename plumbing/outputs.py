@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from plumbing import fs
-from plumbing.errors import OutputError, describe_disk_error, disk_errno
+from plumbing.errors import OutputError, StorageError, describe_disk_error, disk_errno
 from schemas.constants import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,
@@ -43,6 +43,11 @@ EXPORT_SUCCESS_JSON = "_SUCCESS.json"
 # `{split}-{index:05d}-of-{count:05d}.{parquet|jsonl}`, the shards of `lmshards dataset export`.
 EXPORT_SHARD_RE = re.compile(r"^.+-\d{5,}-of-\d{5,}\.(?:parquet|jsonl)$")
 WRITE_PROBE_PREFIX = ".lmshards-write-probe-"
+# `lmshards stats` writes these into SHARDS_DIR/stats by default: part of the shard set's output, so
+# `preprocess --overwrite` replaces them with the shards they describe.
+STATS_DIR_NAME = "stats"
+STATS_JSON = "stats.json"
+STATS_HTML = "stats.html"
 
 # `part-{uuid4 hex}.parquet`, the files of a token store (see preprocess.tokens).
 TOKEN_PART_RE = re.compile(r"^part-[0-9a-f]{32}\.parquet$")
@@ -51,6 +56,7 @@ PREPROCESS_OUTPUT = "preprocess"
 TOKENS_OUTPUT = "tokens"
 TOKENIZER_OUTPUT = "tokenizer"
 DATASET_EXPORT_OUTPUT = "dataset_export"
+STATS_OUTPUT = "stats"
 
 # What an interrupted atomic write (plumbing.fs.atomic_local_path) leaves: `{final}.tmp-{uuid4 hex}`.
 _ATOMIC_TMP_SUFFIX_RE = re.compile(r"\.tmp-[0-9a-f]{32}$")
@@ -167,7 +173,11 @@ _LAYOUTS = {
         files=frozenset({SCHEMA_NAME}),
         scratch_dirs=frozenset({TEMP_DIR_NAME}),
         shard_dirs=frozenset(SPLITS),
-        nested=((TOKENIZER_DIR_NAME, TOKENIZER_OUTPUT), (TOKENS_DIR_NAME, TOKENS_OUTPUT)),
+        nested=(
+            (TOKENIZER_DIR_NAME, TOKENIZER_OUTPUT),
+            (STATS_DIR_NAME, STATS_OUTPUT),
+            (TOKENS_DIR_NAME, TOKENS_OUTPUT),
+        ),
     ),
     TOKENS_OUTPUT: _Layout(
         marker=MANIFEST_NAME,
@@ -181,6 +191,7 @@ _LAYOUTS = {
         files=frozenset({TOKENIZER_JSON, TOKENIZER_CONFIG_JSON, SPECIAL_TOKENS_MAP_JSON}),
     ),
     DATASET_EXPORT_OUTPUT: _Layout(marker=EXPORT_SUCCESS_JSON, file_pattern=EXPORT_SHARD_RE),
+    STATS_OUTPUT: _Layout(marker=STATS_JSON, files=frozenset({STATS_HTML})),
 }
 OUTPUT_KINDS = tuple(_LAYOUTS)
 
@@ -205,6 +216,9 @@ def _list(filesystem: Any, path: str) -> list[_Entry]:
     for info in filesystem.ls(path, detail=True):
         name = info["name"].rstrip("/")
         if name == path.rstrip("/"):  # an object store's placeholder for the directory itself
+            continue
+        # The running command's own lease: never listed, so never deleted here.
+        if fs.is_lease_name(posixpath.basename(name)):
             continue
         kind = "other" if info.get("islink") else info["type"]
         entries.append(
@@ -268,7 +282,8 @@ def _is_ours(filesystem: Any, path: str, name: str, layout: _Layout) -> bool:
 
 
 def _classify(filesystem: Any, path: str, layout: _Layout) -> OwnedEntries:
-    owned, foreign = [], []
+    owned: list[str] = []
+    foreign: list[str] = []
     for entry in _list(filesystem, path):
         if entry.type == "file":
             (owned if _is_ours(filesystem, path, entry.name, layout) else foreign).append(
@@ -311,6 +326,7 @@ def owned_entries(directory: str, *, kind: str, flag: str = "--output") -> Owned
 
     `kind` is one of OUTPUT_KINDS. Split directories count as owned only while they hold nothing
     but shard files of their split; symlinks are always foreign. A missing directory holds nothing.
+    A lease file (plumbing.lease) is in neither list: it belongs to the command that holds it.
 
     Raises:
       OutputError: directory is a file.
@@ -417,6 +433,8 @@ def check_writable(location: str, *, flag: str = "--output") -> None:
             _probe_local(location, probe_name, flag)
     except OutputError:
         raise
+    except StorageError as e:
+        raise OutputError(f"{flag} {location!r} is not writable: {e}") from e
     # Any failure here means the command could not write its output; remote stores raise their own
     # error classes (gcsfs: OSError for 403 but HttpError for others), so all become one message.
     except Exception as e:

@@ -12,16 +12,23 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import numpy as np
 
 from plumbing import fs
-from plumbing.cli import EXIT_FAILURE, EXIT_OK, CommandParser, run_command, setup_logging
+from plumbing.cli import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    CommandParser,
+    add_verbose_flag,
+    run_command,
+    setup_logging,
+)
 from plumbing.progress import bytes_progress
 from plumbing.units import format_duration, megabytes
 from schemas.constants import INPUT_IDS, MANIFEST_NAME, TOKENS_FORMAT
-from schemas.manifest import Manifest, ShardInfo, read_manifest
+from schemas.manifest import Manifest, ShardInfo, read_manifest, tokenizer_copy_problem
 from schemas.records import CorruptRecordError, MalformedExampleError, decode_examples, read_records
 
 logger = logging.getLogger(__name__)
@@ -53,6 +60,7 @@ def build_parser() -> CommandParser:
         help="shards verified at once with --verify",
     )
     parser.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    add_verbose_flag(parser)
     return parser
 
 
@@ -65,7 +73,7 @@ def positive_int(text: str) -> int:
 
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
-    setup_logging(packages=("preprocess", "schemas"))
+    setup_logging(verbose=args.verbose, packages=("preprocess", "schemas"))
     return run_command(COMMAND, lambda: _inspect(args))
 
 
@@ -179,7 +187,8 @@ def verify(
     threads: int = DEFAULT_THREADS,
     progress_every_s: float = PROGRESS_EVERY_S,
 ) -> list[str]:
-    """One line per shard problem (missing, framing, records, bytes, sha256, input ids), in manifest order.
+    """One line per problem, in manifest order: each shard's (missing, framing, records, bytes, sha256, input
+    ids), then the tokenizer copy's (missing, or not the manifest's fingerprint).
 
     Shards are verified `threads` at a time; the result does not depend on the thread count. A progress
     line (shards, MB, MB/s, ETA) is logged every `progress_every_s` seconds while shards remain.
@@ -211,11 +220,12 @@ def verify(
                 logger.info("%s", progress.line())
     finally:
         pool.shutdown(cancel_futures=True)  # on Ctrl-C, only the shards being read are finished
+    tokenizer = tokenizer_copy_problem(manifest, output)
     return [
         f"{path}: {problem}"
         for (_, path), future in zip(shards, futures)
         for problem in future.result()
-    ]
+    ] + ([f"{output}: {tokenizer}"] if tokenizer else [])
 
 
 def progress_line(
@@ -337,12 +347,13 @@ def _check_shard(
         return ["missing"]
     problems: list[str] = []
     shard_ids = ShardIds(rule)
-    records: int | None = 0
+    records = 0
+    corrupt = False
     batch: list[bytes] = []
     with fs.open_file(path, "rb") as f:
         reader = _HashingReader(f, progress)
         try:
-            for record in read_records(reader):
+            for record in read_records(cast(BinaryIO, reader)):
                 batch.append(record)
                 if len(batch) == DECODE_BATCH_RECORDS:
                     records += len(batch)
@@ -351,11 +362,11 @@ def _check_shard(
             records += len(batch)
         except CorruptRecordError as e:
             problems.append(f"corrupt TFRecord: {e}")
-            records = None  # unknown past a corrupt frame
+            corrupt = True  # the record count is unknown past a corrupt frame
         shard_ids.add(batch)  # the records before a corrupt frame too
         while reader.read(1 << 20):  # hash whatever follows a corrupt frame too
             pass
-    if records is not None and records != shard.records:
+    if not corrupt and records != shard.records:
         problems.append(f"{records} records, manifest says {shard.records}")
     if reader.bytes != shard.bytes:
         problems.append(f"{reader.bytes} bytes, manifest says {shard.bytes}")

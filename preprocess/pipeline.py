@@ -23,6 +23,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 
 from plumbing import fs
 from plumbing.errors import LmshardsError, TokenizerError
+from plumbing.lease import output_lease
 from plumbing.outputs import PREPROCESS_OUTPUT, check_no_overlap, check_writable, clear_owned_output
 from plumbing.units import MIB
 from preprocess import metrics, runners
@@ -123,6 +124,17 @@ class PreprocessPlan:
 # ---------------------------------------------------------------- planning (before any work)
 
 
+def check_locations(config: PreprocessConfig) -> None:
+    """Refuses an --output that overlaps an input or the tokenizer (no I/O).
+
+    Raises:
+      OutputError: the overlap, named.
+    """
+    check_no_overlap(config.inputs, config.output)
+    # The tokenizer is copied into the output after --overwrite clears it: it must not live there.
+    check_no_overlap([config.tokenizer], config.output, input_flag="--tokenizer")
+
+
 def plan_preprocess(config: PreprocessConfig) -> PreprocessPlan:
     """Checks the locations, tokenizer, inputs and output and sizes the packing groups.
 
@@ -132,9 +144,7 @@ def plan_preprocess(config: PreprocessConfig) -> PreprocessPlan:
       LmshardsError: an output overlapping an input or the tokenizer, a bad tokenizer, seq_len,
         input or output; the message names the value.
     """
-    check_no_overlap(config.inputs, config.output)
-    # The tokenizer is copied into the output after --overwrite clears it: it must not live there.
-    check_no_overlap([config.tokenizer], config.output, input_flag="--tokenizer")
+    check_locations(config)
     source = locate_tokenizer(config.tokenizer)
     tokenizer = _load_tokenizer(source.json_text, source.json_path)
     max_len = model_max_length(source)
@@ -163,7 +173,7 @@ def plan_preprocess(config: PreprocessConfig) -> PreprocessPlan:
         pad_id=pad_id,
         groups=groups,
         record_bytes=record_bytes_upper_bound(config.seq_len, info.vocab_size, FEATURE_NAMES),
-        reading=ReadStats(files_skipped_lmshards_output=discovery.skipped_files),
+        reading=ReadStats(**discovery.counts()),
     )
 
 
@@ -207,7 +217,7 @@ def build_pipeline(pipeline: beam.Pipeline, plan: PreprocessPlan) -> beam.PColle
         list(plan.files),
         read_options_from(config),
         range_bytes=int(range_bytes),
-        batch_size=config.batch_size,
+        batch_size=config.documents_per_tokenizer_call,
     )  # documents: list[str]; stats: ReadStats, one
     documents = read.documents
     if any(is_compressed(f.path) and f.bytes > range_bytes for f in plan.files):
@@ -303,6 +313,19 @@ def run_pipeline(config: PreprocessConfig, beam_args: Sequence[str] = ()) -> Man
     config = dataclasses.replace(
         config, tokenizer_threads=runners.tokenizer_threads(config.tokenizer_threads, options)
     )
+    # One writer per output (a dry run writes nothing): a second preprocess into the same --output
+    # stops here, naming the first, before it reads or deletes anything.
+    check_locations(config)  # before the lease file is written into --output
+    lease = (
+        contextlib.nullcontext()
+        if runners.is_dry_run(options)
+        else output_lease(config.output, command="preprocess")
+    )
+    with lease:
+        return _run_planned(config, options)
+
+
+def _run_planned(config: PreprocessConfig, options: PipelineOptions) -> Manifest | None:
     plan = plan_preprocess(config)
     pipeline = beam.Pipeline(options=options)
     build_pipeline(pipeline, plan)  # the reader checks every input file here

@@ -9,15 +9,18 @@ not given is the store's run's. Output rules are preprocess's: see preprocess.pi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from plumbing import fs
 from plumbing.errors import LmshardsError
+from plumbing.lease import output_lease
 from plumbing.outputs import check_no_overlap
 from preprocess import runners
 from preprocess.manifest import write_schema_file, write_tokenizer_copy
@@ -230,10 +233,23 @@ def run_repack(config: RepackConfig, beam_args: Sequence[str] = ()) -> Manifest 
     """Runs the repack and returns the manifest it wrote; None for a Dataflow --dry_run=True.
 
     Raises:
-      LmshardsError: see plan_repack; or, during the run, a damaged part file (named).
+      LmshardsError: see plan_repack; another live process writing --output (LeaseHeldError); or,
+        during the run, a damaged part file (named).
       RunFailure: the output could not be written during the run (full disk, lost permission).
     """
     options = runners.pipeline_options(beam_args)
+    # One writer per output, as for preprocess: a second writer stops here, naming the first.
+    check_no_overlap([config.tokens], config.output, input_flag="--tokens")  # before the lease file
+    lease = (
+        contextlib.nullcontext()
+        if runners.is_dry_run(options)
+        else output_lease(config.output, command="repack")
+    )
+    with lease:
+        return _run_planned(config, options)
+
+
+def _run_planned(config: RepackConfig, options: PipelineOptions) -> Manifest | None:
     plan = plan_repack(config)
     pipeline = beam.Pipeline(options=options)
     build_repack(pipeline, plan)

@@ -10,11 +10,19 @@ from collections.abc import Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from plumbing.cli import EXIT_FAILURE, EXIT_OK, CommandParser, print_error, run_command
+from plumbing.cli import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    CommandParser,
+    add_overwrite_flag,
+    add_verbose_flag,
+    print_error,
+    run_command,
+)
+from plumbing.units import size_flag
 from preprocess import runners
-from preprocess.cli import check_flag_spelling, setup_preprocess_logging, summary
+from preprocess.cli import check_flags, setup_preprocess_logging, summary
 from preprocess.failures import RunFailure
-from preprocess.options import parse_bool
 from preprocess.pack import REMAINDER_CHOICES
 
 COMMAND = "repack"
@@ -51,7 +59,10 @@ def build_parser() -> CommandParser:
     )
     parser.add_argument("--seed", type=int, default=None, help=f"seed of the shuffle {KEEP}")
     parser.add_argument(
-        "--target_shard_mb", type=float, default=None, help=f"target shard size in MiB {KEEP}"
+        "--target_shard_mb",
+        type=size_flag("MiB"),
+        default=None,
+        help=f"target shard size in MiB {KEEP}",
     )
     parser.add_argument(
         "--num_shards",
@@ -76,14 +87,10 @@ def build_parser() -> CommandParser:
         default=None,
         help="the tokenizer this run expects; refused if the store was made with another",
     )
-    parser.add_argument(
-        "--overwrite",
-        nargs="?",
-        const=True,
-        default=False,
-        type=parse_bool,
-        help="replace an earlier lmshards output in --output (as preprocess --overwrite)",
+    add_overwrite_flag(
+        parser, help="replace an earlier lmshards output in --output (as preprocess --overwrite)"
     )
+    add_verbose_flag(parser)
     return parser
 
 
@@ -92,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, others = parser.parse_known_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    setup_preprocess_logging()
+    setup_preprocess_logging(verbose=args.verbose)
     return run_command(COMMAND, lambda: _repack(parser, args, others))
 
 
@@ -100,13 +107,13 @@ def _repack(parser: CommandParser, args: argparse.Namespace, beam_args: list[str
     runners.resolve_runner(
         PipelineOptions(beam_args).view_as(StandardOptions).runner or runners.FNAPI_RUNNER
     )
-    check_flag_spelling(parser, beam_args)
+    check_flags(parser, beam_args)
     from preprocess.repack import (
         RepackConfig,
         run_repack,
     )  # Beam graph code, after the cheap checks
 
-    config = RepackConfig(**vars(args))
+    config = RepackConfig(**{k: v for k, v in vars(args).items() if k != "verbose"})
     started = time.monotonic()
     try:
         manifest = run_repack(config, beam_args)

@@ -161,6 +161,70 @@ def check_accounting(manifest: Manifest) -> None:
             )
 
 
+def check_listing(manifest: Manifest) -> None:
+    """Raises ManifestError unless each split lists each of its shards once: no path twice, and the
+    indices in the names are exactly 0..N-1 of `-of-N` with N the number listed.
+
+    A shard listed twice would be read twice by `train` and verified twice by `inspect --verify`,
+    hiding a missing one; a gap means a shard is not listed at all.
+    """
+    seen: dict[str, str] = {}
+    for name, split in manifest.splits.items():
+        for shard in split.shards:
+            if shard.path in seen:
+                raise ManifestError(
+                    f"Manifest lists shard {shard.path!r} twice (in split {seen[shard.path]!r} and {name!r}). "
+                    f"{_REWRITE_HINT}"
+                )
+            seen[shard.path] = name
+        names = [parse_shard_name(posixpath.basename(s.path)) for s in split.shards]
+        indices = sorted(index for _, index, _, _ in names)
+        counts = {count for _, _, count, _ in names}
+        if names and (counts != {len(names)} or indices != list(range(len(names)))):
+            raise ManifestError(
+                f"Split {name!r} lists {len(names)} shards, but their names say indices {_ranges(indices)} "
+                f"of {sorted(counts)} shards: a shard is missing from the list or listed under another name. "
+                f"{_REWRITE_HINT}"
+            )
+
+
+def _ranges(indices: list[int]) -> str:
+    shown = ", ".join(str(i) for i in indices[:8])
+    return f"[{shown}{', ...' if len(indices) > 8 else ''}]"
+
+
+def tokenizer_copy_problem(manifest: Manifest, output_dir: str) -> str | None:
+    """Why the tokenizer copy in the shard set is not the one the manifest names (missing, unreadable,
+    or another fingerprint); None when it matches, or when the output has no copy (lmshards 0.1)."""
+    from schemas.tokenizer_info import fingerprint  # tokenizer_info builds on this module's types
+
+    path = manifest.tokenizer_path(output_dir)
+    if path is None:
+        return None
+    try:
+        actual = fingerprint(fs.read_text(path))
+    except FileNotFoundError:
+        return f"the tokenizer copy {path!r} named by the manifest is missing"
+    except (OSError, ValueError) as e:  # ValueError: not UTF-8 or not JSON
+        return f"the tokenizer copy {path!r} cannot be read as tokenizer JSON ({e})"
+    if actual != manifest.tokenizer.fingerprint:
+        return (
+            f"the tokenizer copy {path!r} has fingerprint {actual} but the manifest says the shards were "
+            f"made with {manifest.tokenizer.fingerprint}"
+        )
+    return None
+
+
+def check_tokenizer_copy(manifest: Manifest, output_dir: str) -> None:
+    """Raises ManifestError when tokenizer_copy_problem finds one; the message says how to fix it."""
+    problem = tokenizer_copy_problem(manifest, output_dir)
+    if problem:
+        raise ManifestError(
+            f"The shard set's tokenizer/ was replaced or damaged in {output_dir!r}: {problem}. Restore its "
+            f"{TOKENIZER_RELPATH} from the tokenizer given to `lmshards preprocess`, or re-run preprocess."
+        )
+
+
 def _relpath_problem(path: Any) -> str | None:
     if not isinstance(path, str) or not path:
         return "is not a path"
@@ -304,7 +368,8 @@ def manifest_path(output_dir: str) -> str:
 
 
 def write_manifest(output_dir: str, manifest: Manifest) -> str:
-    """Checks the accounting, then writes manifest.json atomically. Returns its path."""
+    """Checks the listing and the accounting, then writes manifest.json atomically. Returns its path."""
+    check_listing(manifest)
     check_accounting(manifest)
     path = manifest_path(output_dir)
     fs.write_text_atomic(path, manifest.to_json())
@@ -335,6 +400,7 @@ def read_manifest(output_dir: str) -> Manifest:
         raise ManifestError(
             f"{path!r} names unknown splits {sorted(unknown)}; expected {list(SPLITS)}."
         )
+    check_listing(manifest)
     check_accounting(manifest)
     return manifest
 
@@ -351,11 +417,14 @@ __all__ = [
     "TokenizerInfo",
     "check_accounting",
     "check_file_relpath",
+    "check_listing",
+    "check_tokenizer_copy",
     "check_shard",
     "check_shard_relpath",
     "feature_spec",
     "manifest_from_dict",
     "manifest_path",
     "read_manifest",
+    "tokenizer_copy_problem",
     "write_manifest",
 ]

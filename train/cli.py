@@ -14,18 +14,22 @@ from plumbing.cli import (
     EXIT_OK,
     EXIT_PREEMPTED,
     CommandParser,
+    add_verbose_flag,
     run_command,
     run_writing,
     setup_logging,
 )
 from plumbing.errors import LmshardsError
+from plumbing.known_names import name_hints
+from plumbing.lease import output_lease
+from plumbing.quiet import native_stderr_discarded, quiet_tensorflow
 from train.config import FINAL_EVALS, LR_SCHEDULES, PRESETS, TrainConfig
 from train.devices import AUTO, PRECISIONS, STRATEGIES
 from train.families import family_names
 from train.masking_recipes import MASKING_RECIPES, SPAN, check_recipe, max_mlm_probability
-from train.mixture import parse_shards_flag, source_weights
-from train.preflight import native_stderr_discarded, preflight, quiet_tensorflow
+from train.preflight import preflight
 from train.run_dir import format_summary
+from train.shards_flag import parse_shards_flag, source_weights
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +57,7 @@ EXTEND_HELP = (
 def build_parser() -> CommandParser:
     p = CommandParser(
         COMMAND,
+        renamed=name_hints(COMMAND),
         description="Train a masked LM on preprocess shards. Rerunning the same command with the same --output resumes "
         "it; a finished run prints its summary and exits 0. SIGTERM or SIGINT saves a checkpoint and exits 75 "
         "(rerun the same command to resume).",
@@ -62,9 +67,10 @@ def build_parser() -> CommandParser:
         "--shards",
         required=True,
         action="append",
-        help="preprocess output directory (local or gs://) holding manifest.json, as PATH or PATH:WEIGHT; "
-        "repeat to blend shard sets by weight (default: equal weights), e.g. --shards gs://a/shards:0.7 "
-        "--shards gs://b/shards:0.3",
+        help="preprocess output directory (local or gs://) holding manifest.json, as PATH or PATH:WEIGHT "
+        "(a weight is split off the last ':' only when a number follows), or path=PATH / "
+        "weight=WEIGHT,path=PATH for a path with a ':' of its own; repeat to blend shard sets by weight "
+        "(default: equal weights), e.g. --shards gs://a/shards:0.7 --shards gs://b/shards:0.3",
     )
     p.add_argument(
         "--output", required=True, help="run directory (local or gs://): checkpoints, logs, summary"
@@ -173,11 +179,7 @@ def build_parser() -> CommandParser:
         action="store_true",
         help="delete what an earlier run wrote in --output (checkpoints, metrics, summary) and train from step 0",
     )
-    p.add_argument(
-        "--verbose",
-        action="store_true",
-        help="debug logs, and TensorFlow's own start-up and log lines",
-    )
+    add_verbose_flag(p)
     return p
 
 
@@ -226,6 +228,13 @@ def _train(argv: Sequence[str]) -> int:
 
 
 def _run(config: TrainConfig) -> int:
+    # One writer per run directory: a second `train` on it (a restarted job whose old process still
+    # runs) stops here instead of resuming from a checkpoint that the first one keeps writing.
+    with output_lease(config.output, command=COMMAND):
+        return _train_under_lease(config)
+
+
+def _train_under_lease(config: TrainConfig) -> int:
     checked = preflight(config)
     if checked.finished is not None:
         log.info(

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from collections.abc import Sequence
 
-from plumbing.cli import CommandParser, run_command, run_writing, setup_logging
+from plumbing import fs
+from plumbing.cli import (
+    CommandParser,
+    add_overwrite_flag,
+    add_verbose_flag,
+    run_command,
+    run_writing,
+    setup_logging,
+)
+from plumbing.lease import output_lease, sibling_lease_path
+from plumbing.quiet import hide_third_party_progress_bars, load_tensorflow_quietly
 from train.export import export_run, push_to_hub
 from train.families import FAMILIES
-from train.preflight import load_tensorflow_quietly
 
 COMMAND = "export"
 
@@ -26,10 +36,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--output", required=True, help="new or empty local directory for the model"
     )
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace a non-empty --output (once the new export is complete)",
+    add_overwrite_flag(
+        parser, help="replace a non-empty --output (once the new export is complete)"
     )
     parser.add_argument(
         "--checkpoint",
@@ -41,11 +49,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--push_to_hub", metavar="REPO", help="also upload the export to this Hugging Face Hub repo"
     )
-    parser.add_argument(
-        "--verbose",
-        action="store_true",
-        help="debug logs, and TensorFlow's own start-up and log lines",
-    )
+    add_verbose_flag(parser)
     return parser.parse_args(list(argv))
 
 
@@ -53,17 +57,27 @@ def _export(argv: Sequence[str]) -> int | None:
     args = parse_args(argv)
     setup_logging(verbose=args.verbose, packages=["train"])
     load_tensorflow_quietly(verbose=args.verbose)
+    if not args.verbose:
+        hide_third_party_progress_bars()
     return run_writing(COMMAND, args.output, lambda: _write(args))
 
 
 def _write(args: argparse.Namespace) -> None:
-    output = export_run(
-        args.run_dir,
-        output_dir=args.output,
-        checkpoint=args.checkpoint,
-        tokenizer=args.tokenizer,
-        overwrite=args.overwrite,
+    # The export is built beside --output and renamed into place, so its lease lies beside it too.
+    # (A gs:// --output is refused by export_run itself.)
+    lease = (
+        contextlib.nullcontext()
+        if fs.is_remote(args.output)
+        else output_lease(args.output, command=COMMAND, path=sibling_lease_path(args.output))
     )
+    with lease:
+        output = export_run(
+            args.run_dir,
+            output_dir=args.output,
+            checkpoint=args.checkpoint,
+            tokenizer=args.tokenizer,
+            overwrite=args.overwrite,
+        )
     print(f"Exported {args.run_dir} to {output}")
     if args.push_to_hub:
         print(f"Pushed to {push_to_hub(output, args.push_to_hub)}")

@@ -15,12 +15,14 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from plumbing.cli import CommandParser, run_command, setup_logging
+from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from plumbing.errors import LmshardsError
-from schemas.constants import ROLE_SPELLINGS
+from plumbing.quiet import hide_third_party_progress_bars
+from schemas.constants import ROLE_SPELLINGS, TOKENIZER_JSON
 
 COMMAND = "fill-mask"
 DEFAULT_TOP_K = 5
+TOKENIZER_CONFIG = "tokenizer_config.json"
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -33,6 +35,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--json", action="store_true", help="print the predictions as JSON (one list per mask)"
     )
+    add_verbose_flag(parser)
     args = parser.parse_args(list(argv))
     if args.top_k < 1:
         parser.error(f"--top_k must be at least 1, got {args.top_k}")
@@ -55,6 +58,65 @@ def with_mask_token(text: str, mask_token: str) -> str:
     return text
 
 
+def saved_mask_token(model_dir: str) -> str | None:
+    """The mask token that model_dir's tokenizer_config.json names, read without loading anything."""
+    try:
+        with open(os.path.join(model_dir, TOKENIZER_CONFIG), encoding="utf-8") as f:
+            token = json.load(f).get("mask_token")
+    except (OSError, ValueError):
+        return None
+    # Older tokenizer configs write an AddedToken as {"content": "<mask>", ...}.
+    return token.get("content") if isinstance(token, dict) else token
+
+
+def check_has_mask(text: str, model_dir: str) -> None:
+    """Fails fast, before the model loads, on text with no mask token in any spelling.
+
+    Raises:
+      LmshardsError: the text holds none of the known mask spellings nor the model's own.
+    """
+    with_mask_token(text, saved_mask_token(model_dir) or ROLE_SPELLINGS["mask"][0])
+
+
+def check_text_fits(model_dir: str, text: str) -> None:
+    """Refuses a text longer than the model's positions, from the exported tokenizer alone (no torch).
+
+    Refused, not truncated: cutting the text could cut away the mask itself. A directory without an
+    exported tokenizer (tokenizer.json and tokenizer_config.json's model_max_length) is left to the
+    model load, which reports it.
+
+    Raises:
+      LmshardsError: the text, with its special tokens, holds more tokens than model_max_length.
+    """
+    exported = _exported_tokenizer(model_dir)
+    if exported is None:
+        return
+    tokenizer, limit, mask_token = exported
+    tokens = len(tokenizer.encode(with_mask_token(text, mask_token)).ids)
+    if tokens > limit:
+        raise LmshardsError(
+            f"The text is {tokens} tokens (with special tokens) but the model in {model_dir!r} takes at most "
+            f"{limit}; shorten it to the sentence(s) around the mask."
+        )
+
+
+def _exported_tokenizer(model_dir: str) -> tuple[Any, int, str] | None:
+    """(tokenizers.Tokenizer, model_max_length, mask token) of an export; None when it has none readable."""
+    config_path = os.path.join(model_dir, TOKENIZER_CONFIG)
+    tokenizer_path = os.path.join(model_dir, TOKENIZER_JSON)
+    mask_token = saved_mask_token(model_dir)
+    if mask_token is None or not os.path.isfile(tokenizer_path):
+        return None
+    from tokenizers import Tokenizer
+
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            limit = int(json.load(f)["model_max_length"])
+        return Tokenizer.from_file(tokenizer_path), limit, mask_token
+    except Exception:  # noqa: BLE001  (not an lmshards export's tokenizer: the model load says what is wrong)
+        return None
+
+
 def fill_mask(
     model_dir: str, text: str, *, top_k: int = DEFAULT_TOP_K
 ) -> list[list[dict[str, Any]]]:
@@ -63,6 +125,8 @@ def fill_mask(
         raise LmshardsError(
             f"Model directory {model_dir!r} does not exist; pass the --output of `lmshards export`."
         )
+    check_has_mask(text, model_dir)
+    check_text_fits(model_dir, text)  # before torch and the model load (seconds)
     try:
         from transformers import pipeline
     except ImportError as e:
@@ -86,7 +150,9 @@ def fill_mask(
         raise LmshardsError(
             f"{model_dir!r} is not a loadable transformers model directory ({_first_line(e)})."
         ) from e
-    predictions = fill(with_mask_token(text, fill.tokenizer.mask_token), top_k=top_k)
+    tokenizer = fill.tokenizer
+    assert tokenizer is not None, "a fill-mask pipeline always has its tokenizer"
+    predictions = fill(with_mask_token(text, tokenizer.mask_token), top_k=top_k)
     # One mask gives a flat list, several give a list per mask.
     return predictions if isinstance(predictions[0], list) else [predictions]
 
@@ -111,7 +177,9 @@ def format_predictions(per_mask: list[list[dict[str, Any]]]) -> str:
 
 def _fill_mask(argv: Sequence[str]) -> None:
     args = parse_args(argv)
-    setup_logging(packages=["train"])
+    setup_logging(verbose=args.verbose, packages=["train"])
+    if not args.verbose:
+        hide_third_party_progress_bars()
     per_mask = fill_mask(args.model_dir, args.text, top_k=args.top_k)
     print(
         json.dumps(per_mask, ensure_ascii=False, indent=2)

@@ -23,7 +23,6 @@ from typing import Any
 
 import keras
 import tensorflow as tf
-from tensorflow.core.framework import summary_pb2
 
 from plumbing import fs
 from plumbing.errors import LmshardsError
@@ -38,7 +37,6 @@ from train.config import (
     METRICS_JSONL,
     RUN_CONFIG_JSON,
     RUN_SUMMARY_JSON,
-    TENSORBOARD_DIR,
     ModelConfig,
     TrainConfig,
 )
@@ -61,13 +59,10 @@ from train.strategy import (
     strategy_summary,
     uses_gpus,
 )
+from train.tensorboard import TensorBoardWriter
 
 log = logging.getLogger(__name__)
 
-# What tf.summary.scalar writes, without needing the tensorboard package installed to write it.
-_SCALAR_METADATA = summary_pb2.SummaryMetadata(
-    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
-)
 # Seconds between progress lines of an evaluation.
 EVAL_PROGRESS_SECONDS = 30.0
 # Keys of the end-of-training pass over the whole validation split start with this (eval_loss -> final_eval_loss).
@@ -288,7 +283,7 @@ class MetricsLog:
                 len(records) - len(self.records),
                 resume_step,
             )
-        self.writer = tf.summary.create_file_writer(fs.join(run_dir, TENSORBOARD_DIR))
+        self.writer = TensorBoardWriter(run_dir)
 
     def _read(self) -> list[dict]:
         if not fs.exists(self.path):
@@ -300,11 +295,7 @@ class MetricsLog:
         fs.write_text_atomic(
             self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.records)
         )
-        with self.writer.as_default(step=record["step"]):
-            for key, value in record.items():
-                if key != "step" and isinstance(value, (int, float)):
-                    tf.summary.write(key, tf.constant(value, tf.float32), metadata=_SCALAR_METADATA)
-        self.writer.flush()
+        self.writer.write(record)
 
     def last(self, key: str) -> dict | None:
         return next((r for r in reversed(self.records) if key in r), None)

@@ -15,6 +15,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from corpus_tools.tokenizer.config import MODEL_MAX_LENGTH, SpecialTokens
+from corpus_tools.tokenizer.models import token_ids
 from plumbing import fs
 from plumbing.outputs import TOKENIZER_OUTPUT, prepare_output
 from schemas.constants import SPECIAL_ROLES, TOKENIZER_INFO_JSON
@@ -38,7 +39,8 @@ def save_tokenizer(
       OutputError: output is a file, or a non-empty directory without overwrite.
     """
     with tempfile.TemporaryDirectory(prefix="lmshards-tokenizer-") as staging:
-        ids = {role: tok.token_to_id(token) for role, token in preset.by_role().items()}
+        by_token = token_ids(tok, preset.by_role().values())
+        ids = {role: by_token[token] for role, token in preset.by_role().items()}
         wrap_fast_tokenizer(
             tok, special_token_ids=ids, model_max_length=MODEL_MAX_LENGTH
         ).save_pretrained(staging)

@@ -65,7 +65,7 @@ def train(config: TrainConfig) -> TrainResult:
         sources.iter_documents(config.inputs, options, read_stats),
         seed=config.seed,
         max_documents=config.max_documents,
-        max_bytes=config.max_bytes,
+        max_bytes=config.byte_cap,
     )
     if sample.documents_sampled == 0 and sample.documents_seen:
         raise TokenizerTrainingError(

@@ -290,9 +290,9 @@ def test_inspect_shows_whether_a_set_keeps_tokens_and_describes_a_store(
 
 def test_stats_on_a_token_store_is_a_clear_error(store_run, capsys):
     assert lmshards_main(["stats", str(store_run / "tokens")]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("lmshards stats: error: ") and "is a token store" in err
-    assert "lmshards repack --tokens" in err
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("lmshards stats:")]
+    assert line.startswith("lmshards stats: error: ") and "is a token store" in line
+    assert "lmshards repack --tokens" in line
 
 
 @pytest.mark.slow
@@ -310,7 +310,7 @@ def test_other_runners_write_a_store_in_several_parts_and_repack_the_same_bytes(
         output=str(tmp_path / "store"),
         keep_tokens=True,
         range_mb=0.005,
-        batch_size=50,
+        documents_per_tokenizer_call=50,
         **BASE,
     )
     run_pipeline(config, workers)
@@ -356,3 +356,17 @@ def test_a_store_on_gcs_repacks_to_gcs(gcs_emulator, tmp_path):
     )
     assert remote.splits == local.splits  # every shard's bytes (sha256), records and totals
     assert remote.repacked_from == f"{bucket}/store/tokens"
+
+
+def test_repack_refuses_an_output_another_live_writer_holds(store_run, tmp_path, capsys):
+    from plumbing import lease
+
+    output = tmp_path / "out"
+    run_repack(RepackConfig(tokens=str(store_run), output=str(output)), IN_PROCESS)
+    before = _files(output)
+    with lease.output_lease(str(output), command="other"):  # a live holder: this process
+        argv = ["repack", "--tokens", str(store_run), "--output", str(output), "--overwrite"]
+        assert lmshards_main(argv) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"lmshards repack: error: --output {str(output)!r} is being written by ")
+    assert _files(output) == before  # nothing read, written or deleted

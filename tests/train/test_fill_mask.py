@@ -159,3 +159,41 @@ def test_a_pickled_weights_file_is_a_clean_error_and_is_never_run(roberta_model,
     )
     assert len(err.splitlines()) == 1 and "model.safetensors" in err
     assert not marker.exists()
+
+
+def test_text_without_a_mask_is_refused_before_the_model_loads(roberta_model, monkeypatch, capsys):
+    _, out = roberta_model
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(transformers, "pipeline", never)
+    assert fill_mask_cli.main([str(out), "No mask in this text."]) == 2
+    assert "No mask token in 'No mask in this text.'" in capsys.readouterr().err
+    assert fill_mask_cli.saved_mask_token(str(out)) == "<mask>"
+
+
+def test_fill_mask_prints_no_progress_bars(roberta_model, capfd):
+    """Loading the weights draws transformers' tqdm bar unless it is turned off."""
+    _, out = roberta_model
+    assert fill_mask_cli.main([str(out), TEXT]) == 0
+    err = capfd.readouterr().err
+    assert "\r" not in err and "%|" not in err and "it/s" not in err, err
+
+
+def test_a_text_longer_than_the_models_positions_is_refused_before_the_model_loads(
+    roberta_model, capsys, monkeypatch
+):
+    import transformers
+
+    _, out = roberta_model
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    limit = json.loads((out / "tokenizer_config.json").read_text())["model_max_length"]
+    monkeypatch.setattr(transformers, "pipeline", lambda *a, **k: pytest.fail("model loaded"))
+    long_text = "word " * (limit + 10) + "<mask>."
+    assert fill_mask_cli.main([str(out), long_text]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert err.startswith("lmshards fill-mask: error: The text is ")
+    assert f"takes at most {limit}; shorten it" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
