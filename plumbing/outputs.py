@@ -28,6 +28,8 @@ from schemas.constants import (
     TOKENIZER_DIR_NAME,
     TOKENIZER_INFO_JSON,
     TOKENIZER_JSON,
+    TOKENS_DIR_NAME,
+    TOKENS_FORMAT,
 )
 from schemas.shards import parse_shard_name
 from schemas.tokenizer_info import TOKENIZER_CONFIG_JSON
@@ -47,7 +49,11 @@ STATS_DIR_NAME = "stats"
 STATS_JSON = "stats.json"
 STATS_HTML = "stats.html"
 
+# `part-{uuid4 hex}.parquet`, the files of a token store (see preprocess.tokens).
+TOKEN_PART_RE = re.compile(r"^part-[0-9a-f]{32}\.parquet$")
+
 PREPROCESS_OUTPUT = "preprocess"
+TOKENS_OUTPUT = "tokens"
 TOKENIZER_OUTPUT = "tokenizer"
 DATASET_EXPORT_OUTPUT = "dataset_export"
 STATS_OUTPUT = "stats"
@@ -167,7 +173,18 @@ _LAYOUTS = {
         files=frozenset({SCHEMA_NAME}),
         scratch_dirs=frozenset({TEMP_DIR_NAME}),
         shard_dirs=frozenset(SPLITS),
-        nested=((TOKENIZER_DIR_NAME, TOKENIZER_OUTPUT), (STATS_DIR_NAME, STATS_OUTPUT)),
+        nested=(
+            (TOKENIZER_DIR_NAME, TOKENIZER_OUTPUT),
+            (STATS_DIR_NAME, STATS_OUTPUT),
+            (TOKENS_DIR_NAME, TOKENS_OUTPUT),
+        ),
+    ),
+    TOKENS_OUTPUT: _Layout(
+        marker=MANIFEST_NAME,
+        marker_format=TOKENS_FORMAT,
+        file_pattern=TOKEN_PART_RE,
+        scratch_dirs=frozenset({TEMP_DIR_NAME}),
+        nested=((TOKENIZER_DIR_NAME, TOKENIZER_OUTPUT),),
     ),
     TOKENIZER_OUTPUT: _Layout(
         marker=TOKENIZER_INFO_JSON,

@@ -26,12 +26,15 @@ from schemas.constants import (
     SPLITS,
     TOKENIZER_DIR_NAME,
     TOKENIZER_JSON,
+    TOKENS_DIR_NAME,
 )
 from schemas.records import feature_spec
 from schemas.shards import parse_shard_name, shard_relpath
 
 # Where a preprocess output keeps the copy of its tokenizer (TokenizerInfo.path), relative to the output.
 TOKENIZER_RELPATH = posixpath.join(TOKENIZER_DIR_NAME, TOKENIZER_JSON)
+# Manifest fields written only when set.
+_OPTIONAL_KEYS = ("tokens", "repacked_from")
 # Keys left out when comparing two manifests for determinism.
 VOLATILE_KEYS = ("created_at",)
 # A URL scheme or a drive letter: `gs:`, `file:`, `C:`.
@@ -105,6 +108,10 @@ class Manifest:
     schema: str | None = None
     format: str = MANIFEST_FORMAT
     format_version: int = MANIFEST_FORMAT_VERSION
+    # The token store this set keeps (`preprocess --keep_tokens`), relative to the output; None without.
+    tokens: str | None = None
+    # The token store a `lmshards repack` output was built from, as given; None for a preprocess output.
+    repacked_from: str | None = None
 
     def features(self) -> dict[str, dict[str, Any]]:
         return feature_spec(self.seq_len)
@@ -125,6 +132,9 @@ class Manifest:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["features"] = self.features()
+        for key in _OPTIONAL_KEYS:  # absent rather than null, so older outputs' bytes stay the same
+            if data[key] is None:
+                del data[key]
         return data
 
     def to_json(self) -> str:
@@ -316,6 +326,9 @@ def manifest_from_dict(data: dict[str, Any]) -> Manifest:
             check_file_relpath(tokenizer_path, field="tokenizer.path", example=TOKENIZER_RELPATH)
         if schema is not None:
             check_file_relpath(schema, field="schema", example=SCHEMA_NAME)
+        tokens = data.get("tokens")
+        if tokens is not None:
+            check_file_relpath(tokens, field="tokens", example=TOKENS_DIR_NAME)
         return Manifest(
             tool_version=data["tool_version"],
             seq_len=int(data["seq_len"]),
@@ -335,6 +348,8 @@ def manifest_from_dict(data: dict[str, Any]) -> Manifest:
             reading={k: int(v) for k, v in data.get("reading", {}).items()},
             schema=schema,
             format_version=int(version),
+            tokens=tokens,
+            repacked_from=data.get("repacked_from"),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise ManifestError(f"Manifest is malformed: {e!r}.") from e
