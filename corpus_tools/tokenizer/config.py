@@ -17,8 +17,8 @@ DEFAULT_VOCAB_SIZE = 32000
 # The tokenizers trainers keep per-word and per-pair (BPE/WordPiece) or suffix-array (Unigram) tables
 # for the whole sample; their memory grows many times faster than the text (an upstream report
 # needed ~150 GB of RAM for ~2 GB of text). 1 GB of text is a large enough sample for a 32k-50k
-# vocabulary; raise --max_bytes only on a machine with the memory for it (see the README for measured
-# peak RSS per sampled MB).
+# vocabulary; raise --max_bytes only on a machine with the memory for it (docs/preprocess.md gives the
+# measured peak RSS per sampled MB).
 DEFAULT_MAX_BYTES = 1_000_000_000
 # Unigram's EM runs on one core (tokenizers 0.23): ~20 s per sampled MB on a 2-core machine, so its
 # default sample is smaller; BPE/WordPiece train in parallel and take the general cap.
