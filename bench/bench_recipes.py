@@ -134,7 +134,7 @@ def context_free_loss(frequencies: np.ndarray, batches: Sequence[dict[str, Any]]
 
 
 def score(model: Any, batches: Sequence[dict[str, Any]]) -> Score:
-    from train.trainer import masked_lm_sums
+    from train.backends.tensorflow import masked_lm_sums
 
     loss = tokens = correct = 0.0
     for batch in batches:
