@@ -21,7 +21,7 @@ from plumbing.cli import (
 )
 from plumbing.errors import LmshardsError
 from plumbing.outputs import disk_error_message
-from train.backends.registry import backend_names
+from train.backends.registry import backend_names, select_keras_backend
 from train.config import FINAL_EVALS, LR_SCHEDULES, PRESETS, TrainConfig
 from train.devices import AUTO, PRECISIONS, STRATEGIES
 from train.families import family_names
@@ -252,10 +252,11 @@ def _run(config: TrainConfig) -> int:
         )
         print(format_summary(checked.finished, config.output))
         return EXIT_OK
+    # Keras reads its backend once, and importing TensorFlow (the host input pipeline) imports Keras.
+    select_keras_backend(config.backend)
     with native_stderr_discarded(verbose=config.verbose):
-        from train.trainer import (
-            train,
-        )  # the training stack loads only once every cheap check has passed
+        # the training stack loads only once every cheap check has passed
+        from train.trainer import train
     summary = train(config, checked)
     if summary.get("preempted") is not None:
         return EXIT_PREEMPTED

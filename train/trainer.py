@@ -114,14 +114,21 @@ def continue_schedule(
 def run_config_record(
     config: TrainConfig,
     inputs: InputPlan,
+    topology: Topology,
     model_config: ModelConfig,
     *,
     schedule: WarmupDecay,
-    resolved: dict[str, Any],
 ) -> dict[str, Any]:
     """RUN_DIR/run_config.json: the options as given ("train"), what they resolved to on this machine
     ("resolved"), and the learning-rate schedule ("schedule") every later command of the run keeps."""
     manifest = inputs.mixture.manifest
+    resolved = {
+        **topology.devices(),
+        "precision": topology.precision,
+        "steps_per_execution": topology.steps_per_execution,
+        "global_batch": inputs.global_batch,
+        "steps_per_epoch": inputs.steps_per_epoch,
+    }
     return {
         "tool_version": __version__,
         "train": config.to_dict(),
@@ -222,7 +229,7 @@ class Loop:
     schedule: WarmupDecay
     total_steps: int
     start_step: int
-    steps_per_execution: int
+    topology: Topology
     step: int = 0
     saved_step: int = 0
     train_time: float = 0.0
@@ -282,7 +289,7 @@ class Loop:
             n = steps_in_next_call(
                 self.step,
                 stop=self.total_steps,
-                steps_per_execution=self.steps_per_execution,
+                steps_per_execution=self.topology.steps_per_execution,
                 every=(config.log_every, config.checkpoint_every, config.eval_every),
             )
             self.train_call(n)
@@ -346,6 +353,13 @@ class Loop:
         self.backend.save(self.step)
         self.saved_step = self.step
 
+    def preempted(self) -> dict[str, Any]:
+        """Saves the steps trained since the last checkpoint; the answer of a preempted command."""
+        if self.saved_step != self.step:
+            self.save()
+        log.warning("preempted at step %d; rerun the same command to resume", self.step)
+        return {"preempted": self.step}
+
     def final_eval(self, preemption: PreemptionFlag) -> dict[str, Any] | None:
         """One pass over the whole validation split at the last step (--final_eval full); None otherwise or when
         preempted part-way."""
@@ -363,7 +377,7 @@ class Loop:
         return record
 
     def summary(
-        self, final_record: dict[str, Any] | None, topology: Topology, run_config: dict[str, Any]
+        self, final_record: dict[str, Any] | None, run_config: dict[str, Any]
     ) -> dict[str, Any]:
         """run_summary.json: the last train loss, the reported evaluation, speed, and per-set progress."""
         if final_record is not None:
@@ -410,9 +424,9 @@ class Loop:
                 }
                 for s, p in zip(inputs.mixture.sets, progress)
             },
-            **topology.devices(),  # strategy (tpu | mirrored | cpu), replicas, device_kind
-            "precision": topology.precision,
-            "steps_per_execution": topology.steps_per_execution,
+            **self.topology.devices(),  # strategy (tpu | mirrored | cpu), replicas, device_kind
+            "precision": self.topology.precision,
+            "steps_per_execution": self.topology.steps_per_execution,
             "elapsed_s": time.monotonic()
             - self.started,  # this command's training and evaluation time
             "config": run_config,
@@ -461,17 +475,10 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
 
     # --- model, optimizer and the newest checkpoint that restores; the schedule this command trains with
     schedule = first_schedule(config, total_steps, checked.previous_run)
-    restored = backend.build(
-        BuildSpec(
-            model_config=model_config,
-            schedule=schedule,
-            weight_decay=config.weight_decay,
-            clip_norm=config.clip_norm,
-            seed=config.seed,
-            checkpoint_dir=run.checkpoints,
-            keep=config.keep,
-        )
+    spec = BuildSpec.for_run(
+        config, model_config, schedule=schedule, checkpoint_dir=run.checkpoints
     )
+    restored = backend.build(spec)
     if restored.path:
         log.info("Resumed from %s at step %d.", restored.path, restored.step)
     extended = continue_schedule(
@@ -481,39 +488,18 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
         schedule = extended
         backend.set_schedule(schedule)
         run.forget_summary()  # the run is no longer finished
-    resolved = {
-        **topology.devices(),
-        "precision": topology.precision,
-        "steps_per_execution": topology.steps_per_execution,
-        "global_batch": inputs.global_batch,
-        "steps_per_epoch": inputs.steps_per_epoch,
-    }
-    run_config = run_config_record(
-        config, inputs, model_config, schedule=schedule, resolved=resolved
-    )
+    run_config = run_config_record(config, inputs, topology, model_config, schedule=schedule)
     run.write_config(run_config)
 
     # --- the loop
     metrics = run.metrics_log(resume_step=restored.step, sink=TensorBoardScalars(run.tensorboard))
     backend.start_training(inputs, restored.step)
-    loop = Loop(
-        config,
-        backend,
-        inputs,
-        metrics,
-        schedule,
-        total_steps,
-        restored.step,
-        topology.steps_per_execution,
-    )
+    loop = Loop(config, backend, inputs, metrics, schedule, total_steps, restored.step, topology)
     with PreemptionFlag() as preemption:
         loop.run(preemption)
         final_record = loop.final_eval(preemption)
     if preemption.raised:
-        if loop.saved_step != loop.step:
-            loop.save()
-        log.warning("preempted at step %d; rerun the same command to resume", loop.step)
-        return {"preempted": loop.step}
-    summary = loop.summary(final_record, topology, run_config)
+        return loop.preempted()
+    summary = loop.summary(final_record, run_config)
     run.write_summary(summary)
     return summary

@@ -78,6 +78,25 @@ class BuildSpec:
     checkpoint_dir: str
     keep: int  # checkpoints kept
 
+    @classmethod
+    def for_run(
+        cls,
+        config: TrainConfig,
+        model_config: ModelConfig,
+        *,
+        schedule: WarmupDecay,
+        checkpoint_dir: str,
+    ) -> BuildSpec:
+        return cls(
+            model_config=model_config,
+            schedule=schedule,
+            weight_decay=config.weight_decay,
+            clip_norm=config.clip_norm,
+            seed=config.seed,
+            checkpoint_dir=checkpoint_dir,
+            keep=config.keep,
+        )
+
 
 @dataclasses.dataclass(frozen=True)
 class Restored:
