@@ -82,15 +82,12 @@ class InputPlan:
         config: TrainConfig,
         mix: mixture.Mixture,
         *,
-        tokenizer: TokenizerSource | None,
+        masking: MaskingSpec,
         family: str,
         replicas: int,
         num_pipelines: int,
     ) -> InputPlan:
         """The plan of `lmshards train` with these options on `replicas` replicas."""
-        masking = masking_for(
-            mix, recipe=config.masking, mlm_probability=config.mlm_probability, tokenizer=tokenizer
-        )
         return cls.create(
             mix,
             masking=masking,

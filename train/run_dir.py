@@ -277,8 +277,9 @@ class MetricsLog:
     def last(self, key: str) -> dict | None:
         return next((r for r in reversed(self.records) if key in r), None)
 
-    def has(self, step: int, key: str) -> bool:
-        return any(r["step"] == step and key in r for r in self.records)
+    def at(self, step: int, key: str) -> dict | None:
+        """The last record of `step` that holds `key`, or None."""
+        return next((r for r in reversed(self.records) if r["step"] == step and key in r), None)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,7 +31,7 @@ from train.backends.base import Backend, BuildSpec, Topology
 from train.backends.registry import load_backend
 from train.config import FINAL_EVAL_FULL, ModelConfig, TrainConfig
 from train.devices import MIXED_FLOAT16, steps_in_next_call
-from train.input_plan import InputPlan
+from train.input_plan import InputPlan, masking_for
 from train.optim import WarmupDecay, warmup_steps_for
 from train.preflight import Preflight, preflight
 from train.run_dir import MetricsLog, RunDir
@@ -282,17 +282,25 @@ class Loop:
         if (
             self.start_step
             and self.is_eval_step(self.start_step)
-            and not self.metrics.has(self.start_step, "eval_loss")
+            and self.metrics.at(self.start_step, "eval_loss") is None
         ):
             self.periodic_eval(self.start_step)
         while self.step < self.total_steps and not preemption.raised:
-            n = steps_in_next_call(
-                self.step,
-                stop=self.total_steps,
-                steps_per_execution=self.topology.steps_per_execution,
-                every=(config.log_every, config.checkpoint_every, config.eval_every),
+            first = self.step == self.start_step
+            # The first call runs one step, so its line (tracing and compiling included) comes at once.
+            n = (
+                1
+                if first
+                else steps_in_next_call(
+                    self.step,
+                    stop=self.total_steps,
+                    steps_per_execution=self.topology.steps_per_execution,
+                    every=(config.log_every, config.checkpoint_every, config.eval_every),
+                )
             )
-            self.train_call(n)
+            seconds = self.train_call(n)
+            if first:
+                self.log_first_step(seconds)
             if self.step % config.log_every == 0 or self.step == self.total_steps:
                 self.log_window()
             if (
@@ -304,7 +312,8 @@ class Loop:
             if self.is_eval_step(self.step) and not preemption.raised:
                 self.periodic_eval(self.step)
 
-    def train_call(self, n: int) -> None:
+    def train_call(self, n: int) -> float:
+        """Runs n steps in one backend call; returns its seconds."""
         t0 = time.perf_counter()
         with self.inputs.readable_errors(self.inputs.train_paths):
             losses = self.backend.train_steps(n)
@@ -317,6 +326,17 @@ class Loop:
             raise LmshardsError(
                 f"Training diverged at step {self.step} (loss {losses[-1]}); lower --learning_rate or set --clip_norm."
             )
+        return dt
+
+    def log_first_step(self, seconds: float) -> None:
+        log.info(
+            "step %d/%d  loss %.4f  epoch %.3f  first step in %.1f s (tracing and compiling included)",
+            self.step,
+            self.total_steps,
+            self.window_losses[-1],
+            self.inputs.epoch(self.step),
+            seconds,
+        )
 
     def log_window(self) -> None:
         step, steps_done = self.step, self.step - self.window_start
@@ -330,6 +350,7 @@ class Loop:
                 "sequences_per_second": steps_done * self.inputs.global_batch / self.window_time,
                 "tokens_per_second": steps_done * tokens_per_step / self.window_time,
                 "step_time_s": self.window_time / steps_done,
+                "epoch": self.inputs.epoch(step),
                 **{f"sequences/{s.name}": n for s, n in zip(self.inputs.mixture.sets, sequences)},
             }
         )
@@ -337,10 +358,11 @@ class Loop:
         elapsed = time.monotonic() - self.started
         eta = elapsed / (step - self.start_step) * (self.total_steps - step)
         log.info(
-            "step %d/%d  loss %.4f  lr %.2e  %.0f seq/s  %.1f ms/step  elapsed %s  eta %s",
+            "step %d/%d  loss %.4f  epoch %.3f  lr %.2e  %.0f seq/s  %.1f ms/step  elapsed %s  eta %s",
             step,
             self.total_steps,
             r["loss"],
+            r["epoch"],
             r["learning_rate"],
             r["sequences_per_second"],
             1000 * r["step_time_s"],
@@ -370,11 +392,26 @@ class Loop:
             and not preemption.raised
         ):
             return None
-        log.info("Final evaluation: one pass over the whole validation split.")
-        record = self.evaluate(self.step, limit=None, stop=lambda: preemption.raised)
         # A run stopped after its final evaluation but before its summary evaluates again, in one row.
         self.metrics.drop(lambda r: not evaluation.is_final_eval(r))
-        return record
+        periodic = self.metrics.at(self.step, "eval_loss")
+        if periodic is not None and self.periodic_eval_reads_everything():
+            log.info(
+                "Final evaluation: the evaluation at step %d already read the whole validation split; "
+                "not repeated.",
+                self.step,
+            )
+            return periodic
+        log.info("Final evaluation: one pass over the whole validation split.")
+        return self.evaluate(self.step, limit=None, stop=lambda: preemption.raised)
+
+    def periodic_eval_reads_everything(self) -> bool:
+        """True when --eval_batches covers every set's validation split: a full pass reads the same batches."""
+        return all(
+            self.inputs.eval_batches(s, self.config.eval_batches)
+            == self.inputs.eval_batches(s, None)
+            for s in self.inputs.eval_sets
+        )
 
     def summary(
         self, final_record: dict[str, Any] | None, run_config: dict[str, Any]
@@ -442,6 +479,12 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
     if checked.finished is not None:
         return checked.finished
     run, model_config = RunDir(config.output), checked.model_config
+    masking = masking_for(  # a recipe the shards cannot take fails before any device is touched
+        checked.mixture,
+        recipe=config.masking,
+        mlm_probability=config.mlm_probability,
+        tokenizer=checked.tokenizer,
+    )
 
     # --- devices: the backend's strategy or mesh, and what `auto` precision and steps per call mean on them
     backend = load_backend(config.backend)
@@ -457,7 +500,7 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
     inputs = InputPlan.for_run(
         config,
         checked.mixture,
-        tokenizer=checked.tokenizer,
+        masking=masking,
         family=model_config.family,
         replicas=topology.replicas,
         num_pipelines=topology.num_input_pipelines,
