@@ -78,7 +78,9 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, da
     np.testing.assert_array_equal(v.numpy(), np.arange(SIZE, dtype=np.float32) + 20)
     if damage is not damage_index:
         assert f"Skipping checkpoint {tmp_path / 'ckpt-30'}: it does not restore" in caplog.text
-    if damage is damage_index:  # data without an index never restores: what a killed save leaves, removed
+    if (
+        damage is damage_index
+    ):  # data without an index never restores: what a killed save leaves, removed
         assert not list(tmp_path.glob("ckpt-30.data-*"))
     else:  # a damaged complete checkpoint is skipped and left where it was
         assert data_file(tmp_path, 30).exists()
