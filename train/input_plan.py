@@ -256,6 +256,15 @@ class InputPlan:
             ) from e
 
 
+def run_masking(
+    config: TrainConfig, mix: mixture.Mixture, tokenizer: TokenizerSource | None
+) -> MaskingSpec:
+    """The masking spec of `lmshards train`'s --masking and --mlm_probability."""
+    return masking_for(
+        mix, recipe=config.masking, mlm_probability=config.mlm_probability, tokenizer=tokenizer
+    )
+
+
 def masking_for(
     mix: mixture.Mixture, *, recipe: str, mlm_probability: float, tokenizer: TokenizerSource | None
 ) -> MaskingSpec:

@@ -16,8 +16,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import signal
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,8 +29,9 @@ from train.backends.base import Backend, BuildSpec, Topology
 from train.backends.registry import load_backend
 from train.config import FINAL_EVAL_FULL, ModelConfig, TrainConfig
 from train.devices import MIXED_FLOAT16, steps_in_next_call
-from train.input_plan import InputPlan, masking_for
+from train.input_plan import InputPlan, run_masking
 from train.optim import WarmupDecay, warmup_steps_for
+from train.preemption import PreemptionFlag
 from train.preflight import Preflight, preflight
 from train.run_dir import MetricsLog, RunDir
 from train.tensorboard import TensorBoardScalars
@@ -174,34 +173,6 @@ class Every:
         return True
 
 
-class PreemptionFlag:
-    """Set by SIGTERM or SIGINT; the loop finishes the running steps, saves and returns. A second SIGINT stops at once."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __init__(self):
-        self.raised = False
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
-        return self
-
-    def _handle(self, signum, frame):
-        if self.raised and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        log.warning(
-            "%s: finishing the current step, then saving a checkpoint (Ctrl-C again stops at once).",
-            signal.Signals(signum).name,
-        )
-        self.raised = True
-
-    def __exit__(self, *exc):
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
-
-
 def log_eval(record: dict[str, Any], what: str) -> None:
     log.info(
         "%s at step %d (%d batches read): loss %.4f  perplexity %.2f  accuracy %.3f",
@@ -281,6 +252,7 @@ class Loop:
         # A run stopped between its checkpoint and its evaluation at that step evaluates first.
         if (
             self.start_step
+            and not preemption.raised
             and self.is_eval_step(self.start_step)
             and self.metrics.at(self.start_step, "eval_loss") is None
         ):
@@ -474,75 +446,76 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
     """Trains (or resumes) the run in config.output. Returns the run summary, or {"preempted": step}.
 
     checked: preflight(config), when the caller has run it (the CLI does, before TensorFlow loads).
+    A SIGTERM or SIGINT at any moment ends it at the next step boundary (train.preemption).
     """
     checked = checked or preflight(config)
     if checked.finished is not None:
         return checked.finished
-    run, model_config = RunDir(config.output), checked.model_config
-    masking = masking_for(  # a recipe the shards cannot take fails before any device is touched
-        checked.mixture,
-        recipe=config.masking,
-        mlm_probability=config.mlm_probability,
-        tokenizer=checked.tokenizer,
-    )
+    with PreemptionFlag.current() as preemption:
+        run, model_config = RunDir(config.output), checked.model_config
+        # A recipe the shards cannot take fails before any device is touched.
+        masking = run_masking(config, checked.mixture, checked.tokenizer)
 
-    # --- devices: the backend's strategy or mesh, and what `auto` precision and steps per call mean on them
-    backend = load_backend(config.backend)
-    topology = backend.connect(config)
-    log.info(
-        "backend %s: strategy %s, %d replicas, device kind %s",
-        config.backend,
-        topology.strategy,
-        topology.replicas,
-        topology.device_kind,
-    )
-    check_precision_change(checked.previous_run, topology.precision)
-    inputs = InputPlan.for_run(
-        config,
-        checked.mixture,
-        masking=masking,
-        family=model_config.family,
-        replicas=topology.replicas,
-        num_pipelines=topology.num_input_pipelines,
-    )
-    total_steps = inputs.total_steps(steps=config.steps, epochs=config.epochs)
-    keep_tokenizer(run, checked.tokenizer)
-    log.info(
-        "global batch %d, %d steps per epoch, %d steps in all; precision %s, up to %d steps per host call.",
-        inputs.global_batch,
-        inputs.steps_per_epoch,
-        total_steps,
-        topology.precision,
-        topology.steps_per_execution,
-    )
+        # --- devices: the backend's strategy or mesh, and what `auto` precision and steps per call mean on them
+        backend = load_backend(config.backend)
+        topology = backend.connect(config)
+        log.info(
+            "backend %s: strategy %s, %d replicas, device kind %s",
+            config.backend,
+            topology.strategy,
+            topology.replicas,
+            topology.device_kind,
+        )
+        check_precision_change(checked.previous_run, topology.precision)
+        inputs = InputPlan.for_run(
+            config,
+            checked.mixture,
+            masking=masking,
+            family=model_config.family,
+            replicas=topology.replicas,
+            num_pipelines=topology.num_input_pipelines,
+        )
+        total_steps = inputs.total_steps(steps=config.steps, epochs=config.epochs)
+        keep_tokenizer(run, checked.tokenizer)
+        log.info(
+            "global batch %d, %d steps per epoch, %d steps in all; precision %s, up to %d steps per host call.",
+            inputs.global_batch,
+            inputs.steps_per_epoch,
+            total_steps,
+            topology.precision,
+            topology.steps_per_execution,
+        )
 
-    # --- model, optimizer and the newest checkpoint that restores; the schedule this command trains with
-    schedule = first_schedule(config, total_steps, checked.previous_run)
-    spec = BuildSpec.for_run(
-        config, model_config, schedule=schedule, checkpoint_dir=run.checkpoints
-    )
-    restored = backend.build(spec)
-    if restored.path:
-        log.info("Resumed from %s at step %d.", restored.path, restored.step)
-    extended = continue_schedule(
-        schedule, total_steps=total_steps, start_step=restored.step, extend=config.extend
-    )
-    if extended is not schedule:
-        schedule = extended
-        backend.set_schedule(schedule)
-        run.forget_summary()  # the run is no longer finished
-    run_config = run_config_record(config, inputs, topology, model_config, schedule=schedule)
-    run.write_config(run_config)
+        # --- model, optimizer and the newest checkpoint that restores; the schedule this command trains with
+        schedule = first_schedule(config, total_steps, checked.previous_run)
+        spec = BuildSpec.for_run(
+            config, model_config, schedule=schedule, checkpoint_dir=run.checkpoints
+        )
+        restored = backend.build(spec)
+        if restored.path:
+            log.info("Resumed from %s at step %d.", restored.path, restored.step)
+        extended = continue_schedule(
+            schedule, total_steps=total_steps, start_step=restored.step, extend=config.extend
+        )
+        if extended is not schedule:
+            schedule = extended
+            backend.set_schedule(schedule)
+            run.forget_summary()  # the run is no longer finished
+        run_config = run_config_record(config, inputs, topology, model_config, schedule=schedule)
+        run.write_config(run_config)
 
-    # --- the loop
-    metrics = run.metrics_log(resume_step=restored.step, sink=TensorBoardScalars(run.tensorboard))
-    backend.start_training(inputs, restored.step)
-    loop = Loop(config, backend, inputs, metrics, schedule, total_steps, restored.step, topology)
-    with PreemptionFlag() as preemption:
+        # --- the loop
+        metrics = run.metrics_log(
+            resume_step=restored.step, sink=TensorBoardScalars(run.tensorboard)
+        )
+        backend.start_training(inputs, restored.step)
+        loop = Loop(
+            config, backend, inputs, metrics, schedule, total_steps, restored.step, topology
+        )
         loop.run(preemption)
         final_record = loop.final_eval(preemption)
-    if preemption.raised:
-        return loop.preempted()
-    summary = loop.summary(final_record, run_config)
-    run.write_summary(summary)
-    return summary
+        if preemption.raised:
+            return loop.preempted()
+        summary = loop.summary(final_record, run_config)
+        run.write_summary(summary)
+        return summary

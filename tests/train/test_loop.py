@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -122,3 +123,57 @@ def test_the_final_evaluation_reads_everything_when_the_last_one_did_not(shards,
     assert events("eval") == [1, None]
     final = next(r for r in metrics(tmp_path / "run") if "final_eval_loss" in r)
     assert final["final_eval_batches"] == 2
+
+
+def cli_train(shards: str, run: Path) -> int:
+    from train import cli
+
+    return cli.main(
+        ["--shards", shards, "--output", str(run), "--backend", fake_backend.NAME, "--steps", "6",
+         "--per_replica_batch", str(BATCH), "--log_every", "3", "--eval_every", "6",
+         "--checkpoint_every", "3", "--shuffle_buffer", "8", "--steps_per_execution", "3"]
+    )  # fmt: skip
+
+
+MOMENTS = ["preflight", "connect", "build", "start_training", "train_steps", "save", "eval"]
+
+
+@pytest.mark.parametrize("moment", MOMENTS)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_at_any_moment_exits_75_and_the_rerun_finishes_like_an_uninterrupted_run(
+    shards, tmp_path, monkeypatch, moment, signum
+):
+    assert cli_train(shards, tmp_path / "reference") == 0
+    if moment == "preflight":
+        from train import cli
+
+        checks = cli.preflight
+
+        def checks_then_signal(config):
+            checked = checks(config)
+            signal.raise_signal(signum)
+            return checked
+
+        monkeypatch.setattr(cli, "preflight", checks_then_signal)
+    else:
+        fake_backend.interrupt_at(moment, signum)
+    fake_backend.EVENTS.clear()
+    run = tmp_path / "run"
+    assert cli_train(shards, run) == 75
+    if moment in ("preflight", "connect", "build", "start_training"):
+        assert events("train_steps") == [] and events("save") == []  # stopped before any step
+    assert not (run / "run_summary.json").exists()
+    monkeypatch.undo()
+    fake_backend.register(monkeypatch)
+    assert cli_train(shards, run) == 0
+    reference = metrics(tmp_path / "reference")
+    rows = metrics(run)
+    assert [r for r in rows if "eval_loss" in r or "final_eval_loss" in r] == [
+        r for r in reference if "eval_loss" in r or "final_eval_loss" in r
+    ]
+    last = [r for r in rows if "loss" in r][-1]
+    assert last["step"] == 6 and last["loss"] == pytest.approx(
+        next(r for r in reference if r["step"] == 6 and "loss" in r)["loss"]
+    )
+    summary = json.loads((run / "run_summary.json").read_text())
+    assert summary["global_step"] == 6

@@ -198,7 +198,7 @@ def test_the_preemption_is_logged_with_the_step_and_what_to_do(shards, tmp_path,
         assert train(shards, tmp_path / "run") == 75
     err = capsys.readouterr().err
     assert (
-        "SIGTERM: finishing the current step" in err
+        "SIGTERM: stopping at the next step boundary" in err
         and "preempted at step 2; rerun the same command to resume" in err
     )
     assert (tmp_path / "run" / "checkpoints" / "ckpt-2.index").exists()

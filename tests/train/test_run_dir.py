@@ -194,3 +194,26 @@ def test_summary_lines(tmp_path):
         {**summary, "final_eval": None, "eval_loss": None}, str(tmp_path)
     ).splitlines()
     assert bounded[2] == "eval loss -, perplexity 33.12, accuracy 0.4100 (on 12 validation batches)"
+
+
+def test_a_damaged_metrics_log_keeps_its_complete_lines_and_warns(tmp_path, caplog):
+    from train.run_dir import MetricsLog, read_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    good = [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}, {"step": 3, "eval_loss": 1.4}]
+    lines = [
+        json.dumps(good[0]),
+        "[1, 2]",
+        json.dumps(good[1]),
+        '{"no_step": 1}',
+        json.dumps(good[2]),
+    ]
+    path.write_text("\n".join(lines) + '\n{"step": 4, "lo')  # the last line cut short by a crash
+    with caplog.at_level(logging.WARNING):
+        assert read_metrics(str(path)) == good
+    assert f"{path} is damaged: line(s) 2, 4, 6 are not metrics records" in caplog.text
+    assert read_metrics(str(tmp_path / "none.jsonl")) == []
+    log = MetricsLog(str(path), resume_step=2)  # a resume keeps what is complete up to its step
+    assert log.records == good[:2]
+    log.add({"step": 3, "loss": 1.0})
+    assert read_metrics(str(path)) == [*good[:2], {"step": 3, "loss": 1.0}]
