@@ -70,7 +70,9 @@ def preflight(config: TrainConfig) -> Preflight:
     previous = None if config.restart else run.previous_config()
     finished = None
     if previous is not None:
-        finished = finished_summary(run, check_continuation(previous, config, model_config))
+        finished = finished_summary(
+            run, check_continuation(previous, config, model_config, manifest=mix.manifest)
+        )
     if finished is None:
         check_writable(config.output)
         if config.restart:

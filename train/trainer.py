@@ -33,7 +33,7 @@ from train.input_plan import InputPlan, run_masking
 from train.optim import WarmupDecay, warmup_steps_for
 from train.preemption import PreemptionFlag
 from train.preflight import Preflight, preflight
-from train.run_dir import MetricsLog, RunDir
+from train.run_dir import MetricsLog, RunDir, shard_identity
 from train.tensorboard import TensorBoardScalars
 
 log = logging.getLogger(__name__)
@@ -134,10 +134,9 @@ def run_config_record(
         "resolved": resolved,
         "schedule": schedule.get_config(),
         "model": model_config.to_dict(),
-        "seq_len": manifest.seq_len,
+        **shard_identity(manifest),  # tokenizer_fingerprint, seq_len, features
         "special_token_ids": dict(manifest.tokenizer.special_token_ids),
         "all_special_ids": list(manifest.tokenizer.all_special_ids),
-        "tokenizer_fingerprint": manifest.tokenizer.fingerprint,
         "max_predictions": inputs.masking.max_predictions,
     }
 

@@ -28,23 +28,26 @@ SEQ_LEN, BATCH = 16, 4
 TRAIN_RECORDS, VALIDATION_RECORDS = 40, 8  # 10 steps per epoch; 2 validation batches
 
 
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory) -> str:
-    out = tmp_path_factory.mktemp("shards")
+def random_shards(out: Path, *, seq_len: int = SEQ_LEN) -> str:
     rng = np.random.default_rng(0)
 
     def split(records: int, num_shards: int):
-        ids = rng.integers(5, TOKENIZER.vocab_size, size=(records, SEQ_LEN), dtype=np.int64)
+        ids = rng.integers(5, TOKENIZER.vocab_size, size=(records, seq_len), dtype=np.int64)
         return ids, np.ones_like(ids), num_shards
 
     write_shards(
         out,
         {"train": split(TRAIN_RECORDS, 2), "validation": split(VALIDATION_RECORDS, 1)},
-        seq_len=SEQ_LEN,
+        seq_len=seq_len,
         tokenizer=TOKENIZER,
         inputs=(),
     )
     return str(out)
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> str:
+    return random_shards(tmp_path_factory.mktemp("shards"))
 
 
 @pytest.fixture(autouse=True)
@@ -125,13 +128,13 @@ def test_the_final_evaluation_reads_everything_when_the_last_one_did_not(shards,
     assert final["final_eval_batches"] == 2
 
 
-def cli_train(shards: str, run: Path) -> int:
+def cli_train(shards: str, run: Path, *extra: str) -> int:
     from train import cli
 
     return cli.main(
         ["--shards", shards, "--output", str(run), "--backend", fake_backend.NAME, "--steps", "6",
          "--per_replica_batch", str(BATCH), "--log_every", "3", "--eval_every", "6",
-         "--checkpoint_every", "3", "--shuffle_buffer", "8", "--steps_per_execution", "3"]
+         "--checkpoint_every", "3", "--shuffle_buffer", "8", "--steps_per_execution", "3", *extra]
     )  # fmt: skip
 
 
@@ -177,3 +180,18 @@ def test_a_signal_at_any_moment_exits_75_and_the_rerun_finishes_like_an_uninterr
     )
     summary = json.loads((run / "run_summary.json").read_text())
     assert summary["global_step"] == 6
+
+
+def test_a_run_refuses_shards_of_another_seq_len_and_keeps_its_files(shards, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert cli_train(shards, run, "--steps", "3") == 0
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    other = random_shards(tmp_path / "other", seq_len=8)
+    capsys.readouterr()
+    assert cli_train(other, run, "--steps", "3") == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(
+        f"lmshards train: error: {str(run)!r} is a run on shards with seq_len 16, and "
+    )
+    assert "have seq_len 8" in line and "--restart" in line and "new --output" in line
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before

@@ -8,6 +8,7 @@ import logging
 import pytest
 
 from plumbing.errors import LmshardsError
+from schemas.manifest import Manifest, TokenizerInfo
 from train.config import ModelConfig, TrainConfig
 from train.run_dir import (
     REFUSE,
@@ -18,6 +19,7 @@ from train.run_dir import (
     check_continuation,
     finished_summary,
     format_summary,
+    shard_identity,
 )
 
 MODEL = ModelConfig(vocabulary_size=2000)
@@ -47,6 +49,9 @@ def test_the_same_command_continues_the_run(tmp_path):
         ("lr_schedule", "linear", "cosine"),
         ("masking", "token", "whole_word"),
         ("mlm_probability", 0.15, 0.3),
+        ("model_family", "roberta", "bert"),
+        ("model_preset", "tiny", "small"),
+        ("backend", "tensorflow", "jax"),
     ],
 )
 def test_a_changed_schedule_or_masking_is_refused_naming_the_option_and_both_values(
@@ -217,3 +222,37 @@ def test_a_damaged_metrics_log_keeps_its_complete_lines_and_warns(tmp_path, capl
     assert log.records == good[:2]
     log.add({"step": 3, "loss": 1.0})
     assert read_metrics(str(path)) == [*good[:2], {"step": 3, "loss": 1.0}]
+
+
+def test_a_run_recorded_before_backends_existed_is_a_tensorflow_run(tmp_path):
+    previous = recorded(tmp_path)
+    del previous["train"]["backend"]
+    assert check_continuation(previous, config(tmp_path), MODEL) == []
+    with pytest.raises(
+        LmshardsError, match='--backend "tensorflow" in the run, "jax" in this command'
+    ):
+        check_continuation(previous, config(tmp_path, backend="jax"), MODEL)
+
+
+def shards_manifest(*, seq_len: int = 128, fingerprint: str = "sha256:aa") -> Manifest:
+    tokenizer = TokenizerInfo(fingerprint, 2000, {"mask": 4}, (0, 1, 2, 3, 4))
+    return Manifest("0", seq_len, tokenizer, splits={}, inputs=(), seed=0, options={})
+
+
+@pytest.mark.parametrize(
+    "other, shown",
+    [
+        (dict(fingerprint="sha256:bb"), 'tokenizer fingerprint "sha256:aa", and this command\'s --shards have '
+         'tokenizer fingerprint "sha256:bb"'),
+        (dict(seq_len=64), "seq_len 128, and this command's --shards have seq_len 64"),
+    ],
+)  # fmt: skip
+def test_shards_of_another_tokenization_are_refused_naming_both_values(tmp_path, other, shown):
+    previous = {**recorded(tmp_path), **shard_identity(shards_manifest())}
+    previous = json.loads(json.dumps(previous))
+    found = check_continuation(previous, config(tmp_path), MODEL, manifest=shards_manifest())
+    assert found == []
+    with pytest.raises(LmshardsError) as refused:
+        check_continuation(previous, config(tmp_path), MODEL, manifest=shards_manifest(**other))
+    message = str(refused.value)
+    assert shown in message and "--restart" in message and "new --output" in message
