@@ -55,12 +55,14 @@ class RunOption:
     """A TrainConfig field whose value a rerun must keep (REFUSE) or had better keep (WARN).
 
     extendable: --extend lets it change (it sets the run's length).
+    restarts_rate: --extend lets it change too, restarting the rate of a run whose schedule has ended.
     recorded_default: its value in runs recorded before the option existed.
     """
 
     name: str
     on_change: str
     extendable: bool = False
+    restarts_rate: bool = False
     recorded_default: Any = None
 
     @property
@@ -72,8 +74,8 @@ RUN_OPTIONS = (
     # The learning-rate schedule: changing it mid-run would make the rate jump.
     RunOption("steps", REFUSE, extendable=True),
     RunOption("epochs", REFUSE, extendable=True),
-    RunOption("learning_rate", REFUSE),
-    RunOption("warmup_steps", REFUSE),
+    RunOption("learning_rate", REFUSE, restarts_rate=True),
+    RunOption("warmup_steps", REFUSE, restarts_rate=True),
     RunOption("lr_schedule", REFUSE),
     # The masking recipe: another one would train another objective.
     RunOption("masking", REFUSE),
@@ -189,7 +191,8 @@ def check_continuation(
     refused = [
         c
         for c in found
-        if c.option.on_change == REFUSE and not (config.extend and c.option.extendable)
+        if c.option.on_change == REFUSE
+        and not (config.extend and (c.option.extendable or c.option.restarts_rate))
     ]
     if refused:
         raise LmshardsError(

@@ -73,16 +73,25 @@ def first_schedule(
 
 
 def continue_schedule(
-    schedule: WarmupDecay, *, total_steps: int, start_step: int, extend: bool
+    schedule: WarmupDecay,
+    *,
+    total_steps: int,
+    start_step: int,
+    extend: bool,
+    new_peak: float | None = None,
+    warmup_steps: int | None = None,
 ) -> WarmupDecay:
     """The schedule this command trains with: the run's, or with --extend the run's continued to total_steps.
 
+    new_peak: the --learning_rate this command gives in place of the run's (None: the same). It restarts
+    a schedule that has ended, warming up over warmup_steps (None: 5% of the added steps).
     Raises:
       LmshardsError: total_steps differs from where the run's schedule ends and --extend is not given;
-        with --extend, total_steps is not past that end, or the rate has already fallen to 0.
+        with --extend, total_steps is not past that end, or the rate has already fallen to 0 and no new
+        --learning_rate is given; a new --learning_rate for a schedule that has not ended.
     """
     end = schedule.end_step
-    if total_steps == end:
+    if total_steps == end and new_peak is None:
         return schedule
     if not extend:
         raise LmshardsError(
@@ -94,11 +103,32 @@ def continue_schedule(
         raise LmshardsError(
             f"--extend needs more steps than the run's schedule has ({end}); this command asks for {total_steps}."
         )
-    if float(schedule(start_step)) <= 0.0:
+    ended = float(schedule(start_step)) <= 0.0
+    if ended and new_peak is None:
         raise LmshardsError(
             f"--extend continues from the current learning rate, and at step {start_step} this run's rate has already "
-            "fallen to 0: the added steps would not train. Extend a run before its schedule ends (stop it with "
-            "SIGTERM or Ctrl-C, then rerun with --extend), or start a new run."
+            "fallen to 0: the added steps would not train. Pass a new --learning_rate (and --warmup_steps) for the "
+            "added steps, extend a run before its schedule ends (stop it with SIGTERM or Ctrl-C, then rerun with "
+            "--extend), or start a new run."
+        )
+    if new_peak is not None and not ended:
+        raise LmshardsError(
+            f"--learning_rate {new_peak:g} differs from the run's, and a new rate starts only once the run's schedule "
+            f"has ended (at step {end}; this run is at step {start_step}). Rerun with the run's --learning_rate and "
+            "--warmup_steps to extend it from its current rate."
+        )
+    if new_peak is not None:
+        warmup = warmup_steps_for(total_steps - start_step, warmup_steps)
+        log.info(
+            "--extend: from step %d the learning rate warms up to %.3e over %d steps, then falls linearly to 0 "
+            "at step %d.",
+            start_step,
+            new_peak,
+            warmup,
+            total_steps,
+        )
+        return schedule.extended(
+            from_step=start_step, to_step=total_steps, peak=new_peak, warmup_steps=warmup
         )
     extended = schedule.extended(from_step=start_step, to_step=total_steps)
     log.info(
@@ -108,6 +138,22 @@ def continue_schedule(
         total_steps,
     )
     return extended
+
+
+def log_topology(backend: str, topology: Topology) -> None:
+    log.info(
+        "backend %s: strategy %s, %d replicas, device kind %s",
+        backend,
+        topology.strategy,
+        topology.replicas,
+        topology.device_kind,
+    )
+
+
+def new_peak(config: TrainConfig, previous_run: dict[str, Any] | None) -> float | None:
+    """--learning_rate when it differs from the one the run recorded (an --extend restarting the rate), else None."""
+    recorded = (previous_run or {}).get("train", {}).get("learning_rate", config.learning_rate)
+    return config.learning_rate if config.extend and recorded != config.learning_rate else None
 
 
 def run_config_record(
@@ -458,13 +504,7 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
         # --- devices: the backend's strategy or mesh, and what `auto` precision and steps per call mean on them
         backend = load_backend(config.backend)
         topology = backend.connect(config)
-        log.info(
-            "backend %s: strategy %s, %d replicas, device kind %s",
-            config.backend,
-            topology.strategy,
-            topology.replicas,
-            topology.device_kind,
-        )
+        log_topology(config.backend, topology)
         check_precision_change(checked.previous_run, topology.precision)
         inputs = InputPlan.for_run(
             config,
@@ -494,7 +534,12 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
         if restored.path:
             log.info("Resumed from %s at step %d.", restored.path, restored.step)
         extended = continue_schedule(
-            schedule, total_steps=total_steps, start_step=restored.step, extend=config.extend
+            schedule,
+            total_steps=total_steps,
+            start_step=restored.step,
+            extend=config.extend,
+            new_peak=new_peak(config, checked.previous_run),
+            warmup_steps=config.warmup_steps,
         )
         if extended is not schedule:
             schedule = extended

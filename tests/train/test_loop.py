@@ -195,3 +195,25 @@ def test_a_run_refuses_shards_of_another_seq_len_and_keeps_its_files(shards, tmp
     )
     assert "have seq_len 8" in line and "--restart" in line and "new --output" in line
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
+def test_extend_of_a_finished_run_takes_a_new_rate_and_records_it(shards, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert cli_train(shards, run) == 0
+    capsys.readouterr()
+    assert cli_train(shards, run, "--extend", "--steps", "10") == 2  # the rate has fallen to 0
+    assert "Pass a new --learning_rate" in capsys.readouterr().err
+    longer = ("--extend", "--steps", "10", "--learning_rate", "1e-3", "--warmup_steps", "2")
+    assert cli_train(shards, run, *longer) == 0
+    recorded = json.loads((run / "run_config.json").read_text())
+    assert recorded["train"]["learning_rate"] == 1e-3
+    assert recorded["schedule"]["extensions"] == [
+        {"start_step": 6, "end_step": 10, "start_rate": 1e-3, "warmup_steps": 2}
+    ]
+    rates = {r["step"]: r["learning_rate"] for r in metrics(run) if "loss" in r}
+    # Warm-up 6 -> 8 to 1e-3, then linear to 0 at step 10: step 9 is half way down.
+    assert rates[9] == pytest.approx(5e-4) and rates[10] == 0.0
+    assert json.loads((run / "run_summary.json").read_text())["global_step"] == 10
+    capsys.readouterr()
+    assert cli_train(shards, run, *longer) == 0  # the same command again: finished
+    assert "finished at step 10" in capsys.readouterr().out

@@ -67,14 +67,19 @@ def test_a_changed_schedule_or_masking_is_refused_naming_the_option_and_both_val
     assert "--extend" in str(refused.value) and "--restart" in str(refused.value)
 
 
-def test_extend_lets_only_the_length_change(tmp_path):
+def test_extend_lets_only_the_length_and_the_rate_change(tmp_path):
     found = check_continuation(recorded(tmp_path), config(tmp_path, steps=300, extend=True), MODEL)
     assert [(c.option.name, c.recorded, c.given) for c in found] == [("steps", 100, 300)]
-    with pytest.raises(
-        LmshardsError, match="--learning_rate 0.0005 in the run, 0.001 in this command"
-    ):
+    # A new rate for the added steps (the trainer takes it only where the run's schedule has ended).
+    found = check_continuation(
+        recorded(tmp_path), config(tmp_path, steps=300, learning_rate=1e-3, extend=True), MODEL
+    )
+    assert [c.option.name for c in found] == ["steps", "learning_rate"]
+    with pytest.raises(LmshardsError, match='--lr_schedule "linear" in the run, "cosine"'):
         check_continuation(
-            recorded(tmp_path), config(tmp_path, steps=300, learning_rate=1e-3, extend=True), MODEL
+            recorded(tmp_path),
+            config(tmp_path, steps=300, lr_schedule="cosine", extend=True),
+            MODEL,
         )
     # --steps to --epochs is a change of length too.
     found = check_continuation(

@@ -94,3 +94,26 @@ def test_progress_formatting():
     assert not every.due()
     every.seconds = 0.0
     assert every.due()
+
+
+def test_a_new_rate_restarts_only_a_schedule_that_has_ended():
+    with pytest.raises(LmshardsError, match="Pass a new --learning_rate"):
+        continue_schedule(SCHEDULE, total_steps=150, start_step=100, extend=True)
+    with pytest.raises(
+        LmshardsError, match="a new rate starts only once the run's schedule has ended"
+    ):
+        continue_schedule(SCHEDULE, total_steps=150, start_step=40, extend=True, new_peak=2e-3)
+    restarted = continue_schedule(
+        SCHEDULE, total_steps=150, start_step=100, extend=True, new_peak=2e-3, warmup_steps=10
+    )
+    rates = [float(restarted(s)) for s in (40, 100, 105, 110, 130, 150)]
+    assert rates[0] == pytest.approx(float(SCHEDULE(40)))  # the run's own steps keep their rates
+    assert rates[1:] == pytest.approx([0.0, 1e-3, 2e-3, 2e-3 * 0.5, 0.0])
+    again = WarmupDecay.from_config(restarted.get_config())  # what run_config.json keeps
+    assert [float(again(s)) for s in range(0, 151, 5)] == [
+        float(restarted(s)) for s in range(0, 151, 5)
+    ]
+    default_warmup = continue_schedule(
+        SCHEDULE, total_steps=200, start_step=100, extend=True, new_peak=2e-3
+    )
+    assert default_warmup.extensions[-1].warmup_steps == 5  # 5% of the added steps
