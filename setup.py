@@ -39,6 +39,8 @@ PINS = {
     "pytest": "9.2.0",
     "pytest-timeout": "2.4.0",
     "gcp-storage-emulator": "2026.7.19",
+    "ruff": "0.17.6",
+    "mypy": "2.4.1",
 }
 
 
@@ -87,6 +89,8 @@ EXTRAS = {
         pinned("pytest-timeout"),
         pinned("gcp-storage-emulator"),
         pinned("psutil"),
+        pinned("ruff"),  # lint and format check, run by .ci/run before the tests
+        pinned("mypy"),  # type check, likewise
     ],
 }
 EXTRAS["all"] = sorted({req for name, reqs in EXTRAS.items() if name != "test" for req in reqs})

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from plumbing.errors import LmshardsError
+from plumbing.progress import Pacer
+from plumbing.units import format_duration
 from schemas.constants import TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.tokenizer_info import TokenizerSource
 from schemas.version import __version__
@@ -196,28 +198,6 @@ def keep_tokenizer(run: RunDir, tokenizer: TokenizerSource | None) -> None:
         )
 
 
-def format_duration(seconds: float) -> str:
-    """3725.2 -> '1:02:05'."""
-    minutes, secs = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}"
-
-
-class Every:
-    """due() is True at most once per `seconds`: paces progress lines of long work."""
-
-    def __init__(self, seconds: float):
-        self.seconds = seconds
-        self.last = time.monotonic()
-
-    def due(self) -> bool:
-        now = time.monotonic()
-        if now - self.last < self.seconds:
-            return False
-        self.last = now
-        return True
-
-
 def log_eval(record: dict[str, Any], what: str) -> None:
     log.info(
         "%s at step %d (%d batches read): loss %.4f  perplexity %.2f  accuracy %.3f",
@@ -273,7 +253,7 @@ class Loop:
         None when stop() turned True part-way.
         """
         expected = sum(self.inputs.eval_batches(s, limit) for s in self.inputs.eval_sets)
-        read, progress, sums = 0, Every(EVAL_PROGRESS_SECONDS), {}
+        read, progress, sums = 0, Pacer(EVAL_PROGRESS_SECONDS), {}
         for shard_set in self.inputs.eval_sets:
             totals = evaluation.ZERO
             with self.inputs.readable_errors(shard_set.files(VALIDATION_SPLIT).paths):
