@@ -186,7 +186,8 @@ def describe(
         f"sequence {index} (set {row.set_name}): {int(chosen.sum())} of {real} tokens selected "
         f"({masked} masked, {len(new) - masked - kept} random, {kept} kept)"
     )
-    return f"{header}\n{marked_text(row.input_ids[:real], row.selected[:real], decode)}\n"
+    text = marked_text(row.input_ids[:real].tolist(), row.selected[:real].tolist(), decode)
+    return f"{header}\n{text}\n"
 
 
 def _preview(argv: Sequence[str]) -> None:

@@ -268,8 +268,10 @@ class Loop:
         return {**evaluation.eval_record(step, sums, weights), "eval_batches": read}
 
     def periodic_eval(self, step: int) -> None:
-        self.metrics.add(self.evaluate(step, limit=self.config.eval_batches))
-        log_eval(self.metrics.records[-1], "eval")
+        record = self.evaluate(step, limit=self.config.eval_batches)  # never stopped part-way
+        if record is not None:
+            self.metrics.add(record)
+            log_eval(record, "eval")
 
     def run(self, preemption: PreemptionFlag) -> None:
         """Trains to total_steps or until preempted; host calls end on every logging, eval and checkpoint step."""
