@@ -36,6 +36,8 @@ PINS = {
     "safetensors": "0.8.0",
     "torch": "2.13.0",
     "psutil": "7.2.2",
+    "tensorboard": "2.21.0",
+    "plotly": "7.1.0",
     "pytest": "9.2.0",
     "pytest-timeout": "2.4.0",
     "gcp-storage-emulator": "2026.7.19",
@@ -67,7 +69,16 @@ WORKER = [
 ]
 EXTRAS = {
     "data": [pinned("transformers"), pinned("datasets"), pinned("psutil")],
-    "train": [pinned("tensorflow"), pinned("keras"), pinned("keras-hub"), pinned("psutil")],
+    # tensorboard: `tensorboard --logdir RUN_DIR/tensorboard` (the trainer writes its events without it);
+    # plotly: `lmshards report`'s charts, its JavaScript inlined so the page works offline.
+    "train": [
+        pinned("tensorflow"),
+        pinned("keras"),
+        pinned("keras-hub"),
+        pinned("psutil"),
+        pinned("tensorboard"),
+        pinned("plotly"),
+    ],
     # `lmshards stats` and the TF Metadata schema (schemas/tfmd.py): tensorflow-transform's analyzers,
     # schema utilities and tfx-bsl's Example decoder.
     "stats": [
@@ -120,7 +131,8 @@ setup(
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
-    python_requires=">=3.11,<3.12",
+    # numpy 2.4 needs 3.11; TensorFlow 2.21, tfx-bsl 1.21 and the rest of the pins have wheels up to 3.13.
+    python_requires=">=3.11,<3.14",
     packages=find_packages(include=WORKER_PACKAGES if WORKER_ONLY else FULL_PACKAGES),
     install_requires=WORKER,
     extras_require={} if WORKER_ONLY else EXTRAS,

@@ -90,6 +90,12 @@ def _env(argv: list[str]) -> int | None:
     return main(argv)
 
 
+def _report(argv: list[str]) -> int | None:
+    from lmshards.report import main
+
+    return main(argv)
+
+
 def _demo(argv: list[str]) -> int | None:
     from lmshards.demo import main
 
@@ -119,7 +125,11 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "export": Subcommand(_export, "export a training run to a Hugging Face model directory"),
     "fill-mask": Subcommand(_fill_mask, "run transformers' fill-mask on an exported model"),
     "env": Subcommand(
-        _env, "versions, accelerators, TPU signals and what `auto` chooses on this machine"
+        _env,
+        "versions, whether the backend loads, accelerators, TPU signals and what `auto` chooses here",
+    ),
+    "report": Subcommand(
+        _report, "one self-contained HTML page of a training run's charts and numbers"
     ),
     "demo": Subcommand(_demo, "the whole story on the bundled sample corpus"),
 }
