@@ -48,6 +48,12 @@ def _preprocess(argv: list[str]) -> int | None:
     return main(argv)
 
 
+def _repack(argv: list[str]) -> int | None:
+    from preprocess.repack_cli import main
+
+    return main(argv)
+
+
 def _inspect(argv: list[str]) -> int | None:
     from preprocess.inspect_cli import main
 
@@ -113,6 +119,9 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     ),
     "preprocess": Subcommand(
         _preprocess, "Beam pipeline: text corpus -> balanced TFRecord shards + manifest"
+    ),
+    "repack": Subcommand(
+        _repack, "a token store -> new shard set (seq_len, shards, split, seed) without tokenizing"
     ),
     "inspect": Subcommand(_inspect, "summarize (and --verify) a preprocess output"),
     "stats": Subcommand(

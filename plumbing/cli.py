@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn
 
+from plumbing import fs
 from plumbing.errors import LmshardsError, disk_error_message
 
 EXIT_OK = 0
@@ -181,6 +182,8 @@ def typo_hint(arg: str, known: Sequence[str]) -> str:
 def setup_logging(*, verbose: bool = False, packages: Sequence[str] = ()) -> None:
     """Logs on stderr: WARNING for libraries, INFO for our packages (DEBUG with verbose)."""
     logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT, stream=sys.stderr, force=True)
+    # gcsfs logs each failed retry with its traceback; the command reports the failure in one line.
+    logging.getLogger("gcsfs").setLevel(logging.DEBUG if verbose else logging.CRITICAL)
     for package in packages:
         logging.getLogger(package).setLevel(logging.DEBUG if verbose else logging.INFO)
 
@@ -195,6 +198,12 @@ def run_command(command: str, body: Callable[[], int | None]) -> int:
     except KeyboardInterrupt:
         print_error(command, "interrupted")
         return EXIT_INTERRUPTED
+    except Exception as e:
+        # A gs:// request that failed mid-run (network, permissions): one line, not gcsfs' traceback.
+        if not fs.is_storage_failure(e):
+            raise
+        print_error(command, fs.storage_problem(e))
+        return EXIT_USAGE
 
 
 def run_writing(command: str, output: str, body: Callable[[], int | None]) -> int:

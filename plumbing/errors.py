@@ -20,6 +20,10 @@ class ManifestError(LmshardsError):
     """The manifest is missing, corrupt or does not describe a complete output."""
 
 
+class StorageError(LmshardsError):
+    """A gs:// bucket cannot be reached in time, does not exist, or refuses these credentials."""
+
+
 class OutputError(LmshardsError):
     """The output location is a file, not empty, not writable, or overlaps an input."""
 

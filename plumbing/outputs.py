@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from plumbing import fs
-from plumbing.errors import OutputError, describe_disk_error, disk_errno
+from plumbing.errors import OutputError, StorageError, describe_disk_error, disk_errno
 from schemas.constants import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,
@@ -28,6 +28,8 @@ from schemas.constants import (
     TOKENIZER_DIR_NAME,
     TOKENIZER_INFO_JSON,
     TOKENIZER_JSON,
+    TOKENS_DIR_NAME,
+    TOKENS_FORMAT,
 )
 from schemas.shards import parse_shard_name
 from schemas.tokenizer_info import TOKENIZER_CONFIG_JSON
@@ -47,7 +49,11 @@ STATS_DIR_NAME = "stats"
 STATS_JSON = "stats.json"
 STATS_HTML = "stats.html"
 
+# `part-{uuid4 hex}.parquet`, the files of a token store (see preprocess.tokens).
+TOKEN_PART_RE = re.compile(r"^part-[0-9a-f]{32}\.parquet$")
+
 PREPROCESS_OUTPUT = "preprocess"
+TOKENS_OUTPUT = "tokens"
 TOKENIZER_OUTPUT = "tokenizer"
 DATASET_EXPORT_OUTPUT = "dataset_export"
 STATS_OUTPUT = "stats"
@@ -167,7 +173,18 @@ _LAYOUTS = {
         files=frozenset({SCHEMA_NAME}),
         scratch_dirs=frozenset({TEMP_DIR_NAME}),
         shard_dirs=frozenset(SPLITS),
-        nested=((TOKENIZER_DIR_NAME, TOKENIZER_OUTPUT), (STATS_DIR_NAME, STATS_OUTPUT)),
+        nested=(
+            (TOKENIZER_DIR_NAME, TOKENIZER_OUTPUT),
+            (STATS_DIR_NAME, STATS_OUTPUT),
+            (TOKENS_DIR_NAME, TOKENS_OUTPUT),
+        ),
+    ),
+    TOKENS_OUTPUT: _Layout(
+        marker=MANIFEST_NAME,
+        marker_format=TOKENS_FORMAT,
+        file_pattern=TOKEN_PART_RE,
+        scratch_dirs=frozenset({TEMP_DIR_NAME}),
+        nested=((TOKENIZER_DIR_NAME, TOKENIZER_OUTPUT),),
     ),
     TOKENIZER_OUTPUT: _Layout(
         marker=TOKENIZER_INFO_JSON,
@@ -199,6 +216,9 @@ def _list(filesystem: Any, path: str) -> list[_Entry]:
     for info in filesystem.ls(path, detail=True):
         name = info["name"].rstrip("/")
         if name == path.rstrip("/"):  # an object store's placeholder for the directory itself
+            continue
+        # The running command's own lease: never listed, so never deleted here.
+        if fs.is_lease_name(posixpath.basename(name)):
             continue
         kind = "other" if info.get("islink") else info["type"]
         entries.append(
@@ -306,6 +326,7 @@ def owned_entries(directory: str, *, kind: str, flag: str = "--output") -> Owned
 
     `kind` is one of OUTPUT_KINDS. Split directories count as owned only while they hold nothing
     but shard files of their split; symlinks are always foreign. A missing directory holds nothing.
+    A lease file (plumbing.lease) is in neither list: it belongs to the command that holds it.
 
     Raises:
       OutputError: directory is a file.
@@ -412,6 +433,8 @@ def check_writable(location: str, *, flag: str = "--output") -> None:
             _probe_local(location, probe_name, flag)
     except OutputError:
         raise
+    except StorageError as e:
+        raise OutputError(f"{flag} {location!r} is not writable: {e}") from e
     # Any failure here means the command could not write its output; remote stores raise their own
     # error classes (gcsfs: OSError for 403 but HttpError for others), so all become one message.
     except Exception as e:

@@ -55,14 +55,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )  # --help, missing required flags, bad values of ours
     # Writing schema.pbtxt imports TensorFlow here; its C++ INFO lines (CPU features, ...) are not for users.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    setup_logging(verbose=args.verbose, packages=["preprocess"])
+    setup_preprocess_logging(verbose=args.verbose)
+    return run_command(COMMAND, lambda: _preprocess(parser, argv, others))
+
+
+def setup_preprocess_logging(*, verbose: bool = False) -> None:
+    """Our progress lines, workers' included; a failure reported in one line is not also Beam's traceback."""
+    setup_logging(verbose=verbose, packages=["preprocess"])
     for handler in logging.getLogger().handlers:
-        # A failure reported in one line is not also shown as Beam's traceback of it.
         handler.addFilter(lambda record: not is_reported_failure(record))
     worker_logs = logging.getLogger(WORKER_LOGGER)
     worker_logs.setLevel(logging.INFO)
     worker_logs.addFilter(_from_preprocess_or_error)
-    return run_command(COMMAND, lambda: _preprocess(parser, argv, others))
 
 
 def _preprocess(parser: CommandParser, argv: list[str], others: list[str]) -> int:
@@ -135,9 +139,9 @@ def _from_preprocess_or_error(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.ERROR
 
 
-def summary(manifest: Manifest, output: str, seconds: float) -> str:
+def summary(manifest: Manifest, output: str, seconds: float, *, command: str = COMMAND) -> str:
     lines = [
-        f"lmshards {COMMAND}: wrote {output} in {format_duration(seconds)} (seq_len {manifest.seq_len})"
+        f"lmshards {command}: wrote {output} in {format_duration(seconds)} (seq_len {manifest.seq_len})"
     ]
     for name, split in manifest.splits.items():
         t = split.totals

@@ -26,7 +26,8 @@ class TokenizedChunk:
     """Tokenized documents, concatenated.
 
     hashes: uint64 [documents], the doc_hash of each text; lengths: int32 [documents];
-    tokens: int32 [sum(lengths)], each document's ids (special tokens included) one after another.
+    tokens: int32 [sum(lengths)], each document's ids (special tokens included) one after another
+    (uint16 or uint32 when read from a token store: packing widens them to int32).
     """
 
     hashes: np.ndarray

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import json
 import logging
 import sys
 import threading
@@ -26,8 +27,8 @@ from plumbing.cli import (
 )
 from plumbing.progress import bytes_progress
 from plumbing.units import format_duration, megabytes
-from schemas.constants import INPUT_IDS, MANIFEST_NAME
-from schemas.manifest import Manifest, ShardInfo, read_manifest
+from schemas.constants import INPUT_IDS, MANIFEST_NAME, TOKENS_FORMAT
+from schemas.manifest import Manifest, ShardInfo, read_manifest, tokenizer_copy_problem
 from schemas.records import CorruptRecordError, MalformedExampleError, decode_examples, read_records
 
 logger = logging.getLogger(__name__)
@@ -43,7 +44,8 @@ DECODE_BATCH_RECORDS = 4096  # records decoded at once for the input id check
 def build_parser() -> CommandParser:
     parser = CommandParser(COMMAND, description=__doc__.split("\n")[0])
     parser.add_argument(
-        "path", help="a preprocess output directory (or its manifest.json), local or gs://"
+        "path",
+        help="a preprocess output directory (or its manifest.json), or a token store, local or gs://",
     )
     parser.add_argument(
         "--verify",
@@ -79,6 +81,17 @@ def _inspect(args: argparse.Namespace) -> int:
     output = args.path.rstrip("/")
     if output.endswith("/" + MANIFEST_NAME) or output == MANIFEST_NAME:
         output = output[: -len(MANIFEST_NAME)].rstrip("/") or "."
+    if is_token_store(output):
+        from preprocess.tokens import describe_store, read_store_manifest
+
+        store = read_store_manifest(output)
+        print(
+            store.to_json() if args.json else describe_store(store, output),
+            end="" if args.json else "\n",
+        )
+        if args.verify:
+            verify_store(output, store)
+        return EXIT_OK
     manifest = read_manifest(output)
     print(
         manifest.to_json() if args.json else describe(manifest, output),
@@ -118,6 +131,13 @@ def describe(manifest: Manifest, output: str) -> str:
         f"  inputs: {len(manifest.inputs)} files, {sum(i.bytes for i in manifest.inputs):,} bytes",
         f"  options: {', '.join(f'{k}={v}' for k, v in sorted(manifest.options.items()))}",
     ]
+    lines.append(
+        f"  tokens: kept in {manifest.tokens}/ (`lmshards repack --tokens {output}` builds other shard sets)"
+        if manifest.tokens
+        else "  tokens: not kept (`lmshards preprocess --keep_tokens` keeps them, for `lmshards repack`)"
+    )
+    if manifest.repacked_from:
+        lines.append(f"  repacked from the token store {manifest.repacked_from}")
     if manifest.reading:
         lines.append(
             f"  reading: {', '.join(f'{k} {v:,}' for k, v in sorted(manifest.reading.items()))}"
@@ -134,6 +154,29 @@ def describe(manifest: Manifest, output: str) -> str:
     return "\n".join(lines)
 
 
+def is_token_store(path: str) -> bool:
+    """Whether path's manifest.json is a token store's (format lmshards.tokens)."""
+    try:
+        data = json.loads(fs.read_text(fs.join(path, MANIFEST_NAME)))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("format") == TOKENS_FORMAT
+
+
+def verify_store(store: str, manifest) -> None:
+    """Re-reads every part file of a token store: sha256, Parquet, document and token counts.
+
+    Raises:
+      TokenStoreError: naming the first file that does not match the store's manifest.
+    """
+    from preprocess.tokens import check_store_files, iter_store
+
+    check_store_files(store, manifest)
+    for _ in iter_store(store, manifest):
+        pass
+    print(f"verified {len(manifest.files)} token files, {manifest.tokens:,} tokens: OK")
+
+
 # ---------------------------------------------------------------- --verify
 
 
@@ -144,7 +187,8 @@ def verify(
     threads: int = DEFAULT_THREADS,
     progress_every_s: float = PROGRESS_EVERY_S,
 ) -> list[str]:
-    """One line per shard problem (missing, framing, records, bytes, sha256, input ids), in manifest order.
+    """One line per problem, in manifest order: each shard's (missing, framing, records, bytes, sha256, input
+    ids), then the tokenizer copy's (missing, or not the manifest's fingerprint).
 
     Shards are verified `threads` at a time; the result does not depend on the thread count. A progress
     line (shards, MB, MB/s, ETA) is logged every `progress_every_s` seconds while shards remain.
@@ -176,11 +220,12 @@ def verify(
                 logger.info("%s", progress.line())
     finally:
         pool.shutdown(cancel_futures=True)  # on Ctrl-C, only the shards being read are finished
+    tokenizer = tokenizer_copy_problem(manifest, output)
     return [
         f"{path}: {problem}"
         for (_, path), future in zip(shards, futures)
         for problem in future.result()
-    ]
+    ] + ([f"{output}: {tokenizer}"] if tokenizer else [])
 
 
 def progress_line(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import posixpath
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
@@ -20,7 +21,13 @@ from plumbing.errors import OutputError
 from plumbing.outputs import SPECIAL_TOKENS_MAP_JSON, TEMP_DIR_NAME
 from preprocess.pack import sum_totals
 from preprocess.sources import InputError, ReadStats, no_documents_message, sum_stats
-from schemas.constants import SPLITS, TOKENIZER_DIR_NAME, TOKENIZER_INFO_JSON, TOKENIZER_JSON
+from schemas.constants import (
+    MANIFEST_NAME,
+    SPLITS,
+    TOKENIZER_DIR_NAME,
+    TOKENIZER_INFO_JSON,
+    TOKENIZER_JSON,
+)
 from schemas.manifest import Manifest, ShardInfo, SplitInfo, SplitTotals, write_manifest
 from schemas.tfmd import schema_for, write_schema
 from schemas.tokenizer_info import TOKENIZER_CONFIG_JSON, TokenizerSource
@@ -101,7 +108,8 @@ def finish_output(output: str, manifest: Manifest) -> str:
     Raises:
       OutputError: a file the manifest lists besides the shards (written before the run) is gone.
     """
-    for relpath in (manifest.tokenizer.path, manifest.schema):
+    store_manifest = manifest.tokens and posixpath.join(manifest.tokens, MANIFEST_NAME)
+    for relpath in (manifest.tokenizer.path, manifest.schema, store_manifest):
         if relpath and not fs.exists(fs.join(output, relpath)):
             raise OutputError(
                 f"{fs.join(output, relpath)!r} was removed while the run wrote {output!r}; "
@@ -135,6 +143,7 @@ class _WriteManifestFn(beam.DoFn):
         shards: list[tuple[str, ShardInfo]],
         totals: list[tuple[str, SplitTotals]],
         reading: ReadStats,
+        *before,  # the paths written before, when WriteManifest has them (unused: only the wait counts)
     ) -> Iterable[str]:
         manifest = build_manifest(
             self._header, shards=shards, totals=totals, reading=reading, created_at=utc_timestamp()
@@ -147,11 +156,20 @@ class WriteManifest(beam.PTransform):
     """ManifestInputs -> the manifest's path (one element), written once every shard is in place.
 
     patterns: the --input values, named in the error when no document was read (then no manifest is written).
+    before: paths written before the manifest when given (the token store's manifest, --keep_tokens).
     """
 
-    def __init__(self, header: Manifest, output: str, *, patterns: Sequence[str]):
+    def __init__(
+        self,
+        header: Manifest,
+        output: str,
+        *,
+        patterns: Sequence[str],
+        before: beam.PCollection | None = None,
+    ):
         super().__init__()
         self._fn = _WriteManifestFn(header, output, patterns)
+        self._before = before
 
     def expand(self, inputs: ManifestInputs):
         return (
@@ -163,5 +181,6 @@ class WriteManifest(beam.PTransform):
                 beam.pvalue.AsList(inputs.shards),
                 beam.pvalue.AsList(inputs.totals),
                 beam.pvalue.AsSingleton(inputs.reading),
+                *([beam.pvalue.AsList(self._before)] if self._before is not None else []),
             )  # str: the manifest's path
         )

@@ -103,6 +103,13 @@ class LmshardsPreprocessOptions(PipelineOptions):
         )
         add_verbose_flag(parser)
         parser.add_argument(
+            "--keep_tokens",
+            action="store_true",
+            help="Also keep every document's token ids in OUTPUT/tokens/ (Parquet), so that "
+            "`lmshards repack` can build other shard sets (seq_len, shard count, split, seed) "
+            "without tokenizing again. The shards are the same with or without it.",
+        )
+        parser.add_argument(
             "--tokenizer_threads",
             type=int,
             default=DEFAULT_TOKENIZER_THREADS,
@@ -150,6 +157,7 @@ class PreprocessConfig:
     text_field: str = DEFAULT_TEXT_FIELD
     text_column: str = DEFAULT_TEXT_COLUMN
     overwrite: bool = False
+    keep_tokens: bool = False
     tokenizer_threads: int = DEFAULT_TOKENIZER_THREADS
     documents_per_tokenizer_call: int = DEFAULT_DOCUMENTS_PER_TOKENIZER_CALL
     range_mb: float = DEFAULT_RANGE_MB
@@ -161,7 +169,7 @@ class PreprocessConfig:
     def manifest_options(self) -> dict[str, Any]:
         """The options that decide the output's bytes (recorded in the manifest).
 
-        Paths, --overwrite, --verbose and pure speed knobs (documents per tokenizer call, read range, threads) are left out, so
+        Paths, --overwrite, --verbose, --keep_tokens and pure speed knobs (documents per tokenizer call, read range, threads) are left out, so
         the same corpus gives the same manifest whatever the machine.
         """
         keys = (

@@ -16,13 +16,14 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from plumbing import fs
 from plumbing.errors import LmshardsError, TokenizerError
+from plumbing.lease import output_lease
 from plumbing.outputs import PREPROCESS_OUTPUT, check_no_overlap, check_writable, clear_owned_output
 from plumbing.units import MIB
 from preprocess import metrics, runners
@@ -46,7 +47,14 @@ from preprocess.sources import (
     read_options_from,
 )
 from preprocess.split import SplitDocuments, SplitSettings
-from schemas.constants import FEATURE_NAMES, SCHEMA_NAME, TRAIN_SPLIT, VALIDATION_SPLIT
+from preprocess.tokens import TokenStoreManifest, WriteTokenStore, id_dtype_for
+from schemas.constants import (
+    FEATURE_NAMES,
+    SCHEMA_NAME,
+    TOKENS_DIR_NAME,
+    TRAIN_SPLIT,
+    VALIDATION_SPLIT,
+)
 from schemas.manifest import (
     TOKENIZER_RELPATH,
     InputFileInfo,
@@ -94,10 +102,37 @@ class PreprocessPlan:
             options=config.manifest_options(),
             reading=self.reading.as_dict(),
             schema=SCHEMA_NAME,
+            tokens=TOKENS_DIR_NAME if config.keep_tokens else None,
+        )
+
+    def store_header(self) -> TokenStoreManifest:
+        """The token store's manifest as known before the run (preprocess --keep_tokens)."""
+        tokenizer = self.tokenizer
+        return TokenStoreManifest(
+            tool_version=__version__,
+            tokenizer=tokenizer,
+            id_dtype=id_dtype_for(tokenizer.vocab_size),
+            documents=0,
+            tokens=0,
+            files=(),
+            inputs=self.files,
+            reading=self.reading.as_dict(),
+            options=self.config.manifest_options(),
         )
 
 
 # ---------------------------------------------------------------- planning (before any work)
+
+
+def check_locations(config: PreprocessConfig) -> None:
+    """Refuses an --output that overlaps an input or the tokenizer (no I/O).
+
+    Raises:
+      OutputError: the overlap, named.
+    """
+    check_no_overlap(config.inputs, config.output)
+    # The tokenizer is copied into the output after --overwrite clears it: it must not live there.
+    check_no_overlap([config.tokenizer], config.output, input_flag="--tokenizer")
 
 
 def plan_preprocess(config: PreprocessConfig) -> PreprocessPlan:
@@ -109,24 +144,13 @@ def plan_preprocess(config: PreprocessConfig) -> PreprocessPlan:
       LmshardsError: an output overlapping an input or the tokenizer, a bad tokenizer, seq_len,
         input or output; the message names the value.
     """
-    check_no_overlap(config.inputs, config.output)
-    # The tokenizer is copied into the output after --overwrite clears it: it must not live there.
-    check_no_overlap([config.tokenizer], config.output, input_flag="--tokenizer")
+    check_locations(config)
     source = locate_tokenizer(config.tokenizer)
     tokenizer = _load_tokenizer(source.json_text, source.json_path)
     max_len = model_max_length(source)
-    if max_len is not None and config.seq_len > max_len:
-        raise PreprocessError(
-            f"--seq_len {config.seq_len} exceeds the tokenizer's model_max_length {max_len} "
-            f"({config.tokenizer!r}); use --seq_len {max_len} or less."
-        )
     roles = special_token_ids(source)
     pad_id = roles.get("pad")
-    if config.remainder == REMAINDER_PAD and pad_id is None:
-        raise PreprocessError(
-            f"--remainder pad needs a pad token, and tokenizer {config.tokenizer!r} has none; "
-            "use --remainder drop or add a pad token."
-        )
+    check_packing_options(config, model_max_length=max_len, pad_id=pad_id)
     info = TokenizerInfo(
         fingerprint=fingerprint(source.json_text),
         vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
@@ -140,11 +164,7 @@ def plan_preprocess(config: PreprocessConfig) -> PreprocessPlan:
     check_not_empty(discovery.files)
     fs.check_output_dir(config.output, overwrite=config.overwrite)
     total_bytes = sum(f.bytes for f in discovery.files)
-    fraction = config.validation_fraction
-    groups = {
-        TRAIN_SPLIT: num_groups(total_bytes, 1.0 - fraction, config.packing_group_tokens),
-        VALIDATION_SPLIT: num_groups(total_bytes, fraction, config.packing_group_tokens),
-    }
+    groups = packing_groups(total_bytes, config.validation_fraction, config.packing_group_tokens)
     return PreprocessPlan(
         config=config,
         files=discovery.files,
@@ -153,8 +173,25 @@ def plan_preprocess(config: PreprocessConfig) -> PreprocessPlan:
         pad_id=pad_id,
         groups=groups,
         record_bytes=record_bytes_upper_bound(config.seq_len, info.vocab_size, FEATURE_NAMES),
-        reading=ReadStats(files_skipped_lmshards_output=discovery.skipped_files),
+        reading=ReadStats(**discovery.counts()),
     )
+
+
+def check_packing_options(
+    config: PreprocessConfig, *, model_max_length: int | None, pad_id: int | None
+) -> None:
+    """Raises PreprocessError when seq_len exceeds the tokenizer's model_max_length, or --remainder pad
+    is asked of a tokenizer without a pad token."""
+    if model_max_length is not None and config.seq_len > model_max_length:
+        raise PreprocessError(
+            f"--seq_len {config.seq_len} exceeds the tokenizer's model_max_length {model_max_length} "
+            f"({config.tokenizer!r}); use --seq_len {model_max_length} or less."
+        )
+    if config.remainder == REMAINDER_PAD and pad_id is None:
+        raise PreprocessError(
+            f"--remainder pad needs a pad token, and tokenizer {config.tokenizer!r} has none; "
+            "use --remainder drop or add a pad token."
+        )
 
 
 def _load_tokenizer(json_text: str, path: str):
@@ -187,40 +224,73 @@ def build_pipeline(pipeline: beam.Pipeline, plan: PreprocessPlan) -> beam.PColle
         # A large .gz/.bz2 is one read range; without this its tokenizing would stay fused to the one
         # worker reading it. Only then is the raw text shuffled.
         documents = documents | "SpreadBatches" >> beam.Reshuffle()  # list[str]
-    chunks = (
-        documents
-        | "Tokenize"
-        >> EncodeDocuments(
-            EncodeSettings(
-                tokenizer_json=plan.tokenizer_source.json_text, threads=config.tokenizer_threads
-            )
-        )  # TokenizedChunk
-        | "Split"
-        >> SplitDocuments(
-            SplitSettings(
-                validation_fraction=config.validation_fraction,
-                groups=plan.groups,
-            )
-        )  # (GroupKey, TokenizedChunk)
+    chunks = documents | "Tokenize" >> EncodeDocuments(
+        EncodeSettings(
+            tokenizer_json=plan.tokenizer_source.json_text, threads=config.tokenizer_threads
+        )
+    )  # TokenizedChunk
+    store = None
+    if config.keep_tokens:
+        store = chunks | "KeepTokens" >> WriteTokenStore(
+            plan.store_header(), fs.join(config.output, TOKENS_DIR_NAME), reading=read.stats
+        )  # str: the token store manifest's path
+    return add_shard_stages(
+        chunks,
+        config=config,
+        groups=plan.groups,
+        pad_id=plan.pad_id,
+        record_bytes=plan.record_bytes,
+        header=plan.manifest_header(),
+        reading=read.stats,
+        before=store,
     )
-    packed = chunks | "Pack" >> PackGroups(
+
+
+def add_shard_stages(
+    chunks: beam.PCollection,
+    *,
+    config: PreprocessConfig,
+    groups: dict[str, int],
+    pad_id: int | None,
+    record_bytes: int,
+    header: Manifest,
+    reading: beam.PCollection,
+    before: beam.PCollection | None = None,
+) -> beam.PCollection:
+    """Tokenized documents -> split, pack, shard and manifest stages (shared by preprocess and repack).
+
+    chunks: TokenizedChunk; reading: ReadStats, one; before: paths written before the manifest.
+    Returns the PCollection holding the manifest path.
+    """
+    routed = chunks | "Split" >> SplitDocuments(
+        SplitSettings(validation_fraction=config.validation_fraction, groups=groups)
+    )  # (GroupKey, TokenizedChunk)
+    packed = routed | "Pack" >> PackGroups(
         seq_len=config.seq_len,
         remainder=config.remainder,
-        pad_id=plan.pad_id,
+        pad_id=pad_id,
     )  # groups: PackedGroup; totals: (split, SplitTotals)
     shards = packed.groups | "Shard" >> WriteShards(
         output=config.output,
         seed=config.seed,
-        record_bytes=plan.record_bytes,
+        record_bytes=record_bytes,
         target_shard_bytes=config.target_shard_mb * MIB,
         shard_multiple=config.shard_multiple,
         num_shards=config.num_shards,
     )  # (split, ShardInfo)
-    return ManifestInputs(
-        shards=shards, totals=packed.totals, reading=read.stats
-    ) | "Manifest" >> WriteManifest(
-        plan.manifest_header(), config.output, patterns=config.inputs
+    return ManifestInputs(shards=shards, totals=packed.totals, reading=reading) | (
+        "Manifest" >> WriteManifest(header, config.output, patterns=config.inputs, before=before)
     )  # str: the manifest's path
+
+
+def packing_groups(
+    total_bytes: int, validation_fraction: float, group_tokens: int
+) -> dict[str, int]:
+    """split -> packing groups, sized from the input's bytes (known before tokenizing)."""
+    return {
+        TRAIN_SPLIT: num_groups(total_bytes, 1.0 - validation_fraction, group_tokens),
+        VALIDATION_SPLIT: num_groups(total_bytes, validation_fraction, group_tokens),
+    }
 
 
 # ---------------------------------------------------------------- running
@@ -243,6 +313,19 @@ def run_pipeline(config: PreprocessConfig, beam_args: Sequence[str] = ()) -> Man
     config = dataclasses.replace(
         config, tokenizer_threads=runners.tokenizer_threads(config.tokenizer_threads, options)
     )
+    # One writer per output (a dry run writes nothing): a second preprocess into the same --output
+    # stops here, naming the first, before it reads or deletes anything.
+    check_locations(config)  # before the lease file is written into --output
+    lease = (
+        contextlib.nullcontext()
+        if runners.is_dry_run(options)
+        else output_lease(config.output, command="preprocess")
+    )
+    with lease:
+        return _run_planned(config, options)
+
+
+def _run_planned(config: PreprocessConfig, options: PipelineOptions) -> Manifest | None:
     plan = plan_preprocess(config)
     pipeline = beam.Pipeline(options=options)
     build_pipeline(pipeline, plan)  # the reader checks every input file here
@@ -250,6 +333,22 @@ def run_pipeline(config: PreprocessConfig, beam_args: Sequence[str] = ()) -> Man
     if runners.is_dry_run(options):
         runners.dry_run(pipeline, options, input_bytes=sum(f.bytes for f in plan.files))
         return None
+    return launch(pipeline, options, config, write_files=lambda: write_known_files(plan))
+
+
+def launch(
+    pipeline: beam.Pipeline,
+    options: PipelineOptions,
+    config: PreprocessConfig,
+    *,
+    write_files: Callable[[], None],
+) -> Manifest:
+    """Runs a built pipeline under the output rules preprocess and repack share; returns its manifest.
+
+    Checks the output is writable, clears an earlier output with --overwrite (refusing before deleting
+    anything that is not ours), writes the files known before the run (write_files), runs, and on a
+    failure removes the partial output locally and reports the failure in one line.
+    """
     preflight(config, options)
     if config.overwrite:
         with _reported_failures(config.output, remove_partial=False):
@@ -259,7 +358,7 @@ def run_pipeline(config: PreprocessConfig, beam_args: Sequence[str] = ()) -> Man
         _LOG.info("--overwrite: removed %s from %s", ", ".join(removed) or "nothing", config.output)
     started = time.monotonic()
     with _reported_failures(config.output, remove_partial=not fs.is_remote(config.output)):
-        write_known_files(plan)
+        write_files()
         pipeline.run().wait_until_finish()
     manifest = read_manifest(config.output)
     _LOG.info("%s", metrics.finished_line(manifest, time.monotonic() - started))
@@ -273,6 +372,8 @@ def write_known_files(plan: PreprocessPlan) -> None:
     they are there.
     """
     write_tokenizer_copy(plan.tokenizer_source, plan.config.output)
+    if plan.config.keep_tokens:  # the store carries its own copy, so that it stands alone
+        write_tokenizer_copy(plan.tokenizer_source, fs.join(plan.config.output, TOKENS_DIR_NAME))
     write_schema_file(plan.config.output, plan.manifest_header())
 
 

@@ -27,6 +27,7 @@ from preprocess.sources import (
     read_range,
     sum_stats,
 )
+from preprocess.sources.files import FileState, check_unchanged, file_state
 from preprocess.sources.formats import format_for
 from preprocess.sources.ranges import TO_END, byte_ranges
 from schemas.manifest import InputFileInfo
@@ -63,6 +64,9 @@ class SizedRange:
     range: ReadRange
     input_bytes: int
     live: bool
+    planned: FileState | None = (
+        None  # the file when reading was planned: checked after the range is read
+    )
 
 
 def size_ranges(
@@ -71,6 +75,11 @@ def size_ranges(
     """Each range with its share of its file's size: a byte range its own length; the ranges of a
     file read otherwise (compressed, Parquet row groups) equal shares. The shares sum to the input size."""
     sizes = {f.path: f.bytes for f in files}
+    states = {f.path: file_state(f.path) for f in files}
+    for f in files:
+        state = states[f.path]
+        if state is not None:  # its size now against its size when it was listed
+            check_unchanged(f.path, FileState(f.bytes, state.mtime_ns), when="since it was listed")
     counts: dict[str, int] = {}
     for r in ranges:
         counts[r.path] = counts.get(r.path, 0) + 1
@@ -79,11 +88,13 @@ def size_ranges(
     for r in ranges:
         size = sizes[r.path]
         if not is_compressed(r.path) and format_for(r.path, options).plan_ranges is byte_ranges:
-            sized.append(SizedRange(r, (size if r.end == TO_END else r.end) - r.start, live=True))
+            share = (size if r.end == TO_END else r.end) - r.start
+            sized.append(SizedRange(r, share, live=True, planned=states[r.path]))
             continue
         i, n = seen.get(r.path, 0), counts[r.path]
         seen[r.path] = i + 1
-        sized.append(SizedRange(r, size * (i + 1) // n - size * i // n, live=False))
+        share = size * (i + 1) // n - size * i // n
+        sized.append(SizedRange(r, share, live=False, planned=states[r.path]))
     return sized
 
 
@@ -242,6 +253,7 @@ class _ReadRangeFn(beam.DoFn):
         ):
             yield batch
             progress.report(sized, stats)
+        check_unchanged(sized.range.path, sized.planned, when="while it was read")
         for field, metric in self._counters.items():
             if value := getattr(stats, field):
                 metric.inc(value)

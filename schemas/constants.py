@@ -27,6 +27,11 @@ MANIFEST_FORMAT_VERSION = 2
 # Versions this release reads; older ones are upgraded on reading (their shards are unchanged).
 READABLE_MANIFEST_VERSIONS = (1, 2)
 
+# `preprocess --keep_tokens` keeps every document's token ids in this subdirectory of its output (the
+# token store `lmshards repack` reads); the store's own manifest.json carries this format.
+TOKENS_DIR_NAME = "tokens"
+TOKENS_FORMAT = "lmshards.tokens"
+
 TOKENIZER_JSON = "tokenizer.json"
 # A self-contained shard set (and a run directory) carries its tokenizer in this subdirectory.
 TOKENIZER_DIR_NAME = "tokenizer"

@@ -26,12 +26,15 @@ from schemas.constants import (
     SPLITS,
     TOKENIZER_DIR_NAME,
     TOKENIZER_JSON,
+    TOKENS_DIR_NAME,
 )
 from schemas.records import feature_spec
 from schemas.shards import parse_shard_name, shard_relpath
 
 # Where a preprocess output keeps the copy of its tokenizer (TokenizerInfo.path), relative to the output.
 TOKENIZER_RELPATH = posixpath.join(TOKENIZER_DIR_NAME, TOKENIZER_JSON)
+# Manifest fields written only when set.
+_OPTIONAL_KEYS = ("tokens", "repacked_from")
 # Keys left out when comparing two manifests for determinism.
 VOLATILE_KEYS = ("created_at",)
 # A URL scheme or a drive letter: `gs:`, `file:`, `C:`.
@@ -110,6 +113,10 @@ class Manifest:
     schema: str | None = None
     format: str = MANIFEST_FORMAT
     format_version: int = MANIFEST_FORMAT_VERSION
+    # The token store this set keeps (`preprocess --keep_tokens`), relative to the output; None without.
+    tokens: str | None = None
+    # The token store a `lmshards repack` output was built from, as given; None for a preprocess output.
+    repacked_from: str | None = None
 
     def features(self) -> dict[str, dict[str, Any]]:
         return feature_spec(self.seq_len)
@@ -130,6 +137,9 @@ class Manifest:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["features"] = self.features()
+        for key in _OPTIONAL_KEYS:  # absent rather than null, so older outputs' bytes stay the same
+            if data[key] is None:
+                del data[key]
         return data
 
     def to_json(self) -> str:
@@ -154,6 +164,70 @@ def check_accounting(manifest: Manifest) -> None:
                 f"Split {name!r}: {t.tokens_written} tokens + {t.padding_tokens} padding != "
                 f"{t.records} records x seq_len {manifest.seq_len}."
             )
+
+
+def check_listing(manifest: Manifest) -> None:
+    """Raises ManifestError unless each split lists each of its shards once: no path twice, and the
+    indices in the names are exactly 0..N-1 of `-of-N` with N the number listed.
+
+    A shard listed twice would be read twice by `train` and verified twice by `inspect --verify`,
+    hiding a missing one; a gap means a shard is not listed at all.
+    """
+    seen: dict[str, str] = {}
+    for name, split in manifest.splits.items():
+        for shard in split.shards:
+            if shard.path in seen:
+                raise ManifestError(
+                    f"Manifest lists shard {shard.path!r} twice (in split {seen[shard.path]!r} and {name!r}). "
+                    f"{_REWRITE_HINT}"
+                )
+            seen[shard.path] = name
+        names = [parse_shard_name(posixpath.basename(s.path)) for s in split.shards]
+        indices = sorted(index for _, index, _, _ in names)
+        counts = {count for _, _, count, _ in names}
+        if names and (counts != {len(names)} or indices != list(range(len(names)))):
+            raise ManifestError(
+                f"Split {name!r} lists {len(names)} shards, but their names say indices {_ranges(indices)} "
+                f"of {sorted(counts)} shards: a shard is missing from the list or listed under another name. "
+                f"{_REWRITE_HINT}"
+            )
+
+
+def _ranges(indices: list[int]) -> str:
+    shown = ", ".join(str(i) for i in indices[:8])
+    return f"[{shown}{', ...' if len(indices) > 8 else ''}]"
+
+
+def tokenizer_copy_problem(manifest: Manifest, output_dir: str) -> str | None:
+    """Why the tokenizer copy in the shard set is not the one the manifest names (missing, unreadable,
+    or another fingerprint); None when it matches, or when the output has no copy (lmshards 0.1)."""
+    from schemas.tokenizer_info import fingerprint  # tokenizer_info builds on this module's types
+
+    path = manifest.tokenizer_path(output_dir)
+    if path is None:
+        return None
+    try:
+        actual = fingerprint(fs.read_text(path))
+    except FileNotFoundError:
+        return f"the tokenizer copy {path!r} named by the manifest is missing"
+    except (OSError, ValueError) as e:  # ValueError: not UTF-8 or not JSON
+        return f"the tokenizer copy {path!r} cannot be read as tokenizer JSON ({e})"
+    if actual != manifest.tokenizer.fingerprint:
+        return (
+            f"the tokenizer copy {path!r} has fingerprint {actual} but the manifest says the shards were "
+            f"made with {manifest.tokenizer.fingerprint}"
+        )
+    return None
+
+
+def check_tokenizer_copy(manifest: Manifest, output_dir: str) -> None:
+    """Raises ManifestError when tokenizer_copy_problem finds one; the message says how to fix it."""
+    problem = tokenizer_copy_problem(manifest, output_dir)
+    if problem:
+        raise ManifestError(
+            f"The shard set's tokenizer/ was replaced or damaged in {output_dir!r}: {problem}. Restore its "
+            f"{TOKENIZER_RELPATH} from the tokenizer given to `lmshards preprocess`, or re-run preprocess."
+        )
 
 
 def _relpath_problem(path: Any) -> str | None:
@@ -257,6 +331,9 @@ def manifest_from_dict(data: dict[str, Any]) -> Manifest:
             check_file_relpath(tokenizer_path, field="tokenizer.path", example=TOKENIZER_RELPATH)
         if schema is not None:
             check_file_relpath(schema, field="schema", example=SCHEMA_NAME)
+        tokens = data.get("tokens")
+        if tokens is not None:
+            check_file_relpath(tokens, field="tokens", example=TOKENS_DIR_NAME)
         return Manifest(
             tool_version=data["tool_version"],
             seq_len=int(data["seq_len"]),
@@ -276,6 +353,8 @@ def manifest_from_dict(data: dict[str, Any]) -> Manifest:
             reading={k: int(v) for k, v in data.get("reading", {}).items()},
             schema=schema,
             format_version=int(version),
+            tokens=tokens,
+            repacked_from=data.get("repacked_from"),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise ManifestError(f"Manifest is malformed: {e!r}.") from e
@@ -294,7 +373,8 @@ def manifest_path(output_dir: str) -> str:
 
 
 def write_manifest(output_dir: str, manifest: Manifest) -> str:
-    """Checks the accounting, then writes manifest.json atomically. Returns its path."""
+    """Checks the listing and the accounting, then writes manifest.json atomically. Returns its path."""
+    check_listing(manifest)
     check_accounting(manifest)
     path = manifest_path(output_dir)
     fs.write_text_atomic(path, manifest.to_json())
@@ -325,6 +405,7 @@ def read_manifest(output_dir: str) -> Manifest:
         raise ManifestError(
             f"{path!r} names unknown splits {sorted(unknown)}; expected {list(SPLITS)}."
         )
+    check_listing(manifest)
     check_accounting(manifest)
     return manifest
 
@@ -341,11 +422,14 @@ __all__ = [
     "TokenizerInfo",
     "check_accounting",
     "check_file_relpath",
+    "check_listing",
+    "check_tokenizer_copy",
     "check_shard",
     "check_shard_relpath",
     "feature_spec",
     "manifest_from_dict",
     "manifest_path",
     "read_manifest",
+    "tokenizer_copy_problem",
     "write_manifest",
 ]

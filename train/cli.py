@@ -21,16 +21,17 @@ from plumbing.cli import (
 )
 from plumbing.errors import LmshardsError
 from plumbing.known_names import name_hints
+from plumbing.lease import output_lease
 from plumbing.quiet import native_stderr_discarded, quiet_tensorflow
 from train.backends.registry import backend_names, select_keras_backend
 from train.config import FINAL_EVALS, LR_SCHEDULES, PRESETS, TrainConfig
 from train.devices import AUTO, PRECISIONS, STRATEGIES
 from train.families import family_names
 from train.masking_recipes import MASKING_RECIPES, SPAN, check_recipe, max_mlm_probability
-from train.mixture import parse_shards_flag, source_weights
 from train.preemption import PreemptionFlag
 from train.preflight import preflight
 from train.run_dir import format_summary
+from train.shards_flag import parse_shards_flag, source_weights
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +69,10 @@ def build_parser() -> CommandParser:
         "--shards",
         required=True,
         action="append",
-        help="preprocess output directory (local or gs://) holding manifest.json, as PATH or PATH:WEIGHT; "
-        "repeat to blend shard sets by weight (default: equal weights), e.g. --shards gs://a/shards:0.7 "
-        "--shards gs://b/shards:0.3",
+        help="preprocess output directory (local or gs://) holding manifest.json, as PATH or PATH:WEIGHT "
+        "(a weight is split off the last ':' only when a number follows), or path=PATH / "
+        "weight=WEIGHT,path=PATH for a path with a ':' of its own; repeat to blend shard sets by weight "
+        "(default: equal weights), e.g. --shards gs://a/shards:0.7 --shards gs://b/shards:0.3",
     )
     p.add_argument(
         "--output", required=True, help="run directory (local or gs://): checkpoints, logs, summary"
@@ -234,8 +236,11 @@ def _train(argv: Sequence[str]) -> int:
 
 
 def _run(config: TrainConfig) -> int:
-    # Installed first: a signal while the checks run or the training stack loads still ends in exit 75.
-    with PreemptionFlag.current() as preemption:
+    # Installed first: a signal while the lease is taken, the checks run or the training stack loads
+    # still ends in exit 75. One writer per run directory: a second `train` on it (a restarted job whose
+    # old process still runs) stops at the lease instead of resuming from a checkpoint the first one keeps
+    # writing.
+    with PreemptionFlag.current() as preemption, output_lease(config.output, command=COMMAND):
         return _checked_run(config, preemption)
 
 

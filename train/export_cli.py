@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from collections.abc import Sequence
 
+from plumbing import fs
 from plumbing.cli import (
     CommandParser,
     add_overwrite_flag,
@@ -13,6 +15,7 @@ from plumbing.cli import (
     run_writing,
     setup_logging,
 )
+from plumbing.lease import output_lease, sibling_lease_path
 from plumbing.quiet import hide_third_party_progress_bars, load_tensorflow_quietly
 from train.export import export_run, push_to_hub
 from train.families import FAMILIES
@@ -60,13 +63,21 @@ def _export(argv: Sequence[str]) -> int | None:
 
 
 def _write(args: argparse.Namespace) -> None:
-    output = export_run(
-        args.run_dir,
-        output_dir=args.output,
-        checkpoint=args.checkpoint,
-        tokenizer=args.tokenizer,
-        overwrite=args.overwrite,
+    # The export is built beside --output and renamed into place, so its lease lies beside it too.
+    # (A gs:// --output is refused by export_run itself.)
+    lease = (
+        contextlib.nullcontext()
+        if fs.is_remote(args.output)
+        else output_lease(args.output, command=COMMAND, path=sibling_lease_path(args.output))
     )
+    with lease:
+        output = export_run(
+            args.run_dir,
+            output_dir=args.output,
+            checkpoint=args.checkpoint,
+            tokenizer=args.tokenizer,
+            overwrite=args.overwrite,
+        )
     print(f"Exported {args.run_dir} to {output}")
     if args.push_to_hub:
         print(f"Pushed to {push_to_hub(output, args.push_to_hub)}")

@@ -18,7 +18,7 @@ from typing import Any
 from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from plumbing.errors import LmshardsError
 from plumbing.quiet import hide_third_party_progress_bars
-from schemas.constants import ROLE_SPELLINGS
+from schemas.constants import ROLE_SPELLINGS, TOKENIZER_JSON
 
 COMMAND = "fill-mask"
 DEFAULT_TOP_K = 5
@@ -78,6 +78,45 @@ def check_has_mask(text: str, model_dir: str) -> None:
     with_mask_token(text, saved_mask_token(model_dir) or ROLE_SPELLINGS["mask"][0])
 
 
+def check_text_fits(model_dir: str, text: str) -> None:
+    """Refuses a text longer than the model's positions, from the exported tokenizer alone (no torch).
+
+    Refused, not truncated: cutting the text could cut away the mask itself. A directory without an
+    exported tokenizer (tokenizer.json and tokenizer_config.json's model_max_length) is left to the
+    model load, which reports it.
+
+    Raises:
+      LmshardsError: the text, with its special tokens, holds more tokens than model_max_length.
+    """
+    exported = _exported_tokenizer(model_dir)
+    if exported is None:
+        return
+    tokenizer, limit, mask_token = exported
+    tokens = len(tokenizer.encode(with_mask_token(text, mask_token)).ids)
+    if tokens > limit:
+        raise LmshardsError(
+            f"The text is {tokens} tokens (with special tokens) but the model in {model_dir!r} takes at most "
+            f"{limit}; shorten it to the sentence(s) around the mask."
+        )
+
+
+def _exported_tokenizer(model_dir: str) -> tuple[Any, int, str] | None:
+    """(tokenizers.Tokenizer, model_max_length, mask token) of an export; None when it has none readable."""
+    config_path = os.path.join(model_dir, TOKENIZER_CONFIG)
+    tokenizer_path = os.path.join(model_dir, TOKENIZER_JSON)
+    mask_token = saved_mask_token(model_dir)
+    if mask_token is None or not os.path.isfile(tokenizer_path):
+        return None
+    from tokenizers import Tokenizer
+
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            limit = int(json.load(f)["model_max_length"])
+        return Tokenizer.from_file(tokenizer_path), limit, mask_token
+    except Exception:  # noqa: BLE001  (not an lmshards export's tokenizer: the model load says what is wrong)
+        return None
+
+
 def fill_mask(
     model_dir: str, text: str, *, top_k: int = DEFAULT_TOP_K
 ) -> list[list[dict[str, Any]]]:
@@ -87,6 +126,7 @@ def fill_mask(
             f"Model directory {model_dir!r} does not exist; pass the --output of `lmshards export`."
         )
     check_has_mask(text, model_dir)
+    check_text_fits(model_dir, text)  # before torch and the model load (seconds)
     try:
         from transformers import pipeline
     except ImportError as e:

@@ -3,7 +3,7 @@
 Without TensorFlow, so the command line checks the sets before the training stack loads; train.data
 builds the tf.data pipeline from what this module plans.
 
-- `--shards PATH[:WEIGHT]` repeats (parse_shards_flag); weights default to equal. Every set must
+- `--shards PATH[:WEIGHT]` repeats (train.shards_flag says how a value reads); weights default to equal. Every set must
   come from the same tokenizer and seq_len. A set is named by its directory's basename, made unique
   with a `-2`, `-3`... suffix; metrics use the name (`eval_loss/<name>`, `sequences/<name>`).
 - Sampling: each input pipeline draws its examples in blocks of MIXTURE_BLOCK, each block holding
@@ -31,62 +31,19 @@ from collections.abc import Sequence
 from plumbing import fs
 from plumbing.errors import LmshardsError
 from schemas.constants import TRAIN_SPLIT, VALIDATION_SPLIT
-from schemas.manifest import Manifest, read_manifest
+from schemas.manifest import Manifest, check_tokenizer_copy, read_manifest
+from train.shards_flag import ShardSource, parse_shards_flag, source_weights
+
+__all__ = [
+    "ShardSource",
+    "parse_shards_flag",
+    "source_weights",
+]  # the --shards parse, for callers here
 
 log = logging.getLogger(__name__)
 
 # Examples per sampling block: the shares are exact to 1/MIXTURE_BLOCK at every block boundary.
 MIXTURE_BLOCK = 1000
-
-
-# ---------------------------------------------------------------- the command line's sets
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardSource:
-    """One --shards value: a shard set directory (local or gs://) and its weight, None when not given."""
-
-    path: str
-    weight: float | None = None
-
-
-def parse_shards_flag(text: str) -> ShardSource:
-    """`PATH[:WEIGHT]` -> ShardSource.
-
-    Splits on the last colon only when what follows parses as a number, so `gs://bucket/shards` is a path.
-
-    Raises:
-      LmshardsError: a weight that is not a positive finite number.
-    """
-    path, sep, tail = text.rpartition(":")
-    try:
-        weight = float(tail) if sep and path else None
-    except ValueError:
-        weight = None
-    if weight is None:
-        return ShardSource(text)
-    if not (math.isfinite(weight) and weight > 0):
-        raise LmshardsError(
-            f"--shards {text!r}: the weight {tail} must be a positive number, e.g. {path}:0.5."
-        )
-    return ShardSource(path, weight)
-
-
-def source_weights(sources: Sequence[ShardSource]) -> tuple[float, ...]:
-    """The weights as given, or 1.0 each when none is given.
-
-    Raises:
-      LmshardsError: some sets have a weight and others not.
-    """
-    missing = [s.path for s in sources if s.weight is None]
-    if len(missing) == len(sources):
-        return tuple(1.0 for _ in sources)
-    if missing:
-        raise LmshardsError(
-            f"--shards {missing[0]!r} has no weight but other --shards have one; give every set a weight "
-            f"(e.g. {missing[0]}:0.5) or none (equal weights)."
-        )
-    return tuple(s.weight for s in sources if s.weight is not None)
 
 
 # ---------------------------------------------------------------- one split's files
@@ -207,7 +164,8 @@ def open_mixture(paths: Sequence[str], weights: Sequence[float] = ()) -> Mixture
     """Reads every set's manifest and checks that the sets can be blended. weights: as given; none means equal.
 
     Raises:
-      LmshardsError: a manifest is missing or bad; two sets differ in tokenizer or seq_len; a weight
+      LmshardsError: a manifest is missing or bad (shards listed twice, totals that disagree with the
+        shards, a tokenizer/ copy that is not the manifest's); two sets differ in tokenizer or seq_len; a weight
         is so small that the set would never be drawn.
     """
     weights = tuple(weights) or (1.0,) * len(paths)
@@ -220,6 +178,8 @@ def open_mixture(paths: Sequence[str], weights: Sequence[float] = ()) -> Mixture
         ShardSet(name=name, path=path, weight=weight / total, manifest=read_manifest(path))
         for name, path, weight in zip(set_names(paths), paths, weights)
     )
+    for s in sets:  # a set whose tokenizer/ was replaced would train and export under the wrong ids
+        check_tokenizer_copy(s.manifest, s.path)
     first = sets[0]
     for other in sets[1:]:
         for what, a, b in (

@@ -13,6 +13,7 @@ from plumbing.cli import (
     run_command,
     setup_logging,
 )
+from plumbing.lease import output_lease
 
 COMMAND = "dataset export"
 LOG_PACKAGES = ("corpus_tools", "schemas")
@@ -81,7 +82,8 @@ def _export(args: argparse.Namespace) -> int:
         streaming=args.streaming,
         overwrite=args.overwrite,
     )
-    summary = de.export(config)
+    with output_lease(config.output, command=COMMAND):
+        summary = de.export(config)
     rows = [s["rows"] for s in summary["shards"]]
     print(
         f"Wrote {summary['rows_written']:,} rows ({summary['rows_without_text']:,} without text skipped) "

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from plumbing.errors import LmshardsError
+from plumbing.lease import output_lease
 from plumbing.quiet import load_tensorflow_quietly
 from plumbing.units import format_duration
 from schemas.constants import SPLITS
@@ -105,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _stats(args: argparse.Namespace, beam_args: list[str]) -> int:
     log.info("stats: loading TensorFlow and tensorflow-transform")
     load_tensorflow_quietly(verbose=args.verbose, modules=TENSORFLOW_MODULES)
-    from corpus_tools.stats.stats import StatsConfig, run_stats
+    from corpus_tools.stats.stats import StatsConfig, run_stats, stats_output
 
     config = StatsConfig(
         shards_dir=args.shards_dir,
@@ -115,7 +116,8 @@ def _stats(args: argparse.Namespace, beam_args: list[str]) -> int:
         tokenizer=args.tokenizer,
     )
     started = time.monotonic()
-    report = run_stats(config, beam_args)
+    with output_lease(stats_output(config), command=COMMAND):
+        report = run_stats(config, beam_args)
     if report is None:
         print(f"lmshards {COMMAND}: dry run, nothing submitted or written")
         return 0

@@ -32,7 +32,7 @@ from plumbing import fs
 from plumbing.errors import LmshardsError, OutputError
 from plumbing.outputs import STATS_DIR_NAME, STATS_HTML, STATS_JSON
 from preprocess.runners import dry_run, is_dry_run, pipeline_options
-from schemas.constants import ATTENTION_MASK, INPUT_IDS
+from schemas.constants import ATTENTION_MASK, INPUT_IDS, MANIFEST_NAME, TOKENS_FORMAT
 from schemas.manifest import Manifest, ShardInfo, read_manifest
 from schemas.shards import parse_shard_name
 from schemas.tfmd import schema_for
@@ -119,6 +119,11 @@ class StatsReport:
 # ---------------------------------------------------------------- plan
 
 
+def stats_output(config: StatsConfig) -> str:
+    """Where stats.json and stats.html go: --output, or SHARDS_DIR/stats."""
+    return config.output or fs.join(config.shards_dir.rstrip("/") or "/", DEFAULT_STATS_DIRNAME)
+
+
 def plan_stats(config: StatsConfig) -> StatsPlan:
     """Reads the manifest and checks splits, output and tokenizer before any pipeline is built.
 
@@ -127,6 +132,7 @@ def plan_stats(config: StatsConfig) -> StatsPlan:
         tokenizer that is missing or not the shards' own.
     """
     shards_dir = config.shards_dir.rstrip("/") or "/"
+    check_not_token_store(shards_dir)
     manifest = read_manifest(shards_dir)
     splits = tuple(dict.fromkeys(config.splits)) or tuple(
         manifest.splits
@@ -136,7 +142,7 @@ def plan_stats(config: StatsConfig) -> StatsPlan:
         raise StatsError(
             f"Splits {list(splits)} of {shards_dir!r} hold no shards; nothing to analyse."
         )
-    output = config.output or fs.join(shards_dir, DEFAULT_STATS_DIRNAME)
+    output = stats_output(config)
     if fs.exists(output) and not fs.isdir(output):
         raise OutputError(f"--output {output!r} is a file; pass a directory path.")
     return StatsPlan(
@@ -148,6 +154,21 @@ def plan_stats(config: StatsConfig) -> StatsPlan:
         top_k=config.top_k,
         tokenizer=find_tokenizer(shards_dir, config.tokenizer, manifest),
     )
+
+
+def check_not_token_store(shards_dir: str) -> None:
+    """Raises StatsError when shards_dir is a token store: the analyzers read records, which a store
+    has not packed yet (its documents have no seq_len or shards until a repack gives them some)."""
+    try:
+        data = json.loads(fs.read_text(fs.join(shards_dir, MANIFEST_NAME)))
+    except (OSError, ValueError):
+        return
+    if isinstance(data, dict) and data.get("format") == TOKENS_FORMAT:
+        raise StatsError(
+            f"{shards_dir!r} is a token store; `lmshards stats` analyses the records of a shard set. "
+            f"Run `lmshards stats` on the shard set beside it (its parent directory), or build one with "
+            f"`lmshards repack --tokens {shards_dir} --output DIR` and run `lmshards stats DIR`."
+        )
 
 
 def find_tokenizer(

@@ -21,6 +21,7 @@ from plumbing.cli import (
     run_command,
     setup_logging,
 )
+from plumbing.lease import output_lease
 from plumbing.units import format_duration, size_flag
 from preprocess import sources
 
@@ -138,7 +139,8 @@ def _train(args: argparse.Namespace) -> int:
         text_column=args.text_column,
         overwrite=args.overwrite,
     )
-    result = train(config)
+    with output_lease(config.output, command=TRAIN_COMMAND):
+        result = train(config)
     s = result.sample
     print(
         f"Sampled {s.documents_sampled:,} of {s.documents_seen:,} documents "

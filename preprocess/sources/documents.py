@@ -32,7 +32,9 @@ class ReadStats:
     text field is a number, boolean, array or object. files_utf16 / files_utf32 count text and JSON
     Lines files decoded from UTF-16 / UTF-32 (they start with its byte-order mark).
     files_skipped_lmshards_output counts input files left out because they lie inside an lmshards
-    output (set by whoever discovers the inputs, see files.discover_inputs; reading never sets it).
+    output (set by whoever discovers the inputs, see files.discover_inputs; reading never sets it), as
+    are files_found, files_duplicate (reached twice: read once), entries_skipped_hidden and
+    directories_empty.
     """
 
     documents: int = 0
@@ -48,6 +50,11 @@ class ReadStats:
     files_utf16: int = 0
     files_utf32: int = 0
     files_skipped_lmshards_output: int = 0
+    # Set by discovery too (files.InputDiscovery.counts): every entry the inputs hold and what became of it.
+    files_found: int = 0
+    files_duplicate: int = 0
+    entries_skipped_hidden: int = 0
+    directories_empty: int = 0
 
     def merge(self, other: ReadStats) -> ReadStats:
         for field in dataclasses.fields(self):

@@ -1,4 +1,8 @@
-"""A real GCS emulator (gcp-storage-emulator) on 127.0.0.1 for gs:// tests, and the env it needs."""
+"""A real GCS emulator (gcp-storage-emulator) on 127.0.0.1 for gs:// tests, and the env it needs.
+
+It runs through gcs_emulator_main.py, which adds GCS's `ifGenerationMatch` preconditions (the
+emulator alone ignores them; output leases rely on them).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from collections.abc import Iterator
 
 BUCKET = "lmshards-test"
 _START_TIMEOUT_S = 30.0
+_MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gcs_emulator_main.py")
 
 
 def _free_port() -> int:
@@ -47,8 +52,7 @@ def running_emulator(workdir: str) -> Iterator[str]:
     proc = subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "gcp_storage_emulator",
+            _MAIN,
             "start",
             "--host",
             "127.0.0.1",

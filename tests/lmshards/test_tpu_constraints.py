@@ -11,6 +11,8 @@ from train.runtime_check import TENSORFLOW_DISTRIBUTIONS, TENSORFLOW_TPU, libtpu
 
 # Installed without their requirements: resolving them would bring `tensorflow` beside tensorflow-tpu.
 NO_DEPS = {"tensorflow-text", "keras-hub"}
+# Released with TensorFlow and pinned to its minor version: the TPU set's follows tensorflow-tpu's.
+FOLLOWS_TENSORFLOW = {"tensorboard"}
 
 
 def setup_py_literal(name: str):
@@ -33,8 +35,12 @@ def test_every_pin_is_exact_and_named_once():
 
 def test_pins_setup_py_shares_never_disagree():
     setup_pins = {canonicalize_name(k): v for k, v in setup_py_literal("PINS").items()}
-    shared = {name: version for name, version in tpu_pins().items() if name in setup_pins}
-    assert shared == {name: setup_pins[name] for name in shared}
+    pins = tpu_pins()
+    shared = {name: version for name, version in pins.items() if name in setup_pins}
+    agreeing = set(shared) - FOLLOWS_TENSORFLOW
+    assert {n: shared[n] for n in agreeing} == {n: setup_pins[n] for n in agreeing}
+    tf_minor = pins[TENSORFLOW_TPU].rsplit(".", 1)[0]
+    assert all(shared[n].rsplit(".", 1)[0] == tf_minor for n in FOLLOWS_TENSORFLOW & set(shared))
     # Everything the `train` extra installs, but TensorFlow itself, is among them.
     assert train_extra_names() - {"tensorflow"} <= set(shared)
 

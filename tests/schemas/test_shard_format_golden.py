@@ -29,6 +29,9 @@ READING_ADDED_IN_V2 = (
     "files_utf16",
     "files_utf32",
     "files_skipped_lmshards_output",
+    "files_duplicate",
+    "entries_skipped_hidden",
+    "directories_empty",
 )
 # Files a format_version 2 output holds beside its shards, as the manifest lists them.
 TOKENIZER_COPY = "tokenizer/tokenizer.json"
@@ -52,6 +55,8 @@ def _expected_today(manifest_0_1_0: dict) -> dict:
     for name in READING_ADDED_IN_V2:
         assert name not in manifest["reading"]
         manifest["reading"][name] = 0
+    # Discovery's count of the files it found: each case names every input file once.
+    manifest["reading"]["files_found"] = len(manifest["inputs"])
     manifest["tokenizer"]["path"] = TOKENIZER_COPY
     manifest["schema"] = SCHEMA
     manifest["format_version"] = 2

@@ -179,3 +179,21 @@ def test_fill_mask_prints_no_progress_bars(roberta_model, capfd):
     assert fill_mask_cli.main([str(out), TEXT]) == 0
     err = capfd.readouterr().err
     assert "\r" not in err and "%|" not in err and "it/s" not in err, err
+
+
+def test_a_text_longer_than_the_models_positions_is_refused_before_the_model_loads(
+    roberta_model, capsys, monkeypatch
+):
+    import transformers
+
+    _, out = roberta_model
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    limit = json.loads((out / "tokenizer_config.json").read_text())["model_max_length"]
+    monkeypatch.setattr(transformers, "pipeline", lambda *a, **k: pytest.fail("model loaded"))
+    long_text = "word " * (limit + 10) + "<mask>."
+    assert fill_mask_cli.main([str(out), long_text]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert err.startswith("lmshards fill-mask: error: The text is ")
+    assert f"takes at most {limit}; shorten it" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -101,9 +101,10 @@ def test_a_replaced_copy_or_another_given_tokenizer_is_refused(
     shutil.copytree(carrying, copy)
     altered(sample_tokenizer, copy / TOKENIZER_RELPATH)
     expected = read_manifest(carrying).tokenizer.fingerprint
+    # Found while the sets are opened, whether or not --tokenizer is given.
     with pytest.raises(LmshardsError, match="The shard set's tokenizer/ was replaced") as e:
-        shard_set_tokenizer.run_tokenizer(None, mixture.open_mixture([str(copy)]))
-    assert f"The tokenizer in {str(copy / 'tokenizer')!r} has fingerprint sha256:" in str(
+        mixture.open_mixture([str(copy)])
+    assert f"the tokenizer copy {str(copy / TOKENIZER_RELPATH)!r} has fingerprint sha256:" in str(
         e.value
     ) and expected in str(e.value)
     other = altered(sample_tokenizer, tmp_path / "other" / TOKENIZER_JSON)

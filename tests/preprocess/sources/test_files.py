@@ -128,6 +128,8 @@ def test_directory_input_skips_earlier_outputs_and_reads_only_the_text(tmp_path,
         ),
         skipped=(str(corpus / "out"), str(corpus / "sub" / "out2")),
         skipped_files=skipped,
+        found=2 + skipped,
+        hidden=1,  # out2/.lmshards-tmp/, counted once
     )
     (warning,) = [r.getMessage() for r in caplog.records]
     assert (
@@ -137,8 +139,10 @@ def test_directory_input_skips_earlier_outputs_and_reads_only_the_text(tmp_path,
     stats = ReadStats()
     assert list(iter_documents([str(corpus)], ReadOptions(), stats)) == ["one", "two", "three"]
     assert stats == ReadStats(documents=3, bytes_read=14, files_skipped_lmshards_output=skipped)
-    # Globs reach into outputs and, unlike directories, match hidden names: all of it is skipped.
-    hidden = len([f for f in killed if f.startswith(".")])
+    assert ReadStats(**discovery.counts()) == ReadStats(
+        files_skipped_lmshards_output=skipped, files_found=2 + skipped, entries_skipped_hidden=1
+    )
+    # Globs reach into outputs and, like directories, skip hidden names below their wildcards.
     for glob, files, outputs in [
         ("*/*", ["sub/b.txt"], ["out", "sub/out2"]),
         ("**", ["a.txt", "sub/b.txt"], ["out", "sub/out2"]),
@@ -147,7 +151,8 @@ def test_directory_input_skips_earlier_outputs_and_reads_only_the_text(tmp_path,
         found = discover_inputs([str(corpus / glob)])
         assert [Path(f.path).relative_to(corpus).as_posix() for f in found.files] == files, glob
         assert found.skipped == tuple(str(corpus / o) for o in outputs), glob
-    assert discover_inputs([str(corpus / "**")]).skipped_files == skipped + hidden
+    everything = discover_inputs([str(corpus / "**")])
+    assert (everything.skipped_files, everything.hidden) == (skipped, 1)
     assert tree_bytes(tmp_path) == before
 
 
@@ -249,10 +254,11 @@ def test_gcs_outputs_are_skipped_or_refused(gcs_emulator):
         files=(InputFileInfo(f"{root}/corpus/a.txt", 4),),
         skipped=(f"{root}/corpus/killed", f"{root}/corpus/out"),
         skipped_files=3,
+        found=4,
+        hidden=1,
     )
-    assert (
-        discover_inputs([f"{root}/corpus/**"]).skipped_files == 4
-    )  # a glob matches hidden names too
+    everything = discover_inputs([f"{root}/corpus/**"])  # a glob skips hidden names too
+    assert (everything.skipped_files, everything.hidden) == (3, 1)
     stats = ReadStats()
     assert list(iter_documents([f"{root}/corpus"], ReadOptions(), stats)) == ["one"]
     assert stats.files_skipped_lmshards_output == 3

@@ -1,0 +1,127 @@
+"""`lmshards repack --tokens SRC --output NEW`: another shard set from a token store, no tokenizer run."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from plumbing.cli import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    CommandParser,
+    add_overwrite_flag,
+    add_verbose_flag,
+    print_error,
+    run_command,
+)
+from plumbing.units import size_flag
+from preprocess import runners
+from preprocess.cli import check_flags, setup_preprocess_logging, summary
+from preprocess.failures import RunFailure
+from preprocess.pack import REMAINDER_CHOICES
+
+COMMAND = "repack"
+DESCRIPTION = (
+    "A token store (the OUTPUT/tokens/ of `lmshards preprocess --keep_tokens`, or that OUTPUT) -> a new "
+    "self-contained shard set with another seq_len, shard count, split or seed, without tokenizing again. "
+    "Its shards and manifest are those `lmshards preprocess` writes from the text with the same options; "
+    "every option not given keeps the value the store's run used.\n\n"
+    "Any Apache Beam pipeline option (--runner, --direct_num_workers, ...) passes through to the runner, "
+    "as for `lmshards preprocess`."
+)
+KEEP = "(default: the store's run's)"
+
+
+def build_parser() -> CommandParser:
+    parser = CommandParser(
+        COMMAND, extra_flags=runners.beam_flags(), description=DESCRIPTION, allow_abbrev=False
+    )
+    parser.add_argument(
+        "--tokens",
+        required=True,
+        help="a token store, or a preprocess output holding one (local or gs://)",
+    )
+    parser.add_argument("--output", required=True, help="the new shard set's directory")
+    parser.add_argument("--seq_len", type=int, default=None, help=f"tokens per record {KEEP}")
+    parser.add_argument(
+        "--remainder", choices=REMAINDER_CHOICES, default=None, help=f"final partial block {KEEP}"
+    )
+    parser.add_argument(
+        "--validation_fraction",
+        type=float,
+        default=None,
+        help=f"share of documents held out {KEEP}",
+    )
+    parser.add_argument("--seed", type=int, default=None, help=f"seed of the shuffle {KEEP}")
+    parser.add_argument(
+        "--target_shard_mb",
+        type=size_flag("MiB"),
+        default=None,
+        help=f"target shard size in MiB {KEEP}",
+    )
+    parser.add_argument(
+        "--num_shards",
+        type=int,
+        default=None,
+        help=f"shards per split; 0: sized by --target_shard_mb {KEEP}",
+    )
+    parser.add_argument(
+        "--shard_multiple",
+        type=int,
+        default=None,
+        help=f"round each split's shard count up to a multiple of this {KEEP}",
+    )
+    parser.add_argument(
+        "--packing_group_tokens",
+        type=int,
+        default=None,
+        help=f"approximate tokens per packing group {KEEP}",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default=None,
+        help="the tokenizer this run expects; refused if the store was made with another",
+    )
+    add_overwrite_flag(
+        parser, help="replace an earlier lmshards output in --output (as preprocess --overwrite)"
+    )
+    add_verbose_flag(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args, others = parser.parse_known_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    setup_preprocess_logging(verbose=args.verbose)
+    return run_command(COMMAND, lambda: _repack(parser, args, others))
+
+
+def _repack(parser: CommandParser, args: argparse.Namespace, beam_args: list[str]) -> int:
+    runners.resolve_runner(
+        PipelineOptions(beam_args).view_as(StandardOptions).runner or runners.FNAPI_RUNNER
+    )
+    check_flags(parser, beam_args)
+    from preprocess.repack import (
+        RepackConfig,
+        run_repack,
+    )  # Beam graph code, after the cheap checks
+
+    config = RepackConfig(**{k: v for k, v in vars(args).items() if k != "verbose"})
+    started = time.monotonic()
+    try:
+        manifest = run_repack(config, beam_args)
+    except RunFailure as e:
+        print_error(COMMAND, str(e))
+        return EXIT_FAILURE
+    if manifest is None:
+        print(f"lmshards {COMMAND}: dry run, nothing submitted or written")
+    else:
+        print(summary(manifest, config.output, time.monotonic() - started, command=COMMAND))
+    return EXIT_OK
