@@ -5,12 +5,11 @@ from __future__ import annotations
 import keras_hub
 import tensorflow as tf
 
-from plumbing import fs
 from plumbing.errors import LmshardsError
 from train.checkpoint import restore_newest
-from train.config import CHECKPOINTS_DIR, RUN_CONFIG_JSON, ModelConfig, model_config_from_dict
+from train.config import ModelConfig, model_config_from_dict
 from train.families import ModelFamily, get_family
-from train.run_dir import read_run_config
+from train.run_dir import RunDir
 
 
 def keras_hub_classes(family: ModelFamily) -> tuple[type, type]:
@@ -79,12 +78,11 @@ def load_model_from_run(
       LmshardsError: not a run directory, a damaged run_config.json, no checkpoint that restores, or a
         named checkpoint that is missing or does not restore.
     """
-    model_config = model_config_from_dict(
-        read_run_config(run_dir)["model"], source=fs.join(run_dir, RUN_CONFIG_JSON)
-    )
+    run = RunDir(run_dir)
+    model_config = model_config_from_dict(run.read_config()["model"], source=run.config_path)
     model = build_masked_lm(model_config)
     if checkpoint is None:
-        directory = fs.join(run_dir, CHECKPOINTS_DIR)
+        directory = run.checkpoints
         if restore_newest(checkpoint_root(model), directory, expect_partial=True) is None:
             raise LmshardsError(
                 f"No complete checkpoint under {directory!r}; train longer than --checkpoint_every steps."
