@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import keras_hub
-import tensorflow as tf
 
 from plumbing import fs
 from plumbing.errors import LmshardsError
-from train.checkpoint import restore_newest
 from train.config import CHECKPOINTS_DIR, RUN_CONFIG_JSON, ModelConfig, model_config_from_dict
 from train.families import ModelFamily, get_family
 from train.run_dir import read_run_config
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 def keras_hub_classes(family: ModelFamily) -> tuple[type, type]:
@@ -63,6 +66,8 @@ def checkpoint_root(model: keras_hub.models.MaskedLM, **extra) -> tf.train.Check
     keras layers do not track their dropout SeedGenerator states, so they are saved explicitly:
     without them a resumed run would draw different dropout masks than an uninterrupted one.
     """
+    import tensorflow as tf  # here, not above: building a model must not need TensorFlow (JAX backend)
+
     seeds = [v for v in model.non_trainable_variables if v.path.endswith("seed_generator_state")]
     return tf.train.Checkpoint(model=model, dropout_seeds=seeds, **extra)
 
@@ -82,6 +87,10 @@ def load_model_from_run(
     model_config = model_config_from_dict(
         read_run_config(run_dir)["model"], source=fs.join(run_dir, RUN_CONFIG_JSON)
     )
+    import tensorflow as tf  # see checkpoint_root
+
+    from train.checkpoint import restore_newest
+
     model = build_masked_lm(model_config)
     if checkpoint is None:
         directory = fs.join(run_dir, CHECKPOINTS_DIR)
