@@ -51,6 +51,7 @@ from plumbing import fs
 from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.manifest import Manifest, read_manifest
 from schemas.records import decode_examples, read_records
+from train.run_dir import RunDir, read_metrics
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = REPO_ROOT / "data" / "sample" / "en"
@@ -475,10 +476,7 @@ def train_args(config: Config, *, shards: str, tokenizer: str, run_dir: Path) ->
 
 def logged_windows(metrics_jsonl: str) -> list[dict[str, Any]]:
     """The training-window records of a metrics.jsonl (the ones with a train loss), in step order."""
-    if not os.path.exists(metrics_jsonl):
-        return []
-    lines = Path(metrics_jsonl).read_text().splitlines()
-    return [r for r in (json.loads(line) for line in lines if line.strip()) if "loss" in r]
+    return [r for r in read_metrics(metrics_jsonl) if "loss" in r]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -500,7 +498,7 @@ def train_lmshards(args: Sequence[str], *, env: Mapping[str, str], run_dir: Path
     waits included, logging excluded). CPU per step is the process's CPU time (every thread) between
     the first kept window and the last one, as polled here every POLL_INTERVAL_S.
     """
-    metrics = str(run_dir / "metrics.jsonl")
+    metrics = RunDir(str(run_dir)).metrics_path
     marks: dict[int, float] = {}  # window end step -> process CPU seconds when it appeared
     loads = []
     start = time.perf_counter()
@@ -513,7 +511,7 @@ def train_lmshards(args: Sequence[str], *, env: Mapping[str, str], run_dir: Path
             try:
                 cpu = sum(proc.cpu_times()[:2])
                 windows = logged_windows(metrics)
-            except (psutil.NoSuchProcess, json.JSONDecodeError):
+            except psutil.NoSuchProcess:
                 windows = []
             if windows and windows[-1]["step"] not in marks:
                 marks[windows[-1]["step"]] = cpu

@@ -45,6 +45,7 @@ from bench.bench_learning import (
     run_lmshards,
 )
 from bench.bench_preprocess import child_env
+from train.run_dir import RunDir
 
 RECIPES = ("token", "whole_word", "span")
 VOCAB_SIZE = 2000
@@ -134,7 +135,7 @@ def context_free_loss(frequencies: np.ndarray, batches: Sequence[dict[str, Any]]
 
 
 def score(model: Any, batches: Sequence[dict[str, Any]]) -> Score:
-    from train.trainer import masked_lm_sums
+    from train.backends.tensorflow import masked_lm_sums
 
     loss = tokens = correct = 0.0
     for batch in batches:
@@ -259,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs[recipe] = {
             "command": ["lmshards", *args],
             "wall_s": time.perf_counter() - t0,
-            "windows": logged_windows(str(run_dir / "metrics.jsonl")),
+            "windows": logged_windows(RunDir(str(run_dir)).metrics_path),
         }
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

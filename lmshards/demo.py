@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from lmshards.report import read_metrics, render_report
+from lmshards.report import render_report
 from plumbing import fs
 from plumbing.cli import CommandParser, run_command, setup_logging
 from plumbing.errors import LmshardsError, OutputError
@@ -35,7 +35,8 @@ from schemas.constants import (
 )
 from schemas.manifest import Manifest, read_manifest
 from schemas.records import decode_examples, read_records
-from train.config import METRICS_JSONL, RUN_SUMMARY_JSON
+from train.config import RUN_SUMMARY_JSON
+from train.run_dir import RunDir
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # English only: one domain (Austen novels, a software manual, speeches) that a tiny model learns within minutes.
@@ -504,7 +505,7 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
 def write_report(cfg: DemoConfig, summary: dict[str, Any]) -> Path:
     out = cfg.output
     manifest = read_manifest(str(out / "shards"))
-    metrics = read_metrics(str(out / "run" / METRICS_JSONL))
+    metrics = RunDir(str(out / "run")).read_metrics()
     facts = {
         "corpus": CORPUS_GLOB,
         "records (train / validation)": " / ".join(

@@ -6,11 +6,9 @@ Plain SVG keeps the report dependency-free and viewable in any browser.
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from plumbing import fs
 from schemas.manifest import Manifest
 
 CHART_WIDTH = 640
@@ -130,11 +128,6 @@ def comparison_svg(labels: Sequence[str], values: Sequence[float], *, x_label: s
     )
     parts.append("</svg>")
     return "\n".join(parts)
-
-
-def read_metrics(path: str) -> list[dict]:
-    """The trainer's metrics.jsonl: one JSON object per line."""
-    return [json.loads(line) for line in fs.read_text(path).splitlines() if line.strip()]
 
 
 def loss_series(records: Sequence[dict]) -> list[Series]:

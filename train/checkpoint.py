@@ -18,7 +18,7 @@ import re
 
 import tensorflow as tf
 
-from plumbing.errors import LmshardsError
+from train.backends import base
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +63,6 @@ def _join(directory: str, name: str) -> str:
     return f"{directory.rstrip('/')}/{name}"
 
 
-def _one_line(error: Exception) -> str:
-    text = getattr(error, "message", None) or str(error) or type(error).__name__
-    return " ".join(text.split())[:300]
-
-
 def restore_newest(
     root: tf.train.Checkpoint, directory: str, *, expect_partial: bool = False
 ) -> str | None:
@@ -81,32 +76,12 @@ def restore_newest(
         log.warning(
             "Ignoring incomplete checkpoint %s (no index file: its save did not finish).", prefix
         )
-    failures = []
-    for prefix in complete_checkpoints(directory):
-        try:
-            status = root.restore(prefix)
-            (
-                status.expect_partial() if expect_partial else status
-            ).assert_existing_objects_matched()
-        except (
-            Exception
-        ) as e:  # a damaged checkpoint fails in many ways: DataLossError, IndexError, OpError, ...
-            failures.append(f"{posixpath.basename(prefix)}: {_one_line(e)}")
-            log.warning("Skipping checkpoint %s: it does not restore (%s).", prefix, _one_line(e))
-            continue
-        if failures:
-            log.warning(
-                "Restored %s, the newest checkpoint that restores (skipped: %s).",
-                prefix,
-                "; ".join(failures),
-            )
-        return prefix
-    if failures:
-        raise LmshardsError(
-            f"No checkpoint in {directory!r} restores ({'; '.join(failures)}). Restore the checkpoint files from a "
-            "copy, or pass --restart to train this run again from step 0 (deleting its checkpoints and metrics)."
-        )
-    return None
+
+    def restore(prefix: str) -> None:
+        status = root.restore(prefix)
+        (status.expect_partial() if expect_partial else status).assert_existing_objects_matched()
+
+    return base.restore_newest(complete_checkpoints(directory), restore, directory=directory)
 
 
 class RunCheckpoints:
@@ -158,7 +133,7 @@ class RunCheckpoints:
         try:
             state = tf.train.get_checkpoint_state(self.directory)
         except (ValueError, UnicodeDecodeError, tf.errors.OpError) as e:
-            return _one_line(e)
+            return base.one_line(e)
         return None if state is not None else "not a checkpoint state"
 
     def save(self, step: int) -> str:

@@ -21,6 +21,7 @@ from plumbing.cli import (
 )
 from plumbing.errors import LmshardsError
 from plumbing.outputs import disk_error_message
+from train.backends.registry import backend_names, select_keras_backend
 from train.config import FINAL_EVALS, LR_SCHEDULES, PRESETS, TrainConfig
 from train.devices import AUTO, PRECISIONS, STRATEGIES
 from train.families import family_names
@@ -132,6 +133,12 @@ def build_parser() -> CommandParser:
         "--shuffle_buffer", type=int, default=d.shuffle_buffer, help="records held for shuffling"
     )
     p.add_argument("--seed", type=int, default=d.seed, help="data order, masking, initialisation")
+    p.add_argument(
+        "--backend",
+        choices=backend_names(),
+        default=d.backend,
+        help="what trains the model: tensorflow (tf.distribute: TPUStrategy, MirroredStrategy over GPUs, or the CPU)",
+    )
     p.add_argument(
         "--strategy", choices=STRATEGIES, default=d.strategy, help="tf.distribute strategy"
     )
@@ -245,10 +252,11 @@ def _run(config: TrainConfig) -> int:
         )
         print(format_summary(checked.finished, config.output))
         return EXIT_OK
+    # Keras reads its backend once, and importing TensorFlow (the host input pipeline) imports Keras.
+    select_keras_backend(config.backend)
     with native_stderr_discarded(verbose=config.verbose):
-        from train.trainer import (
-            train,
-        )  # the training stack loads only once every cheap check has passed
+        # the training stack loads only once every cheap check has passed
+        from train.trainer import train
     summary = train(config, checked)
     if summary.get("preempted") is not None:
         return EXIT_PREEMPTED

@@ -297,11 +297,12 @@ def export_run(
     one the run recorded.
     """
     from train.model import load_model_from_run
-    from train.run_dir import read_run_config
+    from train.run_dir import RunDir
 
     check_export_output(output_dir, overwrite=overwrite)
-    run_config = read_run_config(run_dir)
-    tokenizer_path = tokenizer or fs.join(run_dir, TOKENIZER_DIR)
+    run = RunDir(run_dir)
+    run_config = run.read_config()
+    tokenizer_path = tokenizer or run.tokenizer
     if not fs.exists(tokenizer_path):
         raise LmshardsError(
             f"The run {run_dir!r} has no {TOKENIZER_DIR}/ directory; pass --tokenizer PATH "

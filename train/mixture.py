@@ -26,21 +26,18 @@ import dataclasses
 import logging
 import math
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from plumbing import fs
 from plumbing.errors import LmshardsError
 from schemas.constants import TOKENIZER_DIR_NAME, TOKENIZER_JSON, TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.manifest import Manifest, read_manifest
 from schemas.tokenizer_info import TokenizerSource, fingerprint, locate_tokenizer
-from train.config import TOKENIZER_DIR
 
 log = logging.getLogger(__name__)
 
 # Examples per sampling block: the shares are exact to 1/MIXTURE_BLOCK at every block boundary.
 MIXTURE_BLOCK = 1000
-# log(perplexity) above this would overflow a float.
-_MAX_LOG_PERPLEXITY = 700.0
 
 
 # ---------------------------------------------------------------- the command line's sets
@@ -331,42 +328,6 @@ def set_progress(
     return tuple(progress)
 
 
-# ---------------------------------------------------------------- evaluation over sets
-
-
-@dataclasses.dataclass(frozen=True)
-class EvalSums:
-    """One set's evaluation: summed cross-entropy over the predicted tokens, their count, correct predictions."""
-
-    loss: float
-    tokens: float
-    correct: float
-
-
-def eval_record(
-    step: int, sums: Mapping[str, EvalSums], mixture: Mixture
-) -> dict[str, float | int]:
-    """The metrics record of an evaluation: per set `eval_loss/<name>` and `eval_accuracy/<name>`, and as
-    `eval_loss`, `eval_accuracy` their means weighted by the mixture's weights (renormalised over the
-    evaluated sets); `eval_perplexity` is exp(eval_loss)."""
-    weights = {s.name: s.weight for s in mixture.sets if s.name in sums}
-    total_weight = sum(weights.values())
-    record: dict[str, float | int] = {"step": step}
-    loss = accuracy = 0.0
-    for name, s in sums.items():
-        set_loss, set_accuracy = s.loss / max(s.tokens, 1.0), s.correct / max(s.tokens, 1.0)
-        record[f"eval_loss/{name}"], record[f"eval_accuracy/{name}"] = set_loss, set_accuracy
-        loss += weights[name] / total_weight * set_loss
-        accuracy += weights[name] / total_weight * set_accuracy
-    record.update(
-        eval_loss=loss,
-        eval_perplexity=math.exp(min(loss, _MAX_LOG_PERPLEXITY)),
-        eval_accuracy=accuracy,
-        eval_masked_tokens=int(sum(s.tokens for s in sums.values())),
-    )
-    return record
-
-
 # ---------------------------------------------------------------- the tokenizer a shard set carries
 
 
@@ -408,15 +369,3 @@ def run_tokenizer(given: str | None, mixture: Mixture) -> TokenizerSource | None
         )
     log.info("Tokenizer: %s", path)
     return source
-
-
-def copy_tokenizer(source: TokenizerSource, run_dir: str) -> None:
-    """Copies the tokenizer's file(s) into RUN_DIR/tokenizer/, so `export` and `fill-mask` need no --tokenizer."""
-    files = (
-        [p for p in fs.listdir(source.path) if not fs.isdir(p)]
-        if fs.isdir(source.path)
-        else [source.json_path]
-    )
-    for path in files:
-        name = path.rstrip("/").rsplit("/", 1)[-1]
-        fs.write_bytes_atomic(fs.join(run_dir, TOKENIZER_DIR, name), fs.read_bytes(path))

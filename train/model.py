@@ -6,11 +6,10 @@ from typing import TYPE_CHECKING
 
 import keras_hub
 
-from plumbing import fs
 from plumbing.errors import LmshardsError
-from train.config import CHECKPOINTS_DIR, RUN_CONFIG_JSON, ModelConfig, model_config_from_dict
+from train.config import ModelConfig, model_config_from_dict
 from train.families import ModelFamily, get_family
-from train.run_dir import read_run_config
+from train.run_dir import RunDir
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -84,16 +83,15 @@ def load_model_from_run(
       LmshardsError: not a run directory, a damaged run_config.json, no checkpoint that restores, or a
         named checkpoint that is missing or does not restore.
     """
-    model_config = model_config_from_dict(
-        read_run_config(run_dir)["model"], source=fs.join(run_dir, RUN_CONFIG_JSON)
-    )
     import tensorflow as tf  # see checkpoint_root
 
     from train.checkpoint import restore_newest
 
+    run = RunDir(run_dir)
+    model_config = model_config_from_dict(run.read_config()["model"], source=run.config_path)
     model = build_masked_lm(model_config)
     if checkpoint is None:
-        directory = fs.join(run_dir, CHECKPOINTS_DIR)
+        directory = run.checkpoints
         if restore_newest(checkpoint_root(model), directory, expect_partial=True) is None:
             raise LmshardsError(
                 f"No complete checkpoint under {directory!r}; train longer than --checkpoint_every steps."

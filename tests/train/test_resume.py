@@ -84,9 +84,9 @@ def reference(shards, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def preempted(shards, tmp_path_factory) -> Path:
     """The same command, stopped by SIGINT right after step 4."""
-    from train import trainer
+    from train import run_dir
 
-    add = trainer.MetricsLog.add
+    add = run_dir.MetricsLog.add
 
     def add_then_interrupt(self, record):
         add(self, record)
@@ -95,7 +95,7 @@ def preempted(shards, tmp_path_factory) -> Path:
 
     run = tmp_path_factory.mktemp("preempted") / "run"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(trainer.MetricsLog, "add", add_then_interrupt)
+        patch.setattr(run_dir.MetricsLog, "add", add_then_interrupt)
         assert train(shards, run) == 75
     return run
 
@@ -184,9 +184,9 @@ def test_sigint_saves_exits_75_and_the_rerun_continues_like_an_uninterrupted_run
 
 
 def test_the_preemption_is_logged_with_the_step_and_what_to_do(shards, tmp_path, capsys):
-    from train import trainer
+    from train import run_dir
 
-    add = trainer.MetricsLog.add
+    add = run_dir.MetricsLog.add
 
     def add_then_terminate(self, record):
         add(self, record)
@@ -194,7 +194,7 @@ def test_the_preemption_is_logged_with_the_step_and_what_to_do(shards, tmp_path,
             signal.raise_signal(signal.SIGTERM)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(trainer.MetricsLog, "add", add_then_terminate)
+        patch.setattr(run_dir.MetricsLog, "add", add_then_terminate)
         assert train(shards, tmp_path / "run") == 75
     err = capsys.readouterr().err
     assert (

@@ -13,13 +13,11 @@ from train.run_dir import (
     REFUSE,
     RUN_OPTIONS,
     RUN_OUTPUTS,
+    RunDir,
     changes,
     check_continuation,
-    clear_run,
     finished_summary,
     format_summary,
-    previous_run_config,
-    read_run_config,
 )
 
 MODEL = ModelConfig(vocabulary_size=2000)
@@ -129,7 +127,7 @@ def test_a_damaged_run_config_is_a_clean_error_naming_the_file_and_the_fix(
     path = tmp_path / "run_config.json"
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
     with pytest.raises(LmshardsError) as damaged:
-        previous_run_config(str(tmp_path))
+        RunDir(str(tmp_path)).previous_config()
     message = str(damaged.value)
     assert (
         message.startswith(f"{str(path)!r} {problem}")
@@ -137,23 +135,23 @@ def test_a_damaged_run_config_is_a_clean_error_naming_the_file_and_the_fix(
         and "new --output" in message
     )
     with pytest.raises(LmshardsError, match="Restore it from a copy"):
-        read_run_config(str(tmp_path))
+        RunDir(str(tmp_path)).read_config()
 
 
 def test_a_new_run_has_no_previous_config(tmp_path):
-    assert previous_run_config(str(tmp_path / "new")) is None
+    assert RunDir(str(tmp_path / "new")).previous_config() is None
     with pytest.raises(LmshardsError, match="not a training run directory"):
-        read_run_config(str(tmp_path / "new"))
+        RunDir(str(tmp_path / "new")).read_config()
 
 
 def test_a_run_with_a_summary_is_finished_unless_extended(tmp_path):
-    assert finished_summary(str(tmp_path), []) is None
+    assert finished_summary(RunDir(str(tmp_path)), []) is None
     (tmp_path / "run_summary.json").write_text(json.dumps({"global_step": 100}))
-    assert finished_summary(str(tmp_path), []) == {"global_step": 100}
+    assert finished_summary(RunDir(str(tmp_path)), []) == {"global_step": 100}
     warned_only = changes(recorded(tmp_path)["train"], config(tmp_path, seed=3))
-    assert finished_summary(str(tmp_path), warned_only) == {"global_step": 100}
+    assert finished_summary(RunDir(str(tmp_path)), warned_only) == {"global_step": 100}
     longer = changes(recorded(tmp_path)["train"], config(tmp_path, steps=200, extend=True))
-    assert finished_summary(str(tmp_path), longer) is None
+    assert finished_summary(RunDir(str(tmp_path)), longer) is None
 
 
 def test_restart_deletes_only_what_training_wrote(tmp_path):
@@ -166,9 +164,9 @@ def test_restart_deletes_only_what_training_wrote(tmp_path):
             (target / "inside").write_text("x")
     (tmp_path / "notes.txt").write_text("mine")
     (tmp_path / "plots").mkdir()
-    assert clear_run(str(tmp_path)) == list(RUN_OUTPUTS)
+    assert RunDir(str(tmp_path)).clear() == list(RUN_OUTPUTS)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "plots"]
-    assert clear_run(str(tmp_path)) == []
+    assert RunDir(str(tmp_path)).clear() == []
 
 
 def test_summary_lines(tmp_path):

@@ -10,14 +10,14 @@ tf = pytest.importorskip("tensorflow")
 from plumbing.errors import LmshardsError  # noqa: E402
 from tests.helpers.shard_factory import tokenizer_info_for, write_shards  # noqa: E402
 from train import data, mixture  # noqa: E402
+from train.evaluation import final_eval_record  # noqa: E402
+from train.input_plan import InputPlan  # noqa: E402
 from train.optim import WarmupDecay  # noqa: E402
 from train.trainer import (  # noqa: E402
     Every,
     check_precision_change,
     continue_schedule,
-    final_eval_record,
     format_duration,
-    readable_input_errors,
 )
 
 SCHEDULE = WarmupDecay(peak=1e-3, warmup_steps=10, total_steps=100)
@@ -63,8 +63,10 @@ def test_an_out_of_vocabulary_assertion_becomes_an_error_naming_the_manifest(
         tmp_path, {"train": (ids, np.ones_like(ids), 1)}, seq_len=8, tokenizer=info, inputs=()
     )
     mix = mixture.open_mixture([str(tmp_path)])
+    masking = data.masking_spec(mix.manifest, recipe="token", mlm_probability=0.15, tokenizer=None)
+    inputs = InputPlan.create(mix, masking=masking, per_replica_batch=2, seed=0, shuffle_buffer=4)
     with pytest.raises(LmshardsError) as error:
-        with readable_input_errors((), mix):
+        with inputs.readable_errors(()):
             tf.debugging.assert_less(
                 tf.constant(5000), tf.constant(2000), message=data.ID_OUT_OF_VOCABULARY
             )
@@ -73,7 +75,7 @@ def test_an_out_of_vocabulary_assertion_becomes_an_error_naming_the_manifest(
         "vocab_size 2000"
     )
     with pytest.raises(tf.errors.InvalidArgumentError):  # any other error stays what it is
-        with readable_input_errors((), mix):
+        with inputs.readable_errors(()):
             tf.debugging.assert_less(tf.constant(5), tf.constant(2), message="something else")
 
 
