@@ -32,8 +32,8 @@ def save_steps(directory, steps, keep=10):
 def test_round_trip_and_keep(tmp_path):
     save_steps(tmp_path, [1, 2, 3, 4], keep=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-3.npz", "ckpt-4.npz"]
-    path, step, restored = ckpt.restore_newest(str(tmp_path), like=LIKE)
-    assert (path.endswith("ckpt-4.npz"), step) == (True, 4)
+    path, restored = ckpt.restore_newest(str(tmp_path), like=LIKE)
+    assert (path.endswith("ckpt-4.npz"), ckpt.checkpoint_step(path)) == (True, 4)
     for group, values in arrays(4).items():
         for got, want in zip(restored[group], values, strict=True):
             np.testing.assert_array_equal(got, want)
@@ -44,7 +44,7 @@ def test_round_trip_and_keep(tmp_path):
 def test_model_only_restore_reads_the_model_groups(tmp_path):
     save_steps(tmp_path, [5])
     like = {g: LIKE[g] for g in ckpt.MODEL_GROUPS}
-    _, _, restored = ckpt.restore_newest(str(tmp_path), like=like)
+    _, restored = ckpt.restore_newest(str(tmp_path), like=like)
     assert set(restored) == set(ckpt.MODEL_GROUPS)
 
 
@@ -65,8 +65,8 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path, damage
             data[: len(data) // 2] if damage == "truncate" else b"" if damage == "empty" else data
         )
     )
-    _, step, restored = ckpt.restore_newest(str(tmp_path), like=LIKE)
-    assert step == 10
+    path, restored = ckpt.restore_newest(str(tmp_path), like=LIKE)
+    assert ckpt.checkpoint_step(path) == 10
     assert restored["optimizer"][0] == 10
     assert "Skipping checkpoint" in caplog.text and "ckpt-20.npz" in caplog.text
 
@@ -76,7 +76,7 @@ def test_a_checkpoint_of_another_model_is_skipped(tmp_path):
     other = arrays(2)
     other["trainable"][0] = np.zeros((4, 4), np.float32)
     ckpt.save(str(tmp_path), other, step=2, keep=10)
-    assert ckpt.restore_newest(str(tmp_path), like=LIKE)[1] == 1
+    assert ckpt.checkpoint_step(ckpt.restore_newest(str(tmp_path), like=LIKE)[0]) == 1
 
 
 def test_none_restores_names_each_and_the_fix(tmp_path):
@@ -90,5 +90,5 @@ def test_none_restores_names_each_and_the_fix(tmp_path):
 def test_an_unfinished_save_is_ignored(tmp_path, caplog):
     save_steps(tmp_path, [3])
     (tmp_path / "ckpt-4.npz.tmp-0123abcd").write_bytes(b"half")
-    assert ckpt.restore_newest(str(tmp_path), like=LIKE)[1] == 3
+    assert ckpt.checkpoint_step(ckpt.restore_newest(str(tmp_path), like=LIKE)[0]) == 3
     assert "incomplete checkpoint" in caplog.text

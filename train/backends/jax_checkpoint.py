@@ -6,7 +6,7 @@ JAX step never needs TensorFlow. A save writes the whole file under a temporary 
 leaves a `.tmp-` file nobody reads. Damage after the fact shows on restore: the npz is a zip whose
 members each carry a CRC-32 that is checked as they are read, and a truncated file has no central
 directory; each array's shape and dtype must also match the model's. Restore tries the checkpoints
-newest first and skips, with a warning, each one that does not restore: the TensorFlow backend's rules.
+newest first and skips, with a warning, each one that does not restore (train.backends.base.restore_newest).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import keras
 import numpy as np
 
 from plumbing import fs
-from plumbing.errors import LmshardsError
+from train.backends import base
 
 log = logging.getLogger(__name__)
 
@@ -90,13 +90,23 @@ def decode(data: bytes, *, like: Specs) -> Arrays:
         for group, specs in like.items():
             if meta[group] != len(specs):
                 raise ValueError(f"{meta[group]} {group} arrays, the model has {len(specs)}")
-            out[group] = [z[f"{group}/{i}"] for i in range(len(specs))]
-            for i, (array, (shape, dtype)) in enumerate(zip(out[group], specs)):
-                if array.shape != tuple(shape) or array.dtype != np.dtype(dtype):
-                    raise ValueError(
-                        f"{group}/{i} is {array.dtype}{list(array.shape)}, the model's {dtype}{list(shape)}"
-                    )
+            out[group] = [
+                _fitted(z[f"{group}/{i}"], spec, name=f"{group}/{i}")
+                for i, spec in enumerate(specs)
+            ]
         return out
+
+
+def _fitted(array: np.ndarray, spec: tuple[tuple[int, ...], str], *, name: str) -> np.ndarray:
+    """array as the variable of spec holds it. Integers may change width: Keras keeps dropout seed states
+    as uint32 on JAX and int64 on TensorFlow, and export loads a JAX run under TensorFlow."""
+    shape, dtype = tuple(spec[0]), np.dtype(spec[1])
+    same_kind = array.dtype == dtype or (array.dtype.kind in "iu" and dtype.kind in "iu")
+    if array.shape != shape or not same_kind:
+        raise ValueError(
+            f"{name} is {array.dtype}{list(array.shape)}, the model's {dtype}{list(shape)}"
+        )
+    return array.astype(dtype, copy=False)
 
 
 def _variables(model: keras.Model, optimizer: keras.optimizers.Optimizer | None) -> dict[str, list]:
@@ -129,40 +139,32 @@ def assign_arrays(
             variable.assign(value)
 
 
-def _one_line(error: Exception) -> str:
-    return " ".join((str(error) or type(error).__name__).split())[:300]
+def warn_incomplete(directory: str) -> None:
+    """Warns about each save that did not finish (a temporary file left by a killed process)."""
+    for name in _names(directory):
+        if _TEMP_RE.match(name):
+            log.warning("Ignoring incomplete checkpoint %s (its save did not finish).", name)
 
 
-def restore_newest(directory: str, *, like: Specs) -> tuple[str, int, Arrays] | None:
-    """(path, step, arrays) of the newest checkpoint in directory that restores, or None if there is none.
+def load(path: str, *, like: Specs) -> Arrays:
+    """The arrays of the checkpoint file at path, checked against like (see decode)."""
+    return decode(fs.read_bytes(path), like=like)
+
+
+def restore_newest(directory: str, *, like: Specs) -> tuple[str, Arrays] | None:
+    """(path, arrays) of the newest checkpoint in directory that restores, or None if there is none.
 
     Raises:
       LmshardsError: there are checkpoints but none of them restores.
     """
-    for name in _names(directory):
-        if _TEMP_RE.match(name):
-            log.warning("Ignoring incomplete checkpoint %s (its save did not finish).", name)
-    failures = []
-    for path in complete_checkpoints(directory):
-        try:
-            arrays = decode(fs.read_bytes(path), like=like)
-        except Exception as e:  # damage shows in many ways: BadZipFile, ValueError, EOFError, ...
-            failures.append(f"{posixpath.basename(path)}: {_one_line(e)}")
-            log.warning("Skipping checkpoint %s: it does not restore (%s).", path, _one_line(e))
-            continue
-        if failures:
-            log.warning(
-                "Restored %s, the newest checkpoint that restores (skipped: %s).",
-                path,
-                "; ".join(failures),
-            )
-        return path, checkpoint_step(path), arrays
-    if failures:
-        raise LmshardsError(
-            f"No checkpoint in {directory!r} restores ({'; '.join(failures)}). Restore the checkpoint files from a "
-            "copy, or pass --restart to train this run again from step 0 (deleting its checkpoints and metrics)."
-        )
-    return None
+    warn_incomplete(directory)
+    loaded = {}
+
+    def restore(path: str) -> None:
+        loaded[path] = load(path, like=like)
+
+    path = base.restore_newest(complete_checkpoints(directory), restore, directory=directory)
+    return None if path is None else (path, loaded[path])
 
 
 def save(directory: str, arrays: Arrays, *, step: int, keep: int) -> str:
