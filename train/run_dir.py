@@ -53,11 +53,13 @@ class RunOption:
     """A TrainConfig field whose value a rerun must keep (REFUSE) or had better keep (WARN).
 
     extendable: --extend lets it change (it sets the run's length).
+    recorded_default: what a run_config.json without the field recorded (it predates the option).
     """
 
     name: str
     on_change: str
     extendable: bool = False
+    recorded_default: Any = None
 
     @property
     def flag(self) -> str:
@@ -74,6 +76,8 @@ RUN_OPTIONS = (
     # The masking recipe: another one would train another objective.
     RunOption("masking", REFUSE),
     RunOption("mlm_probability", REFUSE),
+    # Each backend writes its own checkpoint files, which the other cannot restore.
+    RunOption("backend", REFUSE, recorded_default="tensorflow"),
     # With the global step, these fix which batches and masks come next.
     RunOption("shards", WARN),
     RunOption("shard_weights", WARN),
@@ -122,9 +126,11 @@ def changes(recorded_train: dict[str, Any], config: TrainConfig) -> list[Change]
         json.dumps(config.to_dict())
     )  # tuples become the lists they were recorded as
     return [
-        Change(option, recorded_train.get(option.name), given[option.name])
+        Change(option, recorded, given[option.name])
         for option in RUN_OPTIONS
-        if option.name in given and recorded_train.get(option.name) != given[option.name]
+        if option.name in given
+        and (recorded := recorded_train.get(option.name, option.recorded_default))
+        != given[option.name]
     ]
 
 

@@ -47,6 +47,7 @@ def test_the_same_command_continues_the_run(tmp_path):
         ("lr_schedule", "linear", "cosine"),
         ("masking", "token", "whole_word"),
         ("mlm_probability", 0.15, 0.3),
+        ("backend", "tensorflow", "jax"),
     ],
 )
 def test_a_changed_schedule_or_masking_is_refused_naming_the_option_and_both_values(
@@ -60,6 +61,14 @@ def test_a_changed_schedule_or_masking_is_refused_naming_the_option_and_both_val
         refused.value
     )
     assert "--extend" in str(refused.value) and "--restart" in str(refused.value)
+
+
+def test_a_run_recorded_before_backends_existed_is_a_tensorflow_run(tmp_path):
+    previous = recorded(tmp_path)
+    del previous["train"]["backend"]
+    assert check_continuation(previous, config(tmp_path), MODEL) == []
+    with pytest.raises(LmshardsError, match='--backend "tensorflow" in the run, "jax"'):
+        check_continuation(previous, config(tmp_path, backend="jax"), MODEL)
 
 
 def test_extend_lets_only_the_length_change(tmp_path):

@@ -28,6 +28,7 @@ from train.devices import (
     STRATEGY_CPU,
     STRATEGY_MIRRORED,
     STRATEGY_TPU,
+    detect_tpu_signals,
     resolve_precision,
     resolve_steps_per_execution,
 )
@@ -77,7 +78,7 @@ class JaxBackend(Backend):
     name = "jax"
 
     def connect(self, config: TrainConfig) -> Topology:
-        jax_step.start_distributed()
+        jax_step.start_distributed(detect_tpu_signals(tpu_flag=config.tpu))
         self.devices = devices_for(config.strategy)
         platform = self.devices[0].platform
         capabilities = [_compute_capability(d) for d in self.devices if platform == PLATFORM_GPU]

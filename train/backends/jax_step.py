@@ -14,7 +14,7 @@ mesh, XLA turns the global sums into one all-reduce per step.
 from __future__ import annotations
 
 import dataclasses
-import os
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -30,12 +30,12 @@ from train.devices import MIXED_FLOAT16
 from train.model import build_masked_lm
 from train.optim import WarmupDecay, make_optimizer
 
+log = logging.getLogger(__name__)
+
 # keras.distribution.DataParallel names its one mesh axis so.
 BATCH_AXIS = "batch"
 # Batch keys that are model inputs; the rest (mask_ids, mask_weights) are targets.
 TARGET_KEYS = ("mask_ids", "mask_weights")
-# Set by a TPU VM of a multi-host slice: the hosts, comma-separated.
-TPU_HOSTS_ENV = "TPU_WORKER_HOSTNAMES"
 
 Batch = Mapping[str, Any]  # {feature: array [batch, ...]} as train.data yields it
 
@@ -52,10 +52,21 @@ class TrainState:
         return self.trainable, self.non_trainable, self.optimizer
 
 
-def start_distributed() -> None:
-    """Joins the other hosts of a multi-host TPU slice (every host runs the same command); a no-op on one host."""
-    if len(os.environ.get(TPU_HOSTS_ENV, "").split(",")) > 1:
+def start_distributed(tpu_signals: Sequence[str]) -> None:
+    """Joins the other hosts of a TPU slice into one JAX job (every host runs the same command).
+
+    Only on a TPU VM (tpu_signals: train.devices.detect_tpu_signals): JAX finds the slice's hosts and
+    process ids from the VM's metadata; a one-host slice is a job of one process. Elsewhere, or if it
+    fails, the run continues on this host's devices alone, with a warning.
+    """
+    if not tpu_signals:
+        return
+    try:
         jax.distributed.initialize()
+    except (RuntimeError, ValueError) as e:
+        log.warning(
+            "Could not join the TPU slice's other hosts (%s); training on this host alone.", e
+        )
 
 
 @dataclasses.dataclass(frozen=True)
