@@ -40,6 +40,8 @@ PINS = {
     "pytest": "9.2.0",
     "pytest-timeout": "2.4.0",
     "gcp-storage-emulator": "2026.7.19",
+    "ruff": "0.17.6",
+    "mypy": "2.4.1",
 }
 
 
@@ -91,6 +93,8 @@ EXTRAS = {
         pinned("pytest-timeout"),
         pinned("gcp-storage-emulator"),
         pinned("psutil"),
+        pinned("ruff"),  # lint and format check, run by .ci/run before the tests
+        pinned("mypy"),  # type check, likewise
     ],
 }
 EXTRAS["all"] = sorted({req for name, reqs in EXTRAS.items() if name != "test" for req in reqs})
@@ -120,7 +124,8 @@ setup(
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
-    python_requires=">=3.11,<3.12",
+    # numpy 2.4 needs 3.11; TensorFlow 2.21, tfx-bsl 1.21 and the rest of the pins have wheels up to 3.13.
+    python_requires=">=3.11,<3.14",
     packages=find_packages(include=WORKER_PACKAGES if WORKER_ONLY else FULL_PACKAGES),
     install_requires=WORKER,
     extras_require={} if WORKER_ONLY else EXTRAS,

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from bench._measure import MB, load_average, run_checked
-from corpus_tools.tokenizer.cli import parse_size
 from corpus_tools.tokenizer.config import DEFAULT_VOCAB_SIZE, MODELS
+from plumbing.units import parse_size
 
 DEFAULT_SIZES = ("10MB", "100MB")
 DEFAULT_MODELS = MODELS
@@ -65,7 +65,7 @@ def run_one(
         raise RuntimeError(f"unexpected output of {' '.join(argv)}:\n{m.stdout}")
     return {
         "model": model,
-        "max_bytes": parse_size(size),
+        "max_bytes": parse_size(size, bare_unit="B"),
         "sampled_mb": float(sampled["mb"].replace(",", "")),
         "sampled_documents": int(sampled["docs"].replace(",", "")),
         "corpus_mb": float(sampled["total_mb"].replace(",", "")),

@@ -7,57 +7,122 @@ imports only the package that serves it.
 from __future__ import annotations
 
 import difflib
-import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from plumbing.cli import EXIT_OK, EXIT_USAGE, print_error
 from schemas.version import __version__
 
+Main = Callable[[list[str]], int | None]  # argv after the command's words -> exit code
+
 
 class Subcommand(NamedTuple):
-    module: str  # holds `function(argv) -> exit code`, argv being the arguments after the command's words
+    main: Main  # imports the side that serves the command only when called
     help: str
-    function: str = "main"
 
 
-# command (one or two words) -> where it lives. Commands sharing a first word form a group (`lmshards tokenizer`).
+# Each function imports its command's module when it runs, never when this module loads: importing
+# the CLI must not import TensorFlow or Beam. Written as plain imports so that tools can follow them.
+def _tokenizer_train(argv: list[str]) -> int | None:
+    from corpus_tools.tokenizer.cli import train_main
+
+    return train_main(argv)
+
+
+def _tokenizer_inspect(argv: list[str]) -> int | None:
+    from corpus_tools.tokenizer.cli import inspect_main
+
+    return inspect_main(argv)
+
+
+def _dataset_export(argv: list[str]) -> int | None:
+    from corpus_tools.dataset.cli import main
+
+    return main(argv)
+
+
+def _preprocess(argv: list[str]) -> int | None:
+    from preprocess.cli import main
+
+    return main(argv)
+
+
+def _inspect(argv: list[str]) -> int | None:
+    from preprocess.inspect_cli import main
+
+    return main(argv)
+
+
+def _stats(argv: list[str]) -> int | None:
+    from corpus_tools.stats.cli import main
+
+    return main(argv)
+
+
+def _train(argv: list[str]) -> int | None:
+    from train.cli import main
+
+    return main(argv)
+
+
+def _preview(argv: list[str]) -> int | None:
+    from train.preview_cli import main
+
+    return main(argv)
+
+
+def _export(argv: list[str]) -> int | None:
+    from train.export_cli import main
+
+    return main(argv)
+
+
+def _fill_mask(argv: list[str]) -> int | None:
+    from train.fill_mask_cli import main
+
+    return main(argv)
+
+
+def _env(argv: list[str]) -> int | None:
+    from train.env_cli import main
+
+    return main(argv)
+
+
+def _demo(argv: list[str]) -> int | None:
+    from lmshards.demo import main
+
+    return main(argv)
+
+
+# command (one or two words) -> how it runs. Commands sharing a first word form a group (`lmshards tokenizer`).
 SUBCOMMANDS: dict[str, Subcommand] = {
-    "tokenizer train": Subcommand(
-        "corpus_tools.tokenizer.cli", "train a Unigram, BPE or WordPiece tokenizer", "train_main"
-    ),
+    "tokenizer train": Subcommand(_tokenizer_train, "train a Unigram, BPE or WordPiece tokenizer"),
     "tokenizer inspect": Subcommand(
-        "corpus_tools.tokenizer.cli",
-        "show how a tokenizer splits text or a corpus sample",
-        "inspect_main",
+        _tokenizer_inspect, "show how a tokenizer splits text or a corpus sample"
     ),
     "dataset export": Subcommand(
-        "corpus_tools.dataset.cli", "export a Hugging Face dataset to Parquet/JSONL shards"
+        _dataset_export, "export a Hugging Face dataset to Parquet/JSONL shards"
     ),
     "preprocess": Subcommand(
-        "preprocess.cli", "Beam pipeline: text corpus -> balanced TFRecord shards + manifest"
+        _preprocess, "Beam pipeline: text corpus -> balanced TFRecord shards + manifest"
     ),
-    "inspect": Subcommand("preprocess.inspect_cli", "summarize (and --verify) a preprocess output"),
+    "inspect": Subcommand(_inspect, "summarize (and --verify) a preprocess output"),
     "stats": Subcommand(
-        "corpus_tools.stats.cli",
-        "corpus statistics of a shard set (tensorflow-transform analyzers, Beam)",
+        _stats, "corpus statistics of a shard set (tensorflow-transform analyzers, Beam)"
     ),
-    "train": Subcommand("train.cli", "train a masked LM on preprocess shards"),
+    "train": Subcommand(_train, "train a masked LM on preprocess shards"),
     "preview": Subcommand(
-        "train.preview_cli", "show what a masking recipe selects in the first training sequences"
+        _preview, "show what a masking recipe selects in the first training sequences"
     ),
-    "export": Subcommand(
-        "train.export_cli", "export a training run to a Hugging Face model directory"
-    ),
-    "fill-mask": Subcommand(
-        "train.fill_mask_cli", "run transformers' fill-mask on an exported model"
-    ),
+    "export": Subcommand(_export, "export a training run to a Hugging Face model directory"),
+    "fill-mask": Subcommand(_fill_mask, "run transformers' fill-mask on an exported model"),
     "env": Subcommand(
-        "train.env_cli",
-        "versions, accelerators, TPU signals and what `auto` chooses on this machine",
+        _env,
+        "versions, whether the backend loads, accelerators, TPU signals and what `auto` chooses here",
     ),
-    "demo": Subcommand("lmshards.demo", "the whole story on the bundled sample corpus"),
+    "demo": Subcommand(_demo, "the whole story on the bundled sample corpus"),
 }
 _HELP_FLAGS = ("-h", "--help")
 
@@ -108,6 +173,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_error("", unknown_command_message(args))
         return EXIT_USAGE
     command, rest = found
-    entry = SUBCOMMANDS[command]
-    function = getattr(importlib.import_module(entry.module), entry.function)
-    return int(function(rest) or EXIT_OK)
+    return int(SUBCOMMANDS[command].main(rest) or EXIT_OK)

@@ -26,6 +26,7 @@ from lmshards.report import render_report
 from plumbing import fs
 from plumbing.cli import CommandParser, run_command, setup_logging
 from plumbing.errors import LmshardsError, OutputError
+from plumbing.units import format_duration
 from schemas.constants import (
     ATTENTION_MASK,
     FEATURE_NAMES,
@@ -307,6 +308,7 @@ def run_step(step: Step, log_dir: Path) -> tuple[float, str]:
             proc = subprocess.Popen(
                 command, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
             )
+            assert proc.stdout is not None, "stdout=PIPE"
             for line in proc.stdout:
                 log.write(line)
                 sys.stdout.write(line.decode("utf-8", "replace"))
@@ -323,7 +325,7 @@ def run_step(step: Step, log_dir: Path) -> tuple[float, str]:
 
 def read_split(manifest: Manifest, shards_dir: Path, split: str) -> dict[str, np.ndarray]:
     """{INPUT_IDS, ATTENTION_MASK: int64 [records, seq_len]} of a split, in manifest order (no TensorFlow)."""
-    records = []
+    records: list[bytes] = []
     for path in manifest.shard_paths(str(shards_dir), split):
         with open(path, "rb") as f:
             records.extend(read_records(f))
@@ -413,7 +415,7 @@ def score(out: Path) -> Scores:
             f"The validation split in {out / 'shards'} has no token to mask; use a larger corpus."
         )
     loss, accuracy = score_export(out / "hf_model", masked)
-    top_text = AutoTokenizer.from_pretrained(str(out / "hf_model")).decode([top])
+    top_text = str(AutoTokenizer.from_pretrained(str(out / "hf_model")).decode([top]))
     return Scores(
         eval_loss=loss,
         eval_accuracy=accuracy,
@@ -523,7 +525,7 @@ def write_report(cfg: DemoConfig, summary: dict[str, Any]) -> Path:
         "trainer's own eval": f"loss {summary['trainer_eval']['loss']:.3f}, accuracy "
         f"{summary['trainer_eval']['accuracy']:.3f} (its masks leave some tokens unchanged)",
         "fill-mask": f"{summary['fill_mask']['prompt']} -> {', '.join(map(repr, summary['fill_mask']['top_k']))}",
-        **{f"time: {k}": f"{v:.1f} s" for k, v in summary["seconds"].items()},
+        **{f"time: {k}": format_duration(v) for k, v in summary["seconds"].items()},
     }
     accuracy = [
         (f"most frequent token {summary['baseline_token']!r}", summary["baseline_accuracy"]),

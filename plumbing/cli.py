@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn
 
-from plumbing.errors import LmshardsError
+from plumbing.errors import LmshardsError, disk_error_message
 
 EXIT_OK = 0
 EXIT_FAILURE = 1  # the run failed on the machine's side (disk full, lost permission, ...)
@@ -51,7 +51,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
             return help_
         if isinstance(action.default, (list, tuple)) and not action.default:
             return help_
-        return super()._get_help_string(action)
+        return super()._get_help_string(action) or help_
 
     def _format_action_invocation(self, action: argparse.Action) -> str:
         text = super()._format_action_invocation(action)
@@ -124,3 +124,21 @@ def run_command(command: str, body: Callable[[], int | None]) -> int:
     except KeyboardInterrupt:
         print_error(command, "interrupted")
         return EXIT_INTERRUPTED
+
+
+def run_writing(command: str, output: str, body: Callable[[], int | None]) -> int:
+    """Runs the part of a command that writes `output`: a disk error there (full, quota, read-only,
+    lost permission) becomes one line naming it and exit 1, not a traceback.
+
+    User errors and bugs propagate (run_command reports the first; a bug keeps its traceback).
+    """
+    try:
+        return int(body() or EXIT_OK)
+    except LmshardsError:
+        raise
+    except Exception as e:
+        message = disk_error_message(e, output)
+        if message is None:
+            raise
+        print_error(command, message)
+        return EXIT_FAILURE

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import json
 import os
 import posixpath
@@ -20,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from plumbing import fs
-from plumbing.errors import OutputError
+from plumbing.errors import OutputError, describe_disk_error, disk_errno
 from schemas.constants import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,
@@ -256,7 +255,8 @@ def _is_ours(filesystem: Any, path: str, name: str, layout: _Layout) -> bool:
 
 
 def _classify(filesystem: Any, path: str, layout: _Layout) -> OwnedEntries:
-    owned, foreign = [], []
+    owned: list[str] = []
+    foreign: list[str] = []
     for entry in _list(filesystem, path):
         if entry.type == "file":
             (owned if _is_ours(filesystem, path, entry.name, layout) else foreign).append(
@@ -310,6 +310,44 @@ def owned_entries(directory: str, *, kind: str, flag: str = "--output") -> Owned
     return _classify(*found, layout)
 
 
+def _refuse_foreign(directory: str, foreign: Sequence[str], *, kind: str, flag: str) -> None:
+    if foreign:
+        shown = ", ".join(repr(f) for f in foreign[:_FOREIGN_SHOWN])
+        more = f" and {len(foreign) - _FOREIGN_SHOWN} more" if len(foreign) > _FOREIGN_SHOWN else ""
+        raise OutputError(
+            f"{flag} {directory!r} holds files lmshards did not write ({shown}{more}); --overwrite only "
+            f"replaces an earlier lmshards {kind} output. Move those files away or choose another {flag}."
+        )
+
+
+def check_replaceable(
+    directory: str, *, kind: str, overwrite: bool, flag: str = "--output"
+) -> None:
+    """Refuses, before any work starts, an output directory that a new `kind` output may not replace.
+
+    Absent or empty directories are fine; a non-empty one needs `overwrite` and must hold nothing
+    but an earlier lmshards `kind` output.
+
+    Raises:
+      OutputError: directory is a file, is not empty and overwrite is False, or holds foreign entries.
+    """
+    if fs.check_output_dir(directory, overwrite=overwrite, flag=flag):
+        _refuse_foreign(
+            directory, owned_entries(directory, kind=kind, flag=flag).foreign, kind=kind, flag=flag
+        )
+
+
+def prepare_output(directory: str, *, kind: str, overwrite: bool, flag: str = "--output") -> None:
+    """Makes `directory` an empty directory for a new `kind` output, deleting an earlier one (its marker first).
+
+    Raises:
+      OutputError: as check_replaceable.
+    """
+    if fs.check_output_dir(directory, overwrite=overwrite, flag=flag):
+        clear_owned_output(directory, kind=kind, flag=flag)
+    fs.makedirs(directory)
+
+
 def clear_owned_output(directory: str, *, kind: str, flag: str = "--output") -> tuple[str, ...]:
     """Deletes what an earlier lmshards `kind` output left in directory (the marker first); returns the names.
 
@@ -319,13 +357,7 @@ def clear_owned_output(directory: str, *, kind: str, flag: str = "--output") -> 
       OutputError: directory is a file, or holds entries lmshards did not write (a few are named).
     """
     owned, foreign = owned_entries(directory, kind=kind, flag=flag)
-    if foreign:
-        shown = ", ".join(repr(f) for f in foreign[:_FOREIGN_SHOWN])
-        more = f" and {len(foreign) - _FOREIGN_SHOWN} more" if len(foreign) > _FOREIGN_SHOWN else ""
-        raise OutputError(
-            f"{flag} {directory!r} holds files lmshards did not write ({shown}{more}); --overwrite only "
-            f"replaces an earlier lmshards {kind} output. Move those files away or choose another {flag}."
-        )
+    _refuse_foreign(directory, foreign, kind=kind, flag=flag)
     filesystem, path = fs.filesystem(directory)
     for name in owned:
         filesystem.rm(posixpath.join(path, name), recursive=True)
@@ -350,53 +382,6 @@ def is_lmshards_output(directory: str) -> bool:
 
 
 # ------------------------------------------------------------------------ preflight and disk errors
-
-# errno -> (what happened, how to fix it)
-_DISK_ERRORS = {
-    errno.ENOSPC: ("the disk is full", "free some space or choose another location"),
-    errno.EDQUOT: (
-        "the disk quota is exceeded",
-        "free some space, raise the quota or choose another location",
-    ),
-    errno.EROFS: ("the file system is read-only", "choose a location on a writable file system"),
-    errno.EACCES: ("permission denied", "fix its permissions or choose another location"),
-    errno.EPERM: ("permission denied", "fix its permissions or choose another location"),
-}
-# Beam re-raises a worker's error as text (e.g. RuntimeError("... OSError: [Errno 28] ...")).
-_ERRNO_IN_TEXT_RE = re.compile(r"\[Errno (\d+)\]")
-
-
-def _disk_errno(exc: BaseException) -> int | None:
-    """The errno of the first disk error in exc, its causes and contexts, or in their text."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, OSError) and current.errno in _DISK_ERRORS:
-            return current.errno
-        for match in _ERRNO_IN_TEXT_RE.finditer(str(current)):
-            if int(match[1]) in _DISK_ERRORS:
-                return int(match[1])
-        # TensorFlow's file systems give only the errno's text ("...; No space left on device").
-        for code in _DISK_ERRORS:
-            if os.strerror(code) in str(current):
-                return code
-        current = current.__cause__ or current.__context__
-    return None
-
-
-def _describe(code: int) -> str:
-    what, fix = _DISK_ERRORS[code]
-    return f"{what} ({os.strerror(code)}); {fix}"
-
-
-def disk_error_message(exc: BaseException, path: str) -> str | None:
-    """One line naming path, the cause and the fix when exc is (or wraps) a full disk, quota, read-only or
-    permission error; None for any other error."""
-    code = _disk_errno(exc)
-    if code is None:
-        return None
-    return f"Cannot write to {path!r}: {_describe(code)}, then run the command again."
 
 
 def _one_line(exc: BaseException) -> str:
@@ -423,9 +408,11 @@ def check_writable(location: str, *, flag: str = "--output") -> None:
     # Any failure here means the command could not write its output; remote stores raise their own
     # error classes (gcsfs: OSError for 403 but HttpError for others), so all become one message.
     except Exception as e:
-        code = _disk_errno(e)
+        code = disk_errno(e)
         if code is not None:
-            raise OutputError(f"{flag} {location!r} is not writable: {_describe(code)}.") from e
+            raise OutputError(
+                f"{flag} {location!r} is not writable: {describe_disk_error(code)}."
+            ) from e
         raise OutputError(
             f"{flag} {location!r} is not writable: a test file cannot be created and removed there "
             f"({_one_line(e)}). Check the path, its permissions (for gs://: the bucket and your credentials), "

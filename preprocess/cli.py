@@ -20,6 +20,7 @@ from plumbing.cli import (
     setup_logging,
     typo_hint,
 )
+from plumbing.units import format_duration
 from preprocess import runners
 from preprocess.failures import RunFailure, is_reported_failure
 from preprocess.options import REQUIRED_FLAGS, LmshardsPreprocessOptions, config_from_options
@@ -124,7 +125,9 @@ def _from_preprocess_or_error(record: logging.LogRecord) -> bool:
 
 
 def summary(manifest: Manifest, output: str, seconds: float) -> str:
-    lines = [f"lmshards {COMMAND}: wrote {output} in {seconds:.1f} s (seq_len {manifest.seq_len})"]
+    lines = [
+        f"lmshards {COMMAND}: wrote {output} in {format_duration(seconds)} (seq_len {manifest.seq_len})"
+    ]
     for name, split in manifest.splits.items():
         t = split.totals
         lines.append(

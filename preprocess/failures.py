@@ -15,8 +15,7 @@ import re
 import traceback
 from collections.abc import Iterator
 
-from plumbing.errors import LmshardsError
-from plumbing.outputs import disk_error_message
+from plumbing.errors import LmshardsError, disk_error_message
 
 # What Beam appends to the message of an exception raised inside a step.
 _WHILE_RUNNING_RE = re.compile(r"\s*\[while running '[^']*'\]")

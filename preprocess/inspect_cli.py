@@ -11,12 +11,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import numpy as np
 
 from plumbing import fs
 from plumbing.cli import EXIT_FAILURE, EXIT_OK, CommandParser, run_command, setup_logging
+from plumbing.progress import bytes_progress
+from plumbing.units import format_duration, megabytes
 from schemas.constants import INPUT_IDS, MANIFEST_NAME
 from schemas.manifest import Manifest, ShardInfo, read_manifest
 from schemas.records import CorruptRecordError, MalformedExampleError, decode_examples, read_records
@@ -29,7 +31,6 @@ EXIT_MISMATCH = EXIT_FAILURE  # --verify found shards that do not match the mani
 DEFAULT_THREADS = 8
 PROGRESS_EVERY_S = 5.0  # at most one progress line per this many seconds
 DECODE_BATCH_RECORDS = 4096  # records decoded at once for the input id check
-MB = 1_000_000  # decimal megabytes in progress figures, as in the preprocess progress lines
 
 
 def build_parser() -> CommandParser:
@@ -80,8 +81,10 @@ def _inspect(args: argparse.Namespace) -> int:
     start = time.monotonic()
     problems = verify(manifest, output, threads=args.threads, progress_every_s=PROGRESS_EVERY_S)
     elapsed = time.monotonic() - start
-    size = sum(shard.bytes for split in manifest.splits.values() for shard in split.shards) / MB
-    took = f"in {elapsed:.1f} s ({size:,.1f} MB, {size / max(elapsed, 1e-9):,.1f} MB/s)"
+    size = megabytes(
+        sum(shard.bytes for split in manifest.splits.values() for shard in split.shards)
+    )
+    took = f"in {format_duration(elapsed)} ({size:,.1f} MB, {size / max(elapsed, 1e-9):,.1f} MB/s)"
     for problem in problems:
         print(f"MISMATCH {problem}", file=sys.stderr)
     shards = sum(len(s.shards) for s in manifest.splits.values())
@@ -172,26 +175,12 @@ def verify(
     ]
 
 
-def format_eta(seconds: float) -> str:
-    """'42 s', '3 min 05 s', '2 h 07 min'."""
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
-
-
 def progress_line(
     *, shards_done: int, shards_total: int, bytes_done: int, bytes_total: int, elapsed_s: float
 ) -> str:
-    """'verify: k/N shards, x of y MB, r MB/s, ETA t' (ETA '?' until something was read)."""
-    rate = bytes_done / MB / elapsed_s if elapsed_s > 0 else 0.0
-    eta = format_eta(max(bytes_total - bytes_done, 0) / MB / rate) if rate > 0 else "?"
-    return (
-        f"verify: {shards_done}/{shards_total} shards, {bytes_done / MB:,.1f} of {bytes_total / MB:,.1f} MB, "
-        f"{rate:,.1f} MB/s, ETA {eta}"
-    )
+    """'verify: k/N shards, x of y MB (p%), r MB/s, ETA t'."""
+    progress = bytes_progress(done=bytes_done, total=bytes_total, seconds=elapsed_s)
+    return f"verify: {shards_done}/{shards_total} shards, {progress}"
 
 
 class VerifyProgress:
@@ -305,12 +294,13 @@ def _check_shard(
         return ["missing"]
     problems: list[str] = []
     shard_ids = ShardIds(rule)
-    records: int | None = 0
+    records = 0
+    corrupt = False
     batch: list[bytes] = []
     with fs.open_file(path, "rb") as f:
         reader = _HashingReader(f, progress)
         try:
-            for record in read_records(reader):
+            for record in read_records(cast(BinaryIO, reader)):
                 batch.append(record)
                 if len(batch) == DECODE_BATCH_RECORDS:
                     records += len(batch)
@@ -319,11 +309,11 @@ def _check_shard(
             records += len(batch)
         except CorruptRecordError as e:
             problems.append(f"corrupt TFRecord: {e}")
-            records = None  # unknown past a corrupt frame
+            corrupt = True  # the record count is unknown past a corrupt frame
         shard_ids.add(batch)  # the records before a corrupt frame too
         while reader.read(1 << 20):  # hash whatever follows a corrupt frame too
             pass
-    if records is not None and records != shard.records:
+    if not corrupt and records != shard.records:
         problems.append(f"{records} records, manifest says {shard.records}")
     if reader.bytes != shard.bytes:
         problems.append(f"{reader.bytes} bytes, manifest says {shard.bytes}")

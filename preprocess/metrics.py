@@ -10,35 +10,21 @@ PROGRESS_EVERY_S seconds, and once more when a stage's work in that worker ends.
 from __future__ import annotations
 
 import logging
-import time
 
 from apache_beam.metrics import Metrics
 
+from plumbing.progress import PROGRESS_EVERY_S, Pacer
+from plumbing.units import format_duration, megabytes
 from schemas.manifest import Manifest
 
 logger = logging.getLogger(__name__)
 
 METRICS_NAMESPACE = "lmshards"
-PROGRESS_EVERY_S = 10.0
-MEGABYTE = 1_000_000  # progress figures are decimal MB, as the throughput figures in the docs
-ETA_UNKNOWN = "unknown"
 
 
 def counter(name: str):
     """The Beam counter `name` in METRICS_NAMESPACE (create it in a DoFn's __init__, increment it in process)."""
     return Metrics.counter(METRICS_NAMESPACE, name)
-
-
-def format_duration(seconds: float) -> str:
-    """ "42 s", "3 min 5 s", "2 h 10 min": two units at most, rounded down."""
-    seconds = int(seconds)
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min {seconds} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes} min"
 
 
 class StageProgress:
@@ -50,10 +36,10 @@ class StageProgress:
     """
 
     def __init__(self, verb: str, items: str, every_s: float = PROGRESS_EVERY_S):
-        self._verb, self._items, self._every_s = verb, items, every_s
+        self._verb, self._items = verb, items
+        self._pacer = Pacer(every_s)
         self._done = self._records = 0
         self._total: int | None = None
-        self._last = time.monotonic()
         self._logged = True
 
     def add(self, records: int, *, total: int | None = None) -> None:
@@ -62,20 +48,19 @@ class StageProgress:
         self._records += records
         self._total = total
         self._logged = False
-        now = time.monotonic()
-        if now - self._last >= self._every_s or self._done == total:
-            self._log(now)
+        if self._pacer.due() or self._done == total:
+            self._log()
 
     def flush(self) -> None:
         if not self._logged:
-            self._log(time.monotonic())
+            self._log()
 
     def line(self) -> str:
         of = f" of {self._total:,}" if self._total is not None else ""
         return f"{self._verb} {self._done:,}{of} {self._items}, {self._records:,} records"
 
-    def _log(self, now: float) -> None:
-        self._last, self._logged = now, True
+    def _log(self) -> None:
+        self._logged = True
         logger.info("%s", self.line())
 
 
@@ -84,9 +69,9 @@ def finished_line(manifest: Manifest, seconds: float) -> str:
     input_bytes = sum(info.bytes for info in manifest.inputs)
     shards = sum(len(split.shards) for split in manifest.splits.values())
     records = sum(split.totals.records for split in manifest.splits.values())
-    rate = input_bytes / seconds / MEGABYTE if seconds > 0 else 0.0
+    rate = megabytes(input_bytes) / seconds if seconds > 0 else 0.0
     return (
-        f"preprocess finished in {format_duration(seconds)}: read {input_bytes / MEGABYTE:.1f} MB "
+        f"preprocess finished in {format_duration(seconds)}: read {megabytes(input_bytes):.1f} MB "
         f"({rate:.2f} MB/s), {manifest.reading.get('documents', 0):,} documents; "
         f"wrote {shards:,} shards, {records:,} records"
     )

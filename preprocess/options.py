@@ -13,6 +13,7 @@ from typing import Any
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from plumbing.errors import LmshardsError
+from plumbing.units import size_flag
 from preprocess.pack import DEFAULT_GROUP_TOKENS, REMAINDER_CHOICES, REMAINDER_DROP
 from preprocess.shard import DEFAULT_SHARD_MULTIPLE, DEFAULT_TARGET_SHARD_MB
 from preprocess.sources import DEFAULT_TEXT_COLUMN, DEFAULT_TEXT_FIELD, LINE, add_reading_arguments
@@ -81,9 +82,9 @@ class LmshardsPreprocessOptions(PipelineOptions):
         parser.add_argument("--seed", type=int, default=0, help="Seed of the record shuffle.")
         parser.add_argument(
             "--target_shard_mb",
-            type=float,
+            type=size_flag("MiB"),
             default=DEFAULT_TARGET_SHARD_MB,
-            help="Target shard size in MiB.",
+            help="Target shard size in MiB (2^20 bytes), or with a unit (500MB = 500 x 10^6 bytes).",
         )
         parser.add_argument(
             "--num_shards",
@@ -125,9 +126,10 @@ class LmshardsPreprocessOptions(PipelineOptions):
         )
         parser.add_argument(
             "--range_mb",
-            type=float,
+            type=size_flag("MiB"),
             default=DEFAULT_RANGE_MB,
-            help="MiB of input per read task; no effect on output.",
+            help="Input per read task in MiB (2^20 bytes), or with a unit (e.g. 100MB); "
+            "no effect on output.",
         )
         parser.add_argument(
             "--packing_group_tokens",

@@ -24,6 +24,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from plumbing import fs
 from plumbing.errors import LmshardsError, TokenizerError
 from plumbing.outputs import PREPROCESS_OUTPUT, check_no_overlap, check_writable, clear_owned_output
+from plumbing.units import MIB
 from preprocess import metrics, runners
 from preprocess.encode import EncodeDocuments, EncodeSettings
 from preprocess.failures import run_failure
@@ -36,7 +37,7 @@ from preprocess.manifest import (
 from preprocess.options import PreprocessConfig, PreprocessError
 from preprocess.pack import REMAINDER_PAD, PackGroups, num_groups
 from preprocess.read import ReadDocuments
-from preprocess.shard import MB, WriteShards
+from preprocess.shard import WriteShards
 from preprocess.sources import (
     ReadStats,
     check_not_empty,
@@ -174,7 +175,7 @@ def _load_tokenizer(json_text: str, path: str):
 def build_pipeline(pipeline: beam.Pipeline, plan: PreprocessPlan) -> beam.PCollection:
     """Adds every stage to `pipeline`; returns the PCollection holding the manifest path."""
     config = plan.config
-    range_bytes = config.range_mb * MB
+    range_bytes = config.range_mb * MIB
     read = pipeline | "Read" >> ReadDocuments(
         list(plan.files),
         read_options_from(config),
@@ -211,7 +212,7 @@ def build_pipeline(pipeline: beam.Pipeline, plan: PreprocessPlan) -> beam.PColle
         output=config.output,
         seed=config.seed,
         record_bytes=plan.record_bytes,
-        target_shard_bytes=config.target_shard_mb * MB,
+        target_shard_bytes=config.target_shard_mb * MIB,
         shard_multiple=config.shard_multiple,
         num_shards=config.num_shards,
     )  # (split, ShardInfo)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 import apache_beam as beam
 
-from preprocess.metrics import ETA_UNKNOWN, MEGABYTE, PROGRESS_EVERY_S, counter, format_duration
+from plumbing.progress import PROGRESS_EVERY_S, Pacer, bytes_progress
+from plumbing.units import megabytes
+from preprocess.metrics import counter
 from preprocess.sources import (
     DEFAULT_RANGE_BYTES,
     ReadOptions,
@@ -109,18 +110,9 @@ def is_batch(element: RangeOutput) -> bool:
 
 
 def progress_line(*, read_bytes: int, total_bytes: int, documents: int, seconds: float) -> str:
-    """ "read 30.0 MB of 134.2 MB (22%), 51,200 documents, 3.10 MB/s, ETA 34 s" (MB = 10^6 bytes).
-
-    The ETA is what is left of total_bytes at this rate.
-    """
-    rate = read_bytes / seconds if seconds > 0 else 0.0
-    percent = 100.0 * read_bytes / total_bytes if total_bytes else 100.0
-    left = max(total_bytes - read_bytes, 0)
-    eta = format_duration(left / rate) if rate > 0 else ETA_UNKNOWN
-    return (
-        f"read {read_bytes / MEGABYTE:.1f} MB of {total_bytes / MEGABYTE:.1f} MB ({percent:.0f}%), "
-        f"{documents:,} documents, {rate / MEGABYTE:.2f} MB/s, ETA {eta}"
-    )
+    """ "read 30.0 of 134.2 MB (22%), 3.10 MB/s, ETA 34 s, 51,200 documents"; the ETA is at this rate."""
+    progress = bytes_progress(done=read_bytes, total=total_bytes, seconds=seconds)
+    return f"read {progress}, {documents:,} documents"
 
 
 class ReadProgress:
@@ -135,8 +127,7 @@ class ReadProgress:
 
     def __init__(self, total_bytes: int, every_s: float):
         self._total_bytes = total_bytes
-        self._every_s = every_s
-        self._start = self._last = time.monotonic()
+        self._pacer = Pacer(every_s)
         self._documents = self._bytes = 0  # of the finished ranges
 
     def report(self, sized: SizedRange, current: ReadStats, *, finished: bool = False) -> None:
@@ -151,16 +142,14 @@ class ReadProgress:
         documents, nbytes = self._documents + current.documents, self._bytes + done
         if finished:
             self._documents, self._bytes = documents, nbytes
-        now = time.monotonic()
-        if now - self._last >= self._every_s:
-            self._last = now
+        if self._pacer.due():
             logger.info(
                 "%s",
                 progress_line(
                     read_bytes=nbytes,
                     total_bytes=self._total_bytes,
                     documents=documents,
-                    seconds=now - self._start,
+                    seconds=self._pacer.elapsed(),
                 ),
             )
 
@@ -205,7 +194,7 @@ class ReadDocuments(beam.PTransform):
         self._batch_size = batch_size
         logger.info(
             "input: %.1f MB in %d files, %d read ranges",
-            self._total_bytes / MEGABYTE,
+            megabytes(self._total_bytes),
             len(infos),
             len(ranges),
         )
@@ -245,15 +234,17 @@ class _ReadRangeFn(beam.DoFn):
         self._progress = ReadProgress(self._total_bytes, PROGRESS_EVERY_S)
 
     def process(self, sized: SizedRange) -> Iterable[RangeOutput]:
+        progress = self._progress
+        assert progress is not None, "made in setup()"
         stats = ReadStats()
         for batch in read_batches(
             sized.range, self._options, batch_size=self._batch_size, stats=stats
         ):
             yield batch
-            self._progress.report(sized, stats)
+            progress.report(sized, stats)
         for field, metric in self._counters.items():
             if value := getattr(stats, field):
                 metric.inc(value)
         self._input_bytes.inc(sized.input_bytes)
-        self._progress.report(sized, stats, finished=True)
+        progress.report(sized, stats, finished=True)
         yield stats

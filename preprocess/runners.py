@@ -54,9 +54,6 @@ SUGGESTED_RUNNERS = (
 # Runners that run every worker in this one process (the tokenizer may then use every core).
 IN_PROCESS_RUNNERS = (FNAPI_RUNNER, DIRECT_RUNNER)
 IN_MEMORY = "in_memory"
-# A module a runner needs beyond its own, when the runner's module imports without it: Beam's Dataflow
-# runner imports without the GCP libraries and fails only when it submits (or dry-runs) a job.
-RUNNER_NEEDS = {DATAFLOW_RUNNER: "apache_beam.runners.dataflow.internal.apiclient"}
 # What to install when a runner's modules do not import. lmshards' default install has apache-beam[gcp];
 # this names the Beam version installed here.
 INSTALL_HINTS = {
@@ -89,12 +86,32 @@ def resolve_runner(name: str) -> str:
     return path
 
 
+def _load_dask_runner() -> type:
+    from preprocess.dask_runner import DaskRunner  # needs the [dask] extra
+
+    return DaskRunner
+
+
+def _load_dataflow_runner() -> type:
+    # The runner's module imports without the GCP libraries; submitting (or dry-running) needs these.
+    import apache_beam.runners.dataflow.internal.apiclient  # noqa: F401
+    from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
+
+    return DataflowRunner
+
+
+# The runners lmshards sets up itself, each loaded by a plain import (Beam still takes the class path).
+RUNNER_LOADERS = {DASK_RUNNER: _load_dask_runner, DATAFLOW_RUNNER: _load_dataflow_runner}
+
+
 def _check_importable(name: str, path: str) -> None:
     module, _, cls = path.rpartition(".")
     try:
-        found = hasattr(importlib.import_module(module), cls)
-        if path in RUNNER_NEEDS:
-            importlib.import_module(RUNNER_NEEDS[path])
+        if path in RUNNER_LOADERS:
+            RUNNER_LOADERS[path]()
+            found = True
+        else:  # any other runner, named by the class path a user gave
+            found = hasattr(importlib.import_module(module), cls)
     except ImportError as e:
         fix = INSTALL_HINTS.get(path, f"install the package that provides {module!r}")
         raise PreprocessError(f"--runner {name!r} cannot be used: {e}; {fix}.") from e

@@ -26,9 +26,8 @@ from schemas.manifest import ShardInfo
 from schemas.records import encode_examples, frame_record
 from schemas.shards import shard_relpath
 
-DEFAULT_TARGET_SHARD_MB = 128.0
+DEFAULT_TARGET_SHARD_MB = 128.0  # MiB, as --target_shard_mb reads a bare number
 DEFAULT_SHARD_MULTIPLE = 8
-MB = 1 << 20
 
 _FEISTEL_ROUNDS = 4
 _U64 = np.uint64

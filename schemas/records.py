@@ -273,7 +273,7 @@ def _decode_varints(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     lengths = ends - starts + 1
     width = int(lengths.max(initial=0))
     dtype = np.uint32 if width <= 4 else np.uint64  # 4 varint bytes hold 28 bits: token ids fit
-    values = (data[starts] & 0x7F).astype(dtype)
+    values: np.ndarray = (data[starts] & 0x7F).astype(dtype)
     for k in range(1, width):
         byte = (data[np.minimum(starts + k, data.size - 1)] & 0x7F).astype(dtype)
         values |= np.where(lengths > k, byte << dtype(7 * k), dtype(0))

@@ -11,16 +11,14 @@ import logging
 from collections.abc import Sequence
 
 from plumbing.cli import (
-    EXIT_FAILURE,
     EXIT_OK,
     EXIT_PREEMPTED,
     CommandParser,
-    print_error,
     run_command,
+    run_writing,
     setup_logging,
 )
 from plumbing.errors import LmshardsError
-from plumbing.outputs import disk_error_message
 from train.backends.registry import backend_names, select_keras_backend
 from train.config import FINAL_EVALS, LR_SCHEDULES, PRESETS, TrainConfig
 from train.devices import AUTO, PRECISIONS, STRATEGIES
@@ -231,16 +229,7 @@ def _train(argv: Sequence[str]) -> int:
     config = parse_config(argv)
     setup_logging(verbose=config.verbose, packages=["train"])
     quiet_tensorflow(verbose=config.verbose)
-    try:
-        return _run(config)
-    except LmshardsError:
-        raise
-    except Exception as e:
-        message = disk_error_message(e, config.output)
-        if message is None:
-            raise
-        print_error(COMMAND, message)
-        return EXIT_FAILURE
+    return run_writing(COMMAND, config.output, lambda: _run(config))
 
 
 def _run(config: TrainConfig) -> int:

@@ -232,7 +232,7 @@ def _auto_precision(
         return FLOAT32, "no accelerator: mixed precision would only add casts on a CPU"
     if any(cc is None for cc in capabilities):
         return FLOAT32, "a GPU's compute capability is unknown; pass --precision to choose"
-    lowest = min(capabilities)
+    lowest = min(cc for cc in capabilities if cc is not None)
     shown = capability_text(lowest)
     if lowest >= BF16_MIN_COMPUTE_CAPABILITY:
         return MIXED_BFLOAT16, f"GPU compute capability {shown} >= 8.0 has bfloat16 tensor cores"

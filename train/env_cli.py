@@ -1,20 +1,32 @@
-"""`lmshards env`: the stack's versions, the accelerators and TPU signals found, and what `auto` chooses here.
+"""`lmshards env`: the stack's versions, whether the backend's runtime loads, the accelerators and TPU
+signals found, and what `auto` chooses here.
 
-It never initialises a TPU and asks nothing over the network. TensorFlow is imported only to list
-GPUs, and only when a GPU device file exists and CUDA_VISIBLE_DEVICES does not hide them all.
+It never initialises a TPU and asks nothing over the network. The backend's runtime is imported in a
+subprocess (train/runtime_check.py), so a libtpu that aborts its import cannot take this command down.
+TensorFlow is imported here only to list GPUs, and only when it loaded in that subprocess, a GPU
+device file exists and CUDA_VISIBLE_DEVICES does not hide them all. `--check` exits 1 when
+`lmshards train` could not run here, with one error line per problem.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import platform
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from plumbing.cli import CommandParser, run_command, setup_logging
+from plumbing.cli import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    CommandParser,
+    print_error,
+    run_command,
+    setup_logging,
+)
 from schemas.version import __version__
+from train import runtime_check
 from train.devices import (
     GPU_PROBED,
     TPU_SIGNALS_CHECKED,
@@ -25,25 +37,40 @@ from train.devices import (
     gpu_probe_skip_reason,
     list_gpus,
 )
+from train.runtime_check import BACKEND_TENSORFLOW, BACKENDS, CHECKED_DISTRIBUTIONS
 
 COMMAND = "env"
 # Distributions whose versions matter to a run; read from their metadata, never by importing them.
 STACK = (
-    "tensorflow",
-    "tensorflow-tpu",
-    "libtpu",
-    "keras",
-    "keras-hub",
+    *CHECKED_DISTRIBUTIONS,
+    "tensorflow-text",
     "transformers",
     "tokenizers",
     "apache-beam",
     "torch",
 )
+NOT_IMPORTED = "not checked: --no_import"
 
 
 def build_parser() -> CommandParser:
     p = CommandParser(COMMAND, description=__doc__)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=BACKEND_TENSORFLOW,
+        help="the `lmshards train --backend` whose runtime to check",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1, with one error line per problem, when `lmshards train` could not run here",
+    )
+    p.add_argument(
+        "--no_import",
+        action="store_true",
+        help="check the installed distributions only; do not import the backend's runtime",
+    )
     p.add_argument(
         "--tpu", help="the --tpu value `lmshards train` would get (counts as a TPU signal)"
     )
@@ -58,19 +85,21 @@ def build_parser() -> CommandParser:
 
 def stack_versions() -> dict[str, str | None]:
     """python, lmshards and each STACK distribution -> its version (None when not installed)."""
-    versions: dict[str, str | None] = {"python": platform.python_version(), "lmshards": __version__}
-    for dist in STACK:
-        try:
-            versions[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            versions[dist] = None
-    return versions
+    return {
+        "python": platform.python_version(),
+        "lmshards": __version__,
+        **runtime_check.distribution_versions(STACK),
+    }
 
 
-def find_gpus(*, probe: bool, environ: Mapping[str, str] = os.environ) -> tuple[list[GpuInfo], str]:
+def find_gpus(
+    *, probe: bool, tensorflow_loads: bool, environ: Mapping[str, str] = os.environ
+) -> tuple[list[GpuInfo], str]:
     """(GPUs, GPU_PROBED) or ([], why they were not listed)."""
     if not probe:
         return [], "not probed: --no_gpu_probe"
+    if not tensorflow_loads:
+        return [], "not probed: tensorflow did not load (see problems)"
     reason = gpu_probe_skip_reason(environ=environ)
     if reason:
         return [], f"not probed: {reason}"
@@ -80,7 +109,9 @@ def find_gpus(*, probe: bool, environ: Mapping[str, str] = os.environ) -> tuple[
         return [], "not probed: tensorflow is not installed"
 
 
-def format_text(report: DeviceReport, versions: Mapping[str, str | None]) -> str:
+def format_text(
+    report: DeviceReport, versions: Mapping[str, str | None], runtime: Mapping[str, Any]
+) -> str:
     """The human-readable report: versions, accelerators and signals, then each auto choice and why."""
     installed = [
         f"{name} {version}" for name, version in versions.items() if version and name != "python"
@@ -94,6 +125,9 @@ def format_text(report: DeviceReport, versions: Mapping[str, str | None]) -> str
         f"Python {versions['python']} on {platform.system()} {platform.machine()}",
         f"stack: {', '.join(installed)}",
         f"not installed: {', '.join(missing) or '-'}",
+        f"backend {runtime['backend']}: " + _runtime_text(runtime),
+        *(f"problem: {problem}" for problem in runtime["problems"]),
+        *(f"note: {note}" for note in runtime["notes"]),
         f"TPU signals: {signals}",
         f"GPUs: {gpus or 'none'}"
         + ("" if report.gpu_probe == GPU_PROBED else f" ({report.gpu_probe})"),
@@ -110,21 +144,49 @@ def format_text(report: DeviceReport, versions: Mapping[str, str | None]) -> str
     return "\n".join(lines)
 
 
+def _runtime_text(runtime: Mapping[str, Any]) -> str:
+    if runtime["runtime_ok"] is None:
+        return runtime["runtime_detail"]
+    return ("loads: " if runtime["runtime_ok"] else "does not load: ") + runtime["runtime_detail"]
+
+
+def check_runtime(
+    backend: str, versions: Mapping[str, str | None], *, import_runtime: bool
+) -> dict[str, Any]:
+    """The report's backend part: backend, runtime_ok (None: not imported), runtime_detail, problems, notes."""
+    probe = runtime_check.probe_runtime(backend) if import_runtime else None
+    return {
+        "backend": backend,
+        "runtime_ok": probe.ok if probe else None,
+        "runtime_detail": probe.detail if probe else NOT_IMPORTED,
+        "problems": runtime_check.check_backend(backend, versions, probe=probe),
+        "notes": runtime_check.libtpu_notes(backend, versions),
+    }
+
+
 def run(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     setup_logging(verbose=args.verbose, packages=["train"])
     if not args.verbose:  # TensorFlow's C++ start-up lines, should listing GPUs import it
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    gpus, gpu_probe = find_gpus(probe=not args.no_gpu_probe)
+    versions = stack_versions()
+    runtime = check_runtime(args.backend, versions, import_runtime=not args.no_import)
+    # Listing GPUs imports TensorFlow in this process: not when the probe saw it fail, or half overwritten.
+    tensorflow_failed = args.backend == BACKEND_TENSORFLOW and runtime["runtime_ok"] is False
+    tensorflow_loads = not tensorflow_failed and not runtime_check.tensorflow_conflict(versions)
+    gpus, gpu_probe = find_gpus(probe=not args.no_gpu_probe, tensorflow_loads=tensorflow_loads)
     report = describe_devices(
         signals=detect_tpu_signals(tpu_flag=args.tpu), gpus=gpus, gpu_probe=gpu_probe
     )
-    versions = stack_versions()
     if args.json:
-        print(json.dumps({"versions": versions, **report.to_json()}, indent=2))
+        print(json.dumps({"versions": versions, **runtime, **report.to_json()}, indent=2))
     else:
-        print(format_text(report, versions))
-    return 0
+        print(format_text(report, versions, runtime))
+    if args.check and runtime["problems"]:
+        for problem in runtime["problems"]:
+            print_error(COMMAND, problem)
+        return EXIT_FAILURE
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

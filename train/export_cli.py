@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from plumbing.cli import EXIT_FAILURE, CommandParser, print_error, run_command, setup_logging
-from plumbing.errors import LmshardsError
-from plumbing.outputs import disk_error_message
+from plumbing.cli import CommandParser, run_command, run_writing, setup_logging
 from train.export import export_run, push_to_hub
 from train.families import FAMILIES
 from train.preflight import load_tensorflow_quietly
@@ -55,22 +53,17 @@ def _export(argv: Sequence[str]) -> int | None:
     args = parse_args(argv)
     setup_logging(verbose=args.verbose, packages=["train"])
     load_tensorflow_quietly(verbose=args.verbose)
-    try:
-        output = export_run(
-            args.run_dir,
-            output_dir=args.output,
-            checkpoint=args.checkpoint,
-            tokenizer=args.tokenizer,
-            overwrite=args.overwrite,
-        )
-    except LmshardsError:
-        raise
-    except Exception as e:  # a full disk or lost permission while writing: one line, exit 1
-        message = disk_error_message(e, args.output)
-        if message is None:
-            raise
-        print_error(COMMAND, message)
-        return EXIT_FAILURE
+    return run_writing(COMMAND, args.output, lambda: _write(args))
+
+
+def _write(args: argparse.Namespace) -> None:
+    output = export_run(
+        args.run_dir,
+        output_dir=args.output,
+        checkpoint=args.checkpoint,
+        tokenizer=args.tokenizer,
+        overwrite=args.overwrite,
+    )
     print(f"Exported {args.run_dir} to {output}")
     if args.push_to_hub:
         print(f"Pushed to {push_to_hub(output, args.push_to_hub)}")

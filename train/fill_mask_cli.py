@@ -86,7 +86,9 @@ def fill_mask(
         raise LmshardsError(
             f"{model_dir!r} is not a loadable transformers model directory ({_first_line(e)})."
         ) from e
-    predictions = fill(with_mask_token(text, fill.tokenizer.mask_token), top_k=top_k)
+    tokenizer = fill.tokenizer
+    assert tokenizer is not None, "a fill-mask pipeline always has its tokenizer"
+    predictions = fill(with_mask_token(text, tokenizer.mask_token), top_k=top_k)
     # One mask gives a flat list, several give a list per mask.
     return predictions if isinstance(predictions[0], list) else [predictions]
 

@@ -87,7 +87,7 @@ def source_weights(sources: Sequence[ShardSource]) -> tuple[float, ...]:
             f"--shards {missing[0]!r} has no weight but other --shards have one; give every set a weight "
             f"(e.g. {missing[0]}:0.5) or none (equal weights)."
         )
-    return tuple(s.weight for s in sources)
+    return tuple(s.weight for s in sources if s.weight is not None)
 
 
 # ---------------------------------------------------------------- one split's files

@@ -24,9 +24,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from corpus_tools.output_dir import prepare_output_dir
 from plumbing import fs
 from plumbing.errors import LmshardsError
+from plumbing.outputs import (
+    DATASET_EXPORT_OUTPUT,
+    EXPORT_SUCCESS_JSON,
+    check_replaceable,
+    prepare_output,
+)
 from schemas.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -40,7 +45,6 @@ DEFAULT_COLUMN = "text"
 # Rows per Parquet row group and per read batch: big enough for fast Arrow I/O, small enough that a
 # batch of long documents stays well under a GB.
 BATCH_ROWS = 10_000
-SUCCESS_JSON = "_SUCCESS.json"
 _LOG_EVERY_BATCHES = 100
 EXPORT_FORMAT = "lmshards.dataset_export"
 # Files `save_to_disk` leaves in a Dataset / DatasetDict directory.
@@ -229,10 +233,10 @@ def export(config: ExportConfig) -> dict[str, Any]:
         non-empty output without overwrite (checked before loading; emptied only once the dataset loaded).
     """
     validate(config)
-    fs.check_output_dir(config.output, overwrite=config.overwrite)
+    check_replaceable(config.output, kind=DATASET_EXPORT_OUTPUT, overwrite=config.overwrite)
     start = time.monotonic()
     dataset = load(config)
-    prepare_output_dir(config.output, overwrite=config.overwrite, marker=SUCCESS_JSON)
+    prepare_output(config.output, kind=DATASET_EXPORT_OUTPUT, overwrite=config.overwrite)
     total = None if config.streaming else len(dataset)
     n = config.num_shards
     names = [shard_name(config.split, i, n, config.format) for i in range(n)]
@@ -274,15 +278,15 @@ def export(config: ExportConfig) -> dict[str, Any]:
         "seconds": round(time.monotonic() - start, 3),
     }
     text = json.dumps(summary, indent=2, sort_keys=True) + "\n"
-    fs.write_text_atomic(fs.join(config.output, SUCCESS_JSON), text)
+    fs.write_text_atomic(fs.join(config.output, EXPORT_SUCCESS_JSON), text)
     return json.loads(text)
 
 
 def read_summary(output: str) -> dict[str, Any]:
     """The _SUCCESS.json of a finished export. Raises DatasetExportError if the export is not complete."""
-    path = fs.join(output, SUCCESS_JSON)
+    path = fs.join(output, EXPORT_SUCCESS_JSON)
     if not fs.exists(path):
         raise DatasetExportError(
-            f"No {SUCCESS_JSON} in {output!r}: the export did not finish; run it again."
+            f"No {EXPORT_SUCCESS_JSON} in {output!r}: the export did not finish; run it again."
         )
     return json.loads(fs.read_text(path))

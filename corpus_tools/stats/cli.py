@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from plumbing.cli import CommandParser, run_command, setup_logging, typo_hint
+from plumbing.units import format_duration
 from schemas.constants import SPLITS
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ def summary(report: StatsReport, seconds: float) -> str:
         "n/a" if stats["byte_fallback_rate"] is None else f"{stats['byte_fallback_rate']:.4%}"
     )
     lines = [
-        f"lmshards stats: {stats['shards_dir']} ({', '.join(stats['splits'])}) in {seconds:.1f} s",
+        f"lmshards stats: {stats['shards_dir']} ({', '.join(stats['splits'])}) in {format_duration(seconds)}",
         f"  wrote {report.json_path} and {report.html_path}",
         f"  {stats['records']:,} records, {stats['tokens']:,} tokens "
         f"({stats['tokens_per_record']['mean']:.1f} per record), padding {stats['padding_share']:.2%}",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Sequence
 
 from corpus_tools.tokenizer import config as cfg
@@ -14,23 +13,14 @@ from corpus_tools.tokenizer.corpus_report import (
 )
 from corpus_tools.tokenizer.training import train
 from plumbing.cli import CommandParser, run_command, setup_logging
+from plumbing.units import format_duration, size_flag
 from preprocess import sources
 
 TRAIN_COMMAND = "tokenizer train"
 INSPECT_COMMAND = "tokenizer inspect"
 LOG_PACKAGES = ("corpus_tools", "preprocess", "schemas")
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
-_SIZE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-
-
-def parse_size(value: str) -> int:
-    """Bytes from '1000000', '100MB', '1.5G' (decimal units; 'MiB' is read as MB)."""
-    match = _SIZE_RE.match(value)
-    if not match:
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a size; write e.g. 100MB, 1GB or 1000000."
-        )
-    return int(float(match[1]) * _SIZE_UNITS[match[2].lower()])
+# --max_bytes: a bare number is bytes; 500MB and 2GiB mean what their units say.
+MAX_BYTES_TYPE = size_flag("B")
 
 
 def _add_input_args(parser: argparse.ArgumentParser, *, required: bool) -> None:
@@ -79,9 +69,9 @@ def train_parser() -> CommandParser:
     parser.add_argument("--max_documents", type=int, default=None, help="cap on sampled documents")
     parser.add_argument(
         "--max_bytes",
-        type=parse_size,
+        type=MAX_BYTES_TYPE,
         default=None,
-        help=f"cap on sampled text, e.g. 500MB (default: {cfg.DEFAULT_MAX_BYTES // 10**6} MB for bpe and "
+        help=f"cap on sampled text in bytes, or with a unit: 500MB (10^6 bytes each), 2GiB (default: {cfg.DEFAULT_MAX_BYTES // 10**6} MB for bpe and "
         "wordpiece, as trainer memory grows many times faster than the text; "
         f"{cfg.DEFAULT_MAX_BYTES_BY_MODEL[cfg.UNIGRAM] // 10**6} MB for unigram, whose training runs on one core)",
     )
@@ -143,11 +133,11 @@ def _train(args: argparse.Namespace) -> int:
     s = result.sample
     print(
         f"Sampled {s.documents_sampled:,} of {s.documents_seen:,} documents "
-        f"({s.bytes_sampled / 1e6:,.1f} of {s.bytes_seen / 1e6:,.1f} MB; cap {config.max_bytes / 1e6:,.0f} MB)"
+        f"({s.bytes_sampled / 1e6:,.1f} of {s.bytes_seen / 1e6:,.1f} MB; cap {config.byte_cap / 1e6:,.0f} MB)"
     )
     print(
         f"Trained {config.model} ({config.special_tokens} special tokens), vocabulary {result.vocab_size:,}, "
-        f"in {result.seconds:.1f} s ({result.sampling_seconds:.1f} s of it sampling); "
+        f"in {format_duration(result.seconds)} ({format_duration(result.sampling_seconds)} of it sampling); "
         f"peak RSS {result.peak_rss_bytes / 2**20:,.0f} MiB"
     )
     print(f"Special token ids: {result.special_token_ids}")

@@ -111,7 +111,14 @@ class TrainConfig:
 
     @property
     def preset(self) -> SpecialTokens:
+        assert self.special_tokens is not None, "set by __post_init__"
         return PRESETS[self.special_tokens]
+
+    @property
+    def byte_cap(self) -> int:
+        """max_bytes with its default applied."""
+        assert self.max_bytes is not None, "set by __post_init__"
+        return self.max_bytes
 
     def read_options(self) -> sources.ReadOptions:
         return sources.read_options_from(self)
@@ -142,7 +149,7 @@ def validate(config: TrainConfig) -> None:
         raise TokenizerTrainingError(
             f"--max_documents must be at least 1, got {config.max_documents}."
         )
-    if config.max_bytes < 1:
+    if config.byte_cap < 1:
         raise TokenizerTrainingError(f"--max_bytes must be at least 1, got {config.max_bytes}.")
     if config.lowercase and config.model != WORDPIECE:
         raise TokenizerTrainingError(

@@ -70,6 +70,15 @@ def build_tokenizer(model: str, preset: SpecialTokens, *, lowercase: bool = Fals
     return tok
 
 
+def token_ids(tok: Tokenizer, tokens: Iterable[str]) -> dict[str, int]:
+    """The id of each token, which the tokenizer must hold (special tokens are added before training)."""
+    ids = {token: tok.token_to_id(token) for token in tokens}
+    missing = [token for token, i in ids.items() if i is None]
+    if missing:
+        raise RuntimeError(f"trained tokenizer lacks the special tokens {missing}")
+    return {token: i for token, i in ids.items() if i is not None}
+
+
 def post_processor(preset: SpecialTokens, ids: dict[str, int]) -> processors.TemplateProcessing:
     """Wraps one document as `cls ... sep` and a pair as BERT (`cls A sep B sep`) or RoBERTa does."""
     cls, sep = preset.cls, preset.sep
@@ -98,6 +107,7 @@ def train_tokenizer(
     """
     specials = list(preset.tokens)
     tok = build_tokenizer(model, preset, lowercase=lowercase)
+    trainer: trainers.Trainer
     if model == UNIGRAM:
         trainer = trainers.UnigramTrainer(
             vocab_size=vocab_size,
@@ -117,8 +127,7 @@ def train_tokenizer(
         _train(tok, docs(), trainer, model=model, vocab_size=vocab_size)
     else:
         tok = _train_wordpiece(tok, docs, vocab_size=vocab_size, preset=preset, lowercase=lowercase)
-    ids = {t: tok.token_to_id(t) for t in specials}
-    tok.post_processor = post_processor(preset, ids)
+    tok.post_processor = post_processor(preset, token_ids(tok, specials))
     if preset.mask_lstrip:
         tok.add_special_tokens(
             [AddedToken(preset.mask, lstrip=True, special=True, normalized=False)]

@@ -14,9 +14,10 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from corpus_tools.output_dir import prepare_output_dir
 from corpus_tools.tokenizer.config import MODEL_MAX_LENGTH, SpecialTokens
+from corpus_tools.tokenizer.models import token_ids
 from plumbing import fs
+from plumbing.outputs import TOKENIZER_OUTPUT, prepare_output
 from schemas.constants import SPECIAL_ROLES, TOKENIZER_INFO_JSON
 from schemas.hf_tokenizer import wrap_fast_tokenizer
 from schemas.tokenizer_info import fingerprint, locate_tokenizer, special_token_ids
@@ -38,7 +39,8 @@ def save_tokenizer(
       OutputError: output is a file, or a non-empty directory without overwrite.
     """
     with tempfile.TemporaryDirectory(prefix="lmshards-tokenizer-") as staging:
-        ids = {role: tok.token_to_id(token) for role, token in preset.by_role().items()}
+        by_token = token_ids(tok, preset.by_role().values())
+        ids = {role: by_token[token] for role, token in preset.by_role().items()}
         wrap_fast_tokenizer(
             tok, special_token_ids=ids, model_max_length=MODEL_MAX_LENGTH
         ).save_pretrained(staging)
@@ -61,7 +63,7 @@ def save_tokenizer(
             "model_max_length": MODEL_MAX_LENGTH,
             **info,
         }
-        prepare_output_dir(output, overwrite=overwrite, marker=TOKENIZER_INFO_JSON)
+        prepare_output(output, kind=TOKENIZER_OUTPUT, overwrite=overwrite)
         for name in sorted(os.listdir(staging)):
             with open(os.path.join(staging, name), "rb") as f:
                 fs.write_bytes_atomic(fs.join(output, name), f.read())

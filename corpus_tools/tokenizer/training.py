@@ -23,7 +23,7 @@ from corpus_tools.tokenizer.sampling import (
     write_sample,
 )
 from corpus_tools.tokenizer.save import save_tokenizer
-from plumbing import fs
+from plumbing.outputs import TOKENIZER_OUTPUT, check_replaceable
 from preprocess import sources
 
 logger = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ def train(config: TrainConfig) -> TrainResult:
         without overwrite, unreadable inputs, an empty corpus, or a vocab_size too small for the sample.
     """
     validate(config)
-    fs.check_output_dir(config.output, overwrite=config.overwrite)
+    check_replaceable(config.output, kind=TOKENIZER_OUTPUT, overwrite=config.overwrite)
     start = time.monotonic()
     files = sources.expand_inputs(config.inputs)
     options = config.read_options()
@@ -65,7 +65,7 @@ def train(config: TrainConfig) -> TrainResult:
         sources.iter_documents(config.inputs, options, read_stats),
         seed=config.seed,
         max_documents=config.max_documents,
-        max_bytes=config.max_bytes,
+        max_bytes=config.byte_cap,
     )
     if sample.documents_sampled == 0 and sample.documents_seen:
         raise TokenizerTrainingError(

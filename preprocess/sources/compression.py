@@ -9,7 +9,7 @@ import dataclasses
 import gzip
 import zlib
 from collections.abc import Callable, Iterator
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from plumbing import fs
 from preprocess.sources.options import InputError
@@ -23,8 +23,10 @@ class _Codec:
 
 
 _CODECS = {
-    ".gz": _Codec("gzip", b"\x1f\x8b", lambda raw: gzip.GzipFile(fileobj=raw, mode="rb")),
-    ".bz2": _Codec("bzip2", b"BZh", lambda raw: bz2.BZ2File(raw, mode="rb")),
+    ".gz": _Codec(
+        "gzip", b"\x1f\x8b", lambda raw: cast(BinaryIO, gzip.GzipFile(fileobj=raw, mode="rb"))
+    ),
+    ".bz2": _Codec("bzip2", b"BZh", lambda raw: cast(BinaryIO, bz2.BZ2File(raw, mode="rb"))),
 }
 
 
@@ -46,6 +48,8 @@ def check_magic(path: str) -> None:
       InputError: the file does not start with its codec's magic bytes.
     """
     suffix = _suffix(path)
+    if suffix is None:
+        return
     codec = _CODECS[suffix]
     with fs.open_file(path, "rb") as f:
         head = f.read(len(codec.magic))

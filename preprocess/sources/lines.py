@@ -21,7 +21,7 @@ import codecs
 import logging
 import re
 from collections.abc import Callable, Iterator
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from plumbing import fs
 from preprocess.sources.documents import ReadStats
@@ -45,7 +45,7 @@ HEAD_BYTES = 4  # enough to hold any byte-order mark
 # UTF-8 (0xFF, through "surrogateescape"), so that the document holding it is decoded with U+FFFD
 # and counted in documents_invalid_utf8 like any other bad byte.
 _NOT_UTF8 = "lmshards-not-utf8"
-codecs.register_error(_NOT_UTF8, lambda error: ("\udcff", error.end))
+codecs.register_error(_NOT_UTF8, lambda error: ("\udcff", error.end))  # type: ignore[attr-defined]
 # A blank line holds only these bytes (NULs are removed anyway). Deciding it on bytes keeps the
 # forward reader and the backward look of a range that starts mid-file in exact agreement.
 LINE_SPACE = b" \t\r\f\v\x00"
@@ -103,14 +103,19 @@ def read_lines(
         return
     if r.start > 0:  # the file's first range reads all of it
         return
-    bom, codec, counter = wide
+    mark, codec, counter = wide
     logger.info("%s: %s byte-order mark, decoded as %s", r.path, codec.upper(), codec.upper())
     stats.count(counter)
-    f.seek(len(bom))
+    f.seek(len(mark))
     text = _Utf8Text(f, codec)
     whole = ReadRange(r.path, 0, TO_END)
     yield from _read(
-        text, whole, records(whole, options, stats), stats, bom=0, share=lambda _: text.source_bytes
+        cast(BinaryIO, text),
+        whole,
+        records(whole, options, stats),
+        stats,
+        bom=0,
+        share=lambda _: text.source_bytes,
     )
 
 

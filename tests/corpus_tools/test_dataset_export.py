@@ -60,7 +60,7 @@ def test_export_every_row_exactly_once(saved_dataset, tmp_path, fmt, streaming):
     )
     summary = de.export(config)
     names = [de.shard_name("train", i, 4, fmt) for i in range(4)]
-    assert sorted(p.name for p in out.iterdir()) == sorted(names + [de.SUCCESS_JSON])
+    assert sorted(p.name for p in out.iterdir()) == sorted(names + [de.EXPORT_SUCCESS_JSON])
     shards = [_read_shard(str(out / name), fmt) for name in names]
     assert Counter(t for shard in shards for t in shard) == Counter(texts)
     assert [s["rows"] for s in summary["shards"]] == [len(s) for s in shards]
@@ -142,7 +142,7 @@ def test_existing_output_needs_overwrite(saved_dataset, tmp_path, capsys):
     assert lmshards_main(args + ["--overwrite"]) == 0
     # No shard of the 3-shard export is left beside the new single shard.
     assert sorted(p.name for p in out.iterdir()) == [
-        de.SUCCESS_JSON,
+        de.EXPORT_SUCCESS_JSON,
         de.shard_name("train", 0, 1, "parquet"),
     ]
 
@@ -181,7 +181,7 @@ def test_bad_options_are_clear_errors(saved_dataset, tmp_path, capsys, args, mes
     )
     assert code == 2
     assert message in capsys.readouterr().err
-    assert not (tmp_path / "out" / de.SUCCESS_JSON).exists()
+    assert not (tmp_path / "out" / de.EXPORT_SUCCESS_JSON).exists()
 
 
 def test_hub_name_without_network_says_so(tmp_path, capsys, monkeypatch):
@@ -210,7 +210,7 @@ def test_export_to_gcs(saved_dataset, gcs_emulator):
     )
     names = [de.shard_name("train", i, 2, "jsonl") for i in range(2)]
     assert sorted(p.rsplit("/", 1)[-1] for p in fs.listdir(output)) == sorted(
-        names + [de.SUCCESS_JSON]
+        names + [de.EXPORT_SUCCESS_JSON]
     )
     got = [t for name in names for t in _read_shard(fs.join(output, name), "jsonl")]
     assert Counter(got) == Counter(texts)

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from corpus_tools.tokenizer.cli import parse_size
+from corpus_tools.tokenizer.cli import MAX_BYTES_TYPE
 from corpus_tools.tokenizer.sampling import iter_sample, sample_key, sample_limit
 
 
@@ -75,8 +75,8 @@ def test_sample_keeps_or_drops_copies_together():
         ("100MB", 100 * 10**6),
         ("1.5G", 1_500_000_000),
         ("64 kb", 64_000),
-        ("2MiB", 2 * 10**6),
+        ("2MiB", 2 * 2**20),
     ],
 )
 def test_parse_size(text, expected):
-    assert parse_size(text) == expected
+    assert MAX_BYTES_TYPE(text) == expected

@@ -335,7 +335,9 @@ def _small_corpus(tmp_path: Path, sample_files: list[Path]) -> Path:
     return path
 
 
-def test_non_empty_output_needs_overwrite_and_is_then_replaced(tmp_path, capsys, sample_files):
+def test_non_empty_output_needs_overwrite_and_only_an_earlier_tokenizer_is_replaced(
+    tmp_path, capsys, sample_files
+):
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
@@ -355,7 +357,17 @@ def test_non_empty_output_needs_overwrite_and_is_then_replaced(tmp_path, capsys,
     assert err.splitlines()[-1].startswith("lmshards tokenizer train: error: --output")
     assert "is not empty" in err and "--overwrite" in err
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    # --overwrite replaces an earlier tokenizer, never files lmshards did not write.
+    code, err = _run([*argv, "--overwrite"], capsys)
+    assert code == 2 and "holds files lmshards did not write ('keep.txt')" in err
+    assert (out / "keep.txt").read_text() == "mine"
 
+    (out / "keep.txt").unlink()
+    assert lmshards_main(["tokenizer", *argv]) == 0
+    (out / "tokenizer.json").write_text(
+        "{}"
+    )  # the earlier output's files are replaced whatever they hold
+    capsys.readouterr()
     assert lmshards_main(["tokenizer", *argv, "--overwrite"]) == 0
     captured = capsys.readouterr()
     # The summary on stdout, logs on stderr.

@@ -14,7 +14,7 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 
 from plumbing import fs
-from plumbing.errors import OutputError
+from plumbing.errors import OutputError, disk_error_message
 from plumbing.outputs import (
     DATASET_EXPORT_OUTPUT,
     PREPROCESS_OUTPUT,
@@ -23,7 +23,6 @@ from plumbing.outputs import (
     check_no_overlap,
     check_writable,
     clear_owned_output,
-    disk_error_message,
     is_lmshards_output,
     owned_entries,
 )

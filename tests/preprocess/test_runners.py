@@ -34,6 +34,12 @@ def test_known_runners_resolve_to_their_class_path(name, path):
     assert runners.resolve_runner(name) == path
 
 
+def test_the_runners_lmshards_loads_itself_are_the_classes_their_paths_name():
+    for path, load in runners.RUNNER_LOADERS.items():
+        runner = load()
+        assert f"{runner.__module__}.{runner.__qualname__}" == path
+
+
 def test_unknown_runner_lists_the_runners():
     with pytest.raises(PreprocessError) as e:
         runners.resolve_runner("Foo")
@@ -86,7 +92,9 @@ def test_dataflow_without_the_gcp_libraries_names_what_to_install(monkeypatch):
     import google.cloud
     from apache_beam.version import __version__ as beam_version
 
-    monkeypatch.delitem(sys.modules, runners.RUNNER_NEEDS[runners.DATAFLOW_RUNNER], raising=False)
+    monkeypatch.delitem(
+        sys.modules, "apache_beam.runners.dataflow.internal.apiclient", raising=False
+    )
     monkeypatch.setitem(
         sys.modules, "google.cloud.dataflow", None
     )  # as if google-cloud-dataflow-client were absent

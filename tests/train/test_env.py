@@ -1,4 +1,5 @@
-"""`lmshards env`: versions, signals and the auto choices, under faked TPU environments and on this machine."""
+"""`lmshards env`: versions, signals, the auto choices and the runtime check, under faked TPU
+environments, faked distributions and on this machine. No test loads a real libtpu."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from schemas.version import __version__
-from train import devices
+from train import devices, runtime_check
 from train.devices import TPU_ENV_VARS
 from train.env_cli import STACK, main
+from train.runtime_check import RuntimeProbe
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,7 +31,12 @@ def plain_machine(tmp_path, monkeypatch) -> Path:
     dev = tmp_path / "dev"
     dev.mkdir()
     monkeypatch.setattr(devices, "DEV_ROOT", str(dev))
+    # The real import is tested once below, in its own process; here the runtime loads.
+    monkeypatch.setattr(runtime_check, "probe_runtime", lambda backend: LOADS)
     return dev
+
+
+LOADS = RuntimeProbe(True, "tensorflow 2.20.0, keras 3.15.1, keras_hub 0.32.0")
 
 
 def env_json(capsys, *args: str) -> dict:
@@ -135,5 +142,221 @@ def test_lmshards_env_runs_without_importing_tensorflow():
     assert {"strategy", "precision", "steps_per_execution", "signals", "versions", "gpus"} <= set(
         report
     )
+    # It imported TensorFlow, keras and keras-hub in a subprocess, which loaded them.
+    assert (report["backend"], report["runtime_ok"], report["problems"]) == ("tensorflow", True, [])
+    assert report["runtime_detail"].startswith(f"tensorflow {report['versions']['tensorflow']}, ")
     assert report["signals"] == devices.detect_tpu_signals(environ=environ)
     assert report["strategy"] == ("tpu" if report["signals"] else "cpu")
+
+
+# ---------------------------------------------------------------- the runtime check
+
+TPU_SET = {"tensorflow-tpu": "2.20.0", "libtpu": "0.0.31", "keras": "3.15.1", "keras-hub": "0.32.0"}
+JAX_SET = {
+    "jax": "0.10.2",
+    "jaxlib": "0.10.2",
+    "libtpu": "0.0.42.2",
+    "keras": "3.15.1",
+    "keras-hub": "0.32.0",
+}
+
+
+def test_the_pinned_tpu_set_has_no_problem():
+    assert runtime_check.stack_problems("tensorflow", TPU_SET) == []
+    assert runtime_check.stack_problems("jax", JAX_SET) == []
+
+
+@pytest.mark.parametrize(
+    "second", [{"tensorflow": "2.21.0"}, {"tensorflow-cpu": "2.20.0"}], ids=["tensorflow", "cpu"]
+)
+def test_two_tensorflow_distributions_are_an_error_naming_both(second):
+    (problem,) = runtime_check.stack_problems("tensorflow", {**TPU_SET, **second})
+    name, version = next(iter(second.items()))
+    assert f"{name} {version}" in problem and "tensorflow-tpu 2.20.0" in problem
+    # The TPU build is the one kept: it is why tensorflow-tpu is there.
+    assert (
+        f"pip uninstall -y {name} tensorflow-tpu` then `pip install tensorflow-tpu==2.20.0`"
+        in problem
+    )
+    # The jax backend reads its input with tf.data, so a broken TensorFlow matters to it too.
+    assert runtime_check.stack_problems("jax", {**TPU_SET, **JAX_SET, **second}) == [problem]
+
+
+def test_tensorflow_and_tensorflow_cpu_keep_tensorflow():
+    problem = runtime_check.tensorflow_conflict(
+        {"tensorflow": "2.21.0", "tensorflow-cpu": "2.21.0"}
+    )
+    assert "pip uninstall -y tensorflow tensorflow-cpu" in problem
+    assert "pip install tensorflow==2.21.0" in problem
+
+
+@pytest.mark.parametrize("libtpu", ["0.0.17", "0.0.21.1", "0.0.30", "0.0.31", "0.0.31.1"])
+def test_libtpu_releases_that_load_with_tensorflow_tpu(libtpu):
+    assert runtime_check.stack_problems("tensorflow", {**TPU_SET, "libtpu": libtpu}) == []
+
+
+@pytest.mark.parametrize("libtpu", ["0.0.16", "0.0.32", "0.0.43.2", "0.0.52"])
+def test_libtpu_outside_the_tensorflow_tpu_range_is_an_error_naming_both(libtpu):
+    (problem,) = runtime_check.stack_problems("tensorflow", {**TPU_SET, "libtpu": libtpu})
+    assert f"libtpu {libtpu} is outside 0.0.17-0.0.31" in problem
+    assert "tensorflow-tpu 2.20.0" in problem and "pip install 'libtpu==0.0.31'" in problem
+
+
+@pytest.mark.parametrize(
+    ("jax", "libtpu", "fix"),
+    [("0.10.2", "0.0.50", "jax[tpu]==0.10.2"), ("0.12.1", "0.0.42.2", "jax[tpu]==0.12.*")],
+)
+def test_libtpu_that_does_not_match_jax_is_an_error(jax, libtpu, fix):
+    versions = {**JAX_SET, "jax": jax, "jaxlib": jax, "libtpu": libtpu}
+    (problem,) = runtime_check.stack_problems("jax", versions)
+    assert f"libtpu {libtpu}" in problem and f"jax {jax}" in problem and fix in problem
+    assert (
+        runtime_check.stack_problems(
+            "jax", {**versions, "libtpu": "0.0.50.1" if jax == "0.12.1" else "0.0.42"}
+        )
+        == []
+    )
+
+
+def test_a_runtime_release_with_no_known_range_is_a_note_not_an_error():
+    versions = {**JAX_SET, "jax": "0.11.2", "jaxlib": "0.11.2", "libtpu": "0.0.45"}
+    assert runtime_check.stack_problems("jax", versions) == []
+    assert runtime_check.libtpu_notes("jax", versions) == [
+        "no known libtpu range for jax 0.11.2; libtpu 0.0.45 unchecked"
+    ]
+
+
+def test_a_missing_runtime_is_an_error():
+    (problem,) = runtime_check.stack_problems("tensorflow", {"keras": "3.15.1"})
+    assert "no TensorFlow distribution" in problem and "keras-hub" in problem
+    (problem,) = runtime_check.stack_problems(
+        "jax", {"jax": "0.10.2", "keras": "3.15.1", "keras-hub": "0.32.0"}
+    )
+    assert "no jax and jaxlib" in problem and "jax[tpu]" in problem
+
+
+def _fake_modules(root: Path, modules: dict[str, str]) -> dict[str, str]:
+    """Writes each module's source under root; returns an environment that imports them first."""
+    for name, source in modules.items():
+        (root / name).mkdir(parents=True)
+        (root / name / "__init__.py").write_text(source)
+    return {**os.environ, "PYTHONPATH": str(root)}
+
+
+def test_the_probe_imports_the_runtime_keras_and_keras_hub_with_the_metadata_query_off(tmp_path):
+    version = (
+        'import os; __version__ = os.environ["TPU_SKIP_MDS_QUERY"] + os.environ["KERAS_BACKEND"]'
+    )
+    environ = _fake_modules(tmp_path, dict.fromkeys(("tensorflow", "keras", "keras_hub"), version))
+    environ.pop("TPU_SKIP_MDS_QUERY", None)
+    probe = runtime_check.probe_runtime("tensorflow", environ=environ)
+    assert probe == RuntimeProbe(
+        True, "tensorflow 1tensorflow, keras 1tensorflow, keras_hub 1tensorflow"
+    )
+
+
+@pytest.mark.parametrize(
+    "fatal",
+    [
+        "2026-12-01 13:16:58.470804: F external/local_xla/xla/stream_executor/tpu/"
+        "tpu_library_init_fns.inc:12]",  # TensorFlow's log format: libtpu 0.0.52 under tensorflow-tpu 2.20
+        "F0000 00:00:1 tpu_library_init_fns.inc:12]",  # absl's
+    ],
+)
+def test_a_runtime_that_aborts_on_import_is_reported_with_its_reason(tmp_path, fatal):
+    abort = (
+        "import os\n"
+        "os.write(2, b'E0000 00:00:1 common_lib.cc:530] unexpected worker hostname\\n')\n"
+        f"os.write(2, b'{fatal} "
+        "ConfigureDistributedTpuOp_DoWork not available in this library.\\n')\n"
+        "os.write(2, b'*** Check failure stack trace: ***\\n')\n"
+        "os.abort()\n"
+    )
+    environ = _fake_modules(tmp_path, {"tensorflow": abort})
+    probe = runtime_check.probe_runtime("tensorflow", environ=environ)
+    assert not probe.ok
+    assert probe.detail.startswith(f"importing tensorflow failed (killed by signal 6): {fatal}")
+    assert probe.detail.endswith("ConfigureDistributedTpuOp_DoWork not available in this library.")
+    (problem,) = runtime_check.check_backend("tensorflow", TPU_SET, probe=probe)
+    assert problem.startswith("--backend tensorflow does not load: importing tensorflow failed")
+
+
+def test_an_import_error_and_a_hung_import_are_reported(tmp_path):
+    environ = _fake_modules(tmp_path / "a", {"jax": "raise ImportError('jaxlib is not installed')"})
+    assert runtime_check.probe_runtime("jax", environ=environ) == RuntimeProbe(
+        False, "importing jax failed (exit 1): ImportError: jaxlib is not installed"
+    )
+    environ = _fake_modules(tmp_path / "b", {"jax": "import time; time.sleep(30)"})
+    hung = runtime_check.probe_runtime("jax", environ=environ, timeout_s=1)
+    assert hung == RuntimeProbe(False, "importing jax did not finish in 1 s")
+
+
+def test_check_exits_1_with_one_error_line_per_problem(plain_machine, monkeypatch, capsys):
+    broken = {**TPU_SET, "tensorflow": "2.21.0", "libtpu": "0.0.52"}
+    monkeypatch.setattr(
+        runtime_check, "distribution_versions", lambda names: {n: broken.get(n) for n in names}
+    )
+    failed = RuntimeProbe(False, "importing tensorflow failed (killed by signal 6): F0000 ...")
+    monkeypatch.setattr(runtime_check, "probe_runtime", lambda backend: failed)
+    assert main(["--json"]) == 0  # without --check the report is all
+    report = json.loads(capsys.readouterr().out)
+    assert (report["backend"], report["runtime_ok"], len(report["problems"])) == (
+        "tensorflow",
+        False,
+        3,
+    )
+    assert report["gpu_probe"] == "not probed: tensorflow did not load (see problems)"
+    assert main(["--check"]) == 1
+    out, err = capsys.readouterr()
+    errors = err.strip().splitlines()
+    assert errors == [f"lmshards env: error: {problem}" for problem in report["problems"]]
+    assert "backend tensorflow: does not load: importing tensorflow failed" in out
+    assert "problem: libtpu 0.0.52 is outside 0.0.17-0.0.31" in out
+
+
+def test_check_passes_and_no_import_skips_the_probe(plain_machine, monkeypatch, capsys):
+    monkeypatch.setattr(
+        runtime_check, "distribution_versions", lambda names: {n: JAX_SET.get(n) for n in names}
+    )
+    assert main(["--check", "--backend", "jax", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["backend"], report["runtime_ok"], report["problems"]) == ("jax", True, [])
+    monkeypatch.setattr(runtime_check, "probe_runtime", None)  # must not be called
+    assert main(["--check", "--no_import", "--json"]) == 1  # no TensorFlow in JAX_SET
+    report = json.loads(capsys.readouterr().out)
+    assert report["runtime_ok"] is None and report["runtime_detail"] == "not checked: --no_import"
+    assert report["problems"][0].startswith("--backend tensorflow needs no TensorFlow distribution")
+
+
+def _fake_distribution(site: Path, name: str, version: str) -> None:
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+def test_check_reads_the_installed_distributions(tmp_path):
+    """Fake tensorflow-tpu and libtpu metadata on the path of a real `lmshards env --check --no_import`."""
+    _fake_distribution(tmp_path, "tensorflow-tpu", "2.20.0")
+    _fake_distribution(tmp_path, "libtpu", "0.0.52")
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    done = subprocess.run(
+        [sys.executable, "-m", "lmshards", "env", "--check", "--no_import", "--json"],
+        cwd=REPO,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert (
+        report["versions"]["tensorflow-tpu"] == "2.20.0"
+        and report["versions"]["libtpu"] == "0.0.52"
+    )
+    problems = report["problems"]
+    assert any("libtpu 0.0.52 is outside 0.0.17-0.0.31" in p for p in problems)
+    tensorflow = importlib.metadata.version("tensorflow")  # this venv's real one, beside the fake
+    assert any(
+        f"tensorflow {tensorflow} and tensorflow-tpu 2.20.0 are installed" in p for p in problems
+    )
+    assert done.stderr.strip().splitlines() == [f"lmshards env: error: {p}" for p in problems]

@@ -28,7 +28,7 @@ class _BlankLineDocuments(LineRecords):
         self._held: list[bytes] = []  # the current line's leading whitespace
 
     @property
-    def open(self) -> bool:
+    def open(self) -> bool:  # type: ignore[override]  # the base has a plain attribute; computed here
         return self._doc is not None
 
     def begin_mid_file(self, f: BinaryIO, first_line: int) -> None:
@@ -94,9 +94,11 @@ class _BlankLineDocuments(LineRecords):
             self._held = []
         if self._skipping:
             return pieces
-        pieces += self._doc.feed(part)
+        doc = self._doc
+        assert doc is not None, "a line's first part opens its document"
+        pieces += doc.feed(part)
         if last:
-            self._doc.strip_cr()
+            doc.strip_cr()
         return pieces
 
     def close(self) -> list[str]:

@@ -31,10 +31,12 @@ class _LineDocuments(LineRecords):
     def part(self, start: int, part: bytes, first: bool, last: bool) -> list[str]:
         if first:
             self._doc = Document(self._options, self._stats)
-        pieces = self._doc.feed(part)
+        doc = self._doc
+        assert doc is not None, "a long line's parts start with first=True"
+        pieces = doc.feed(part)
         if last:
-            self._doc.strip_cr()
-            pieces += self._doc.finish()
+            doc.strip_cr()
+            pieces += doc.finish()
         return pieces
 
 
