@@ -152,9 +152,7 @@ class MaskingSpec:
         return cls(
             vocab_size=tok.vocab_size,
             mask_id=tok.special_token_ids["mask"],
-            special_ids=tuple(
-                sorted(set(tok.all_special_ids) | set(tok.special_token_ids.values()))
-            ),
+            special_ids=tok.never_masked_ids,
         )
 
 

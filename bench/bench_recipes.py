@@ -95,13 +95,14 @@ def train_args(config: Config, *, shards: str, recipe: str, run_dir: Path) -> li
 def fixed_masks(shards: str, recipe: str, mlm_probability: float) -> list[dict[str, Any]]:
     """The validation split masked by `recipe` with the trainer's fixed evaluation seed: the same batches for every model."""
     from train import data, mixture
+    from train.shard_set_tokenizer import run_tokenizer
 
     mix = mixture.open_mixture([shards])
     masking = data.masking_spec(
         mix.manifest,
         recipe=recipe,
         mlm_probability=mlm_probability,
-        tokenizer=mixture.run_tokenizer(None, mix),
+        tokenizer=run_tokenizer(None, mix),
     )
     ds = data.eval_dataset(
         mix.sets[0].files("validation"),

@@ -28,6 +28,10 @@ STATE_FILE = "checkpoint"
 UNREADABLE_STATE_FILE = "checkpoint.unreadable"
 _INDEX_RE = re.compile(rf"^{CHECKPOINT_NAME}-(\d+)\.index$")
 _DATA_RE = re.compile(rf"^{CHECKPOINT_NAME}-(\d+)\.data-\d+-of-\d+$")
+# What a save killed half-way leaves: TensorFlow writes a checkpoint's shards under PREFIX_temp/ before
+# merging them, and the state file as checkpoint.tmp<hex> before renaming it.
+_TEMP_DIR_RE = re.compile(rf"^{CHECKPOINT_NAME}-\d+_temp$")
+_STATE_TEMP_RE = re.compile(rf"^{STATE_FILE}\.tmp[0-9a-f]*$")
 
 
 def complete_checkpoints(directory: str) -> list[str]:
@@ -45,6 +49,46 @@ def incomplete_checkpoints(directory: str) -> list[str]:
         int(m[1]) for m in (_DATA_RE.match(posixpath.basename(p)) for p in _files(directory)) if m
     }
     return [p for p in (_prefix(directory, s) for s in sorted(steps)) if p not in complete]
+
+
+def leftovers(directory: str) -> list[str]:
+    """What unfinished saves left in directory: PREFIX_temp/ directories, checkpoint.tmp* state files, and the
+    data files of checkpoints that have no index file."""
+    if not tf.io.gfile.isdir(directory):
+        return []
+    names = tf.io.gfile.listdir(directory)
+    found = [
+        _join(directory, name.rstrip("/"))
+        for name in names
+        if _TEMP_DIR_RE.match(name.rstrip("/")) or _STATE_TEMP_RE.match(name)
+    ]
+    orphans = set(incomplete_checkpoints(directory))
+    found += [
+        p
+        for p in _files(directory)
+        if _DATA_RE.match(posixpath.basename(p)) and _owner(p) in orphans
+    ]
+    return sorted(found)
+
+
+def _owner(data_file: str) -> str:
+    return data_file.rsplit(".data-", 1)[0]
+
+
+def remove_leftovers(directory: str) -> list[str]:
+    """Deletes leftovers(directory) (only the run's writer may: a save may be under way otherwise); returns them."""
+    found = leftovers(directory)
+    for path in found:
+        if tf.io.gfile.isdir(path):
+            tf.io.gfile.rmtree(path)
+        else:
+            tf.io.gfile.remove(path)
+    if found:
+        log.warning(
+            "Removed what unfinished checkpoint saves left: %s.",
+            ", ".join(posixpath.basename(p) for p in found),
+        )
+    return found
 
 
 def _files(directory: str) -> list[str]:
@@ -107,9 +151,11 @@ class RunCheckpoints:
 
         An unreadable state file is kept as UNREADABLE_STATE_FILE (TensorFlow would otherwise fail on it
         or forget every checkpoint it named); the checkpoints are found by their files either way.
+        What unfinished saves left (remove_leftovers) is deleted first.
         Raises:
           LmshardsError: there are complete checkpoints but none of them restores.
         """
+        remove_leftovers(self.directory)
         unreadable = self._unreadable_state()
         if unreadable:
             log.warning(

@@ -25,6 +25,7 @@ from train.devices import AUTO, PRECISIONS, STRATEGIES
 from train.families import family_names
 from train.masking_recipes import MASKING_RECIPES, SPAN, check_recipe, max_mlm_probability
 from train.mixture import parse_shards_flag, source_weights
+from train.preemption import PreemptionFlag
 from train.preflight import native_stderr_discarded, preflight, quiet_tensorflow
 from train.run_dir import format_summary
 
@@ -233,7 +234,16 @@ def _train(argv: Sequence[str]) -> int:
 
 
 def _run(config: TrainConfig) -> int:
+    # Installed first: a signal while the checks run or the training stack loads still ends in exit 75.
+    with PreemptionFlag.current() as preemption:
+        return _checked_run(config, preemption)
+
+
+def _checked_run(config: TrainConfig, preemption: PreemptionFlag) -> int:
     checked = preflight(config)
+    if preemption.raised:
+        log.warning("stopped before training started; rerun the same command to start")
+        return EXIT_PREEMPTED
     if checked.finished is not None:
         log.info(
             "%s has finished; nothing to train (pass --extend with a larger --steps to train it longer).",

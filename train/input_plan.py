@@ -29,6 +29,7 @@ from train import data, mixture
 from train.config import TrainConfig
 from train.families import get_family
 from train.masking import MaskingSpec
+from train.mixture import Mixture, SetProgress, ShardSet
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +39,7 @@ class InputPlan:
     pass_records: per set, its records in one pass, per input pipeline (train.mixture.pass_records).
     """
 
-    mixture: mixture.Mixture
+    mixture: Mixture
     masking: MaskingSpec
     per_replica_batch: int
     replicas: int
@@ -51,7 +52,7 @@ class InputPlan:
     @classmethod
     def create(
         cls,
-        mix: mixture.Mixture,
+        mix: Mixture,
         *,
         masking: MaskingSpec,
         per_replica_batch: int,
@@ -80,7 +81,7 @@ class InputPlan:
     def for_run(
         cls,
         config: TrainConfig,
-        mix: mixture.Mixture,
+        mix: Mixture,
         *,
         masking: MaskingSpec,
         family: str,
@@ -172,7 +173,7 @@ class InputPlan:
             examples_per_pipeline=step * self.replicas_per_pipeline * self.per_replica_batch,
         )
 
-    def set_progress(self, step: int) -> tuple[mixture.SetProgress, ...]:
+    def set_progress(self, step: int) -> tuple[SetProgress, ...]:
         return mixture.set_progress(
             self.sequences_read(step), self.pass_records, num_pipelines=self.num_pipelines
         )
@@ -184,12 +185,12 @@ class InputPlan:
     # ------------------------------------------------------------ eval input
 
     @property
-    def eval_sets(self) -> tuple[mixture.ShardSet, ...]:
+    def eval_sets(self) -> tuple[ShardSet, ...]:
         """The sets that have a validation split, in --shards order."""
         return tuple(s for s in self.mixture.sets if s.has_validation)
 
     def eval_dataset(
-        self, shard_set: mixture.ShardSet, *, pipeline_id: int, limit: int | None
+        self, shard_set: ShardSet, *, pipeline_id: int, limit: int | None
     ) -> tf.data.Dataset:
         """Per-replica batches of a set's validation split for one pipeline: its share of the first `limit`
         global batches (None: all), padded to whole global batches, masked the same way every time."""
@@ -209,7 +210,7 @@ class InputPlan:
             batches_multiple_of=rpp,
         )
 
-    def eval_batches(self, shard_set: mixture.ShardSet, limit: int | None) -> int:
+    def eval_batches(self, shard_set: ShardSet, limit: int | None) -> int:
         """Global batches eval_dataset gives for the set: its first `limit` (None: all), padding included."""
         files = mixture.pipeline_files(
             shard_set.files(VALIDATION_SPLIT), num_pipelines=self.num_pipelines, pipeline_id=0
@@ -256,8 +257,17 @@ class InputPlan:
             ) from e
 
 
+def run_masking(
+    config: TrainConfig, mix: Mixture, tokenizer: TokenizerSource | None
+) -> MaskingSpec:
+    """The masking spec of `lmshards train`'s --masking and --mlm_probability."""
+    return masking_for(
+        mix, recipe=config.masking, mlm_probability=config.mlm_probability, tokenizer=tokenizer
+    )
+
+
 def masking_for(
-    mix: mixture.Mixture, *, recipe: str, mlm_probability: float, tokenizer: TokenizerSource | None
+    mix: Mixture, *, recipe: str, mlm_probability: float, tokenizer: TokenizerSource | None
 ) -> MaskingSpec:
     """The masking spec of a recipe for the mixture's tokenizer (train.data.masking_spec)."""
     return data.masking_spec(

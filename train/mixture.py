@@ -30,9 +30,8 @@ from collections.abc import Sequence
 
 from plumbing import fs
 from plumbing.errors import LmshardsError
-from schemas.constants import TOKENIZER_DIR_NAME, TOKENIZER_JSON, TRAIN_SPLIT, VALIDATION_SPLIT
+from schemas.constants import TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.manifest import Manifest, read_manifest
-from schemas.tokenizer_info import TokenizerSource, fingerprint, locate_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -326,46 +325,3 @@ def set_progress(
             SetProgress(sequences=int(read), passes=done, repeats=max(0, math.ceil(done) - 1))
         )
     return tuple(progress)
-
-
-# ---------------------------------------------------------------- the tokenizer a shard set carries
-
-
-def shard_set_tokenizer(shard_set: ShardSet) -> str | None:
-    """The tokenizer a set carries: the copy its manifest records, else SHARDS_DIR/tokenizer/ when it holds a
-    tokenizer.json; None for neither. A copy named tokenizer.json is returned as its directory, so the
-    transformers files beside it come along."""
-    recorded = shard_set.manifest.tokenizer_path(shard_set.path)
-    if recorded is not None:
-        return (
-            posixpath.dirname(recorded)
-            if posixpath.basename(recorded) == TOKENIZER_JSON
-            else recorded
-        )
-    directory = fs.join(shard_set.path, TOKENIZER_DIR_NAME)
-    return directory if fs.exists(fs.join(directory, TOKENIZER_JSON)) else None
-
-
-def run_tokenizer(given: str | None, mixture: Mixture) -> TokenizerSource | None:
-    """The run's tokenizer: --tokenizer when given, else the first one a set carries; None if there is none.
-
-    Raises:
-      LmshardsError: its fingerprint is not the one the shards were made with.
-    """
-    path = given or next(filter(None, map(shard_set_tokenizer, mixture.sets)), None)
-    if path is None:
-        return None
-    source = locate_tokenizer(path)
-    actual, expected = fingerprint(source.json_text), mixture.manifest.tokenizer.fingerprint
-    if actual != expected:
-        fix = (
-            "Pass the tokenizer given to `lmshards preprocess`, or re-run preprocess with this one."
-            if given
-            else "The shard set's tokenizer/ was replaced; restore it, or pass the right one with --tokenizer."
-        )
-        raise LmshardsError(
-            f"{'--tokenizer ' if given else 'The tokenizer in '}{path!r} has fingerprint {actual} but the shards in "
-            f"{mixture.sets[0].path!r} were made with {expected}. {fix}"
-        )
-    log.info("Tokenizer: %s", path)
-    return source

@@ -24,6 +24,7 @@ from schemas.tokenizer_info import TokenizerSource
 from train import mixture
 from train.config import ModelConfig, TrainConfig, preset_config, read_model_config
 from train.run_dir import RunDir, check_continuation, finished_summary
+from train.shard_set_tokenizer import run_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -63,13 +64,15 @@ def preflight(config: TrainConfig) -> Preflight:
             (TRAIN_SPLIT, VALIDATION_SPLIT) if shard_set.has_validation else (TRAIN_SPLIT,)
         ):
             mixture.check_shard_sizes(shard_set.manifest, shard_set.path, split)
-    tokenizer = mixture.run_tokenizer(config.tokenizer, mix)
+    tokenizer = run_tokenizer(config.tokenizer, mix)
     model_config = resolve_model_config(config, mix.manifest)
     run = RunDir(config.output)
     previous = None if config.restart else run.previous_config()
     finished = None
     if previous is not None:
-        finished = finished_summary(run, check_continuation(previous, config, model_config))
+        finished = finished_summary(
+            run, check_continuation(previous, config, model_config, manifest=mix.manifest)
+        )
     if finished is None:
         check_writable(config.output)
         if config.restart:

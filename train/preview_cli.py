@@ -22,6 +22,7 @@ from train import mixture
 from train.config import TrainConfig
 from train.masking_recipes import MASKING_RECIPES, check_recipe
 from train.preflight import load_tensorflow_quietly
+from train.shard_set_tokenizer import run_tokenizer
 
 COMMAND = "preview"
 DEFAULT_N = 5
@@ -109,7 +110,7 @@ def preview_rows(
     """(the first --n rows, the mask id, a decoder of ids to text) for the parsed options."""
     sources = [mixture.parse_shards_flag(text) for text in args.shards]
     mix = mixture.open_mixture([s.path for s in sources], mixture.source_weights(sources))
-    tokenizer = mixture.run_tokenizer(args.tokenizer, mix)
+    tokenizer = run_tokenizer(args.tokenizer, mix)
     unit = args.per_replica_batch
     from train.input_plan import (
         InputPlan,
@@ -185,7 +186,8 @@ def describe(
         f"sequence {index} (set {row.set_name}): {int(chosen.sum())} of {real} tokens selected "
         f"({masked} masked, {len(new) - masked - kept} random, {kept} kept)"
     )
-    return f"{header}\n{marked_text(row.input_ids[:real], row.selected[:real], decode)}\n"
+    text = marked_text(row.input_ids[:real].tolist(), row.selected[:real].tolist(), decode)
+    return f"{header}\n{text}\n"
 
 
 def _preview(argv: Sequence[str]) -> None:

@@ -18,7 +18,9 @@ from typing import Any
 
 from plumbing import fs
 from plumbing.errors import LmshardsError
+from schemas.manifest import Manifest
 from schemas.tokenizer_info import TokenizerSource
+from train.backends.registry import DEFAULT_BACKEND
 from train.config import (
     CHECKPOINTS_DIR,
     METRICS_JSONL,
@@ -53,12 +55,14 @@ class RunOption:
     """A TrainConfig field whose value a rerun must keep (REFUSE) or had better keep (WARN).
 
     extendable: --extend lets it change (it sets the run's length).
-    recorded_default: what a run_config.json without the field recorded (it predates the option).
+    restarts_rate: --extend lets it change too, restarting the rate of a run whose schedule has ended.
+    recorded_default: its value in runs recorded before the option existed.
     """
 
     name: str
     on_change: str
     extendable: bool = False
+    restarts_rate: bool = False
     recorded_default: Any = None
 
     @property
@@ -70,14 +74,16 @@ RUN_OPTIONS = (
     # The learning-rate schedule: changing it mid-run would make the rate jump.
     RunOption("steps", REFUSE, extendable=True),
     RunOption("epochs", REFUSE, extendable=True),
-    RunOption("learning_rate", REFUSE),
-    RunOption("warmup_steps", REFUSE),
+    RunOption("learning_rate", REFUSE, restarts_rate=True),
+    RunOption("warmup_steps", REFUSE, restarts_rate=True),
     RunOption("lr_schedule", REFUSE),
     # The masking recipe: another one would train another objective.
     RunOption("masking", REFUSE),
     RunOption("mlm_probability", REFUSE),
-    # Each backend writes its own checkpoint files, which the other cannot restore.
-    RunOption("backend", REFUSE, recorded_default="tensorflow"),
+    # The network and what trains it: another one would not restore the run's checkpoints.
+    RunOption("model_family", REFUSE),
+    RunOption("model_preset", REFUSE),
+    RunOption("backend", REFUSE, recorded_default=DEFAULT_BACKEND),
     # With the global step, these fix which batches and masks come next.
     RunOption("shards", WARN),
     RunOption("shard_weights", WARN),
@@ -125,24 +131,57 @@ def changes(recorded_train: dict[str, Any], config: TrainConfig) -> list[Change]
     given = json.loads(
         json.dumps(config.to_dict())
     )  # tuples become the lists they were recorded as
+    recorded = {o.name: recorded_train.get(o.name, o.recorded_default) for o in RUN_OPTIONS}
     return [
-        Change(option, recorded, given[option.name])
+        Change(option, recorded[option.name], given[option.name])
         for option in RUN_OPTIONS
-        if option.name in given
-        and (recorded := recorded_train.get(option.name, option.recorded_default))
-        != given[option.name]
+        if option.name in given and recorded[option.name] != given[option.name]
     ]
 
 
+_SHARD_KEYS_SHOWN = {"tokenizer_fingerprint": "tokenizer fingerprint"}
+
+
+def shard_identity(manifest: Manifest) -> dict[str, Any]:
+    """What run_config.json records of the shards a run trains on, which every later command must match."""
+    return {
+        "tokenizer_fingerprint": manifest.tokenizer.fingerprint,
+        "seq_len": manifest.seq_len,
+        "features": manifest.features(),
+    }
+
+
+def check_same_shards(previous: dict[str, Any], manifest: Manifest, run_dir: str) -> None:
+    """Raises LmshardsError when this command's shards differ from the run's in tokenizer, seq_len or features.
+
+    A key the run did not record (runs of older versions) is not compared.
+    """
+    given = json.loads(json.dumps(shard_identity(manifest)))  # as it would be recorded
+    for key, value in given.items():
+        if key in previous and previous[key] != value:
+            what = _SHARD_KEYS_SHOWN.get(key, key)
+            raise LmshardsError(
+                f"{run_dir!r} is a run on shards with {what} {_shown(previous[key])}, and this command's --shards "
+                f"have {what} {_shown(value)}: one run cannot continue on another tokenization. Pass the run's "
+                f"--shards to resume it, {_RESTART_HINT}, or use a new --output."
+            )
+
+
 def check_continuation(
-    previous: dict[str, Any], config: TrainConfig, model_config: ModelConfig
+    previous: dict[str, Any],
+    config: TrainConfig,
+    model_config: ModelConfig,
+    *,
+    manifest: Manifest | None = None,
 ) -> list[Change]:
     """Checks that this command may continue the run that wrote `previous`; returns what changed.
 
-    Warns about WARN options that changed.
+    manifest: this command's shards (check_same_shards). Warns about WARN options that changed.
     Raises:
-      LmshardsError: another model, or a REFUSE option that differs (its length only with --extend).
+      LmshardsError: other shards, another model, or a REFUSE option that differs (its length only with --extend).
     """
+    if manifest is not None:
+        check_same_shards(previous, manifest, config.output)
     if previous["model"] != model_config.to_dict():
         raise LmshardsError(
             f"{config.output!r} holds a run of another model ({previous['model']}); this command builds "
@@ -152,12 +191,13 @@ def check_continuation(
     refused = [
         c
         for c in found
-        if c.option.on_change == REFUSE and not (config.extend and c.option.extendable)
+        if c.option.on_change == REFUSE
+        and not (config.extend and (c.option.extendable or c.option.restarts_rate))
     ]
     if refused:
         raise LmshardsError(
-            f"{config.output!r} is a run whose schedule and masking its first command fixed, and this command changes "
-            "them: "
+            f"{config.output!r} is a run whose schedule, masking, model and backend its first command fixed, and this "
+            "command changes them: "
             f"{'; '.join(c.describe() for c in refused)}. Rerun with the run's values to resume it; to train it longer, "
             "pass the new --steps with --extend (the rate then falls linearly from where it is to 0 over the added "
             f"steps); or {_RESTART_HINT}."

@@ -16,13 +16,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import signal
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from plumbing.errors import LmshardsError
+from plumbing.progress import Pacer
+from plumbing.units import format_duration
 from schemas.constants import TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.tokenizer_info import TokenizerSource
 from schemas.version import __version__
@@ -31,10 +31,11 @@ from train.backends.base import Backend, BuildSpec, Topology
 from train.backends.registry import load_backend
 from train.config import FINAL_EVAL_FULL, ModelConfig, TrainConfig
 from train.devices import MIXED_FLOAT16, steps_in_next_call
-from train.input_plan import InputPlan, masking_for
+from train.input_plan import InputPlan, run_masking
 from train.optim import WarmupDecay, warmup_steps_for
+from train.preemption import PreemptionFlag
 from train.preflight import Preflight, preflight
-from train.run_dir import MetricsLog, RunDir
+from train.run_dir import MetricsLog, RunDir, shard_identity
 from train.tensorboard import TensorBoardScalars
 
 log = logging.getLogger(__name__)
@@ -74,16 +75,25 @@ def first_schedule(
 
 
 def continue_schedule(
-    schedule: WarmupDecay, *, total_steps: int, start_step: int, extend: bool
+    schedule: WarmupDecay,
+    *,
+    total_steps: int,
+    start_step: int,
+    extend: bool,
+    new_peak: float | None = None,
+    warmup_steps: int | None = None,
 ) -> WarmupDecay:
     """The schedule this command trains with: the run's, or with --extend the run's continued to total_steps.
 
+    new_peak: the --learning_rate this command gives in place of the run's (None: the same). It restarts
+    a schedule that has ended, warming up over warmup_steps (None: 5% of the added steps).
     Raises:
       LmshardsError: total_steps differs from where the run's schedule ends and --extend is not given;
-        with --extend, total_steps is not past that end, or the rate has already fallen to 0.
+        with --extend, total_steps is not past that end, or the rate has already fallen to 0 and no new
+        --learning_rate is given; a new --learning_rate for a schedule that has not ended.
     """
     end = schedule.end_step
-    if total_steps == end:
+    if total_steps == end and new_peak is None:
         return schedule
     if not extend:
         raise LmshardsError(
@@ -95,11 +105,32 @@ def continue_schedule(
         raise LmshardsError(
             f"--extend needs more steps than the run's schedule has ({end}); this command asks for {total_steps}."
         )
-    if float(schedule(start_step)) <= 0.0:
+    ended = float(schedule(start_step)) <= 0.0
+    if ended and new_peak is None:
         raise LmshardsError(
             f"--extend continues from the current learning rate, and at step {start_step} this run's rate has already "
-            "fallen to 0: the added steps would not train. Extend a run before its schedule ends (stop it with "
-            "SIGTERM or Ctrl-C, then rerun with --extend), or start a new run."
+            "fallen to 0: the added steps would not train. Pass a new --learning_rate (and --warmup_steps) for the "
+            "added steps, extend a run before its schedule ends (stop it with SIGTERM or Ctrl-C, then rerun with "
+            "--extend), or start a new run."
+        )
+    if new_peak is not None and not ended:
+        raise LmshardsError(
+            f"--learning_rate {new_peak:g} differs from the run's, and a new rate starts only once the run's schedule "
+            f"has ended (at step {end}; this run is at step {start_step}). Rerun with the run's --learning_rate and "
+            "--warmup_steps to extend it from its current rate."
+        )
+    if new_peak is not None:
+        warmup = warmup_steps_for(total_steps - start_step, warmup_steps)
+        log.info(
+            "--extend: from step %d the learning rate warms up to %.3e over %d steps, then falls linearly to 0 "
+            "at step %d.",
+            start_step,
+            new_peak,
+            warmup,
+            total_steps,
+        )
+        return schedule.extended(
+            from_step=start_step, to_step=total_steps, peak=new_peak, warmup_steps=warmup
         )
     extended = schedule.extended(from_step=start_step, to_step=total_steps)
     log.info(
@@ -109,6 +140,22 @@ def continue_schedule(
         total_steps,
     )
     return extended
+
+
+def log_topology(backend: str, topology: Topology) -> None:
+    log.info(
+        "backend %s: strategy %s, %d replicas, device kind %s",
+        backend,
+        topology.strategy,
+        topology.replicas,
+        topology.device_kind,
+    )
+
+
+def new_peak(config: TrainConfig, previous_run: dict[str, Any] | None) -> float | None:
+    """--learning_rate when it differs from the one the run recorded (an --extend restarting the rate), else None."""
+    recorded = (previous_run or {}).get("train", {}).get("learning_rate", config.learning_rate)
+    return config.learning_rate if config.extend and recorded != config.learning_rate else None
 
 
 def run_config_record(
@@ -135,10 +182,9 @@ def run_config_record(
         "resolved": resolved,
         "schedule": schedule.get_config(),
         "model": model_config.to_dict(),
-        "seq_len": manifest.seq_len,
+        **shard_identity(manifest),  # tokenizer_fingerprint, seq_len, features
         "special_token_ids": dict(manifest.tokenizer.special_token_ids),
         "all_special_ids": list(manifest.tokenizer.all_special_ids),
-        "tokenizer_fingerprint": manifest.tokenizer.fingerprint,
         "max_predictions": inputs.masking.max_predictions,
     }
 
@@ -150,56 +196,6 @@ def keep_tokenizer(run: RunDir, tokenizer: TokenizerSource | None) -> None:
         log.warning(
             "No tokenizer in the shard set and no --tokenizer: `lmshards export` will need --tokenizer."
         )
-
-
-def format_duration(seconds: float) -> str:
-    """3725.2 -> '1:02:05'."""
-    minutes, secs = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}"
-
-
-class Every:
-    """due() is True at most once per `seconds`: paces progress lines of long work."""
-
-    def __init__(self, seconds: float):
-        self.seconds = seconds
-        self.last = time.monotonic()
-
-    def due(self) -> bool:
-        now = time.monotonic()
-        if now - self.last < self.seconds:
-            return False
-        self.last = now
-        return True
-
-
-class PreemptionFlag:
-    """Set by SIGTERM or SIGINT; the loop finishes the running steps, saves and returns. A second SIGINT stops at once."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __init__(self):
-        self.raised = False
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
-        return self
-
-    def _handle(self, signum, frame):
-        if self.raised and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        log.warning(
-            "%s: finishing the current step, then saving a checkpoint (Ctrl-C again stops at once).",
-            signal.Signals(signum).name,
-        )
-        self.raised = True
-
-    def __exit__(self, *exc):
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
 
 
 def log_eval(record: dict[str, Any], what: str) -> None:
@@ -257,7 +253,7 @@ class Loop:
         None when stop() turned True part-way.
         """
         expected = sum(self.inputs.eval_batches(s, limit) for s in self.inputs.eval_sets)
-        read, progress, sums = 0, Every(EVAL_PROGRESS_SECONDS), {}
+        read, progress, sums = 0, Pacer(EVAL_PROGRESS_SECONDS), {}
         for shard_set in self.inputs.eval_sets:
             totals = evaluation.ZERO
             with self.inputs.readable_errors(shard_set.files(VALIDATION_SPLIT).paths):
@@ -272,8 +268,10 @@ class Loop:
         return {**evaluation.eval_record(step, sums, weights), "eval_batches": read}
 
     def periodic_eval(self, step: int) -> None:
-        self.metrics.add(self.evaluate(step, limit=self.config.eval_batches))
-        log_eval(self.metrics.records[-1], "eval")
+        record = self.evaluate(step, limit=self.config.eval_batches)  # never stopped part-way
+        if record is not None:
+            self.metrics.add(record)
+            log_eval(record, "eval")
 
     def run(self, preemption: PreemptionFlag) -> None:
         """Trains to total_steps or until preempted; host calls end on every logging, eval and checkpoint step."""
@@ -281,6 +279,7 @@ class Loop:
         # A run stopped between its checkpoint and its evaluation at that step evaluates first.
         if (
             self.start_step
+            and not preemption.raised
             and self.is_eval_step(self.start_step)
             and self.metrics.at(self.start_step, "eval_loss") is None
         ):
@@ -474,75 +473,75 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
     """Trains (or resumes) the run in config.output. Returns the run summary, or {"preempted": step}.
 
     checked: preflight(config), when the caller has run it (the CLI does, before TensorFlow loads).
+    A SIGTERM or SIGINT at any moment ends it at the next step boundary (train.preemption).
     """
     checked = checked or preflight(config)
     if checked.finished is not None:
         return checked.finished
-    run, model_config = RunDir(config.output), checked.model_config
-    masking = masking_for(  # a recipe the shards cannot take fails before any device is touched
-        checked.mixture,
-        recipe=config.masking,
-        mlm_probability=config.mlm_probability,
-        tokenizer=checked.tokenizer,
-    )
+    with PreemptionFlag.current() as preemption:
+        run, model_config = RunDir(config.output), checked.model_config
+        # A recipe the shards cannot take fails before any device is touched.
+        masking = run_masking(config, checked.mixture, checked.tokenizer)
 
-    # --- devices: the backend's strategy or mesh, and what `auto` precision and steps per call mean on them
-    backend = load_backend(config.backend)
-    topology = backend.connect(config)
-    log.info(
-        "backend %s: strategy %s, %d replicas, device kind %s",
-        config.backend,
-        topology.strategy,
-        topology.replicas,
-        topology.device_kind,
-    )
-    check_precision_change(checked.previous_run, topology.precision)
-    inputs = InputPlan.for_run(
-        config,
-        checked.mixture,
-        masking=masking,
-        family=model_config.family,
-        replicas=topology.replicas,
-        num_pipelines=topology.num_input_pipelines,
-    )
-    total_steps = inputs.total_steps(steps=config.steps, epochs=config.epochs)
-    keep_tokenizer(run, checked.tokenizer)
-    log.info(
-        "global batch %d, %d steps per epoch, %d steps in all; precision %s, up to %d steps per host call.",
-        inputs.global_batch,
-        inputs.steps_per_epoch,
-        total_steps,
-        topology.precision,
-        topology.steps_per_execution,
-    )
+        # --- devices: the backend's strategy or mesh, and what `auto` precision and steps per call mean on them
+        backend = load_backend(config.backend)
+        topology = backend.connect(config)
+        log_topology(config.backend, topology)
+        check_precision_change(checked.previous_run, topology.precision)
+        inputs = InputPlan.for_run(
+            config,
+            checked.mixture,
+            masking=masking,
+            family=model_config.family,
+            replicas=topology.replicas,
+            num_pipelines=topology.num_input_pipelines,
+        )
+        total_steps = inputs.total_steps(steps=config.steps, epochs=config.epochs)
+        keep_tokenizer(run, checked.tokenizer)
+        log.info(
+            "global batch %d, %d steps per epoch, %d steps in all; precision %s, up to %d steps per host call.",
+            inputs.global_batch,
+            inputs.steps_per_epoch,
+            total_steps,
+            topology.precision,
+            topology.steps_per_execution,
+        )
 
-    # --- model, optimizer and the newest checkpoint that restores; the schedule this command trains with
-    schedule = first_schedule(config, total_steps, checked.previous_run)
-    spec = BuildSpec.for_run(
-        config, model_config, schedule=schedule, checkpoint_dir=run.checkpoints
-    )
-    restored = backend.build(spec)
-    if restored.path:
-        log.info("Resumed from %s at step %d.", restored.path, restored.step)
-    extended = continue_schedule(
-        schedule, total_steps=total_steps, start_step=restored.step, extend=config.extend
-    )
-    if extended is not schedule:
-        schedule = extended
-        backend.set_schedule(schedule)
-        run.forget_summary()  # the run is no longer finished
-    run_config = run_config_record(config, inputs, topology, model_config, schedule=schedule)
-    run.write_config(run_config)
+        # --- model, optimizer and the newest checkpoint that restores; the schedule this command trains with
+        schedule = first_schedule(config, total_steps, checked.previous_run)
+        spec = BuildSpec.for_run(
+            config, model_config, schedule=schedule, checkpoint_dir=run.checkpoints
+        )
+        restored = backend.build(spec)
+        if restored.path:
+            log.info("Resumed from %s at step %d.", restored.path, restored.step)
+        extended = continue_schedule(
+            schedule,
+            total_steps=total_steps,
+            start_step=restored.step,
+            extend=config.extend,
+            new_peak=new_peak(config, checked.previous_run),
+            warmup_steps=config.warmup_steps,
+        )
+        if extended is not schedule:
+            schedule = extended
+            backend.set_schedule(schedule)
+            run.forget_summary()  # the run is no longer finished
+        run_config = run_config_record(config, inputs, topology, model_config, schedule=schedule)
+        run.write_config(run_config)
 
-    # --- the loop
-    metrics = run.metrics_log(resume_step=restored.step, sink=TensorBoardScalars(run.tensorboard))
-    backend.start_training(inputs, restored.step)
-    loop = Loop(config, backend, inputs, metrics, schedule, total_steps, restored.step, topology)
-    with PreemptionFlag() as preemption:
+        # --- the loop
+        metrics = run.metrics_log(
+            resume_step=restored.step, sink=TensorBoardScalars(run.tensorboard)
+        )
+        backend.start_training(inputs, restored.step)
+        loop = Loop(
+            config, backend, inputs, metrics, schedule, total_steps, restored.step, topology
+        )
         loop.run(preemption)
         final_record = loop.final_eval(preemption)
-    if preemption.raised:
-        return loop.preempted()
-    summary = loop.summary(final_record, run_config)
-    run.write_summary(summary)
-    return summary
+        if preemption.raised:
+            return loop.preempted()
+        summary = loop.summary(final_record, run_config)
+        run.write_summary(summary)
+        return summary
