@@ -16,6 +16,7 @@ import json
 import logging
 import posixpath
 import re
+from typing import Any
 
 import keras
 import numpy as np
@@ -66,7 +67,7 @@ def complete_checkpoints(directory: str) -> list[str]:
 
 def encode(arrays: Arrays, *, step: int) -> bytes:
     """The bytes of a checkpoint holding arrays (every group of GROUPS) at step."""
-    members = {
+    members: dict[str, Any] = {
         f"{group}/{i}": np.asarray(a) for group in GROUPS for i, a in enumerate(arrays[group])
     }
     meta = {"format": FORMAT, "step": step, **{g: len(arrays[g]) for g in GROUPS}}
