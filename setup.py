@@ -37,6 +37,8 @@ PINS = {
     "safetensors": "0.8.0",
     "torch": "2.13.0",
     "psutil": "7.2.2",
+    "tensorboard": "2.21.0",
+    "plotly": "7.1.0",
     "pytest": "9.2.0",
     "pytest-timeout": "2.4.0",
     "gcp-storage-emulator": "2026.7.19",
@@ -68,7 +70,16 @@ WORKER = [
 ]
 EXTRAS = {
     "data": [pinned("transformers"), pinned("datasets"), pinned("psutil")],
-    "train": [pinned("tensorflow"), pinned("keras"), pinned("keras-hub"), pinned("psutil")],
+    # tensorboard: `tensorboard --logdir RUN_DIR/tensorboard` (the trainer writes its events without it);
+    # plotly: `lmshards report`'s charts, its JavaScript inlined so the page works offline.
+    "train": [
+        pinned("tensorflow"),
+        pinned("keras"),
+        pinned("keras-hub"),
+        pinned("psutil"),
+        pinned("tensorboard"),
+        pinned("plotly"),
+    ],
     # `lmshards train --backend jax` (with `train`: its input pipeline is tf.data on the host). CPU jaxlib
     # comes with it; accelerators add `jax[tpu]` or `jax[cuda12]` at the same version (README).
     "jax": [pinned("jax"), pinned("keras"), pinned("keras-hub")],

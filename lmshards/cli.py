@@ -90,6 +90,12 @@ def _env(argv: list[str]) -> int | None:
     return main(argv)
 
 
+def _report(argv: list[str]) -> int | None:
+    from lmshards.report import main
+
+    return main(argv)
+
+
 def _demo(argv: list[str]) -> int | None:
     from lmshards.demo import main
 
@@ -121,6 +127,9 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "env": Subcommand(
         _env,
         "versions, whether the backend loads, accelerators, TPU signals and what `auto` chooses here",
+    ),
+    "report": Subcommand(
+        _report, "one self-contained HTML page of a training run's charts and numbers"
     ),
     "demo": Subcommand(_demo, "the whole story on the bundled sample corpus"),
 }

@@ -1,189 +1,384 @@
-"""A one-page HTML report of a run: training-loss curve, accuracy against a baseline and shard balance, as inline SVG.
+"""`lmshards report RUN_DIR`: one self-contained HTML page of a training run, drawn with Plotly.
 
-Plain SVG keeps the report dependency-free and viewable in any browser.
+Loss (train and eval on one chart), eval accuracy (with the most-frequent-token baseline when known),
+learning rate, throughput, and the records per shard of every split of the run's shard sets. Every
+number says what it was measured on. Plotly's JavaScript is inlined, so the page works offline and
+can be mailed or archived as one file (about 5 MB); its charts zoom and show exact values on hover.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import html
-from collections.abc import Sequence
-from dataclasses import dataclass
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from schemas.manifest import Manifest
+from plumbing import fs
+from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
+from plumbing.errors import LmshardsError
+from schemas.manifest import Manifest, read_manifest
+from train.run_dir import read_metrics
 
-CHART_WIDTH = 640
-CHART_HEIGHT = 260
-MARGIN = 48
+COMMAND = "report"
+REPORT_HTML = "report.html"
+METRICS_JSONL = (
+    "metrics.jsonl"  # train.config's names, repeated so a report needs no training stack
+)
+RUN_CONFIG_JSON = "run_config.json"
+RUN_SUMMARY_JSON = "run_summary.json"
+CHART_HEIGHT = 340
+SHARD_CHART_HEIGHT = 260
+TRAIN_COLOR, EVAL_COLOR, BASELINE_COLOR = "#4c78a8", "#e45756", "#72b7b2"
+STYLE = (
+    "body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;padding:0 1em;color:#222}"
+    "th{text-align:left;padding:2px 1em 2px 0;vertical-align:top;white-space:nowrap}"
+    "td{padding:2px 0}p.note{color:#555;font-size:0.9em}"
+)
 
 
-@dataclass(frozen=True)
-class Series:
-    name: str
-    points: tuple[tuple[float, float], ...]  # (x, y), x ascending
-    color: str
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """An accuracy drawn as a line across the accuracy chart (a baseline's), and what it was measured on."""
+
+    label: str  # e.g. "always 'the'"
+    accuracy: float
+    measured_on: str
 
 
-def _scale(value: float, lo: float, hi: float, out_lo: float, out_hi: float) -> float:
-    if hi == lo:
-        return (out_lo + out_hi) / 2
-    return out_lo + (value - lo) * (out_hi - out_lo) / (hi - lo)
+@dataclasses.dataclass(frozen=True)
+class RunData:
+    """What the report reads from a run directory."""
+
+    metrics: tuple[dict[str, Any], ...]
+    run_config: dict[str, Any]
+    summary: dict[str, Any] | None  # run_summary.json; None while the run has not finished
+    manifests: dict[str, Manifest]  # shard set path -> its manifest
 
 
-def _axes(
-    x_label: str, y_label: str, x_range: tuple[float, float], y_range: tuple[float, float]
-) -> list[str]:
-    w, h, m = CHART_WIDTH, CHART_HEIGHT, MARGIN
-    parts = [
-        f'<line x1="{m}" y1="{h - m}" x2="{w - m // 2}" y2="{h - m}" stroke="#333"/>',
-        f'<line x1="{m}" y1="{m // 2}" x2="{m}" y2="{h - m}" stroke="#333"/>',
-        f'<text x="{w // 2}" y="{h - 8}" text-anchor="middle" font-size="12">{html.escape(x_label)}</text>',
-        f'<text x="12" y="{h // 2}" text-anchor="middle" font-size="12" transform="rotate(-90 12 {h // 2})">'
-        f"{html.escape(y_label)}</text>",
-    ]
-    for frac in (0.0, 0.5, 1.0):
-        xv = x_range[0] + frac * (x_range[1] - x_range[0])
-        yv = y_range[0] + frac * (y_range[1] - y_range[0])
-        x = _scale(xv, *x_range, m, w - m // 2)
-        y = _scale(yv, *y_range, h - m, m // 2)
-        parts.append(
-            f'<text x="{x:.1f}" y="{h - m + 16}" text-anchor="middle" font-size="11">{xv:g}</text>'
+def read_run(run_dir: str) -> RunData:
+    """Raises LmshardsError when run_dir holds no run_config.json (not a training run)."""
+    config_path = fs.join(run_dir, RUN_CONFIG_JSON)
+    if not fs.exists(config_path):
+        raise LmshardsError(
+            f"No {RUN_CONFIG_JSON} in {run_dir!r}: not a training run directory; pass the --output "
+            "of `lmshards train`."
         )
-        parts.append(
-            f'<text x="{m - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11">{yv:.3g}</text>'
-        )
-    return parts
+    run_config = json.loads(fs.read_text(config_path))
+    metrics_path = fs.join(run_dir, METRICS_JSONL)
+    metrics = read_metrics(metrics_path)  # the trainer's own reader: no TensorFlow
+    summary_path = fs.join(run_dir, RUN_SUMMARY_JSON)
+    summary = json.loads(fs.read_text(summary_path)) if fs.exists(summary_path) else None
+    manifests = {}
+    for path in run_config.get("train", {}).get("shards", ()):
+        if fs.exists(fs.join(path, "manifest.json")):
+            manifests[path] = read_manifest(path)
+    return RunData(tuple(metrics), run_config, summary, manifests)
 
 
-def line_chart_svg(series: Sequence[Series], *, x_label: str, y_label: str) -> str:
-    """An SVG line chart of one or more series sharing axes."""
-    xs = [x for s in series for x, _ in s.points]
-    ys = [y for s in series for _, y in s.points]
-    if not xs:
-        return "<p>(no data)</p>"
-    x_range, y_range = (min(xs), max(xs)), (min(0.0, min(ys)), max(ys))
-    w, h, m = CHART_WIDTH, CHART_HEIGHT, MARGIN
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img">']
-    parts += _axes(x_label, y_label, x_range, y_range)
-    for i, s in enumerate(series):
-        coords = " ".join(
-            f"{_scale(x, *x_range, m, w - m // 2):.1f},{_scale(y, *y_range, h - m, m // 2):.1f}"
-            for x, y in s.points
-        )
-        parts.append(
-            f'<polyline class="series" fill="none" stroke="{s.color}" stroke-width="2" points="{coords}"/>'
-        )
-        parts.append(
-            f'<text x="{w - m}" y="{m // 2 + 14 * (i + 1)}" text-anchor="end" font-size="12" '
-            f'fill="{s.color}">{html.escape(s.name)}</text>'
-        )
-    parts.append("</svg>")
-    return "\n".join(parts)
+# ---------------------------------------------------------------- what each number was measured on
 
 
-def bar_chart_svg(labels: Sequence[str], values: Sequence[int], *, y_label: str) -> str:
-    """An SVG bar chart with one bar per value (class="bar"), y axis from 0."""
-    if not values:
-        return "<p>(no data)</p>"
-    w, h, m = CHART_WIDTH, CHART_HEIGHT, MARGIN
-    top = max(values) or 1
-    width = (w - 1.5 * m) / len(values)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img">']
-    parts += _axes("shard", y_label, (0, len(values) - 1), (0, top))
-    for i, (label, value) in enumerate(zip(labels, values)):
-        bar_h = _scale(value, 0, top, 0, h - 1.5 * m)
-        parts.append(
-            f'<rect class="bar" x="{m + i * width + 1:.1f}" y="{h - m - bar_h:.1f}" width="{max(width - 2, 1):.1f}" '
-            f'height="{bar_h:.1f}" fill="#4c78a8"><title>{html.escape(label)}: {value}</title></rect>'
-        )
-    parts.append("</svg>")
-    return "\n".join(parts)
-
-
-def comparison_svg(labels: Sequence[str], values: Sequence[float], *, x_label: str) -> str:
-    """An SVG of one horizontal bar per value (class="compare"), x axis from 0, each bar labelled with its value."""
-    if not values:
-        return "<p>(no data)</p>"
-    w, m, row = CHART_WIDTH, MARGIN, 28
-    label_width = w // 3
-    h = m + row * len(values)
-    top = max(values) or 1.0
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img">']
-    for i, (label, value) in enumerate(zip(labels, values)):
-        y = m // 2 + i * row
-        bar_w = _scale(value, 0, top, 0, w - label_width - 1.5 * m)
-        parts.append(
-            f'<text x="{label_width - 6}" y="{y + 16}" text-anchor="end" font-size="12">'
-            f"{html.escape(label)}</text>"
-        )
-        parts.append(
-            f'<rect class="compare" x="{label_width}" y="{y}" width="{bar_w:.1f}" height="{row - 6}" '
-            f'fill="#4c78a8"><title>{html.escape(label)}: {value:.4g}</title></rect>'
-        )
-        parts.append(
-            f'<text x="{label_width + bar_w + 6:.1f}" y="{y + 16}" font-size="12">{value:.3f}</text>'
-        )
-    parts.append(
-        f'<text x="{label_width + (w - label_width) // 2}" y="{h - 8}" text-anchor="middle" font-size="12">'
-        f"{html.escape(x_label)}</text>"
+def masking_description(run_config: Mapping[str, Any]) -> str:
+    """How the trainer masked its training and eval batches, e.g. 'token masking, 15% of tokens ...'."""
+    train = run_config.get("train", {})
+    probability = train.get("mlm_probability")
+    share = f"{probability:.0%}" if isinstance(probability, (int, float)) else "?"
+    return (
+        f"{train.get('masking', 'token')} masking: {share} of the tokens predicted, of which 80% "
+        "replaced by the mask token, 10% by a random token, 10% left unchanged"
     )
-    parts.append("</svg>")
-    return "\n".join(parts)
 
 
-def loss_series(records: Sequence[dict]) -> list[Series]:
-    """Training loss (records with 'loss') and eval loss (records with 'eval_loss') by step."""
-    train = tuple(
-        (float(r["step"]), float(r["loss"])) for r in records if "loss" in r and "step" in r
+def eval_measured_on(run_config: Mapping[str, Any], *, batches: Any, global_batch: Any) -> str:
+    sequences = (
+        f" ({batches * global_batch:,} sequences)"
+        if isinstance(batches, int) and isinstance(global_batch, int)
+        else ""
     )
-    evals = tuple(
-        (float(r["step"]), float(r["eval_loss"]))
-        for r in records
-        if "eval_loss" in r and "step" in r
+    return (
+        f"{batches} global batches of the validation split{sequences}, masked as in training "
+        f"({masking_description(run_config)})"
     )
-    series = [Series("train loss", train, "#4c78a8")]
-    if evals:
-        series.append(Series("eval loss", evals, "#e45756"))
-    return series
+
+
+def run_facts(data: RunData) -> dict[str, str]:
+    """The run's headline numbers, each with what it was measured on."""
+    config, summary = data.run_config, data.summary or {}
+    train = config.get("train", {})
+    facts = {
+        "shards": ", ".join(train.get("shards", ())) or "?",
+        "model": f"{config.get('model', {}).get('family', '?')} "
+        f"{train.get('model_preset') or train.get('model_config') or ''}".strip(),
+        "sequence length": str(config.get("seq_len", "?")),
+    }
+    if not summary:
+        facts["status"] = "not finished (no run_summary.json yet): charts show the steps so far"
+        return facts
+    facts["steps"] = f"{summary.get('global_step')} of global batch {summary.get('global_batch')}"
+    if summary.get("train_loss") is not None:
+        facts["train loss"] = (
+            f"{summary['train_loss']:.4f} nats: mean over the last logging window's training batches"
+        )
+    if summary.get("eval_loss") is not None:
+        on = (
+            "the whole validation split"
+            if summary.get("final_eval") == "full"
+            else f"{summary.get('eval_batches')} global batches of the validation split"
+        )
+        facts["eval loss"] = f"{summary['eval_loss']:.4f} nats on {on}"
+        facts["eval accuracy"] = (
+            f"{summary['eval_accuracy']:.4f} on the same tokens; masks as in training "
+            f"({masking_description(config)}), so unchanged tokens count too"
+        )
+    else:
+        facts["eval"] = "none: the run has no validation split (or --eval_every was never reached)"
+    if summary.get("tokens_per_second"):
+        facts["throughput"] = (
+            f"{summary['tokens_per_second']:,.0f} tokens/s, {summary.get('sequences_per_second', 0):,.1f} "
+            f"sequences/s over this command's {summary.get('steps_this_run')} steps (evaluation excluded)"
+        )
+    facts["hardware"] = (
+        f"{summary.get('strategy')}, {summary.get('replicas')} replicas, {summary.get('device_kind')}"
+    )
+    return facts
+
+
+# ---------------------------------------------------------------- charts
+
+
+def _points(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    rows = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
+    return [s for s, _ in rows], [float(v) for _, v in rows]
+
+
+def _layout(title: str, y_title: str, **extra: Any) -> dict[str, Any]:
+    return dict(
+        title=dict(text=title, x=0, font=dict(size=15)),
+        xaxis=dict(title=dict(text="step")),
+        yaxis=dict(title=dict(text=y_title), automargin=True),
+        height=CHART_HEIGHT,
+        margin=dict(l=70, r=20, t=50, b=50),
+        legend=dict(orientation="h", y=-0.25),
+        template="plotly_white",
+        **extra,
+    )
+
+
+def loss_figure(data: RunData):
+    """Train loss (line) and eval loss (marked points) on axes fitted to the data."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    steps, values = _points(data.metrics, "loss")
+    fig.add_trace(
+        go.Scatter(
+            x=steps, y=values, name="train (logging window mean)", line=dict(color=TRAIN_COLOR)
+        )
+    )
+    steps, values = _points(data.metrics, "eval_loss")
+    if steps:
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=values,
+                name="eval (eval_batches of the validation split)",
+                mode="lines+markers",
+                marker=dict(size=8),
+                line=dict(color=EVAL_COLOR),
+            )
+        )
+    steps, values = _points(data.metrics, "final_eval_loss")
+    if steps:
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=values,
+                name="final eval (whole validation split)",
+                mode="markers",
+                marker=dict(size=12, symbol="star", color=EVAL_COLOR),
+            )
+        )
+    return fig.update_layout(**_layout("Loss", "cross-entropy (nats)"))
+
+
+def accuracy_figure(data: RunData, references: Sequence[Reference]):
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    steps, values = _points(data.metrics, "eval_accuracy")
+    fig.add_trace(
+        go.Scatter(
+            x=steps,
+            y=values,
+            name="eval accuracy (training masks: unchanged tokens count too)",
+            mode="lines+markers",
+            marker=dict(size=8),
+            line=dict(color=EVAL_COLOR),
+        )
+    )
+    for reference in references:
+        fig.add_hline(
+            y=reference.accuracy,
+            line=dict(color=BASELINE_COLOR, dash="dash"),
+            annotation_text=f"{reference.label}: {reference.accuracy:.3f} ({reference.measured_on})",
+            annotation_position="bottom right",
+        )
+    return fig.update_layout(
+        **_layout("Eval accuracy on masked tokens", "accuracy"), showlegend=True
+    )
+
+
+def series_figure(data: RunData, key: str, *, title: str, y_title: str, name: str):
+    import plotly.graph_objects as go
+
+    steps, values = _points(data.metrics, key)
+    fig = go.Figure(go.Scatter(x=steps, y=values, name=name, line=dict(color=TRAIN_COLOR)))
+    return fig.update_layout(**_layout(title, y_title), showlegend=False)
+
+
+def integer_dtick(top: int, *, ticks: int = 5) -> int:
+    """A tick step of 1, 2 or 5 times a power of ten giving at most `ticks` ticks from 0 to top."""
+    raw = max(top / ticks, 1.0)
+    power = 10 ** math.floor(math.log10(raw))
+    return int(next(m * power for m in (1, 2, 5, 10) if m * power >= raw))
+
+
+def shards_figure(manifest: Manifest, *, name: str):
+    """One bar per shard, a panel per split, integer ticks, y from 0: balance at a glance, low height."""
+    from plotly.subplots import make_subplots
+
+    splits = list(manifest.splits.items())
+    titles = []
+    for split_name, split in splits:
+        records = [s.records for s in split.shards]
+        titles.append(
+            f"{split_name}: {sum(records):,} records in {len(records)} shards, "
+            f"{min(records):,}-{max(records):,} per shard"
+        )
+    fig = make_subplots(rows=1, cols=len(splits), subplot_titles=titles)
+    for column, (split_name, split) in enumerate(splits, start=1):
+        records = [s.records for s in split.shards]
+        fig.add_bar(
+            x=list(range(len(records))),
+            y=records,
+            name=split_name,
+            marker_color=TRAIN_COLOR if column == 1 else EVAL_COLOR,
+            hovertext=[s.path for s in split.shards],
+            row=1,
+            col=column,
+        )
+        fig.update_xaxes(
+            title_text="shard", dtick=1 if len(records) <= 16 else None, row=1, col=column
+        )
+        fig.update_yaxes(
+            title_text="records" if column == 1 else None,
+            tickformat=",d",
+            dtick=integer_dtick(max(records, default=1)),
+            rangemode="tozero",
+            row=1,
+            col=column,
+        )
+    fig.update_annotations(font_size=12)
+    return fig.update_layout(
+        title=dict(text=f"Records per shard: {html.escape(name)}", x=0, font=dict(size=15)),
+        height=SHARD_CHART_HEIGHT,
+        margin=dict(l=70, r=20, t=70, b=50),
+        showlegend=False,
+        template="plotly_white",
+    )
+
+
+# ---------------------------------------------------------------- the page
 
 
 def render_report(
+    data: RunData,
     *,
     title: str,
-    manifest: Manifest,
-    metrics: Sequence[dict],
-    facts: dict[str, str],
-    accuracy: Sequence[tuple[str, float]] = (),
+    facts: Mapping[str, str] | None = None,
+    references: Sequence[Reference] = (),
+    notes: Sequence[str] = (),
 ) -> str:
-    """The whole HTML page: facts table, loss curve, accuracies (label, value) if given, records per shard per split."""
+    """The whole HTML page, Plotly's JavaScript inlined once. facts default to run_facts(data)."""
+    import plotly.io as pio
+    from plotly.offline import get_plotlyjs
+
     rows = "\n".join(
-        f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in facts.items()
+        f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
+        for k, v in (facts if facts is not None else run_facts(data)).items()
     )
+    figures = [loss_figure(data)]
+    if any("eval_accuracy" in r for r in data.metrics) or references:
+        figures.append(accuracy_figure(data, references))
+    figures.append(
+        series_figure(
+            data,
+            "learning_rate",
+            title="Learning rate (at the end of each logging window)",
+            y_title="learning rate",
+            name="learning rate",
+        )
+    )
+    figures.append(
+        series_figure(
+            data,
+            "tokens_per_second",
+            title="Throughput (training steps only, per logging window)",
+            y_title="tokens / s",
+            name="tokens per second",
+        )
+    )
+    figures += [shards_figure(m, name=path) for path, m in data.manifests.items()]
+    charts = [
+        pio.to_html(fig, full_html=False, include_plotlyjs=False, config={"responsive": True})
+        for fig in figures
+    ]
     sections = [
         f"<h1>{html.escape(title)}</h1>",
         f"<table>{rows}</table>",
-        "<h2>Training loss</h2>",
-        line_chart_svg(loss_series(metrics), x_label="step", y_label="loss"),
+        *(f"<p class='note'>{html.escape(note)}</p>" for note in notes),
+        *charts,
     ]
-    if accuracy:
-        sections.append("<h2>Masked-token accuracy on the validation split</h2>")
-        sections.append(
-            comparison_svg(
-                [label for label, _ in accuracy],
-                [value for _, value in accuracy],
-                x_label="accuracy",
-            )
-        )
-    for name, split in manifest.splits.items():
-        labels = [s.path.rsplit("/", 1)[-1] for s in split.shards]
-        values = [s.records for s in split.shards]
-        spread = max(values) - min(values) if values else 0
-        sections.append(
-            f"<h2>Records per shard: {html.escape(name)} ({len(values)} shards, "
-            f"{sum(values)} records, max-min = {spread})</h2>"
-        )
-        sections.append(bar_chart_svg(labels, values, y_label="records"))
-    style = "body{font-family:sans-serif;max-width:720px;margin:2em auto}th{text-align:left;padding-right:1em}"
     return (
-        f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{style}</style></head><body>\n" + "\n".join(sections) + "\n</body></html>\n"
+        "<!doctype html>\n<html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style>"
+        f"<script>{get_plotlyjs()}</script></head><body>\n"
+        + "\n".join(sections)
+        + "\n</body></html>\n"
     )
+
+
+def write_report(html_text: str, path: str) -> str:
+    fs.write_text_atomic(path, html_text)
+    return path
+
+
+# ---------------------------------------------------------------- the command
+
+
+def build_parser() -> CommandParser:
+    parser = CommandParser(COMMAND, description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the --output of `lmshards train`")
+    parser.add_argument(
+        "--output", default=None, help=f"the HTML file to write (default RUN_DIR/{REPORT_HTML})"
+    )
+    add_verbose_flag(parser)
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
+    setup_logging(verbose=args.verbose, packages=("lmshards",))
+    return run_command(COMMAND, lambda: _report(args.run_dir, args.output))
+
+
+def _report(run_dir: str, output: str | None) -> int:
+    data = read_run(run_dir)
+    path = write_report(
+        render_report(data, title=f"lmshards run {run_dir}"),
+        output or fs.join(run_dir, REPORT_HTML),
+    )
+    print(f"lmshards {COMMAND}: wrote {path}")
+    return 0

@@ -3,7 +3,10 @@
 - User errors: `lmshards <command>: error: <message>` on stderr, exit 2 (argparse's own errors too).
 - `--help` shows every default; required flags are listed as required.
 - Logs go to stderr; stdout carries only the command's result (a summary, JSON, ...).
-- An unknown flag gets a typo hint drawn from every flag the command knows.
+- An unknown flag gets a typo hint drawn from every flag the command knows; no flag is ignored.
+- `--verbose` (debug logs, and third-party start-up lines) and `--overwrite` (replace an earlier output)
+  are switches with the same meaning everywhere; any switch also takes `=true` / `=false`, as launchers
+  that pass every parameter as `--name=value` (Dataflow Flex Templates) write them.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ EXIT_PREEMPTED = (
 )
 EXIT_INTERRUPTED = 130
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+VERBOSE_HELP = "debug logs, and the start-up and log lines of TensorFlow and other libraries"
+_TRUE_WORDS = ("true", "1", "yes")
+_FALSE_WORDS = ("false", "0", "no")
 
 
 def command_prog(command: str) -> str:
@@ -62,6 +68,8 @@ class CommandParser(argparse.ArgumentParser):
     """argparse with the project's error line, default display and typo hints.
 
     extra_flags: flags accepted elsewhere (e.g. Beam's pipeline options) that typo hints may suggest.
+    renamed: a flag this command does not take -> the flag to use instead (a renamed flag's new name,
+      lmshards' name for run_mlm.py's); the hint names it.
     """
 
     def __init__(
@@ -69,6 +77,7 @@ class CommandParser(argparse.ArgumentParser):
         command: str = "",
         *,
         extra_flags: Iterable[str] = (),
+        renamed: dict[str, str] | None = None,
         prog: str | None = None,
         **kwargs,
     ):
@@ -80,6 +89,7 @@ class CommandParser(argparse.ArgumentParser):
         super().__init__(prog=prog or command_prog(command), **kwargs)
         self.command = command
         self.extra_flags = tuple(extra_flags)
+        self.renamed = dict(renamed or {})
 
     def known_flags(self) -> list[str]:
         ours = [
@@ -87,12 +97,73 @@ class CommandParser(argparse.ArgumentParser):
         ]
         return ours + [flag for flag in self.extra_flags if flag not in ours]
 
+    def switches(self) -> set[str]:
+        """The --flags of this parser that take no value (store_true and the like)."""
+        return {
+            opt
+            for action in self._actions
+            if action.nargs == 0
+            for opt in action.option_strings
+            if opt.startswith("--")
+        }
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else args
+        args = normalize_switches(args, self.switches(), command=self.command)
+        return super().parse_known_args(args, namespace)
+
+    def _hint(self, arg: str) -> str:
+        name = arg.split("=", 1)[0]
+        if name in self.renamed:
+            return f"{name} is {self.renamed[name]} in {self.prog}"
+        return typo_hint(arg, self.known_flags())
+
+    def reject_unknown(self, unknown: Sequence[str]) -> None:
+        """Exits 2 when unknown holds anything: each flag named, with a typo hint over every known flag."""
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+
     def error(self, message: str) -> NoReturn:
         if message.startswith("unrecognized arguments:"):
-            hints = [typo_hint(arg, self.known_flags()) for arg in message.split(":", 1)[1].split()]
+            hints = [self._hint(arg) for arg in message.split(":", 1)[1].split()]
             message += "".join(f"; {hint}" for hint in hints if hint)
         print_error(self.command, f"{message} (see `{self.prog} --help`)")
         sys.exit(EXIT_USAGE)
+
+
+def normalize_switches(
+    args: Sequence[str], switches: Iterable[str], *, command: str = ""
+) -> list[str]:
+    """args with `--switch=true` written `--switch` and `--switch=false` dropped.
+
+    Exits 2 on another value, e.g. `--overwrite=maybe`.
+    """
+    switches = set(switches)
+    out: list[str] = []
+    for position, arg in enumerate(args):
+        if arg == "--":  # the rest are positional words
+            return out + list(args[position:])
+        name, eq, value = arg.partition("=")
+        if not eq or name not in switches:
+            out.append(arg)
+        elif value.strip().lower() in _TRUE_WORDS:
+            out.append(name)
+        elif value.strip().lower() not in _FALSE_WORDS:
+            print_error(
+                command,
+                f"{name} is a switch; write {name} (or {name}=true / {name}=false), not {arg!r}",
+            )
+            sys.exit(EXIT_USAGE)
+    return out
+
+
+def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
+
+
+def add_overwrite_flag(parser: argparse.ArgumentParser, *, help: str) -> None:
+    """--overwrite: replace an earlier output of this command (help says what is replaced and when it is refused)."""
+    parser.add_argument("--overwrite", action="store_true", help=help)
 
 
 def typo_hint(arg: str, known: Sequence[str]) -> str:

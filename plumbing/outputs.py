@@ -41,10 +41,16 @@ EXPORT_SUCCESS_JSON = "_SUCCESS.json"
 # `{split}-{index:05d}-of-{count:05d}.{parquet|jsonl}`, the shards of `lmshards dataset export`.
 EXPORT_SHARD_RE = re.compile(r"^.+-\d{5,}-of-\d{5,}\.(?:parquet|jsonl)$")
 WRITE_PROBE_PREFIX = ".lmshards-write-probe-"
+# `lmshards stats` writes these into SHARDS_DIR/stats by default: part of the shard set's output, so
+# `preprocess --overwrite` replaces them with the shards they describe.
+STATS_DIR_NAME = "stats"
+STATS_JSON = "stats.json"
+STATS_HTML = "stats.html"
 
 PREPROCESS_OUTPUT = "preprocess"
 TOKENIZER_OUTPUT = "tokenizer"
 DATASET_EXPORT_OUTPUT = "dataset_export"
+STATS_OUTPUT = "stats"
 
 # What an interrupted atomic write (plumbing.fs.atomic_local_path) leaves: `{final}.tmp-{uuid4 hex}`.
 _ATOMIC_TMP_SUFFIX_RE = re.compile(r"\.tmp-[0-9a-f]{32}$")
@@ -161,13 +167,14 @@ _LAYOUTS = {
         files=frozenset({SCHEMA_NAME}),
         scratch_dirs=frozenset({TEMP_DIR_NAME}),
         shard_dirs=frozenset(SPLITS),
-        nested=((TOKENIZER_DIR_NAME, TOKENIZER_OUTPUT),),
+        nested=((TOKENIZER_DIR_NAME, TOKENIZER_OUTPUT), (STATS_DIR_NAME, STATS_OUTPUT)),
     ),
     TOKENIZER_OUTPUT: _Layout(
         marker=TOKENIZER_INFO_JSON,
         files=frozenset({TOKENIZER_JSON, TOKENIZER_CONFIG_JSON, SPECIAL_TOKENS_MAP_JSON}),
     ),
     DATASET_EXPORT_OUTPUT: _Layout(marker=EXPORT_SUCCESS_JSON, file_pattern=EXPORT_SHARD_RE),
+    STATS_OUTPUT: _Layout(marker=STATS_JSON, files=frozenset({STATS_HTML})),
 }
 OUTPUT_KINDS = tuple(_LAYOUTS)
 

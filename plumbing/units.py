@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable
 
 KB = 1000
 MB = 1000**2
@@ -90,19 +89,25 @@ def format_eta(left: float, rate: float) -> str:
     return format_duration(left / rate) if rate > 0 else ETA_UNKNOWN
 
 
-def size_flag(bare_unit: str) -> Callable[[str], float]:
+class SizeFlag:
     """An argparse `type` for a size flag: the value in `bare_unit` units ('500MB' for a MiB flag -> 476.8...).
 
     A bare number is already in `bare_unit`, so old values of a flag keep their meaning. A flag in
     bytes ('B') gets a whole number of bytes.
     """
 
-    def parse(text: str) -> float:
+    def __init__(self, bare_unit: str):
+        self.bare_unit = bare_unit
+        self.__name__ = f"size in {bare_unit}"  # argparse names the type in its error message
+
+    def __call__(self, text: str) -> float:
         try:
-            nbytes = parse_size(text, bare_unit=bare_unit)
-            return nbytes if bare_unit == "B" else nbytes / SIZE_UNITS[bare_unit.upper()]
+            nbytes = parse_size(text, bare_unit=self.bare_unit)
         except ValueError as err:
             raise argparse.ArgumentTypeError(str(err)) from None
+        return nbytes if self.bare_unit == "B" else nbytes / SIZE_UNITS[self.bare_unit.upper()]
 
-    parse.__name__ = f"size in {bare_unit}"  # argparse names the type in its error message
-    return parse
+
+def size_flag(bare_unit: str) -> SizeFlag:
+    """The argparse `type` of a flag whose bare numbers are in `bare_unit` (see SizeFlag)."""
+    return SizeFlag(bare_unit)

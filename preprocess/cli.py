@@ -15,18 +15,25 @@ from plumbing.cli import (
     EXIT_FAILURE,
     EXIT_OK,
     CommandParser,
+    normalize_switches,
     print_error,
     run_command,
     setup_logging,
-    typo_hint,
 )
 from plumbing.units import format_duration
 from preprocess import runners
+from preprocess.corpus_warnings import corpus_warnings
 from preprocess.failures import RunFailure, is_reported_failure
-from preprocess.options import REQUIRED_FLAGS, LmshardsPreprocessOptions, config_from_options
+from preprocess.options import (
+    RENAMED_FLAGS,
+    REQUIRED_FLAGS,
+    LmshardsPreprocessOptions,
+    config_from_options,
+)
 from schemas.manifest import Manifest
 
 COMMAND = "preprocess"
+log = logging.getLogger(__name__)
 DESCRIPTION = (
     "Text corpus -> tokenized, packed, shuffled, balanced TFRecord shards + manifest.json.\n\n"
     "Any Apache Beam pipeline option (--runner, --project, --region, --temp_location, --direct_num_workers, ...) "
@@ -41,10 +48,14 @@ _WORKER_MESSAGE = re.compile(r'message: "(.*?)" (?:instruction_id|transform_id|l
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    _, others = parser.parse_known_args(argv)  # --help, missing required flags, bad values of ours
+    # Beam parses argv again (here and on every worker): it gets `--overwrite`, never `--overwrite=true`.
+    argv = normalize_switches(argv, parser.switches(), command=COMMAND)
+    args, others = parser.parse_known_args(
+        argv
+    )  # --help, missing required flags, bad values of ours
     # Writing schema.pbtxt imports TensorFlow here; its C++ INFO lines (CPU features, ...) are not for users.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    setup_logging(packages=["preprocess"])
+    setup_logging(verbose=args.verbose, packages=["preprocess"])
     for handler in logging.getLogger().handlers:
         # A failure reported in one line is not also shown as Beam's traceback of it.
         handler.addFilter(lambda record: not is_reported_failure(record))
@@ -59,7 +70,7 @@ def _preprocess(parser: CommandParser, argv: list[str], others: list[str]) -> in
     runners.resolve_runner(
         PipelineOptions(argv).view_as(StandardOptions).runner or runners.FNAPI_RUNNER
     )
-    check_flag_spelling(parser, others)
+    check_flags(parser, others)
     config = config_from_options(PipelineOptions(argv))
     from preprocess.pipeline import run_pipeline  # Beam graph code, after the cheap checks
 
@@ -76,6 +87,8 @@ def _preprocess(parser: CommandParser, argv: list[str], others: list[str]) -> in
             + (f"; Dataflow job written to {job_file}" if job_file else "")
         )
     else:
+        for warning in corpus_warnings(manifest, config):
+            log.warning("%s", warning)
         print(summary(manifest, config.output, time.monotonic() - started))
     return EXIT_OK
 
@@ -83,7 +96,11 @@ def _preprocess(parser: CommandParser, argv: list[str], others: list[str]) -> in
 def build_parser() -> CommandParser:
     """Our flags, for --help and their checks; typo hints also draw on every Beam flag."""
     parser = CommandParser(
-        COMMAND, extra_flags=runners.beam_flags(), description=DESCRIPTION, allow_abbrev=False
+        COMMAND,
+        extra_flags=runners.beam_flags(),
+        renamed=RENAMED_FLAGS,
+        description=DESCRIPTION,
+        allow_abbrev=False,
     )
     LmshardsPreprocessOptions._add_argparse_args(parser)
     for action in parser._actions:
@@ -92,19 +109,13 @@ def build_parser() -> CommandParser:
     return parser
 
 
-def check_flag_spelling(parser: CommandParser, others: Sequence[str]) -> None:
-    """Rejects a flag that no option declares but that looks like a known one (--runer, --seq-len).
-
-    Other unknown flags pass through: a runner may read its own.
-    """
+def check_flags(parser: CommandParser, others: Sequence[str]) -> None:
+    """Exits 2 on any word that neither our flags nor a Beam option declares (--max_seq_length, --runer),
+    with a hint drawn from both; Beam's own options pass through to the runner."""
     parser.extra_flags = tuple(
         runners.beam_flags()
     )  # now with the flags of the runner's own options
-    known = parser.known_flags()
-    unknown = [arg for arg in others if arg.startswith("--") and arg.split("=", 1)[0] not in known]
-    hints = [hint for hint in (typo_hint(arg, known) for arg in unknown) if hint]
-    if hints:
-        parser.error("; ".join(hints))
+    parser.reject_unknown(runners.unknown_beam_args(others))
 
 
 def _from_preprocess_or_error(record: logging.LogRecord) -> bool:

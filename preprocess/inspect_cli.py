@@ -16,7 +16,14 @@ from typing import BinaryIO, cast
 import numpy as np
 
 from plumbing import fs
-from plumbing.cli import EXIT_FAILURE, EXIT_OK, CommandParser, run_command, setup_logging
+from plumbing.cli import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    CommandParser,
+    add_verbose_flag,
+    run_command,
+    setup_logging,
+)
 from plumbing.progress import bytes_progress
 from plumbing.units import format_duration, megabytes
 from schemas.constants import INPUT_IDS, MANIFEST_NAME
@@ -51,6 +58,7 @@ def build_parser() -> CommandParser:
         help="shards verified at once with --verify",
     )
     parser.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    add_verbose_flag(parser)
     return parser
 
 
@@ -63,7 +71,7 @@ def positive_int(text: str) -> int:
 
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
-    setup_logging(packages=("preprocess", "schemas"))
+    setup_logging(verbose=args.verbose, packages=("preprocess", "schemas"))
     return run_command(COMMAND, lambda: _inspect(args))
 
 

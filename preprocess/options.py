@@ -12,7 +12,9 @@ from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from plumbing.cli import add_overwrite_flag, add_verbose_flag
 from plumbing.errors import LmshardsError
+from plumbing.known_names import name_hints
 from plumbing.units import size_flag
 from preprocess.pack import DEFAULT_GROUP_TOKENS, REMAINDER_CHOICES, REMAINDER_DROP
 from preprocess.shard import DEFAULT_SHARD_MULTIPLE, DEFAULT_TARGET_SHARD_MB
@@ -20,7 +22,12 @@ from preprocess.sources import DEFAULT_TEXT_COLUMN, DEFAULT_TEXT_FIELD, LINE, ad
 from schemas.constants import DEFAULT_SEQ_LEN, MIN_SEQ_LEN
 
 DEFAULT_VALIDATION_FRACTION = 0.005
-DEFAULT_BATCH_SIZE = 1000  # documents per encode_batch call
+DEFAULT_DOCUMENTS_PER_TOKENIZER_CALL = 1000  # documents per encode_batch call
+# Flags that were renamed: the old name is refused with a hint naming the new one.
+RENAMED_FLAGS = {
+    **name_hints("preprocess"),
+    "--batch_size": "--documents_per_tokenizer_call",
+}
 DEFAULT_RANGE_MB = 64.0  # bytes of input one read task covers
 DEFAULT_TOKENIZER_THREADS = 0  # auto: see preprocess.runners.tokenizer_threads
 # Declared optional to Beam (which parses every option class on every run), required by `lmshards preprocess`.
@@ -29,18 +36,6 @@ REQUIRED_FLAGS = ("--input", "--tokenizer", "--output")
 
 class PreprocessError(LmshardsError):
     """A bad preprocess flag value."""
-
-
-def parse_bool(value: str | bool) -> bool:
-    """'true'/'false' (any case, also 1/0, yes/no) as a bool, for flags given as --flag=value."""
-    if isinstance(value, bool):
-        return value
-    lowered = value.strip().lower()
-    if lowered in ("true", "1", "yes"):
-        return True
-    if lowered in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
 
 
 class LmshardsPreprocessOptions(PipelineOptions):
@@ -100,16 +95,13 @@ class LmshardsPreprocessOptions(PipelineOptions):
             "TPU host gets whole files).",
         )
         add_reading_arguments(parser)  # --doc_separator, --text_field, --text_column
-        # nargs="?" so both `--overwrite` and the Flex Template launcher's `--overwrite=true` parse.
-        parser.add_argument(
-            "--overwrite",
-            nargs="?",
-            const=True,
-            default=False,
-            type=parse_bool,
+        # The Flex Template launcher's `--overwrite=true` is rewritten `--overwrite` by preprocess.cli.
+        add_overwrite_flag(
+            parser,
             help="Replace an earlier lmshards preprocess output (its manifest is deleted first); "
             "refused if the directory holds anything lmshards did not write.",
         )
+        add_verbose_flag(parser)
         parser.add_argument(
             "--tokenizer_threads",
             type=int,
@@ -119,10 +111,10 @@ class LmshardsPreprocessOptions(PipelineOptions):
             "worker process per core).",
         )
         parser.add_argument(
-            "--batch_size",
+            "--documents_per_tokenizer_call",
             type=int,
-            default=DEFAULT_BATCH_SIZE,
-            help="Documents per tokenizer call; no effect on output.",
+            default=DEFAULT_DOCUMENTS_PER_TOKENIZER_CALL,
+            help="Documents per tokenizer call (not the training batch); no effect on output.",
         )
         parser.add_argument(
             "--range_mb",
@@ -159,7 +151,7 @@ class PreprocessConfig:
     text_column: str = DEFAULT_TEXT_COLUMN
     overwrite: bool = False
     tokenizer_threads: int = DEFAULT_TOKENIZER_THREADS
-    batch_size: int = DEFAULT_BATCH_SIZE
+    documents_per_tokenizer_call: int = DEFAULT_DOCUMENTS_PER_TOKENIZER_CALL
     range_mb: float = DEFAULT_RANGE_MB
     packing_group_tokens: int = DEFAULT_GROUP_TOKENS
 
@@ -169,7 +161,7 @@ class PreprocessConfig:
     def manifest_options(self) -> dict[str, Any]:
         """The options that decide the output's bytes (recorded in the manifest).
 
-        Paths, --overwrite and pure speed knobs (batch size, read range, threads) are left out, so
+        Paths, --overwrite, --verbose and pure speed knobs (documents per tokenizer call, read range, threads) are left out, so
         the same corpus gives the same manifest whatever the machine.
         """
         keys = (
@@ -220,7 +212,7 @@ def validate(config: PreprocessConfig) -> None:
         raise PreprocessError(
             f"--tokenizer_threads {config.tokenizer_threads} must be >= 0 (0 = auto)."
         )
-    for flag in ("shard_multiple", "batch_size", "packing_group_tokens"):
+    for flag in ("shard_multiple", "documents_per_tokenizer_call", "packing_group_tokens"):
         if getattr(config, flag) < 1:
             raise PreprocessError(f"--{flag} {getattr(config, flag)} must be at least 1.")
     if config.range_mb <= 0:

@@ -180,7 +180,7 @@ def build_pipeline(pipeline: beam.Pipeline, plan: PreprocessPlan) -> beam.PColle
         list(plan.files),
         read_options_from(config),
         range_bytes=int(range_bytes),
-        batch_size=config.batch_size,
+        batch_size=config.documents_per_tokenizer_call,
     )  # documents: list[str]; stats: ReadStats, one
     documents = read.documents
     if any(is_compressed(f.path) and f.bytes > range_bytes for f in plan.files):

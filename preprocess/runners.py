@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import importlib
 import json
@@ -165,6 +166,19 @@ def beam_flags() -> list[str]:
 
     PipelineOptions([]).get_all_options(add_extra_args_fn=collect)
     return flags
+
+
+def unknown_beam_args(args: Sequence[str]) -> list[str]:
+    """The words of args that no Beam pipeline option class imported so far declares.
+
+    Parsed by the parser Beam itself builds for its options (every PipelineOptions subclass, ours
+    included), so a flag's value (`--runner DataflowRunner`) is never taken for a flag; Beam alone would
+    only log a warning and drop the rest.
+    """
+    parsers: list[argparse.ArgumentParser] = []
+    PipelineOptions([]).get_all_options(add_extra_args_fn=parsers.append)
+    _, unknown = parsers[0].parse_known_args(list(args))
+    return unknown
 
 
 def runner_path(options: PipelineOptions) -> str:

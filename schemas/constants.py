@@ -10,6 +10,8 @@ FEATURE_NAMES = (INPUT_IDS, ATTENTION_MASK)
 FEATURE_DTYPE = "int64"
 
 DEFAULT_SEQ_LEN = 128
+# The trainer's default --per_replica_batch: preprocess warns when a validation split has fewer records.
+DEFAULT_PER_REPLICA_BATCH = 32
 MIN_SEQ_LEN = 8
 
 TRAIN_SPLIT = "train"

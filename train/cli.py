@@ -14,11 +14,14 @@ from plumbing.cli import (
     EXIT_OK,
     EXIT_PREEMPTED,
     CommandParser,
+    add_verbose_flag,
     run_command,
     run_writing,
     setup_logging,
 )
 from plumbing.errors import LmshardsError
+from plumbing.known_names import name_hints
+from plumbing.quiet import native_stderr_discarded, quiet_tensorflow
 from train.backends.registry import backend_names, select_keras_backend
 from train.config import FINAL_EVALS, LR_SCHEDULES, PRESETS, TrainConfig
 from train.devices import AUTO, PRECISIONS, STRATEGIES
@@ -26,7 +29,7 @@ from train.families import family_names
 from train.masking_recipes import MASKING_RECIPES, SPAN, check_recipe, max_mlm_probability
 from train.mixture import parse_shards_flag, source_weights
 from train.preemption import PreemptionFlag
-from train.preflight import native_stderr_discarded, preflight, quiet_tensorflow
+from train.preflight import preflight
 from train.run_dir import format_summary
 
 log = logging.getLogger(__name__)
@@ -55,6 +58,7 @@ EXTEND_HELP = (
 def build_parser() -> CommandParser:
     p = CommandParser(
         COMMAND,
+        renamed=name_hints(COMMAND),
         description="Train a masked LM on preprocess shards. Rerunning the same command with the same --output resumes "
         "it; a finished run prints its summary and exits 0. SIGTERM or SIGINT saves a checkpoint and exits 75 "
         "(rerun the same command to resume).",
@@ -181,11 +185,7 @@ def build_parser() -> CommandParser:
         action="store_true",
         help="delete what an earlier run wrote in --output (checkpoints, metrics, summary) and train from step 0",
     )
-    p.add_argument(
-        "--verbose",
-        action="store_true",
-        help="debug logs, and TensorFlow's own start-up and log lines",
-    )
+    add_verbose_flag(p)
     return p
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from plumbing import fs
 from plumbing.errors import LmshardsError
+from schemas.constants import DEFAULT_PER_REPLICA_BATCH
 from train.backends.registry import DEFAULT_BACKEND
 from train.devices import AUTO, STRATEGY_AUTO
 from train.families import DEFAULT_FAMILY, get_family
@@ -115,7 +116,7 @@ class TrainConfig:
     tokenizer: str | None = None
     steps: int | None = None
     epochs: float | None = None
-    per_replica_batch: int = 32
+    per_replica_batch: int = DEFAULT_PER_REPLICA_BATCH
     learning_rate: float = 5e-4
     weight_decay: float = 0.01
     warmup_steps: int | None = None

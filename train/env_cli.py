@@ -21,6 +21,7 @@ from plumbing.cli import (
     EXIT_FAILURE,
     EXIT_OK,
     CommandParser,
+    add_verbose_flag,
     print_error,
     run_command,
     setup_logging,
@@ -77,9 +78,7 @@ def build_parser() -> CommandParser:
     p.add_argument(
         "--no_gpu_probe", action="store_true", help="do not import TensorFlow to list GPUs"
     )
-    p.add_argument(
-        "--verbose", action="store_true", help="show TensorFlow's start-up lines when listing GPUs"
-    )
+    add_verbose_flag(p)
     return p
 
 

@@ -5,10 +5,17 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from plumbing.cli import CommandParser, run_command, run_writing, setup_logging
+from plumbing.cli import (
+    CommandParser,
+    add_overwrite_flag,
+    add_verbose_flag,
+    run_command,
+    run_writing,
+    setup_logging,
+)
+from plumbing.quiet import hide_third_party_progress_bars, load_tensorflow_quietly
 from train.export import export_run, push_to_hub
 from train.families import FAMILIES
-from train.preflight import load_tensorflow_quietly
 
 COMMAND = "export"
 
@@ -26,10 +33,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--output", required=True, help="new or empty local directory for the model"
     )
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace a non-empty --output (once the new export is complete)",
+    add_overwrite_flag(
+        parser, help="replace a non-empty --output (once the new export is complete)"
     )
     parser.add_argument(
         "--checkpoint",
@@ -41,11 +46,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--push_to_hub", metavar="REPO", help="also upload the export to this Hugging Face Hub repo"
     )
-    parser.add_argument(
-        "--verbose",
-        action="store_true",
-        help="debug logs, and TensorFlow's own start-up and log lines",
-    )
+    add_verbose_flag(parser)
     return parser.parse_args(list(argv))
 
 
@@ -53,6 +54,8 @@ def _export(argv: Sequence[str]) -> int | None:
     args = parse_args(argv)
     setup_logging(verbose=args.verbose, packages=["train"])
     load_tensorflow_quietly(verbose=args.verbose)
+    if not args.verbose:
+        hide_third_party_progress_bars()
     return run_writing(COMMAND, args.output, lambda: _write(args))
 
 

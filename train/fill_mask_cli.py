@@ -15,12 +15,14 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from plumbing.cli import CommandParser, run_command, setup_logging
+from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from plumbing.errors import LmshardsError
+from plumbing.quiet import hide_third_party_progress_bars
 from schemas.constants import ROLE_SPELLINGS
 
 COMMAND = "fill-mask"
 DEFAULT_TOP_K = 5
+TOKENIZER_CONFIG = "tokenizer_config.json"
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -33,6 +35,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--json", action="store_true", help="print the predictions as JSON (one list per mask)"
     )
+    add_verbose_flag(parser)
     args = parser.parse_args(list(argv))
     if args.top_k < 1:
         parser.error(f"--top_k must be at least 1, got {args.top_k}")
@@ -55,6 +58,26 @@ def with_mask_token(text: str, mask_token: str) -> str:
     return text
 
 
+def saved_mask_token(model_dir: str) -> str | None:
+    """The mask token that model_dir's tokenizer_config.json names, read without loading anything."""
+    try:
+        with open(os.path.join(model_dir, TOKENIZER_CONFIG), encoding="utf-8") as f:
+            token = json.load(f).get("mask_token")
+    except (OSError, ValueError):
+        return None
+    # Older tokenizer configs write an AddedToken as {"content": "<mask>", ...}.
+    return token.get("content") if isinstance(token, dict) else token
+
+
+def check_has_mask(text: str, model_dir: str) -> None:
+    """Fails fast, before the model loads, on text with no mask token in any spelling.
+
+    Raises:
+      LmshardsError: the text holds none of the known mask spellings nor the model's own.
+    """
+    with_mask_token(text, saved_mask_token(model_dir) or ROLE_SPELLINGS["mask"][0])
+
+
 def fill_mask(
     model_dir: str, text: str, *, top_k: int = DEFAULT_TOP_K
 ) -> list[list[dict[str, Any]]]:
@@ -63,6 +86,7 @@ def fill_mask(
         raise LmshardsError(
             f"Model directory {model_dir!r} does not exist; pass the --output of `lmshards export`."
         )
+    check_has_mask(text, model_dir)
     try:
         from transformers import pipeline
     except ImportError as e:
@@ -113,7 +137,9 @@ def format_predictions(per_mask: list[list[dict[str, Any]]]) -> str:
 
 def _fill_mask(argv: Sequence[str]) -> None:
     args = parse_args(argv)
-    setup_logging(packages=["train"])
+    setup_logging(verbose=args.verbose, packages=["train"])
+    if not args.verbose:
+        hide_third_party_progress_bars()
     per_mask = fill_mask(args.model_dir, args.text, top_k=args.top_k)
     print(
         json.dumps(per_mask, ensure_ascii=False, indent=2)

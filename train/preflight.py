@@ -1,4 +1,4 @@
-"""What `lmshards train` checks before TensorFlow is imported, and how TensorFlow's start-up is kept quiet.
+"""What `lmshards train` checks before TensorFlow is imported (plumbing.quiet keeps its start-up quiet).
 
 A wrong flag, a missing shard, a tokenizer that is not the shards' own, a damaged run directory or a
 rerun that would change a run's schedule is reported in about a second, before TensorFlow loads
@@ -7,13 +7,8 @@ rerun that would change a run's schedule is reported in about a second, before T
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import os
-import sys
-import tempfile
-from collections.abc import Iterator
 from typing import Any
 
 from plumbing.errors import LmshardsError
@@ -27,11 +22,6 @@ from train.run_dir import RunDir, check_continuation, finished_summary
 from train.shard_set_tokenizer import run_tokenizer
 
 log = logging.getLogger(__name__)
-
-# Set before TensorFlow is imported: TensorFlow's C++ logs (INFO to ERROR; FATAL still shows) and gRPC's.
-QUIET_ENVIRONMENT = {"TF_CPP_MIN_LOG_LEVEL": "3", "GRPC_VERBOSITY": "ERROR"}
-# Python loggers that TensorFlow and absl write their notices through (deprecations, retracing, ...).
-QUIET_LOGGERS = ("tensorflow", "absl")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +54,7 @@ def preflight(config: TrainConfig) -> Preflight:
             (TRAIN_SPLIT, VALIDATION_SPLIT) if shard_set.has_validation else (TRAIN_SPLIT,)
         ):
             mixture.check_shard_sizes(shard_set.manifest, shard_set.path, split)
+    warn_without_validation(mix)
     tokenizer = run_tokenizer(config.tokenizer, mix)
     model_config = resolve_model_config(config, mix.manifest)
     run = RunDir(config.output)
@@ -84,6 +75,19 @@ def preflight(config: TrainConfig) -> Preflight:
                     config.output,
                 )
     return Preflight(mix, tokenizer, model_config, previous, finished)
+
+
+def warn_without_validation(mix: mixture.Mixture) -> None:
+    """Warns, naming the fix, for each shard set whose validation split is missing or empty:
+    training goes on, but nothing says whether the model generalises (eval loss stays '-')."""
+    for shard_set in mix.sets:
+        if not shard_set.has_validation:
+            log.warning(
+                "%s has no validation records: this run reports no eval loss or accuracy for it. "
+                "Re-run `lmshards preprocess` with a larger --validation_fraction (or more input) to "
+                "evaluate.",
+                shard_set.path,
+            )
 
 
 def resolve_model_config(config: TrainConfig, manifest: Manifest) -> ModelConfig:
@@ -113,58 +117,3 @@ def resolve_model_config(config: TrainConfig, manifest: Manifest) -> ModelConfig
             "max_sequence_length in --model_config, or re-run `lmshards preprocess` with a smaller --seq_len."
         )
     return model_config
-
-
-def quiet_tensorflow(*, verbose: bool) -> None:
-    """Unless verbose, keeps TensorFlow's, absl's and gRPC's own log lines off stderr. Call before importing TensorFlow.
-
-    Variables the user set stay as they are.
-    """
-    if verbose:
-        return
-    for name, value in QUIET_ENVIRONMENT.items():
-        os.environ.setdefault(name, value)
-    for name in QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
-
-
-def load_tensorflow_quietly(*, verbose: bool) -> None:
-    """Imports TensorFlow (and Keras) with their start-up lines kept off stderr unless verbose.
-
-    For commands that need TensorFlow only deep inside a library call (export, preview): once it is imported here,
-    that call prints nothing of TensorFlow's own.
-    """
-    quiet_tensorflow(verbose=verbose)
-    with native_stderr_discarded(verbose=verbose):
-        import keras  # noqa: F401  (imports TensorFlow as its backend)
-        import tensorflow  # noqa: F401
-
-
-@contextlib.contextmanager
-def native_stderr_discarded(*, verbose: bool) -> Iterator[None]:
-    """Discards what is written to file descriptor 2 inside the block (unless verbose); replays it if the block fails.
-
-    For `import tensorflow`: the CUDA and CPU-feature lines its libraries print while loading come
-    from their own C++ logging, before TF_CPP_MIN_LOG_LEVEL is read.
-    """
-    if verbose:
-        yield
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            yield
-        except BaseException:
-            _restore_stderr(saved)
-            captured.seek(0)
-            sys.stderr.write(captured.read().decode("utf-8", "replace"))
-            raise
-        _restore_stderr(saved)
-
-
-def _restore_stderr(saved: int) -> None:
-    sys.stderr.flush()
-    os.dup2(saved, 2)
-    os.close(saved)

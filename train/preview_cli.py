@@ -16,12 +16,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from plumbing.cli import CommandParser, run_command, setup_logging
+from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from plumbing.errors import LmshardsError
+from plumbing.quiet import load_tensorflow_quietly
 from train import mixture
 from train.config import TrainConfig
 from train.masking_recipes import MASKING_RECIPES, check_recipe
-from train.preflight import load_tensorflow_quietly
 from train.shard_set_tokenizer import run_tokenizer
 
 COMMAND = "preview"
@@ -74,11 +74,7 @@ def build_parser() -> CommandParser:
     p.add_argument(
         "--shuffle_buffer", type=int, default=d.shuffle_buffer, help="the run's --shuffle_buffer"
     )
-    p.add_argument(
-        "--verbose",
-        action="store_true",
-        help="debug logs, and TensorFlow's own start-up and log lines",
-    )
+    add_verbose_flag(p)
     return p
 
 

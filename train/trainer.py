@@ -36,7 +36,7 @@ from train.optim import WarmupDecay, warmup_steps_for
 from train.preemption import PreemptionFlag
 from train.preflight import Preflight, preflight
 from train.run_dir import MetricsLog, RunDir, shard_identity
-from train.tensorboard import TensorBoardScalars
+from train.tensorboard import TensorBoardWriter
 
 log = logging.getLogger(__name__)
 
@@ -531,9 +531,7 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
         run.write_config(run_config)
 
         # --- the loop
-        metrics = run.metrics_log(
-            resume_step=restored.step, sink=TensorBoardScalars(run.tensorboard)
-        )
+        metrics = run.metrics_log(resume_step=restored.step, sink=TensorBoardWriter(run.path).write)
         backend.start_training(inputs, restored.step)
         loop = Loop(
             config, backend, inputs, metrics, schedule, total_steps, restored.step, topology

@@ -6,7 +6,13 @@ import argparse
 from collections.abc import Sequence
 
 from corpus_tools.dataset import export as de
-from plumbing.cli import CommandParser, run_command, setup_logging
+from plumbing.cli import (
+    CommandParser,
+    add_overwrite_flag,
+    add_verbose_flag,
+    run_command,
+    setup_logging,
+)
 
 COMMAND = "dataset export"
 LOG_PACKAGES = ("corpus_tools", "schemas")
@@ -23,9 +29,8 @@ def build_parser() -> CommandParser:
         "--data_files, a directory of data files, or a save_to_disk directory",
     )
     parser.add_argument("--output", required=True, help="output directory (local or gs://)")
-    parser.add_argument(
-        "--overwrite", action="store_true", help="delete what a non-empty --output holds first"
-    )
+    add_overwrite_flag(parser, help="delete what a non-empty --output holds first")
+    add_verbose_flag(parser)
     parser.add_argument(
         "--data_files",
         action="append",
@@ -58,7 +63,7 @@ def build_parser() -> CommandParser:
 
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
-    setup_logging(packages=LOG_PACKAGES)
+    setup_logging(verbose=args.verbose, packages=LOG_PACKAGES)
     return run_command(COMMAND, lambda: _export(args))
 
 

@@ -7,12 +7,15 @@ any Beam runner with --runner ...) and writes stats.json and stats.html to --out
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from plumbing.cli import CommandParser, run_command, setup_logging, typo_hint
+from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
+from plumbing.errors import LmshardsError
+from plumbing.quiet import load_tensorflow_quietly
 from plumbing.units import format_duration
 from schemas.constants import SPLITS
 
@@ -21,21 +24,25 @@ if TYPE_CHECKING:
 
 COMMAND = "stats"
 LOGGED_PACKAGES = ("corpus_tools", "schemas")
-
-
-def _beam_flags() -> list[str]:
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    return [f"--{name}" for name in PipelineOptions([]).get_all_options()]
+# Imported up front with their start-up lines (CUDA, oneDNN, CPU features) kept off stderr; tfx-bsl
+# loads a second copy of TensorFlow's C++ logging that prints them again.
+TENSORFLOW_MODULES = (
+    "tensorflow",
+    "tensorflow_transform",
+    "tensorflow_transform.beam",
+    "tfx_bsl.coders.example_coder",
+)
+log = logging.getLogger(__name__)
 
 
 def build_parser() -> CommandParser:
     from corpus_tools.stats.stats import DEFAULT_STATS_DIRNAME, DEFAULT_TOP_K, TOKENIZER_DIRNAME
+    from preprocess.runners import beam_flags
 
     parser = CommandParser(
         COMMAND,
         description=__doc__,
-        extra_flags=_beam_flags(),
+        extra_flags=beam_flags(),
         epilog="Every other flag is a Beam pipeline option (--runner, --temp_location, --direct_num_workers, ...).",
     )
     parser.add_argument(
@@ -62,29 +69,29 @@ def build_parser() -> CommandParser:
         help="the shards' tokenizer (tokenizer.json or its directory) to name the top tokens "
         f"(default SHARDS_DIR/{TOKENIZER_DIRNAME} if present, else ids only)",
     )
-    parser.add_argument("--verbose", action="store_true", help="debug logging")
+    add_verbose_flag(parser)
     return parser
 
 
 def parse_args(parser: CommandParser, argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     """Our flags, and the rest for Beam.
 
-    A stray word, or a flag that no Beam option declares but that is close to one of ours
-    (e.g. --top-k), is an error; other unknown flags pass through, since runners add their own.
+    A word that neither our flags nor a Beam option declares (e.g. --top-k, a stray path) exits 2
+    with a hint over both; Beam's own options (a runner's too, once --runner names it) pass through.
     """
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+    from preprocess import runners
+
     args, rest = parser.parse_known_args(list(argv))
-    ours = [
-        flag
-        for action in parser._actions
-        for flag in action.option_strings
-        if flag.startswith("--")
-    ]
-    for position, arg in enumerate(rest):
-        previous = rest[position - 1] if position else ""
-        is_value = previous.startswith("--") and "=" not in previous  # `--runner DataflowRunner`
-        misspelt = arg.startswith("--") and typo_hint(arg, ours)
-        if misspelt or not (arg.startswith("-") or is_value):
-            parser.error(f"unrecognized arguments: {arg}")
+    try:
+        runners.resolve_runner(
+            PipelineOptions(rest).view_as(StandardOptions).runner or runners.FNAPI_RUNNER
+        )  # imports the runner's module, which declares its own flags (Dask's)
+    except LmshardsError as e:
+        parser.error(str(e))
+    parser.extra_flags = tuple(runners.beam_flags())
+    parser.reject_unknown(runners.unknown_beam_args(rest))
     return args, rest
 
 
@@ -96,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _stats(args: argparse.Namespace, beam_args: list[str]) -> int:
+    log.info("stats: loading TensorFlow and tensorflow-transform")
+    load_tensorflow_quietly(verbose=args.verbose, modules=TENSORFLOW_MODULES)
     from corpus_tools.stats.stats import StatsConfig, run_stats
 
     config = StatsConfig(

@@ -15,7 +15,6 @@ import dataclasses
 import json
 import logging
 import posixpath
-import re
 import tempfile
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -28,8 +27,10 @@ from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from corpus_tools.stats.page import stats_page
+from corpus_tools.tokenizer.corpus_report import byte_fallback_ids
 from plumbing import fs
 from plumbing.errors import LmshardsError, OutputError
+from plumbing.outputs import STATS_DIR_NAME, STATS_HTML, STATS_JSON
 from preprocess.runners import dry_run, is_dry_run, pipeline_options
 from schemas.constants import ATTENTION_MASK, INPUT_IDS
 from schemas.manifest import Manifest, ShardInfo, read_manifest
@@ -44,9 +45,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-STATS_JSON = "stats.json"
-STATS_HTML = "stats.html"
-DEFAULT_STATS_DIRNAME = "stats"  # default output: SHARDS_DIR/stats
+# default output: SHARDS_DIR/stats, which `preprocess --overwrite` counts as its own
+DEFAULT_STATS_DIRNAME = STATS_DIR_NAME
 TOKENIZER_DIRNAME = (
     "tokenizer"  # a tokenizer kept beside the shards: SHARDS_DIR/tokenizer/tokenizer.json
 )
@@ -54,8 +54,6 @@ DEFAULT_TOP_K = 50
 DECODE_BATCH_RECORDS = (
     1024  # records per decoded Arrow batch, i.e. per analyzer call (fewer at a bundle's end)
 )
-# SentencePiece-style byte fallback: one piece per byte, spelled <0x00> ... <0xFF>.
-BYTE_FALLBACK_PIECE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
 
 # Column the decoder adds beside the record features: the record's position in StatsPlan.shards.
 SHARD_FEATURE = "shard_index"
@@ -325,11 +323,6 @@ def read_counts(counts_dir: str) -> AnalyzerCounts:
 
 def _rate(part: int, whole: int) -> float:
     return part / whole if whole else 0.0
-
-
-def byte_fallback_ids(vocab: Mapping[str, int]) -> frozenset[int]:
-    """Ids of the byte-fallback pieces (<0x00> ... <0xFF>) of a vocabulary (piece -> id); empty if none."""
-    return frozenset(i for piece, i in vocab.items() if BYTE_FALLBACK_PIECE.match(piece))
 
 
 def top_tokens(token_counts: Mapping[int, int], k: int) -> list[dict[str, Any]]:

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Sequence
 
 from corpus_tools.tokenizer import config as cfg
 from corpus_tools.tokenizer.corpus_report import (
     DEFAULT_INSPECT_DOCUMENTS,
+    byte_fallback_ids,
     load_tokenizer,
     sample_report,
 )
 from corpus_tools.tokenizer.training import train
-from plumbing.cli import CommandParser, run_command, setup_logging
+from plumbing.cli import (
+    CommandParser,
+    add_overwrite_flag,
+    add_verbose_flag,
+    run_command,
+    setup_logging,
+)
 from plumbing.units import format_duration, size_flag
 from preprocess import sources
 
+log = logging.getLogger(__name__)
 TRAIN_COMMAND = "tokenizer train"
 INSPECT_COMMAND = "tokenizer inspect"
 LOG_PACKAGES = ("corpus_tools", "preprocess", "schemas")
@@ -45,9 +54,8 @@ def train_parser() -> CommandParser:
     )
     _add_input_args(parser, required=True)
     parser.add_argument("--output", required=True, help="output directory (local or gs://)")
-    parser.add_argument(
-        "--overwrite", action="store_true", help="replace what a non-empty --output holds"
-    )
+    add_overwrite_flag(parser, help="replace what a non-empty --output holds")
+    add_verbose_flag(parser)
     parser.add_argument(
         "--model", choices=cfg.MODELS, default=cfg.DEFAULT_MODEL, help="tokenizer model"
     )
@@ -93,12 +101,13 @@ def inspect_parser() -> CommandParser:
         default=DEFAULT_INSPECT_DOCUMENTS,
         help="documents sampled from --input",
     )
+    add_verbose_flag(parser)
     return parser
 
 
 def train_main(argv: Sequence[str]) -> int:
     args = train_parser().parse_args(list(argv))
-    setup_logging(packages=LOG_PACKAGES)
+    setup_logging(verbose=args.verbose, packages=LOG_PACKAGES)
     return run_command(TRAIN_COMMAND, lambda: _train(args))
 
 
@@ -109,7 +118,7 @@ def inspect_main(argv: Sequence[str]) -> int:
         parser.error("nothing to inspect: pass --text TEXT and/or --input PATH")
     if args.max_documents < 1:
         parser.error(f"--max_documents must be at least 1, got {args.max_documents}")
-    setup_logging(packages=LOG_PACKAGES)
+    setup_logging(verbose=args.verbose, packages=LOG_PACKAGES)
     return run_command(INSPECT_COMMAND, lambda: _inspect(args))
 
 
@@ -143,7 +152,19 @@ def _train(args: argparse.Namespace) -> int:
     print(f"Special token ids: {result.special_token_ids}")
     print(f"Fingerprint: {result.fingerprint}")
     print(f"Wrote {result.output}")
+    if result.vocab_size < config.vocab_size:
+        log.warning("%s", smaller_vocabulary_message(result.vocab_size, config))
     return 0
+
+
+def smaller_vocabulary_message(got: int, config: cfg.TrainConfig) -> str:
+    """Why a trained vocabulary can come out smaller than --vocab_size, and what to change."""
+    return (
+        f"the vocabulary has {got:,} tokens, fewer than --vocab_size {config.vocab_size:,}: the "
+        f"sample ({(config.max_bytes or 0) / 1e6:,.0f} MB cap) holds too few distinct pieces for more. "
+        "Pass a larger --max_bytes or more input for the size asked, or a --vocab_size near "
+        f"{got:,} to say what you get (the model's embedding table follows the tokenizer)."
+    )
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -168,7 +189,13 @@ def _inspect(args: argparse.Namespace) -> int:
         )
         print(
             f"\nSample of {report.documents:,} documents: {report.tokens:,} tokens, "
-            f"unknown-token rate {report.unknown_rate:.4%} ({report.unknown_tokens:,} unknown)"
+            f"unknown-token rate {report.unknown_rate:.4%} ({report.unknown_tokens:,} unknown), "
+            + (
+                f"byte-fallback rate {report.byte_fallback_rate:.4%} "
+                f"({report.byte_fallback_tokens:,} byte pieces)"
+                if byte_fallback_ids(tok.get_vocab(with_added_tokens=True))
+                else "byte-fallback rate n/a (no byte pieces in the vocabulary)"
+            )
         )
         if report.tokens_per_word is not None:
             print(

@@ -1,9 +1,11 @@
-"""How a tokenizer splits a corpus: token counts, the unknown-token rate, tokens per word or CJK character."""
+"""How a tokenizer splits a corpus: token counts, the unknown-token and byte-fallback rates, tokens per word
+or CJK character."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 
 from tokenizers import Tokenizer
 
@@ -13,6 +15,8 @@ from preprocess import sources
 from schemas.tokenizer_info import locate_tokenizer, special_token_ids
 
 DEFAULT_INSPECT_DOCUMENTS = 1000
+# SentencePiece-style byte fallback: one piece per byte, spelled <0x00> ... <0xFF>.
+BYTE_FALLBACK_PIECE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
 
 
 def load_tokenizer(path: str) -> tuple[Tokenizer, dict[str, int]]:
@@ -32,6 +36,7 @@ class CorpusReport:
     documents: int
     tokens: int
     unknown_tokens: int
+    byte_fallback_tokens: int
     word_documents: int
     words: int
     word_tokens: int
@@ -44,12 +49,22 @@ class CorpusReport:
         return self.unknown_tokens / self.tokens if self.tokens else 0.0
 
     @property
+    def byte_fallback_rate(self) -> float:
+        """Share of tokens that are byte pieces (<0xE4>): text the vocabulary spells byte by byte."""
+        return self.byte_fallback_tokens / self.tokens if self.tokens else 0.0
+
+    @property
     def tokens_per_word(self) -> float | None:
         return self.word_tokens / self.words if self.words else None
 
     @property
     def tokens_per_cjk_char(self) -> float | None:
         return self.cjk_tokens / self.cjk_chars if self.cjk_chars else None
+
+
+def byte_fallback_ids(vocab: Mapping[str, int]) -> frozenset[int]:
+    """Ids of the byte-fallback pieces (<0x00> ... <0xFF>) of a vocabulary (piece -> id); empty if none."""
+    return frozenset(i for piece, i in vocab.items() if BYTE_FALLBACK_PIECE.match(piece))
 
 
 def is_cjk(char: str) -> bool:
@@ -66,8 +81,10 @@ def is_cjk(char: str) -> bool:
 def corpus_report(
     tok: Tokenizer, docs: Iterable[str], *, unk_id: int | None, batch_size: int = 256
 ) -> CorpusReport:
-    """Encodes docs (in batches, without special tokens) and counts tokens, unknowns, words, CJK chars."""
+    """Encodes docs (in batches, without special tokens) and counts tokens, unknowns, byte-fallback
+    pieces, words, CJK chars."""
     counts = {f.name: 0 for f in dataclasses.fields(CorpusReport)}
+    fallback = byte_fallback_ids(tok.get_vocab(with_added_tokens=True))
     batch: list[str] = []
 
     def flush() -> None:
@@ -77,6 +94,8 @@ def corpus_report(
             counts["tokens"] += n
             if unk_id is not None:
                 counts["unknown_tokens"] += enc.ids.count(unk_id)
+            if fallback:
+                counts["byte_fallback_tokens"] += sum(i in fallback for i in enc.ids)
             cjk = sum(map(is_cjk, text))
             if cjk * 2 > len(text) - sum(map(str.isspace, text)):
                 counts["cjk_documents"] += 1

@@ -291,3 +291,37 @@ def test_dataflow_dry_run_builds_the_job_and_writes_nothing(shards, tmp_path):
     }
     assert not (tmp_path / "out").exists()
     assert not temp.exists() or not any(temp.iterdir())  # the analysis directory is removed
+
+
+def test_the_default_output_belongs_to_the_shard_set_for_overwrite(shards, cli_run):
+    """`preprocess --overwrite` once refused 'files lmshards did not write' after a default `lmshards stats`."""
+    from plumbing.outputs import PREPROCESS_OUTPUT, owned_entries
+
+    owned, foreign = owned_entries(str(shards), kind=PREPROCESS_OUTPUT)
+    assert "stats" in owned and not [f for f in foreign if f.startswith("stats")], foreign
+
+
+@pytest.mark.slow
+def test_stats_shows_progress_and_no_tensorflow_start_up_lines(shards, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "GRPC_VERBOSITY")
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "lmshards", "stats", str(shards), "--output", str(tmp_path / "s")],
+        cwd=REPO,
+        env={**env, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines and all(re.match(r"^\d{4}-\d\d-\d\d ", line) for line in lines), lines
+    assert "stats: loading TensorFlow and tensorflow-transform" in lines[0]
+    assert any("stats: analysing" in line for line in lines)

@@ -474,3 +474,46 @@ def test_gcs_round_trip(gcs_emulator, corpus, capsys):
     tok, _ = load_tokenizer(output)
     text = held_out["ru"][0]
     assert tok.decode(tok.encode(text).ids) == text
+
+
+def test_byte_fallback_pieces_are_counted_beside_unknown_tokens():
+    """A Unigram vocabulary without CJK pieces spells 中 as three byte pieces: 0% unknown, 100% bytes."""
+    from tokenizers import models
+
+    from corpus_tools.tokenizer.corpus_report import corpus_report
+
+    vocab = [("<unk>", 0.0), ("a", -1.0)] + [(f"<0x{b:02X}>", -5.0) for b in range(256)]
+    tok = Tokenizer(models.Unigram(vocab, unk_id=0, byte_fallback=True))
+    report = corpus_report(tok, ["中中", "a"], unk_id=0)
+    assert (report.tokens, report.unknown_tokens, report.byte_fallback_tokens) == (7, 0, 6)
+    assert report.byte_fallback_rate == pytest.approx(6 / 7)
+
+
+def test_inspect_prints_the_byte_fallback_rate_or_says_there_is_none(
+    trained, corpus, tmp_path, capsys
+):
+    config, _ = trained
+    en = tmp_path / "en.txt"
+    en.write_text("\n".join(corpus[1]["en"][:50]) + "\n", encoding="utf-8")
+    assert lmshards_main(["tokenizer", "inspect", config.output, "--input", str(en)]) == 0
+    out = capsys.readouterr().out
+    has_bytes = any(
+        p.startswith("<0x")
+        for p in Tokenizer.from_file(str(Path(config.output) / TOKENIZER_JSON)).get_vocab()
+    )
+    if has_bytes:
+        assert "byte-fallback rate " in out and "byte pieces)" in out
+    else:
+        assert "byte-fallback rate n/a (no byte pieces in the vocabulary)" in out
+
+
+def test_a_vocabulary_smaller_than_asked_is_a_warning_naming_the_fix(tmp_path, capsys):
+    corpus = tmp_path / "small.txt"
+    corpus.write_text("\n".join(f"a small corpus line number {i}" for i in range(200)))
+    argv = ["train", "--input", str(corpus), "--output", str(tmp_path / "tok")]
+    assert lmshards_main(["tokenizer", *argv, "--model", "bpe", "--vocab_size", "30000"]) == 0
+    captured = capsys.readouterr()
+    got = json.loads((tmp_path / "tok" / TOKENIZER_INFO_JSON).read_text())["vocab_size"]
+    assert got < 30000
+    assert f"the vocabulary has {got:,} tokens, fewer than --vocab_size 30,000" in captured.err
+    assert "larger --max_bytes or more input" in captured.err

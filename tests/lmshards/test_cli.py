@@ -171,3 +171,49 @@ def test_train_help_does_not_import_tensorflow():
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_verbose_and_overwrite_are_the_same_switches_everywhere(command, parsers, capsys):
+    from plumbing.cli import VERBOSE_HELP
+
+    parser, _ = _command_parser(command, parsers, capsys)
+    actions = {a.option_strings[0]: a for a in _flags(parser)}
+    assert "--verbose" in actions, command
+    assert actions["--verbose"].nargs == 0 and actions["--verbose"].help == VERBOSE_HELP
+    if "--overwrite" in actions:
+        assert actions["--overwrite"].nargs == 0, command
+
+
+def test_run_mlm_names_point_at_flags_that_exist(parsers, capsys):
+    from plumbing.known_names import OTHER_COMMAND, RUN_MLM_NAMES
+
+    for command, names in RUN_MLM_NAMES.items():
+        for old, new in names.items():
+            target = OTHER_COMMAND.get((command, old), command)
+            parsers.clear()
+            parser, _ = _command_parser(target, parsers, capsys)
+            known = {opt for a in parser._actions for opt in a.option_strings}
+            assert new in known or new in getattr(parser, "extra_flags", ()), (command, old, new)
+            assert old not in known, (command, old)
+
+
+def test_the_readme_table_of_run_mlm_names_is_the_hint_table():
+    from plumbing.known_names import OTHER_COMMAND, RUN_MLM_NAMES
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    table = text.split("## Coming from run_mlm.py", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`--"):
+            rows[cells[0].strip("`")] = cells[1]
+    expected = {old for names in RUN_MLM_NAMES.values() for old in names}
+    assert set(rows) == expected
+    for command, names in RUN_MLM_NAMES.items():
+        for old, new in names.items():
+            target = OTHER_COMMAND.get((command, old), command)
+            assert f"`{target} {new}" in rows[old] or f"`{target} {new}`" in rows[old], (
+                old,
+                rows[old],
+            )

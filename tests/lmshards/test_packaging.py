@@ -70,8 +70,11 @@ OPTIONAL_IMPORTS = {
         "schemas/tfmd.py"
     },  # parse_spec_from_schema(): tft's reading of schema.pbtxt ([stats])
     "transformers": {
-        "schemas/hf_tokenizer.py"
-    },  # the trainer's and corpus tools' tokenizer wrapper
+        "schemas/hf_tokenizer.py",  # the trainer's and corpus tools' tokenizer wrapper
+        "plumbing/quiet.py",  # progress bars turned off, only where transformers is already loaded
+    },
+    "huggingface_hub": {"plumbing/quiet.py"},
+    "datasets": {"plumbing/quiet.py"},
 }
 # Worker modules only an extra's users load (by class path, never imported by another worker module at
 # module level), so they import the extra at module level: file -> the extra's modules.

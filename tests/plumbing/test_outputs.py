@@ -67,6 +67,8 @@ PREPROCESS_FILES = {
     ".lmshards-tmp/train-00000-abc": b"partial",
     "tokenizer/tokenizer.json": b"{}",
     "tokenizer/lmshards_tokenizer.json": b"{}",
+    "stats/stats.json": b"{}",  # `lmshards stats`' default output
+    "stats/stats.html": b"<html>",
     "manifest.json" + ATOMIC_LEFTOVER: b"{",
 }
 TOKENIZER_FILES = {
@@ -228,6 +230,7 @@ def test_clear_owned_output_deletes_the_manifest_before_anything_else(tmp_path, 
             "validation/train-00000-of-00001-3.tfrecord",
         ),
         ({"tokenizer/vocab.txt": b"mine"}, "tokenizer/vocab.txt"),
+        ({"stats/notes.txt": b"mine"}, "stats/notes.txt"),
         ({"corpus/a.txt": b"mine"}, "corpus/"),
         ({"manifest.json.bak": b"mine"}, "manifest.json.bak"),
     ],

@@ -85,3 +85,46 @@ def test_logs_go_to_stderr_and_stdout_holds_only_the_summary(tmp_path, sample_to
     assert lines[0].startswith(f"lmshards preprocess: wrote {tmp_path / 'out'} in ")
     assert [line.split()[0] for line in lines[1:]] == ["train", "validation"]
     assert "preprocess finished in" in captured.err  # our INFO log line
+
+
+def test_a_flag_that_neither_lmshards_nor_beam_declares_is_refused(capsys):
+    """Beam alone logs a warning and drops it: --max_seq_length once gave 128-token shards silently."""
+    err = _usage_error([*REQUIRED, "--max_seq_length", "64"], capsys)
+    assert err.startswith("lmshards preprocess: error: unrecognized arguments: --max_seq_length 64")
+    assert "--max_seq_length is --seq_len in lmshards preprocess" in err
+    err = _usage_error([*REQUIRED, "--no_such_flag=1"], capsys)
+    assert "unrecognized arguments: --no_such_flag=1" in err
+
+
+def test_the_old_batch_size_flag_names_its_new_name(capsys):
+    err = _usage_error([*REQUIRED, "--batch_size", "500"], capsys)
+    assert "--batch_size is --documents_per_tokenizer_call in lmshards preprocess" in err
+
+
+def test_beam_options_and_their_values_pass_through():
+    from preprocess.cli import build_parser, check_flags
+
+    parser = build_parser()
+    argv = [*REQUIRED, "--runner", "DirectRunner", "--direct_num_workers", "2", "--experiments=a"]
+    _, others = parser.parse_known_args(argv)
+    check_flags(parser, others)  # no SystemExit
+    assert others == argv[len(REQUIRED) :]
+
+
+@pytest.mark.parametrize("value, expected", [("", True), ("=true", True), ("=false", False)])
+def test_overwrite_and_verbose_are_switches_as_in_every_command(value, expected):
+    from plumbing.cli import normalize_switches
+    from preprocess.cli import build_parser
+
+    parser = build_parser()
+    args, _ = parser.parse_known_args([*REQUIRED, f"--overwrite{value}", f"--verbose{value}"])
+    assert (args.overwrite, args.verbose) == (expected, expected)
+    assert normalize_switches(["--overwrite=yes", "--seq_len=true"], parser.switches()) == [
+        "--overwrite",
+        "--seq_len=true",
+    ]
+
+
+def test_a_switch_given_another_value_is_refused(capsys):
+    err = _usage_error([*REQUIRED, "--overwrite=later"], capsys)
+    assert err.startswith("lmshards preprocess: error: --overwrite is a switch")

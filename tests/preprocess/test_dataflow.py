@@ -13,12 +13,12 @@ import pytest
 from google.cloud import dataflow_v1beta3  # ships with apache-beam[gcp]
 
 from plumbing import fs
+from plumbing.units import SizeFlag
 from preprocess import runners
 from preprocess.options import (
     LmshardsPreprocessOptions,
     PreprocessConfig,
     config_from_options,
-    parse_bool,
 )
 from tests.conftest import REPO
 
@@ -65,8 +65,9 @@ def test_metadata_parameters_match_the_pipeline_flags_one_to_one():
         assert (param["paramType"] == "ENUM") == bool(action.choices), name
         if action.choices:
             assert [o["value"] for o in param["enumOptions"]] == list(action.choices), name
-        assert (param["paramType"] == "NUMBER") == (action.type in (int, float)), name
-        assert (param["paramType"] == "BOOLEAN") == (action.type is parse_bool), name
+        numeric = action.type in (int, float) or isinstance(action.type, SizeFlag)
+        assert (param["paramType"] == "NUMBER") == numeric, name
+        assert (param["paramType"] == "BOOLEAN") == (action.nargs == 0), name
         if action.default is None or action.default is False:
             assert "defaultValue" not in param, name
         else:
@@ -333,30 +334,21 @@ def test_cli_dry_run_writes_the_job_file_and_never_touches_the_output(
 
 
 def test_flex_template_boolean_parameters_parse():
+    """The launcher writes every switch as --name=true/false; preprocess reads them as plain switches."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    from plumbing.cli import normalize_switches
+    from preprocess.cli import build_parser
+
     params = _metadata_params()
+    paths = _launcher_argv(params, types={"GCS_READ_FILE", "GCS_WRITE_FOLDER"})
+    switches = build_parser().switches()
     booleans = _launcher_argv(params, types={"BOOLEAN"})
-    assert booleans == ["--overwrite=true"]
-    assert (
-        config_from_options(
-            PipelineOptions(
-                [*_launcher_argv(params, types={"GCS_READ_FILE", "GCS_WRITE_FOLDER"}), *booleans]
-            )
-        ).overwrite
-        is True
-    )
-    assert (
-        config_from_options(
-            PipelineOptions(
-                [
-                    *_launcher_argv(params, types={"GCS_READ_FILE", "GCS_WRITE_FOLDER"}),
-                    "--overwrite=false",
-                ]
-            )
-        ).overwrite
-        is False
-    )
+    assert booleans == ["--overwrite=true", "--verbose=true"]
+    for value, expected in (("true", True), ("false", False)):
+        argv = normalize_switches([*paths, f"--overwrite={value}"], switches)
+        assert argv == paths + (["--overwrite"] if expected else [])
+        assert config_from_options(PipelineOptions(argv)).overwrite is expected
 
 
 @pytest.mark.gcs

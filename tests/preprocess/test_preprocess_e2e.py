@@ -138,7 +138,11 @@ def test_output_bytes_do_not_depend_on_runner_workers_ranges_or_batches(
 ):
     config, _ = sample_run
     other = _config(
-        [_sample_glob(sample_dir)], sample_tokenizer, tmp_path / "out", range_mb=0.25, batch_size=97
+        [_sample_glob(sample_dir)],
+        sample_tokenizer,
+        tmp_path / "out",
+        range_mb=0.25,
+        documents_per_tokenizer_call=97,
     )
     run_pipeline(other, ["--direct_running_mode=multi_processing", "--direct_num_workers=2"])
     assert _files(other.output).keys() == _files(config.output).keys()

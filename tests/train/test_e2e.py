@@ -131,7 +131,8 @@ def test_loss_falls_and_eval_is_reported(uninterrupted):
         run_config["model"]["family"] == "roberta" and run_config["special_token_ids"]["mask"] == 4
     )
     assert (uninterrupted / "tokenizer" / "tokenizer.json").exists()
-    assert list((uninterrupted / "tensorboard").glob("events.out.tfevents.*"))
+    assert list((uninterrupted / "tensorboard" / "train").glob("events.out.tfevents.*"))
+    assert list((uninterrupted / "tensorboard" / "validation").glob("events.out.tfevents.*"))
 
 
 def test_load_model_from_run_restores_the_trained_weights(uninterrupted):

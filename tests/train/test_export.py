@@ -467,7 +467,7 @@ def test_export_checks_its_output_and_the_run_config_before_any_work(tmp_path, c
 
 @pytest.mark.slow
 def test_export_cli_exports_a_training_run_at_its_latest_or_a_chosen_checkpoint(
-    tmp_path, sample_tokenizer, sample_files, bert_tokenizer_dir, capsys
+    tmp_path, sample_tokenizer, sample_files, bert_tokenizer_dir, capfd
 ):
     from train.model import load_model_from_run
 
@@ -490,15 +490,17 @@ def test_export_cli_exports_a_training_run_at_its_latest_or_a_chosen_checkpoint(
         _, logits[checkpoint] = hf_outputs(out, ids, mask)
         assert np.abs(logits[checkpoint][mask == 1] - keras_logits[mask == 1]).max() < 1e-4
     assert np.abs(logits[None] - logits[first]).max() > 1e-3  # the two checkpoints really differ
+    err = capfd.readouterr().err
+    assert "%|" not in err and "it/s]" not in err, err  # no third-party progress bars
 
     code = export_cli.main(
         [str(run_dir), "--output", str(tmp_path / "other"), "--tokenizer", str(bert_tokenizer_dir)]
     )
     assert code == 2
-    assert "is not the one the run was trained with" in capsys.readouterr().err
+    assert "is not the one the run was trained with" in capfd.readouterr().err
     code = export_cli.main([str(tmp_path), "--output", str(tmp_path / "other")])
     assert code == 2
-    assert "run_config.json" in capsys.readouterr().err
+    assert "run_config.json" in capfd.readouterr().err
     assert not (tmp_path / "other").exists()
 
 

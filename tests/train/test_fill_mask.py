@@ -159,3 +159,23 @@ def test_a_pickled_weights_file_is_a_clean_error_and_is_never_run(roberta_model,
     )
     assert len(err.splitlines()) == 1 and "model.safetensors" in err
     assert not marker.exists()
+
+
+def test_text_without_a_mask_is_refused_before_the_model_loads(roberta_model, monkeypatch, capsys):
+    _, out = roberta_model
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(transformers, "pipeline", never)
+    assert fill_mask_cli.main([str(out), "No mask in this text."]) == 2
+    assert "No mask token in 'No mask in this text.'" in capsys.readouterr().err
+    assert fill_mask_cli.saved_mask_token(str(out)) == "<mask>"
+
+
+def test_fill_mask_prints_no_progress_bars(roberta_model, capfd):
+    """Loading the weights draws transformers' tqdm bar unless it is turned off."""
+    _, out = roberta_model
+    assert fill_mask_cli.main([str(out), TEXT]) == 0
+    err = capfd.readouterr().err
+    assert "\r" not in err and "%|" not in err and "it/s" not in err, err
