@@ -26,9 +26,11 @@ class BackendEntry:
 
 
 TENSORFLOW = "tensorflow"
+JAX = "jax"
 DEFAULT_BACKEND = TENSORFLOW
 BACKENDS: dict[str, BackendEntry] = {
     TENSORFLOW: BackendEntry("train.backends.tensorflow", keras_backend="tensorflow"),
+    JAX: BackendEntry("train.backends.jax", keras_backend="jax"),
 }
 
 
