@@ -30,6 +30,7 @@ PINS = {
     "gcsfs": "2026.10.1",
     "keras": "3.15.1",
     "keras-hub": "0.32.0",
+    "jax": "0.10.2",
     "transformers": "5.24.0",
     "datasets": "5.2.0",
     "huggingface-hub": "2.4.0",
@@ -79,6 +80,9 @@ EXTRAS = {
         pinned("tensorboard"),
         pinned("plotly"),
     ],
+    # `lmshards train --backend jax` (with `train`: its input pipeline is tf.data on the host). CPU jaxlib
+    # comes with it; accelerators add `jax[tpu]` or `jax[cuda12]` at the same version (docs/accelerators.md).
+    "jax": [pinned("jax"), pinned("keras"), pinned("keras-hub")],
     # `lmshards stats` and the TF Metadata schema (schemas/tfmd.py): tensorflow-transform's analyzers,
     # schema utilities and tfx-bsl's Example decoder.
     "stats": [

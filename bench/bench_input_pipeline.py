@@ -1,4 +1,4 @@
-"""Input-pipeline benchmark: lmshards' train_dataset (read + parse + mask + batch) beside the reference.
+"""Input-pipeline benchmark: lmshards' input plan (read + parse + mask + batch) beside the reference.
 
 Usage: python bench/bench_input_pipeline.py SHARDS_DIR [--generate RECORDS] [--batch 256] [--epochs 2]
 With --generate and no manifest in SHARDS_DIR, first writes RECORDS random records of 128 tokens
@@ -22,8 +22,9 @@ import tensorflow as tf  # noqa: E402
 import train  # noqa: E402,F401  (chooses Keras's backend, which importing TensorFlow already reads)
 from bench.reference_input_baseline import run_all as run_reference  # noqa: E402
 from plumbing import fs  # noqa: E402
-from schemas.manifest import TokenizerInfo, manifest_path, read_manifest  # noqa: E402
-from train import data, mixture  # noqa: E402
+from schemas.manifest import TokenizerInfo, manifest_path  # noqa: E402
+from train import mixture  # noqa: E402
+from train.input_plan import InputPlan, masking_for  # noqa: E402
 from train.masking import mask_batch  # noqa: E402
 
 # A RoBERTa-style vocabulary for generated shards.
@@ -36,25 +37,21 @@ GENERATED_TOKENIZER = TokenizerInfo(
 MASKING_BATCHES = 200
 
 
-def our_pipeline(shards_dir: str, *, batch: int, epochs: int) -> tuple[float, float]:
-    """(sequences/s, sequences per CPU-second) over `epochs` epochs of data.train_dataset, as the trainer sets it up."""
+def token_inputs(shards_dir: str, *, batch: int) -> InputPlan:
+    """The trainer's input plan for one host and the token recipe (mlm_probability 0.15, seed 0)."""
     mix = mixture.open_mixture([shards_dir])
-    manifest = mix.manifest
-    passes = mixture.pass_records(mix, num_pipelines=1, unit=batch)
-    spe = mixture.steps_per_epoch(passes, unit=batch)
-    ds = data.train_dataset(
-        mixture.pipeline_streams(mix, passes, num_pipelines=1, pipeline_id=0),
-        block_counts=mix.block_counts(),
-        features=manifest.features(),
-        batch_size=batch,
-        shuffle_buffer=10_000,
-        seed=0,
-        start_step=0,
-        with_segment_ids=False,
-        masking=data.masking_spec(manifest, recipe="token", mlm_probability=0.15, tokenizer=None),
+    masking = masking_for(mix, recipe="token", mlm_probability=0.15, tokenizer=None)
+    return InputPlan.create(
+        mix, masking=masking, per_replica_batch=batch, seed=0, shuffle_buffer=10_000
     )
+
+
+def our_pipeline(shards_dir: str, *, batch: int, epochs: int) -> tuple[float, float]:
+    """(sequences/s, sequences per CPU-second) over `epochs` epochs of the trainer's input plan on one host."""
+    inputs = token_inputs(shards_dir, batch=batch)
+    ds = inputs.train_dataset(pipeline_id=0, start_step=0)
     n, t, c = 0, time.perf_counter(), time.process_time()
-    for _ in ds.take(spe * epochs):
+    for _ in ds.take(inputs.steps_per_epoch * epochs):
         n += batch
     dt, dc = time.perf_counter() - t, time.process_time() - c
     print(
@@ -67,16 +64,9 @@ def masking_alone(shards_dir: str, *, batch: int) -> dict[str, float]:
     """Sequences/s of each masker on the same in-memory batch (no reading or parsing)."""
     import keras_hub
 
-    manifest = read_manifest(shards_dir)
-    spec = data.masking_spec(manifest, recipe="token", mlm_probability=0.15, tokenizer=None)
-    ds = data.eval_dataset(
-        mixture.split_files(manifest, shards_dir, "train"),
-        features=manifest.features(),
-        batch_size=batch,
-        masking=spec,
-        with_segment_ids=False,
-        max_batches=1,
-    )
+    inputs = token_inputs(shards_dir, batch=batch)
+    spec = inputs.masking
+    ds = inputs.train_dataset(pipeline_id=0, start_step=0)
     first = next(iter(ds))
     ids = first["token_ids"]  # already masked once; the content does not matter for speed
     attention = first["padding_mask"]

@@ -45,6 +45,7 @@ from bench.bench_learning import (
     run_lmshards,
 )
 from bench.bench_preprocess import child_env
+from train.run_dir import RunDir
 
 RECIPES = ("token", "whole_word", "span")
 VOCAB_SIZE = 2000
@@ -94,13 +95,14 @@ def train_args(config: Config, *, shards: str, recipe: str, run_dir: Path) -> li
 def fixed_masks(shards: str, recipe: str, mlm_probability: float) -> list[dict[str, Any]]:
     """The validation split masked by `recipe` with the trainer's fixed evaluation seed: the same batches for every model."""
     from train import data, mixture
+    from train.shard_set_tokenizer import run_tokenizer
 
     mix = mixture.open_mixture([shards])
     masking = data.masking_spec(
         mix.manifest,
         recipe=recipe,
         mlm_probability=mlm_probability,
-        tokenizer=mixture.run_tokenizer(None, mix),
+        tokenizer=run_tokenizer(None, mix),
     )
     ds = data.eval_dataset(
         mix.sets[0].files("validation"),
@@ -134,7 +136,7 @@ def context_free_loss(frequencies: np.ndarray, batches: Sequence[dict[str, Any]]
 
 
 def score(model: Any, batches: Sequence[dict[str, Any]]) -> Score:
-    from train.trainer import masked_lm_sums
+    from train.backends.tensorflow import masked_lm_sums
 
     loss = tokens = correct = 0.0
     for batch in batches:
@@ -259,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs[recipe] = {
             "command": ["lmshards", *args],
             "wall_s": time.perf_counter() - t0,
-            "windows": logged_windows(str(run_dir / "metrics.jsonl")),
+            "windows": logged_windows(RunDir(str(run_dir)).metrics_path),
         }
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

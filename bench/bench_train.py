@@ -25,9 +25,10 @@ from bench.bench_input_pipeline import GENERATED_TOKENIZER  # noqa: E402
 from plumbing import fs  # noqa: E402
 from schemas.manifest import manifest_path  # noqa: E402
 from train.cli import parse_config  # noqa: E402
-from train.config import METRICS_JSONL, preset_config  # noqa: E402
+from train.config import preset_config  # noqa: E402
 from train.families import DEFAULT_FAMILY  # noqa: E402
 from train.model import build_masked_lm  # noqa: E402
+from train.run_dir import RunDir  # noqa: E402
 from train.trainer import train  # noqa: E402,F811  (the package import above only chose the backend)
 
 RECORDS = 20_000
@@ -86,9 +87,7 @@ def bench_preset(preset: str, *, shards: str, run_dir: str, args) -> dict:
             ]
         )
     )
-    records = [
-        json.loads(line) for line in fs.read_text(fs.join(run_dir, METRICS_JSONL)).splitlines()
-    ]
+    records = RunDir(run_dir).read_metrics()
     windows = [r for r in records if "loss" in r][1:]
     steps = sum(log_every for _ in windows)
     seconds = sum(r["step_time_s"] * log_every for r in windows)

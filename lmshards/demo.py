@@ -410,7 +410,7 @@ def score(out: Path) -> Scores:
 
     manifest = read_manifest(str(out / "shards"))
     tokenizer = manifest.tokenizer
-    special = sorted(set(tokenizer.all_special_ids) | set(tokenizer.special_token_ids.values()))
+    special = list(tokenizer.never_masked_ids)
     train = read_split(manifest, out / "shards", TRAIN_SPLIT)
     top = most_frequent_token(train[INPUT_IDS], train[ATTENTION_MASK], special)
     validation = read_split(manifest, out / "shards", VALIDATION_SPLIT)

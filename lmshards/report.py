@@ -19,6 +19,7 @@ from plumbing import fs
 from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from plumbing.errors import LmshardsError
 from schemas.manifest import Manifest, read_manifest
+from train.run_dir import read_metrics
 
 COMMAND = "report"
 REPORT_HTML = "report.html"
@@ -56,11 +57,6 @@ class RunData:
     manifests: dict[str, Manifest]  # shard set path -> its manifest
 
 
-def read_metrics(path: str) -> list[dict[str, Any]]:
-    """The trainer's metrics.jsonl: one JSON object per line."""
-    return [json.loads(line) for line in fs.read_text(path).splitlines() if line.strip()]
-
-
 def read_run(run_dir: str) -> RunData:
     """Raises LmshardsError when run_dir holds no run_config.json (not a training run)."""
     config_path = fs.join(run_dir, RUN_CONFIG_JSON)
@@ -71,7 +67,7 @@ def read_run(run_dir: str) -> RunData:
         )
     run_config = json.loads(fs.read_text(config_path))
     metrics_path = fs.join(run_dir, METRICS_JSONL)
-    metrics = read_metrics(metrics_path) if fs.exists(metrics_path) else []
+    metrics = read_metrics(metrics_path)  # the trainer's own reader: no TensorFlow
     summary_path = fs.join(run_dir, RUN_SUMMARY_JSON)
     summary = json.loads(fs.read_text(summary_path)) if fs.exists(summary_path) else None
     manifests = {}

@@ -84,6 +84,11 @@ class TokenizerInfo:
     # The copy of the tokenizer inside the output, relative to it (None in outputs of lmshards 0.1).
     path: str | None = None
 
+    @property
+    def never_masked_ids(self) -> tuple[int, ...]:
+        """Ids a masked LM never selects for prediction: every special token and every role token, sorted."""
+        return tuple(sorted(set(self.all_special_ids) | set(self.special_token_ids.values())))
+
 
 @dataclasses.dataclass(frozen=True)
 class InputFileInfo:

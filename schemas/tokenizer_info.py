@@ -95,6 +95,25 @@ def fingerprint(json_text: str) -> str:
     return FINGERPRINT_PREFIX + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+def checked_tokenizer(
+    path: str, *, expected: str, named: str, reference: str, fix: str
+) -> TokenizerSource:
+    """The tokenizer at path (locate_tokenizer), checked to be the one whose fingerprint is `expected`.
+
+    named: how the message names it (e.g. "--tokenizer"); reference: what it must be the tokenizer
+    of (e.g. "the shards were made with"); fix: what to do instead.
+    Raises:
+      TokenizerError: path is not a tokenizer, or its fingerprint is another one.
+    """
+    source = locate_tokenizer(path)
+    actual = fingerprint(source.json_text)
+    if actual != expected:
+        raise TokenizerError(
+            f"{named} {path!r} has fingerprint {actual}: it is not the one {reference} ({expected}). {fix}"
+        )
+    return source
+
+
 def special_token_ids(source: TokenizerSource) -> dict[str, int]:
     """Role ('pad', 'mask', ...) -> id of the tokenizer's special tokens that fill a role.
 

@@ -3,14 +3,14 @@
 # checkout's .venv), and runs `lmshards --help` plus one small real command with it, then prints each
 # venv's size. What the README's install lines promise, checked the way a user installs.
 #
-#   bash scripts/check_install.sh [SET ...]     # sets: core data train stats dask (default: all of them)
+#   bash scripts/check_install.sh [SET ...]     # sets: core data train jax stats dask (default: all of them)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO="$PWD"
 PYTHON="${PYTHON:-python3.11}"
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 SETS=("$@")
-[ ${#SETS[@]} -gt 0 ] || SETS=(core data train stats dask)
+[ ${#SETS[@]} -gt 0 ] || SETS=(core data train jax stats dask)
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/lmshards-install-XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TF_CPP_MIN_LOG_LEVEL=2 TOKENIZERS_PARALLELISM=false
@@ -25,9 +25,10 @@ extras_of() {
     core) echo "" ;;
     data) echo "[data]" ;;
     train) echo "[train,export]" ;;
+    jax) echo "[train,jax,export]" ;;
     stats) echo "[stats]" ;;
     dask) echo "[dask]" ;;
-    *) echo "unknown set $1 (core data train stats dask)" >&2; exit 2 ;;
+    *) echo "unknown set $1 (core data train jax stats dask)" >&2; exit 2 ;;
   esac
 }
 
@@ -46,10 +47,11 @@ small_command() {
       "$bin/lmshards" tokenizer train --input "$REPO/data/sample/en" --output "$out/tok" --model bpe \
         --vocab_size 400 --max_bytes 1MB >/dev/null
       ;;
-    train)
+    train | jax)
       "$bin/lmshards" preprocess --input "$golden/docs.jsonl" --tokenizer "$golden/tokenizer.json" \
         --output "$out/shards" --seq_len 32
-      "$bin/lmshards" train --shards "$out/shards" --output "$out/run" --model_preset tiny --steps 4 \
+      "$bin/lmshards" train --backend "$([ "$set" = jax ] && echo jax || echo tensorflow)" \
+        --shards "$out/shards" --output "$out/run" --model_preset tiny --steps 4 \
         --per_replica_batch 4 --strategy cpu >/dev/null
       "$bin/lmshards" export "$out/run" --output "$out/hf" >/dev/null
       ;;

@@ -18,7 +18,7 @@ import re
 
 import tensorflow as tf
 
-from plumbing.errors import LmshardsError
+from train.backends import base
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,10 @@ STATE_FILE = "checkpoint"
 UNREADABLE_STATE_FILE = "checkpoint.unreadable"
 _INDEX_RE = re.compile(rf"^{CHECKPOINT_NAME}-(\d+)\.index$")
 _DATA_RE = re.compile(rf"^{CHECKPOINT_NAME}-(\d+)\.data-\d+-of-\d+$")
+# What a save killed half-way leaves: TensorFlow writes a checkpoint's shards under PREFIX_temp/ before
+# merging them, and the state file as checkpoint.tmp<hex> before renaming it.
+_TEMP_DIR_RE = re.compile(rf"^{CHECKPOINT_NAME}-\d+_temp$")
+_STATE_TEMP_RE = re.compile(rf"^{STATE_FILE}\.tmp[0-9a-f]*$")
 
 
 def complete_checkpoints(directory: str) -> list[str]:
@@ -47,6 +51,46 @@ def incomplete_checkpoints(directory: str) -> list[str]:
     return [p for p in (_prefix(directory, s) for s in sorted(steps)) if p not in complete]
 
 
+def leftovers(directory: str) -> list[str]:
+    """What unfinished saves left in directory: PREFIX_temp/ directories, checkpoint.tmp* state files, and the
+    data files of checkpoints that have no index file."""
+    if not tf.io.gfile.isdir(directory):
+        return []
+    names = tf.io.gfile.listdir(directory)
+    found = [
+        _join(directory, name.rstrip("/"))
+        for name in names
+        if _TEMP_DIR_RE.match(name.rstrip("/")) or _STATE_TEMP_RE.match(name)
+    ]
+    orphans = set(incomplete_checkpoints(directory))
+    found += [
+        p
+        for p in _files(directory)
+        if _DATA_RE.match(posixpath.basename(p)) and _owner(p) in orphans
+    ]
+    return sorted(found)
+
+
+def _owner(data_file: str) -> str:
+    return data_file.rsplit(".data-", 1)[0]
+
+
+def remove_leftovers(directory: str) -> list[str]:
+    """Deletes leftovers(directory) (only the run's writer may: a save may be under way otherwise); returns them."""
+    found = leftovers(directory)
+    for path in found:
+        if tf.io.gfile.isdir(path):
+            tf.io.gfile.rmtree(path)
+        else:
+            tf.io.gfile.remove(path)
+    if found:
+        log.warning(
+            "Removed what unfinished checkpoint saves left: %s.",
+            ", ".join(posixpath.basename(p) for p in found),
+        )
+    return found
+
+
 def _files(directory: str) -> list[str]:
     return (
         tf.io.gfile.glob(_join(directory, f"{CHECKPOINT_NAME}-*"))
@@ -63,11 +107,6 @@ def _join(directory: str, name: str) -> str:
     return f"{directory.rstrip('/')}/{name}"
 
 
-def _one_line(error: Exception) -> str:
-    text = getattr(error, "message", None) or str(error) or type(error).__name__
-    return " ".join(text.split())[:300]
-
-
 def restore_newest(
     root: tf.train.Checkpoint, directory: str, *, expect_partial: bool = False
 ) -> str | None:
@@ -81,32 +120,12 @@ def restore_newest(
         log.warning(
             "Ignoring incomplete checkpoint %s (no index file: its save did not finish).", prefix
         )
-    failures = []
-    for prefix in complete_checkpoints(directory):
-        try:
-            status = root.restore(prefix)
-            (
-                status.expect_partial() if expect_partial else status
-            ).assert_existing_objects_matched()
-        except (
-            Exception
-        ) as e:  # a damaged checkpoint fails in many ways: DataLossError, IndexError, OpError, ...
-            failures.append(f"{posixpath.basename(prefix)}: {_one_line(e)}")
-            log.warning("Skipping checkpoint %s: it does not restore (%s).", prefix, _one_line(e))
-            continue
-        if failures:
-            log.warning(
-                "Restored %s, the newest checkpoint that restores (skipped: %s).",
-                prefix,
-                "; ".join(failures),
-            )
-        return prefix
-    if failures:
-        raise LmshardsError(
-            f"No checkpoint in {directory!r} restores ({'; '.join(failures)}). Restore the checkpoint files from a "
-            "copy, or pass --restart to train this run again from step 0 (deleting its checkpoints and metrics)."
-        )
-    return None
+
+    def restore(prefix: str) -> None:
+        status = root.restore(prefix)
+        (status.expect_partial() if expect_partial else status).assert_existing_objects_matched()
+
+    return base.restore_newest(complete_checkpoints(directory), restore, directory=directory)
 
 
 class RunCheckpoints:
@@ -132,9 +151,11 @@ class RunCheckpoints:
 
         An unreadable state file is kept as UNREADABLE_STATE_FILE (TensorFlow would otherwise fail on it
         or forget every checkpoint it named); the checkpoints are found by their files either way.
+        What unfinished saves left (remove_leftovers) is deleted first.
         Raises:
           LmshardsError: there are complete checkpoints but none of them restores.
         """
+        remove_leftovers(self.directory)
         unreadable = self._unreadable_state()
         if unreadable:
             log.warning(
@@ -158,7 +179,7 @@ class RunCheckpoints:
         try:
             state = tf.train.get_checkpoint_state(self.directory)
         except (ValueError, UnicodeDecodeError, tf.errors.OpError) as e:
-            return _one_line(e)
+            return base.one_line(e)
         return None if state is not None else "not a checkpoint state"
 
     def save(self, step: int) -> str:

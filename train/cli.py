@@ -23,10 +23,12 @@ from plumbing.errors import LmshardsError
 from plumbing.known_names import name_hints
 from plumbing.lease import output_lease
 from plumbing.quiet import native_stderr_discarded, quiet_tensorflow
+from train.backends.registry import backend_names, select_keras_backend
 from train.config import FINAL_EVALS, LR_SCHEDULES, PRESETS, TrainConfig
 from train.devices import AUTO, PRECISIONS, STRATEGIES
 from train.families import family_names
 from train.masking_recipes import MASKING_RECIPES, SPAN, check_recipe, max_mlm_probability
+from train.preemption import PreemptionFlag
 from train.preflight import preflight
 from train.run_dir import format_summary
 from train.shards_flag import parse_shards_flag, source_weights
@@ -137,6 +139,12 @@ def build_parser() -> CommandParser:
     )
     p.add_argument("--seed", type=int, default=d.seed, help="data order, masking, initialisation")
     p.add_argument(
+        "--backend",
+        choices=backend_names(),
+        default=d.backend,
+        help="what trains the model: tensorflow (tf.distribute: TPUStrategy, MirroredStrategy over GPUs, or the CPU)",
+    )
+    p.add_argument(
         "--strategy", choices=STRATEGIES, default=d.strategy, help="tf.distribute strategy"
     )
     p.add_argument("--tpu", help="TPU name for TPUClusterResolver ('local' on a TPU VM)")
@@ -228,14 +236,19 @@ def _train(argv: Sequence[str]) -> int:
 
 
 def _run(config: TrainConfig) -> int:
-    # One writer per run directory: a second `train` on it (a restarted job whose old process still
-    # runs) stops here instead of resuming from a checkpoint that the first one keeps writing.
-    with output_lease(config.output, command=COMMAND):
-        return _train_under_lease(config)
+    # Installed first: a signal while the lease is taken, the checks run or the training stack loads
+    # still ends in exit 75. One writer per run directory: a second `train` on it (a restarted job whose
+    # old process still runs) stops at the lease instead of resuming from a checkpoint the first one keeps
+    # writing.
+    with PreemptionFlag.current() as preemption, output_lease(config.output, command=COMMAND):
+        return _checked_run(config, preemption)
 
 
-def _train_under_lease(config: TrainConfig) -> int:
+def _checked_run(config: TrainConfig, preemption: PreemptionFlag) -> int:
     checked = preflight(config)
+    if preemption.raised:
+        log.warning("stopped before training started; rerun the same command to start")
+        return EXIT_PREEMPTED
     if checked.finished is not None:
         log.info(
             "%s has finished; nothing to train (pass --extend with a larger --steps to train it longer).",
@@ -243,10 +256,11 @@ def _train_under_lease(config: TrainConfig) -> int:
         )
         print(format_summary(checked.finished, config.output))
         return EXIT_OK
+    # Keras reads its backend once, and importing TensorFlow (the host input pipeline) imports Keras.
+    select_keras_backend(config.backend)
     with native_stderr_discarded(verbose=config.verbose):
-        from train.trainer import (
-            train,
-        )  # the training stack loads only once every cheap check has passed
+        # the training stack loads only once every cheap check has passed
+        from train.trainer import train
     summary = train(config, checked)
     if summary.get("preempted") is not None:
         return EXIT_PREEMPTED

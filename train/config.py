@@ -9,6 +9,7 @@ from typing import Any
 from plumbing import fs
 from plumbing.errors import LmshardsError
 from schemas.constants import DEFAULT_PER_REPLICA_BATCH
+from train.backends.registry import DEFAULT_BACKEND
 from train.devices import AUTO, STRATEGY_AUTO
 from train.families import DEFAULT_FAMILY, get_family
 from train.masking_recipes import TOKEN
@@ -126,6 +127,7 @@ class TrainConfig:
     mlm_probability: float = 0.15
     shuffle_buffer: int = 10_000
     seed: int = 0
+    backend: str = DEFAULT_BACKEND
     strategy: str = STRATEGY_AUTO
     tpu: str | None = None
     precision: str = AUTO

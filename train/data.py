@@ -77,7 +77,7 @@ def masking_spec(
         recipe=recipe,
         vocab_size=tok.vocab_size,
         mask_id=tok.special_token_ids["mask"],
-        special_ids=sorted(set(tok.all_special_ids) | set(tok.special_token_ids.values())),
+        special_ids=list(tok.never_masked_ids),
         mlm_probability=mlm_probability,
         seq_len=manifest.seq_len,
         word_starts=word_starts,

@@ -17,9 +17,10 @@ from typing import Any
 from plumbing.errors import LmshardsError
 
 # --- what a TPU host looks like
-# Set on Cloud TPU VMs (TPU_ACCELERATOR_TYPE, TPU_WORKER_ID, TPU_SKIP_MDS_QUERY) and by TPU node
-# set-ups and GKE (TPU_NAME).
-TPU_ENV_VARS = ("TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID", "TPU_SKIP_MDS_QUERY")
+# Set on Cloud TPU VMs (TPU_ACCELERATOR_TYPE, TPU_WORKER_ID) and by TPU node set-ups and GKE (TPU_NAME).
+# Not TPU_SKIP_MDS_QUERY: importing JAX (which Keras does when it is installed) sets it to 1 on machines
+# with no TPU chip, and tests set it to keep libtpu off the network.
+TPU_ENV_VARS = ("TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID")
 # Chips as device files under DEV_ROOT: v2-v4 VMs have accel0.., v5e/v5p/v6e VMs vfio/0... The digits
 # leave out VFIO's control file vfio/vfio (any VFIO host has it) and Linux's accel/ directory of other
 # accelerators (e.g. Intel NPUs as accel/accel0).

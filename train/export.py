@@ -20,7 +20,7 @@ from plumbing import fs
 from plumbing.errors import LmshardsError, TokenizerError
 from plumbing.outputs import check_writable
 from schemas.hf_tokenizer import wrap_fast_tokenizer
-from schemas.tokenizer_info import TokenizerSource, fingerprint, locate_tokenizer
+from schemas.tokenizer_info import TokenizerSource, checked_tokenizer, locate_tokenizer
 from train.config import TOKENIZER_DIR
 from train.families import get_family
 from train.hf_mapping import MaskedLMSpec, head_differences, hf_config, hf_state_dict
@@ -297,23 +297,28 @@ def export_run(
     one the run recorded.
     """
     from train.model import load_model_from_run
-    from train.run_dir import read_run_config
+    from train.run_dir import RunDir
 
     check_export_output(output_dir, overwrite=overwrite)
-    run_config = read_run_config(run_dir)
-    tokenizer_path = tokenizer or fs.join(run_dir, TOKENIZER_DIR)
+    run = RunDir(run_dir)
+    run_config = run.read_config()
+    tokenizer_path = tokenizer or run.tokenizer
     if not fs.exists(tokenizer_path):
         raise LmshardsError(
             f"The run {run_dir!r} has no {TOKENIZER_DIR}/ directory; pass --tokenizer PATH "
             "(the tokenizer.json or directory the run was trained with)."
         )
-    source = locate_tokenizer(tokenizer_path)
     expected = run_config.get("tokenizer_fingerprint")
-    if expected and fingerprint(source.json_text) != expected:
-        raise TokenizerError(
-            f"Tokenizer {tokenizer_path!r} (fingerprint {fingerprint(source.json_text)}) is not the one the run was "
-            f"trained with ({expected}); pass the run's tokenizer with --tokenizer."
+    if expected:  # runs of lmshards 0.1 did not record it
+        checked_tokenizer(
+            tokenizer_path,
+            expected=expected,
+            named="Tokenizer",
+            reference="the run was trained with",
+            fix="Pass the run's tokenizer with --tokenizer.",
         )
+    else:
+        locate_tokenizer(tokenizer_path)
     masked_lm, _ = load_model_from_run(run_dir, checkpoint=checkpoint)
     return export_masked_lm(
         masked_lm,

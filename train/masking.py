@@ -42,6 +42,7 @@ from train.masking_recipes import (
     WHOLE_WORD,
     WORD_RECIPES,
     check_recipe,
+    max_predictions_for,
     mean_span_words,
     span_length_probabilities,
 )
@@ -49,36 +50,6 @@ from train.word_starts import WordStartTables
 
 MASK_FRACTION = 0.8
 RANDOM_FRACTION = 0.1
-
-# token: headroom over the expected number of selections; truncation then happens for well under 1% of sequences.
-_PREDICTIONS_HEADROOM = 1.2
-_PREDICTIONS_SLACK = 8
-# Whole words and spans are selected together, so the count per sequence spreads more than the
-# token recipe's binomial p(1-p)n: its variance is this many times that, and grows with the tokens
-# per word. Measured at seq_len 128 on the bundled corpus: 2.5-3.0 (whole_word) and 4.7-8.4 (span)
-# for byte-level BPE and Unigram at 1.6 tokens per word, 5.5 and 16 for a 4k WordPiece at 2.8.
-_SELECTION_DISPERSION = {WHOLE_WORD: 6.0, SPAN: 17.0}
-# Standard deviations of that spread above the mean that max_predictions leaves room for.
-_PREDICTIONS_SIGMAS = 3.0
-
-
-def max_predictions_for(seq_len: int, mlm_probability: float, recipe: str = TOKEN) -> int:
-    """Fixed length of mask_positions: room for the selections of all but a small fraction of sequences.
-
-    token: 1.2x the expected selections + 8 (~3 standard deviations at seq_len 128). whole_word, span:
-    at least that, and 3 standard deviations of their wider spread above the mean.
-    """
-    token = min(
-        seq_len, math.ceil(seq_len * mlm_probability * _PREDICTIONS_HEADROOM) + _PREDICTIONS_SLACK
-    )
-    if recipe == TOKEN:
-        return token
-    spread = math.sqrt(
-        _SELECTION_DISPERSION[recipe] * mlm_probability * (1 - mlm_probability) * seq_len
-    )
-    return min(
-        seq_len, max(token, math.ceil(seq_len * mlm_probability + _PREDICTIONS_SIGMAS * spread))
-    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,14 +26,12 @@ import dataclasses
 import logging
 import math
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from plumbing import fs
 from plumbing.errors import LmshardsError
-from schemas.constants import TOKENIZER_DIR_NAME, TOKENIZER_JSON, TRAIN_SPLIT, VALIDATION_SPLIT
+from schemas.constants import TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.manifest import Manifest, check_tokenizer_copy, read_manifest
-from schemas.tokenizer_info import TokenizerSource, fingerprint, locate_tokenizer
-from train.config import TOKENIZER_DIR
 from train.shards_flag import ShardSource, parse_shards_flag, source_weights
 
 __all__ = [
@@ -46,8 +44,6 @@ log = logging.getLogger(__name__)
 
 # Examples per sampling block: the shares are exact to 1/MIXTURE_BLOCK at every block boundary.
 MIXTURE_BLOCK = 1000
-# log(perplexity) above this would overflow a float.
-_MAX_LOG_PERPLEXITY = 700.0
 
 
 # ---------------------------------------------------------------- one split's files
@@ -289,94 +285,3 @@ def set_progress(
             SetProgress(sequences=int(read), passes=done, repeats=max(0, math.ceil(done) - 1))
         )
     return tuple(progress)
-
-
-# ---------------------------------------------------------------- evaluation over sets
-
-
-@dataclasses.dataclass(frozen=True)
-class EvalSums:
-    """One set's evaluation: summed cross-entropy over the predicted tokens, their count, correct predictions."""
-
-    loss: float
-    tokens: float
-    correct: float
-
-
-def eval_record(
-    step: int, sums: Mapping[str, EvalSums], mixture: Mixture
-) -> dict[str, float | int]:
-    """The metrics record of an evaluation: per set `eval_loss/<name>` and `eval_accuracy/<name>`, and as
-    `eval_loss`, `eval_accuracy` their means weighted by the mixture's weights (renormalised over the
-    evaluated sets); `eval_perplexity` is exp(eval_loss)."""
-    weights = {s.name: s.weight for s in mixture.sets if s.name in sums}
-    total_weight = sum(weights.values())
-    record: dict[str, float | int] = {"step": step}
-    loss = accuracy = 0.0
-    for name, s in sums.items():
-        set_loss, set_accuracy = s.loss / max(s.tokens, 1.0), s.correct / max(s.tokens, 1.0)
-        record[f"eval_loss/{name}"], record[f"eval_accuracy/{name}"] = set_loss, set_accuracy
-        loss += weights[name] / total_weight * set_loss
-        accuracy += weights[name] / total_weight * set_accuracy
-    record.update(
-        eval_loss=loss,
-        eval_perplexity=math.exp(min(loss, _MAX_LOG_PERPLEXITY)),
-        eval_accuracy=accuracy,
-        eval_masked_tokens=int(sum(s.tokens for s in sums.values())),
-    )
-    return record
-
-
-# ---------------------------------------------------------------- the tokenizer a shard set carries
-
-
-def shard_set_tokenizer(shard_set: ShardSet) -> str | None:
-    """The tokenizer a set carries: the copy its manifest records, else SHARDS_DIR/tokenizer/ when it holds a
-    tokenizer.json; None for neither. A copy named tokenizer.json is returned as its directory, so the
-    transformers files beside it come along."""
-    recorded = shard_set.manifest.tokenizer_path(shard_set.path)
-    if recorded is not None:
-        return (
-            posixpath.dirname(recorded)
-            if posixpath.basename(recorded) == TOKENIZER_JSON
-            else recorded
-        )
-    directory = fs.join(shard_set.path, TOKENIZER_DIR_NAME)
-    return directory if fs.exists(fs.join(directory, TOKENIZER_JSON)) else None
-
-
-def run_tokenizer(given: str | None, mixture: Mixture) -> TokenizerSource | None:
-    """The run's tokenizer: --tokenizer when given, else the first one a set carries; None if there is none.
-
-    Raises:
-      LmshardsError: its fingerprint is not the one the shards were made with.
-    """
-    path = given or next(filter(None, map(shard_set_tokenizer, mixture.sets)), None)
-    if path is None:
-        return None
-    source = locate_tokenizer(path)
-    actual, expected = fingerprint(source.json_text), mixture.manifest.tokenizer.fingerprint
-    if actual != expected:
-        fix = (
-            "Pass the tokenizer given to `lmshards preprocess`, or re-run preprocess with this one."
-            if given
-            else "The shard set's tokenizer/ was replaced; restore it, or pass the right one with --tokenizer."
-        )
-        raise LmshardsError(
-            f"{'--tokenizer ' if given else 'The tokenizer in '}{path!r} has fingerprint {actual} but the shards in "
-            f"{mixture.sets[0].path!r} were made with {expected}. {fix}"
-        )
-    log.info("Tokenizer: %s", path)
-    return source
-
-
-def copy_tokenizer(source: TokenizerSource, run_dir: str) -> None:
-    """Copies the tokenizer's file(s) into RUN_DIR/tokenizer/, so `export` and `fill-mask` need no --tokenizer."""
-    files = (
-        [p for p in fs.listdir(source.path) if not fs.isdir(p)]
-        if fs.isdir(source.path)
-        else [source.json_path]
-    )
-    for path in files:
-        name = path.rstrip("/").rsplit("/", 1)[-1]
-        fs.write_bytes_atomic(fs.join(run_dir, TOKENIZER_DIR, name), fs.read_bytes(path))

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import keras_hub
-import tensorflow as tf
 
 from plumbing import fs
 from plumbing.errors import LmshardsError
-from train.checkpoint import restore_newest
-from train.config import CHECKPOINTS_DIR, RUN_CONFIG_JSON, ModelConfig, model_config_from_dict
+from train.backends import jax_checkpoint
+from train.backends.registry import JAX
+from train.config import ModelConfig, model_config_from_dict
 from train.families import ModelFamily, get_family
-from train.run_dir import read_run_config
+from train.run_dir import RunDir
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 def keras_hub_classes(family: ModelFamily) -> tuple[type, type]:
@@ -63,6 +68,8 @@ def checkpoint_root(model: keras_hub.models.MaskedLM, **extra) -> tf.train.Check
     keras layers do not track their dropout SeedGenerator states, so they are saved explicitly:
     without them a resumed run would draw different dropout masks than an uninterrupted one.
     """
+    import tensorflow as tf  # here, not above: building a model must not need TensorFlow (JAX backend)
+
     seeds = [v for v in model.non_trainable_variables if v.path.endswith("seed_generator_state")]
     return tf.train.Checkpoint(model=model, dropout_seeds=seeds, **extra)
 
@@ -72,24 +79,68 @@ def load_model_from_run(
 ) -> tuple[keras_hub.models.MaskedLM, ModelConfig]:
     """Rebuilds a run's model and restores its weights (not the optimizer) from a checkpoint.
 
-    `checkpoint` is a checkpoint prefix (e.g. `RUN_DIR/checkpoints/ckpt-3`); None means the newest one
-    that restores (a damaged newer one is skipped with a warning).
+    Reads the checkpoints of the backend the run was trained with (run_config.json), in any Keras
+    backend. `checkpoint` is a checkpoint prefix (e.g. `RUN_DIR/checkpoints/ckpt-3`, or a JAX run's
+    `ckpt-3.npz`); None means the newest one that restores (a damaged newer one is skipped with a warning).
 
     Raises:
       LmshardsError: not a run directory, a damaged run_config.json, no checkpoint that restores, or a
         named checkpoint that is missing or does not restore.
     """
-    model_config = model_config_from_dict(
-        read_run_config(run_dir)["model"], source=fs.join(run_dir, RUN_CONFIG_JSON)
-    )
+    run = RunDir(run_dir)
+    run_config = run.read_config()
+    model_config = model_config_from_dict(run_config["model"], source=run.config_path)
     model = build_masked_lm(model_config)
+    if run_config.get("train", {}).get("backend") == JAX:
+        _restore_jax_weights(model, run.checkpoints, checkpoint)
+    else:
+        _restore_tensorflow_weights(model, run.checkpoints, checkpoint)
+    return model, model_config
+
+
+def _no_checkpoint(directory: str) -> LmshardsError:
+    return LmshardsError(
+        f"No complete checkpoint under {directory!r}; train longer than --checkpoint_every steps."
+    )
+
+
+def _restore_jax_weights(
+    model: keras_hub.models.MaskedLM, directory: str, checkpoint: str | None
+) -> None:
+    like = jax_checkpoint.variable_specs(model)
     if checkpoint is None:
-        directory = fs.join(run_dir, CHECKPOINTS_DIR)
-        if restore_newest(checkpoint_root(model), directory, expect_partial=True) is None:
+        restored = jax_checkpoint.restore_newest(directory, like=like)
+        if restored is None:
+            raise _no_checkpoint(directory)
+        arrays = restored[1]
+    else:
+        path = (
+            checkpoint
+            if checkpoint.endswith(jax_checkpoint.SUFFIX)
+            else checkpoint + jax_checkpoint.SUFFIX
+        )
+        if not fs.exists(path):
+            raise LmshardsError(f"Checkpoint {checkpoint!r} is missing (no {path}).")
+        try:
+            arrays = jax_checkpoint.load(path, like=like)
+        except Exception as e:  # damaged: BadZipFile, a CRC mismatch, arrays of another model, ...
             raise LmshardsError(
-                f"No complete checkpoint under {directory!r}; train longer than --checkpoint_every steps."
-            )
-        return model, model_config
+                f"Checkpoint {checkpoint!r} does not restore ({e}); pass another --checkpoint."
+            ) from e
+    jax_checkpoint.assign_arrays(model, None, arrays)
+
+
+def _restore_tensorflow_weights(
+    model: keras_hub.models.MaskedLM, directory: str, checkpoint: str | None
+) -> None:
+    import tensorflow as tf  # see checkpoint_root
+
+    from train.checkpoint import restore_newest
+
+    if checkpoint is None:
+        if restore_newest(checkpoint_root(model), directory, expect_partial=True) is None:
+            raise _no_checkpoint(directory)
+        return
     if not tf.io.gfile.exists(checkpoint + ".index"):
         raise LmshardsError(
             f"Checkpoint {checkpoint!r} is missing or incomplete (no {checkpoint}.index)."
@@ -102,4 +153,3 @@ def load_model_from_run(
         raise LmshardsError(
             f"Checkpoint {checkpoint!r} does not restore ({e}); pass another --checkpoint."
         ) from e
-    return model, model_config

@@ -27,11 +27,13 @@ def warmup_steps_for(total_steps: int, warmup_steps: int | None) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class ScheduleExtension:
-    """From start_step on, the rate falls linearly from start_rate to 0 at end_step (an --extend)."""
+    """From start_step on (an --extend): over warmup_steps the rate rises linearly from 0 to start_rate, then
+    falls linearly from start_rate to 0 at end_step (warmup_steps 0: it falls from start_step on)."""
 
     start_step: int
     end_step: int
     start_rate: float
+    warmup_steps: int = 0
 
 
 @keras.saving.register_keras_serializable(package="lmshards")
@@ -76,25 +78,33 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
             decayed = self.peak * (1.0 - progress)
         rate = keras.ops.where(step < self.warmup_steps, warmup, decayed)
         for e in self.extensions:
-            left = keras.ops.clip(
-                (step - e.start_step) / max(e.end_step - e.start_step, 1), 0.0, 1.0
-            )
-            rate = keras.ops.where(step >= e.start_step, e.start_rate * (1.0 - left), rate)
+            decay_start = e.start_step + e.warmup_steps
+            left = keras.ops.clip((step - decay_start) / max(e.end_step - decay_start, 1), 0.0, 1.0)
+            extension = e.start_rate * (1.0 - left)
+            if e.warmup_steps:
+                rising = e.start_rate * (step - e.start_step) / e.warmup_steps
+                extension = keras.ops.where(step < decay_start, rising, extension)
+            rate = keras.ops.where(step >= e.start_step, extension, rate)
         return rate
 
-    def extended(self, *, from_step: int, to_step: int) -> WarmupDecay:
+    def extended(
+        self, *, from_step: int, to_step: int, peak: float | None = None, warmup_steps: int = 0
+    ) -> WarmupDecay:
         """This schedule continued from `from_step` (the step training resumes at) to end at `to_step`.
 
-        The rate falls linearly from the one this schedule gives at from_step to 0 at to_step: it
-        neither jumps nor warms up again.
+        Without `peak` the rate falls linearly from the one this schedule gives at from_step to 0 at
+        to_step: it neither jumps nor warms up again. With `peak` (a schedule that has ended) it warms
+        up from 0 to peak over warmup_steps, then falls linearly to 0 at to_step.
         """
-        rate = float(self(from_step))
-        config = self.get_config()
-        config["extensions"].append(
-            dataclasses.asdict(
-                ScheduleExtension(start_step=from_step, end_step=to_step, start_rate=rate)
-            )
+        rate = float(self(from_step)) if peak is None else peak
+        extension = ScheduleExtension(
+            start_step=from_step,
+            end_step=to_step,
+            start_rate=rate,
+            warmup_steps=0 if peak is None else warmup_steps,
         )
+        config = self.get_config()
+        config["extensions"].append(dataclasses.asdict(extension))
         return WarmupDecay(**config)
 
     def get_config(self):

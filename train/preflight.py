@@ -18,7 +18,8 @@ from schemas.manifest import Manifest
 from schemas.tokenizer_info import TokenizerSource
 from train import mixture
 from train.config import ModelConfig, TrainConfig, preset_config, read_model_config
-from train.run_dir import check_continuation, clear_run, finished_summary, previous_run_config
+from train.run_dir import RunDir, check_continuation, finished_summary
+from train.shard_set_tokenizer import run_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -54,18 +55,19 @@ def preflight(config: TrainConfig) -> Preflight:
         ):
             mixture.check_shard_sizes(shard_set.manifest, shard_set.path, split)
     warn_without_validation(mix)
-    tokenizer = mixture.run_tokenizer(config.tokenizer, mix)
+    tokenizer = run_tokenizer(config.tokenizer, mix)
     model_config = resolve_model_config(config, mix.manifest)
-    previous = None if config.restart else previous_run_config(config.output)
+    run = RunDir(config.output)
+    previous = None if config.restart else run.previous_config()
     finished = None
     if previous is not None:
         finished = finished_summary(
-            config.output, check_continuation(previous, config, model_config)
+            run, check_continuation(previous, config, model_config, manifest=mix.manifest)
         )
     if finished is None:
         check_writable(config.output)
         if config.restart:
-            deleted = clear_run(config.output)
+            deleted = run.clear()
             if deleted:
                 log.warning(
                     "--restart: deleted %s from %s; training starts from step 0.",

@@ -1,6 +1,6 @@
 """`lmshards preview SHARDS_DIR`: what a masking recipe does to the first training sequences.
 
-Runs the trainer's own input pipeline (train.data.train_dataset: one input pipeline from step 0, as on
+Runs the trainer's own input plan (train.input_plan.InputPlan: one input pipeline from step 0, as on
 one host) with the given recipe, seed, batch size and shuffle buffer, and shows the first N sequences it
 yields: the decoded text with the tokens selected for prediction in [[...]], or with --json one object per
 line and sequence: `input_ids` (before masking), `masked_input_ids` (what the model sees) and `selected`
@@ -22,6 +22,7 @@ from plumbing.quiet import load_tensorflow_quietly
 from train import mixture
 from train.config import TrainConfig
 from train.masking_recipes import MASKING_RECIPES, check_recipe
+from train.shard_set_tokenizer import run_tokenizer
 
 COMMAND = "preview"
 DEFAULT_N = 5
@@ -105,35 +106,28 @@ def preview_rows(
     """(the first --n rows, the mask id, a decoder of ids to text) for the parsed options."""
     sources = [mixture.parse_shards_flag(text) for text in args.shards]
     mix = mixture.open_mixture([s.path for s in sources], mixture.source_weights(sources))
-    tokenizer = mixture.run_tokenizer(args.tokenizer, mix)
+    tokenizer = run_tokenizer(args.tokenizer, mix)
     unit = args.per_replica_batch
-    passes = mixture.pass_records(mix, num_pipelines=1, unit=unit)
-    from train import data  # TensorFlow loads only once the options are checked
+    from train.input_plan import (
+        InputPlan,
+        masking_for,
+    )  # TensorFlow loads only once the options are checked
 
-    masking = data.masking_spec(
-        mix.manifest, recipe=args.masking, mlm_probability=args.mlm_probability, tokenizer=tokenizer
+    masking = masking_for(
+        mix, recipe=args.masking, mlm_probability=args.mlm_probability, tokenizer=tokenizer
     )
-    ds = data.train_dataset(
-        mixture.pipeline_streams(mix, passes, num_pipelines=1, pipeline_id=0),
-        block_counts=mix.block_counts(),
-        features=mix.manifest.features(),
-        batch_size=unit,
-        shuffle_buffer=args.shuffle_buffer,
-        seed=args.seed,
-        start_step=0,
+    inputs = InputPlan.create(
+        mix,
         masking=masking,
-        with_segment_ids=False,
+        per_replica_batch=unit,
+        seed=args.seed,
+        shuffle_buffer=args.shuffle_buffer,
     )
     batches = -(-args.n // unit)
-    if len(mix.sets) == 1:
-        set_names = [mix.sets[0].name] * (batches * unit)
-    else:
-        choices = data.mixture_choices(
-            mix.block_counts(), seed=args.seed, pipeline_id=0, start_example=0
-        )
-        set_names = [mix.sets[i].name for i in choices.take(batches * unit).as_numpy_iterator()]
+    set_names = inputs.drawn_sets(batches * unit)
     rows: list[PreviewRow] = []
-    for batch in ds.take(batches).as_numpy_iterator():
+    dataset = inputs.train_dataset(pipeline_id=0, start_step=0).take(batches)
+    for batch in inputs.numpy_batches(dataset):
         ids, selected = unmasked_rows(batch)
         rows += [
             PreviewRow(
@@ -188,7 +182,8 @@ def describe(
         f"sequence {index} (set {row.set_name}): {int(chosen.sum())} of {real} tokens selected "
         f"({masked} masked, {len(new) - masked - kept} random, {kept} kept)"
     )
-    return f"{header}\n{marked_text(row.input_ids[:real], row.selected[:real], decode)}\n"
+    text = marked_text(row.input_ids[:real].tolist(), row.selected[:real].tolist(), decode)
+    return f"{header}\n{text}\n"
 
 
 def _preview(argv: Sequence[str]) -> None:

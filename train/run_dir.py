@@ -13,10 +13,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from plumbing import fs
 from plumbing.errors import LmshardsError
+from schemas.manifest import Manifest
+from schemas.tokenizer_info import TokenizerSource
+from train.backends.registry import DEFAULT_BACKEND
 from train.config import (
     CHECKPOINTS_DIR,
     METRICS_JSONL,
@@ -51,11 +55,15 @@ class RunOption:
     """A TrainConfig field whose value a rerun must keep (REFUSE) or had better keep (WARN).
 
     extendable: --extend lets it change (it sets the run's length).
+    restarts_rate: --extend lets it change too, restarting the rate of a run whose schedule has ended.
+    recorded_default: its value in runs recorded before the option existed.
     """
 
     name: str
     on_change: str
     extendable: bool = False
+    restarts_rate: bool = False
+    recorded_default: Any = None
 
     @property
     def flag(self) -> str:
@@ -66,12 +74,16 @@ RUN_OPTIONS = (
     # The learning-rate schedule: changing it mid-run would make the rate jump.
     RunOption("steps", REFUSE, extendable=True),
     RunOption("epochs", REFUSE, extendable=True),
-    RunOption("learning_rate", REFUSE),
-    RunOption("warmup_steps", REFUSE),
+    RunOption("learning_rate", REFUSE, restarts_rate=True),
+    RunOption("warmup_steps", REFUSE, restarts_rate=True),
     RunOption("lr_schedule", REFUSE),
     # The masking recipe: another one would train another objective.
     RunOption("masking", REFUSE),
     RunOption("mlm_probability", REFUSE),
+    # The network and what trains it: another one would not restore the run's checkpoints.
+    RunOption("model_family", REFUSE),
+    RunOption("model_preset", REFUSE),
+    RunOption("backend", REFUSE, recorded_default=DEFAULT_BACKEND),
     # With the global step, these fix which batches and masks come next.
     RunOption("shards", WARN),
     RunOption("shard_weights", WARN),
@@ -114,61 +126,62 @@ def read_json_object(path: str, *, fix: str) -> dict[str, Any]:
     return data
 
 
-def read_run_config(run_dir: str, *, fix: str | None = None) -> dict[str, Any]:
-    """RUN_DIR/run_config.json, checked to hold the sections every reader needs ("train", "model").
-
-    Raises:
-      LmshardsError: no run_config.json (not a run directory), or a damaged one.
-    """
-    path = fs.join(run_dir, RUN_CONFIG_JSON)
-    if not fs.exists(path):
-        raise LmshardsError(
-            f"No {RUN_CONFIG_JSON} in {run_dir!r}: not a training run directory (`lmshards train --output DIR`)."
-        )
-    fix = fix or "Restore it from a copy: the run's checkpoints cannot be used without it."
-    config = read_json_object(path, fix=fix)
-    missing = [key for key in ("train", "model") if not isinstance(config.get(key), dict)]
-    if missing:
-        raise LmshardsError(
-            f"{path!r} is damaged: it has no {' or '.join(repr(k) for k in missing)} section. {fix}"
-        )
-    return config
-
-
-def previous_run_config(run_dir: str) -> dict[str, Any] | None:
-    """The run_config.json an earlier command wrote in run_dir, or None for a new run.
-
-    Raises:
-      LmshardsError: it is damaged.
-    """
-    if not fs.exists(fs.join(run_dir, RUN_CONFIG_JSON)):
-        return None
-    return read_run_config(
-        run_dir, fix=f"Restore it from a copy, {_RESTART_HINT}, or use a new --output."
-    )
-
-
 def changes(recorded_train: dict[str, Any], config: TrainConfig) -> list[Change]:
     """The RUN_OPTIONS whose value in this command differs from the one the run recorded."""
     given = json.loads(
         json.dumps(config.to_dict())
     )  # tuples become the lists they were recorded as
+    recorded = {o.name: recorded_train.get(o.name, o.recorded_default) for o in RUN_OPTIONS}
     return [
-        Change(option, recorded_train.get(option.name), given[option.name])
+        Change(option, recorded[option.name], given[option.name])
         for option in RUN_OPTIONS
-        if option.name in given and recorded_train.get(option.name) != given[option.name]
+        if option.name in given and recorded[option.name] != given[option.name]
     ]
 
 
+_SHARD_KEYS_SHOWN = {"tokenizer_fingerprint": "tokenizer fingerprint"}
+
+
+def shard_identity(manifest: Manifest) -> dict[str, Any]:
+    """What run_config.json records of the shards a run trains on, which every later command must match."""
+    return {
+        "tokenizer_fingerprint": manifest.tokenizer.fingerprint,
+        "seq_len": manifest.seq_len,
+        "features": manifest.features(),
+    }
+
+
+def check_same_shards(previous: dict[str, Any], manifest: Manifest, run_dir: str) -> None:
+    """Raises LmshardsError when this command's shards differ from the run's in tokenizer, seq_len or features.
+
+    A key the run did not record (runs of older versions) is not compared.
+    """
+    given = json.loads(json.dumps(shard_identity(manifest)))  # as it would be recorded
+    for key, value in given.items():
+        if key in previous and previous[key] != value:
+            what = _SHARD_KEYS_SHOWN.get(key, key)
+            raise LmshardsError(
+                f"{run_dir!r} is a run on shards with {what} {_shown(previous[key])}, and this command's --shards "
+                f"have {what} {_shown(value)}: one run cannot continue on another tokenization. Pass the run's "
+                f"--shards to resume it, {_RESTART_HINT}, or use a new --output."
+            )
+
+
 def check_continuation(
-    previous: dict[str, Any], config: TrainConfig, model_config: ModelConfig
+    previous: dict[str, Any],
+    config: TrainConfig,
+    model_config: ModelConfig,
+    *,
+    manifest: Manifest | None = None,
 ) -> list[Change]:
     """Checks that this command may continue the run that wrote `previous`; returns what changed.
 
-    Warns about WARN options that changed.
+    manifest: this command's shards (check_same_shards). Warns about WARN options that changed.
     Raises:
-      LmshardsError: another model, or a REFUSE option that differs (its length only with --extend).
+      LmshardsError: other shards, another model, or a REFUSE option that differs (its length only with --extend).
     """
+    if manifest is not None:
+        check_same_shards(previous, manifest, config.output)
     if previous["model"] != model_config.to_dict():
         raise LmshardsError(
             f"{config.output!r} holds a run of another model ({previous['model']}); this command builds "
@@ -178,12 +191,13 @@ def check_continuation(
     refused = [
         c
         for c in found
-        if c.option.on_change == REFUSE and not (config.extend and c.option.extendable)
+        if c.option.on_change == REFUSE
+        and not (config.extend and (c.option.extendable or c.option.restarts_rate))
     ]
     if refused:
         raise LmshardsError(
-            f"{config.output!r} is a run whose schedule and masking its first command fixed, and this command changes "
-            "them: "
+            f"{config.output!r} is a run whose schedule, masking, model and backend its first command fixed, and this "
+            "command changes them: "
             f"{'; '.join(c.describe() for c in refused)}. Rerun with the run's values to resume it; to train it longer, "
             "pass the new --steps with --extend (the rate then falls linearly from where it is to 0 over the added "
             f"steps); or {_RESTART_HINT}."
@@ -197,36 +211,17 @@ def check_continuation(
     return found
 
 
-def finished_summary(run_dir: str, found: list[Change]) -> dict[str, Any] | None:
+def finished_summary(run: RunDir, found: list[Change]) -> dict[str, Any] | None:
     """The run's run_summary.json when it has finished and this command does not extend it, else None.
 
     The summary is written when the last step is trained and evaluated, and removed when --extend adds steps.
     """
-    path = fs.join(run_dir, RUN_SUMMARY_JSON)
-    if any(c.option.extendable for c in found) or not fs.exists(path):
+    if any(c.option.extendable for c in found) or not fs.exists(run.summary_path):
         return None
     return read_json_object(
-        path, fix=f"Delete it to evaluate the run's last checkpoint again, or {_RESTART_HINT}."
+        run.summary_path,
+        fix=f"Delete it to evaluate the run's last checkpoint again, or {_RESTART_HINT}.",
     )
-
-
-def forget_summary(run_dir: str) -> None:
-    """Removes RUN_DIR/run_summary.json: the run is not finished any more (--extend added steps)."""
-    filesystem, path = fs.filesystem(fs.join(run_dir, RUN_SUMMARY_JSON))
-    if filesystem.exists(path):
-        filesystem.rm(path)
-
-
-def clear_run(run_dir: str) -> list[str]:
-    """Deletes what training wrote in run_dir (RUN_OUTPUTS), the summary first; returns the names deleted."""
-    filesystem, path = fs.filesystem(run_dir)
-    deleted = []
-    for name in RUN_OUTPUTS:
-        target = fs.join(path, name)
-        if filesystem.exists(target):
-            filesystem.rm(target, recursive=True)
-            deleted.append(name)
-    return deleted
 
 
 def format_summary(summary: dict[str, Any], run_dir: str) -> str:
@@ -251,3 +246,198 @@ def format_summary(summary: dict[str, Any], run_dir: str) -> str:
             f"details: {fs.join(run_dir, RUN_SUMMARY_JSON)}",
         ]
     )
+
+
+# ---------------------------------------------------------------- the run directory's files
+
+
+def read_metrics(path: str) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl (local or gs://): one JSON object per line; [] when there is none.
+
+    A damaged file (a line cut short by a crash, or overwritten) keeps every complete record; the
+    lines that are not a JSON object with a "step" are left out with a warning naming them.
+    """
+    if not fs.exists(path):
+        return []
+    records, damaged = [], []
+    for number, line in enumerate(fs.read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            record = None
+        if isinstance(record, dict) and isinstance(record.get("step"), int):
+            records.append(record)
+        else:
+            damaged.append(number)
+    if damaged:
+        log.warning(
+            "%s is damaged: line(s) %s are not metrics records and are left out; the other %d records are kept.",
+            path,
+            ", ".join(map(str, damaged)),
+            len(records),
+        )
+    return records
+
+
+class MetricsLog:
+    """RUN_DIR/metrics.jsonl: one object per logging window and per evaluation, rewritten atomically.
+
+    sink: also called with each record added (TensorBoard scalars).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        resume_step: int,
+        sink: Callable[[dict[str, Any]], None] | None = None,
+    ):
+        self.path = path
+        self.sink = sink
+        # Records past the restored step belong to work the checkpoint lost; that work is redone.
+        records = read_metrics(path)
+        self.records = [r for r in records if r["step"] <= resume_step]
+        if len(self.records) < len(records):
+            log.warning(
+                "%s holds %d records past step %d, where training resumes; they are replaced as those steps "
+                "are trained again.",
+                path,
+                len(records) - len(self.records),
+                resume_step,
+            )
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.records.append(record)
+        fs.write_text_atomic(
+            self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.records)
+        )
+        if self.sink is not None:
+            self.sink(record)
+
+    def drop(self, keep: Callable[[dict[str, Any]], bool]) -> None:
+        """Forgets the records `keep` rejects (written with the next add)."""
+        self.records = [r for r in self.records if keep(r)]
+
+    def last(self, key: str) -> dict | None:
+        return next((r for r in reversed(self.records) if key in r), None)
+
+    def at(self, step: int, key: str) -> dict | None:
+        """The last record of `step` that holds `key`, or None."""
+        return next((r for r in reversed(self.records) if r["step"] == step and key in r), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDir:
+    """A run directory (local or gs://) and every file training writes in it."""
+
+    path: str
+
+    @property
+    def config_path(self) -> str:
+        return fs.join(self.path, RUN_CONFIG_JSON)
+
+    @property
+    def summary_path(self) -> str:
+        return fs.join(self.path, RUN_SUMMARY_JSON)
+
+    @property
+    def metrics_path(self) -> str:
+        return fs.join(self.path, METRICS_JSONL)
+
+    @property
+    def checkpoints(self) -> str:
+        return fs.join(self.path, CHECKPOINTS_DIR)
+
+    @property
+    def tensorboard(self) -> str:
+        return fs.join(self.path, TENSORBOARD_DIR)
+
+    @property
+    def tokenizer(self) -> str:
+        return fs.join(self.path, TOKENIZER_DIR)
+
+    # ------------------------------------------------------------ run_config.json
+
+    def read_config(self, *, fix: str | None = None) -> dict[str, Any]:
+        """run_config.json, checked to hold the sections every reader needs ("train", "model").
+
+        Raises:
+          LmshardsError: no run_config.json (not a run directory), or a damaged one.
+        """
+        if not fs.exists(self.config_path):
+            raise LmshardsError(
+                f"No {RUN_CONFIG_JSON} in {self.path!r}: not a training run directory (`lmshards train --output DIR`)."
+            )
+        fix = fix or "Restore it from a copy: the run's checkpoints cannot be used without it."
+        config = read_json_object(self.config_path, fix=fix)
+        missing = [key for key in ("train", "model") if not isinstance(config.get(key), dict)]
+        if missing:
+            raise LmshardsError(
+                f"{self.config_path!r} is damaged: it has no {' or '.join(repr(k) for k in missing)} section. {fix}"
+            )
+        return config
+
+    def previous_config(self) -> dict[str, Any] | None:
+        """The run_config.json an earlier command wrote, or None for a new run.
+
+        Raises:
+          LmshardsError: it is damaged.
+        """
+        if not fs.exists(self.config_path):
+            return None
+        return self.read_config(
+            fix=f"Restore it from a copy, {_RESTART_HINT}, or use a new --output."
+        )
+
+    def write_config(self, run_config: dict[str, Any]) -> None:
+        fs.write_text_atomic(
+            self.config_path, json.dumps(run_config, indent=2, sort_keys=True) + "\n"
+        )
+
+    # ------------------------------------------------------------ run_summary.json
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        """Written last: its presence is what marks the run finished."""
+        fs.write_text_atomic(
+            self.summary_path, json.dumps(summary, indent=2, sort_keys=True) + "\n"
+        )
+
+    def forget_summary(self) -> None:
+        """Removes run_summary.json: the run is not finished any more (--extend added steps)."""
+        filesystem, path = fs.filesystem(self.summary_path)
+        if filesystem.exists(path):
+            filesystem.rm(path)
+
+    # ------------------------------------------------------------ metrics, tokenizer, clearing
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        return read_metrics(self.metrics_path)
+
+    def metrics_log(
+        self, *, resume_step: int, sink: Callable[[dict[str, Any]], None] | None = None
+    ) -> MetricsLog:
+        return MetricsLog(self.metrics_path, resume_step=resume_step, sink=sink)
+
+    def copy_tokenizer(self, source: TokenizerSource) -> None:
+        """Copies the tokenizer's file(s) into RUN_DIR/tokenizer/, so `export` and `fill-mask` need no --tokenizer."""
+        files = (
+            [p for p in fs.listdir(source.path) if not fs.isdir(p)]
+            if fs.isdir(source.path)
+            else [source.json_path]
+        )
+        for path in files:
+            name = path.rstrip("/").rsplit("/", 1)[-1]
+            fs.write_bytes_atomic(fs.join(self.tokenizer, name), fs.read_bytes(path))
+
+    def clear(self) -> list[str]:
+        """Deletes what training wrote here (RUN_OUTPUTS), the summary first; returns the names deleted."""
+        filesystem, path = fs.filesystem(self.path)
+        deleted = []
+        for name in RUN_OUTPUTS:
+            target = fs.join(path, name)
+            if filesystem.exists(target):
+                filesystem.rm(target, recursive=True)
+                deleted.append(name)
+        return deleted

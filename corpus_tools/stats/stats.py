@@ -29,14 +29,14 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from corpus_tools.stats.page import stats_page
 from corpus_tools.tokenizer.corpus_report import byte_fallback_ids
 from plumbing import fs
-from plumbing.errors import LmshardsError, OutputError, TokenizerError
+from plumbing.errors import LmshardsError, OutputError
 from plumbing.outputs import STATS_DIR_NAME, STATS_HTML, STATS_JSON
 from preprocess.runners import dry_run, is_dry_run, pipeline_options
 from schemas.constants import ATTENTION_MASK, INPUT_IDS, MANIFEST_NAME, TOKENS_FORMAT
 from schemas.manifest import Manifest, ShardInfo, read_manifest
 from schemas.shards import parse_shard_name
 from schemas.tfmd import schema_for
-from schemas.tokenizer_info import TokenizerSource, fingerprint, locate_tokenizer
+from schemas.tokenizer_info import TokenizerSource, checked_tokenizer
 from schemas.version import __version__
 
 if TYPE_CHECKING:
@@ -182,14 +182,13 @@ def find_tokenizer(
     path = given or fs.join(shards_dir, TOKENIZER_DIRNAME)
     if given is None and not fs.exists(path):
         return None
-    source = locate_tokenizer(path)
-    found = fingerprint(source.json_text)
-    if found != manifest.tokenizer.fingerprint:
-        raise TokenizerError(
-            f"Tokenizer {path!r} ({found}) is not the one the shards were made with "
-            f"({manifest.tokenizer.fingerprint}); pass that tokenizer with --tokenizer, or none for ids only."
-        )
-    return source
+    return checked_tokenizer(
+        path,
+        expected=manifest.tokenizer.fingerprint,
+        named="Tokenizer",
+        reference="the shards were made with",
+        fix="Pass that tokenizer with --tokenizer, or none for ids only.",
+    )
 
 
 # ---------------------------------------------------------------- pipeline

@@ -106,7 +106,7 @@ def test_eval_batches_are_one_fixed_draw_and_every_model_is_scored_on_the_same_t
     assert not torch.equal(bl.eval_batches(validation, SPEC, seed=7)[0].labels, batches[0].labels)
 
     oracle, uniform = _Scorer(batches), _Scorer(None)
-    out = bl.evaluate_side_by_side({"a": oracle, "b": uniform}, batches)
+    out = bl.evaluate_side_by_side({"a": oracle, "b": uniform}, batches, pairs=[("a", "b")])
 
     assert len(oracle.seen) == len(uniform.seen) == len(batches)
     for (ids_a, mask_a), (ids_b, mask_b), batch in zip(oracle.seen, uniform.seen, batches):
@@ -116,8 +116,55 @@ def test_eval_batches_are_one_fixed_draw_and_every_model_is_scored_on_the_same_t
     assert a.masked_tokens == b.masked_tokens == predicted > 0
     assert b.loss == pytest.approx(np.log(SPEC.vocab_size), rel=1e-6)  # uniform logits: log V nats
     assert a.accuracy == 1.0 and a.loss < 1e-6
-    assert out["diff"] == pytest.approx(a.loss - b.loss, rel=1e-6)
+    assert out["pairs"]["a - b"]["diff"] == pytest.approx(a.loss - b.loss, rel=1e-6)
     assert not oracle.training and not uniform.training  # scored in eval mode
+
+
+def test_the_reference_applies_the_lm_head_at_the_masked_positions_only():
+    config = RobertaConfig(vocab_size=SPEC.vocab_size, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=16, max_position_embeddings=40, pad_token_id=PAD)  # fmt: skip
+    model = RobertaForMaskedLM(config).eval()
+    ids, mask = _records(4, 32, seed=5, padded_rows=1)
+    batch = bl.mask_tokens(ids, mask, SPEC, torch.Generator().manual_seed(0))
+    calls = []
+    model.lm_head.register_forward_hook(lambda module, args, out: calls.append(args[0].shape))
+    with torch.no_grad():
+        logits, labels = bl.masked_logits(model, batch)
+        full = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    where = batch.labels != bl.IGNORE_INDEX
+    assert calls[0] == (int(where.sum()), 8)  # the head saw the predicted tokens' states only
+    torch.testing.assert_close(logits, full[where], atol=1e-5, rtol=0)
+    assert torch.equal(labels, batch.labels[where])
+
+
+def test_verdicts_need_every_loss_pair_and_one_fast_backend():
+    systems = [bl.system_name(b) for b in bl.BACKENDS]
+    assert bl.compared_pairs(systems) == [
+        ("lmshards-tensorflow", "reference"),
+        ("lmshards-jax", "reference"),
+        ("lmshards-jax", "lmshards-tensorflow"),
+    ]
+
+    def times(ms):
+        return bl.StepTimes(window_ms=(ms,), window=10, cpu_ms_per_step=ms, mean_load1=0.0)
+
+    evaluation = {
+        "pairs": {
+            bl.pair_name(a, b): {"diff": 0.01, "stderr": 0.001}
+            for a, b in bl.compared_pairs(systems)
+        }
+    }
+    v = bl.verdicts(
+        evaluation, {systems[0]: times(150.0), systems[1]: times(90.0), "reference": times(100.0)}
+    )
+    assert v["eval_loss"]["met"] and v["step_time"]["met"]
+    assert v["step_time"]["fastest"] == "lmshards-jax"
+    assert v["step_time"]["systems"]["lmshards-tensorflow"]["over_reference"] == pytest.approx(1.5)
+    evaluation["pairs"]["lmshards-jax - reference"]["diff"] = 0.03
+    slow = bl.verdicts(
+        evaluation, {systems[0]: times(150.0), systems[1]: times(120.0), "reference": times(100.0)}
+    )
+    assert not slow["eval_loss"]["met"] and not slow["step_time"]["met"]
 
 
 class _Scorer(torch.nn.Module):
@@ -199,6 +246,12 @@ def test_command_line_options_reach_the_lmshards_command_and_environment(tmp_pat
     args = bl.train_args(config, shards="S", tokenizer="T", run_dir=tmp_path / "run")
     flags = dict(zip(args[1:-2:2], args[2:-2:2]))
     assert args[-2:] == ["--steps_per_execution", "10"]
+    assert bl.train_args(config, shards="S", tokenizer="T", run_dir=tmp_path, backend="jax")[
+        1:3
+    ] == [
+        "--backend",
+        "jax",
+    ]
     expected = {
         "--steps": "50",
         "--per_replica_batch": "32",
@@ -207,11 +260,14 @@ def test_command_line_options_reach_the_lmshards_command_and_environment(tmp_pat
         "--model_preset": "tiny",
         "--learning_rate": "0.0005",
         "--lr_schedule": "linear",
+        "--backend": "tensorflow",
     }
     assert {k: flags[k] for k in expected} == expected
     assert config.lmshards_env == {"TF_NUM_INTEROP_THREADS": "2"}
     assert bl.thread_env(config.threads) == {
         "TF_NUM_INTRAOP_THREADS": "1",
         "TF_NUM_INTEROP_THREADS": "1",
+        "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false",
     }
+    assert config.backends == bl.BACKENDS
     assert bl.thread_env(None) == {}

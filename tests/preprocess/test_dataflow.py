@@ -129,7 +129,7 @@ STAGES = (
     "Manifest",
 )  # the top-level stages of build_pipeline
 # The worker distribution ships these folders and no other code (the trainer stays off the workers).
-WORKER_FOLDERS = {"preprocess", "schemas"}
+WORKER_FOLDERS = {"plumbing", "preprocess", "schemas"}
 
 
 def _build_dry_run(argv: list[str]):
@@ -344,11 +344,12 @@ def test_flex_template_boolean_parameters_parse():
     paths = _launcher_argv(params, types={"GCS_READ_FILE", "GCS_WRITE_FOLDER"})
     switches = build_parser().switches()
     booleans = _launcher_argv(params, types={"BOOLEAN"})
-    assert booleans == ["--overwrite=true", "--verbose=true"]
-    for value, expected in (("true", True), ("false", False)):
-        argv = normalize_switches([*paths, f"--overwrite={value}"], switches)
-        assert argv == paths + (["--overwrite"] if expected else [])
-        assert config_from_options(PipelineOptions(argv)).overwrite is expected
+    assert booleans == ["--overwrite=true", "--verbose=true", "--keep_tokens=true"]
+    for name in ("overwrite", "keep_tokens"):
+        for value, expected in (("true", True), ("false", False)):
+            argv = normalize_switches([*paths, f"--{name}={value}"], switches)
+            assert argv == paths + ([f"--{name}"] if expected else [])
+            assert getattr(config_from_options(PipelineOptions(argv)), name) is expected
 
 
 @pytest.mark.gcs

@@ -129,3 +129,37 @@ def test_manifest_on_gcs(gcs_emulator):
     write_manifest(out, _manifest())
     assert read_manifest(out) == _manifest()
     assert fs.listdir(out) == [f"{out}/manifest.json"]
+
+
+def test_never_masked_ids_are_the_special_and_role_ids_once_each_sorted():
+    from schemas.manifest import TokenizerInfo
+
+    info = TokenizerInfo(
+        fingerprint="sha256:0",
+        vocab_size=10,
+        special_token_ids={"pad": 1, "mask": 7, "cls": 0},
+        all_special_ids=(3, 0, 1),
+    )
+    assert info.never_masked_ids == (0, 1, 3, 7)
+
+
+def test_a_tokenizer_of_another_fingerprint_is_refused_naming_both(sample_tokenizer):
+    from schemas.tokenizer_info import checked_tokenizer
+
+    right = fingerprint(sample_tokenizer.read_text())
+    source = checked_tokenizer(
+        str(sample_tokenizer), expected=right, named="--tokenizer", reference="x", fix="y"
+    )
+    assert source.json_path == str(sample_tokenizer)
+    with pytest.raises(TokenizerError) as refused:
+        checked_tokenizer(
+            str(sample_tokenizer),
+            expected="sha256:other",
+            named="--tokenizer",
+            reference="the shards were made with",
+            fix="Pass the right one.",
+        )
+    assert str(refused.value) == (
+        f"--tokenizer {str(sample_tokenizer)!r} has fingerprint {right}: it is not the one the shards were "
+        "made with (sha256:other). Pass the right one."
+    )

@@ -78,8 +78,12 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, da
     np.testing.assert_array_equal(v.numpy(), np.arange(SIZE, dtype=np.float32) + 20)
     if damage is not damage_index:
         assert f"Skipping checkpoint {tmp_path / 'ckpt-30'}: it does not restore" in caplog.text
-    # The damaged files are left where they were: nothing the user had is deleted.
-    assert data_file(tmp_path, 30).exists()
+    if (
+        damage is damage_index
+    ):  # data without an index never restores: what a killed save leaves, removed
+        assert not list(tmp_path.glob("ckpt-30.data-*"))
+    else:  # a damaged complete checkpoint is skipped and left where it was
+        assert data_file(tmp_path, 30).exists()
 
 
 def test_a_bit_flip_is_caught_by_tensorflows_own_checksums(tmp_path):
@@ -123,3 +127,31 @@ def test_no_checkpoint_at_all_is_a_fresh_start(tmp_path):
     (tmp_path / "ckpt-5.data-00000-of-00001").write_bytes(b"a save killed before its index")
     _, checkpoints = reopen(tmp_path)
     assert checkpoints.restore_latest() is None
+
+
+def test_what_unfinished_saves_left_is_removed_by_the_next_run(tmp_path, caplog):
+    saved_run(tmp_path)
+    (tmp_path / "ckpt-40_temp").mkdir()
+    (tmp_path / "ckpt-40_temp" / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"x" * 10)
+    (tmp_path / "checkpoint.tmp5f3a9c").write_text("model_checkpoint_path: ")
+    (tmp_path / "ckpt-50.data-00000-of-00001").write_bytes(
+        b"y" * 10
+    )  # its save died before the index
+    (tmp_path / "notes.txt").write_text("mine")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    v, checkpoints = reopen(tmp_path)
+    assert checkpoints.restore_latest() == str(tmp_path / "ckpt-30") and v.numpy()[0] == 30
+    left = {p.name for p in tmp_path.iterdir()}
+    assert not {"ckpt-40_temp", "checkpoint.tmp5f3a9c", "ckpt-50.data-00000-of-00001"} & left
+    for (
+        name,
+        content,
+    ) in before.items():  # every complete checkpoint, the state file and other files stay
+        if name not in ("checkpoint.tmp5f3a9c", "ckpt-50.data-00000-of-00001"):
+            assert (tmp_path / name).read_bytes() == content
+    assert (
+        "Removed what unfinished checkpoint saves left: checkpoint.tmp5f3a9c, ckpt-40_temp, ckpt-50"
+        in (caplog.text)
+    )
+    checkpoints.save(40)  # the next save of that step is unaffected
+    assert complete_checkpoints(str(tmp_path))[0] == str(tmp_path / "ckpt-40")

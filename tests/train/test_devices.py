@@ -49,7 +49,6 @@ def fake_dev(root: Path, *names: str) -> str:
         ("TPU_NAME", "my-tpu"),
         ("TPU_ACCELERATOR_TYPE", "v5litepod-8"),
         ("TPU_WORKER_ID", "0"),
-        ("TPU_SKIP_MDS_QUERY", "1"),
     ],
 )
 def test_each_tpu_env_var_alone_is_a_signal_and_auto_chooses_tpu(tmp_path, name, value):
@@ -64,6 +63,12 @@ def test_each_tpu_env_var_alone_is_a_signal_and_auto_chooses_tpu(tmp_path, name,
         32,
     )
     assert report.tpu_expected and signals[0] in report.reasons["strategy"]
+
+
+def test_tpu_skip_mds_query_is_no_signal(tmp_path):
+    """JAX sets it on import on machines without TPU chips; it must not send training to a TPU."""
+    environ = {"TPU_SKIP_MDS_QUERY": "1", "HOME": "/root"}
+    assert detect_tpu_signals(environ=environ, dev_root=fake_dev(tmp_path)) == []
 
 
 @pytest.mark.parametrize("device", ["accel0", "vfio/0", "vfio/3"])

@@ -246,30 +246,6 @@ def test_each_input_pipeline_reads_only_its_own_files_of_every_set(sets, origin)
         }  # files pipeline_id, pipeline_id + 2 of each set
 
 
-# ----- evaluation over sets
-
-
-def test_eval_record_is_per_set_plus_the_weighted_mean(sets):
-    mix = mixture.open_mixture(sets, (3.0, 1.0))
-    names = [s.name for s in mix.sets]
-    record = mixture.eval_record(
-        7,
-        {names[0]: mixture.EvalSums(20.0, 10.0, 5.0), names[1]: mixture.EvalSums(6.0, 2.0, 2.0)},
-        mix,
-    )
-    assert record[f"eval_loss/{names[0]}"] == 2.0 and record[f"eval_loss/{names[1]}"] == 3.0
-    assert record["eval_loss"] == pytest.approx(0.75 * 2.0 + 0.25 * 3.0)
-    assert record["eval_accuracy"] == pytest.approx(0.75 * 0.5 + 0.25 * 1.0)
-    assert (
-        record["eval_perplexity"] == pytest.approx(math.exp(2.25))
-        and record["eval_masked_tokens"] == 12
-    )
-    alone = mixture.eval_record(
-        7, {names[1]: mixture.EvalSums(6.0, 2.0, 2.0)}, mix
-    )  # the other set has no validation
-    assert alone["eval_loss"] == 3.0 and f"eval_loss/{names[0]}" not in alone
-
-
 @pytest.mark.slow
 def test_a_mixture_run_reports_sequences_and_eval_per_set(sets, tmp_path):
     from train.trainer import train

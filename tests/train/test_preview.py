@@ -18,6 +18,7 @@ from schemas.tokenizer_info import locate_tokenizer  # noqa: E402
 from tests.conftest import REPO, SAMPLE_DIR  # noqa: E402
 from tests.helpers.shard_factory import carry_tokenizer, write_sample_shards  # noqa: E402
 from train import data, mixture, preview_cli  # noqa: E402
+from train.shard_set_tokenizer import run_tokenizer  # noqa: E402
 
 SEQ_LEN = 32
 BATCH = 8
@@ -72,7 +73,7 @@ def trainer_batches(
     mix = mixture.open_mixture(shards, weights)
     passes = mixture.pass_records(mix, num_pipelines=1, unit=BATCH)
     masking = data.masking_spec(
-        mix.manifest, recipe=recipe, mlm_probability=p, tokenizer=mixture.run_tokenizer(None, mix)
+        mix.manifest, recipe=recipe, mlm_probability=p, tokenizer=run_tokenizer(None, mix)
     )
     ds = data.train_dataset(
         mixture.pipeline_streams(mix, passes, num_pipelines=1, pipeline_id=0),

@@ -84,9 +84,9 @@ def reference(shards, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def preempted(shards, tmp_path_factory) -> Path:
     """The same command, stopped by SIGINT right after step 4."""
-    from train import trainer
+    from train import run_dir
 
-    add = trainer.MetricsLog.add
+    add = run_dir.MetricsLog.add
 
     def add_then_interrupt(self, record):
         add(self, record)
@@ -95,7 +95,7 @@ def preempted(shards, tmp_path_factory) -> Path:
 
     run = tmp_path_factory.mktemp("preempted") / "run"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(trainer.MetricsLog, "add", add_then_interrupt)
+        patch.setattr(run_dir.MetricsLog, "add", add_then_interrupt)
         assert train(shards, run) == 75
     return run
 
@@ -177,16 +177,17 @@ def test_sigint_saves_exits_75_and_the_rerun_continues_like_an_uninterrupted_run
     assert "strategy cpu, 1 replicas, device kind CPU" in captured.err
     assert captured.out.startswith(f"run {run}: finished at step 6\n")
     assert re.search(
-        r"step 6/6  loss \S+  lr \S+  \d+ seq/s  \S+ ms/step  elapsed \d+:\d\d:\d\d  eta 0:00:00",
+        r"step 6/6  loss \S+  epoch \d\.\d\d\d  lr \S+  \d+ seq/s  \S+ ms/step  elapsed \d[\d.]* (s|min \d\d s)  "
+        r"eta 0\.0 s",
         captured.err,
     )
     assert losses(run) == pytest.approx(losses(reference), abs=1e-6)
 
 
 def test_the_preemption_is_logged_with_the_step_and_what_to_do(shards, tmp_path, capsys):
-    from train import trainer
+    from train import run_dir
 
-    add = trainer.MetricsLog.add
+    add = run_dir.MetricsLog.add
 
     def add_then_terminate(self, record):
         add(self, record)
@@ -194,11 +195,11 @@ def test_the_preemption_is_logged_with_the_step_and_what_to_do(shards, tmp_path,
             signal.raise_signal(signal.SIGTERM)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(trainer.MetricsLog, "add", add_then_terminate)
+        patch.setattr(run_dir.MetricsLog, "add", add_then_terminate)
         assert train(shards, tmp_path / "run") == 75
     err = capsys.readouterr().err
     assert (
-        "SIGTERM: finishing the current step" in err
+        "SIGTERM: stopping at the next step boundary" in err
         and "preempted at step 2; rerun the same command to resume" in err
     )
     assert (tmp_path / "run" / "checkpoints" / "ckpt-2.index").exists()

@@ -8,18 +8,18 @@ import logging
 import pytest
 
 from plumbing.errors import LmshardsError
+from schemas.manifest import Manifest, TokenizerInfo
 from train.config import ModelConfig, TrainConfig
 from train.run_dir import (
     REFUSE,
     RUN_OPTIONS,
     RUN_OUTPUTS,
+    RunDir,
     changes,
     check_continuation,
-    clear_run,
     finished_summary,
     format_summary,
-    previous_run_config,
-    read_run_config,
+    shard_identity,
 )
 
 MODEL = ModelConfig(vocabulary_size=2000)
@@ -49,6 +49,9 @@ def test_the_same_command_continues_the_run(tmp_path):
         ("lr_schedule", "linear", "cosine"),
         ("masking", "token", "whole_word"),
         ("mlm_probability", 0.15, 0.3),
+        ("model_family", "roberta", "bert"),
+        ("model_preset", "tiny", "small"),
+        ("backend", "tensorflow", "jax"),
     ],
 )
 def test_a_changed_schedule_or_masking_is_refused_naming_the_option_and_both_values(
@@ -64,14 +67,19 @@ def test_a_changed_schedule_or_masking_is_refused_naming_the_option_and_both_val
     assert "--extend" in str(refused.value) and "--restart" in str(refused.value)
 
 
-def test_extend_lets_only_the_length_change(tmp_path):
+def test_extend_lets_only_the_length_and_the_rate_change(tmp_path):
     found = check_continuation(recorded(tmp_path), config(tmp_path, steps=300, extend=True), MODEL)
     assert [(c.option.name, c.recorded, c.given) for c in found] == [("steps", 100, 300)]
-    with pytest.raises(
-        LmshardsError, match="--learning_rate 0.0005 in the run, 0.001 in this command"
-    ):
+    # A new rate for the added steps (the trainer takes it only where the run's schedule has ended).
+    found = check_continuation(
+        recorded(tmp_path), config(tmp_path, steps=300, learning_rate=1e-3, extend=True), MODEL
+    )
+    assert [c.option.name for c in found] == ["steps", "learning_rate"]
+    with pytest.raises(LmshardsError, match='--lr_schedule "linear" in the run, "cosine"'):
         check_continuation(
-            recorded(tmp_path), config(tmp_path, steps=300, learning_rate=1e-3, extend=True), MODEL
+            recorded(tmp_path),
+            config(tmp_path, steps=300, lr_schedule="cosine", extend=True),
+            MODEL,
         )
     # --steps to --epochs is a change of length too.
     found = check_continuation(
@@ -129,7 +137,7 @@ def test_a_damaged_run_config_is_a_clean_error_naming_the_file_and_the_fix(
     path = tmp_path / "run_config.json"
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
     with pytest.raises(LmshardsError) as damaged:
-        previous_run_config(str(tmp_path))
+        RunDir(str(tmp_path)).previous_config()
     message = str(damaged.value)
     assert (
         message.startswith(f"{str(path)!r} {problem}")
@@ -137,23 +145,23 @@ def test_a_damaged_run_config_is_a_clean_error_naming_the_file_and_the_fix(
         and "new --output" in message
     )
     with pytest.raises(LmshardsError, match="Restore it from a copy"):
-        read_run_config(str(tmp_path))
+        RunDir(str(tmp_path)).read_config()
 
 
 def test_a_new_run_has_no_previous_config(tmp_path):
-    assert previous_run_config(str(tmp_path / "new")) is None
+    assert RunDir(str(tmp_path / "new")).previous_config() is None
     with pytest.raises(LmshardsError, match="not a training run directory"):
-        read_run_config(str(tmp_path / "new"))
+        RunDir(str(tmp_path / "new")).read_config()
 
 
 def test_a_run_with_a_summary_is_finished_unless_extended(tmp_path):
-    assert finished_summary(str(tmp_path), []) is None
+    assert finished_summary(RunDir(str(tmp_path)), []) is None
     (tmp_path / "run_summary.json").write_text(json.dumps({"global_step": 100}))
-    assert finished_summary(str(tmp_path), []) == {"global_step": 100}
+    assert finished_summary(RunDir(str(tmp_path)), []) == {"global_step": 100}
     warned_only = changes(recorded(tmp_path)["train"], config(tmp_path, seed=3))
-    assert finished_summary(str(tmp_path), warned_only) == {"global_step": 100}
+    assert finished_summary(RunDir(str(tmp_path)), warned_only) == {"global_step": 100}
     longer = changes(recorded(tmp_path)["train"], config(tmp_path, steps=200, extend=True))
-    assert finished_summary(str(tmp_path), longer) is None
+    assert finished_summary(RunDir(str(tmp_path)), longer) is None
 
 
 def test_restart_deletes_only_what_training_wrote(tmp_path):
@@ -166,9 +174,9 @@ def test_restart_deletes_only_what_training_wrote(tmp_path):
             (target / "inside").write_text("x")
     (tmp_path / "notes.txt").write_text("mine")
     (tmp_path / "plots").mkdir()
-    assert clear_run(str(tmp_path)) == list(RUN_OUTPUTS)
+    assert RunDir(str(tmp_path)).clear() == list(RUN_OUTPUTS)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "plots"]
-    assert clear_run(str(tmp_path)) == []
+    assert RunDir(str(tmp_path)).clear() == []
 
 
 def test_summary_lines(tmp_path):
@@ -196,3 +204,60 @@ def test_summary_lines(tmp_path):
         {**summary, "final_eval": None, "eval_loss": None}, str(tmp_path)
     ).splitlines()
     assert bounded[2] == "eval loss -, perplexity 33.12, accuracy 0.4100 (on 12 validation batches)"
+
+
+def test_a_damaged_metrics_log_keeps_its_complete_lines_and_warns(tmp_path, caplog):
+    from train.run_dir import MetricsLog, read_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    good = [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}, {"step": 3, "eval_loss": 1.4}]
+    lines = [
+        json.dumps(good[0]),
+        "[1, 2]",
+        json.dumps(good[1]),
+        '{"no_step": 1}',
+        json.dumps(good[2]),
+    ]
+    path.write_text("\n".join(lines) + '\n{"step": 4, "lo')  # the last line cut short by a crash
+    with caplog.at_level(logging.WARNING):
+        assert read_metrics(str(path)) == good
+    assert f"{path} is damaged: line(s) 2, 4, 6 are not metrics records" in caplog.text
+    assert read_metrics(str(tmp_path / "none.jsonl")) == []
+    log = MetricsLog(str(path), resume_step=2)  # a resume keeps what is complete up to its step
+    assert log.records == good[:2]
+    log.add({"step": 3, "loss": 1.0})
+    assert read_metrics(str(path)) == [*good[:2], {"step": 3, "loss": 1.0}]
+
+
+def test_a_run_recorded_before_backends_existed_is_a_tensorflow_run(tmp_path):
+    previous = recorded(tmp_path)
+    del previous["train"]["backend"]
+    assert check_continuation(previous, config(tmp_path), MODEL) == []
+    with pytest.raises(
+        LmshardsError, match='--backend "tensorflow" in the run, "jax" in this command'
+    ):
+        check_continuation(previous, config(tmp_path, backend="jax"), MODEL)
+
+
+def shards_manifest(*, seq_len: int = 128, fingerprint: str = "sha256:aa") -> Manifest:
+    tokenizer = TokenizerInfo(fingerprint, 2000, {"mask": 4}, (0, 1, 2, 3, 4))
+    return Manifest("0", seq_len, tokenizer, splits={}, inputs=(), seed=0, options={})
+
+
+@pytest.mark.parametrize(
+    "other, shown",
+    [
+        (dict(fingerprint="sha256:bb"), 'tokenizer fingerprint "sha256:aa", and this command\'s --shards have '
+         'tokenizer fingerprint "sha256:bb"'),
+        (dict(seq_len=64), "seq_len 128, and this command's --shards have seq_len 64"),
+    ],
+)  # fmt: skip
+def test_shards_of_another_tokenization_are_refused_naming_both_values(tmp_path, other, shown):
+    previous = {**recorded(tmp_path), **shard_identity(shards_manifest())}
+    previous = json.loads(json.dumps(previous))
+    found = check_continuation(previous, config(tmp_path), MODEL, manifest=shards_manifest())
+    assert found == []
+    with pytest.raises(LmshardsError) as refused:
+        check_continuation(previous, config(tmp_path), MODEL, manifest=shards_manifest(**other))
+    message = str(refused.value)
+    assert shown in message and "--restart" in message and "new --output" in message

@@ -15,7 +15,7 @@ from schemas.constants import TOKENIZER_JSON
 from schemas.manifest import TOKENIZER_RELPATH, read_manifest, write_manifest
 from tests.conftest import SAMPLE_DIR
 from tests.helpers.shard_factory import carry_tokenizer, write_sample_shards
-from train import mixture
+from train import mixture, shard_set_tokenizer
 
 SEQ_LEN = 32
 
@@ -54,22 +54,26 @@ def carrying(tmp_path_factory, sample_tokenizer) -> str:
 def test_the_run_tokenizer_is_the_copy_the_manifest_records(carrying, sample_tokenizer):
     mix = mixture.open_mixture([carrying])
     assert mix.manifest.tokenizer.path == TOKENIZER_RELPATH
-    assert mixture.shard_set_tokenizer(mix.sets[0]) == f"{carrying}/tokenizer"
-    source = mixture.run_tokenizer(None, mix)
+    assert shard_set_tokenizer.shard_set_tokenizer(mix.sets[0]) == f"{carrying}/tokenizer"
+    source = shard_set_tokenizer.run_tokenizer(None, mix)
     assert (
         source.path == f"{carrying}/tokenizer" and source.json_text == sample_tokenizer.read_text()
     )
     # A given --tokenizer wins, when it is the shards' own.
-    assert mixture.run_tokenizer(str(sample_tokenizer), mix).path == str(sample_tokenizer)
+    assert shard_set_tokenizer.run_tokenizer(str(sample_tokenizer), mix).path == str(
+        sample_tokenizer
+    )
 
 
 def test_the_recorded_path_wins_and_tokenizer_dir_is_the_fallback(sample_tokenizer, tmp_path):
     shards = Path(write_set(tmp_path / "shards", sample_tokenizer))
-    assert mixture.run_tokenizer(None, mixture.open_mixture([str(shards)])) is None  # carries none
+    assert (
+        shard_set_tokenizer.run_tokenizer(None, mixture.open_mixture([str(shards)])) is None
+    )  # carries none
     (shards / "tokenizer").mkdir()  # a copy placed by hand: the manifest records none
     shutil.copy(sample_tokenizer, shards / TOKENIZER_RELPATH)
     assert (
-        mixture.run_tokenizer(None, mixture.open_mixture([str(shards)])).path
+        shard_set_tokenizer.run_tokenizer(None, mixture.open_mixture([str(shards)])).path
         == f"{shards}/tokenizer"
     )
     # Recorded elsewhere: that copy is the one, even beside a tokenizer/ that is not the shards' own.
@@ -85,7 +89,8 @@ def test_the_recorded_path_wins_and_tokenizer_dir_is_the_fallback(sample_tokeniz
         ),
     )
     assert (
-        mixture.run_tokenizer(None, mixture.open_mixture([str(shards)])).path == f"{shards}/vocab"
+        shard_set_tokenizer.run_tokenizer(None, mixture.open_mixture([str(shards)])).path
+        == f"{shards}/vocab"
     )
 
 
@@ -106,7 +111,7 @@ def test_a_replaced_copy_or_another_given_tokenizer_is_refused(
     with pytest.raises(
         LmshardsError, match=r"Pass the tokenizer given to `lmshards preprocess`"
     ) as e:
-        mixture.run_tokenizer(str(other), mixture.open_mixture([carrying]))
+        shard_set_tokenizer.run_tokenizer(str(other), mixture.open_mixture([carrying]))
     assert str(e.value).startswith(f"--tokenizer {str(other)!r} has fingerprint sha256:")
 
 

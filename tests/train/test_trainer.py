@@ -10,14 +10,11 @@ tf = pytest.importorskip("tensorflow")
 from plumbing.errors import LmshardsError  # noqa: E402
 from tests.helpers.shard_factory import tokenizer_info_for, write_shards  # noqa: E402
 from train import data, mixture  # noqa: E402
+from train.input_plan import InputPlan  # noqa: E402
 from train.optim import WarmupDecay  # noqa: E402
 from train.trainer import (  # noqa: E402
-    Every,
     check_precision_change,
     continue_schedule,
-    final_eval_record,
-    format_duration,
-    readable_input_errors,
 )
 
 SCHEDULE = WarmupDecay(peak=1e-3, warmup_steps=10, total_steps=100)
@@ -63,8 +60,10 @@ def test_an_out_of_vocabulary_assertion_becomes_an_error_naming_the_manifest(
         tmp_path, {"train": (ids, np.ones_like(ids), 1)}, seq_len=8, tokenizer=info, inputs=()
     )
     mix = mixture.open_mixture([str(tmp_path)])
+    masking = data.masking_spec(mix.manifest, recipe="token", mlm_probability=0.15, tokenizer=None)
+    inputs = InputPlan.create(mix, masking=masking, per_replica_batch=2, seed=0, shuffle_buffer=4)
     with pytest.raises(LmshardsError) as error:
-        with readable_input_errors((), mix):
+        with inputs.readable_errors(()):
             tf.debugging.assert_less(
                 tf.constant(5000), tf.constant(2000), message=data.ID_OUT_OF_VOCABULARY
             )
@@ -73,22 +72,28 @@ def test_an_out_of_vocabulary_assertion_becomes_an_error_naming_the_manifest(
         "vocab_size 2000"
     )
     with pytest.raises(tf.errors.InvalidArgumentError):  # any other error stays what it is
-        with readable_input_errors((), mix):
+        with inputs.readable_errors(()):
             tf.debugging.assert_less(tf.constant(5), tf.constant(2), message="something else")
 
 
-def test_progress_formatting():
-    assert [format_duration(s) for s in (0, 59.6, 61, 3725.2, 90000)] == [
-        "0:00:00",
-        "0:01:00",
-        "0:01:01",
-        "1:02:05",
-        "25:00:00",
+def test_a_new_rate_restarts_only_a_schedule_that_has_ended():
+    with pytest.raises(LmshardsError, match="Pass a new --learning_rate"):
+        continue_schedule(SCHEDULE, total_steps=150, start_step=100, extend=True)
+    with pytest.raises(
+        LmshardsError, match="a new rate starts only once the run's schedule has ended"
+    ):
+        continue_schedule(SCHEDULE, total_steps=150, start_step=40, extend=True, new_peak=2e-3)
+    restarted = continue_schedule(
+        SCHEDULE, total_steps=150, start_step=100, extend=True, new_peak=2e-3, warmup_steps=10
+    )
+    rates = [float(restarted(s)) for s in (40, 100, 105, 110, 130, 150)]
+    assert rates[0] == pytest.approx(float(SCHEDULE(40)))  # the run's own steps keep their rates
+    assert rates[1:] == pytest.approx([0.0, 1e-3, 2e-3, 2e-3 * 0.5, 0.0])
+    again = WarmupDecay.from_config(restarted.get_config())  # what run_config.json keeps
+    assert [float(again(s)) for s in range(0, 151, 5)] == [
+        float(restarted(s)) for s in range(0, 151, 5)
     ]
-    assert final_eval_record(
-        {"step": 6, "eval_loss": 1.5, "eval_loss/a": 1.4, "eval_batches": 3}
-    ) == {"step": 6, "final_eval_loss": 1.5, "final_eval_loss/a": 1.4, "final_eval_batches": 3}
-    every = Every(3600.0)
-    assert not every.due()
-    every.seconds = 0.0
-    assert every.due()
+    default_warmup = continue_schedule(
+        SCHEDULE, total_steps=200, start_step=100, extend=True, new_peak=2e-3
+    )
+    assert default_warmup.extensions[-1].warmup_steps == 5  # 5% of the added steps

@@ -2,7 +2,7 @@
 
 A TPU compiles every step with XLA, so an op XLA cannot compile would first fail there. This compiles
 on the CPU what the trainer runs: the model from train.model, the optimizer from train.optim, the loss
-from train.trainer.masked_lm_sums, a batch from real shards through train.data's input pipeline, in the
+from train.backends.tensorflow.masked_lm_sums, a batch from real shards through train.data's input pipeline, in the
 TPUs' precision (mixed_bfloat16), and runs it once.
 """
 
@@ -23,13 +23,13 @@ from schemas.manifest import read_manifest  # noqa: E402
 from schemas.tokenizer_info import locate_tokenizer  # noqa: E402
 from tests.helpers.shard_factory import write_sample_shards  # noqa: E402
 from train import data, mixture  # noqa: E402
+from train.backends.tensorflow import masked_lm_sums  # noqa: E402
 from train.config import preset_config  # noqa: E402
 from train.devices import MIXED_BFLOAT16  # noqa: E402
 from train.families import family_names, get_family  # noqa: E402
 from train.masking_recipes import MASKING_RECIPES  # noqa: E402
 from train.model import build_masked_lm  # noqa: E402
 from train.optim import WarmupDecay, make_optimizer  # noqa: E402
-from train.trainer import masked_lm_sums  # noqa: E402
 
 pytestmark = pytest.mark.slow
 SEQ_LEN = 32

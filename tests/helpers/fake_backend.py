@@ -1,0 +1,106 @@
+"""A backend without a model, for testing the training loop in seconds: fixed losses, eval sums and
+checkpoints that are one small file per step.
+
+Tests register it with `register(monkeypatch)` (one registry line, as for a real backend). EVENTS records
+every call in order; `interrupt_at(name, signum)` raises a signal when that call begins.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from collections.abc import Iterator
+
+import numpy as np
+
+from train.backends import registry
+from train.backends.base import Backend, BuildSpec, Restored, Topology
+from train.evaluation import EvalSums
+
+NAME = "fake"
+EVENTS: list[tuple[str, object]] = []
+_INTERRUPT: dict[str, int] = {}
+_STEP_FILE = re.compile(r"^step-(\d+)$")
+# What one eval batch sums to: loss 2.0 over 4 masked tokens, 1 correct.
+BATCH_SUMS = EvalSums(8.0, 4.0, 1.0)
+
+
+def register(monkeypatch) -> None:
+    monkeypatch.setitem(
+        registry.BACKENDS, NAME, registry.BackendEntry(__name__, keras_backend="tensorflow")
+    )
+    EVENTS.clear()
+    _INTERRUPT.clear()
+
+
+def interrupt_at(name: str, signum: int = signal.SIGTERM) -> None:
+    _INTERRUPT[name] = signum
+
+
+def step_loss(step: int) -> float:
+    """The loss the fake reports for global step `step` (1-based): falls as 1 / step."""
+    return 1.0 / step
+
+
+def _event(name: str, detail: object = None) -> None:
+    EVENTS.append((name, detail))
+    if name in _INTERRUPT:
+        signal.raise_signal(_INTERRUPT.pop(name))
+
+
+class FakeBackend(Backend):
+    name = NAME
+
+    def connect(self, config) -> Topology:
+        _event("connect")
+        spe = config.steps_per_execution
+        return Topology(
+            strategy="fake",
+            replicas=1,
+            device_kind="none",
+            num_input_pipelines=1,
+            precision="float32",
+            steps_per_execution=spe if isinstance(spe, int) else 1,
+        )
+
+    def build(self, spec: BuildSpec) -> Restored:
+        _event("build")
+        self.directory = spec.checkpoint_dir
+        steps = (
+            sorted(int(m[1]) for m in map(_STEP_FILE.match, os.listdir(self.directory)) if m)
+            if os.path.isdir(self.directory)
+            else []
+        )
+        if not steps:
+            return Restored(0, None)
+        return Restored(steps[-1], os.path.join(self.directory, f"step-{steps[-1]}"))
+
+    def set_schedule(self, schedule) -> None:
+        _event("set_schedule")
+
+    def start_training(self, inputs, start_step: int) -> None:
+        _event("start_training", start_step)
+        self.step = start_step
+
+    def train_steps(self, n: int) -> np.ndarray:
+        _event("train_steps", n)
+        losses = np.array([step_loss(s) for s in range(self.step + 1, self.step + n + 1)])
+        self.step += n
+        return losses
+
+    def eval_batches(self, inputs, shard_set, limit) -> Iterator[EvalSums]:
+        _event("eval", limit)
+        for _ in range(inputs.eval_batches(shard_set, limit)):
+            yield BATCH_SUMS
+
+    def save(self, step: int) -> str:
+        _event("save", step)
+        os.makedirs(self.directory, exist_ok=True)
+        path = os.path.join(self.directory, f"step-{step}")
+        with open(path, "w") as f:
+            f.write(str(step))
+        return path
+
+
+BACKEND = FakeBackend

@@ -1,0 +1,1 @@
+"""Training backends: one module per backend, named in train.backends.registry (train.backends.base is the seam)."""

@@ -1,0 +1,166 @@
+"""The TensorFlow backend: tf.distribute (TPUStrategy, MirroredStrategy over GPUs, or the CPU), a
+Keras 3 model on TensorFlow, tf.function steps and tf.train checkpoints (train.checkpoint).
+
+Each input pipeline (one per worker host) feeds its replicas through
+distribute_datasets_from_function; a host call runs up to steps_per_execution steps in one
+tf.function loop. TPUs compile every step with XLA; on GPUs the replica step is jit-compiled.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from train.backends.base import Backend, BuildSpec, Restored, Topology
+from train.checkpoint import RunCheckpoints
+from train.config import TrainConfig
+from train.devices import MIXED_FLOAT16, STRATEGY_TPU, check_tpu_batch, detect_tpu_signals
+from train.evaluation import EvalSums
+from train.input_plan import InputPlan
+from train.mixture import ShardSet
+from train.model import build_masked_lm, checkpoint_root
+from train.optim import WarmupDecay, make_optimizer
+from train.strategy import (
+    device_defaults,
+    make_strategy,
+    num_input_pipelines,
+    strategy_summary,
+    uses_gpus,
+)
+
+log = logging.getLogger(__name__)
+
+
+def masked_lm_sums(
+    model: keras.Model, batch: dict[str, tf.Tensor], *, training: bool
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """(summed cross-entropy over predicted positions, their count, correct predictions) for one replica batch."""
+    inputs = {name: batch[name] for name in model.input}
+    logits = tf.cast(model(inputs, training=training), tf.float32)
+    weights = batch["mask_weights"]
+    ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=batch["mask_ids"], logits=logits)
+    correct = tf.cast(
+        tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), batch["mask_ids"]), tf.float32
+    )
+    # where, not a product: a row of eval padding may give non-finite logits, and 0 * nan is nan.
+    ce = tf.where(weights > 0, ce, 0.0)
+    return tf.reduce_sum(ce * weights), tf.reduce_sum(weights), tf.reduce_sum(correct * weights)
+
+
+class TensorFlowBackend(Backend):
+    name = "tensorflow"
+
+    def connect(self, config: TrainConfig) -> Topology:
+        self.strategy = make_strategy(
+            config.strategy, tpu=config.tpu, signals=detect_tpu_signals(tpu_flag=config.tpu)
+        )
+        precision, steps_per_execution = device_defaults(
+            self.strategy,
+            precision=config.precision,
+            steps_per_execution=config.steps_per_execution,
+        )
+        topology = Topology(
+            **strategy_summary(self.strategy),
+            num_input_pipelines=num_input_pipelines(self.strategy),
+            precision=precision,
+            steps_per_execution=steps_per_execution,
+        )
+        if topology.strategy == STRATEGY_TPU:
+            warning = check_tpu_batch(
+                config.per_replica_batch * topology.replicas, topology.replicas
+            )
+            if warning:
+                log.warning("%s", warning)
+        self.precision = precision
+        return topology
+
+    def build(self, spec: BuildSpec) -> Restored:
+        # Model, optimizer and checkpoint are created under the strategy so variables are mirrored.
+        keras.utils.set_random_seed(spec.seed)  # weight initialisation and dropout
+        keras.mixed_precision.set_dtype_policy(self.precision)
+        with self.strategy.scope():
+            self.model = build_masked_lm(spec.model_config)
+            self.optimizer = make_optimizer(
+                schedule=spec.schedule,
+                weight_decay=spec.weight_decay,
+                clip_norm=spec.clip_norm,
+                loss_scaling=self.precision == MIXED_FLOAT16,
+            )
+            self.optimizer.build(self.model.trainable_variables)
+            self.checkpoints = RunCheckpoints(
+                checkpoint_root(self.model, optimizer=self.optimizer),
+                spec.checkpoint_dir,
+                keep=spec.keep,
+            )
+            restored = self.checkpoints.restore_latest()
+        self._compile_steps()
+        return Restored(int(self.optimizer.iterations.numpy()), restored)
+
+    def set_schedule(self, schedule: WarmupDecay) -> None:
+        self.optimizer.learning_rate = schedule
+
+    def start_training(self, inputs: InputPlan, start_step: int) -> None:
+        self.iterator = iter(
+            self.strategy.distribute_datasets_from_function(
+                lambda ctx: inputs.train_dataset(
+                    pipeline_id=ctx.input_pipeline_id, start_step=start_step
+                )
+            )
+        )
+
+    def train_steps(self, n: int) -> np.ndarray:
+        return self._train_steps(self.iterator, tf.constant(n)).numpy()
+
+    def eval_batches(
+        self, inputs: InputPlan, shard_set: ShardSet, limit: int | None
+    ) -> Iterator[EvalSums]:
+        batches = self.strategy.distribute_datasets_from_function(
+            lambda ctx: inputs.eval_dataset(
+                shard_set, pipeline_id=ctx.input_pipeline_id, limit=limit
+            )
+        )
+        for batch in batches:
+            yield EvalSums(*(float(v) for v in self._eval_step(batch)))
+
+    def save(self, step: int) -> str:
+        return self.checkpoints.save(step)
+
+    def _compile_steps(self) -> None:
+        """The tf.functions of one train call (n steps -> losses [n]) and one eval batch (-> 3 sums)."""
+        strategy, model, optimizer = self.strategy, self.model, self.optimizer
+
+        def replica_train_step(batch):
+            with tf.GradientTape() as tape:
+                loss_sum, weight_sum, _ = masked_lm_sums(model, batch, training=True)
+                # Dividing by the global count makes the replicas' summed gradients the global mean.
+                global_weight = tf.distribute.get_replica_context().all_reduce("sum", weight_sum)
+                loss = loss_sum / tf.maximum(global_weight, 1.0)
+                scaled = optimizer.scale_loss(loss)
+            grads = tape.gradient(scaled, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+
+        if uses_gpus(strategy):  # TPUs compile every step with XLA anyway
+            replica_train_step = tf.function(replica_train_step, jit_compile=True)
+
+        @tf.function
+        def train_steps(iterator, n):
+            losses = tf.TensorArray(tf.float32, size=n)
+            for i in tf.range(n):
+                per_replica = strategy.run(replica_train_step, args=(next(iterator),))
+                losses = losses.write(i, strategy.reduce("sum", per_replica, axis=None))
+            return losses.stack()
+
+        @tf.function
+        def eval_step(batch):
+            sums = strategy.run(lambda b: masked_lm_sums(model, b, training=False), args=(batch,))
+            return [strategy.reduce("sum", s, axis=None) for s in sums]
+
+        self._train_steps, self._eval_step = train_steps, eval_step
+
+
+BACKEND = TensorFlowBackend
