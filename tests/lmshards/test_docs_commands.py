@@ -2,7 +2,8 @@
 
 Every `lmshards ...` command in a ```bash block of README.md and docs/*.md parses with its real
 command's parser (every flag exists, every value is accepted), in-process and without running it. A command
-on gs://, behind gcloud, or marked with NOT_RUN_MARKER is only checked for its paths. In each block, a path
+on gs:// or marked with NOT_RUN_MARKER is only checked for its paths; what runs behind gcloud (on a TPU VM)
+is not read. Every relative link reaches its file and heading. In each block, a path
 a command reads must be the one an earlier command wrote (never a directory above or below it). The README's
 "Your own corpus in five commands" runs as written, end to end, on the bundled corpus.
 """
