@@ -132,11 +132,23 @@ def summary(report: StatsReport, seconds: float) -> str:
     fallback = (
         "n/a" if stats["byte_fallback_rate"] is None else f"{stats['byte_fallback_rate']:.4%}"
     )
+    if stats.get("kind") == "token_store":
+        per_doc = stats["tokens_per_document"]
+        what = "token store"
+        counts = (
+            f"  {stats['documents']:,} documents, {stats['tokens']:,} tokens "
+            f"({per_doc['mean']:.1f} per document, longest {per_doc['max']:,})"
+        )
+    else:
+        what = ", ".join(stats["splits"])
+        counts = (
+            f"  {stats['records']:,} records, {stats['tokens']:,} tokens "
+            f"({stats['tokens_per_record']['mean']:.1f} per record), padding {stats['padding_share']:.2%}"
+        )
     lines = [
-        f"lmshards stats: {stats['shards_dir']} ({', '.join(stats['splits'])}) in {format_duration(seconds)}",
+        f"lmshards stats: {stats['shards_dir']} ({what}) in {format_duration(seconds)}",
         f"  wrote {report.json_path} and {report.html_path}",
-        f"  {stats['records']:,} records, {stats['tokens']:,} tokens "
-        f"({stats['tokens_per_record']['mean']:.1f} per record), padding {stats['padding_share']:.2%}",
+        counts,
         f"  vocabulary {stats['vocab_size']:,}: {stats['vocab_unused_fraction']:.2%} never used; "
         f"unknown {unk}, byte fallback {fallback}",
     ]

@@ -86,11 +86,10 @@ def _share(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4%}"
 
 
-def stats_page(stats: Mapping[str, Any], frequencies: Sequence[int]) -> str:
-    """The whole HTML page for a stats.json dict and the rank-frequency curve of its token counts."""
-    esc = html.escape
+def _set_figures(stats: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The figures of a shard set: its records and shards."""
     per_record, per_shard = stats["tokens_per_record"], stats["records_per_shard"]
-    figures = [
+    return [
         ("splits", ", ".join(stats["splits"])),
         ("records", f"{stats['records']:,}"),
         ("non-padding tokens", f"{stats['tokens']:,}"),
@@ -103,6 +102,32 @@ def stats_page(stats: Mapping[str, Any], frequencies: Sequence[int]) -> str:
             "records per shard (min / mean / max)",
             f"{per_shard['min']:,} / {per_shard['mean']:,.1f} / {per_shard['max']:,}",
         ),
+    ]
+
+
+def _store_figures(stats: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The figures of a token store: its documents before packing."""
+    per_doc = stats["tokens_per_document"]
+    return [
+        ("documents", f"{stats['documents']:,}"),
+        ("tokens", f"{stats['tokens']:,}"),
+        (
+            "tokens per document (min / mean / max)",
+            f"{per_doc['min']:,} / {per_doc['mean']:,.1f} / {per_doc['max']:,}",
+        ),
+        *(
+            (f"documents longer than {n} tokens", f"{count:,}")
+            for n, count in per_doc["longer_than"].items()
+        ),
+    ]
+
+
+def stats_page(stats: Mapping[str, Any], frequencies: Sequence[int]) -> str:
+    """The whole HTML page for a stats.json dict (a shard set's or a token store's) and the
+    rank-frequency curve of its token counts."""
+    esc = html.escape
+    figures = _store_figures(stats) if stats.get("kind") == "token_store" else _set_figures(stats)
+    figures += [
         ("vocabulary size", f"{stats['vocab_size']:,}"),
         ("vocabulary never used", _share(stats["vocab_unused_fraction"])),
         ("unknown-token rate", _share(stats["unk_rate"])),

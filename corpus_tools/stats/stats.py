@@ -27,12 +27,13 @@ from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from corpus_tools.stats.page import stats_page
+from corpus_tools.stats.token_store import is_token_store, token_store_stats
 from corpus_tools.tokenizer.corpus_report import byte_fallback_ids
 from plumbing import fs
 from plumbing.errors import LmshardsError, OutputError
 from plumbing.outputs import STATS_DIR_NAME, STATS_HTML, STATS_JSON
 from preprocess.runners import dry_run, is_dry_run, pipeline_options
-from schemas.constants import ATTENTION_MASK, INPUT_IDS, MANIFEST_NAME, TOKENS_FORMAT
+from schemas.constants import ATTENTION_MASK, INPUT_IDS
 from schemas.manifest import Manifest, ShardInfo, read_manifest
 from schemas.shards import parse_shard_name
 from schemas.tfmd import schema_for
@@ -120,8 +121,19 @@ class StatsReport:
 
 
 def stats_output(config: StatsConfig) -> str:
-    """Where stats.json and stats.html go: --output, or SHARDS_DIR/stats."""
-    return config.output or fs.join(config.shards_dir.rstrip("/") or "/", DEFAULT_STATS_DIRNAME)
+    """Where stats.json and stats.html go: --output, or SHARDS_DIR/stats.
+
+    Raises:
+      StatsError: a token store without --output (nothing but the store's own files goes in it).
+    """
+    if config.output:
+        return config.output
+    if is_token_store(config.shards_dir):
+        raise StatsError(
+            f"{config.shards_dir!r} is a token store, which holds only its own files; pass --output DIR "
+            "for its stats.json and stats.html."
+        )
+    return fs.join(config.shards_dir.rstrip("/") or "/", DEFAULT_STATS_DIRNAME)
 
 
 def plan_stats(config: StatsConfig) -> StatsPlan:
@@ -132,7 +144,6 @@ def plan_stats(config: StatsConfig) -> StatsPlan:
         tokenizer that is missing or not the shards' own.
     """
     shards_dir = config.shards_dir.rstrip("/") or "/"
-    check_not_token_store(shards_dir)
     manifest = read_manifest(shards_dir)
     splits = tuple(dict.fromkeys(config.splits)) or tuple(
         manifest.splits
@@ -154,21 +165,6 @@ def plan_stats(config: StatsConfig) -> StatsPlan:
         top_k=config.top_k,
         tokenizer=find_tokenizer(shards_dir, config.tokenizer, manifest),
     )
-
-
-def check_not_token_store(shards_dir: str) -> None:
-    """Raises StatsError when shards_dir is a token store: the analyzers read records, which a store
-    has not packed yet (its documents have no seq_len or shards until a repack gives them some)."""
-    try:
-        data = json.loads(fs.read_text(fs.join(shards_dir, MANIFEST_NAME)))
-    except (OSError, ValueError):
-        return
-    if isinstance(data, dict) and data.get("format") == TOKENS_FORMAT:
-        raise StatsError(
-            f"{shards_dir!r} is a token store; `lmshards stats` analyses the records of a shard set. "
-            f"Run `lmshards stats` on the shard set beside it (its parent directory), or build one with "
-            f"`lmshards repack --tokens {shards_dir} --output DIR` and run `lmshards stats DIR`."
-        )
 
 
 def find_tokenizer(
@@ -510,6 +506,13 @@ def run_stats(config: StatsConfig, beam_args: Sequence[str] = ()) -> StatsReport
     """
     from tokenizers import Tokenizer
 
+    if is_token_store(config.shards_dir):
+        stats, frequencies = token_store_stats(
+            config.shards_dir, top_k=config.top_k, tokenizer=config.tokenizer
+        )
+        for problem in stats["manifest_mismatches"]:
+            logger.warning("stats: %s", problem)
+        return write_stats(stats_output(config), stats, frequencies)
     plan = plan_stats(config)
     options = pipeline_options(beam_args)
     pipeline = beam.Pipeline(options=options)

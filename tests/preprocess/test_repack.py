@@ -288,11 +288,39 @@ def test_inspect_shows_whether_a_set_keeps_tokens_and_describes_a_store(
     assert f"verified 1 token files, {store.tokens:,} tokens: OK" in out
 
 
-def test_stats_on_a_token_store_is_a_clear_error(store_run, capsys):
-    assert lmshards_main(["stats", str(store_run / "tokens")]) == 2
+def test_stats_of_a_token_store_counts_its_documents_and_every_token(store_run, tmp_path, capsys):
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    store = store_run / "tokens"
+    # The store holds only its own files: its stats go where --output says.
+    assert lmshards_main(["stats", str(store)]) == 2
     (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("lmshards stats:")]
-    assert line.startswith("lmshards stats: error: ") and "is a token store" in line
-    assert "lmshards repack --tokens" in line
+    assert "is a token store" in line and "--output" in line
+    assert not (store / "stats").exists()
+
+    assert lmshards_main(["stats", str(store), "--output", str(tmp_path / "st")]) == 0
+    assert "token store" in capsys.readouterr().out
+    stats = json.loads((tmp_path / "st" / "stats.json").read_text())
+    manifest = read_store_manifest(str(store))
+    # Counted from the Parquet files directly, not through the store's reader.
+    tables = [pq.read_table(store / info.path) for info in manifest.files]
+    ids = np.concatenate(
+        [np.concatenate(t["input_ids"].to_numpy(zero_copy_only=False)) for t in tables]
+    )
+    lengths = np.concatenate([[len(x) for x in t["input_ids"].to_pylist()] for t in tables])
+    counts = np.bincount(ids, minlength=manifest.tokenizer.vocab_size)
+    assert stats["kind"] == "token_store" and stats["manifest_mismatches"] == []
+    assert (stats["documents"], stats["tokens"]) == (manifest.documents, manifest.tokens)
+    assert stats["tokens"] == int(counts.sum()) and stats["vocab_used"] == int((counts > 0).sum())
+    top = stats["top_tokens"][0]
+    assert top["count"] == int(counts.max()) and top["id"] == int(np.argmax(counts))
+    assert top["text"] is not None  # named with the store's own tokenizer copy
+    per_doc = stats["tokens_per_document"]
+    assert (per_doc["min"], per_doc["max"]) == (int(lengths.min()), int(lengths.max()))
+    assert per_doc["longer_than"]["128"] == int((lengths > 128).sum())
+    assert sum(c for _, c in per_doc["histogram"]) == manifest.documents
+    assert "documents longer than 128 tokens" in (tmp_path / "st" / "stats.html").read_text()
 
 
 @pytest.mark.slow
