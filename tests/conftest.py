@@ -20,6 +20,18 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+@pytest.fixture(autouse=True)
+def _no_worker_package_switch_leaks():
+    """A Dataflow run in-process sets LMSHARDS_WORKER_PACKAGE for Beam's stager (and leaves it set, as
+    the process ends anyway); a later test that builds lmshards must not get the worker distribution."""
+    before = os.environ.get("LMSHARDS_WORKER_PACKAGE")
+    yield
+    if before is None:
+        os.environ.pop("LMSHARDS_WORKER_PACKAGE", None)
+    else:
+        os.environ["LMSHARDS_WORKER_PACKAGE"] = before
+
+
 @pytest.fixture(scope="session")
 def sample_dir() -> Path:
     return SAMPLE_DIR

@@ -61,8 +61,10 @@ def isolated(cmd: list[str]) -> list[str]:
 
 
 def clean_env() -> dict[str, str]:
-    """This environment without PYTHONPATH, so the venv runs its own installed lmshards."""
-    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TPU_SKIP_MDS_QUERY")}
+    """This environment without PYTHONPATH, so the venv runs its own installed lmshards, and without
+    the switch that makes setup.py build the worker-only distribution (which has no console script)."""
+    dropped = ("PYTHONPATH", "TPU_SKIP_MDS_QUERY", "LMSHARDS_WORKER_PACKAGE")
+    return {k: v for k, v in os.environ.items() if k not in dropped}
 
 
 def tracked_copy(dst: Path) -> Path:
