@@ -61,10 +61,13 @@ def isolated(cmd: list[str]) -> list[str]:
 
 
 def clean_env() -> dict[str, str]:
-    """This environment without PYTHONPATH, so the venv runs its own installed lmshards, and without
-    the switch that makes setup.py build the worker-only distribution (which has no console script)."""
-    dropped = ("PYTHONPATH", "TPU_SKIP_MDS_QUERY", "LMSHARDS_WORKER_PACKAGE")
-    return {k: v for k, v in os.environ.items() if k not in dropped}
+    """This environment without PYTHONPATH, so the venv runs its own installed lmshards, without
+    the switch that makes setup.py build the worker-only distribution (which has no console script), and
+    without what earlier tests in this process may have set for Keras, JAX or XLA (e.g. KERAS_BACKEND=jax,
+    which this venv has no JAX for)."""
+    dropped = ("PYTHONPATH", "TPU_SKIP_MDS_QUERY")
+    prefixes = ("LMSHARDS_", "KERAS_", "JAX_", "XLA_")
+    return {k: v for k, v in os.environ.items() if k not in dropped and not k.startswith(prefixes)}
 
 
 def tracked_copy(dst: Path) -> Path:
