@@ -65,9 +65,18 @@ def clean_env() -> dict[str, str]:
     the switch that makes setup.py build the worker-only distribution (which has no console script), and
     without what earlier tests in this process may have set for Keras, JAX or XLA (e.g. KERAS_BACKEND=jax,
     which this venv has no JAX for)."""
-    dropped = ("PYTHONPATH", "TPU_SKIP_MDS_QUERY")
-    prefixes = ("LMSHARDS_", "KERAS_", "JAX_", "XLA_")
-    return {k: v for k, v in os.environ.items() if k not in dropped and not k.startswith(prefixes)}
+    kept = (
+        "PATH",
+        "HOME",
+        "USER",
+        "LANG",
+        "LC_ALL",
+        "TMPDIR",
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+    )
+    # Only what a shell on a fresh machine has, plus pip's own settings: nothing earlier tests set.
+    return {k: v for k, v in os.environ.items() if k in kept or k.startswith("PIP_")}
 
 
 def tracked_copy(dst: Path) -> Path:
