@@ -20,6 +20,7 @@ from typing import NoReturn
 
 from plumbing import fs
 from plumbing.errors import LmshardsError, disk_error_message
+from plumbing.flag_types import Number
 
 EXIT_OK = 0
 EXIT_FAILURE = 1  # the run failed on the machine's side (disk full, lost permission, ...)
@@ -51,6 +52,12 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
     """Shows '(default: X)' after every flag that has a non-empty default, and keeps descriptions as written."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
+        help_ = self._with_default(action)
+        if isinstance(action.type, Number):  # every numeric flag states its range
+            help_ = f"{help_}; {action.type.describe()}"
+        return help_
+
+    def _with_default(self, action: argparse.Action) -> str:
         help_ = action.help or ""
         # `is`, not `in`: 0 == False, and a default of 0 is shown like any other.
         unset = any(action.default is value for value in (None, False, argparse.SUPPRESS))

@@ -8,6 +8,18 @@ from typing import Any
 
 from plumbing import fs
 from plumbing.errors import LmshardsError
+from plumbing.flag_types import (
+    COUNT,
+    NON_NEGATIVE,
+    NON_NEGATIVE_COUNT,
+    POSITIVE,
+    PROBABILITY,
+    SEED,
+    Number,
+    check_ranges,
+    real,
+    whole,
+)
 from schemas.constants import DEFAULT_PER_REPLICA_BATCH
 from train.backends.registry import DEFAULT_BACKEND
 from train.devices import AUTO, STRATEGY_AUTO
@@ -101,6 +113,32 @@ def read_model_config(path: str) -> ModelConfig:
     return model_config_from_dict(data, source=path)
 
 
+# Records a shuffle buffer may hold: far beyond any host's memory for real sequences would be a typo.
+MAX_SHUFFLE_BUFFER = 10**8
+MAX_EPOCHS = 10**6
+MAX_STEPS_PER_EXECUTION = 10**4
+# The range of every numeric TrainConfig field: the argparse type of its flag and the check of a config
+# built in code (TrainConfig.__post_init__), so each is written once.
+TRAIN_RANGES: dict[str, Number] = {
+    "steps": COUNT,
+    "epochs": real(0.0, MAX_EPOCHS, low_open=True),
+    "per_replica_batch": COUNT,
+    "learning_rate": POSITIVE,
+    "weight_decay": NON_NEGATIVE,
+    "warmup_steps": NON_NEGATIVE_COUNT,
+    "clip_norm": POSITIVE,
+    "mlm_probability": PROBABILITY,
+    "shuffle_buffer": whole(1, MAX_SHUFFLE_BUFFER),
+    "seed": SEED,
+    "steps_per_execution": whole(1, MAX_STEPS_PER_EXECUTION, words=(AUTO,)),
+    "checkpoint_every": COUNT,
+    "keep": COUNT,
+    "eval_every": COUNT,
+    "eval_batches": COUNT,
+    "log_every": COUNT,
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """One training run, as given on the command line (recorded in run_config.json).
@@ -142,6 +180,9 @@ class TrainConfig:
     extend: bool = False
     restart: bool = False
     verbose: bool = False
+
+    def __post_init__(self) -> None:
+        check_ranges(self, TRAIN_RANGES)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

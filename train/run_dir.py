@@ -77,6 +77,9 @@ RUN_OPTIONS = (
     RunOption("learning_rate", REFUSE, restarts_rate=True),
     RunOption("warmup_steps", REFUSE, restarts_rate=True),
     RunOption("lr_schedule", REFUSE),
+    # What each update does: another value would train another model than the one recorded.
+    RunOption("weight_decay", REFUSE, recorded_default=TrainConfig.weight_decay),
+    RunOption("clip_norm", REFUSE),
     # The masking recipe: another one would train another objective.
     RunOption("masking", REFUSE),
     RunOption("mlm_probability", REFUSE),
@@ -196,7 +199,7 @@ def check_continuation(
     ]
     if refused:
         raise LmshardsError(
-            f"{config.output!r} is a run whose schedule, masking, model and backend its first command fixed, and this "
+            f"{config.output!r} is a run whose schedule, optimizer, masking, model and backend its first command fixed, and this "
             "command changes them: "
             f"{'; '.join(c.describe() for c in refused)}. Rerun with the run's values to resume it; to train it longer, "
             "pass the new --steps with --extend (the rate then falls linearly from where it is to 0 over the added "

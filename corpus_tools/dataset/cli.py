@@ -48,7 +48,7 @@ def build_parser() -> CommandParser:
         "--output_column", default=de.DEFAULT_COLUMN, help="column name in the output files"
     )
     parser.add_argument(
-        "--num_shards", type=int, default=de.DEFAULT_NUM_SHARDS, help="output files"
+        "--num_shards", type=de.NUM_SHARDS, default=de.DEFAULT_NUM_SHARDS, help="output files"
     )
     parser.add_argument(
         "--format", choices=de.FORMATS, default=de.DEFAULT_FORMAT, help="output file format"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from plumbing.errors import LmshardsError
+from plumbing.flag_types import whole
 from plumbing.lease import output_lease
 from plumbing.quiet import load_tensorflow_quietly
 from plumbing.units import format_duration
@@ -34,6 +35,9 @@ TENSORFLOW_MODULES = (
     "tfx_bsl.coders.example_coder",
 )
 log = logging.getLogger(__name__)
+
+
+MAX_TOP_K = 10**6
 
 
 def build_parser() -> CommandParser:
@@ -62,7 +66,10 @@ def build_parser() -> CommandParser:
         help="split to analyse; repeatable (default: every split of the manifest)",
     )
     parser.add_argument(
-        "--top_k", type=int, default=DEFAULT_TOP_K, help="most frequent tokens to list"
+        "--top_k",
+        type=whole(1, MAX_TOP_K),
+        default=DEFAULT_TOP_K,
+        help="most frequent tokens to list",
     )
     parser.add_argument(
         "--tokenizer",

@@ -21,6 +21,7 @@ from plumbing.cli import (
     run_command,
     setup_logging,
 )
+from plumbing.flag_types import COUNT, SEED
 from plumbing.lease import output_lease
 from plumbing.units import format_duration, size_flag
 from preprocess import sources
@@ -45,7 +46,7 @@ def _add_input_args(parser: argparse.ArgumentParser, *, required: bool) -> None:
     )
     sources.add_reading_arguments(parser)
     parser.add_argument(
-        "--seed", type=int, default=cfg.DEFAULT_SEED, help="seed of the document sample"
+        "--seed", type=SEED, default=cfg.DEFAULT_SEED, help="seed of the document sample"
     )
 
 
@@ -62,7 +63,7 @@ def train_parser() -> CommandParser:
     )
     parser.add_argument(
         "--vocab_size",
-        type=int,
+        type=cfg.VOCAB_SIZE,
         default=cfg.DEFAULT_VOCAB_SIZE,
         help="vocabulary size, special tokens included",
     )
@@ -75,7 +76,9 @@ def train_parser() -> CommandParser:
     parser.add_argument(
         "--lowercase", action="store_true", help="wordpiece: lowercase and strip accents"
     )
-    parser.add_argument("--max_documents", type=int, default=None, help="cap on sampled documents")
+    parser.add_argument(
+        "--max_documents", type=COUNT, default=None, help="cap on sampled documents"
+    )
     parser.add_argument(
         "--max_bytes",
         type=MAX_BYTES_TYPE,
@@ -98,7 +101,7 @@ def inspect_parser() -> CommandParser:
     _add_input_args(parser, required=False)
     parser.add_argument(
         "--max_documents",
-        type=int,
+        type=COUNT,
         default=DEFAULT_INSPECT_DOCUMENTS,
         help="documents sampled from --input",
     )
@@ -117,8 +120,6 @@ def inspect_main(argv: Sequence[str]) -> int:
     args = parser.parse_args(list(argv))
     if not args.text and not args.input:
         parser.error("nothing to inspect: pass --text TEXT and/or --input PATH")
-    if args.max_documents < 1:
-        parser.error(f"--max_documents must be at least 1, got {args.max_documents}")
     setup_logging(verbose=args.verbose, packages=LOG_PACKAGES)
     return run_command(INSPECT_COMMAND, lambda: _inspect(args))
 

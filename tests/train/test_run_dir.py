@@ -52,6 +52,8 @@ def test_the_same_command_continues_the_run(tmp_path):
         ("model_family", "roberta", "bert"),
         ("model_preset", "tiny", "small"),
         ("backend", "tensorflow", "jax"),
+        ("weight_decay", 0.01, 0.1),
+        ("clip_norm", None, 1.0),
     ],
 )
 def test_a_changed_schedule_or_masking_is_refused_naming_the_option_and_both_values(
