@@ -21,9 +21,12 @@ from train.evaluation import EvalSums
 NAME = "fake"
 EVENTS: list[tuple[str, object]] = []
 _INTERRUPT: dict[str, int] = {}
+# "weights" or "eval" -> the first global step at which they are NaN (set by a test, cleared by register).
+NON_FINITE_FROM_STEP: dict[str, int] = {}
 _STEP_FILE = re.compile(r"^step-(\d+)$")
 # What one eval batch sums to: loss 2.0 over 4 masked tokens, 1 correct.
 BATCH_SUMS = EvalSums(8.0, 4.0, 1.0)
+NAN_SUMS = EvalSums(float("nan"), 4.0, 0.0)
 
 
 def register(monkeypatch) -> None:
@@ -32,6 +35,7 @@ def register(monkeypatch) -> None:
     )
     EVENTS.clear()
     _INTERRUPT.clear()
+    NON_FINITE_FROM_STEP.clear()
 
 
 def interrupt_at(name: str, signum: int = signal.SIGTERM) -> None:
@@ -91,8 +95,15 @@ class FakeBackend(Backend):
 
     def eval_batches(self, inputs, shard_set, limit) -> Iterator[EvalSums]:
         _event("eval", limit)
+        bad = NON_FINITE_FROM_STEP.get("eval")
+        sums = NAN_SUMS if bad is not None and self.step >= bad else BATCH_SUMS
         for _ in range(inputs.eval_batches(shard_set, limit)):
-            yield BATCH_SUMS
+            yield sums
+
+    def non_finite_weights(self) -> tuple[list[str], int]:
+        _event("check_weights")
+        bad = NON_FINITE_FROM_STEP.get("weights")
+        return (["dense/kernel"] if bad is not None and self.step >= bad else []), 2
 
     def save(self, step: int) -> str:
         _event("save", step)

@@ -18,6 +18,7 @@ pytest.importorskip("jax")
 from plumbing.cli import EXIT_PREEMPTED  # noqa: E402
 from tests.helpers.jax_subprocess import REPO, jax_env, run_jax  # noqa: E402
 from tests.helpers.shard_factory import write_sample_shards  # noqa: E402
+from train.backends import jax_checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.slow
 DEVICES = 4
@@ -182,3 +183,30 @@ def test_export_and_fill_mask_from_a_jax_run(whole_run, sample_tokenizer, tmp_pa
     assert fill_mask_cli.main([str(out), "The capital of France is <mask>.", "--json"]) == 0
     predictions = json.loads(capsys.readouterr().out)
     assert len(predictions) == 1 and len(predictions[0]) == 5
+
+
+def test_weights_that_go_non_finite_stop_a_jax_run_as_divergence(shards, tmp_path):
+    run = tmp_path / "diverged"
+    argv = train_argv(shards, run)
+    for flag, value in (("--steps", "3"), ("--checkpoint_every", "1"), ("--eval_every", "1")):
+        argv[argv.index(flag) + 1] = value
+    argv[argv.index("--steps_per_execution") + 1] = "1"
+    done = subprocess.run(
+        [*argv, "--weight_decay", "1e20", "--warmup_steps", "0", "--final_eval", "none"],
+        env=jax_env(DEVICES),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr[-4000:]
+    assert lines[-1].startswith("lmshards train: error: Training diverged at step "), lines[-1]
+    stopped = int(lines[-1].split("at step ")[1].split()[0])
+    saved = [
+        step
+        for p in (run / "checkpoints").iterdir()
+        if (step := jax_checkpoint.checkpoint_step(str(p))) is not None
+    ]
+    assert all(step < stopped for step in saved)  # nothing of the diverged weights was checkpointed
+    assert not (run / "run_summary.json").exists()
