@@ -18,7 +18,6 @@ pytest.importorskip("jax")
 from plumbing.cli import EXIT_PREEMPTED  # noqa: E402
 from tests.helpers.jax_subprocess import REPO, jax_env, run_jax  # noqa: E402
 from tests.helpers.shard_factory import write_sample_shards  # noqa: E402
-from train.backends import jax_checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.slow
 DEVICES = 4
@@ -186,9 +185,10 @@ def test_export_and_fill_mask_from_a_jax_run(whole_run, sample_tokenizer, tmp_pa
 
 
 def test_weights_that_go_non_finite_stop_a_jax_run_as_divergence(shards, tmp_path):
+    # A step of this decay makes the weights huge, the next one infinite: the run must stop, never exit 0.
     run = tmp_path / "diverged"
     argv = train_argv(shards, run)
-    for flag, value in (("--steps", "3"), ("--checkpoint_every", "1"), ("--eval_every", "1")):
+    for flag, value in (("--steps", "2"), ("--checkpoint_every", "1"), ("--eval_every", "1")):
         argv[argv.index(flag) + 1] = value
     argv[argv.index("--steps_per_execution") + 1] = "1"
     done = subprocess.run(
@@ -199,14 +199,12 @@ def test_weights_that_go_non_finite_stop_a_jax_run_as_divergence(shards, tmp_pat
         text=True,
         timeout=TIMEOUT_S,
     )
-    lines = done.stderr.strip().splitlines()
+    last = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 2, done.stderr[-4000:]
-    assert lines[-1].startswith("lmshards train: error: Training diverged at step "), lines[-1]
-    stopped = int(lines[-1].split("at step ")[1].split()[0])
-    saved = [
-        step
-        for p in (run / "checkpoints").iterdir()
-        if (step := jax_checkpoint.checkpoint_step(str(p))) is not None
-    ]
-    assert all(step < stopped for step in saved)  # nothing of the diverged weights was checkpointed
+    assert last.startswith("lmshards train: error: Training diverged at step "), last
+    for path in (run / "checkpoints").iterdir():  # never a checkpoint of non-finite weights
+        with np.load(path) as arrays:
+            assert all(
+                np.isfinite(arrays[k]).all() for k in arrays.files if arrays[k].dtype.kind == "f"
+            )
     assert not (run / "run_summary.json").exists()
