@@ -19,10 +19,10 @@ from plumbing import fs
 from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from plumbing.errors import LmshardsError
 from schemas.manifest import Manifest, read_manifest
+from train.config import REPORT_HTML
 from train.run_dir import read_metrics
 
 COMMAND = "report"
-REPORT_HTML = "report.html"
 METRICS_JSONL = (
     "metrics.jsonl"  # train.config's names, repeated so a report needs no training stack
 )

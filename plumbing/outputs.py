@@ -1,7 +1,10 @@
 """Guards on the locations a command reads and writes, local and gs://.
 
 - check_no_overlap: an output must not equal, lie inside, or contain an input.
-- owned_entries / clear_owned_output: --overwrite deletes only what an earlier lmshards run wrote.
+- owned_entries / clear_owned_output: --overwrite (and `train --restart`) delete only what an earlier
+  lmshards run wrote: what its layout names and, where the output has a manifest, the shards it lists.
+  A file whose name only looks like a shard is the user's when the manifest does not list it.
+- register_layout: a command that owns a kind of output (`train`'s run directory) declares its layout.
 - check_writable / disk_error_message: a missing permission, a read-only file system or a full disk
   is found before any work starts, and is reported in one line when it happens mid-run.
 """
@@ -164,6 +167,11 @@ class _Layout:
     scratch_dirs: frozenset[str] = frozenset()  # owned with everything they hold
     shard_dirs: frozenset[str] = frozenset()  # owned while they hold only shards of their split
     nested: tuple[tuple[str, str], ...] = ()  # (directory name, kind of the output it holds)
+    # (directory name, pattern): owned while every file below it matches, by its path relative to it
+    pattern_dirs: tuple[tuple[str, re.Pattern[str]], ...] = ()
+
+
+OutputLayout = _Layout  # what register_layout takes
 
 
 _LAYOUTS = {
@@ -194,6 +202,14 @@ _LAYOUTS = {
     STATS_OUTPUT: _Layout(marker=STATS_JSON, files=frozenset({STATS_HTML})),
 }
 OUTPUT_KINDS = tuple(_LAYOUTS)
+
+
+def register_layout(kind: str, layout: OutputLayout) -> None:
+    """Declares the entries a `kind` output holds, so that check_replaceable and clear_owned_output know them.
+
+    For outputs of a side of the contract (train's run directory) whose names plumbing does not import.
+    """
+    _LAYOUTS[kind] = layout
 
 
 class OwnedEntries(NamedTuple):
@@ -241,8 +257,14 @@ def _is_shard_of(name: str, split: str) -> bool:
         return False
 
 
-def _foreign_in(filesystem: Any, path: str, name: str, layout: _Layout) -> list[str]:
-    """Foreign relative paths inside the top-level directory `name`; every one of them when it is not ours."""
+def _foreign_in(
+    filesystem: Any, path: str, name: str, layout: _Layout, listed: frozenset[str] | None
+) -> list[str]:
+    """Foreign relative paths inside the top-level directory `name`; every one of them when it is not ours.
+
+    listed: the shard paths the output's manifest lists; None when it has none (an interrupted run's
+    shards are then known by their names).
+    """
     if name in layout.scratch_dirs:
         return []
     if name in layout.shard_dirs:
@@ -250,11 +272,45 @@ def _foreign_in(filesystem: Any, path: str, name: str, layout: _Layout) -> list[
             f"{name}/{e.shown}"
             for e in _list(filesystem, path)
             if not (e.type == "file" and _is_shard_of(e.name, name))
+            or (listed is not None and f"{name}/{e.name}" not in listed)
         ]
     for directory, kind in layout.nested:
         if name == directory:
             return [f"{name}/{f}" for f in _classify(filesystem, path, _LAYOUTS[kind]).foreign]
+    for directory, pattern in layout.pattern_dirs:
+        if name == directory:
+            return [f"{name}/{f}" for f in _files_below(filesystem, path) if not pattern.match(f)]
     return [f"{name}/"]
+
+
+def _files_below(filesystem: Any, path: str, prefix: str = "") -> list[str]:
+    """Relative paths of everything below path: files, and symlinks and the like as they are (never followed)."""
+    found = []
+    for entry in _list(filesystem, path):
+        if entry.type == "directory":
+            found += _files_below(
+                filesystem, posixpath.join(path, entry.name), f"{prefix}{entry.name}/"
+            )
+        else:
+            found.append(
+                f"{prefix}{entry.shown}" if entry.type == "file" else f"{prefix}{entry.name}@"
+            )
+    return found
+
+
+def _listed_shards(filesystem: Any, path: str, layout: _Layout) -> frozenset[str] | None:
+    """The shard paths the output's own manifest lists; None when it has no manifest of its kind."""
+    if not layout.shard_dirs:
+        return None
+    try:
+        data = json.loads(filesystem.cat_file(posixpath.join(path, layout.marker)))
+        if data.get("format") != layout.marker_format:
+            return None
+        return frozenset(
+            shard["path"] for split in data["splits"].values() for shard in split["shards"]
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def _json_format(data: bytes) -> str | None:
@@ -284,13 +340,16 @@ def _is_ours(filesystem: Any, path: str, name: str, layout: _Layout) -> bool:
 def _classify(filesystem: Any, path: str, layout: _Layout) -> OwnedEntries:
     owned: list[str] = []
     foreign: list[str] = []
+    listed = _listed_shards(filesystem, path, layout)
     for entry in _list(filesystem, path):
         if entry.type == "file":
             (owned if _is_ours(filesystem, path, entry.name, layout) else foreign).append(
                 entry.name
             )
         elif entry.type == "directory":
-            inner = _foreign_in(filesystem, posixpath.join(path, entry.name), entry.name, layout)
+            inner = _foreign_in(
+                filesystem, posixpath.join(path, entry.name), entry.name, layout, listed
+            )
             if inner:
                 foreign.extend(inner)
             else:

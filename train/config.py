@@ -32,6 +32,7 @@ METRICS_JSONL = "metrics.jsonl"
 CHECKPOINTS_DIR = "checkpoints"
 TENSORBOARD_DIR = "tensorboard"
 TOKENIZER_DIR = "tokenizer"
+REPORT_HTML = "report.html"  # `lmshards report`'s page, by default in the run directory
 
 LR_SCHEDULES = ("linear", "cosine")
 # What the end of training evaluates: one pass over the whole validation split, or nothing more.
