@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn
 
-from plumbing import fs
+from plumbing import fs, stopping
 from plumbing.errors import LmshardsError, disk_error_message
 from plumbing.flag_types import Number
 
@@ -196,21 +196,31 @@ def setup_logging(*, verbose: bool = False, packages: Sequence[str] = ()) -> Non
 
 
 def run_command(command: str, body: Callable[[], int | None]) -> int:
-    """Runs a subcommand's body; a user error becomes the one error line and exit 2."""
+    """Runs a subcommand's body; a user error becomes the one error line and exit 2.
+
+    SIGTERM or SIGINT (plumbing.stopping) stops it: its output's lease and partial files are removed on the
+    way out (plumbing.lease.output_lease), then one line and exit 130, whatever a library raised meanwhile.
+    """
     try:
-        return int(body() or EXIT_OK)
-    except LmshardsError as e:
-        print_error(command, str(e))
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print_error(command, "interrupted")
-        return EXIT_INTERRUPTED
-    except Exception as e:
+        with stopping.stop_signals():
+            return int(body() or EXIT_OK)
+    except BaseException as e:
+        # Once a stop is asked for, whatever the unwinding raised (Beam wraps the interrupt) is the stop.
+        if stopping.requested() is not None or isinstance(e, KeyboardInterrupt):
+            print_error(
+                command,
+                f"stopped by {stopping.signal_name()}; its lease and partial output were removed. "
+                "Run the command again to start over.",
+            )
+            return EXIT_INTERRUPTED
+        if isinstance(e, LmshardsError):
+            print_error(command, str(e))
+            return EXIT_USAGE
         # A gs:// request that failed mid-run (network, permissions): one line, not gcsfs' traceback.
-        if not fs.is_storage_failure(e):
-            raise
-        print_error(command, fs.storage_problem(e))
-        return EXIT_USAGE
+        if isinstance(e, Exception) and fs.is_storage_failure(e):
+            print_error(command, fs.storage_problem(e))
+            return EXIT_USAGE
+        raise
 
 
 def run_writing(command: str, output: str, body: Callable[[], int | None]) -> int:

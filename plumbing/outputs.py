@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import posixpath
 import re
@@ -69,6 +70,7 @@ _SCHEME_ALIASES = {"gcs": "gs"}
 _PROBE_BYTES = b"lmshards write probe\n"
 # How many foreign entries an error message names before "and N more".
 _FOREIGN_SHOWN = 5
+log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------ inputs vs outputs
@@ -449,6 +451,29 @@ def clear_owned_output(directory: str, *, kind: str, flag: str = "--output") -> 
     for name in owned:
         filesystem.rm(posixpath.join(path, name), recursive=True)
     return owned
+
+
+def remove_partial_output(directory: str, *, kind: str, flag: str = "--output") -> tuple[str, ...]:
+    """Deletes what an interrupted `kind` writer left in directory; returns the names deleted.
+
+    A complete output (its marker, written last, is there and ours) is kept: it is an earlier run's that
+    this one had not started replacing, or this run's own, finished just before the stop. Anything
+    lmshards did not write stays too (nothing is deleted then, with a warning).
+    """
+    found = _existing_directory(directory, flag)
+    if found is None:
+        return ()
+    layout = _layout(kind)
+    filesystem, path = found
+    if filesystem.exists(posixpath.join(path, layout.marker)) and _is_ours(
+        filesystem, path, layout.marker, layout
+    ):
+        return ()
+    try:
+        return clear_owned_output(directory, kind=kind, flag=flag)
+    except OutputError as e:
+        log.warning("Left the partial output in %s as it is: %s", directory, e)
+        return ()
 
 
 def is_lmshards_output(directory: str) -> bool:

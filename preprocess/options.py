@@ -24,6 +24,7 @@ from plumbing.flag_types import (
     whole,
 )
 from plumbing.known_names import name_hints
+from plumbing.lease import STALE_AFTER_S, add_lease_flag
 from plumbing.units import size_flag
 from preprocess.pack import DEFAULT_GROUP_TOKENS, REMAINDER_CHOICES, REMAINDER_DROP
 from preprocess.shard import DEFAULT_SHARD_MULTIPLE, DEFAULT_TARGET_SHARD_MB
@@ -133,6 +134,7 @@ class LmshardsPreprocessOptions(PipelineOptions):
             "refused if the directory holds anything lmshards did not write.",
         )
         add_verbose_flag(parser)
+        add_lease_flag(parser)
         parser.add_argument(
             "--keep_tokens",
             action="store_true",
@@ -193,6 +195,7 @@ class PreprocessConfig:
     documents_per_tokenizer_call: int = DEFAULT_DOCUMENTS_PER_TOKENIZER_CALL
     range_mb: float = DEFAULT_RANGE_MB
     packing_group_tokens: int = DEFAULT_GROUP_TOKENS
+    lease_stale_s: float = STALE_AFTER_S
 
     def __post_init__(self) -> None:
         validate(self)
@@ -200,7 +203,7 @@ class PreprocessConfig:
     def manifest_options(self) -> dict[str, Any]:
         """The options that decide the output's bytes (recorded in the manifest).
 
-        Paths, --overwrite, --verbose, --keep_tokens and pure speed knobs (documents per tokenizer call, read range, threads) are left out, so
+        Paths, --overwrite, --verbose, --keep_tokens, --lease_stale_s and pure speed knobs (documents per tokenizer call, read range, threads) are left out, so
         the same corpus gives the same manifest whatever the machine.
         """
         keys = (

@@ -20,6 +20,7 @@ from plumbing.cli import (
     run_command,
 )
 from plumbing.flag_types import whole
+from plumbing.lease import add_lease_flag
 from plumbing.units import size_flag
 from preprocess import runners
 from preprocess.cli import check_flags, setup_preprocess_logging, summary
@@ -103,6 +104,7 @@ def build_parser() -> CommandParser:
         parser, help="replace an earlier lmshards output in --output (as preprocess --overwrite)"
     )
     add_verbose_flag(parser)
+    add_lease_flag(parser)
     return parser
 
 

@@ -19,7 +19,7 @@ from plumbing.cli import (
     setup_logging,
 )
 from plumbing.known_names import name_hints
-from plumbing.lease import output_lease
+from plumbing.lease import add_lease_flag, output_lease
 from plumbing.quiet import native_stderr_discarded, quiet_tensorflow
 from train.backends.registry import backend_names, select_keras_backend
 from train.config import FINAL_EVALS, LR_SCHEDULES, PRESETS, TRAIN_RANGES, TrainConfig
@@ -211,6 +211,7 @@ def build_parser() -> CommandParser:
         help="delete what an earlier run wrote in --output (checkpoints, metrics, summary) and train from step 0",
     )
     add_verbose_flag(p)
+    add_lease_flag(p)
     return p
 
 
@@ -246,7 +247,10 @@ def _run(config: TrainConfig) -> int:
     # still ends in exit 75. One writer per run directory: a second `train` on it (a restarted job whose
     # old process still runs) stops at the lease instead of resuming from a checkpoint the first one keeps
     # writing.
-    with PreemptionFlag.current() as preemption, output_lease(config.output, command=COMMAND):
+    with (
+        PreemptionFlag.current() as preemption,
+        output_lease(config.output, command=COMMAND, stale_after_s=config.lease_stale_s),
+    ):
         return _checked_run(config, preemption)
 
 

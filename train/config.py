@@ -20,6 +20,7 @@ from plumbing.flag_types import (
     real,
     whole,
 )
+from plumbing.lease import STALE_AFTER_S
 from schemas.constants import DEFAULT_PER_REPLICA_BATCH
 from train.backends.registry import DEFAULT_BACKEND
 from train.devices import AUTO, STRATEGY_AUTO
@@ -181,6 +182,7 @@ class TrainConfig:
     extend: bool = False
     restart: bool = False
     verbose: bool = False
+    lease_stale_s: float = STALE_AFTER_S
 
     def __post_init__(self) -> None:
         check_ranges(self, TRAIN_RANGES)

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from plumbing.errors import LmshardsError
 from plumbing.flag_types import whole
-from plumbing.lease import output_lease
+from plumbing.lease import add_lease_flag, output_lease
+from plumbing.outputs import STATS_OUTPUT
 from plumbing.quiet import load_tensorflow_quietly
 from plumbing.units import format_duration
 from schemas.constants import SPLITS
@@ -78,6 +79,7 @@ def build_parser() -> CommandParser:
         f"(default SHARDS_DIR/{TOKENIZER_DIRNAME} if present, else ids only)",
     )
     add_verbose_flag(parser)
+    add_lease_flag(parser)
     return parser
 
 
@@ -123,7 +125,12 @@ def _stats(args: argparse.Namespace, beam_args: list[str]) -> int:
         tokenizer=args.tokenizer,
     )
     started = time.monotonic()
-    with output_lease(stats_output(config), command=COMMAND):
+    with output_lease(
+        stats_output(config),
+        command=COMMAND,
+        stale_after_s=args.lease_stale_s,
+        partial_kind=STATS_OUTPUT,
+    ):
         report = run_stats(config, beam_args)
     if report is None:
         print(f"lmshards {COMMAND}: dry run, nothing submitted or written")

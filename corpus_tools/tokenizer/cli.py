@@ -22,7 +22,8 @@ from plumbing.cli import (
     setup_logging,
 )
 from plumbing.flag_types import COUNT, SEED
-from plumbing.lease import output_lease
+from plumbing.lease import add_lease_flag, output_lease
+from plumbing.outputs import TOKENIZER_OUTPUT
 from plumbing.units import format_duration, size_flag
 from preprocess import sources
 
@@ -58,6 +59,7 @@ def train_parser() -> CommandParser:
     parser.add_argument("--output", required=True, help="output directory (local or gs://)")
     add_overwrite_flag(parser, help="replace what a non-empty --output holds")
     add_verbose_flag(parser)
+    add_lease_flag(parser)
     parser.add_argument(
         "--model", choices=cfg.MODELS, default=cfg.DEFAULT_MODEL, help="tokenizer model"
     )
@@ -140,7 +142,12 @@ def _train(args: argparse.Namespace) -> int:
         text_column=args.text_column,
         overwrite=args.overwrite,
     )
-    with output_lease(config.output, command=TRAIN_COMMAND):
+    with output_lease(
+        config.output,
+        command=TRAIN_COMMAND,
+        stale_after_s=args.lease_stale_s,
+        partial_kind=TOKENIZER_OUTPUT,
+    ):
         result = train(config)
     s = result.sample
     print(
