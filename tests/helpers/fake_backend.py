@@ -23,7 +23,8 @@ EVENTS: list[tuple[str, object]] = []
 _INTERRUPT: dict[str, int] = {}
 # "weights" or "eval" -> the first global step at which they are NaN (set by a test, cleared by register).
 NON_FINITE_FROM_STEP: dict[str, int] = {}
-_STEP_FILE = re.compile(r"^step-(\d+)$")
+# Named like the JAX backend's, so that the run directory holds only what a run writes.
+_STEP_FILE = re.compile(r"^ckpt-(\d+)\.npz$")
 # What one eval batch sums to: loss 2.0 over 4 masked tokens, 1 correct.
 BATCH_SUMS = EvalSums(8.0, 4.0, 1.0)
 NAN_SUMS = EvalSums(float("nan"), 4.0, 0.0)
@@ -78,7 +79,7 @@ class FakeBackend(Backend):
         )
         if not steps:
             return Restored(0, None)
-        return Restored(steps[-1], os.path.join(self.directory, f"step-{steps[-1]}"))
+        return Restored(steps[-1], os.path.join(self.directory, f"ckpt-{steps[-1]}.npz"))
 
     def set_schedule(self, schedule) -> None:
         _event("set_schedule")
@@ -108,7 +109,7 @@ class FakeBackend(Backend):
     def save(self, step: int) -> str:
         _event("save", step)
         os.makedirs(self.directory, exist_ok=True)
-        path = os.path.join(self.directory, f"step-{step}")
+        path = os.path.join(self.directory, f"ckpt-{step}.npz")
         with open(path, "w") as f:
             f.write(str(step))
         return path
