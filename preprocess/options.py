@@ -24,7 +24,7 @@ from plumbing.flag_types import (
     whole,
 )
 from plumbing.known_names import name_hints
-from plumbing.lease import STALE_AFTER_S, add_lease_flag
+from plumbing.lease import STALE_AFTER_RANGE, STALE_AFTER_S, add_lease_flag
 from plumbing.units import size_flag
 from preprocess.pack import DEFAULT_GROUP_TOKENS, REMAINDER_CHOICES, REMAINDER_DROP
 from preprocess.shard import DEFAULT_SHARD_MULTIPLE, DEFAULT_TARGET_SHARD_MB
@@ -60,6 +60,7 @@ PREPROCESS_RANGES: dict[str, Number] = {
     "documents_per_tokenizer_call": whole(1, MAX_DOCUMENTS_PER_TOKENIZER_CALL),
     "range_mb": POSITIVE,
     "packing_group_tokens": COUNT,
+    "lease_stale_s": STALE_AFTER_RANGE,
 }
 _R = PREPROCESS_RANGES
 

@@ -20,7 +20,7 @@ from plumbing.flag_types import (
     real,
     whole,
 )
-from plumbing.lease import STALE_AFTER_S
+from plumbing.lease import STALE_AFTER_RANGE, STALE_AFTER_S
 from schemas.constants import DEFAULT_PER_REPLICA_BATCH
 from train.backends.registry import DEFAULT_BACKEND
 from train.devices import AUTO, STRATEGY_AUTO
@@ -138,6 +138,7 @@ TRAIN_RANGES: dict[str, Number] = {
     "eval_every": COUNT,
     "eval_batches": COUNT,
     "log_every": COUNT,
+    "lease_stale_s": STALE_AFTER_RANGE,
 }
 
 
