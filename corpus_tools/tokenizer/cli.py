@@ -41,7 +41,7 @@ def _add_input_args(parser: argparse.ArgumentParser, *, required: bool) -> None:
         default=[],
         metavar="PATH",
         help="file, directory or glob, local or gs://; text, JSONL or Parquet, optionally "
-        ".gz/.bz2 (repeatable)",
+        ".gz/.bz2/.zst/.xz (repeatable)",
     )
     sources.add_reading_arguments(parser)
     parser.add_argument(
