@@ -100,9 +100,8 @@ class LmshardsPreprocessOptions(PipelineOptions):
             help="Round each split's shard count up to a multiple of this (so every "
             "TPU host gets whole files).",
         )
-        add_reading_arguments(
-            parser
-        )  # --doc_separator, --doc_marker(_regex), --text_field/_column, --encoding
+        # --doc_separator, --doc_marker(_regex), --text_field, --text_column, --encoding
+        add_reading_arguments(parser)
         # The Flex Template launcher's `--overwrite=true` is rewritten `--overwrite` by preprocess.cli.
         add_overwrite_flag(
             parser,

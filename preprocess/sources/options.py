@@ -92,7 +92,9 @@ class ReadOptions:
         if self.doc_marker is not None:
             return line.strip() == self.doc_marker.strip()
         assert self.doc_marker_regex is not None, "only the marker reader asks"
-        return _compiled(self.doc_marker_regex).fullmatch(line) is not None
+        return (
+            re.fullmatch(self.doc_marker_regex, line) is not None
+        )  # re caches the compiled pattern
 
 
 def _codec_name(encoding: str) -> str:
@@ -125,7 +127,7 @@ def _check_marker(options: ReadOptions) -> None:
         )
     if regex is not None:
         try:
-            pattern = _compiled(regex)
+            pattern = re.compile(regex)
         except re.error as e:
             raise InputError(
                 f"--doc_marker_regex {regex!r} is not a regular expression ({e})."
@@ -135,15 +137,6 @@ def _check_marker(options: ReadOptions) -> None:
                 f"--doc_marker_regex {regex!r} matches an empty line, so every blank line would end a "
                 "document; make it match the marker only (or use --doc_separator blank_line)."
             )
-
-
-_PATTERNS: dict[str, re.Pattern[str]] = {}
-
-
-def _compiled(regex: str) -> re.Pattern[str]:
-    if regex not in _PATTERNS:
-        _PATTERNS[regex] = re.compile(regex)
-    return _PATTERNS[regex]
 
 
 def add_reading_arguments(parser: argparse.ArgumentParser) -> None:
@@ -181,7 +174,7 @@ def add_reading_arguments(parser: argparse.ArgumentParser) -> None:
         "--encoding",
         default=UTF8,
         help="encoding of text and JSON Lines files (default utf-8; e.g. latin-1 or cp1252 for "
-        "legacy text); files with a UTF-16/32 byte-order mark are decoded from it",
+        "legacy text); a file that starts with a UTF-16/32 byte-order mark is decoded as its mark says",
     )
 
 
