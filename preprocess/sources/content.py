@@ -3,7 +3,7 @@
 Refused, naming the file and the fix, while the run is planned:
 - compressed bytes under another name (gzip, bzip2, zstd or xz magic in a `.txt`), or a name that
   says one codec over another codec's bytes or none (compression.check_magic);
-- Parquet bytes or a zip archive under a name that is not `.parquet`;
+- Parquet bytes under a name that is not `.parquet`, a zip or tar archive (`.tar.gz` included);
 - CSV and TSV files (`.csv`, `.tsv`, compressed or not): read as text, their header and delimiters
   would become training text;
 - text or JSON Lines that is mostly not UTF-8, read with the default `--encoding utf-8`: of the
@@ -43,6 +43,8 @@ MAX_INVALID_SHARE = 0.5
 SNIFF_THREADS = 16
 DELIMITED_SUFFIXES = (".csv", ".tsv")
 _BINARY_KINDS = ((b"PAR1", "Parquet data", ".parquet"), (b"PK\x03\x04", "a zip archive", None))
+# A tar archive (as in .tar.gz) says so at this offset of its first header.
+_TAR_MAGIC, _TAR_MAGIC_AT = b"ustar", 257
 _NON_ASCII = re.compile(rb"[\x80-\xff]")
 _NOT_UTF8 = re.compile("[\udc80-\udcff]")
 
@@ -83,6 +85,10 @@ def check_content(path: str, options: ReadOptions) -> None:
         if head.startswith(magic):
             fix = f"rename it to end in {suffix}" if suffix else "extract its files and pass those"
             raise InputError(f"{path!r} holds {what}, not text; {fix}.")
+    if head[_TAR_MAGIC_AT : _TAR_MAGIC_AT + len(_TAR_MAGIC)] == _TAR_MAGIC:
+        raise InputError(
+            f"{path!r} holds a tar archive, not text; extract its files and pass those."
+        )
     if options.is_utf8 and not any(head.startswith(bom) for bom, _, _ in WIDE_BOMS):
         _check_mostly_utf8(path, head)
 

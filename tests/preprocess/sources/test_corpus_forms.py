@@ -8,6 +8,7 @@ import io
 import json
 import lzma
 import os
+import tarfile
 
 import pytest
 import zstandard
@@ -46,6 +47,15 @@ def _zstd_streamed(data: bytes) -> bytes:
         for i in range(0, len(data), 1000):
             writer.write(data[i : i + 1000])
             writer.flush(zstandard.FLUSH_BLOCK)
+    return out.getvalue()
+
+
+def _tar_of(data: bytes) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        info = tarfile.TarInfo("a.txt")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
     return out.getvalue()
 
 
@@ -106,6 +116,8 @@ def test_compressed_json_lines_and_ndjson_are_json_lines(tmp_path, name, make):
         ("table.csv", b"id,text\n1,hello\n", r"is CSV.*Convert it to JSON Lines"),
         ("table.tsv.zst", _zstd_frames(b"id\ttext\n", 1), r"is TSV"),
         ("data.txt", b"PAR1" + b"\x00" * 64, r"holds Parquet data.*end in .parquet"),
+        ("corpus.zip", b"PK\x03\x04" + b"\x00" * 64, r"holds a zip archive.*extract its files"),
+        ("corpus.tar.gz", gzip.compress(_tar_of(TEXT)), r"holds a tar archive.*extract its files"),
     ],
 )
 def test_content_that_its_name_does_not_say_is_refused_at_planning(tmp_path, name, data, said):
