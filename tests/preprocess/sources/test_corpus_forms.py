@@ -8,6 +8,7 @@ import io
 import json
 import lzma
 import os
+import struct
 import tarfile
 
 import pytest
@@ -32,6 +33,10 @@ TEXT = random_corpus(11, lines=400, crlf=False, bom=False)
 DOCS = expected_documents(TEXT, "line")
 RECORDS = [{"text": f"record {i} caf\u00e9", "id": i} for i in range(300)]
 JSONL = "".join(json.dumps(r) + "\n" for r in RECORDS).encode()
+
+
+# A zstd skippable frame (pzstd writes one before each frame): magic 0x184D2A50, size, payload.
+SKIPPABLE = struct.pack("<II", 0x184D2A50, 4) + b"size"
 
 
 def _zstd_frames(data: bytes, frames: int) -> bytes:
@@ -69,6 +74,10 @@ def _docs(path, options=None, stats=None):
         ("one.txt.zst", lambda d: _zstd_frames(d, 1)),
         ("frames.txt.zst", lambda d: _zstd_frames(d, 5)),
         ("streamed.txt.zst", _zstd_streamed),
+        (
+            "skippable.txt.zst",
+            lambda d: SKIPPABLE + _zstd_frames(d, 2) + SKIPPABLE,
+        ),  # as pzstd writes
         ("plain.txt.xz", lzma.compress),
         ("streams.txt.xz", lambda d: lzma.compress(d[:500]) + lzma.compress(d[500:])),
     ],
