@@ -56,39 +56,39 @@ WHAT = {
 }
 _SHORT = {kind: what.split(" (")[0] for kind, what in WHAT.items()}
 # What to run instead, by (kind given, kind wanted); {path} is the path given.
+_ITS_TOKENIZER = "its tokenizer is {path}/tokenizer: pass that"
 _INSTEAD = {
-    (
-        TOKEN_STORE,
-        SHARD_SET,
-    ): "`lmshards repack --tokens {path} --output NEW_DIR` it first and pass NEW_DIR",
+    (TOKEN_STORE, SHARD_SET): (
+        "`lmshards repack --tokens {path} --output NEW_DIR` it first and pass NEW_DIR"
+    ),
     (UNFINISHED_OUTPUT, SHARD_SET): "run its `lmshards preprocess` again to completion",
     (RUN_DIRECTORY, SHARD_SET): (
-        "pass the shard set it trains on (its run_config.json names it); `lmshards report {path}` shows the run"
+        "pass the shard set it trains on (its run_config.json names it); "
+        "`lmshards report {path}` shows the run"
     ),
     (MODEL_EXPORT, SHARD_SET): "pass a shard set; `lmshards fill-mask {path} TEXT` tries the model",
     (TOKENIZER, SHARD_SET): (
-        "make a shard set with it first: `lmshards preprocess --tokenizer {path} --input CORPUS --output DIR`"
+        "make a shard set with it first: "
+        "`lmshards preprocess --tokenizer {path} --input CORPUS --output DIR`"
     ),
     (DATASET_EXPORT, SHARD_SET): "pass the shard set it was exported from",
     (STATS, SHARD_SET): "pass the shard set it describes (usually its parent directory)",
-    (
-        RUN_DIRECTORY,
-        MODEL_EXPORT,
-    ): "`lmshards export {path} --output MODEL_DIR` it first and pass MODEL_DIR",
-    (SHARD_SET, MODEL_EXPORT): (
-        "train a model on it (`lmshards train --shards {path} --output RUN_DIR`), then `lmshards export RUN_DIR`"
+    (RUN_DIRECTORY, MODEL_EXPORT): (
+        "`lmshards export {path} --output MODEL_DIR` it first and pass MODEL_DIR"
     ),
-    (
-        TOKEN_STORE,
-        MODEL_EXPORT,
-    ): "`lmshards repack` it into a shard set, train on that and `lmshards export` the run",
-    (UNFINISHED_OUTPUT, MODEL_EXPORT): "pass a model directory written by `lmshards export`",
+    (SHARD_SET, MODEL_EXPORT): (
+        "train a model on it (`lmshards train --shards {path} --output RUN_DIR`), then "
+        "`lmshards export RUN_DIR --output MODEL_DIR`"
+    ),
+    (TOKEN_STORE, MODEL_EXPORT): (
+        "`lmshards repack` it into a shard set, train on that and `lmshards export` the run"
+    ),
     (TOKENIZER, MODEL_EXPORT): (
         "a tokenizer has no model; `lmshards tokenizer inspect {path} --text TEXT` shows its tokens"
     ),
-    (SHARD_SET, TOKENIZER): "its tokenizer is {path}/tokenizer: pass that",
-    (TOKEN_STORE, TOKENIZER): "its tokenizer is {path}/tokenizer: pass that",
-    (RUN_DIRECTORY, TOKENIZER): "its tokenizer is {path}/tokenizer: pass that",
+    (SHARD_SET, TOKENIZER): _ITS_TOKENIZER,
+    (TOKEN_STORE, TOKENIZER): _ITS_TOKENIZER,
+    (RUN_DIRECTORY, TOKENIZER): _ITS_TOKENIZER,
 }
 _DEFAULT_INSTEAD = {
     SHARD_SET: "pass the --output of `lmshards preprocess`",
