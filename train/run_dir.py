@@ -26,7 +26,7 @@ from plumbing.outputs import (
     owned_entries,
     register_layout,
 )
-from schemas.constants import MANIFEST_FORMAT, MANIFEST_NAME, TOKENS_FORMAT
+from schemas.directory_kind import OTHER, RUN_DIRECTORY, WHAT, directory_kind
 from schemas.manifest import Manifest
 from schemas.tokenizer_info import TokenizerSource
 from train.backends.registry import DEFAULT_BACKEND
@@ -470,11 +470,12 @@ def check_run_output(output: str, shards: tuple[str, ...]) -> None:
       OutputError: naming the directory, what it is or the files that are not the run's, and the fix.
     """
     check_no_overlap(shards, output, output_flag="--output", input_flag="--shards")
-    kind = _data_kind(output)
-    if kind:
+    kind = directory_kind(output)
+    if kind not in (RUN_DIRECTORY, OTHER):
         raise OutputError(
-            f"--output {output!r} is {kind}, not a run directory: training there would mix the run's files "
-            "with it (and --restart would delete them). Choose a new --output for the run, e.g. runs/NAME."
+            f"--output {output!r} is {WHAT[kind]}, not a run directory: training there would mix the run's "
+            "files with it (and --restart would delete them). Choose a new --output for the run, e.g. "
+            "runs/NAME."
         )
     foreign = owned_entries(output, kind=TRAIN_RUN_OUTPUT).foreign
     if foreign:
@@ -486,15 +487,3 @@ def check_run_output(output: str, shards: tuple[str, ...]) -> None:
             "run's files, and --restart deletes only those. Choose a new or empty --output, or move those "
             "files away."
         )
-
-
-def _data_kind(directory: str) -> str | None:
-    """'a shard set' or 'a token store' when directory holds that lmshards output's manifest, else None."""
-    manifest = fs.join(directory, MANIFEST_NAME)
-    if not fs.exists(manifest):
-        return None
-    try:
-        found = json.loads(fs.read_bytes(manifest)).get("format")
-    except (ValueError, AttributeError):
-        return None
-    return {MANIFEST_FORMAT: "a shard set", TOKENS_FORMAT: "a token store"}.get(found)

@@ -314,7 +314,7 @@ def test_train_refuses_an_output_that_is_not_a_run_directory_and_leaves_it_as_it
     cases = [
         (shards, "is the same location as --shards"),
         (str(Path(shards) / "run"), "is inside --shards"),
-        (str(other), "is a shard set, not a run directory"),
+        (str(other), "is a shard set (written by `lmshards preprocess`), not a run directory"),
         (str(home), "holds files no training run wrote ('thesis.tex')"),
     ]
     for output, expected in cases:

@@ -228,9 +228,14 @@ def test_an_output_that_is_a_shard_set_a_token_store_or_inside_the_shards_is_ref
         check_run_output(str(shards), (str(shards),))
     with pytest.raises(OutputError, match="is inside --shards"):
         check_run_output(str(shards / "run"), (str(shards),))
-    with pytest.raises(OutputError, match=r"is a shard set, not a run directory"):
+    with pytest.raises(
+        OutputError,
+        match=r"is a shard set \(written by `lmshards preprocess`\), not a run directory",
+    ):
         check_run_output(str(shards), (str(tmp_path / "other"),))
-    with pytest.raises(OutputError, match=r"is a token store, not a run directory"):
+    with pytest.raises(
+        OutputError, match=r"is a token store \(written by .*\), not a run directory"
+    ):
         check_run_output(str(store), (str(shards),))
     check_run_output(str(tmp_path / "new-run"), (str(shards),))  # a new directory is fine
 
