@@ -191,6 +191,21 @@ def missing_runtime(
     return f"--backend {backend} needs {' and '.join(runtime + absent)}, not installed here: {how}."
 
 
+def mixed_venv(versions: Mapping[str, str | None]) -> str | None:
+    """The problem when one venv holds both backends' TPU stacks: tensorflow-tpu and jax.
+
+    jax[tpu] needs a libtpu that tensorflow-tpu cannot load (and the JAX set adds `tensorflow`), so in
+    such a venv one backend is broken whichever libtpu is installed.
+    """
+    if not (versions.get(TENSORFLOW_TPU) and versions.get(JAX)):
+        return None
+    return (
+        f"tensorflow-tpu {versions[TENSORFLOW_TPU]} and jax {versions[JAX]} are installed in one venv: they need "
+        "libtpu releases that exclude each other, so one of the backends cannot load. Keep one backend per venv: "
+        f"`{SETUP_TPU_ENV} VENV` for --backend tensorflow, `{SETUP_TPU_ENV} --backend jax VENV` for --backend jax."
+    )
+
+
 def tpu_problems(
     backend: str, versions: Mapping[str, str | None], signals: Sequence[str]
 ) -> list[str]:
@@ -244,6 +259,7 @@ def stack_problems(
     problems = (
         missing_runtime(backend, versions),
         tensorflow_conflict(versions),
+        mixed_venv(versions),
         libtpu_problem(backend, versions),
     )
     return [problem for problem in problems if problem] + tpu_problems(backend, versions, signals)
