@@ -13,7 +13,6 @@ from plumbing.flag_types import (
     NON_NEGATIVE,
     NON_NEGATIVE_COUNT,
     POSITIVE,
-    PROBABILITY,
     SEED,
     Number,
     check_ranges,
@@ -131,7 +130,8 @@ TRAIN_RANGES: dict[str, Number] = {
     "weight_decay": NON_NEGATIVE,
     "warmup_steps": NON_NEGATIVE_COUNT,
     "clip_norm": POSITIVE,
-    "mlm_probability": PROBABILITY,
+    # Any finite number here: its range depends on --masking, and check_recipe states and checks it.
+    "mlm_probability": real(),
     "shuffle_buffer": whole(1, MAX_SHUFFLE_BUFFER),
     "seed": SEED,
     "steps_per_execution": whole(1, MAX_STEPS_PER_EXECUTION, words=(AUTO,)),
