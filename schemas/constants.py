@@ -32,6 +32,12 @@ READABLE_MANIFEST_VERSIONS = (1, 2)
 TOKENS_DIR_NAME = "tokens"
 TOKENS_FORMAT = "lmshards.tokens"
 
+# `preprocess --dedup/--decontaminate` keeps its audit (one JSON line per removed document) here.
+CURATION_DIR_NAME = "curation"
+# The manifest's `curation` section carries its own version (absent in outputs without curation).
+CURATION_FORMAT_VERSION = 1
+READABLE_CURATION_VERSIONS = (1,)
+
 TOKENIZER_JSON = "tokenizer.json"
 # A self-contained shard set (and a run directory) carries its tokenizer in this subdirectory.
 TOKENIZER_DIR_NAME = "tokenizer"
