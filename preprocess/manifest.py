@@ -142,7 +142,6 @@ class ManifestInputs(NamedTuple):
     shards: beam.PCollection  # (split, ShardInfo), every shard written
     totals: beam.PCollection  # (split, SplitTotals)
     reading: beam.PCollection  # ReadStats, one
-    curation: beam.PCollection | None = None  # CurationInfo, one, when curation ran
 
 
 class _WriteManifestFn(beam.DoFn):
@@ -177,6 +176,7 @@ class WriteManifest(beam.PTransform):
 
     patterns: the --input values, named in the error when no document was read (then no manifest is written).
     before: paths written before the manifest when given (the token store's manifest, --keep_tokens).
+    curation: CurationInfo, one, when a curation stage ran (the manifest's curation section).
     """
 
     def __init__(
@@ -186,10 +186,12 @@ class WriteManifest(beam.PTransform):
         *,
         patterns: Sequence[str],
         before: beam.PCollection | None = None,
+        curation: beam.PCollection | None = None,
     ):
         super().__init__()
         self._fn = _WriteManifestFn(header, output, patterns)
         self._before = before
+        self._curation = curation
 
     def expand(self, inputs: ManifestInputs):
         return (
@@ -203,8 +205,8 @@ class WriteManifest(beam.PTransform):
                 beam.pvalue.AsSingleton(inputs.reading),
                 *([beam.pvalue.AsList(self._before)] if self._before is not None else []),
                 **(
-                    {"curation": beam.pvalue.AsSingleton(inputs.curation)}
-                    if inputs.curation is not None
+                    {"curation": beam.pvalue.AsSingleton(self._curation)}
+                    if self._curation is not None
                     else {}
                 ),
             )  # str: the manifest's path

@@ -297,17 +297,19 @@ def add_shard_stages(
         shard_multiple=config.shard_multiple,
         num_shards=config.num_shards,
     )  # (split, ShardInfo)
-    inputs = ManifestInputs(
-        shards=shards,
-        totals=packed.totals,
-        reading=reading,
-        curation=curation.info if curation is not None else None,
-    )
+    inputs = ManifestInputs(shards=shards, totals=packed.totals, reading=reading)
     if curation is not None:  # the manifest also waits for the audit files
         audit = curation.audit | "AuditPaths" >> beam.Map(lambda entry: entry["path"])  # str
         before = audit if before is None else (before, audit) | "Before" >> beam.Flatten()
     return inputs | (
-        "Manifest" >> WriteManifest(header, config.output, patterns=config.inputs, before=before)
+        "Manifest"
+        >> WriteManifest(
+            header,
+            config.output,
+            patterns=config.inputs,
+            before=before,
+            curation=curation.info if curation is not None else None,
+        )
     )  # str: the manifest's path
 
 

@@ -216,13 +216,18 @@ class ReadProgress:
 
 
 class ReadOutputs(NamedTuple):
-    documents: beam.PCollection  # list[str]; NumberedBatch when numbered
+    documents: beam.PCollection  # list[str]
     stats: beam.PCollection  # ReadStats: exactly one, the sum over every range
-    counts: beam.PCollection | None = None  # RangeCount, one per range, when numbered
+
+
+class NumberedReadOutputs(NamedTuple):
+    documents: beam.PCollection  # NumberedBatch
+    stats: beam.PCollection  # ReadStats: exactly one, the sum over every range
+    counts: beam.PCollection  # RangeCount, one per range
 
 
 class ReadDocuments(beam.PTransform):
-    """Input files -> ReadOutputs: batches of documents (list[str], at most batch_size each, in no fixed
+    """Input files -> ReadOutputs (NumberedReadOutputs when numbered): batches of documents (list[str], at most batch_size each, in no fixed
     order), and the ReadStats totals as data, so that the manifest can record them deterministically.
 
     files: InputFileInfo from expand_inputs, or paths/globs (expanded here).
@@ -262,7 +267,7 @@ class ReadDocuments(beam.PTransform):
             len(ranges),
         )
 
-    def expand(self, pbegin: beam.pvalue.PBegin) -> ReadOutputs:
+    def expand(self, pbegin: beam.pvalue.PBegin) -> ReadOutputs | NumberedReadOutputs:
         read = (
             pbegin
             | "ListRanges" >> beam.Create(self._ranges)  # SizedRange
@@ -283,7 +288,7 @@ class ReadDocuments(beam.PTransform):
         if not self._numbered:
             return ReadOutputs(documents=documents, stats=stats)
         counts = read | "RangeCounts" >> beam.Filter(is_count)  # RangeCount, one per range
-        return ReadOutputs(documents=documents, stats=stats, counts=counts)
+        return NumberedReadOutputs(documents=documents, stats=stats, counts=counts)
 
 
 class _ReadRangeFn(beam.DoFn):

@@ -24,7 +24,7 @@ from preprocess.curation.audit import (
 from preprocess.curation.decontaminate import Decontaminate, EvalIndex
 from preprocess.curation.dedup import ExactVerdicts, MinHashSettings, NearVerdicts
 from preprocess.curation.records import CurationDoc, DocRef, Removal
-from preprocess.read import NumberedBatch, ReadDocuments, ReadOutputs, range_offsets
+from preprocess.read import NumberedBatch, ReadDocuments, NumberedReadOutputs, range_offsets
 from preprocess.sources import ReadOptions
 from schemas.manifest import InputFileInfo
 
@@ -136,9 +136,9 @@ def _info(_, counts, clusters, eval_documents, audit, *, settings: CurationSetti
 
 
 class NumberDocuments(beam.PTransform):
-    """ReadOutputs of ReadDocuments(numbered=True) -> CurationDoc."""
+    """NumberedReadOutputs of ReadDocuments(numbered=True) -> CurationDoc."""
 
-    def expand(self, read: ReadOutputs):
+    def expand(self, read: NumberedReadOutputs):
         offsets = (
             read.counts
             | "Ranges" >> beam.combiners.ToList()  # [RangeCount]
@@ -170,14 +170,14 @@ class _Deduplicate(beam.PTransform):
 
 
 class CurateDocuments(beam.PTransform):
-    """ReadOutputs (numbered) -> CurationOutputs; the audit files are written under output."""
+    """NumberedReadOutputs (numbered) -> CurationOutputs; the audit files are written under output."""
 
     def __init__(self, settings: CurationSettings, output: str):
         super().__init__()
         self._settings = settings
         self._output = output
 
-    def expand(self, read: ReadOutputs) -> CurationOutputs:
+    def expand(self, read: NumberedReadOutputs) -> CurationOutputs:
         settings = self._settings
         pipeline = read.documents.pipeline
         docs = read | "NumberDocuments" >> NumberDocuments()  # CurationDoc
