@@ -24,7 +24,7 @@ from preprocess.curation.audit import (
 from preprocess.curation.decontaminate import Decontaminate, EvalIndex
 from preprocess.curation.dedup import ExactVerdicts, MinHashSettings, NearVerdicts
 from preprocess.curation.records import CurationDoc, DocRef, Removal
-from preprocess.read import NumberedBatch, ReadDocuments, NumberedReadOutputs, range_offsets
+from preprocess.read import NumberedBatch, NumberedReadOutputs, ReadDocuments, range_offsets
 from preprocess.sources import ReadOptions
 from schemas.manifest import InputFileInfo
 
