@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
+import numpy as np
 
 from preprocess.curation.components import ConnectedComponents
 from preprocess.curation.minhash import BandKey, band_keys, hash_family, signature
@@ -64,9 +65,10 @@ def bucket_edges(nodes: Iterable[NodeKey]) -> Iterator[tuple[NodeKey, NodeKey]]:
         yield node, ordered[0]
 
 
-def document_band_keys(doc: CurationDoc, settings: MinHashSettings, family) -> list[BandKey]:
-    a, b = family
-    sig = signature(shingles(doc.text, settings.ngram), a, b)
+def document_band_keys(
+    doc: CurationDoc, settings: MinHashSettings, offsets: np.ndarray
+) -> list[BandKey]:
+    sig = signature(shingles(doc.text, settings.ngram), offsets)
     return band_keys(sig, bands=settings.bands, rows=settings.rows)
 
 

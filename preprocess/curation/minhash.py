@@ -1,9 +1,11 @@
 """MinHash signatures and LSH band keys, with a fixed seeded hash family.
 
-Permutation i maps a 32-bit shingle hash x to (a_i * x + b_i) mod (2^61 - 1), with a_i, b_i < 2^32
-drawn once from numpy's PCG64 seeded with MINHASH_SEED: the products stay below 2^64, so uint64
-arithmetic is exact and every machine computes the same signature. A signature is the minimum of
-each permutation over a document's shingles.
+Permutation i maps a shingle hash x to splitmix64's finalizer of x + s_i (arithmetic modulo 2^64),
+with the 64-bit offsets s_i drawn once from numpy's PCG64 seeded with MINHASH_SEED, so every machine
+computes the same signature. The finalizer makes each permutation behave like an independent random
+function; a linear family (a_i * x + b_i) mod p with small a_i would order the shingles nearly alike
+for many i, so that documents of high similarity agree on all bands or on none. A signature is the
+minimum of each permutation over a document's shingles.
 
 Banding: the signature's bands x rows values are cut into `bands` runs of `rows`; two documents
 whose values agree on a whole band share that band's key and become a candidate pair. For two
@@ -17,8 +19,10 @@ import hashlib
 
 import numpy as np
 
+from preprocess.curation.text import mix64
+
 MINHASH_SEED = 1  # the hash family: changing it changes which pairs are caught
-MERSENNE_61 = np.uint64((1 << 61) - 1)
+_MAX = np.uint64(np.iinfo(np.uint64).max)
 DEFAULT_NGRAM = 5
 DEFAULT_BANDS = 14
 DEFAULT_ROWS = 8
@@ -29,21 +33,20 @@ BAND_KEY_BYTES = 8
 BandKey = tuple[int, int]  # (band, hash of the band's values)
 
 
-def hash_family(permutations: int, seed: int = MINHASH_SEED) -> tuple[np.ndarray, np.ndarray]:
-    """(a, b): uint64 [permutations] each, a in [1, 2^32), b in [0, 2^32)."""
+def hash_family(permutations: int, seed: int = MINHASH_SEED) -> np.ndarray:
+    """The offsets s_i: uint64 [permutations]."""
     rng = np.random.Generator(np.random.PCG64(seed))
-    a = rng.integers(1, 1 << 32, size=permutations, dtype=np.uint64)
-    b = rng.integers(0, 1 << 32, size=permutations, dtype=np.uint64)
-    return a, b
+    return rng.integers(0, _MAX, size=permutations, dtype=np.uint64, endpoint=True)
 
 
-def signature(shingle_hashes: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """uint64 [len(a)]: per permutation, the minimum over the shingles (each < 2^32, at least one)."""
-    result = np.full(len(a), MERSENNE_61, dtype=np.uint64)
-    for start in range(0, len(shingle_hashes), SHINGLE_BLOCK):
-        x = shingle_hashes[start : start + SHINGLE_BLOCK, None]  # [block, 1]
-        values = (x * a + b) % MERSENNE_61  # [block, permutations], exact: x * a + b < 2^64
-        np.minimum(result, values.min(axis=0), out=result)
+def signature(shingle_hashes: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """uint64 [len(offsets)]: per permutation, the minimum over the shingles (at least one)."""
+    result = np.full(len(offsets), _MAX, dtype=np.uint64)
+    with np.errstate(over="ignore"):  # modulo 2^64 on purpose
+        for start in range(0, len(shingle_hashes), SHINGLE_BLOCK):
+            x = shingle_hashes[start : start + SHINGLE_BLOCK, None]  # [block, 1]
+            values = mix64(x + offsets)  # [block, permutations]
+            np.minimum(result, values.min(axis=0), out=result)
     return result
 
 

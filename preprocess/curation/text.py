@@ -53,7 +53,7 @@ def word_hashes(tokens: list[str]) -> np.ndarray:
     )
 
 
-def _mix(x: np.ndarray) -> np.ndarray:
+def mix64(x: np.ndarray) -> np.ndarray:
     """splitmix64's finalizer: every input bit reaches every output bit."""
     x = x ^ (x >> np.uint64(30))
     x = x * _MIX1
@@ -75,7 +75,7 @@ def ngram_hashes(hashes: np.ndarray, n: int, *, bits: int = 32) -> np.ndarray:
         acc = np.zeros(count, dtype=np.uint64)
         for j in range(n):
             acc = acc * _COMBINE + hashes[j : j + count] + np.uint64(1)
-        mixed = _mix(acc)
+        mixed = mix64(acc)
         return mixed & _MASK32 if bits == 32 else mixed
 
 
