@@ -17,9 +17,9 @@ For (b) and (c): recall (planted copies removed, each group of copies reduced to
 rate, and false removals (documents removed that belong to no planted group). Also measured in this
 process: MinHash signatures (shingles and 112 permutations) in MB/s of text on one core.
 
-datatrove's environment: `python3 -m venv /tmp/dtvenv && /tmp/dtvenv/bin/pip install datatrove regex
-xxhash tokenizers orjson` (its MinHash modules and JSON Lines reader need those four, which datatrove 0.10 does
-not install itself).
+datatrove's environment: `python3 -m venv /tmp/dtvenv && /tmp/dtvenv/bin/pip install datatrove regex spacy
+"xxhash<4" tokenizers orjson` (its MinHash steps, word tokenizer and JSON Lines reader need them; datatrove 0.10.1
+does not install them itself, and its xxhash call passes a str, which xxhash 4 refuses).
 
 Usage (from the repository root, with the venv active):
   python -m bench.bench_dedup --datatrove_python /tmp/dtvenv/bin/python --json bench-dedup.json
