@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import apache_beam as beam
 
 from preprocess.curation.audit import (
+    CurationCounts,
     WriteAudit,
     counts_of_document,
     counts_of_removal,
@@ -26,7 +27,7 @@ from preprocess.curation.dedup import ExactVerdicts, MinHashSettings, NearVerdic
 from preprocess.curation.records import CurationDoc, DocRef, Removal
 from preprocess.read import NumberedBatch, NumberedReadOutputs, ReadDocuments, range_offsets
 from preprocess.sources import ReadOptions
-from schemas.manifest import InputFileInfo
+from schemas.manifest import CurationInfo, InputFileInfo
 
 DEDUP_NONE = "none"
 DEDUP_EXACT = "exact"
@@ -119,7 +120,15 @@ def _kept_ref(removal: Removal) -> Iterator[DocRef]:
         yield removal.kept
 
 
-def _info(_, counts, clusters, eval_documents, audit, *, settings: CurationSettings):
+def _info(
+    _: None,
+    counts: CurationCounts,
+    clusters: int,
+    eval_documents: Iterable[tuple[str, int]],
+    audit: Iterable[dict[str, Any]],
+    *,
+    settings: CurationSettings,
+) -> CurationInfo:
     eval_files = [f.path for f in settings.eval_sets.files] if settings.eval_sets else []
     return curation_info(
         dedup=settings.dedup,

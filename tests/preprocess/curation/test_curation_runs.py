@@ -280,3 +280,15 @@ def test_repack_refuses_dedup(near_run, tmp_path, capsys):
         )
     assert exit_.value.code == 2
     assert "--dedup is not a repack flag" in capsys.readouterr().err
+
+
+def test_decontaminate_alone_removes_only_the_contaminated_document(corpus, tmp_path):
+    output = tmp_path / "decontaminated"
+    flags = ["--decontaminate", corpus["eval"], "--decontaminate_text_field", "question"]
+    assert _run(corpus, output, *flags) == 0
+    assert [(x["index"], x["reason"], x["eval"]["index"]) for x in _audit(output)] == [
+        (5, "contaminated", 1)
+    ]
+    curation = read_manifest(str(output)).curation
+    assert curation.dedup == "none" and curation.clusters == 0
+    assert curation.options == {"decontaminate_ngram": 13}
