@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", dest="work_dir", default="/tmp/lmshards-bench-dedup")
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args(argv)
-    header = report_header("bench_dedup", started=time.time(), argv=argv, code_dirs=CODE_DIRS)
+    header = report_header("dedup", started=time.time(), argv=argv, code_dirs=CODE_DIRS)
     results = run(args)
     print_table(results)
     if args.json:
