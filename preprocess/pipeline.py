@@ -1,4 +1,7 @@
-"""The preprocess pipeline: read -> encode -> split -> pack -> shard -> manifest.
+"""The preprocess pipeline: read -> [curate] -> encode -> split -> pack -> shard -> manifest.
+
+The curation stage (preprocess.curation) is there only with --dedup exact|near or --decontaminate; without
+them the pipeline is exactly what it was.
 
 Everything that can be wrong with the user's input is checked in `plan_preprocess`, before the
 pipeline is built; the stages (one module each) are deterministic functions of the documents'

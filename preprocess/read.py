@@ -2,6 +2,10 @@
 
 The ranges (see preprocess.sources) are planned, and every file checked, when the transform is
 constructed, i.e. while the pipeline is built and before any worker starts.
+
+With numbered=True (curation needs each document's identity) every batch says which range of which file
+it came from and where in the range it starts, and every range reports how many documents it gave; a
+document's index in its file follows from those alone (range_offsets), whatever the range size.
 """
 
 from __future__ import annotations

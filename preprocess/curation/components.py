@@ -19,7 +19,7 @@ from typing import Any
 
 import apache_beam as beam
 
-COMPONENT_ROUNDS = 8  # (large-star, small-star) pairs unrolled; then one more large-star
+COMPONENT_ROUNDS = 12  # (large-star, small-star) pairs unrolled; then one more large-star
 Node = Any  # a totally ordered value with a deterministic coder (a tuple of ints, bytes, str)
 Edge = tuple[Node, Node]
 

@@ -10,7 +10,12 @@ import random
 import numpy as np
 import pytest
 
-from preprocess.curation.components import large_star, small_star, star_problem
+from preprocess.curation.components import (
+    COMPONENT_ROUNDS,
+    large_star,
+    small_star,
+    star_problem,
+)
 from preprocess.curation.decontaminate import contamination, document_ngrams
 from preprocess.curation.dedup import bucket_edges, exact_verdicts, verdict
 from preprocess.curation.minhash import (
@@ -130,7 +135,7 @@ def test_large_and_small_star_settle_a_long_shuffled_chain_and_keep_components_a
     rng.shuffle(labels)
     chain = [(labels[i], labels[i + 1]) for i in range(999)]  # one component of 1000 nodes
     other = [(labels[i], labels[i + 1]) for i in range(1000, 1999)]
-    roots = _components(chain + other, rounds=8)
+    roots = _components(chain + other, rounds=COMPONENT_ROUNDS)
     assert set(roots) == set(labels) - {min(labels[:1000]), min(labels[1000:])}
     for node, root in roots.items():
         assert root == (min(labels[:1000]) if node in labels[:1000] else min(labels[1000:]))
