@@ -389,6 +389,38 @@ def shards_figure(manifest: Manifest, *, name: str):
     )
 
 
+def curation_funnel(manifest: Manifest) -> list[tuple[str, str]]:
+    """(stage, count) rows of a curated shard set: documents in, removed per reason, documents and
+    tokens written; [] for a shard set made without curation."""
+    curation = manifest.curation
+    if curation is None:
+        return []
+    rows = [("documents in", f"{curation.documents_in:,} ({curation.bytes_in:,} bytes)")]
+    for reason, removed in curation.removed.items():
+        rows.append(
+            (f"removed: {reason}", f"{removed['documents']:,} ({removed['bytes']:,} bytes)")
+        )
+    splits = manifest.splits.values()
+    rows += [
+        ("documents written", f"{sum(s.totals.documents for s in splits):,}"),
+        ("tokens written", f"{sum(s.totals.tokens_written for s in splits):,}"),
+    ]
+    return rows
+
+
+def funnel_table(manifest: Manifest, *, name: str) -> str:
+    """The curation funnel of one shard set as an HTML table ("" without curation)."""
+    rows = curation_funnel(manifest)
+    if not rows:
+        return ""
+    cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
+    dedup = manifest.curation.dedup if manifest.curation else "none"
+    return (
+        f"<h2>Curation of {html.escape(name)} (--dedup {html.escape(dedup)})</h2>"
+        f"<table>{cells}</table>"
+    )
+
+
 # ---------------------------------------------------------------- the page
 
 
@@ -441,6 +473,7 @@ def render_report(
         f"<table>{rows}</table>",
         *(f"<p class='note'>{html.escape(note)}</p>" for note in notes),
         *charts,
+        *(funnel_table(m, name=path) for path, m in data.manifests.items() if m.curation),
     ]
     return (
         "<!doctype html>\n<html><head><meta charset='utf-8'>"

@@ -3,6 +3,7 @@ as headless Chromium renders it (no script errors, not blank)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import struct
@@ -15,6 +16,8 @@ import pytest
 from lmshards.cli import main as lmshards_main
 from lmshards.report import (
     Reference,
+    curation_funnel,
+    funnel_table,
     integer_dtick,
     loss_figure,
     read_run,
@@ -22,6 +25,7 @@ from lmshards.report import (
     shards_figure,
 )
 from schemas.manifest import (
+    CurationInfo,
     InputFileInfo,
     Manifest,
     ShardInfo,
@@ -269,3 +273,31 @@ def test_the_report_of_any_run_shows_the_most_frequent_token_baseline(
     assert f"{baseline.label}: {baseline.accuracy:.3f}".replace("'", "&#x27;") in page or (
         f"{baseline.accuracy:.3f} (its share of the maskable tokens" in page
     )
+
+
+def test_a_curated_shard_set_shows_its_funnel_and_an_uncurated_one_none():
+    curation = CurationInfo(
+        dedup="near",
+        options={},
+        documents_in=13,
+        bytes_in=900,
+        removed={
+            "contaminated": {"documents": 1, "bytes": 50},
+            "exact": {"documents": 4, "bytes": 200},
+            "near": {"documents": 2, "bytes": 120},
+        },
+        clusters=3,
+        eval_files=(),
+        audit=(),
+    )
+    curated = dataclasses.replace(_manifest(), curation=curation)
+    assert curation_funnel(curated) == [
+        ("documents in", "13 (900 bytes)"),
+        ("removed: contaminated", "1 (50 bytes)"),
+        ("removed: exact", "4 (200 bytes)"),
+        ("removed: near", "2 (120 bytes)"),
+        ("documents written", "6"),
+        ("tokens written", "136"),  # 8 tokens x 17 records,
+    ]
+    assert "Curation of s (--dedup near)" in funnel_table(curated, name="s")
+    assert curation_funnel(_manifest()) == [] and funnel_table(_manifest(), name="s") == ""
