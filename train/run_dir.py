@@ -84,6 +84,8 @@ RUN_OPTIONS = (
     RunOption("model_family", REFUSE),
     RunOption("model_preset", REFUSE),
     RunOption("backend", REFUSE, recorded_default=DEFAULT_BACKEND),
+    # Where the run's first weights came from.
+    RunOption("init_from", REFUSE),
     # With the global step, these fix which batches and masks come next.
     RunOption("shards", WARN),
     RunOption("shard_weights", WARN),
@@ -154,17 +156,31 @@ def shard_identity(manifest: Manifest) -> dict[str, Any]:
 def check_same_shards(previous: dict[str, Any], manifest: Manifest, run_dir: str) -> None:
     """Raises LmshardsError when this command's shards differ from the run's in tokenizer, seq_len or features.
 
-    A key the run did not record (runs of older versions) is not compared.
+    A key the run did not record (runs of older versions) is not compared. Shards of the same tokenizer
+    that differ otherwise (a repack to a longer --seq_len) can take the run's weights in a new run: the
+    message says so (--init_from).
     """
     given = json.loads(json.dumps(shard_identity(manifest)))  # as it would be recorded
-    for key, value in given.items():
-        if key in previous and previous[key] != value:
-            what = _SHARD_KEYS_SHOWN.get(key, key)
-            raise LmshardsError(
-                f"{run_dir!r} is a run on shards with {what} {_shown(previous[key])}, and this command's --shards "
-                f"have {what} {_shown(value)}: one run cannot continue on another tokenization. Pass the run's "
-                f"--shards to resume it, {_RESTART_HINT}, or use a new --output."
-            )
+    differ = [key for key, value in given.items() if key in previous and previous[key] != value]
+    if not differ:
+        return
+    if "tokenizer_fingerprint" in differ:
+        what = _SHARD_KEYS_SHOWN["tokenizer_fingerprint"]
+        raise LmshardsError(
+            f"{run_dir!r} is a run on shards with {what} {_shown(previous['tokenizer_fingerprint'])}, and this "
+            f"command's --shards have {what} {_shown(given['tokenizer_fingerprint'])}: one run cannot continue on "
+            f"another tokenization. Pass the run's --shards to resume it, {_RESTART_HINT}, or use a new --output."
+        )
+    changed = "; ".join(
+        f"{key} {_shown(previous[key])} in the run, {_shown(given[key])} in these --shards"
+        for key in differ
+    )
+    raise LmshardsError(
+        f"{run_dir!r} is a run on shards of the same tokenizer but another layout ({changed}), and a run resumes "
+        "only on shards like its own. To train its weights on these shards (BERT's second phase on a set repacked "
+        f"to a longer --seq_len), start a new run from it: --init_from {run_dir} --output NEW_DIR. To resume it, "
+        f"pass the run's --shards; or {_RESTART_HINT}."
+    )
 
 
 def check_continuation(
