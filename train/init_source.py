@@ -34,7 +34,6 @@ from train.config import (
     ModelConfig,
     TrainConfig,
     model_config_from_dict,
-    model_config_from_hf,
     preset_config,
     read_model_config,
 )
@@ -45,6 +44,7 @@ from train.hf_mapping import (
     UnsupportedHfModel,
     has_hf_head,
     keras_weights_from_hf,
+    model_fields_from_hf,
 )
 from train.run_dir import RunDir, read_json_object
 
@@ -105,7 +105,7 @@ def weights_fingerprint(arrays: dict[str, np.ndarray]) -> str:
 
 
 def _refused(path: str, problem: str, fix: str) -> LmshardsError:
-    return LmshardsError(f"--init_from {path!r} {problem}. {fix}")
+    return LmshardsError(f"--init_from {path!r} {problem}. {fix.rstrip('.')}.")
 
 
 # ---------------------------------------------------------------- what the source is (preflight)
@@ -140,9 +140,13 @@ def _inspect_hf(path: str) -> InitSource:
     config_path = fs.join(path, HF_CONFIG_JSON)
     config = read_json_object(config_path, fix="Pass a directory `save_pretrained` wrote.")
     try:
-        model_config = model_config_from_hf(config, source=config_path)
-    except LmshardsError as e:
-        raise _refused(path, f"is not a model lmshards can continue: {e}", "") from e
+        model_config = model_config_from_dict(model_fields_from_hf(config), source=config_path)
+    except UnsupportedHfModel as e:
+        raise _refused(
+            path,
+            f"is not a model lmshards can continue: {e}",
+            "Pass a directory of a RobertaForMaskedLM or BertForMaskedLM (or a bare RobertaModel or BertModel)",
+        ) from e
     family = get_family(model_config.family)
     weights_file = _weights_file(path)
     state = read_hf_state_dict(weights_file)
@@ -451,9 +455,12 @@ def load_init_weights(source: InitSource, *, backend: str) -> InitWeights:
         )
     try:
         masked_lm, model_config = load_model_from_run(source.path)
-    except LmshardsError as e:
+    except LmshardsError as e:  # each checkpoint that failed was named in a warning
         raise _refused(
-            source.path, f"does not restore: {e}", "Pass another run or its export."
+            source.path,
+            "does not restore: none of its checkpoints can be read into the model its run_config.json describes "
+            "(damaged files, or a run of another lmshards version)",
+            "Export it with the lmshards version that trained it (`lmshards export`) and pass the export",
         ) from e
     arrays = keras_weights(masked_lm, masked_lm_spec(masked_lm, family=model_config.family))
     return InitWeights(arrays, weights_fingerprint(arrays), fs.join(source.path, CHECKPOINTS_DIR))

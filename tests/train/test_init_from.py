@@ -1,0 +1,318 @@
+"""`lmshards train --init_from`: weights of transformers models (made by transformers here) and of earlier runs
+arrive exactly on both backends, the export round-trips, shards that do not fit and bad sources are refused in one
+line before any device work, and BERT's phase two continues a run on a longer shard set."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("keras_hub")
+pytest.importorskip("transformers")
+
+from plumbing.cli import EXIT_USAGE  # noqa: E402
+from tests.helpers import hf_source  # noqa: E402
+from tests.helpers.hf_source import HF_CLASSES, hf_outputs, keras_outputs, sample_batch  # noqa: E402
+from tests.helpers.jax_subprocess import run_jax  # noqa: E402
+from tests.helpers.shard_factory import write_sample_shards  # noqa: E402
+from train import cli  # noqa: E402
+from train.config import read_model_config  # noqa: E402
+from train.hf_mapping import hf_state_dict, keras_weights_from_hf  # noqa: E402
+from train.init_source import _mapping_spec, inspect_init_source  # noqa: E402
+
+TOLERANCE = 1e-4
+SEQ_LEN = 32
+TRAIN_ARGS = [
+    "--per_replica_batch",
+    "8",
+    "--log_every",
+    "2",
+    "--checkpoint_every",
+    "4",
+    "--eval_every",
+    "4",
+    "--eval_batches",
+    "2",
+    "--final_eval",
+    "none",
+    "--shuffle_buffer",
+    "64",
+]
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory, sample_tokenizer, sample_files) -> str:
+    out = tmp_path_factory.mktemp("shards")
+    write_sample_shards(out, sample_tokenizer, sample_files, seq_len=SEQ_LEN, max_lines_per_file=40)
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def hf_dirs(tmp_path_factory) -> dict[str, Path]:
+    """One saved model per transformers class, each as transformers made it."""
+    base = tmp_path_factory.mktemp("hf")
+    return {name: hf_source.save_hf_model(name, base / name) for name in HF_CLASSES}
+
+
+def max_difference(ours: dict, reference: dict, mask: np.ndarray) -> dict[str, float]:
+    real = mask == 1
+    return {k: float(np.abs(ours[k][real] - reference[k][real]).max()) for k in reference}
+
+
+def train(argv: list[str], capsys) -> tuple[int, str]:
+    code = cli.main(argv)
+    return code, capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the weights arrive exactly
+
+
+def test_the_inverse_mapping_undoes_the_export_mapping(hf_dirs):
+    """transformers -> Keras names -> transformers gives back every encoder and head weight."""
+    from train.init_source import read_hf_state_dict
+
+    for name in ("RobertaForMaskedLM", "BertForMaskedLM"):
+        source = inspect_init_source(str(hf_dirs[name]))
+        spec = _mapping_spec(source.model_config)
+        state = read_hf_state_dict(str(hf_dirs[name] / "model.safetensors"))
+        back = hf_state_dict(
+            keras_weights_from_hf(state, spec, pad_token_id=hf_source.PAD),
+            spec,
+            pad_token_id=hf_source.PAD,
+        )
+        for key, value in state.items():
+            if "position_embeddings" in key or "token_type" in key:
+                continue  # RoBERTa's token-type row moves into the positions; compared through the logits
+            np.testing.assert_array_equal(back[key], value, err_msg=key)
+
+
+@pytest.mark.parametrize("class_name", list(HF_CLASSES))
+def test_a_transformers_model_arrives_exactly_on_the_tensorflow_backend(
+    class_name, hf_dirs, tmp_path
+):
+    ids, mask = sample_batch()
+    model = hf_source.initial_model(
+        str(hf_dirs[class_name]), backend="tensorflow", checkpoint_dir=str(tmp_path)
+    )
+    reference = hf_outputs(hf_dirs[class_name], ids, mask)
+    diff = max_difference(keras_outputs(model, ids, mask), reference, mask)
+    assert set(diff) == ({"sequence", "logits"} if HF_CLASSES[class_name][1] else {"sequence"})
+    assert max(diff.values()) < TOLERANCE, diff
+    assert np.abs(reference["sequence"]).max() > 0.5  # outputs of a real scale
+
+
+@pytest.mark.slow
+def test_transformers_models_and_a_jax_run_arrive_exactly_on_the_jax_backend(hf_dirs, tmp_path):
+    ids, mask = sample_batch()
+    references = {name: hf_outputs(path, ids, mask) for name, path in hf_dirs.items()}
+    code = f"""
+import json, numpy as np
+from tests.helpers import hf_source
+ids, mask = hf_source.sample_batch()
+out = {{}}
+for name, path in {json.dumps({k: str(v) for k, v in hf_dirs.items()})}.items():
+    model = hf_source.initial_model(path, backend="jax", checkpoint_dir="{tmp_path}/" + name)
+    out[name] = {{k: v.tolist() for k, v in hf_source.keras_outputs(model, ids, mask).items()}}
+print(json.dumps(out))
+"""
+    outputs = run_jax(code, devices=2, without_tensorflow=False)
+    for name, reference in references.items():
+        ours = {k: np.asarray(v, np.float32) for k, v in outputs[name].items()}
+        diff = max_difference(ours, reference, mask)
+        assert max(diff.values()) < TOLERANCE, (name, diff)
+
+
+def test_the_new_model_exports_back_to_the_same_transformers_logits(
+    hf_dirs, sample_tokenizer, tmp_path
+):
+    """transformers -> --init_from -> lmshards export -> transformers: the same logits."""
+    from schemas.tokenizer_info import locate_tokenizer, special_token_ids
+    from train.export import export_masked_lm
+
+    ids, mask = sample_batch()
+    specials = special_token_ids(locate_tokenizer(str(sample_tokenizer)))
+    for name in ("RobertaForMaskedLM", "BertForMaskedLM"):
+        model = hf_source.initial_model(
+            str(hf_dirs[name]), backend="tensorflow", checkpoint_dir=str(tmp_path / name)
+        )
+        out = tmp_path / f"{name}-export"
+        export_masked_lm(
+            model,
+            family=HF_CLASSES[name][0],
+            tokenizer_dir_or_json=str(sample_tokenizer),
+            special_token_ids=specials,
+            output_dir=str(out),
+        )
+        diff = max_difference(
+            hf_outputs(out, ids, mask), hf_outputs(hf_dirs[name], ids, mask), mask
+        )
+        assert max(diff.values()) < TOLERANCE, (name, diff)
+
+
+# ---------------------------------------------------------------- a run as the source, phase two
+
+
+@pytest.fixture(scope="module")
+def source_run(shards, tmp_path_factory) -> Path:
+    """A tiny TensorFlow run of 8 steps on the 32-token shards (the first phase)."""
+    run = tmp_path_factory.mktemp("phase1") / "run"
+    argv = ["--shards", shards, "--output", str(run), "--steps", "8", *TRAIN_ARGS]
+    assert cli.main(argv) == 0
+    return run
+
+
+@pytest.fixture(scope="module")
+def long_shards(tmp_path_factory, sample_tokenizer, sample_files) -> str:
+    """The same tokens in 64-token sequences (what `lmshards repack` makes for the second phase)."""
+    out = tmp_path_factory.mktemp("long_shards")
+    write_sample_shards(
+        out, sample_tokenizer, sample_files, seq_len=2 * SEQ_LEN, max_lines_per_file=40
+    )
+    return str(out)
+
+
+def test_a_run_arrives_exactly_from_its_newest_checkpoint(source_run, tmp_path):
+    from train.model import load_model_from_run
+
+    ids, mask = sample_batch()
+    trained, _ = load_model_from_run(str(source_run))
+    model = hf_source.initial_model(
+        str(source_run), backend="tensorflow", checkpoint_dir=str(tmp_path)
+    )
+    diff = max_difference(keras_outputs(model, ids, mask), keras_outputs(trained, ids, mask), mask)
+    assert max(diff.values()) == 0.0, diff
+
+
+def test_phase_two_continues_a_run_on_longer_sequences_and_reruns_without_the_source(
+    source_run, long_shards, tmp_path, capsys
+):
+    # Resuming the run itself on the longer set is refused, saying what differs and what to do instead.
+    resume = ["--shards", long_shards, "--output", str(source_run), "--steps", "8", *TRAIN_ARGS]
+    code, err = train(resume, capsys)
+    assert code == EXIT_USAGE and len(err.strip().splitlines()) == 1
+    assert "same tokenizer" in err and "seq_len 32 in the run, 64 in these --shards" in err
+    assert f"--init_from {source_run}" in err and "another tokenization" not in err
+
+    copy = tmp_path / "phase1"
+    shutil.copytree(source_run, copy)
+    run = tmp_path / "phase2"
+    base = ["--shards", long_shards, "--output", str(run), "--init_from", str(copy), *TRAIN_ARGS]
+    argv = [*base, "--steps", "4"]
+    assert cli.main(argv) == 0
+    capsys.readouterr()
+    run_config = json.loads((run / "run_config.json").read_text())
+    assert run_config["seq_len"] == 64 and run_config["train"]["init_from"] == str(copy)
+    record = run_config["init_from"]
+    assert record["kind"] == "run" and record["weights_fingerprint"].startswith("sha256:")
+    assert run_config["model"] == json.loads((source_run / "run_config.json").read_text())["model"]
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[0]["step"] == 0 and "eval_loss" in metrics[0]  # where it starts, before any update
+
+    # The run has its own checkpoints now: a rerun never reads the source again.
+    shutil.rmtree(copy)
+    assert cli.main(argv) == 0
+    assert "finished at step 4" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- refused: one line, exit 2, nothing written
+
+
+def _gpt2(path: Path) -> Path:
+    path.mkdir()
+    (path / "config.json").write_text(
+        json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 32})
+    )
+    return path
+
+
+def _sharded(path: Path, hf_dirs) -> Path:
+    shutil.copytree(hf_dirs["RobertaForMaskedLM"], path)
+    (path / "model.safetensors").rename(path / "model-00001-of-00002.safetensors")
+    (path / "model.safetensors.index.json").write_text('{"weight_map": {}}')
+    return path
+
+
+def _no_weights(path: Path, hf_dirs) -> Path:
+    path.mkdir()
+    shutil.copy(hf_dirs["BertForMaskedLM"] / "config.json", path / "config.json")
+    return path
+
+
+def _damaged_run(path: Path, source_run: Path) -> Path:
+    shutil.copytree(source_run, path)
+    for data in (path / "checkpoints").glob("*.data-*"):
+        data.write_bytes(b"not a checkpoint")
+    return path
+
+
+def _hf_with(path: Path, class_name: str, **overrides) -> Path:
+    return hf_source.save_hf_model(class_name, path, **overrides)
+
+
+BAD_SOURCES = {
+    "not_a_model": (lambda p, h, r: (p.mkdir(), p)[1], "neither a Hugging Face model directory"),
+    "gpt2": (lambda p, h, r: _gpt2(p), "model_type 'gpt2' (GPT2LMHeadModel) is not a supported family"),
+    "sharded": (lambda p, h, r: _sharded(p, h), "sharded weights (model.safetensors.index.json)"),
+    "no_weights": (lambda p, h, r: _no_weights(p, h), "no weights (model.safetensors or pytorch_model.bin)"),
+    "damaged_run": (lambda p, h, r: _damaged_run(p, r), "does not restore"),
+    "small_vocabulary": (
+        lambda p, h, r: _hf_with(p, "RobertaForMaskedLM", vocab_size=1000),
+        "vocabulary of 1000 tokens, and the shards' tokenizer has 2000",
+    ),
+    "other_pad_id": (
+        lambda p, h, r: _hf_with(p, "BertForMaskedLM", pad_token_id=0),
+        "pad token id 0, and the shards' tokenizer gives it id 1",
+    ),
+    "short_position_table": (
+        lambda p, h, r: _hf_with(p, "BertForMaskedLM", max_position_embeddings=16),
+        "position table of 16 positions, and the shards hold sequences of 32 tokens",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_SOURCES))
+def test_a_source_that_cannot_start_the_run_is_refused_in_one_line(
+    case, shards, hf_dirs, source_run, tmp_path, capsys
+):
+    make, expected = BAD_SOURCES[case]
+    source = make(tmp_path / "source", hf_dirs, source_run)
+    run = tmp_path / "run"
+    code, err = train(
+        ["--shards", shards, "--output", str(run), "--init_from", str(source), "--steps", "2"],
+        capsys,
+    )
+    assert code == EXIT_USAGE, err
+    errors = [line for line in err.splitlines() if line.startswith("lmshards train: error:")]
+    assert len(errors) == 1 and "Traceback" not in err, err
+    assert f"--init_from {str(source)!r}" in errors[0] and expected in errors[0], err
+    assert not (run / "run_config.json").exists()  # refused before the run started
+
+
+def test_a_model_option_that_contradicts_the_source_is_refused_naming_both(
+    shards, hf_dirs, tmp_path, capsys
+):
+    source = str(hf_dirs["BertForMaskedLM"])
+    base = ["--shards", shards, "--output", str(tmp_path / "run"), "--init_from", source]
+    code, err = train([*base, "--steps", "2", "--model_preset", "base"], capsys)
+    assert code == EXIT_USAGE and "--model_preset base asks for family bert, num_layers 12" in err
+    assert "num_layers 2" in err and "Drop --model_preset" in err
+    code, err = train([*base, "--steps", "2", "--model_family", "roberta"], capsys)
+    assert code == EXIT_USAGE and "is a bert model, and this command gives --model_family roberta" in err
+
+
+def test_model_config_takes_a_transformers_config_json(hf_dirs):
+    config = read_model_config(str(hf_dirs["RobertaForMaskedLM"] / "config.json"))
+    assert (config.family, config.vocabulary_size, config.num_layers, config.hidden_dim) == (
+        "roberta",
+        2000,
+        2,
+        32,
+    )
+    assert config.max_sequence_length == hf_source.POSITIONS  # 66 rows less RoBERTa's offset of pad + 1
+    assert (config.activation, config.layer_norm_epsilon) == ("gelu", 1e-12)
+    bert = read_model_config(str(hf_dirs["BertModel"] / "config.json"))
+    assert (bert.family, bert.max_sequence_length) == ("bert", hf_source.POSITIONS)
