@@ -38,7 +38,9 @@ def hf_config_kwargs(family: str, **overrides: Any) -> dict[str, Any]:
         pad_token_id=PAD,
     )
     if family == "roberta":
-        kwargs.update(bos_token_id=BOS, eos_token_id=EOS, max_position_embeddings=POSITIONS + PAD + 1)
+        kwargs.update(
+            bos_token_id=BOS, eos_token_id=EOS, max_position_embeddings=POSITIONS + PAD + 1
+        )
         kwargs["type_vocab_size"] = 1
     else:
         kwargs.update(max_position_embeddings=POSITIONS)

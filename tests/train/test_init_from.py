@@ -210,7 +210,9 @@ def test_phase_two_continues_a_run_on_longer_sequences_and_reruns_without_the_so
     assert record["kind"] == "run" and record["weights_fingerprint"].startswith("sha256:")
     assert run_config["model"] == json.loads((source_run / "run_config.json").read_text())["model"]
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert metrics[0]["step"] == 0 and "eval_loss" in metrics[0]  # where it starts, before any update
+    assert (
+        metrics[0]["step"] == 0 and "eval_loss" in metrics[0]
+    )  # where it starts, before any update
 
     # The run has its own checkpoints now: a rerun never reads the source again.
     shutil.rmtree(copy)
@@ -255,9 +257,15 @@ def _hf_with(path: Path, class_name: str, **overrides) -> Path:
 
 BAD_SOURCES = {
     "not_a_model": (lambda p, h, r: (p.mkdir(), p)[1], "neither a Hugging Face model directory"),
-    "gpt2": (lambda p, h, r: _gpt2(p), "model_type 'gpt2' (GPT2LMHeadModel) is not a supported family"),
+    "gpt2": (
+        lambda p, h, r: _gpt2(p),
+        "model_type 'gpt2' (GPT2LMHeadModel) is not a supported family",
+    ),
     "sharded": (lambda p, h, r: _sharded(p, h), "sharded weights (model.safetensors.index.json)"),
-    "no_weights": (lambda p, h, r: _no_weights(p, h), "no weights (model.safetensors or pytorch_model.bin)"),
+    "no_weights": (
+        lambda p, h, r: _no_weights(p, h),
+        "no weights (model.safetensors or pytorch_model.bin)",
+    ),
     "damaged_run": (lambda p, h, r: _damaged_run(p, r), "does not restore"),
     "small_vocabulary": (
         lambda p, h, r: _hf_with(p, "RobertaForMaskedLM", vocab_size=1000),
@@ -301,7 +309,10 @@ def test_a_model_option_that_contradicts_the_source_is_refused_naming_both(
     assert code == EXIT_USAGE and "--model_preset base asks for family bert, num_layers 12" in err
     assert "num_layers 2" in err and "Drop --model_preset" in err
     code, err = train([*base, "--steps", "2", "--model_family", "roberta"], capsys)
-    assert code == EXIT_USAGE and "is a bert model, and this command gives --model_family roberta" in err
+    assert (
+        code == EXIT_USAGE
+        and "is a bert model, and this command gives --model_family roberta" in err
+    )
 
 
 def test_model_config_takes_a_transformers_config_json(hf_dirs):
@@ -312,7 +323,47 @@ def test_model_config_takes_a_transformers_config_json(hf_dirs):
         2,
         32,
     )
-    assert config.max_sequence_length == hf_source.POSITIONS  # 66 rows less RoBERTa's offset of pad + 1
+    assert (
+        config.max_sequence_length == hf_source.POSITIONS
+    )  # 66 rows less RoBERTa's offset of pad + 1
     assert (config.activation, config.layer_norm_epsilon) == ("gelu", 1e-12)
     bert = read_model_config(str(hf_dirs["BertModel"] / "config.json"))
     assert (bert.family, bert.max_sequence_length) == ("bert", hf_source.POSITIONS)
+
+
+# ---------------------------------------------------------------- learning: it starts where the source ended
+
+
+@pytest.mark.slow
+def test_continuing_an_exported_run_starts_at_its_eval_loss_and_ends_lower(
+    shards, sample_tokenizer, tmp_path, capsys
+):
+    """On the bundled corpus's held-out blocks: the source run's last evaluation, its export's evaluation
+    before the first update of the new run (the same batches and masks), then lower after training on."""
+    from train.export import export_run
+
+    def evals(run: Path) -> dict[int, float]:
+        lines = (run / "metrics.jsonl").read_text().splitlines()
+        return {r["step"]: r["eval_loss"] for r in map(json.loads, lines) if "eval_loss" in r}
+
+    args = [*TRAIN_ARGS, "--seed", "4", "--eval_every", "40", "--per_replica_batch", "16"]
+    args += ["--eval_batches", "4", "--tokenizer", str(sample_tokenizer)]
+    source = tmp_path / "source"
+    source_argv = ["--shards", shards, "--output", str(source), "--learning_rate", "1e-2"]
+    source_argv += ["--warmup_steps", "2"]
+    assert cli.main([*source_argv, "--steps", "40", *args]) == 0
+    exported = tmp_path / "export"
+    export_run(str(source), output_dir=str(exported))
+    run = tmp_path / "continued"
+    # A lower peak rate, as continued pretraining uses: the model is no longer random.
+    argv = ["--shards", shards, "--output", str(run), "--init_from", str(exported), *args]
+    assert cli.main([*argv, "--learning_rate", "3e-3", "--warmup_steps", "8", "--steps", "80"]) == 0
+    capsys.readouterr()
+
+    before, after = evals(source), evals(run)
+    random_loss = float(
+        np.log(hf_source.VOCAB)
+    )  # a model that knows nothing: uniform over the vocabulary
+    assert before[40] < random_loss - 0.3, (before, after)
+    assert abs(after[0] - before[40]) < 1e-3, (before, after)  # starts where the source ended
+    assert after[80] < after[0] - 0.05, after  # and learns on
