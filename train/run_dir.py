@@ -164,6 +164,12 @@ def check_same_shards(previous: dict[str, Any], manifest: Manifest, run_dir: str
     differ = [key for key, value in given.items() if key in previous and previous[key] != value]
     if not differ:
         return
+    if (
+        "seq_len" in differ
+        and "features" in differ
+        and _kinds(previous["features"]) == _kinds(given["features"])
+    ):
+        differ.remove("features")  # only their shapes differ, and seq_len says so
     if "tokenizer_fingerprint" in differ:
         what = _SHARD_KEYS_SHOWN["tokenizer_fingerprint"]
         raise LmshardsError(
@@ -181,6 +187,16 @@ def check_same_shards(previous: dict[str, Any], manifest: Manifest, run_dir: str
         f"to a longer --seq_len), start a new run from it: --init_from {run_dir} --output NEW_DIR. To resume it, "
         f"pass the run's --shards; or {_RESTART_HINT}."
     )
+
+
+def _kinds(features: Any) -> Any:
+    """{feature: dtype}: what a features record says besides its shapes."""
+    if not isinstance(features, dict):
+        return features
+    return {
+        name: spec.get("dtype") if isinstance(spec, dict) else spec
+        for name, spec in features.items()
+    }
 
 
 def check_continuation(
