@@ -84,8 +84,6 @@ RUN_OPTIONS = (
     RunOption("model_family", REFUSE),
     RunOption("model_preset", REFUSE),
     RunOption("backend", REFUSE, recorded_default=DEFAULT_BACKEND),
-    # Where the run's first weights came from.
-    RunOption("init_from", REFUSE),
     # With the global step, these fix which batches and masks come next.
     RunOption("shards", WARN),
     RunOption("shard_weights", WARN),
@@ -214,6 +212,13 @@ def check_continuation(
     """
     if manifest is not None:
         check_same_shards(previous, manifest, config.output)
+    started_from = previous["train"].get("init_from")
+    if started_from != config.init_from:
+        raise LmshardsError(
+            f"{config.output!r} is a run started from --init_from {_shown(started_from)}, and this command gives "
+            f"--init_from {_shown(config.init_from)}. Rerun with the run's --init_from to resume it (once it has a "
+            f"checkpoint its source is not read again), use a new --output, or {_RESTART_HINT}."
+        )
     if previous["model"] != model_config.to_dict():
         raise LmshardsError(
             f"{config.output!r} holds a run of another model ({previous['model']}); this command builds "

@@ -367,3 +367,50 @@ def test_continuing_an_exported_run_starts_at_its_eval_loss_and_ends_lower(
     assert before[40] < random_loss - 0.3, (before, after)
     assert abs(after[0] - before[40]) < 1e-3, (before, after)  # starts where the source ended
     assert after[80] < after[0] - 0.05, after  # and learns on
+
+
+def test_a_source_carrying_another_tokenizer_is_refused(
+    shards, hf_dirs, sample_tokenizer, tmp_path, capsys
+):
+    """Same size and special ids, but two tokens swap ids: the model's tokens are not the shards'."""
+    source = tmp_path / "source"
+    shutil.copytree(hf_dirs["RobertaForMaskedLM"], source)
+    parsed = json.loads(Path(sample_tokenizer).read_text())
+    vocab = parsed["model"]["vocab"]
+    a, b = [t for t, i in vocab.items() if i in (100, 101)]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    (source / "tokenizer.json").write_text(json.dumps(parsed))
+    base = ["--shards", shards, "--output", str(tmp_path / "run"), "--init_from", str(source)]
+    for extra in (
+        [],
+        ["--tokenizer", str(sample_tokenizer)],
+    ):  # tokens compared when the shards' are known
+        code, err = train([*base, "--steps", "2", *extra], capsys)
+        assert code == EXIT_USAGE
+        assert "carries tokenizer sha256:" in err and "and the shards were made with sha256:" in err
+        assert f"--tokenizer {source} so the shards use the model's tokens" in err
+
+
+def test_a_rerun_before_the_first_checkpoint_refuses_a_source_that_changed(tmp_path):
+    from plumbing.errors import LmshardsError
+    from train.init_source import InitWeights, check_same_source, weights_fingerprint
+
+    arrays = {"token_embedding": np.ones((3, 2), np.float32)}
+    weights = InitWeights(arrays, weights_fingerprint(arrays), "model.safetensors")
+    previous = {"init_from": {"path": "src", "weights_fingerprint": weights.fingerprint}}
+    check_same_source(previous, weights)
+    check_same_source(None, weights)  # a new run
+    changed = {"token_embedding": np.full((3, 2), 2.0, np.float32)}
+    with pytest.raises(LmshardsError, match="now holds other weights"):
+        check_same_source(previous, InitWeights(changed, weights_fingerprint(changed), "x"))
+
+
+def test_a_rerun_must_name_the_source_the_run_started_from(source_run, shards, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(source_run, run)  # a run started without --init_from
+    code, err = train(
+        ["--shards", shards, "--output", str(run), "--init_from", str(source_run), "--steps", "8"],
+        capsys,
+    )
+    assert code == EXIT_USAGE
+    assert "is a run started from --init_from unset, and this command gives --init_from" in err
