@@ -105,27 +105,6 @@ def test_a_transformers_model_arrives_exactly_on_the_tensorflow_backend(
     assert np.abs(reference["sequence"]).max() > 0.5  # outputs of a real scale
 
 
-@pytest.mark.slow
-def test_transformers_models_and_a_jax_run_arrive_exactly_on_the_jax_backend(hf_dirs, tmp_path):
-    ids, mask = sample_batch()
-    references = {name: hf_outputs(path, ids, mask) for name, path in hf_dirs.items()}
-    code = f"""
-import json, numpy as np
-from tests.helpers import hf_source
-ids, mask = hf_source.sample_batch()
-out = {{}}
-for name, path in {json.dumps({k: str(v) for k, v in hf_dirs.items()})}.items():
-    model = hf_source.initial_model(path, backend="jax", checkpoint_dir="{tmp_path}/" + name)
-    out[name] = {{k: v.tolist() for k, v in hf_source.keras_outputs(model, ids, mask).items()}}
-print(json.dumps(out))
-"""
-    outputs = run_jax(code, devices=2, without_tensorflow=False)
-    for name, reference in references.items():
-        ours = {k: np.asarray(v, np.float32) for k, v in outputs[name].items()}
-        diff = max_difference(ours, reference, mask)
-        assert max(diff.values()) < TOLERANCE, (name, diff)
-
-
 def test_the_new_model_exports_back_to_the_same_transformers_logits(
     hf_dirs, sample_tokenizer, tmp_path
 ):
@@ -414,3 +393,65 @@ def test_a_rerun_must_name_the_source_the_run_started_from(source_run, shards, t
     )
     assert code == EXIT_USAGE
     assert "is a run started from --init_from unset, and this command gives --init_from" in err
+
+
+@pytest.mark.slow
+def test_on_the_jax_backend_transformers_models_and_a_jax_run_arrive_exactly(
+    hf_dirs, shards, source_run, tmp_path
+):
+    """One JAX process: every transformers class, then a JAX run (which the TensorFlow backend reads too); a
+    TensorFlow run is refused by the JAX backend with the way round it."""
+    from train.model import load_model_from_run
+
+    ids, mask = sample_batch()
+    references = {name: hf_outputs(path, ids, mask) for name, path in hf_dirs.items()}
+    run = tmp_path / "jax_run"
+    argv = [
+        "--backend",
+        "jax",
+        "--shards",
+        shards,
+        "--output",
+        str(run),
+        "--steps",
+        "4",
+        *TRAIN_ARGS,
+    ]
+    code = f"""
+import json
+from plumbing.errors import LmshardsError
+from tests.helpers import hf_source
+from train import cli
+from train.model import load_model_from_run
+ids, mask = hf_source.sample_batch()
+out = {{}}
+for name, path in {json.dumps({k: str(v) for k, v in hf_dirs.items()})}.items():
+    model = hf_source.initial_model(path, backend="jax", checkpoint_dir="{tmp_path}/" + name)
+    out[name] = {{k: v.tolist() for k, v in hf_source.keras_outputs(model, ids, mask).items()}}
+assert cli.main({json.dumps(argv)}) == 0
+trained, _ = load_model_from_run("{run}")
+model = hf_source.initial_model("{run}", backend="jax", checkpoint_dir="{tmp_path}/run")
+ours, theirs = hf_source.keras_outputs(model, ids, mask), hf_source.keras_outputs(trained, ids, mask)
+out["run_diff"] = max(float(abs(ours[k] - theirs[k]).max()) for k in ours)
+try:
+    hf_source.initial_model("{source_run}", backend="jax", checkpoint_dir="{tmp_path}/tf")
+    out["refused"] = ""
+except LmshardsError as e:
+    out["refused"] = str(e)
+print(json.dumps(out))
+"""
+    outputs = run_jax(code, devices=2, without_tensorflow=False)
+    for name, reference in references.items():
+        ours = {k: np.asarray(v, np.float32) for k, v in outputs[name].items()}
+        diff = max_difference(ours, reference, mask)
+        assert max(diff.values()) < TOLERANCE, (name, diff)
+    assert outputs["run_diff"] == 0.0
+    assert "is a run of the TensorFlow backend" in outputs["refused"]
+    assert "lmshards export" in outputs["refused"]
+
+    trained, _ = load_model_from_run(str(run))
+    model = hf_source.initial_model(
+        str(run), backend="tensorflow", checkpoint_dir=str(tmp_path / "c")
+    )
+    diff = max_difference(keras_outputs(model, ids, mask), keras_outputs(trained, ids, mask), mask)
+    assert max(diff.values()) < TOLERANCE, diff
