@@ -132,7 +132,7 @@ def inspect_init_source(path: str) -> InitSource:
         path,
         f"is neither a Hugging Face model directory (no {HF_CONFIG_JSON}) nor an lmshards run directory "
         f"(no {RUN_CONFIG_JSON})",
-        "Pass the directory `save_pretrained` or `lmshards export` wrote, or a `lmshards train --output`.",
+        "Pass the directory `save_pretrained` or `lmshards export` wrote, or an `lmshards train --output`.",
     )
 
 

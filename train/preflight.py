@@ -83,9 +83,8 @@ def preflight(config: TrainConfig) -> Preflight:
         check_source_fits_shards(init, mix.manifest, tokenizer)
     if init is not None:
         model_config = init.model_config
-    elif (
-        config.init_from and previous is not None
-    ):  # the run has a checkpoint: its own model, not the source's
+    elif config.init_from and previous is not None:
+        # The run has a checkpoint: it trains its own model and does not read the source again.
         model_config = model_config_from_dict(previous["model"], source=run.config_path)
     else:
         model_config = resolve_model_config(config, mix.manifest)

@@ -254,11 +254,7 @@ class Loop:
         return bool(self.inputs.eval_sets)
 
     def is_eval_step(self, step: int) -> bool:
-        return self.has_eval and (
-            step % self.config.eval_every == 0
-            or step == self.total_steps
-            or (step == 0 and self.eval_at_start)
-        )
+        return self.has_eval and (step % self.config.eval_every == 0 or step == self.total_steps)
 
     def evaluate(
         self, step: int, *, limit: int | None, stop: Callable[[], bool] = _never
