@@ -154,6 +154,7 @@ def long_shards(tmp_path_factory, sample_tokenizer, sample_files) -> str:
     return str(out)
 
 
+@pytest.mark.slow
 def test_a_run_arrives_exactly_from_its_newest_checkpoint(source_run, tmp_path):
     from train.model import load_model_from_run
 
@@ -166,6 +167,7 @@ def test_a_run_arrives_exactly_from_its_newest_checkpoint(source_run, tmp_path):
     assert max(diff.values()) == 0.0, diff
 
 
+@pytest.mark.slow
 def test_phase_two_continues_a_run_on_longer_sequences_and_reruns_without_the_source(
     source_run, long_shards, tmp_path, capsys
 ):
@@ -223,10 +225,18 @@ def _no_weights(path: Path, hf_dirs) -> Path:
     return path
 
 
-def _damaged_run(path: Path, source_run: Path) -> Path:
-    shutil.copytree(source_run, path)
-    for data in (path / "checkpoints").glob("*.data-*"):
-        data.write_bytes(b"not a checkpoint")
+def _damaged_run(path: Path) -> Path:
+    """A run directory whose only checkpoint is not one (damaged, or of a version that wrote another layout)."""
+    from train.config import ModelConfig
+
+    (path / "checkpoints").mkdir(parents=True)
+    run_config = {
+        "train": {"backend": "tensorflow"},
+        "model": ModelConfig(vocabulary_size=2000).to_dict(),
+    }
+    (path / "run_config.json").write_text(json.dumps(run_config))
+    (path / "checkpoints" / "ckpt-1.index").write_bytes(b"not a checkpoint")
+    (path / "checkpoints" / "ckpt-1.data-00000-of-00001").write_bytes(b"not a checkpoint")
     return path
 
 
@@ -235,27 +245,27 @@ def _hf_with(path: Path, class_name: str, **overrides) -> Path:
 
 
 BAD_SOURCES = {
-    "not_a_model": (lambda p, h, r: (p.mkdir(), p)[1], "neither a Hugging Face model directory"),
+    "not_a_model": (lambda p, h: (p.mkdir(), p)[1], "neither a Hugging Face model directory"),
     "gpt2": (
-        lambda p, h, r: _gpt2(p),
+        lambda p, h: _gpt2(p),
         "model_type 'gpt2' (GPT2LMHeadModel) is not a supported family",
     ),
-    "sharded": (lambda p, h, r: _sharded(p, h), "sharded weights (model.safetensors.index.json)"),
+    "sharded": (lambda p, h: _sharded(p, h), "sharded weights (model.safetensors.index.json)"),
     "no_weights": (
-        lambda p, h, r: _no_weights(p, h),
+        lambda p, h: _no_weights(p, h),
         "no weights (model.safetensors or pytorch_model.bin)",
     ),
-    "damaged_run": (lambda p, h, r: _damaged_run(p, r), "does not restore"),
+    "damaged_run": (lambda p, h: _damaged_run(p), "does not restore"),
     "small_vocabulary": (
-        lambda p, h, r: _hf_with(p, "RobertaForMaskedLM", vocab_size=1000),
+        lambda p, h: _hf_with(p, "RobertaForMaskedLM", vocab_size=1000),
         "vocabulary of 1000 tokens, and the shards' tokenizer has 2000",
     ),
     "other_pad_id": (
-        lambda p, h, r: _hf_with(p, "BertForMaskedLM", pad_token_id=0),
+        lambda p, h: _hf_with(p, "BertForMaskedLM", pad_token_id=0),
         "pad token id 0, and the shards' tokenizer gives it id 1",
     ),
     "short_position_table": (
-        lambda p, h, r: _hf_with(p, "BertForMaskedLM", max_position_embeddings=16),
+        lambda p, h: _hf_with(p, "BertForMaskedLM", max_position_embeddings=16),
         "position table of 16 positions, and the shards hold sequences of 32 tokens",
     ),
 }
@@ -263,10 +273,10 @@ BAD_SOURCES = {
 
 @pytest.mark.parametrize("case", list(BAD_SOURCES))
 def test_a_source_that_cannot_start_the_run_is_refused_in_one_line(
-    case, shards, hf_dirs, source_run, tmp_path, capsys
+    case, shards, hf_dirs, tmp_path, capsys
 ):
     make, expected = BAD_SOURCES[case]
-    source = make(tmp_path / "source", hf_dirs, source_run)
+    source = make(tmp_path / "source", hf_dirs)
     run = tmp_path / "run"
     code, err = train(
         ["--shards", shards, "--output", str(run), "--init_from", str(source), "--steps", "2"],
@@ -325,8 +335,9 @@ def test_continuing_an_exported_run_starts_at_its_eval_loss_and_ends_lower(
         lines = (run / "metrics.jsonl").read_text().splitlines()
         return {r["step"]: r["eval_loss"] for r in map(json.loads, lines) if "eval_loss" in r}
 
-    args = [*TRAIN_ARGS, "--seed", "4", "--eval_every", "40", "--per_replica_batch", "16"]
-    args += ["--eval_batches", "4", "--tokenizer", str(sample_tokenizer)]
+    args = ["--per_replica_batch", "16", "--log_every", "10", "--checkpoint_every", "40"]
+    args += ["--eval_every", "40", "--eval_batches", "4", "--final_eval", "none", "--seed", "4"]
+    args += ["--shuffle_buffer", "64", "--tokenizer", str(sample_tokenizer)]
     source = tmp_path / "source"
     source_argv = ["--shards", shards, "--output", str(source), "--learning_rate", "1e-2"]
     source_argv += ["--warmup_steps", "2"]
@@ -384,11 +395,11 @@ def test_a_rerun_before_the_first_checkpoint_refuses_a_source_that_changed(tmp_p
         check_same_source(previous, InitWeights(changed, weights_fingerprint(changed), "x"))
 
 
-def test_a_rerun_must_name_the_source_the_run_started_from(source_run, shards, tmp_path, capsys):
-    run = tmp_path / "run"
-    shutil.copytree(source_run, run)  # a run started without --init_from
+def test_a_rerun_must_name_the_source_the_run_started_from(shards, hf_dirs, tmp_path, capsys):
+    run = _damaged_run(tmp_path / "run")  # a run started without --init_from, with a checkpoint
+    source = str(hf_dirs["RobertaForMaskedLM"])
     code, err = train(
-        ["--shards", shards, "--output", str(run), "--init_from", str(source_run), "--steps", "8"],
+        ["--shards", shards, "--output", str(run), "--init_from", source, "--steps", "8"],
         capsys,
     )
     assert code == EXIT_USAGE
