@@ -236,12 +236,17 @@ def read_hf_state_dict(weights_file: str) -> dict[str, np.ndarray]:
     data = fs.read_bytes(weights_file)
     try:
         if weights_file.endswith(".safetensors"):
-            from safetensors.numpy import load
+            if not _has_bfloat16(data):
+                from safetensors.numpy import load
 
-            return {name: _float32(a) for name, a in load(data).items()}
-        import torch
+                return {name: _float32(a) for name, a in load(data).items()}
+            from safetensors.torch import load as load_torch  # numpy has no bfloat16
 
-        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+            state = load_torch(data)
+        else:
+            import torch
+
+            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         return {name: t.float().numpy() for name, t in state.items()}
     except ImportError as e:
         raise LmshardsError(
@@ -254,6 +259,12 @@ def read_hf_state_dict(weights_file: str) -> dict[str, np.ndarray]:
             f"--init_from weights {weights_file!r} cannot be read ({type(e).__name__}: {e}). "
             "Re-save the model with transformers' save_pretrained."
         ) from e
+
+
+def _has_bfloat16(data: bytes) -> bool:
+    """Whether a safetensors file holds bfloat16 tensors (its header: an 8-byte length, then JSON)."""
+    length = int.from_bytes(data[:8], "little")
+    return b'"BF16"' in data[8 : 8 + length]
 
 
 def _float32(array: np.ndarray) -> np.ndarray:

@@ -466,3 +466,31 @@ print(json.dumps(out))
     )
     diff = max_difference(keras_outputs(model, ids, mask), keras_outputs(trained, ids, mask), mask)
     assert max(diff.values()) < TOLERANCE, diff
+
+
+@pytest.mark.parametrize("file_format", ["pytorch_model.bin", "bfloat16 safetensors"])
+def test_other_weight_files_arrive_too(file_format, hf_dirs, tmp_path):
+    """pytorch_model.bin as older transformers saved it, and bfloat16 safetensors (read through torch)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    source, reference = tmp_path / "source", tmp_path / "reference"
+    shutil.copytree(hf_dirs["BertForMaskedLM"], source)
+    shutil.copytree(hf_dirs["BertForMaskedLM"], reference)
+    state = load_file(source / "model.safetensors")
+    if file_format == "pytorch_model.bin":
+        (source / "model.safetensors").unlink()
+        torch.save(state, source / "pytorch_model.bin")
+    else:  # the reference: the same bfloat16 values in float32
+        save_file({k: v.to(torch.bfloat16) for k, v in state.items()}, source / "model.safetensors")
+        rounded = {k: v.to(torch.bfloat16).float() for k, v in state.items()}
+        save_file(rounded, reference / "model.safetensors")
+    ids, mask = sample_batch()
+    model = hf_source.initial_model(
+        str(source), backend="tensorflow", checkpoint_dir=str(tmp_path / "c")
+    )
+    diff = max_difference(keras_outputs(model, ids, mask), hf_outputs(reference, ids, mask), mask)
+    assert max(diff.values()) < TOLERANCE, diff
+    assert inspect_init_source(str(source)).weights.read_from.endswith(  # type: ignore[union-attr]
+        "pytorch_model.bin" if file_format == "pytorch_model.bin" else "model.safetensors"
+    )
