@@ -494,3 +494,29 @@ def test_other_weight_files_arrive_too(file_format, hf_dirs, tmp_path):
     assert inspect_init_source(str(source)).weights.read_from.endswith(  # type: ignore[union-attr]
         "pytorch_model.bin" if file_format == "pytorch_model.bin" else "model.safetensors"
     )
+
+
+def test_a_transformers_source_is_checked_without_importing_tensorflow(shards, hf_dirs, tmp_path):
+    """Reading and mapping a transformers model happens in preflight: a misfit is refused before TensorFlow loads."""
+    import subprocess
+    import sys
+
+    from tests.helpers.jax_subprocess import REPO
+
+    probe = (
+        "import sys\nfrom lmshards.cli import main\ncode = main(sys.argv[1:])\n"
+        "print('TENSORFLOW', 'tensorflow' in sys.modules)\nsys.exit(code)\n"
+    )
+    source = str(hf_dirs["BertForMaskedLM"])
+    argv = ["train", "--shards", shards, "--output", str(tmp_path / "run"), "--init_from", source]
+    done = subprocess.run(
+        [sys.executable, "-c", probe, *argv, "--steps", "2", "--model_preset", "small"],
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == EXIT_USAGE, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "TENSORFLOW False"
+    assert "--model_preset small asks for" in done.stderr
