@@ -17,10 +17,13 @@ from plumbing import fs
 from plumbing.errors import ManifestError
 from schemas.constants import (
     ATTENTION_MASK,
+    CURATION_DIR_NAME,
+    CURATION_FORMAT_VERSION,
     INPUT_IDS,
     MANIFEST_FORMAT,
     MANIFEST_FORMAT_VERSION,
     MANIFEST_NAME,
+    READABLE_CURATION_VERSIONS,
     READABLE_MANIFEST_VERSIONS,
     SCHEMA_NAME,
     SPLITS,
@@ -28,13 +31,14 @@ from schemas.constants import (
     TOKENIZER_JSON,
     TOKENS_DIR_NAME,
 )
+from schemas.directory_kind import SHARD_SET, wrong_kind_message
 from schemas.records import feature_spec
 from schemas.shards import parse_shard_name, shard_relpath
 
 # Where a preprocess output keeps the copy of its tokenizer (TokenizerInfo.path), relative to the output.
 TOKENIZER_RELPATH = posixpath.join(TOKENIZER_DIR_NAME, TOKENIZER_JSON)
 # Manifest fields written only when set.
-_OPTIONAL_KEYS = ("tokens", "repacked_from")
+_OPTIONAL_KEYS = ("tokens", "repacked_from", "curation")
 # Keys left out when comparing two manifests for determinism.
 VOLATILE_KEYS = ("created_at",)
 # A URL scheme or a drive letter: `gs:`, `file:`, `C:`.
@@ -97,6 +101,76 @@ class InputFileInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class CurationInfo:
+    """What `preprocess --dedup/--decontaminate` removed before tokenizing (the manifest's `curation`).
+
+    removed: reason ("exact", "near", "contaminated") -> {"documents": n, "bytes": n}, every reason
+    listed; bytes are UTF-8 bytes of the documents as read. clusters: duplicate groups that lost a
+    document (each keeps one). eval_files: {"path", "documents" (read from it), "removed" (training
+    documents removed for sharing an n-gram with it)}, in --decontaminate order. audit: {"path"
+    (relative to the output), "lines"} of every audit file, sorted by path.
+    Accounting: documents_in == documents_removed + the documents of every split.
+    """
+
+    dedup: str
+    options: dict[str, Any]
+    documents_in: int
+    bytes_in: int
+    removed: dict[str, dict[str, int]]
+    clusters: int
+    eval_files: tuple[dict[str, Any], ...]
+    audit: tuple[dict[str, Any], ...]
+    version: int = CURATION_FORMAT_VERSION
+
+    @property
+    def documents_removed(self) -> int:
+        return sum(r["documents"] for r in self.removed.values())
+
+    @property
+    def bytes_removed(self) -> int:
+        return sum(r["bytes"] for r in self.removed.values())
+
+
+def curation_from_dict(data: dict[str, Any]) -> CurationInfo:
+    """Builds a CurationInfo from its JSON form; checks the version and that audit paths stay inside.
+
+    Raises:
+      ManifestError: a version this release does not read, or an audit path outside curation/.
+    """
+    version = data.get("version")
+    if version not in READABLE_CURATION_VERSIONS:
+        raise ManifestError(
+            f"Manifest curation version {version!r} is not supported by this version (reads "
+            f"{list(READABLE_CURATION_VERSIONS)}); upgrade lmshards."
+        )
+    audit = tuple({"path": str(a["path"]), "lines": int(a["lines"])} for a in data["audit"])
+    for entry in audit:
+        path = check_file_relpath(
+            str(entry["path"]),
+            field="curation audit path",
+            example=f"{CURATION_DIR_NAME}/removed.jsonl",
+        )
+        if not path.startswith(CURATION_DIR_NAME + "/"):
+            raise ManifestError(
+                f"Manifest curation audit path {path!r} is not in {CURATION_DIR_NAME}/. {_REWRITE_HINT}"
+            )
+    return CurationInfo(
+        dedup=str(data["dedup"]),
+        options=dict(data["options"]),
+        documents_in=int(data["documents_in"]),
+        bytes_in=int(data["bytes_in"]),
+        removed={
+            str(k): {"documents": int(v["documents"]), "bytes": int(v["bytes"])}
+            for k, v in data["removed"].items()
+        },
+        clusters=int(data["clusters"]),
+        eval_files=tuple(dict(e) for e in data["eval_files"]),
+        audit=audit,
+        version=int(version),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class Manifest:
     tool_version: str
     seq_len: int
@@ -117,6 +191,8 @@ class Manifest:
     tokens: str | None = None
     # The token store a `lmshards repack` output was built from, as given; None for a preprocess output.
     repacked_from: str | None = None
+    # What curation removed before tokenizing (`preprocess --dedup/--decontaminate`); None without.
+    curation: CurationInfo | None = None
 
     def features(self) -> dict[str, dict[str, Any]]:
         return feature_spec(self.seq_len)
@@ -164,6 +240,20 @@ def check_accounting(manifest: Manifest) -> None:
                 f"Split {name!r}: {t.tokens_written} tokens + {t.padding_tokens} padding != "
                 f"{t.records} records x seq_len {manifest.seq_len}."
             )
+    check_curation_accounting(manifest)
+
+
+def check_curation_accounting(manifest: Manifest) -> None:
+    """Raises ManifestError unless curation's documents in == removed + the documents of every split."""
+    curation = manifest.curation
+    if curation is None:
+        return
+    written = sum(split.totals.documents for split in manifest.splits.values())
+    if curation.documents_in != curation.documents_removed + written:
+        raise ManifestError(
+            f"Curation: documents_in {curation.documents_in} != removed {curation.documents_removed} "
+            f"+ written {written}. {_REWRITE_HINT}"
+        )
 
 
 def check_listing(manifest: Manifest) -> None:
@@ -331,6 +421,7 @@ def manifest_from_dict(data: dict[str, Any]) -> Manifest:
             check_file_relpath(tokenizer_path, field="tokenizer.path", example=TOKENIZER_RELPATH)
         if schema is not None:
             check_file_relpath(schema, field="schema", example=SCHEMA_NAME)
+        curation = data.get("curation")
         tokens = data.get("tokens")
         if tokens is not None:
             check_file_relpath(tokens, field="tokens", example=TOKENS_DIR_NAME)
@@ -355,6 +446,7 @@ def manifest_from_dict(data: dict[str, Any]) -> Manifest:
             format_version=int(version),
             tokens=tokens,
             repacked_from=data.get("repacked_from"),
+            curation=curation_from_dict(curation) if curation is not None else None,
         )
     except (KeyError, TypeError, ValueError) as e:
         raise ManifestError(f"Manifest is malformed: {e!r}.") from e
@@ -390,7 +482,8 @@ def read_manifest(output_dir: str) -> Manifest:
     path = manifest_path(output_dir)
     if not fs.exists(path):
         raise ManifestError(
-            f"No {MANIFEST_NAME} in {output_dir!r}: incomplete or not a preprocess output. "
+            wrong_kind_message(output_dir, wanted=SHARD_SET)
+            or f"No {MANIFEST_NAME} in {output_dir!r}: incomplete or not a preprocess output. "
             "Run `lmshards preprocess ... --output DIR` to completion (the manifest is written last)."
         )
     try:
@@ -399,6 +492,10 @@ def read_manifest(output_dir: str) -> Manifest:
         raise ManifestError(
             f"{path!r} is not valid JSON ({e}); re-run `lmshards preprocess`."
         ) from e
+    if isinstance(data, dict) and data.get("format") != MANIFEST_FORMAT:
+        wrong = wrong_kind_message(output_dir, wanted=SHARD_SET)
+        if wrong:
+            raise ManifestError(wrong)
     manifest = manifest_from_dict(data)
     unknown = set(manifest.splits) - set(SPLITS)
     if unknown:
@@ -413,6 +510,7 @@ def read_manifest(output_dir: str) -> Manifest:
 __all__ = [
     "ATTENTION_MASK",
     "INPUT_IDS",
+    "CurationInfo",
     "InputFileInfo",
     "Manifest",
     "ShardInfo",
@@ -421,6 +519,8 @@ __all__ = [
     "TOKENIZER_RELPATH",
     "TokenizerInfo",
     "check_accounting",
+    "check_curation_accounting",
+    "curation_from_dict",
     "check_file_relpath",
     "check_listing",
     "check_tokenizer_copy",

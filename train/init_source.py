@@ -6,7 +6,8 @@ Everything that can be checked without TensorFlow is checked in preflight (inspe
 check_model_options, check_source_fits_shards): a directory that is not a model, another family, a
 sharded or missing weights file, a run without checkpoints, a tokenizer or position table that does not
 fit the shards. A Hugging Face model's weights are read and mapped there too (numpy only); a run's
-checkpoint is restored by the trainer before any device is touched (load_init_weights).
+checkpoint is restored by the trainer once the backend has connected, before it builds the run's model
+(load_init_weights).
 
 The weights arrive named as train.hf_mapping.keras_weight_names lists them, so the backends assign them
 to their freshly built model the same way (train.export.assign_keras_weights).
@@ -447,7 +448,7 @@ def _vocabulary(tokenizer: TokenizerSource) -> dict[str, int]:
 
 def load_init_weights(source: InitSource, *, backend: str) -> InitWeights:
     """The source's weights: a Hugging Face model's as preflight read them, a run's from its newest
-    checkpoint that restores (built on the host, before the backend touches a device).
+    checkpoint that restores (the trainer calls it after the backend connected, before it builds its model).
 
     Raises:
       LmshardsError: no checkpoint of the run restores, or the JAX backend is asked to read a TensorFlow run.
@@ -456,7 +457,7 @@ def load_init_weights(source: InitSource, *, backend: str) -> InitWeights:
         return source.weights
     from train.backends.registry import JAX
     from train.export import keras_weights, masked_lm_spec
-    from train.model import load_model_from_run
+    from train.model import restore_model_from_run
 
     if backend == JAX and source.backend != JAX:
         raise _refused(
@@ -465,7 +466,7 @@ def load_init_weights(source: InitSource, *, backend: str) -> InitWeights:
             f"Export it (`lmshards export --run {source.path} --output DIR`) and pass --init_from DIR.",
         )
     try:
-        masked_lm, model_config = load_model_from_run(source.path)
+        masked_lm, model_config, checkpoint = restore_model_from_run(source.path)
     except LmshardsError as e:  # each checkpoint that failed was named in a warning
         raise _refused(
             source.path,
@@ -474,7 +475,7 @@ def load_init_weights(source: InitSource, *, backend: str) -> InitWeights:
             "Export it with the lmshards version that trained it (`lmshards export`) and pass the export",
         ) from e
     arrays = keras_weights(masked_lm, masked_lm_spec(masked_lm, family=model_config.family))
-    return InitWeights(arrays, weights_fingerprint(arrays), fs.join(source.path, CHECKPOINTS_DIR))
+    return InitWeights(arrays, weights_fingerprint(arrays), checkpoint)
 
 
 def init_record(source: InitSource, weights: InitWeights) -> dict[str, Any]:

@@ -183,8 +183,7 @@ def run_config_record(
         **topology.devices(),
         "precision": topology.precision,
         "steps_per_execution": topology.steps_per_execution,
-        "global_batch": inputs.global_batch,
-        "steps_per_epoch": inputs.steps_per_epoch,
+        **inputs.resolved(),  # global_batch, input_pipelines, steps_per_epoch
     }
     return {
         "tool_version": __version__,
@@ -210,12 +209,12 @@ def keep_tokenizer(run: RunDir, tokenizer: TokenizerSource | None) -> None:
 
 def log_eval(record: dict[str, Any], what: str) -> None:
     log.info(
-        "%s at step %d (%d batches read): loss %.4f  perplexity %.2f  accuracy %.3f",
+        "%s at step %d (%d batches read): loss %.4f  perplexity %s  accuracy %.3f",
         what,
         record["step"],
         record["eval_batches"],
         record["eval_loss"],
-        record["eval_perplexity"],
+        evaluation.format_perplexity(record["eval_perplexity"]),
         record["eval_accuracy"],
     )
 
@@ -495,16 +494,17 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
         # A recipe the shards cannot take fails before any device is touched.
         masking = run_masking(config, checked.mixture, checked.tokenizer)
 
-        # --init_from's weights, read (a run's checkpoint restored on the host) before any device is touched
-        init_weights = None
-        if checked.init is not None:
-            init_weights = load_init_weights(checked.init, backend=config.backend)
-            check_same_source(checked.previous_run, init_weights)
-
         # --- devices: the backend's strategy or mesh, and what `auto` precision and steps per call mean on them
         backend = load_backend(config.backend)
         topology = backend.connect(config)
         log_topology(config.backend, topology)
+        # --init_from's weights: a transformers model's were read in preflight; a run's checkpoint is restored
+        # on the host now, after connect (a TPU slice's hosts join, and TensorFlow meets its TPU, before any
+        # array exists) and before the run's model is built.
+        init_weights = None
+        if checked.init is not None:
+            init_weights = load_init_weights(checked.init, backend=config.backend)
+            check_same_source(checked.previous_run, init_weights)
         check_precision_change(checked.previous_run, topology.precision)
         inputs = InputPlan.for_run(
             config,
@@ -531,6 +531,8 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
             config, model_config, schedule=schedule, checkpoint_dir=run.checkpoints
         )
         restored = build_model(backend, spec, init_weights)
+        if restored.step:  # a run continues exactly only on the same global batch and hosts
+            inputs.check_resume((checked.previous_run or {}).get("resolved"))
         if restored.path:
             log.info("Resumed from %s at step %d.", restored.path, restored.step)
         elif init_weights is not None:

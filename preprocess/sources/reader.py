@@ -12,8 +12,9 @@ import sys
 from collections.abc import Iterator, Sequence
 
 from preprocess.sources.compression import is_compressed, open_decompressed
+from preprocess.sources.content import check_contents
 from preprocess.sources.documents import ReadStats
-from preprocess.sources.files import discover_inputs, shown_paths
+from preprocess.sources.files import InputDiscovery, discover_inputs, shown_paths
 from preprocess.sources.formats import format_for
 from preprocess.sources.options import InputError, ReadOptions
 from preprocess.sources.ranges import DEFAULT_RANGE_BYTES, TO_END, ReadRange
@@ -51,11 +52,13 @@ def plan_ranges(
     Every file yields at least one range (an empty file's range counts it in files_empty).
 
     Raises:
-      InputError: a compressed file without its format's magic bytes, a compressed Parquet file,
-        a Parquet file that cannot be opened or has no usable `options.text_column`.
+      InputError: a file that content.check_contents refuses (compressed bytes its name does not
+        say, CSV, text that is mostly not UTF-8, ...), a compressed Parquet file, a Parquet file that
+        cannot be opened or has no usable `options.text_column`.
     """
     if range_bytes < 1:
         raise InputError(f"Range size must be at least 1 byte, got {range_bytes}.")
+    check_contents(files, options)
     ranges: list[ReadRange] = []
     for info in files:
         ranges.extend(format_for(info.path, options).plan_ranges(info, options, range_bytes))
@@ -63,16 +66,22 @@ def plan_ranges(
 
 
 def iter_documents(
-    paths_or_patterns: Sequence[str], options: ReadOptions, stats: ReadStats | None = None
+    paths_or_patterns: Sequence[str],
+    options: ReadOptions,
+    stats: ReadStats | None = None,
+    *,
+    discovery: InputDiscovery | None = None,
 ) -> Iterator[str]:
     """Every non-empty document of every input, file by file in sorted order, each file start to end.
 
     Files inside lmshards outputs are left out (counted in stats.files_skipped_lmshards_output).
+    discovery: discover_inputs(paths_or_patterns) when the caller has it already (each discovery logs
+    what it found; a command reading its inputs twice says so once).
 
     Raises:
       InputError: as discover_inputs and plan_ranges do, when called (not at the first document).
     """
-    discovery = discover_inputs(paths_or_patterns)
+    discovery = discovery or discover_inputs(paths_or_patterns)
     ranges = plan_ranges(discovery.files, options=options, range_bytes=sys.maxsize)
     if stats is not None:
         stats.files_skipped_lmshards_output += discovery.skipped_files
