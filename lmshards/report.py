@@ -122,6 +122,8 @@ def run_facts(data: RunData) -> dict[str, str]:
         f"{train.get('model_preset') or train.get('model_config') or ''}".strip(),
         "sequence length": str(config.get("seq_len", "?")),
     }
+    if train.get("init_from"):
+        facts["started from"] = train["init_from"]
     if not summary:
         facts["status"] = (
             "not finished (no run_summary.json yet): charts show the steps so far"

@@ -23,6 +23,7 @@ RUN_MLM_NAMES: dict[str, dict[str, str]] = {
         "--train_file": "--shards",
         "--tokenizer_name": "--tokenizer",
         "--config_name": "--model_config",
+        "--model_name_or_path": "--init_from",
         "--model_type": "--model_family",
         "--max_steps": "--steps",
         "--num_train_epochs": "--epochs",

@@ -6,6 +6,7 @@ is saved and rerunning the same command resumes), 1 the machine failed (full dis
 
 from __future__ import annotations
 
+import argparse
 import logging
 from collections.abc import Sequence
 
@@ -44,6 +45,15 @@ EXTEND_HELP = (
 )
 
 
+INIT_FROM_HELP = (
+    "start a new run from these weights instead of random ones (continued pretraining): a Hugging Face model "
+    "directory (config.json and model.safetensors or pytorch_model.bin of a RoBERTa or BERT model) or an "
+    "lmshards run directory (its newest checkpoint that restores). The architecture comes from it; optimizer, "
+    "step and schedule start fresh. Also BERT's second phase: a run at 128 tokens continued on a repacked "
+    "512-token shard set"
+)
+
+
 def build_parser() -> CommandParser:
     p = CommandParser(
         COMMAND,
@@ -66,16 +76,20 @@ def build_parser() -> CommandParser:
         "--output", required=True, help="run directory (local or gs://): checkpoints, logs, summary"
     )
     model = p.add_mutually_exclusive_group()
-    model.add_argument("--model_preset", choices=PRESETS, default=d.model_preset, help="model size")
+    # No argparse defaults: with --init_from the architecture comes from the source (parse_config fills them in).
     model.add_argument(
-        "--model_config", help="JSON file with ModelConfig fields instead of a preset"
+        "--model_preset", choices=PRESETS, help=f"model size (default: {d.model_preset})"
+    )
+    model.add_argument(
+        "--model_config",
+        help="JSON file with ModelConfig fields, or a transformers config.json (RoBERTa, BERT), instead of a preset",
     )
     p.add_argument(
         "--model_family",
         choices=family_names(),
-        default=d.model_family,
-        help="keras-hub model family",
+        help=f"keras-hub model family (default: {d.model_family})",
     )
+    p.add_argument("--init_from", help=INIT_FROM_HELP)
     p.add_argument(
         "--tokenizer",
         help="the tokenizer the shards were made with: checked, and copied into the run",
@@ -229,10 +243,22 @@ def parse_config(argv: Sequence[str]) -> TrainConfig:
             **vars(args),
             "shards": tuple(s.path for s in sources),
             "shard_weights": source_weights(sources),
+            **model_defaults(args),
         }
     )
     check_recipe(config.masking, config.mlm_probability)
     return config
+
+
+def model_defaults(args: argparse.Namespace) -> dict[str, str | None]:
+    """--model_preset and --model_family as given, else their defaults; left None with --init_from, whose
+    source fixes the architecture (a given one is checked against it)."""
+    if args.init_from:
+        return {}
+    return {
+        "model_preset": args.model_preset or DEFAULTS.model_preset,
+        "model_family": args.model_family or DEFAULTS.model_family,
+    }
 
 
 def _train(argv: Sequence[str]) -> int:

@@ -36,6 +36,9 @@ TENSORBOARD_DIR = "tensorboard"
 TOKENIZER_DIR = "tokenizer"
 REPORT_HTML = "report.html"  # `lmshards report`'s page, by default in the run directory
 
+# A transformers config.json says which model it describes in this key (a ModelConfig JSON has no such key).
+HF_MODEL_TYPE = "model_type"
+
 LR_SCHEDULES = ("linear", "cosine")
 # What the end of training evaluates: one pass over the whole validation split, or nothing more.
 FINAL_EVAL_FULL = "full"
@@ -57,19 +60,34 @@ class ModelConfig:
     max_sequence_length: int = (
         512  # tokens the model takes; an export may add the family's position offset
     )
+    # None: the family's keras-hub defaults. Set for a model taken from transformers (its hidden_act and
+    # layer_norm_eps), so it computes exactly as there: "gelu" (exact) or "gelu_approximate" (tanh).
+    activation: str | None = None
+    layer_norm_epsilon: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields, without the optional ones left at None (so runs recorded before they existed still match)."""
+        return {
+            k: v
+            for k, v in dataclasses.asdict(self).items()
+            if v is not None or k not in _OPTIONAL_MODEL_FIELDS
+        }
+
+
+_OPTIONAL_MODEL_FIELDS = ("activation", "layer_norm_epsilon")
+# ModelConfig.activation: exact GELU, or keras-hub's tanh approximation (train.hf_mapping.HF_ACTIVATIONS).
+MODEL_ACTIVATIONS = ("gelu", "gelu_approximate")
 
 
 # 512 tokens for every family: keras-hub numbers positions from 0, so a family whose transformers form
 # numbers them after the padding index (ModelFamily.hf_position_offset) exports more, e.g. roberta-base's 514.
-_PRESET_DIMS = {
+_PRESET_DIMS: dict[str, dict[str, Any]] = {
     "tiny": dict(num_layers=2, num_heads=2, hidden_dim=64, intermediate_dim=128),
     "small": dict(num_layers=4, num_heads=4, hidden_dim=256, intermediate_dim=1024),
     "base": dict(num_layers=12, num_heads=12, hidden_dim=768, intermediate_dim=3072),
 }
 PRESETS = tuple(_PRESET_DIMS)
+DEFAULT_PRESET = "tiny"
 
 
 def preset_config(name: str, *, family: str, vocabulary_size: int) -> ModelConfig:
@@ -98,6 +116,10 @@ def model_config_from_dict(data: dict[str, Any], *, source: str) -> ModelConfig:
     except TypeError as e:
         raise LmshardsError(f"Model config {source!r} is invalid: {e}.") from e
     get_family(config.family)
+    if config.activation is not None and config.activation not in MODEL_ACTIVATIONS:
+        raise LmshardsError(
+            f"Model config {source!r} has activation {config.activation!r}; choose one of {list(MODEL_ACTIVATIONS)}."
+        )
     return config
 
 
@@ -113,6 +135,8 @@ def read_model_config(path: str) -> ModelConfig:
         raise LmshardsError(f"--model_config {path!r} is not valid JSON: {e}.") from e
     if not isinstance(data, dict):
         raise LmshardsError(f"--model_config {path!r} must hold a JSON object.")
+    if HF_MODEL_TYPE in data:
+        return model_config_from_hf(data, source=path)
     return model_config_from_dict(data, source=path)
 
 
@@ -144,6 +168,23 @@ TRAIN_RANGES: dict[str, Number] = {
 }
 
 
+def model_config_from_hf(data: dict[str, Any], *, source: str) -> ModelConfig:
+    """The ModelConfig of a transformers config.json (RobertaConfig, BertConfig): its fields mapped.
+
+    Raises:
+      LmshardsError: another family (GPT-2, ...) or a variant keras-hub cannot compute exactly.
+    """
+    from train.hf_mapping import UnsupportedHfModel, model_fields_from_hf
+
+    try:
+        return model_config_from_dict(model_fields_from_hf(data), source=source)
+    except UnsupportedHfModel as e:
+        raise LmshardsError(
+            f"{source!r} is a transformers config lmshards cannot build: {e}. Pass a config.json of a "
+            "RobertaForMaskedLM or BertForMaskedLM, or a JSON ModelConfig."
+        ) from e
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """One training run, as given on the command line (recorded in run_config.json).
@@ -153,9 +194,12 @@ class TrainConfig:
 
     shards: tuple[str, ...]
     output: str
-    model_preset: str = "tiny"
+    # None only with init_from when not given: the architecture then comes from the source.
+    model_preset: str | None = DEFAULT_PRESET
     model_config: str | None = None
-    model_family: str = DEFAULT_FAMILY
+    model_family: str | None = DEFAULT_FAMILY
+    # A transformers model directory or an lmshards run directory whose weights a new run starts from.
+    init_from: str | None = None
     tokenizer: str | None = None
     steps: int | None = None
     epochs: float | None = None

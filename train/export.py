@@ -75,6 +75,34 @@ def _activation_name(activation: Any) -> str:
 
 def keras_weights(masked_lm: Any, spec: MaskedLMSpec) -> dict[str, np.ndarray]:
     """The masked LM's variables as numpy arrays, named as hf_mapping.keras_weight_names lists them."""
+    return {
+        name: np.asarray(variable.numpy(), dtype=np.float32)
+        for name, variable in keras_variables(masked_lm, spec).items()
+    }
+
+
+def assign_keras_weights(masked_lm: Any, weights: dict[str, np.ndarray], *, family: str) -> None:
+    """Writes weights named as keras_weight_names into the masked LM's variables (--init_from).
+
+    A subset is allowed (a bare transformers model has no head: the model keeps its initial one).
+    Raises:
+      LmshardsError: a name the model does not have, or a weight of another shape.
+    """
+    variables = keras_variables(masked_lm, masked_lm_spec(masked_lm, family=family))
+    unknown = sorted(set(weights) - set(variables))
+    if unknown:
+        raise LmshardsError(f"The {family} model has no weights named {unknown}.")
+    for name, value in weights.items():
+        variable = variables[name]
+        if tuple(variable.shape) != value.shape:
+            raise LmshardsError(
+                f"Weight {name!r} has shape {list(value.shape)}; the model's is {list(variable.shape)}."
+            )
+        variable.assign(value)
+
+
+def keras_variables(masked_lm: Any, spec: MaskedLMSpec) -> dict[str, Any]:
+    """The masked LM's Keras variables, named as hf_mapping.keras_weight_names lists them."""
     backbone = masked_lm.backbone
     if getattr(backbone.token_embedding, "tie_weights", True) is False:
         raise LmshardsError(
@@ -121,9 +149,7 @@ def keras_weights(masked_lm: Any, spec: MaskedLMSpec) -> dict[str, np.ndarray]:
             "head.bias": head._bias,
         }
     )
-    return {
-        name: np.asarray(variable.numpy(), dtype=np.float32) for name, variable in variables.items()
-    }
+    return variables
 
 
 def export_masked_lm(

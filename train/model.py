@@ -44,9 +44,44 @@ def build_masked_lm(model_config: ModelConfig) -> keras_hub.models.MaskedLM:
         max_sequence_length=model_config.max_sequence_length,
     )
     masked_lm = masked_lm_cls(backbone=backbone, preprocessor=None)
+    set_numerics(masked_lm, model_config)
     if family.match_head_to_encoder:
         match_head_to_encoder(masked_lm)
     return masked_lm
+
+
+def set_numerics(masked_lm: keras_hub.models.MaskedLM, model_config: ModelConfig) -> None:
+    """Gives the encoder the config's activation and every layer norm its epsilon, where the config sets them.
+
+    A model taken from transformers (--init_from, a config.json as --model_config) computes with its
+    hidden_act and layer_norm_eps, which may not be keras-hub's defaults (keras-hub's BERT uses tanh-GELU
+    where bert-base uses exact GELU). Like match_head_to_encoder, both are read at call time.
+    """
+    backbone = masked_lm.backbone
+    if model_config.activation is not None:
+        activation = _keras_activation(model_config.activation)
+        for layer in backbone.transformer_layers:
+            layer.activation = layer._feedforward_intermediate_dense.activation = activation
+    epsilon = model_config.layer_norm_epsilon
+    if epsilon is not None:
+        norms = [backbone.embeddings_layer_norm, masked_lm.masked_lm_head._intermediate_layer_norm]
+        for layer in backbone.transformer_layers:
+            layer.layer_norm_epsilon = epsilon
+            norms += [layer._self_attention_layer_norm, layer._feedforward_layer_norm]
+        for norm in norms:
+            norm.epsilon = epsilon
+        masked_lm.masked_lm_head.layer_norm_epsilon = epsilon
+
+
+def _keras_activation(name: str):
+    """keras-hub's function for an activation name of train.hf_mapping.HF_ACTIVATIONS."""
+    if name == "gelu_approximate":
+        from keras_hub.src.utils.keras_utils import gelu_approximate
+
+        return gelu_approximate
+    import keras
+
+    return keras.activations.get(name)
 
 
 def match_head_to_encoder(masked_lm: keras_hub.models.MaskedLM) -> None:

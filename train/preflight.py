@@ -17,7 +17,22 @@ from schemas.constants import TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.manifest import Manifest
 from schemas.tokenizer_info import TokenizerSource
 from train import mixture
-from train.config import ModelConfig, TrainConfig, preset_config, read_model_config
+from train.config import (
+    DEFAULT_PRESET,
+    ModelConfig,
+    TrainConfig,
+    model_config_from_dict,
+    preset_config,
+    read_model_config,
+)
+from train.families import DEFAULT_FAMILY
+from train.init_source import (
+    InitSource,
+    check_model_options,
+    check_source_fits_shards,
+    inspect_init_source,
+    run_has_checkpoints,
+)
 from train.run_dir import RunDir, check_continuation, check_run_output, finished_summary
 from train.shard_set_tokenizer import run_tokenizer
 
@@ -39,6 +54,9 @@ class Preflight:
     finished: (
         dict[str, Any] | None
     )  # run_summary.json when the run is finished and this command would only repeat it
+    # --init_from's source when this command starts the run from it (a new run, or one without a checkpoint
+    # yet); None otherwise: a run that has a checkpoint resumes from it and never reads its source again.
+    init: InitSource | None = None
 
 
 def preflight(config: TrainConfig) -> Preflight:
@@ -57,10 +75,21 @@ def preflight(config: TrainConfig) -> Preflight:
             mixture.check_shard_sizes(shard_set.manifest, shard_set.path, split)
     warn_without_validation(mix)
     tokenizer = run_tokenizer(config.tokenizer, mix)
-    model_config = resolve_model_config(config, mix.manifest)
     check_run_output(config.output, config.shards)
     run = RunDir(config.output)
     previous = None if config.restart else run.previous_config()
+    init = None
+    if config.init_from and (previous is None or not run_has_checkpoints(config.output)):
+        init = inspect_init_source(config.init_from)
+        check_model_options(init, config)
+        check_source_fits_shards(init, mix.manifest, tokenizer)
+    if init is not None:
+        model_config = init.model_config
+    elif config.init_from and previous is not None:
+        # The run has a checkpoint: it trains its own model and does not read the source again.
+        model_config = model_config_from_dict(previous["model"], source=run.config_path)
+    else:
+        model_config = resolve_model_config(config, mix.manifest)
     finished = None
     if previous is not None:
         finished = finished_summary(
@@ -76,7 +105,7 @@ def preflight(config: TrainConfig) -> Preflight:
                     ", ".join(deleted),
                     config.output,
                 )
-    return Preflight(mix, tokenizer, model_config, previous, finished)
+    return Preflight(mix, tokenizer, model_config, previous, finished, init)
 
 
 def warn_without_validation(mix: mixture.Mixture) -> None:
@@ -110,7 +139,9 @@ def resolve_model_config(config: TrainConfig, manifest: Manifest) -> ModelConfig
             )
     else:
         model_config = preset_config(
-            config.model_preset, family=config.model_family, vocabulary_size=vocab
+            config.model_preset or DEFAULT_PRESET,
+            family=config.model_family or DEFAULT_FAMILY,
+            vocabulary_size=vocab,
         )
     if manifest.seq_len > model_config.max_sequence_length:
         raise LmshardsError(

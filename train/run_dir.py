@@ -177,17 +177,47 @@ def shard_identity(manifest: Manifest) -> dict[str, Any]:
 def check_same_shards(previous: dict[str, Any], manifest: Manifest, run_dir: str) -> None:
     """Raises LmshardsError when this command's shards differ from the run's in tokenizer, seq_len or features.
 
-    A key the run did not record (runs of older versions) is not compared.
+    A key the run did not record (runs of older versions) is not compared. Shards of the same tokenizer
+    that differ otherwise (a repack to a longer --seq_len) can take the run's weights in a new run: the
+    message says so (--init_from).
     """
     given = json.loads(json.dumps(shard_identity(manifest)))  # as it would be recorded
-    for key, value in given.items():
-        if key in previous and previous[key] != value:
-            what = _SHARD_KEYS_SHOWN.get(key, key)
-            raise LmshardsError(
-                f"{run_dir!r} is a run on shards with {what} {_shown(previous[key])}, and this command's --shards "
-                f"have {what} {_shown(value)}: one run cannot continue on another tokenization. Pass the run's "
-                f"--shards to resume it, {_RESTART_HINT}, or use a new --output."
-            )
+    differ = [key for key, value in given.items() if key in previous and previous[key] != value]
+    if not differ:
+        return
+    if (
+        "seq_len" in differ
+        and "features" in differ
+        and _kinds(previous["features"]) == _kinds(given["features"])
+    ):
+        differ.remove("features")  # only their shapes differ, and seq_len says so
+    if "tokenizer_fingerprint" in differ:
+        what = _SHARD_KEYS_SHOWN["tokenizer_fingerprint"]
+        raise LmshardsError(
+            f"{run_dir!r} is a run on shards with {what} {_shown(previous['tokenizer_fingerprint'])}, and this "
+            f"command's --shards have {what} {_shown(given['tokenizer_fingerprint'])}: one run cannot continue on "
+            f"another tokenization. Pass the run's --shards to resume it, {_RESTART_HINT}, or use a new --output."
+        )
+    changed = "; ".join(
+        f"{key} {_shown(previous[key])} in the run, {_shown(given[key])} in these --shards"
+        for key in differ
+    )
+    raise LmshardsError(
+        f"{run_dir!r} is a run on shards of the same tokenizer but another layout ({changed}), and a run resumes "
+        "only on shards like its own. To train its weights on these shards (BERT's second phase on a set repacked "
+        f"to a longer --seq_len), start a new run from it: --init_from {run_dir} --output NEW_DIR. To resume it, "
+        f"pass the run's --shards; or {_RESTART_HINT}."
+    )
+
+
+def _kinds(features: Any) -> Any:
+    """{feature: dtype}: what a features record says besides its shapes."""
+    if not isinstance(features, dict):
+        return features
+    return {
+        name: spec.get("dtype") if isinstance(spec, dict) else spec
+        for name, spec in features.items()
+    }
 
 
 def check_continuation(
@@ -205,6 +235,13 @@ def check_continuation(
     """
     if manifest is not None:
         check_same_shards(previous, manifest, config.output)
+    started_from = previous["train"].get("init_from")
+    if started_from != config.init_from:
+        raise LmshardsError(
+            f"{config.output!r} is a run started from --init_from {_shown(started_from)}, and this command gives "
+            f"--init_from {_shown(config.init_from)}. Rerun with the run's --init_from to resume it (once it has a "
+            f"checkpoint its source is not read again), use a new --output, or {_RESTART_HINT}."
+        )
     if previous["model"] != model_config.to_dict():
         raise LmshardsError(
             f"{config.output!r} holds a run of another model ({previous['model']}); this command builds "

@@ -27,11 +27,12 @@ from schemas.constants import TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.tokenizer_info import TokenizerSource
 from schemas.version import __version__
 from train import evaluation
-from train.backends.base import Backend, BuildSpec, Topology
+from train.backends.base import Backend, BuildSpec, Restored, Topology
 from train.backends.registry import load_backend
 from train.config import FINAL_EVAL_FULL, ModelConfig, TrainConfig
 from train.devices import MIXED_FLOAT16, steps_in_next_call
 from train.divergence import describe_non_finite, diverged, first_non_finite
+from train.init_source import InitWeights, check_same_source, init_record, load_init_weights
 from train.input_plan import InputPlan, run_masking
 from train.optim import WarmupDecay, warmup_steps_for
 from train.preemption import PreemptionFlag
@@ -143,6 +144,15 @@ def continue_schedule(
     return extended
 
 
+def build_model(backend: Backend, spec: BuildSpec, init_weights: InitWeights | None) -> Restored:
+    """The backend's model and optimizer, restored from the run's newest checkpoint; a run without one starts
+    from init_weights (--init_from) when given, else from the seeded initialisation."""
+    restored = backend.build(spec)
+    if restored.path is None and init_weights is not None:
+        backend.load_weights(init_weights.arrays, family=spec.model_config.family)
+    return restored
+
+
 def log_topology(backend: str, topology: Topology) -> None:
     log.info(
         "backend %s: strategy %s, %d replicas, device kind %s",
@@ -239,6 +249,8 @@ class Loop:
     window_start: int = 0
     window_time: float = 0.0
     started: float = dataclasses.field(default_factory=time.monotonic)
+    # Evaluate before the first step too: a run started from --init_from shows the loss it starts at.
+    eval_at_start: bool = False
 
     def __post_init__(self):
         self.step = self.saved_step = self.window_start = self.start_step
@@ -285,7 +297,7 @@ class Loop:
         config = self.config
         # A run stopped between its checkpoint and its evaluation at that step evaluates first.
         if (
-            self.start_step
+            (self.start_step or self.eval_at_start)
             and not preemption.raised
             and self.is_eval_step(self.start_step)
             and self.metrics.at(self.start_step, "eval_loss") is None
@@ -500,6 +512,13 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
         backend = load_backend(config.backend)
         topology = backend.connect(config)
         log_topology(config.backend, topology)
+        # --init_from's weights: a transformers model's were read in preflight; a run's checkpoint is restored
+        # on the host now, after connect (a TPU slice's hosts join, and TensorFlow meets its TPU, before any
+        # array exists) and before the run's model is built.
+        init_weights = None
+        if checked.init is not None:
+            init_weights = load_init_weights(checked.init, backend=config.backend)
+            check_same_source(checked.previous_run, init_weights)
         check_precision_change(checked.previous_run, topology.precision)
         inputs = InputPlan.for_run(
             config,
@@ -525,11 +544,19 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
         spec = BuildSpec.for_run(
             config, model_config, schedule=schedule, checkpoint_dir=run.checkpoints
         )
-        restored = backend.build(spec)
+        restored = build_model(backend, spec, init_weights)
         if restored.step:  # a run continues exactly only on the same global batch and hosts
             inputs.check_resume((checked.previous_run or {}).get("resolved"))
         if restored.path:
             log.info("Resumed from %s at step %d.", restored.path, restored.step)
+        elif init_weights is not None:
+            log.info(
+                "Starting from the weights of %s (%s, %s)%s.",
+                config.init_from,
+                init_weights.read_from,
+                init_weights.fingerprint,
+                "" if init_weights.has_head else "; the masked-LM head starts from random weights",
+            )
         extended = continue_schedule(
             schedule,
             total_steps=total_steps,
@@ -543,6 +570,10 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
             backend.set_schedule(schedule)
             run.forget_summary()  # the run is no longer finished
         run_config = run_config_record(config, inputs, topology, model_config, schedule=schedule)
+        if init_weights is not None and checked.init is not None:
+            run_config["init_from"] = init_record(checked.init, init_weights)
+        elif checked.previous_run and "init_from" in checked.previous_run:
+            run_config["init_from"] = checked.previous_run["init_from"]
         run.write_config(run_config)
 
         # --- the loop
@@ -551,6 +582,7 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
         loop = Loop(
             config, backend, inputs, metrics, schedule, total_steps, restored.step, topology
         )
+        loop.eval_at_start = config.init_from is not None
         loop.run(preemption)
         final_record = loop.final_eval(preemption)
         if preemption.raised:

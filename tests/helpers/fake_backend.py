@@ -81,6 +81,9 @@ class FakeBackend(Backend):
             return Restored(0, None)
         return Restored(steps[-1], os.path.join(self.directory, f"ckpt-{steps[-1]}.npz"))
 
+    def load_weights(self, weights, *, family: str) -> None:
+        _event("load_weights", family)
+
     def set_schedule(self, schedule) -> None:
         _event("set_schedule")
 

@@ -191,9 +191,10 @@ def test_a_run_refuses_shards_of_another_seq_len_and_keeps_its_files(shards, tmp
     assert cli_train(other, run, "--steps", "3") == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(
-        f"lmshards train: error: {str(run)!r} is a run on shards with seq_len 16, and "
+        f"lmshards train: error: {str(run)!r} is a run on shards of the same tokenizer but another layout "
+        "(seq_len 16 in the run, 8 in these --shards)"
     )
-    assert "have seq_len 8" in line and "--restart" in line and "new --output" in line
+    assert "--restart" in line and f"--init_from {run} --output NEW_DIR" in line
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
 
 

@@ -11,6 +11,7 @@ The loop calls, in this order:
   connect(config) -> Topology      devices, replicas, input pipelines, resolved precision and steps per call
   build(spec) -> Restored          model + optimizer under the strategy/mesh, then the newest checkpoint
                                    that restores (restore_newest: damaged ones are skipped with a warning)
+  load_weights(weights, family)    only for a new run started from --init_from (no checkpoint restored)
   set_schedule(schedule)           only when --extend continued the run's schedule
   start_training(inputs, step)     the train input from the input plan, positioned at `step`
   train_steps(n) -> losses [n]     n optimizer steps in one host call; each loss the global masked mean
@@ -127,6 +128,11 @@ class Backend(abc.ABC):
         Raises:
           LmshardsError: there are complete checkpoints but none of them restores.
         """
+
+    @abc.abstractmethod
+    def load_weights(self, weights: dict[str, np.ndarray], *, family: str) -> None:
+        """Replaces the new model's initial weights by these (--init_from), named as
+        train.hf_mapping.keras_weight_names lists them; a subset leaves the others as initialised."""
 
     @abc.abstractmethod
     def set_schedule(self, schedule: WarmupDecay) -> None:

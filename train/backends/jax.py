@@ -34,6 +34,7 @@ from train.devices import (
     resolve_steps_per_execution,
 )
 from train.evaluation import EvalSums
+from train.export import assign_keras_weights
 from train.input_plan import InputPlan
 from train.mixture import ShardSet
 from train.optim import WarmupDecay
@@ -147,6 +148,10 @@ class JaxBackend(Backend):
         self.state = jax_step.state_of(self.model, self.optimizer)
         self._compile_steps()
         return Restored(int(self.optimizer.iterations.value), restored and restored[0])
+
+    def load_weights(self, weights: dict[str, np.ndarray], *, family: str) -> None:
+        assign_keras_weights(self.model, weights, family=family)
+        self.state = jax_step.state_of(self.model, self.optimizer)
 
     def set_schedule(self, schedule: WarmupDecay) -> None:
         self.optimizer.learning_rate = schedule

@@ -21,6 +21,7 @@ from train.checkpoint import RunCheckpoints
 from train.config import TrainConfig
 from train.devices import MIXED_FLOAT16, STRATEGY_TPU, check_tpu_batch, detect_tpu_signals
 from train.evaluation import EvalSums
+from train.export import assign_keras_weights
 from train.input_plan import InputPlan
 from train.mixture import ShardSet
 from train.model import build_masked_lm, checkpoint_root
@@ -102,6 +103,10 @@ class TensorFlowBackend(Backend):
             restored = self.checkpoints.restore_latest()
         self._compile_steps()
         return Restored(int(self.optimizer.iterations.numpy()), restored)
+
+    def load_weights(self, weights: dict[str, np.ndarray], *, family: str) -> None:
+        with self.strategy.scope():
+            assign_keras_weights(self.model, weights, family=family)
 
     def set_schedule(self, schedule: WarmupDecay) -> None:
         self.optimizer.learning_rate = schedule

@@ -37,6 +37,7 @@ class ModelFamily:
     # --- transformers (the export)
     hf_config_class: str  # class name in transformers
     hf_masked_lm_class: str  # class name in transformers, also config.json's `architectures`
+    hf_model_type: str  # config.json's `model_type`: how `--init_from` and `--model_config` recognise the family
     hf_base_prefix: str  # prefix of the encoder's weights in the MaskedLM's state dict
     hf_head: HfHeadNames
     # The activation transformers' head applies whatever hidden_act says (an ACT2FN name);

@@ -13,6 +13,7 @@ FAMILY = ModelFamily(
     match_head_to_encoder=True,
     hf_config_class="BertConfig",
     hf_masked_lm_class="BertForMaskedLM",
+    hf_model_type="bert",
     hf_base_prefix="bert",
     hf_head=HfHeadNames(
         dense="cls.predictions.transform.dense",

@@ -12,6 +12,7 @@ FAMILY = ModelFamily(
     match_head_to_encoder=False,
     hf_config_class="RobertaConfig",
     hf_masked_lm_class="RobertaForMaskedLM",
+    hf_model_type="roberta",
     hf_base_prefix="roberta",
     hf_head=HfHeadNames(
         dense="lm_head.dense",
