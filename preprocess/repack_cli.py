@@ -24,6 +24,7 @@ from preprocess import runners
 from preprocess.cli import check_flags, setup_preprocess_logging, summary
 from preprocess.failures import RunFailure
 from preprocess.pack import REMAINDER_CHOICES
+from schemas.constants import PACKING_CHOICES
 
 COMMAND = "repack"
 DESCRIPTION = (
@@ -81,6 +82,12 @@ def build_parser() -> CommandParser:
         type=int,
         default=None,
         help=f"approximate tokens per packing group {KEEP}",
+    )
+    parser.add_argument(
+        "--packing",
+        choices=PACKING_CHOICES,
+        default=None,
+        help=f"concat or best_fit (see `lmshards preprocess --help`) {KEEP}",
     )
     parser.add_argument(
         "--tokenizer",

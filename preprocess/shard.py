@@ -21,7 +21,7 @@ from plumbing import fs
 from plumbing.outputs import TEMP_DIR_NAME
 from preprocess.metrics import StageProgress, counter
 from preprocess.pack import PackedGroup
-from schemas.constants import ATTENTION_MASK, INPUT_IDS, SPLITS
+from schemas.constants import SPLITS
 from schemas.manifest import ShardInfo
 from schemas.records import encode_examples, frame_record
 from schemas.shards import shard_relpath
@@ -174,9 +174,7 @@ def serialize_group(
     )
     positions = permute(indices, layout.num_records, seed)
     shards = shard_of(positions, layout.num_records, layout.num_shards)
-    records = encode_examples(
-        {INPUT_IDS: packed.blocks.ids, ATTENTION_MASK: packed.blocks.attention_masks()}
-    )
+    records = encode_examples(packed.blocks.features())
     order = np.argsort(shards, kind="stable")
     keys, firsts = np.unique(shards[order], return_index=True)
     for shard, mine in zip(keys.tolist(), np.split(order, firsts[1:])):
