@@ -11,6 +11,8 @@ import pytest
 
 from lmshards.cli import main as lmshards_main
 from preprocess.encode import encode_documents
+from preprocess.options import PreprocessConfig, PreprocessError
+from preprocess.pipeline import check_packing_options
 from preprocess.repack import RepackConfig, run_repack
 from schemas.constants import PACKED_MANIFEST_FORMAT_VERSION
 from schemas.manifest import read_manifest
@@ -172,14 +174,9 @@ def test_bad_packing_flags_are_refused_in_one_line_before_any_work(
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
-def test_best_fit_needs_a_pad_token(tmp_path, capsys):
-    tokenizer = json.loads((GOLDEN / "tokenizer.json").read_text())
-    pad = [t for t in tokenizer["added_tokens"] if t["content"] in ("<pad>", "[PAD]")]
-    if not pad:
-        pytest.skip("the golden tokenizer has no pad token")
-    tokenizer["added_tokens"] = [t for t in tokenizer["added_tokens"] if t not in pad]
-    path = tmp_path / "tokenizer.json"
-    path.write_text(json.dumps(tokenizer))
-    argv = ["preprocess", "--input", str(GOLDEN / "corpus" / "*.txt"), "--tokenizer", str(path)]
-    assert lmshards_main([*argv, "--output", str(tmp_path / "out"), "--packing", "best_fit"]) == 2
-    assert "--packing best_fit pads blocks with the pad token" in capsys.readouterr().err
+def test_best_fit_needs_a_pad_token():
+    config = PreprocessConfig(
+        inputs=("x",), tokenizer="tok.json", output="out", packing="best_fit", remainder="pad"
+    )
+    with pytest.raises(PreprocessError, match="--packing best_fit pads blocks with the pad token"):
+        check_packing_options(config, model_max_length=None, pad_id=None)
