@@ -40,7 +40,8 @@ def masked_lm_spec(masked_lm: Any, *, family: str) -> MaskedLMSpec:
     """
     expected = get_family(family).keras_backbone
     backbone = masked_lm.backbone
-    if type(backbone).__name__ != expected:
+    # A packed backbone (train.families.packed) is its family's backbone with other inputs, same weights.
+    if expected not in (type(backbone).__name__, type(backbone).__base__.__name__):
         raise LmshardsError(
             f"Family {family!r} expects a keras-hub {expected}, got {type(backbone).__name__}."
         )

@@ -18,6 +18,7 @@ from schemas.manifest import Manifest
 from schemas.tokenizer_info import TokenizerSource
 from train import mixture
 from train.config import ModelConfig, TrainConfig, preset_config, read_model_config
+from train.families import check_packed_support, get_family
 from train.run_dir import RunDir, check_continuation, finished_summary
 from train.shard_set_tokenizer import run_tokenizer
 
@@ -57,6 +58,8 @@ def preflight(config: TrainConfig) -> Preflight:
     warn_without_validation(mix)
     tokenizer = run_tokenizer(config.tokenizer, mix)
     model_config = resolve_model_config(config, mix.manifest)
+    if mix.manifest.packed:
+        check_packed_support(get_family(model_config.family), f"--shards {mix.sets[0].path!r}")
     run = RunDir(config.output)
     previous = None if config.restart else run.previous_config()
     finished = None

@@ -510,7 +510,11 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
         # --- model, optimizer and the newest checkpoint that restores; the schedule this command trains with
         schedule = first_schedule(config, total_steps, checked.previous_run)
         spec = BuildSpec.for_run(
-            config, model_config, schedule=schedule, checkpoint_dir=run.checkpoints
+            config,
+            model_config,
+            schedule=schedule,
+            checkpoint_dir=run.checkpoints,
+            packed=checked.mixture.manifest.packed,
         )
         restored = backend.build(spec)
         if restored.path:

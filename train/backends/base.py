@@ -77,6 +77,9 @@ class BuildSpec:
     seed: int  # weight initialisation and dropout
     checkpoint_dir: str
     keep: int  # checkpoints kept
+    packed: bool = (
+        False  # the shards are packed blocks: the family's packed backbone (train.families.packed)
+    )
 
     @classmethod
     def for_run(
@@ -86,6 +89,7 @@ class BuildSpec:
         *,
         schedule: WarmupDecay,
         checkpoint_dir: str,
+        packed: bool = False,
     ) -> BuildSpec:
         return cls(
             model_config=model_config,
@@ -95,6 +99,7 @@ class BuildSpec:
             seed=config.seed,
             checkpoint_dir=checkpoint_dir,
             keep=config.keep,
+            packed=packed,
         )
 
 
