@@ -95,7 +95,9 @@ def test_the_input_pipeline_feeds_segments_and_positions_and_never_predicts_padd
     mix = mixture.open_mixture([sets["packed"]])
     masking = data.masking_spec(mix.manifest, recipe="token", mlm_probability=0.3, tokenizer=None)
     train = mix.sets[0].files("train")
-    files = mixture.SplitFiles(paths=train.paths[:1], records=train.records[:1])  # one file: record order
+    files = mixture.SplitFiles(
+        paths=train.paths[:1], records=train.records[:1]
+    )  # one file: record order
     ds = data.eval_dataset(
         files,
         features=mix.manifest.features(),
@@ -178,7 +180,11 @@ def test_the_jax_backend_trains_on_packed_blocks(sets, tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((run / "run_summary.json").read_text())
-    assert summary["global_step"] == 4 and np.isfinite(summary["train_loss"]) and np.isfinite(summary["eval_loss"])
+    assert (
+        summary["global_step"] == 4
+        and np.isfinite(summary["train_loss"])
+        and np.isfinite(summary["eval_loss"])
+    )
 
 
 def test_a_mixture_of_packed_and_concatenated_sets_is_refused_naming_both(sets, tmp_path, capsys):
