@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from lmshards.cli import main as lmshards_main
+from plumbing.errors import ManifestError
 from preprocess.encode import encode_documents
 from preprocess.options import PreprocessConfig, PreprocessError
 from preprocess.pipeline import check_packing_options
 from preprocess.repack import RepackConfig, run_repack
 from schemas.constants import PACKED_MANIFEST_FORMAT_VERSION
-from schemas.manifest import read_manifest
+from schemas.manifest import read_manifest, require_concatenated
 from schemas.records import decode_examples, read_records
 from schemas.tfmd import read_schema
 
@@ -180,3 +181,51 @@ def test_best_fit_needs_a_pad_token():
     )
     with pytest.raises(PreprocessError, match="--packing best_fit pads blocks with the pad token"):
         check_packing_options(config, model_max_length=None, pad_id=None)
+
+
+def test_inspect_reports_padding_share_segments_and_split_documents(packed_set, capsys):
+    assert lmshards_main(["inspect", str(packed_set)]) == 0
+    out = capsys.readouterr().out
+    totals = read_manifest(str(packed_set)).split("train").totals
+    share = totals.padding_tokens / (totals.records * 64)
+    assert f"padding {totals.padding_tokens:,} ({share:.2%})" in out
+    assert (
+        f"best_fit: {totals.segments:,} segments, {totals.segments / totals.records:.2f} per block; "
+        f"{totals.documents_split:,} documents longer than a block" in out
+    )
+    assert "features input_ids, attention_mask, segment_ids, positions" in out
+    assert "lmshards.manifest v3" in out
+
+
+def test_a_reader_of_versions_1_and_2_only_refuses_a_packed_set(packed_set, monkeypatch):
+    """What an older lmshards does with a packed set: it stops, naming the version, never trains across documents."""
+    import schemas.manifest
+
+    monkeypatch.setattr(schemas.manifest, "READABLE_MANIFEST_VERSIONS", (1, 2))
+    with pytest.raises(
+        ManifestError,
+        match=r"Manifest format version 3 is not supported by this version \(reads \[1, 2\]\)",
+    ):
+        read_manifest(str(packed_set))
+
+
+def test_packing_and_format_version_must_agree(packed_set, tmp_path):
+    data = json.loads((packed_set / "manifest.json").read_text())
+    (tmp_path / "manifest.json").write_text(json.dumps({**data, "format_version": 2}))
+    with pytest.raises(ManifestError, match="packed sets, and only they, are format version 3"):
+        read_manifest(str(tmp_path))
+
+
+def test_a_reader_of_concatenated_records_only_refuses_a_packed_set_saying_what_it_needs(
+    packed_set,
+):
+    manifest = read_manifest(str(packed_set))
+    with pytest.raises(ManifestError) as e:
+        require_concatenated(
+            manifest, str(packed_set), reader="this reader", fix="use a concat set."
+        )
+    assert str(e.value) == (
+        f"{str(packed_set)!r} is a best_fit packed set (manifest format_version 3: its records need "
+        "['input_ids', 'attention_mask', 'segment_ids', 'positions'], attention within each segment), which "
+        "this reader cannot honour; use a concat set."
+    )
