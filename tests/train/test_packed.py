@@ -20,6 +20,7 @@ from schemas.constants import POSITIONS, SEGMENT_IDS  # noqa: E402
 from tests.helpers.jax_subprocess import REPO, jax_env, run_jax  # noqa: E402
 from tests.helpers.packed_blocks import alone_inputs, packed_vs_alone  # noqa: E402
 from train import data, mixture  # noqa: E402
+from train.config import ModelConfig  # noqa: E402
 from train.families import check_packed_support, family_names, get_family  # noqa: E402
 from train.families.base import PACKED_POSITIONS_INPUT, PACKED_SEGMENTS_INPUT  # noqa: E402
 
@@ -211,4 +212,22 @@ def test_a_family_that_cannot_take_an_attention_mask_is_refused():
     assert str(e.value).startswith(
         "--model_family plain cannot take the [batch, seq, seq] attention mask that keeps a packed block's "
         "documents apart, and --shards 'packed' is packed (--packing best_fit); use --model_family roberta or bert"
+    )
+
+
+@pytest.mark.parametrize("family", family_names())
+def test_each_family_s_packed_backbone_is_its_keras_hub_backbone_with_the_same_variables(family):
+    import keras_hub
+
+    from train.families import packed
+    from train.model import build_masked_lm
+
+    declared = get_family(family)
+    cls = getattr(packed, str(declared.keras_packed_backbone))
+    assert issubclass(cls, getattr(keras_hub.models, declared.keras_backbone))
+    config = ModelConfig(family=family, vocabulary_size=100, max_sequence_length=SEQ_LEN)
+    plain, packed_lm = build_masked_lm(config), build_masked_lm(config, packed=True)
+    assert [v.path for v in packed_lm.weights] == [v.path for v in plain.weights]
+    assert type(packed_lm.backbone).from_config(packed_lm.backbone.get_config()).count_params() == (
+        plain.backbone.count_params()
     )
