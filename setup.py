@@ -28,6 +28,7 @@ PINS = {
     "tokenizers": "0.23.3",
     "fsspec": "2026.9.0",
     "gcsfs": "2026.10.1",
+    "zstandard": "0.25.0",
     "keras": "3.15.1",
     "keras-hub": "0.32.0",
     "jax": "0.10.2",
@@ -67,6 +68,7 @@ WORKER = [
     pinned("tokenizers"),
     pinned("fsspec"),
     pinned("gcsfs"),
+    pinned("zstandard"),  # .zst inputs, read on the workers
 ]
 EXTRAS = {
     "data": [pinned("transformers"), pinned("datasets"), pinned("psutil")],

@@ -20,6 +20,12 @@ def corpus_warnings(manifest: Manifest, config: PreprocessConfig) -> list[str]:
     """What looks off in the corpus as read: many empty documents, documents that are wrapped lines,
     a validation split smaller than one default training batch."""
     reading = manifest.reading
+    # One document per line: no --doc_separator blank_line and no marker lines.
+    by_line = (
+        config.doc_separator == LINE
+        and config.doc_marker is None
+        and config.doc_marker_regex is None
+    )
     documents, empty = reading.get("documents", 0), reading.get("documents_empty", 0)
     found = []
     seen = documents + empty
@@ -29,12 +35,12 @@ def corpus_warnings(manifest: Manifest, config: PreprocessConfig) -> list[str]:
             + (
                 ": with --doc_separator line every blank line is one; if blank lines separate "
                 "paragraphs, pass --doc_separator blank_line."
-                if config.doc_separator == LINE
-                else "; check --doc_separator and the input files."
+                if by_line
+                else "; check --doc_separator (or --doc_marker) and the input files."
             )
         )
     mean_bytes = reading.get("bytes_read", 0) / documents if documents else 0.0
-    if config.doc_separator == LINE and documents and mean_bytes < WRAPPED_LINE_BYTES:
+    if by_line and documents and mean_bytes < WRAPPED_LINE_BYTES:
         found.append(
             f"documents average {mean_bytes:.0f} bytes: most are one short line, as in hard-wrapped "
             "text, so a document is a line fragment; if blank lines separate paragraphs, pass "

@@ -18,7 +18,13 @@ from plumbing.known_names import name_hints
 from plumbing.units import size_flag
 from preprocess.pack import DEFAULT_GROUP_TOKENS, REMAINDER_CHOICES, REMAINDER_DROP, REMAINDER_PAD
 from preprocess.shard import DEFAULT_SHARD_MULTIPLE, DEFAULT_TARGET_SHARD_MB
-from preprocess.sources import DEFAULT_TEXT_COLUMN, DEFAULT_TEXT_FIELD, LINE, add_reading_arguments
+from preprocess.sources import (
+    DEFAULT_TEXT_COLUMN,
+    DEFAULT_TEXT_FIELD,
+    LINE,
+    UTF8,
+    add_reading_arguments,
+)
 from schemas.constants import (
     DEFAULT_SEQ_LEN,
     MIN_SEQ_LEN,
@@ -110,7 +116,8 @@ class LmshardsPreprocessOptions(PipelineOptions):
             help="Round each split's shard count up to a multiple of this (so every "
             "TPU host gets whole files).",
         )
-        add_reading_arguments(parser)  # --doc_separator, --text_field, --text_column
+        # --doc_separator, --doc_marker(_regex), --text_field, --text_column, --encoding
+        add_reading_arguments(parser)
         # The Flex Template launcher's `--overwrite=true` is rewritten `--overwrite` by preprocess.cli.
         add_overwrite_flag(
             parser,
@@ -172,6 +179,9 @@ class PreprocessConfig:
     doc_separator: str = LINE
     text_field: str = DEFAULT_TEXT_FIELD
     text_column: str = DEFAULT_TEXT_COLUMN
+    encoding: str = UTF8
+    doc_marker: str | None = None
+    doc_marker_regex: str | None = None
     overwrite: bool = False
     keep_tokens: bool = False
     tokenizer_threads: int = DEFAULT_TOKENIZER_THREADS
@@ -202,12 +212,25 @@ class PreprocessConfig:
             "text_column",
             "packing_group_tokens",
         )
-        options = {key: getattr(self, key) for key in keys}
+        recorded = {key: getattr(self, key) for key in keys}
+        # Reading options added after format 1 are recorded only when set, so that the manifest of
+        # a run that does not use them stays as it was.
+        recorded.update(
+            {
+                f.name: getattr(self, f.name)
+                for f in dataclasses.fields(self)
+                if f.name in NEWER_READING_OPTIONS and getattr(self, f.name) != f.default
+            }
+        )
         if (
             self.packing != PACKING_CONCAT
         ):  # recorded only when packed: concat manifests stay as they were
-            options["packing"] = self.packing
-        return options
+            recorded["packing"] = self.packing
+        return recorded
+
+
+# Reading flags the manifest records only when they differ from their defaults.
+NEWER_READING_OPTIONS = ("encoding", "doc_marker", "doc_marker_regex")
 
 
 def validate(config: PreprocessConfig) -> None:

@@ -37,6 +37,10 @@ logger = logging.getLogger(__name__)
 # Documents per output element: large enough that Beam's per-element cost is small next to
 # tokenizing them, small enough that a batch is a few hundred KB.
 DEFAULT_DOC_BATCH = 512
+# ... and at most about this many characters (plus one document): the tokenizer holds every token of
+# a batch at once, about 100 bytes each, so one line of hundreds of MB (read in pieces of
+# ReadOptions.max_document_chars) must not arrive as one batch. Ordinary batches stay far below it.
+DEFAULT_BATCH_CHARS = 2_000_000
 # ReadStats field -> Beam counter name: the field's own name, except where the Dataflow monitoring
 # page needs the stage in it.
 RENAMED_COUNTERS = {"documents": "documents_read"}
@@ -99,15 +103,23 @@ def size_ranges(
 
 
 def read_batches(
-    r: ReadRange, options: ReadOptions, *, batch_size: int, stats: ReadStats
+    r: ReadRange,
+    options: ReadOptions,
+    *,
+    batch_size: int,
+    stats: ReadStats,
+    batch_chars: int = DEFAULT_BATCH_CHARS,
 ) -> Iterator[list[str]]:
-    """The documents of range `r` in batches of at most batch_size; counts what it finds in `stats`."""
+    """The documents of range `r` in batches of at most batch_size documents, each batch ended once it
+    holds batch_chars characters or more; counts what it finds in `stats`."""
     batch: list[str] = []
+    chars = 0
     for document in read_range(r, options, stats):
         batch.append(document)
-        if len(batch) == batch_size:
+        chars += len(document)
+        if len(batch) == batch_size or chars >= batch_chars:
             yield batch
-            batch = []
+            batch, chars = [], 0
     if batch:
         yield batch
 

@@ -64,7 +64,14 @@ REPACK_OPTIONS = (
 # --num_shards 0: no fixed count, even where the store's run had one (--target_shard_mb decides).
 SHARDS_BY_SIZE = 0
 # How the store's run read its text: fixed by the store, recorded again in the new manifest.
-READING_OPTIONS = ("doc_separator", "text_field", "text_column")
+READING_OPTIONS = (
+    "doc_separator",
+    "text_field",
+    "text_column",
+    "encoding",
+    "doc_marker",
+    "doc_marker_regex",
+)
 
 
 @dataclasses.dataclass(frozen=True)

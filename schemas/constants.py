@@ -48,6 +48,12 @@ READABLE_MANIFEST_VERSIONS = (1, 2, 3)
 TOKENS_DIR_NAME = "tokens"
 TOKENS_FORMAT = "lmshards.tokens"
 
+# A training run directory (`lmshards train --output`) is marked by its run_config.json.
+RUN_CONFIG_JSON = "run_config.json"
+# A Hugging Face model directory (`lmshards export --output`): its config.json and one of its weights files.
+MODEL_CONFIG_JSON = "config.json"
+MODEL_WEIGHTS_FILES = ("model.safetensors", "pytorch_model.bin")
+
 TOKENIZER_JSON = "tokenizer.json"
 # A self-contained shard set (and a run directory) carries its tokenizer in this subdirectory.
 TOKENIZER_DIR_NAME = "tokenizer"

@@ -31,6 +31,7 @@ from schemas.constants import (
     TOKENIZER_JSON,
     TOKENS_DIR_NAME,
 )
+from schemas.directory_kind import SHARD_SET, wrong_kind_message
 from schemas.records import feature_spec
 from schemas.shards import parse_shard_name, shard_relpath
 
@@ -450,7 +451,8 @@ def read_manifest(output_dir: str) -> Manifest:
     path = manifest_path(output_dir)
     if not fs.exists(path):
         raise ManifestError(
-            f"No {MANIFEST_NAME} in {output_dir!r}: incomplete or not a preprocess output. "
+            wrong_kind_message(output_dir, wanted=SHARD_SET)
+            or f"No {MANIFEST_NAME} in {output_dir!r}: incomplete or not a preprocess output. "
             "Run `lmshards preprocess ... --output DIR` to completion (the manifest is written last)."
         )
     try:
@@ -459,6 +461,10 @@ def read_manifest(output_dir: str) -> Manifest:
         raise ManifestError(
             f"{path!r} is not valid JSON ({e}); re-run `lmshards preprocess`."
         ) from e
+    if isinstance(data, dict) and data.get("format") != MANIFEST_FORMAT:
+        wrong = wrong_kind_message(output_dir, wanted=SHARD_SET)
+        if wrong:
+            raise ManifestError(wrong)
     manifest = manifest_from_dict(data)
     unknown = set(manifest.splits) - set(SPLITS)
     if unknown:

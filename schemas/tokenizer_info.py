@@ -51,6 +51,12 @@ def locate_tokenizer(path: str) -> TokenizerSource:
     if fs.isdir(path):
         json_path = fs.join(path, TOKENIZER_JSON)
         if not fs.exists(json_path):
+            # Imported here: directory_kind reads plumbing.outputs' names, which imports this module.
+            from schemas.directory_kind import TOKENIZER, wrong_kind_message
+
+            wrong = wrong_kind_message(path, wanted=TOKENIZER)
+            if wrong:
+                raise TokenizerError(wrong)
             raise TokenizerError(
                 f"No {TOKENIZER_JSON} in tokenizer directory {path!r}. Only fast (Rust) tokenizers "
                 "are supported: save one with `tokenizer.save_pretrained(DIR)` or `lmshards tokenizer train`."

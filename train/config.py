@@ -9,12 +9,14 @@ from typing import Any
 from plumbing import fs
 from plumbing.errors import LmshardsError
 from schemas.constants import DEFAULT_PER_REPLICA_BATCH
+from schemas.constants import (
+    RUN_CONFIG_JSON as RUN_CONFIG_JSON,  # named in schemas/: others recognise runs by it
+)
 from train.backends.registry import DEFAULT_BACKEND
 from train.devices import AUTO, STRATEGY_AUTO
 from train.families import DEFAULT_FAMILY, get_family
 from train.masking_recipes import TOKEN
 
-RUN_CONFIG_JSON = "run_config.json"
 RUN_SUMMARY_JSON = "run_summary.json"
 METRICS_JSONL = "metrics.jsonl"
 CHECKPOINTS_DIR = "checkpoints"

@@ -19,6 +19,7 @@ from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_log
 from plumbing.errors import LmshardsError
 from plumbing.quiet import hide_third_party_progress_bars
 from schemas.constants import ROLE_SPELLINGS, TOKENIZER_JSON
+from schemas.directory_kind import MODEL_EXPORT, wrong_kind_message
 
 COMMAND = "fill-mask"
 DEFAULT_TOP_K = 5
@@ -125,6 +126,9 @@ def fill_mask(
         raise LmshardsError(
             f"Model directory {model_dir!r} does not exist; pass the --output of `lmshards export`."
         )
+    wrong = wrong_kind_message(model_dir, wanted=MODEL_EXPORT)
+    if wrong:
+        raise LmshardsError(wrong)
     check_has_mask(text, model_dir)
     check_text_fits(model_dir, text)  # before torch and the model load (seconds)
     try:

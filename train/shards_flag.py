@@ -1,11 +1,13 @@
-"""What one `--shards` value means: a shard set's path and its weight, read from the text alone.
-
-Two spellings, and a value never means something else because of which paths exist:
+"""What one `--shards` value means: a shard set's path and its weight.
 
 - Short: `PATH` or `PATH:WEIGHT`. A weight is split off the last `:` when what follows is a number
   (`gs://b/web:0.7`); any other `:` belongs to the path (`gs://b/run:v2`, `/data/2026-01-01T10:00/set`).
-  When the part before that `:WEIGHT` holds a `:` itself (`/data/a:b:0.5`), the value could be read two
-  ways and is refused, with both explicit spellings shown.
+  When a local value could be read both ways, what exists decides: a value that exists as written is
+  that path (`runs/2026-12-01T10:30` names that directory even though `30` is a number); where the
+  path before the `:WEIGHT` exists too, both readings exist and the value is refused, with both
+  explicit spellings shown. (A gs:// value is read from its text alone: looking would cost a request
+  per value; `path=` names such a set.) When the part before that `:WEIGHT` holds a `:` itself (`/data/a:b:0.5`), the value
+  is refused the same way.
 - Explicit: `path=PATH` or `weight=WEIGHT,path=PATH`. Everything after `path=` is the path, verbatim
   (colons and commas included): the way to name `/data/set:2` itself (`path=/data/set:2`).
 """
@@ -17,6 +19,7 @@ import math
 import re
 from collections.abc import Sequence
 
+from plumbing import fs
 from plumbing.errors import LmshardsError
 
 PATH_KEY = "path="
@@ -46,7 +49,12 @@ def parse_shards_flag(text: str) -> ShardSource:
     head, sep, tail = text.rpartition(":")
     if not sep or not head or not _NUMBER_RE.match(tail):
         return ShardSource(_checked_path(text, text))
-    if ":" in _SCHEME_RE.sub("", head):
+    ambiguous = ":" in _SCHEME_RE.sub("", head)
+    if not ambiguous and not fs.is_remote(text) and fs.exists(text):
+        if not fs.exists(head):
+            return ShardSource(text)
+        ambiguous = True
+    if ambiguous:
         raise LmshardsError(
             f"--shards {text!r} can be read two ways: the set {head!r} with weight {tail}, or the set "
             f"{text!r} without a weight. Write --shards weight={tail},path={head} or --shards path={text}."

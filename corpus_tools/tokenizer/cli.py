@@ -41,7 +41,7 @@ def _add_input_args(parser: argparse.ArgumentParser, *, required: bool) -> None:
         default=[],
         metavar="PATH",
         help="file, directory or glob, local or gs://; text, JSONL or Parquet, optionally "
-        ".gz/.bz2 (repeatable)",
+        ".gz/.bz2/.zst/.xz (repeatable)",
     )
     sources.add_reading_arguments(parser)
     parser.add_argument(
@@ -137,6 +137,9 @@ def _train(args: argparse.Namespace) -> int:
         doc_separator=args.doc_separator,
         text_field=args.text_field,
         text_column=args.text_column,
+        encoding=args.encoding,
+        doc_marker=args.doc_marker,
+        doc_marker_regex=args.doc_marker_regex,
         overwrite=args.overwrite,
     )
     with output_lease(config.output, command=TRAIN_COMMAND):

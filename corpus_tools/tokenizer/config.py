@@ -99,6 +99,9 @@ class TrainConfig:
     doc_separator: str = sources.LINE
     text_field: str = sources.DEFAULT_TEXT_FIELD
     text_column: str = sources.DEFAULT_TEXT_COLUMN
+    encoding: str = sources.UTF8
+    doc_marker: str | None = None
+    doc_marker_regex: str | None = None
     overwrite: bool = False
 
     def __post_init__(self) -> None:

@@ -3,9 +3,11 @@
 Inputs are local paths, directories or globs, or gs:// globs (files.py). Files inside an lmshards
 output (a directory holding an lmshards manifest.json or .lmshards-tmp) are never read: directories and globs
 skip them (discover_inputs counts them), a file named as an input there is refused. A file's format
-comes from its name after stripping `.gz`/`.bz2` (compression.py: decompressed on the fly):
-`.jsonl`/`.json` are JSON Lines, `.parquet` is Parquet, anything else is UTF-8 text with one document
-per line (`doc_separator="line"`) or documents separated by blank lines (`"blank_line"`); one module
+comes from its name after stripping `.gz`/`.bz2`/`.zst`/`.xz` (compression.py: decompressed on the fly),
+and its first bytes must agree (content.py refuses compressed bytes under another name, CSV, and text
+that is mostly not UTF-8 unless ReadOptions.encoding says its encoding): `.jsonl`/`.ndjson`/`.json` are JSON Lines, `.parquet` is Parquet, anything else is UTF-8 text with one document
+per line (`doc_separator="line"`), documents separated by blank lines (`"blank_line"`) or by marker
+lines (`doc_marker`, `doc_marker_regex`); one module
 per format in formats/, registered in formats/__init__.py. Text and JSON Lines files that start with
 a UTF-16 or UTF-32 byte-order mark are decoded from that encoding (files_utf16, files_utf32).
 
@@ -25,7 +27,7 @@ logged with the file's name.
 - JSON Lines: a line that is not a JSON object (documents_invalid_json), has no text field
   (documents_missing_field) or a text field that is not a string (documents_non_string_text) is
   skipped.
-- Corrupt or truncated .gz/.bz2 data: InputError naming the file, where it is found.
+- Corrupt or truncated compressed data: InputError naming the file, where it is found.
 
 Inputs that can give nothing are refused: check_not_empty (every file 0 bytes) at planning, and
 no_documents_message says why a run read no document at all.
@@ -41,6 +43,8 @@ from preprocess.sources.options import (
     DEFAULT_TEXT_FIELD,
     DOC_SEPARATORS,
     LINE,
+    MARKER_LINE,
+    UTF8,
     InputError,
     ReadOptions,
     add_reading_arguments,
@@ -56,6 +60,8 @@ __all__ = [
     "DEFAULT_TEXT_FIELD",
     "DOC_SEPARATORS",
     "LINE",
+    "MARKER_LINE",
+    "UTF8",
     "InputDiscovery",
     "InputError",
     "ReadOptions",

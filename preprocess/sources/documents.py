@@ -106,7 +106,7 @@ class Document:
             return []
         raw = b"".join(self._raw)
         # Keep the last byte: it may be the '\r' of a CRLF that strip_cr must still see.
-        cut = _utf8_boundary(raw, len(raw) - 1)
+        cut = utf8_boundary(raw, len(raw) - 1)
         self._raw, self._raw_bytes = [raw[cut:]], len(raw) - cut
         return self.add_text(self.decode(raw[:cut]))
 
@@ -178,7 +178,7 @@ def decode_utf8(raw: bytes) -> tuple[str, bool]:
         return raw.decode("utf-8", errors="replace"), True
 
 
-def _utf8_boundary(data: bytes, pos: int) -> int:
+def utf8_boundary(data: bytes, pos: int) -> int:
     """The largest cut <= pos such that no UTF-8 sequence (valid or not) spans it.
 
     Decoding data[:cut] and data[cut:] separately, with replacement, then equals decoding data.

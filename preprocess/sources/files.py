@@ -9,8 +9,8 @@ One rule for a directory, a glob and a named file:
   a file named outright is read, and so are hidden names the glob spells itself (`data/.*.txt`).
 - Symbolic links to files and to directories are followed (locally); a link that loops back to a
   directory it lies in, or that points nowhere, is refused, naming it. A file reached twice (through
-  a link, or by two patterns) is read once, under the first path that reached it (patterns in the
-  order given, names sorted), and counted.
+  a symbolic or hard link, or by two patterns; locally the same device and inode) is read once, under
+  the first path that reached it (patterns in the order given, names sorted), and counted.
 - Special files (FIFOs, sockets, devices) are refused before any work, naming them: reading one could
   hang the run or read nothing.
 
@@ -90,7 +90,7 @@ class _Found:
     """What expanding the patterns found so far (file paths with their protocol prefix)."""
 
     files: dict[str, int] = dataclasses.field(default_factory=dict)  # path -> size
-    same_as: dict[str, str] = dataclasses.field(default_factory=dict)  # real path -> first path
+    same_as: dict[str, str] = dataclasses.field(default_factory=dict)  # file identity -> first path
     count: int = 0
     duplicates: int = 0
     hidden: int = 0
@@ -156,7 +156,8 @@ def discover_inputs(patterns: Sequence[str]) -> InputDiscovery:
             shown_paths(discovery.skipped),
         )
     logger.info(
-        "inputs: %d files found, %d to read; skipped: %d reached twice, %d inside lmshards outputs, "
+        "inputs: %d files found, %d to read; skipped: %d reached twice (links or repeated patterns), "
+        "%d inside lmshards outputs, "
         "%d hidden entries; %d empty directories",
         discovery.found,
         len(discovery.files),
@@ -211,7 +212,7 @@ def _expand_pattern(pattern: str, outputs: _OutputDirectories, found: _Found) ->
         output = outputs.holding(prefix, bare)
         if output is None:
             kept += 1
-            found.add(path, size, os.path.realpath(path) if local else path)
+            found.add(path, size, _file_identity(path) if local else path)
         elif named_file:
             raise InputError(
                 f"--input {pattern!r} lies inside the lmshards output {output!r} ({_OUTPUT_SIGN}); an "
@@ -256,7 +257,7 @@ def _local_entries(pattern: str, found: _Found) -> bool:
             )
         kind = _local_kind(path, found)
         if kind == "file":
-            found.add(os.path.abspath(path), os.path.getsize(path), os.path.abspath(path))
+            found.add(os.path.abspath(path), os.path.getsize(path), _file_identity(path))
             return True
         if kind == "directory":
             _walk(os.path.abspath(path), found, hidden_ok=False, ancestors=())
@@ -279,6 +280,13 @@ def _local_entries(pattern: str, found: _Found) -> bool:
             "the glob so that your shell does not expand it (e.g. --input 'corpus/*.txt')."
         )
     return False
+
+
+def _file_identity(path: str) -> str:
+    """What makes two local paths the same file: its device and inode, so that a symbolic link and a
+    hard link to a file already found are both the same file."""
+    st = os.stat(path)
+    return f"{st.st_dev}:{st.st_ino}"
 
 
 def _local_kind(path: str, found: _Found) -> str | None:
@@ -331,7 +339,7 @@ def _walk(directory: str, found: _Found, *, hidden_ok: bool, ancestors: tuple[st
             continue
         kind = _local_kind(path, found)
         if kind == "file":
-            found.add(path, os.path.getsize(path), os.path.realpath(path))
+            found.add(path, os.path.getsize(path), _file_identity(path))
         elif kind == "directory":
             _walk(path, found, hidden_ok=hidden_ok, ancestors=(*ancestors, real))
 
@@ -363,7 +371,7 @@ def _walk_glob(
                 continue
             kind = _local_kind(path, found)
             if kind == "file" and matched:
-                found.add(path, os.path.getsize(path), os.path.realpath(path))
+                found.add(path, os.path.getsize(path), _file_identity(path))
             elif kind == "directory" and matched:
                 _walk(path, found, hidden_ok=hidden_ok, ancestors=(*ancestors, real))
             elif kind == "directory":

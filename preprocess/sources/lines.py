@@ -13,6 +13,8 @@ encoding: every range looks at the file's first 4 bytes, and the range starting 
 whole file through an incremental decoder that hands UTF-8 on to the same line machinery, while
 later ranges yield nothing (a 2- or 4-byte encoding cannot be cut at arbitrary byte offsets).
 Sequences that are not valid in that encoding become U+FFFD and are counted like bad UTF-8.
+A file read with ReadOptions.encoding other than UTF-8 (and no such mark) is decoded the same way from
+that encoding; its ranges are planned whole (ranges.byte_ranges).
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def read_lines(
     them from its lines (one instance per range)."""
     head = _file_head(f, r)
     wide = next((w for w in WIDE_BOMS if head.startswith(w[0])), None)
-    if wide is None:
+    if wide is None and options.is_utf8:
         bom = len(BOM) if r.start == 0 and head.startswith(BOM) else 0
         yield from _read(
             f, r, records(r, options, stats), stats, bom=bom, share=lambda stop: _share(r, stop)
@@ -103,9 +105,12 @@ def read_lines(
         return
     if r.start > 0:  # the file's first range reads all of it
         return
-    mark, codec, counter = wide
-    logger.info("%s: %s byte-order mark, decoded as %s", r.path, codec.upper(), codec.upper())
-    stats.count(counter)
+    if wide is None:  # --encoding: the whole file decoded from it
+        mark, codec = b"", options.encoding
+    else:
+        mark, codec, counter = wide
+        logger.info("%s: %s byte-order mark, decoded as %s", r.path, codec.upper(), codec.upper())
+        stats.count(counter)
     f.seek(len(mark))
     text = _Utf8Text(f, codec)
     whole = ReadRange(r.path, 0, TO_END)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from preprocess.sources.compression import check_magic, is_compressed
+from preprocess.sources.compression import is_compressed
 from preprocess.sources.options import ReadOptions
 from schemas.manifest import InputFileInfo
 
@@ -24,24 +24,15 @@ class ReadRange:
 
 
 def whole_file(info: InputFileInfo, options: ReadOptions, range_bytes: int) -> list[ReadRange]:
-    """One range for the whole file: the plan of a format that cannot be split.
-
-    Raises:
-      InputError: a compressed file without its codec's magic bytes.
-    """
-    if info.bytes and is_compressed(info.path):
-        check_magic(info.path)
+    """One range for the whole file: the plan of a format that cannot be split."""
     return [ReadRange(info.path, 0, TO_END)]
 
 
 def byte_ranges(info: InputFileInfo, options: ReadOptions, range_bytes: int) -> list[ReadRange]:
-    """Ranges of range_bytes bytes (the last one to the end); a compressed file is one range.
-
-    Raises:
-      InputError: a compressed file without its codec's magic bytes.
-    """
+    """Ranges of range_bytes bytes (the last one to the end); a compressed file, or one decoded from
+    an encoding other than UTF-8 (options.encoding), is one range."""
     path, size = info.path, info.bytes
-    if is_compressed(path) or size <= range_bytes:
+    if is_compressed(path) or not options.is_utf8 or size <= range_bytes:
         return whole_file(info, options, range_bytes)
     starts = range(0, size, range_bytes)
     return [

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator, Sequence
 
 from preprocess.sources.compression import is_compressed, open_decompressed
+from preprocess.sources.content import check_contents
 from preprocess.sources.documents import ReadStats
 from preprocess.sources.files import discover_inputs, shown_paths
 from preprocess.sources.formats import format_for
@@ -51,11 +52,13 @@ def plan_ranges(
     Every file yields at least one range (an empty file's range counts it in files_empty).
 
     Raises:
-      InputError: a compressed file without its format's magic bytes, a compressed Parquet file,
-        a Parquet file that cannot be opened or has no usable `options.text_column`.
+      InputError: a file that content.check_contents refuses (compressed bytes its name does not
+        say, CSV, text that is mostly not UTF-8, ...), a compressed Parquet file, a Parquet file that
+        cannot be opened or has no usable `options.text_column`.
     """
     if range_bytes < 1:
         raise InputError(f"Range size must be at least 1 byte, got {range_bytes}.")
+    check_contents(files, options)
     ranges: list[ReadRange] = []
     for info in files:
         ranges.extend(format_for(info.path, options).plan_ranges(info, options, range_bytes))

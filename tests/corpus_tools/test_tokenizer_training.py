@@ -517,3 +517,48 @@ def test_a_vocabulary_smaller_than_asked_is_a_warning_naming_the_fix(tmp_path, c
     assert got < 30000
     assert f"the vocabulary has {got:,} tokens, fewer than --vocab_size 30,000" in captured.err
     assert "larger --max_bytes or more input" in captured.err
+
+
+def test_compressed_and_legacy_inputs_train_the_same_tokenizer_as_plain_utf8(tmp_path, capsys):
+    """The tokenizer trains on the text of .zst/.xz/.ndjson inputs and of --encoding text, never on their
+    bytes; text that is not UTF-8 and compressed bytes under a .txt name are refused before training."""
+    import lzma
+
+    import zstandard
+
+    lines = [f"caf\u00e9 na\u00efve number {i} " + "word " * (i % 7) for i in range(400)]
+    text = "".join(line + "\n" for line in lines)
+    plain, forms = tmp_path / "plain", tmp_path / "forms"
+    plain.mkdir()
+    forms.mkdir()
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (plain / name).write_text(text, encoding="utf-8")
+    (forms / "a.txt.zst").write_bytes(zstandard.ZstdCompressor().compress(text.encode()))
+    records = "".join(json.dumps({"text": line}) + "\n" for line in lines)
+    (forms / "b.ndjson.xz").write_bytes(lzma.compress(records.encode()))
+    (forms / "c.txt").write_bytes(text.encode("latin-1"))
+    common = ["--model", "bpe", "--vocab_size", "400", "--seed", "1"]
+
+    def train_on(directory, output, *flags):
+        argv = ["train", "--input", str(directory), "--output", str(tmp_path / output)]
+        return _run([*argv, *common, *flags], capsys)
+
+    assert train_on(plain, "p")[0] == 0
+    code, err = train_on(forms, "f")
+    assert code == 2 and "c.txt" in err and "--encoding latin-1" in err
+    assert not (tmp_path / "f").exists()
+    (forms / "d.txt").write_bytes(zstandard.ZstdCompressor().compress(b"hidden\n"))
+    code, err = train_on(forms, "f", "--encoding", "latin-1")
+    assert code == 2 and "d.txt" in err and "rename it to d.txt.zst" in err
+    (forms / "d.txt").unlink()
+    # --encoding applies to every file, so the mixed set is read with c.txt made UTF-8.
+    (forms / "c.txt").write_text(text, encoding="utf-8")
+    assert train_on(forms, "f")[0] == 0
+    plain_json = (tmp_path / "p" / TOKENIZER_JSON).read_bytes()
+    assert (tmp_path / "f" / TOKENIZER_JSON).read_bytes() == plain_json
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (legacy / name).write_bytes(text.encode("latin-1"))
+    assert train_on(legacy, "l", "--encoding", "latin-1")[0] == 0
+    assert (tmp_path / "l" / TOKENIZER_JSON).read_bytes() == plain_json

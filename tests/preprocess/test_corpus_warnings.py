@@ -47,9 +47,12 @@ def test_hard_wrapped_books_read_line_by_line_get_both_corpus_warnings():
         "pass --doc_separator blank_line."
     )
     blank_line = dataclasses.replace(CONFIG, doc_separator="blank_line")
-    assert corpus_warnings(manifest, blank_line) == [
-        "21,353 of 59,757 documents (36%) are empty (skipped); check --doc_separator and the input files."
-    ]
+    marker = dataclasses.replace(CONFIG, doc_marker="%")
+    for config in (blank_line, marker):
+        assert corpus_warnings(manifest, config) == [
+            "21,353 of 59,757 documents (36%) are empty (skipped); check --doc_separator "
+            "(or --doc_marker) and the input files."
+        ]
 
 
 def test_a_validation_split_below_one_default_batch_is_named():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zstandard
 
 from plumbing import fs
 from preprocess.cli import main as preprocess_main
@@ -153,6 +154,39 @@ def test_output_bytes_do_not_depend_on_runner_workers_ranges_or_batches(
 
 
 @pytest.mark.slow
+def test_compressed_inputs_give_the_same_shards_as_their_plain_text(
+    tmp_path, sample_dir, sample_tokenizer
+):
+    """.zst (several frames), .xz and .ndjson inputs are read as their text: the same shard bytes as the
+    plain files they were made from."""
+    import lzma
+
+    text = (sample_dir / "en" / "persuasion.txt").read_bytes()
+    lines = (
+        (sample_dir / "en" / "libreoffice_help_guide.txt").read_text(encoding="utf-8").splitlines()
+    )
+    records = "".join(json.dumps({"text": line}) + "\n" for line in lines).encode()
+    plain, packed = tmp_path / "plain", tmp_path / "packed"
+    plain.mkdir()
+    packed.mkdir()
+    (plain / "a.txt").write_bytes(text)
+    (plain / "b.jsonl").write_bytes(records)
+    half = len(text) // 2
+    zstd = zstandard.ZstdCompressor()
+    (packed / "a.txt.zst").write_bytes(zstd.compress(text[:half]) + zstd.compress(text[half:]))
+    (packed / "b.ndjson.xz").write_bytes(lzma.compress(records))
+    outputs = []
+    for corpus in (plain, packed):
+        config = _config([corpus], sample_tokenizer, tmp_path / f"out-{corpus.name}")
+        outputs.append((config.output, run_pipeline(config, IN_PROCESS)))
+    (plain_out, plain_manifest), (packed_out, packed_manifest) = outputs
+    assert plain_manifest.splits == packed_manifest.splits
+    assert {k: v for k, v in _files(plain_out).items() if k != "manifest.json"} == {
+        k: v for k, v in _files(packed_out).items() if k != "manifest.json"
+    }
+
+
+@pytest.mark.slow
 def test_refuses_non_empty_output_and_overwrite_replaces_it(
     sample_run, tmp_path, sample_tokenizer, capsys
 ):
@@ -247,7 +281,16 @@ def bad_inputs(tmp_path, sample_tokenizer, sample_dir):
     (short / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 64}))
     a_file = tmp_path / "a_file"
     a_file.write_text("not a directory")
+    zstd_txt = tmp_path / "zstd.txt"
+    zstd_txt.write_bytes(zstandard.ZstdCompressor().compress(b"hello\n" * 100))
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes(("Caf\u00e9 cr\u00e8me br\u00fbl\u00e9e.\n" * 50).encode("latin-1"))
+    csv = tmp_path / "table.csv"
+    csv.write_text("id,text\n1,hello\n")
     return {
+        "zstd_txt": zstd_txt,
+        "latin1": latin1,
+        "csv": csv,
         "corrupt": corrupt,
         "short": short,
         "a_file": a_file,
@@ -269,6 +312,11 @@ def bad_inputs(tmp_path, sample_tokenizer, sample_dir):
         ),
         ("output is a file", {"--output": "{a_file}"}, "{a_file}"),
         ("missing glob", {"--input": "{out}/nowhere/*.txt"}, "nowhere/*.txt"),
+        ("zstd under .txt", {"--input": "{zstd_txt}"}, "rename it to zstd.txt.zst"),
+        ("latin-1 text", {"--input": "{latin1}"}, "--encoding latin-1"),
+        ("csv", {"--input": "{csv}"}, "is CSV"),
+        ("bad encoding", {"--encoding": "klingon"}, "--encoding 'klingon'"),
+        ("empty marker regex", {"--doc_marker_regex": "x*"}, "matches an empty line"),
     ],
 )
 def test_bad_input_is_a_clear_error_before_any_work(bad_inputs, capsys, case, flags, named):

@@ -1,5 +1,6 @@
-"""`--shards` reads one way: from the text alone, never from which paths exist; a path with a `:` can be
-named; an ambiguous value is refused with the spellings that say what was meant."""
+"""`--shards` reads one way: a value that exists as written is that path, a path with a `:` can be
+named, and a value with two readings (both existing, or a `:` before the weight) is refused with the
+spellings that say what was meant."""
 
 from __future__ import annotations
 
@@ -28,14 +29,31 @@ def test_each_spelling_reads_one_way(text, path, weight):
     assert parse_shards_flag(text) == ShardSource(path, weight)
 
 
-def test_the_meaning_does_not_depend_on_which_paths_exist(tmp_path, monkeypatch):
+def test_a_value_that_exists_as_written_is_that_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    values = ["set:2", "path=set:2", "set:v2", "weight=2,path=set"]
-    before = [parse_shards_flag(v) for v in values]
-    for name in ("set", "set:2", "set:v2"):
-        (tmp_path / name).mkdir()
-    assert [parse_shards_flag(v) for v in values] == before
-    assert before[0] == ShardSource("set", 2.0) and before[1] == ShardSource("set:2")
+    (tmp_path / "runs" / "2026-12-01T10:30").mkdir(parents=True)
+    assert parse_shards_flag("runs/2026-12-01T10:30") == ShardSource("runs/2026-12-01T10:30")
+    # Nothing named as written: the weight reading, as before (whether or not its path exists).
+    assert parse_shards_flag("runs/2026-12-01T11:30") == ShardSource("runs/2026-12-01T11", 30.0)
+    (tmp_path / "set").mkdir()
+    assert parse_shards_flag("set:2") == ShardSource("set", 2.0)
+    assert parse_shards_flag("path=set:2") == ShardSource("set:2")
+
+
+def test_a_value_whose_two_readings_both_exist_is_refused_showing_both(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in ("runs/2026-12-01T10:30", "runs/2026-12-01T10"):
+        (tmp_path / name).mkdir(parents=True)
+    with pytest.raises(LmshardsError) as refused:
+        parse_shards_flag("runs/2026-12-01T10:30")
+    message = str(refused.value)
+    assert "can be read two ways" in message
+    assert "--shards weight=30,path=runs/2026-12-01T10" in message
+    assert "--shards path=runs/2026-12-01T10:30" in message
+    assert parse_shards_flag("path=runs/2026-12-01T10:30") == ShardSource("runs/2026-12-01T10:30")
+    assert parse_shards_flag("weight=30,path=runs/2026-12-01T10") == ShardSource(
+        "runs/2026-12-01T10", 30.0
+    )
 
 
 @pytest.mark.parametrize("text", ["/data/a:b:0.5", "gs://b/x:y:2", "a:b:1e-3"])

@@ -1,11 +1,12 @@
-"""JSON Lines (.jsonl, .json): one JSON object per line, its ReadOptions.text_field the document.
+"""JSON Lines (.jsonl, .ndjson, .json): one JSON object per line, its ReadOptions.text_field the document.
 
 Lines that give no document are skipped and counted by kind: not JSON or not a JSON object
 (documents_invalid_json), an object without the text field (documents_missing_field), a text field
 that is a number, boolean, array or object (documents_non_string_text). A null text field is an
 empty document. The first few skipped lines of a range are logged with the file and the line's byte
 offset (for a UTF-16/32 file: its offset in the file's UTF-8 text). A JSON line is parsed whole, so
-it is held in memory whole (its text is then split like any long document).
+it is held in memory whole (its text is then split like any long document); a line longer than
+MAX_JSON_LINE_BYTES is refused, naming the file and the line's offset, once that many bytes are held.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ from typing import Any, BinaryIO
 from preprocess.sources.documents import ReadStats, decode_utf8, text_document
 from preprocess.sources.formats.base import Format
 from preprocess.sources.lines import CONTENT_BYTE, LineRecords, read_lines
-from preprocess.sources.options import ReadOptions
-from preprocess.sources.ranges import ReadRange, byte_ranges
+from preprocess.sources.options import InputError, ReadOptions
+from preprocess.sources.ranges import DEFAULT_RANGE_BYTES, ReadRange, byte_ranges
 
 logger = logging.getLogger(__name__)
 
 # Per range, the first few skipped lines are logged with their location; all are counted.
 MAX_LOGGED_BAD_LINES = 3
+# A JSON line is held whole to be parsed: a longer one is refused rather than held.
+MAX_JSON_LINE_BYTES = DEFAULT_RANGE_BYTES
 # strict=False: raw control characters (tabs, NULs) inside JSON strings are accepted.
 _JSON = json.JSONDecoder(strict=False)
 
@@ -68,6 +71,7 @@ class _JsonLines(LineRecords):
     def __init__(self, r: ReadRange, options: ReadOptions, stats: ReadStats):
         super().__init__(r, options, stats)
         self._raw: list[bytes] = []
+        self._start = self._held = 0
         self._logged = 0
 
     def lines(self, start: int, data: bytes) -> list[str]:
@@ -79,8 +83,15 @@ class _JsonLines(LineRecords):
 
     def part(self, start: int, part: bytes, first: bool, last: bool) -> list[str]:
         if first:
-            self._raw, self._start = [], start
+            self._raw, self._start, self._held = [], start, 0
         self._raw.append(part)
+        self._held += len(part)
+        if self._held > MAX_JSON_LINE_BYTES:
+            raise InputError(
+                f"{self._path!r}: the JSON line at byte {self._start:,} is longer than "
+                f"{MAX_JSON_LINE_BYTES:,} bytes, too long to parse as one record. Split that record, "
+                "or pass its text as a plain-text file."
+            )
         if not last:
             return []
         raw, self._raw = b"".join(self._raw), []
@@ -109,5 +120,8 @@ def _read_range(f: BinaryIO, r: ReadRange, options: ReadOptions, stats: ReadStat
 
 
 FORMAT = Format(
-    name="jsonl", extensions=(".jsonl", ".json"), plan_ranges=byte_ranges, read_range=_read_range
+    name="jsonl",
+    extensions=(".jsonl", ".ndjson", ".json"),
+    plan_ranges=byte_ranges,
+    read_range=_read_range,
 )

@@ -7,7 +7,7 @@ import random
 from preprocess.sources import documents
 
 
-def test_utf8_boundary_keeps_decoding_identical():
+def testutf8_boundary_keeps_decoding_identical():
     rng = random.Random(0)
     alphabet = [
         b"a",
@@ -27,7 +27,7 @@ def test_utf8_boundary_keeps_decoding_identical():
         data = b"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12)))
         whole = data.decode("utf-8", errors="replace")
         for pos in range(len(data) + 1):
-            cut = documents._utf8_boundary(data, pos)
+            cut = documents.utf8_boundary(data, pos)
             assert pos - 3 <= cut <= pos
             assert (
                 data[:cut].decode("utf-8", "replace") + data[cut:].decode("utf-8", "replace")

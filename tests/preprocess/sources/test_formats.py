@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from preprocess.sources import DOC_SEPARATORS, ReadOptions, detect_format
+from preprocess.sources import ReadOptions, detect_format
 from preprocess.sources.formats import FORMATS, blank_lines, format_for, jsonl, parquet, text_lines
+from preprocess.sources.options import TEXT_READERS
 
 
 @pytest.mark.parametrize(
@@ -45,7 +46,5 @@ def test_registry_claims_each_extension_once_and_each_separator_once():
     extensions = [e for fmt in FORMATS for e in fmt.extensions]
     assert len(extensions) == len(set(extensions))
     assert all(e == e.lower() and e.startswith(".") and e.count(".") == 1 for e in extensions)
-    assert sorted(fmt.doc_separator for fmt in FORMATS if fmt.doc_separator) == sorted(
-        DOC_SEPARATORS
-    )
+    assert sorted(fmt.doc_separator for fmt in FORMATS if fmt.doc_separator) == sorted(TEXT_READERS)
     assert all(not fmt.extensions for fmt in FORMATS if fmt.doc_separator)
