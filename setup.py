@@ -48,8 +48,21 @@ PINS = {
 }
 
 
+# Pins that differ on newer Pythons: jax 0.11 and later need Python 3.12 (3.12 and 3.13 get the current jax,
+# which keras 3.15.1 and keras-hub 0.32.0 train with; 3.11 keeps the newest jax that supports it).
+PINS_PYTHON_3_12 = {"jax": "0.12.0.1"}
+
+
 def pinned(name: str, extras: str = "") -> str:
     return f"{name}{extras}=={PINS[name]}"
+
+
+def pinned_per_python(name: str) -> list[str]:
+    """name's pin for Python 3.11 and, with an environment marker, its pin for Python 3.12 and later."""
+    return [
+        f"{pinned(name)}; python_version < '3.12'",
+        f"{name}=={PINS_PYTHON_3_12[name]}; python_version >= '3.12'",
+    ]
 
 
 # Exactly what preprocess/, plumbing/ and schemas/ import (tests/lmshards/test_packaging.py checks both ways).
@@ -84,7 +97,7 @@ EXTRAS = {
     ],
     # `lmshards train --backend jax` (with `train`: its input pipeline is tf.data on the host). CPU jaxlib
     # comes with it; accelerators add `jax[tpu]` or `jax[cuda12]` at the same version (docs/accelerators.md).
-    "jax": [pinned("jax"), pinned("keras"), pinned("keras-hub")],
+    "jax": [*pinned_per_python("jax"), pinned("keras"), pinned("keras-hub")],
     # `lmshards stats` and the TF Metadata schema (schemas/tfmd.py): tensorflow-transform's analyzers,
     # schema utilities and tfx-bsl's Example decoder.
     "stats": [

@@ -6,7 +6,7 @@ Runs on whatever devices JAX sees (every one in a data-parallel mesh) and never 
 it needs JAX, Keras and keras-hub only (bench/device_check.sh installs the last two on a bare GPU host).
 The batches are made once on the host and placed on the devices before timing, so what is timed is
 the compiled step alone; the first call (compilation) and --warmup calls are left out. Prints
-`RESULT {json}` as its last line.
+`PRESET {json}` as each preset finishes and `RESULT {json}` as its last line.
 
 Model FLOPs per token (training: forward + backward = 3 x the forward's 2 FLOPs per multiply-add),
 from the config, with L layers, hidden h, intermediate i, sequence s, vocabulary V and P predicted
@@ -171,7 +171,11 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     import keras
 
     args = parse_args(argv)
-    results = [bench_preset(preset, args) for preset in args.presets]
+    results = []
+    for preset in args.presets:
+        results.append(bench_preset(preset, args))
+        # Each preset's line as soon as it is measured: a time limit that stops a later one keeps it.
+        print("PRESET " + json.dumps(results[-1], sort_keys=True), flush=True)
     device = jax.devices()[0]
     report = {
         "bench": "mfu",

@@ -24,7 +24,9 @@ import numpy as np
 
 from lmshards.report import (
     Reference,
+    maskable,
     masking_description,
+    most_frequent_token,
     read_run,
     render_report,
 )
@@ -341,21 +343,6 @@ def read_split(manifest: Manifest, shards_dir: Path, split: str) -> dict[str, np
         with open(path, "rb") as f:
             records.extend(read_records(f))
     return decode_examples(records, FEATURE_NAMES)
-
-
-def maskable(
-    input_ids: np.ndarray, attention_mask: np.ndarray, special_ids: Sequence[int]
-) -> np.ndarray:
-    """bool, same shape: real (non-padding) tokens that are not special tokens."""
-    return (attention_mask == 1) & ~np.isin(input_ids, np.asarray(special_ids))
-
-
-def most_frequent_token(
-    input_ids: np.ndarray, attention_mask: np.ndarray, special_ids: Sequence[int]
-) -> int:
-    """The id that occurs most often among the maskable tokens (ties: the smallest id)."""
-    counts = np.bincount(input_ids[maskable(input_ids, attention_mask, special_ids)])
-    return int(np.argmax(counts))
 
 
 def mask_records(

@@ -1,6 +1,6 @@
 """`lmshards report RUN_DIR`: one self-contained HTML page of a training run, drawn with Plotly.
 
-Loss (train and eval on one chart), eval accuracy (with the most-frequent-token baseline when known),
+Loss (train and eval on one chart), eval accuracy (with the most-frequent-token baseline, read from the shards),
 learning rate, throughput, and the records per shard of every split of the run's shard sets. Every
 number says what it was measured on. Plotly's JavaScript is inlined, so the page works offline and
 can be mailed or archived as one file (about 5 MB); its charts zoom and show exact values on hover.
@@ -15,10 +15,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from plumbing import fs
 from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from plumbing.errors import LmshardsError
+from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.manifest import Manifest, read_manifest
+from schemas.records import decode_examples, read_records
 from train.run_dir import read_metrics
 
 COMMAND = "report"
@@ -28,6 +32,11 @@ METRICS_JSONL = (
 )
 RUN_CONFIG_JSON = "run_config.json"
 RUN_SUMMARY_JSON = "run_summary.json"
+# Sequences of each split the most-frequent-token baseline reads (the first ones, in manifest order).
+BASELINE_RECORDS = 20_000
+# Room left above and below the accuracies on the accuracy chart, as a share of their spread (at least 0.01).
+ACCURACY_PAD = 0.1
+NO_STEPS_YET = "no steps logged yet: the charts fill in once the run logs its first step"
 CHART_HEIGHT = 340
 SHARD_CHART_HEIGHT = 260
 TRAIN_COLOR, EVAL_COLOR, BASELINE_COLOR = "#4c78a8", "#e45756", "#72b7b2"
@@ -114,7 +123,11 @@ def run_facts(data: RunData) -> dict[str, str]:
         "sequence length": str(config.get("seq_len", "?")),
     }
     if not summary:
-        facts["status"] = "not finished (no run_summary.json yet): charts show the steps so far"
+        facts["status"] = (
+            "not finished (no run_summary.json yet): charts show the steps so far"
+            if has_steps(data)
+            else NO_STEPS_YET
+        )
         return facts
     facts["steps"] = f"{summary.get('global_step')} of global batch {summary.get('global_batch')}"
     if summary.get("train_loss") is not None:
@@ -143,6 +156,84 @@ def run_facts(data: RunData) -> dict[str, str]:
         f"{summary.get('strategy')}, {summary.get('replicas')} replicas, {summary.get('device_kind')}"
     )
     return facts
+
+
+def has_steps(data: RunData) -> bool:
+    """Whether the run has logged any step (train loss or an evaluation)."""
+    return any("loss" in r or "eval_loss" in r for r in data.metrics)
+
+
+# ---------------------------------------------------------------- the most-frequent-token baseline
+
+
+def maskable(
+    input_ids: np.ndarray, attention_mask: np.ndarray, special_ids: Sequence[int]
+) -> np.ndarray:
+    """bool, same shape: real (non-padding) tokens that are not special tokens."""
+    return (attention_mask == 1) & ~np.isin(input_ids, np.asarray(special_ids))
+
+
+def most_frequent_token(
+    input_ids: np.ndarray, attention_mask: np.ndarray, special_ids: Sequence[int]
+) -> int:
+    """The id that occurs most often among the maskable tokens (ties: the smallest id)."""
+    counts = np.bincount(input_ids[maskable(input_ids, attention_mask, special_ids)])
+    return int(np.argmax(counts))
+
+
+def first_records(
+    manifest: Manifest, shards_dir: str, split: str, limit: int
+) -> dict[str, np.ndarray]:
+    """{input_ids, attention_mask: int64 [<= limit, seq_len]}: a split's first records, in manifest order."""
+    records: list[bytes] = []
+    for path in manifest.shard_paths(shards_dir, split):
+        with fs.open_file(path) as f:
+            for record in read_records(f):
+                records.append(record)
+                if len(records) == limit:
+                    return decode_examples(records, (INPUT_IDS, ATTENTION_MASK))
+    return decode_examples(records, (INPUT_IDS, ATTENTION_MASK))
+
+
+def token_baseline(
+    data: RunData, run_dir: str, *, limit: int = BASELINE_RECORDS
+) -> Reference | None:
+    """Always predicting the train split's most frequent token: its share of the validation tokens a recipe
+    can mask (what that guess scores when masked positions are drawn evenly over them). None when the
+    run's first shard set, or its validation split, cannot be read."""
+    if not data.manifests:
+        return None
+    path, manifest = next(iter(data.manifests.items()))
+    if VALIDATION_SPLIT not in manifest.splits:
+        return None
+    special = list(manifest.tokenizer.never_masked_ids)
+    try:
+        train = first_records(manifest, path, TRAIN_SPLIT, limit)
+        validation = first_records(manifest, path, VALIDATION_SPLIT, limit)
+    except (OSError, LmshardsError):
+        return None  # shards moved or unreadable: the report shows the rest
+    tokens = maskable(validation[INPUT_IDS], validation[ATTENTION_MASK], special)
+    if not tokens.any() or not maskable(train[INPUT_IDS], train[ATTENTION_MASK], special).any():
+        return None
+    top = most_frequent_token(train[INPUT_IDS], train[ATTENTION_MASK], special)
+    share = float(np.mean(validation[INPUT_IDS][tokens] == top))
+    return Reference(
+        label=f"always {_token_text(run_dir, top)}",
+        accuracy=share,
+        measured_on=f"its share of the maskable tokens of the first {len(tokens):,} validation sequences",
+    )
+
+
+def _token_text(run_dir: str, token_id: int) -> str:
+    """'the' (id 5) from the run's tokenizer copy, or 'token 5' without one."""
+    path = fs.join(run_dir, "tokenizer", "tokenizer.json")
+    try:
+        from tokenizers import Tokenizer
+
+        text = Tokenizer.from_str(fs.read_text(path)).decode([token_id]).strip()
+    except Exception:  # noqa: BLE001  (no copy, or not a tokenizers file: the id alone says enough)
+        return f"token {token_id}"
+    return f"{text!r} (id {token_id})"
 
 
 # ---------------------------------------------------------------- charts
@@ -225,9 +316,17 @@ def accuracy_figure(data: RunData, references: Sequence[Reference]):
             annotation_text=f"{reference.label}: {reference.accuracy:.3f} ({reference.measured_on})",
             annotation_position="bottom right",
         )
-    return fig.update_layout(
-        **_layout("Eval accuracy on masked tokens", "accuracy"), showlegend=True
-    )
+    fig.update_layout(**_layout("Eval accuracy on masked tokens", "accuracy"), showlegend=True)
+    return fig.update_yaxes(range=accuracy_range([*values, *(r.accuracy for r in references)]))
+
+
+def accuracy_range(accuracies: Sequence[float]) -> list[float] | None:
+    """The accuracy axis fitted to the accuracies and baselines shown, within [0, 1]; None: nothing to fit."""
+    if not accuracies:
+        return None
+    low, high = min(accuracies), max(accuracies)
+    pad = max((high - low) * ACCURACY_PAD, 0.01)
+    return [max(0.0, low - pad), min(1.0, high + pad)]
 
 
 def series_figure(data: RunData, key: str, *, title: str, y_title: str, name: str):
@@ -290,6 +389,38 @@ def shards_figure(manifest: Manifest, *, name: str):
     )
 
 
+def curation_funnel(manifest: Manifest) -> list[tuple[str, str]]:
+    """(stage, count) rows of a curated shard set: documents in, removed per reason, documents and
+    tokens written; [] for a shard set made without curation."""
+    curation = manifest.curation
+    if curation is None:
+        return []
+    rows = [("documents in", f"{curation.documents_in:,} ({curation.bytes_in:,} bytes)")]
+    for reason, removed in curation.removed.items():
+        rows.append(
+            (f"removed: {reason}", f"{removed['documents']:,} ({removed['bytes']:,} bytes)")
+        )
+    splits = manifest.splits.values()
+    rows += [
+        ("documents written", f"{sum(s.totals.documents for s in splits):,}"),
+        ("tokens written", f"{sum(s.totals.tokens_written for s in splits):,}"),
+    ]
+    return rows
+
+
+def funnel_table(manifest: Manifest, *, name: str) -> str:
+    """The curation funnel of one shard set as an HTML table ("" without curation)."""
+    rows = curation_funnel(manifest)
+    if not rows:
+        return ""
+    cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
+    dedup = manifest.curation.dedup if manifest.curation else "none"
+    return (
+        f"<h2>Curation of {html.escape(name)} (--dedup {html.escape(dedup)})</h2>"
+        f"<table>{cells}</table>"
+    )
+
+
 # ---------------------------------------------------------------- the page
 
 
@@ -309,27 +440,29 @@ def render_report(
         f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
         for k, v in (facts if facts is not None else run_facts(data)).items()
     )
-    figures = [loss_figure(data)]
-    if any("eval_accuracy" in r for r in data.metrics) or references:
-        figures.append(accuracy_figure(data, references))
-    figures.append(
-        series_figure(
-            data,
-            "learning_rate",
-            title="Learning rate (at the end of each logging window)",
-            y_title="learning rate",
-            name="learning rate",
+    figures = []
+    if has_steps(data):  # an empty run draws no empty axes: its status says why
+        figures.append(loss_figure(data))
+        if any("eval_accuracy" in r for r in data.metrics) or references:
+            figures.append(accuracy_figure(data, references))
+        figures.append(
+            series_figure(
+                data,
+                "learning_rate",
+                title="Learning rate (at the end of each logging window)",
+                y_title="learning rate",
+                name="learning rate",
+            )
         )
-    )
-    figures.append(
-        series_figure(
-            data,
-            "tokens_per_second",
-            title="Throughput (training steps only, per logging window)",
-            y_title="tokens / s",
-            name="tokens per second",
+        figures.append(
+            series_figure(
+                data,
+                "tokens_per_second",
+                title="Throughput (training steps only, per logging window)",
+                y_title="tokens / s",
+                name="tokens per second",
+            )
         )
-    )
     figures += [shards_figure(m, name=path) for path, m in data.manifests.items()]
     charts = [
         pio.to_html(fig, full_html=False, include_plotlyjs=False, config={"responsive": True})
@@ -340,6 +473,7 @@ def render_report(
         f"<table>{rows}</table>",
         *(f"<p class='note'>{html.escape(note)}</p>" for note in notes),
         *charts,
+        *(funnel_table(m, name=path) for path, m in data.manifests.items() if m.curation),
     ]
     return (
         "<!doctype html>\n<html><head><meta charset='utf-8'>"
@@ -376,8 +510,11 @@ def main(argv: Sequence[str]) -> int:
 
 def _report(run_dir: str, output: str | None) -> int:
     data = read_run(run_dir)
+    baseline = token_baseline(data, run_dir)
     path = write_report(
-        render_report(data, title=f"lmshards run {run_dir}"),
+        render_report(
+            data, title=f"lmshards run {run_dir}", references=[baseline] if baseline else []
+        ),
         output or fs.join(run_dir, REPORT_HTML),
     )
     print(f"lmshards {COMMAND}: wrote {path}")

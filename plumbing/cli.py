@@ -70,7 +70,7 @@ class CommandParser(argparse.ArgumentParser):
 
     extra_flags: flags accepted elsewhere (e.g. Beam's pipeline options) that typo hints may suggest.
     renamed: a flag this command does not take -> the flag to use instead (a renamed flag's new name,
-      lmshards' name for run_mlm.py's); the hint names it.
+      lmshards' name for run_mlm.py's); the hint names it. A value that starts with the flag is the whole hint.
     """
 
     def __init__(
@@ -116,7 +116,8 @@ class CommandParser(argparse.ArgumentParser):
     def _hint(self, arg: str) -> str:
         name = arg.split("=", 1)[0]
         if name in self.renamed:
-            return f"{name} is {self.renamed[name]} in {self.prog}"
+            hint = self.renamed[name]
+            return hint if hint.startswith(name) else f"{name} is {hint} in {self.prog}"
         return typo_hint(arg, self.known_flags())
 
     def reject_unknown(self, unknown: Sequence[str]) -> None:

@@ -39,16 +39,37 @@ RUN_MLM_NAMES: dict[str, dict[str, str]] = {
         "--bf16": "--precision",
         "--fp16": "--precision",
         "--max_seq_length": "--seq_len",
+        "--line_by_line": "--doc_separator",
+        "--save_strategy": "--checkpoint_every",
+        "--evaluation_strategy": "--eval_every",
+        "--eval_strategy": "--eval_every",
+        "--warmup_ratio": "--warmup_steps",
+        "--per_device_eval_batch_size": "--per_replica_batch",
+        "--gradient_accumulation_steps": "--per_replica_batch",
+        "--logging_dir": "--output",
     },
 }
 # Where a name is set by another command than the one it was given to.
-OTHER_COMMAND = {("train", "--max_seq_length"): "preprocess"}
+OTHER_COMMAND = {
+    ("train", "--max_seq_length"): "preprocess",
+    ("train", "--line_by_line"): "preprocess",
+}
+# command -> {run_mlm.py / TrainingArguments flag: why lmshards needs nothing in its place}
+NOT_NEEDED: dict[str, dict[str, str]] = {
+    "train": {
+        "--do_train": "`lmshards train` always trains",
+        "--do_eval": "it evaluates every --eval_every steps on each set's validation split",
+        "--report_to": "it always writes TensorBoard logs (RUN_DIR/tensorboard) and RUN_DIR/metrics.jsonl",
+    },
+}
 
 
 def name_hints(command: str) -> dict[str, str]:
-    """old flag -> hint text, for CommandParser(renamed=...)."""
+    """old flag -> hint text, for CommandParser(renamed=...): lmshards' flag, or a sentence why none is needed."""
     hints = {}
     for old, new in RUN_MLM_NAMES.get(command, {}).items():
         elsewhere = OTHER_COMMAND.get((command, old))
         hints[old] = f"`lmshards {elsewhere} {new}`" if elsewhere else new
+    for old, why in NOT_NEEDED.get(command, {}).items():
+        hints[old] = f"{old} is not needed: {why}"
     return hints

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from plumbing import fs
 from plumbing.errors import OutputError, StorageError, describe_disk_error, disk_errno
 from schemas.constants import (
+    CURATION_DIR_NAME,
     MANIFEST_FORMAT,
     MANIFEST_NAME,
     SCHEMA_NAME,
@@ -171,7 +172,8 @@ _LAYOUTS = {
         marker=MANIFEST_NAME,
         marker_format=MANIFEST_FORMAT,
         files=frozenset({SCHEMA_NAME}),
-        scratch_dirs=frozenset({TEMP_DIR_NAME}),
+        # curation/ holds only the audit files a curated run writes.
+        scratch_dirs=frozenset({TEMP_DIR_NAME, CURATION_DIR_NAME}),
         shard_dirs=frozenset(SPLITS),
         nested=(
             (TOKENIZER_DIR_NAME, TOKENIZER_OUTPUT),

@@ -66,12 +66,16 @@ def load_tensorflow_quietly(
     """Imports TensorFlow (and the modules built on it) with their start-up lines kept off stderr unless verbose.
 
     For commands that need TensorFlow only deep inside a library call (export, preview, stats): once it
-    is imported here, that call prints nothing of TensorFlow's own.
+    is imported here, and its devices found, that call prints nothing of TensorFlow's own.
     """
     quiet_tensorflow(verbose=verbose)
     with native_stderr_discarded(verbose=verbose):
         for module in modules:
             importlib.import_module(module)
+        if "tensorflow" in sys.modules:
+            # Device discovery runs on first use and logs from C++ past TF_CPP_MIN_LOG_LEVEL (a host with
+            # NVIDIA's driver libraries but no usable GPU prints "failed call to cuInit"): do it here.
+            sys.modules["tensorflow"].config.list_physical_devices()
 
 
 @contextlib.contextmanager

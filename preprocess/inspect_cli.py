@@ -27,6 +27,7 @@ from plumbing.cli import (
 )
 from plumbing.progress import bytes_progress
 from plumbing.units import format_duration, megabytes
+from preprocess.curation.audit import audit_problems, describe_curation
 from schemas.constants import INPUT_IDS, MANIFEST_NAME, TOKENS_FORMAT
 from schemas.manifest import Manifest, ShardInfo, read_manifest, tokenizer_copy_problem
 from schemas.records import CorruptRecordError, MalformedExampleError, decode_examples, read_records
@@ -112,9 +113,10 @@ def _inspect(args: argparse.Namespace) -> int:
     if problems:
         print(f"verify: {len(problems)} problem(s) in {shards} shards, {took}", file=sys.stderr)
         return EXIT_MISMATCH
+    audited = " and the curation audit" if manifest.curation is not None else ""
     print(
-        f"verify: OK, {shards} shards match the manifest (records, bytes, sha256, input ids < vocab_size "
-        f"{manifest.tokenizer.vocab_size:,}) {took}",
+        f"verify: OK, {shards} shards{audited} match the manifest (records, bytes, sha256, input ids "
+        f"< vocab_size {manifest.tokenizer.vocab_size:,}) {took}",
         file=sys.stderr,
     )
     return EXIT_OK
@@ -142,6 +144,8 @@ def describe(manifest: Manifest, output: str) -> str:
         lines.append(
             f"  reading: {', '.join(f'{k} {v:,}' for k, v in sorted(manifest.reading.items()))}"
         )
+    if manifest.curation is not None:
+        lines += describe_curation(manifest.curation)
     for name, split in manifest.splits.items():
         t, records = split.totals, [s.records for s in split.shards]
         size = sum(s.bytes for s in split.shards)
@@ -194,7 +198,8 @@ def verify(
     progress_every_s: float = PROGRESS_EVERY_S,
 ) -> list[str]:
     """One line per problem, in manifest order: each shard's (missing, framing, records, bytes, sha256, input
-    ids), then the tokenizer copy's (missing, or not the manifest's fingerprint).
+    ids), then the tokenizer copy's (missing, or not the manifest's fingerprint), then the curation
+    audit's (files, lines and counts against the manifest's curation section).
 
     Shards are verified `threads` at a time; the result does not depend on the thread count. A progress
     line (shards, MB, MB/s, ETA) is logged every `progress_every_s` seconds while shards remain.
@@ -227,11 +232,15 @@ def verify(
     finally:
         pool.shutdown(cancel_futures=True)  # on Ctrl-C, only the shards being read are finished
     tokenizer = tokenizer_copy_problem(manifest, output)
-    return [
-        f"{path}: {problem}"
-        for (_, path), future in zip(shards, futures)
-        for problem in future.result()
-    ] + ([f"{output}: {tokenizer}"] if tokenizer else [])
+    return (
+        [
+            f"{path}: {problem}"
+            for (_, path), future in zip(shards, futures)
+            for problem in future.result()
+        ]
+        + ([f"{output}: {tokenizer}"] if tokenizer else [])
+        + audit_problems(manifest, output)
+    )
 
 
 def progress_line(

@@ -28,7 +28,14 @@ from schemas.constants import (
     TOKENIZER_INFO_JSON,
     TOKENIZER_JSON,
 )
-from schemas.manifest import Manifest, ShardInfo, SplitInfo, SplitTotals, write_manifest
+from schemas.manifest import (
+    CurationInfo,
+    Manifest,
+    ShardInfo,
+    SplitInfo,
+    SplitTotals,
+    write_manifest,
+)
 from schemas.tfmd import schema_for, write_schema
 from schemas.tokenizer_info import TOKENIZER_CONFIG_JSON, TokenizerSource
 
@@ -81,11 +88,13 @@ def build_manifest(
     totals: Iterable[tuple[str, SplitTotals]],
     reading: ReadStats,
     created_at: str,
+    curation: CurationInfo | None = None,
 ) -> Manifest:
     """`header` (everything known before the run) completed with what the run found.
 
     shards: (split, ShardInfo) of every shard written; totals: (split, SplitTotals), any number per split;
-    reading: what the readers counted, added to what planning counted (header.reading).
+    reading: what the readers counted, added to what planning counted (header.reading);
+    curation: what curation removed, when it ran.
     """
     shards, totals = list(shards), list(totals)
     splits = {}
@@ -98,7 +107,11 @@ def build_manifest(
         )
     reading = sum_stats([ReadStats(**header.reading), reading])
     return dataclasses.replace(
-        header, splits=splits, reading=reading.as_dict(), created_at=created_at
+        header,
+        splits=splits,
+        reading=reading.as_dict(),
+        created_at=created_at,
+        curation=curation,
     )
 
 
@@ -144,9 +157,15 @@ class _WriteManifestFn(beam.DoFn):
         totals: list[tuple[str, SplitTotals]],
         reading: ReadStats,
         *before,  # the paths written before, when WriteManifest has them (unused: only the wait counts)
+        curation: CurationInfo | None = None,  # when curation ran
     ) -> Iterable[str]:
         manifest = build_manifest(
-            self._header, shards=shards, totals=totals, reading=reading, created_at=utc_timestamp()
+            self._header,
+            shards=shards,
+            totals=totals,
+            reading=reading,
+            created_at=utc_timestamp(),
+            curation=curation,
         )
         check_documents_read(self._patterns, ReadStats(**manifest.reading))
         yield finish_output(self._output, manifest)
@@ -157,6 +176,7 @@ class WriteManifest(beam.PTransform):
 
     patterns: the --input values, named in the error when no document was read (then no manifest is written).
     before: paths written before the manifest when given (the token store's manifest, --keep_tokens).
+    curation: CurationInfo, one, when a curation stage ran (the manifest's curation section).
     """
 
     def __init__(
@@ -166,10 +186,12 @@ class WriteManifest(beam.PTransform):
         *,
         patterns: Sequence[str],
         before: beam.PCollection | None = None,
+        curation: beam.PCollection | None = None,
     ):
         super().__init__()
         self._fn = _WriteManifestFn(header, output, patterns)
         self._before = before
+        self._curation = curation
 
     def expand(self, inputs: ManifestInputs):
         return (
@@ -182,5 +204,10 @@ class WriteManifest(beam.PTransform):
                 beam.pvalue.AsList(inputs.totals),
                 beam.pvalue.AsSingleton(inputs.reading),
                 *([beam.pvalue.AsList(self._before)] if self._before is not None else []),
+                **(
+                    {"curation": beam.pvalue.AsSingleton(self._curation)}
+                    if self._curation is not None
+                    else {}
+                ),
             )  # str: the manifest's path
         )

@@ -16,6 +16,8 @@ from plumbing.cli import add_overwrite_flag, add_verbose_flag
 from plumbing.errors import LmshardsError
 from plumbing.known_names import name_hints
 from plumbing.units import size_flag
+from preprocess.curation.minhash import DEFAULT_BANDS, DEFAULT_NGRAM, DEFAULT_ROWS
+from preprocess.curation.stage import DEDUP_CHOICES, DEDUP_NONE, DEFAULT_DECONTAMINATE_NGRAM
 from preprocess.pack import DEFAULT_GROUP_TOKENS, REMAINDER_CHOICES, REMAINDER_DROP, REMAINDER_PAD
 from preprocess.shard import DEFAULT_SHARD_MULTIPLE, DEFAULT_TARGET_SHARD_MB
 from preprocess.sources import (
@@ -42,6 +44,16 @@ RENAMED_FLAGS = {
 }
 DEFAULT_RANGE_MB = 64.0  # bytes of input one read task covers
 DEFAULT_TOKENIZER_THREADS = 0  # auto: see preprocess.runners.tokenizer_threads
+# The curation flags, which `lmshards repack` refuses (its token store was curated by preprocess).
+CURATION_FLAGS = (
+    "--dedup",
+    "--minhash_ngram",
+    "--minhash_bands",
+    "--minhash_rows",
+    "--decontaminate",
+    "--decontaminate_ngram",
+    "--decontaminate_text_field",
+)
 # Declared optional to Beam (which parses every option class on every run), required by `lmshards preprocess`.
 REQUIRED_FLAGS = ("--input", "--tokenizer", "--output")
 
@@ -160,6 +172,56 @@ class LmshardsPreprocessOptions(PipelineOptions):
             help="Approximate tokens per packing group; each group drops or pads at most "
             "one partial block.",
         )
+        add_curation_arguments(parser)
+
+
+def add_curation_arguments(parser: argparse.ArgumentParser) -> None:
+    """--dedup, the MinHash parameters and --decontaminate (see docs/preprocess.md, Curation)."""
+    parser.add_argument(
+        "--dedup",
+        choices=DEDUP_CHOICES,
+        default=DEDUP_NONE,
+        help="Remove duplicate documents before tokenizing: exact (equal after Unicode NFC and "
+        "whitespace collapsing) or near (MinHash LSH over word n-grams; includes exact). Every "
+        "removal is listed in OUTPUT/curation/.",
+    )
+    parser.add_argument(
+        "--minhash_ngram",
+        type=int,
+        default=DEFAULT_NGRAM,
+        help="--dedup near: words per shingle.",
+    )
+    parser.add_argument(
+        "--minhash_bands",
+        type=int,
+        default=DEFAULT_BANDS,
+        help="--dedup near: LSH bands (more: more pairs caught at lower similarity).",
+    )
+    parser.add_argument(
+        "--minhash_rows",
+        type=int,
+        default=DEFAULT_ROWS,
+        help="--dedup near: MinHash values per band (more: fewer pairs caught at lower similarity).",
+    )
+    parser.add_argument(
+        "--decontaminate",
+        action="append",
+        default=None,
+        help="Eval set (file, directory or glob, read like --input); training documents sharing a "
+        "--decontaminate_ngram word n-gram with any of its documents are removed. Repeatable.",
+    )
+    parser.add_argument(
+        "--decontaminate_ngram",
+        type=int,
+        default=DEFAULT_DECONTAMINATE_NGRAM,
+        help="Words per n-gram for --decontaminate.",
+    )
+    parser.add_argument(
+        "--decontaminate_text_field",
+        default=None,
+        help="The JSON Lines field / Parquet column holding the eval sets' text "
+        "(default: --text_field / --text_column).",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,6 +251,18 @@ class PreprocessConfig:
     range_mb: float = DEFAULT_RANGE_MB
     packing_group_tokens: int = DEFAULT_GROUP_TOKENS
     packing: str = PACKING_CONCAT
+    dedup: str = DEDUP_NONE
+    minhash_ngram: int = DEFAULT_NGRAM
+    minhash_bands: int = DEFAULT_BANDS
+    minhash_rows: int = DEFAULT_ROWS
+    decontaminate: tuple[str, ...] = ()
+    decontaminate_ngram: int = DEFAULT_DECONTAMINATE_NGRAM
+    decontaminate_text_field: str | None = None
+
+    @property
+    def curating(self) -> bool:
+        """Whether a curation stage runs (--dedup exact/near or --decontaminate)."""
+        return self.dedup != DEDUP_NONE or bool(self.decontaminate)
 
     def __post_init__(self) -> None:
         validate(self)
@@ -279,16 +353,40 @@ def validate(config: PreprocessConfig) -> None:
             raise PreprocessError(f"--{flag} {getattr(config, flag)} must be at least 1.")
     if config.range_mb <= 0:
         raise PreprocessError(f"--range_mb {config.range_mb} must be positive, e.g. 64.")
+    validate_curation(config)
+
+
+def validate_curation(config: PreprocessConfig) -> None:
+    """Range checks of the curation flags (the eval sets are checked while planning)."""
+    if config.dedup not in DEDUP_CHOICES:
+        raise PreprocessError(f"--dedup {config.dedup!r} is not one of {list(DEDUP_CHOICES)}.")
+    for flag, example in (
+        ("minhash_ngram", DEFAULT_NGRAM),
+        ("minhash_bands", DEFAULT_BANDS),
+        ("minhash_rows", DEFAULT_ROWS),
+        ("decontaminate_ngram", DEFAULT_DECONTAMINATE_NGRAM),
+    ):
+        value = getattr(config, flag)
+        if value < 1:
+            raise PreprocessError(f"--{flag} {value} must be a positive integer, e.g. {example}.")
+    if config.decontaminate_text_field == "":
+        raise PreprocessError(
+            "--decontaminate_text_field is empty; give the eval sets' JSON field or Parquet column."
+        )
 
 
 def config_from_options(options: PipelineOptions) -> PreprocessConfig:
     """Our flags, as a PreprocessConfig. Raises PreprocessError on a bad value."""
     flags = options.view_as(LmshardsPreprocessOptions)
-    fields = {f.name for f in dataclasses.fields(PreprocessConfig)} - {"inputs"}
+    fields = {f.name for f in dataclasses.fields(PreprocessConfig)} - {"inputs", "decontaminate"}
     values = {name: getattr(flags, name) for name in fields}
     if values["remainder"] is None:
         values["remainder"] = default_remainder(values["packing"])
-    return PreprocessConfig(inputs=tuple(flags.input or ()), **values)
+    return PreprocessConfig(
+        inputs=tuple(flags.input or ()),
+        decontaminate=tuple(flags.decontaminate or ()),
+        **values,
+    )
 
 
 def default_remainder(packing: str) -> str:

@@ -1,4 +1,7 @@
-"""The preprocess pipeline: read -> encode -> split -> pack -> shard -> manifest.
+"""The preprocess pipeline: read -> [curate] -> encode -> split -> pack -> shard -> manifest.
+
+The curation stage (preprocess.curation) is there only with --dedup exact|near or --decontaminate; without
+them the pipeline is exactly what it was.
 
 Everything that can be wrong with the user's input is checked in `plan_preprocess`, before the
 pipeline is built; the stages (one module each) are deterministic functions of the documents'
@@ -27,6 +30,8 @@ from plumbing.lease import output_lease
 from plumbing.outputs import PREPROCESS_OUTPUT, check_no_overlap, check_writable, clear_owned_output
 from plumbing.units import MIB
 from preprocess import metrics, runners
+from preprocess.curation.plan import plan_curation
+from preprocess.curation.stage import CurateDocuments, CurationOutputs, CurationSettings
 from preprocess.encode import EncodeDocuments, EncodeSettings
 from preprocess.failures import run_failure
 from preprocess.manifest import (
@@ -90,6 +95,7 @@ class PreprocessPlan:
     groups: dict[str, int]  # split -> packing groups
     record_bytes: int  # upper bound of one framed record, for the shard count
     reading: ReadStats  # what finding the inputs counted (files left out inside lmshards outputs)
+    curation: CurationSettings | None = None  # --dedup / --decontaminate; None: no curation stage
 
     def manifest_header(self) -> Manifest:
         """The manifest's fields known before the run; the manifest stage fills in the rest."""
@@ -136,6 +142,8 @@ def check_locations(config: PreprocessConfig) -> None:
     check_no_overlap(config.inputs, config.output)
     # The tokenizer is copied into the output after --overwrite clears it: it must not live there.
     check_no_overlap([config.tokenizer], config.output, input_flag="--tokenizer")
+    if config.decontaminate:
+        check_no_overlap(config.decontaminate, config.output, input_flag="--decontaminate")
 
 
 def plan_preprocess(config: PreprocessConfig) -> PreprocessPlan:
@@ -165,6 +173,11 @@ def plan_preprocess(config: PreprocessConfig) -> PreprocessPlan:
     read_options_from(config)  # checks the reading flags
     discovery = discover_inputs(config.inputs)
     check_not_empty(discovery.files)
+    curation = plan_curation(
+        config,
+        batch_size=config.documents_per_tokenizer_call,
+        range_bytes=int(config.range_mb * MIB),
+    )  # reads the eval sets, to check them
     fs.check_output_dir(config.output, overwrite=config.overwrite)
     total_bytes = sum(f.bytes for f in discovery.files)
     groups = packing_groups(total_bytes, config.validation_fraction, config.packing_group_tokens)
@@ -177,6 +190,7 @@ def plan_preprocess(config: PreprocessConfig) -> PreprocessPlan:
         groups=groups,
         record_bytes=record_bytes_for(config, info.vocab_size),
         reading=ReadStats(**discovery.counts()),
+        curation=curation,
     )
 
 
@@ -239,9 +253,14 @@ def build_pipeline(pipeline: beam.Pipeline, plan: PreprocessPlan) -> beam.PColle
         read_options_from(config),
         range_bytes=int(range_bytes),
         batch_size=config.documents_per_tokenizer_call,
-    )  # documents: list[str]; stats: ReadStats, one
+        numbered=plan.curation is not None,
+    )  # documents: list[str] (NumberedBatch when curating); stats: ReadStats, one
     documents = read.documents
-    if any(is_compressed(f.path) and f.bytes > range_bytes for f in plan.files):
+    curated = None
+    if plan.curation is not None:  # the documents are shuffled by the curation's joins
+        curated = read | "Curate" >> CurateDocuments(plan.curation, config.output)
+        documents = curated.batches  # list[str], the kept documents
+    elif any(is_compressed(f.path) and f.bytes > range_bytes for f in plan.files):
         # A large .gz/.bz2 is one read range; without this its tokenizing would stay fused to the one
         # worker reading it. Only then is the raw text shuffled.
         documents = documents | "SpreadBatches" >> beam.Reshuffle()  # list[str]
@@ -264,6 +283,7 @@ def build_pipeline(pipeline: beam.Pipeline, plan: PreprocessPlan) -> beam.PColle
         header=plan.manifest_header(),
         reading=read.stats,
         before=store,
+        curation=curated,
     )
 
 
@@ -277,10 +297,12 @@ def add_shard_stages(
     header: Manifest,
     reading: beam.PCollection,
     before: beam.PCollection | None = None,
+    curation: CurationOutputs | None = None,
 ) -> beam.PCollection:
     """Tokenized documents -> split, pack, shard and manifest stages (shared by preprocess and repack).
 
-    chunks: TokenizedChunk; reading: ReadStats, one; before: paths written before the manifest.
+    chunks: TokenizedChunk; reading: ReadStats, one; before: paths written before the manifest;
+    curation: the curation stage's outputs, when it ran (its info goes into the manifest).
     Returns the PCollection holding the manifest path.
     """
     routed = chunks | "Split" >> SplitDocuments(
@@ -300,8 +322,19 @@ def add_shard_stages(
         shard_multiple=config.shard_multiple,
         num_shards=config.num_shards,
     )  # (split, ShardInfo)
-    return ManifestInputs(shards=shards, totals=packed.totals, reading=reading) | (
-        "Manifest" >> WriteManifest(header, config.output, patterns=config.inputs, before=before)
+    inputs = ManifestInputs(shards=shards, totals=packed.totals, reading=reading)
+    if curation is not None:  # the manifest also waits for the audit files
+        audit = curation.audit | "AuditPaths" >> beam.Map(lambda entry: entry["path"])  # str
+        before = audit if before is None else (before, audit) | "Before" >> beam.Flatten()
+    return inputs | (
+        "Manifest"
+        >> WriteManifest(
+            header,
+            config.output,
+            patterns=config.inputs,
+            before=before,
+            curation=curation.info if curation is not None else None,
+        )
     )  # str: the manifest's path
 
 

@@ -2,6 +2,10 @@
 
 The ranges (see preprocess.sources) are planned, and every file checked, when the transform is
 constructed, i.e. while the pipeline is built and before any worker starts.
+
+With numbered=True (curation needs each document's identity) every batch says which range of which file
+it came from and where in the range it starts, and every range reports how many documents it gave; a
+document's index in its file follows from those alone (range_offsets), whatever the range size.
 """
 
 from __future__ import annotations
@@ -49,9 +53,33 @@ COUNTERS = {f.name: RENAMED_COUNTERS.get(f.name, f.name) for f in dataclasses.fi
 # decompressed): this over the launcher's "input: N MB" line is the read progress.
 INPUT_BYTES_COUNTER = "input_bytes_read"
 
-# What reading one range emits on its single output: its document batches, then its ReadStats.
-# (One output, told apart by type: not every Beam runner keeps a ParDo's tagged outputs apart.)
-RangeOutput = list[str] | ReadStats
+
+@dataclasses.dataclass(frozen=True)
+class NumberedBatch:
+    """Documents of one range with their place in it (ReadDocuments(numbered=True)).
+
+    texts[i] is document first + i of range number `range_number` of file `source`.
+    """
+
+    source: str
+    range_number: int  # the range's place among its file's ranges, from 0
+    first: int
+    texts: list[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class RangeCount:
+    """How many documents range `range_number` of `source` gave (ReadDocuments(numbered=True))."""
+
+    source: str
+    range_number: int
+    documents: int
+
+
+# What reading one range emits on its single output: its document batches, then its ReadStats (and
+# with numbering its RangeCount). One output, told apart by type: not every Beam runner keeps a
+# ParDo's tagged outputs apart.
+RangeOutput = list[str] | NumberedBatch | RangeCount | ReadStats
 
 
 # ---------------------------------------------------------------- logic
@@ -71,6 +99,7 @@ class SizedRange:
     planned: FileState | None = (
         None  # the file when reading was planned: checked after the range is read
     )
+    number: int = 0  # the range's place among its file's ranges, from 0
 
 
 def size_ranges(
@@ -91,15 +120,33 @@ def size_ranges(
     sized = []
     for r in ranges:
         size = sizes[r.path]
-        if not is_compressed(r.path) and format_for(r.path, options).plan_ranges is byte_ranges:
-            share = (size if r.end == TO_END else r.end) - r.start
-            sized.append(SizedRange(r, share, live=True, planned=states[r.path]))
-            continue
         i, n = seen.get(r.path, 0), counts[r.path]
         seen[r.path] = i + 1
+        if not is_compressed(r.path) and format_for(r.path, options).plan_ranges is byte_ranges:
+            share = (size if r.end == TO_END else r.end) - r.start
+            sized.append(SizedRange(r, share, live=True, planned=states[r.path], number=i))
+            continue
         share = size * (i + 1) // n - size * i // n
-        sized.append(SizedRange(r, share, live=False, planned=states[r.path]))
+        sized.append(SizedRange(r, share, live=False, planned=states[r.path], number=i))
     return sized
+
+
+def range_offsets(counts: Iterable[RangeCount]) -> dict[tuple[str, int], int]:
+    """(source, range number) -> the number of the range's first document in its file.
+
+    A file's documents are numbered in file order across its ranges: each range starts where the
+    ranges before it in the file ended, so the numbers do not depend on the range size.
+    """
+    by_file: dict[str, dict[int, int]] = {}
+    for c in counts:
+        by_file.setdefault(c.source, {})[c.range_number] = c.documents
+    offsets = {}
+    for source, ranges in by_file.items():
+        total = 0
+        for number in sorted(ranges):
+            offsets[source, number] = total
+            total += ranges[number]
+    return offsets
 
 
 def read_batches(
@@ -129,7 +176,11 @@ def is_stats(element: RangeOutput) -> bool:
 
 
 def is_batch(element: RangeOutput) -> bool:
-    return not isinstance(element, ReadStats)
+    return not isinstance(element, (ReadStats, RangeCount))
+
+
+def is_count(element: RangeOutput) -> bool:
+    return isinstance(element, RangeCount)
 
 
 def progress_line(*, read_bytes: int, total_bytes: int, documents: int, seconds: float) -> str:
@@ -185,11 +236,19 @@ class ReadOutputs(NamedTuple):
     stats: beam.PCollection  # ReadStats: exactly one, the sum over every range
 
 
+class NumberedReadOutputs(NamedTuple):
+    documents: beam.PCollection  # NumberedBatch
+    stats: beam.PCollection  # ReadStats: exactly one, the sum over every range
+    counts: beam.PCollection  # RangeCount, one per range
+
+
 class ReadDocuments(beam.PTransform):
-    """Input files -> ReadOutputs: batches of documents (list[str], at most batch_size each, in no fixed
+    """Input files -> ReadOutputs (NumberedReadOutputs when numbered): batches of documents (list[str], at most batch_size each, in no fixed
     order), and the ReadStats totals as data, so that the manifest can record them deterministically.
 
     files: InputFileInfo from expand_inputs, or paths/globs (expanded here).
+    numbered: batches are NumberedBatch (each document's place in its file follows from them and
+      the RangeCount of every range, see range_offsets) instead of list[str].
 
     Raises:
       InputError: (when constructed) an input that cannot be read as its format.
@@ -202,6 +261,7 @@ class ReadDocuments(beam.PTransform):
         *,
         range_bytes: int = DEFAULT_RANGE_BYTES,
         batch_size: int = DEFAULT_DOC_BATCH,
+        numbered: bool = False,
     ):
         super().__init__()
         if batch_size < 1:
@@ -215,6 +275,7 @@ class ReadDocuments(beam.PTransform):
         self._total_bytes = sum(f.bytes for f in infos)
         self._options = options
         self._batch_size = batch_size
+        self._numbered = numbered
         logger.info(
             "input: %.1f MB in %d files, %d read ranges",
             megabytes(self._total_bytes),
@@ -222,21 +283,28 @@ class ReadDocuments(beam.PTransform):
             len(ranges),
         )
 
-    def expand(self, pbegin: beam.pvalue.PBegin) -> ReadOutputs:
+    def expand(self, pbegin: beam.pvalue.PBegin) -> ReadOutputs | NumberedReadOutputs:
         read = (
             pbegin
             | "ListRanges" >> beam.Create(self._ranges)  # SizedRange
             | "SpreadRanges" >> beam.Reshuffle()  # SizedRange, each on any worker
             | "ReadRanges"
-            >> beam.ParDo(_ReadRangeFn(self._options, self._batch_size, self._total_bytes))
-        )  # RangeOutput: list[str] batches, then the range's ReadStats
-        documents = read | "Documents" >> beam.Filter(is_batch)  # list[str]
+            >> beam.ParDo(
+                _ReadRangeFn(
+                    self._options, self._batch_size, self._total_bytes, numbered=self._numbered
+                )
+            )
+        )  # RangeOutput: list[str] (or NumberedBatch) batches, then the range's ReadStats
+        documents = read | "Documents" >> beam.Filter(is_batch)  # list[str] | NumberedBatch
         stats = (
             read
             | "RangeStats" >> beam.Filter(is_stats)  # ReadStats, one per range
             | "SumStats" >> beam.CombineGlobally(sum_stats)  # ReadStats, one
         )
-        return ReadOutputs(documents=documents, stats=stats)
+        if not self._numbered:
+            return ReadOutputs(documents=documents, stats=stats)
+        counts = read | "RangeCounts" >> beam.Filter(is_count)  # RangeCount, one per range
+        return NumberedReadOutputs(documents=documents, stats=stats, counts=counts)
 
 
 class _ReadRangeFn(beam.DoFn):
@@ -245,8 +313,11 @@ class _ReadRangeFn(beam.DoFn):
     total_bytes: the whole input's size, which progress lines measure against.
     """
 
-    def __init__(self, options: ReadOptions, batch_size: int, total_bytes: int):
+    def __init__(
+        self, options: ReadOptions, batch_size: int, total_bytes: int, *, numbered: bool = False
+    ):
         self._options = options
+        self._numbered = numbered
         self._batch_size = batch_size
         self._total_bytes = total_bytes
         self._counters = {field: counter(name) for field, name in COUNTERS.items()}
@@ -260,10 +331,15 @@ class _ReadRangeFn(beam.DoFn):
         progress = self._progress
         assert progress is not None, "made in setup()"
         stats = ReadStats()
+        documents = 0
         for batch in read_batches(
             sized.range, self._options, batch_size=self._batch_size, stats=stats
         ):
-            yield batch
+            if self._numbered:
+                yield NumberedBatch(sized.range.path, sized.number, documents, batch)
+            else:
+                yield batch
+            documents += len(batch)
             progress.report(sized, stats)
         check_unchanged(sized.range.path, sized.planned, when="while it was read")
         for field, metric in self._counters.items():
@@ -271,4 +347,6 @@ class _ReadRangeFn(beam.DoFn):
                 metric.inc(value)
         self._input_bytes.inc(sized.input_bytes)
         progress.report(sized, stats, finished=True)
+        if self._numbered:
+            yield RangeCount(sized.range.path, sized.number, documents)
         yield stats

@@ -23,6 +23,7 @@ from plumbing.units import size_flag
 from preprocess import runners
 from preprocess.cli import check_flags, setup_preprocess_logging, summary
 from preprocess.failures import RunFailure
+from preprocess.options import CURATION_FLAGS
 from preprocess.pack import REMAINDER_CHOICES
 from schemas.constants import PACKING_CHOICES
 
@@ -110,10 +111,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_command(COMMAND, lambda: _repack(parser, args, others))
 
 
+def refuse_curation_flags(parser: CommandParser, beam_args: Sequence[str]) -> None:
+    """Exits 2 on a preprocess curation flag (--dedup, --decontaminate, ...): a token store holds the
+    documents preprocess kept, so it is curated already."""
+    for arg in beam_args:
+        flag = arg.split("=", 1)[0]
+        if flag in CURATION_FLAGS:
+            parser.error(
+                f"{flag} is not a repack flag: a token store holds only the documents its preprocess "
+                f"kept; curate in `lmshards preprocess {flag} ... --keep_tokens`, then repack its store."
+            )
+
+
 def _repack(parser: CommandParser, args: argparse.Namespace, beam_args: list[str]) -> int:
     runners.resolve_runner(
         PipelineOptions(beam_args).view_as(StandardOptions).runner or runners.FNAPI_RUNNER
     )
+    refuse_curation_flags(parser, beam_args)
     check_flags(parser, beam_args)
     from preprocess.repack import (
         RepackConfig,

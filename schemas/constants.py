@@ -48,6 +48,11 @@ READABLE_MANIFEST_VERSIONS = (1, 2, 3)
 TOKENS_DIR_NAME = "tokens"
 TOKENS_FORMAT = "lmshards.tokens"
 
+# `preprocess --dedup/--decontaminate` keeps its audit (one JSON line per removed document) here.
+CURATION_DIR_NAME = "curation"
+# The manifest's `curation` section carries its own version (absent in outputs without curation).
+CURATION_FORMAT_VERSION = 1
+READABLE_CURATION_VERSIONS = (1,)
 # A training run directory (`lmshards train --output`) is marked by its run_config.json.
 RUN_CONFIG_JSON = "run_config.json"
 # A Hugging Face model directory (`lmshards export --output`): its config.json and one of its weights files.

@@ -17,6 +17,8 @@ from plumbing import fs
 from plumbing.errors import ManifestError
 from schemas.constants import (
     ATTENTION_MASK,
+    CURATION_DIR_NAME,
+    CURATION_FORMAT_VERSION,
     INPUT_IDS,
     MANIFEST_FORMAT,
     MANIFEST_FORMAT_VERSION,
@@ -24,6 +26,7 @@ from schemas.constants import (
     PACKED_MANIFEST_FORMAT_VERSION,
     PACKING_CHOICES,
     PACKING_CONCAT,
+    READABLE_CURATION_VERSIONS,
     READABLE_MANIFEST_VERSIONS,
     SCHEMA_NAME,
     SPLITS,
@@ -38,7 +41,7 @@ from schemas.shards import parse_shard_name, shard_relpath
 # Where a preprocess output keeps the copy of its tokenizer (TokenizerInfo.path), relative to the output.
 TOKENIZER_RELPATH = posixpath.join(TOKENIZER_DIR_NAME, TOKENIZER_JSON)
 # Manifest fields written only when set.
-_OPTIONAL_KEYS = ("tokens", "repacked_from", "packing")
+_OPTIONAL_KEYS = ("tokens", "repacked_from", "curation", "packing")
 # Per-split counts only a packed set records (a concatenated set's manifest stays as it always was).
 PACKING_TOTALS = ("documents_split", "segments")
 # Keys left out when comparing two manifests for determinism.
@@ -116,6 +119,76 @@ class InputFileInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class CurationInfo:
+    """What `preprocess --dedup/--decontaminate` removed before tokenizing (the manifest's `curation`).
+
+    removed: reason ("exact", "near", "contaminated") -> {"documents": n, "bytes": n}, every reason
+    listed; bytes are UTF-8 bytes of the documents as read. clusters: duplicate groups that lost a
+    document (each keeps one). eval_files: {"path", "documents" (read from it), "removed" (training
+    documents removed for sharing an n-gram with it)}, in --decontaminate order. audit: {"path"
+    (relative to the output), "lines"} of every audit file, sorted by path.
+    Accounting: documents_in == documents_removed + the documents of every split.
+    """
+
+    dedup: str
+    options: dict[str, Any]
+    documents_in: int
+    bytes_in: int
+    removed: dict[str, dict[str, int]]
+    clusters: int
+    eval_files: tuple[dict[str, Any], ...]
+    audit: tuple[dict[str, Any], ...]
+    version: int = CURATION_FORMAT_VERSION
+
+    @property
+    def documents_removed(self) -> int:
+        return sum(r["documents"] for r in self.removed.values())
+
+    @property
+    def bytes_removed(self) -> int:
+        return sum(r["bytes"] for r in self.removed.values())
+
+
+def curation_from_dict(data: dict[str, Any]) -> CurationInfo:
+    """Builds a CurationInfo from its JSON form; checks the version and that audit paths stay inside.
+
+    Raises:
+      ManifestError: a version this release does not read, or an audit path outside curation/.
+    """
+    version = data.get("version")
+    if version not in READABLE_CURATION_VERSIONS:
+        raise ManifestError(
+            f"Manifest curation version {version!r} is not supported by this version (reads "
+            f"{list(READABLE_CURATION_VERSIONS)}); upgrade lmshards."
+        )
+    audit = tuple({"path": str(a["path"]), "lines": int(a["lines"])} for a in data["audit"])
+    for entry in audit:
+        path = check_file_relpath(
+            str(entry["path"]),
+            field="curation audit path",
+            example=f"{CURATION_DIR_NAME}/removed.jsonl",
+        )
+        if not path.startswith(CURATION_DIR_NAME + "/"):
+            raise ManifestError(
+                f"Manifest curation audit path {path!r} is not in {CURATION_DIR_NAME}/. {_REWRITE_HINT}"
+            )
+    return CurationInfo(
+        dedup=str(data["dedup"]),
+        options=dict(data["options"]),
+        documents_in=int(data["documents_in"]),
+        bytes_in=int(data["bytes_in"]),
+        removed={
+            str(k): {"documents": int(v["documents"]), "bytes": int(v["bytes"])}
+            for k, v in data["removed"].items()
+        },
+        clusters=int(data["clusters"]),
+        eval_files=tuple(dict(e) for e in data["eval_files"]),
+        audit=audit,
+        version=int(version),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class Manifest:
     tool_version: str
     seq_len: int
@@ -138,6 +211,8 @@ class Manifest:
     repacked_from: str | None = None
     # How documents were packed into blocks (schemas.constants.PACKING_CHOICES); None: concatenated.
     packing: str | None = None
+    # What curation removed before tokenizing (`preprocess --dedup/--decontaminate`); None without.
+    curation: CurationInfo | None = None
 
     @property
     def packed(self) -> bool:
@@ -194,6 +269,20 @@ def check_accounting(manifest: Manifest) -> None:
                 f"Split {name!r}: {t.tokens_written} tokens + {t.padding_tokens} padding != "
                 f"{t.records} records x seq_len {manifest.seq_len}."
             )
+    check_curation_accounting(manifest)
+
+
+def check_curation_accounting(manifest: Manifest) -> None:
+    """Raises ManifestError unless curation's documents in == removed + the documents of every split."""
+    curation = manifest.curation
+    if curation is None:
+        return
+    written = sum(split.totals.documents for split in manifest.splits.values())
+    if curation.documents_in != curation.documents_removed + written:
+        raise ManifestError(
+            f"Curation: documents_in {curation.documents_in} != removed {curation.documents_removed} "
+            f"+ written {written}. {_REWRITE_HINT}"
+        )
 
 
 def check_listing(manifest: Manifest) -> None:
@@ -361,6 +450,7 @@ def manifest_from_dict(data: dict[str, Any]) -> Manifest:
             check_file_relpath(tokenizer_path, field="tokenizer.path", example=TOKENIZER_RELPATH)
         if schema is not None:
             check_file_relpath(schema, field="schema", example=SCHEMA_NAME)
+        curation = data.get("curation")
         tokens = data.get("tokens")
         if tokens is not None:
             check_file_relpath(tokens, field="tokens", example=TOKENS_DIR_NAME)
@@ -387,6 +477,7 @@ def manifest_from_dict(data: dict[str, Any]) -> Manifest:
             tokens=tokens,
             repacked_from=data.get("repacked_from"),
             packing=packing,
+            curation=curation_from_dict(curation) if curation is not None else None,
         )
     except (KeyError, TypeError, ValueError) as e:
         raise ManifestError(f"Manifest is malformed: {e!r}.") from e
@@ -479,6 +570,7 @@ def read_manifest(output_dir: str) -> Manifest:
 __all__ = [
     "ATTENTION_MASK",
     "INPUT_IDS",
+    "CurationInfo",
     "InputFileInfo",
     "Manifest",
     "ShardInfo",
@@ -487,6 +579,8 @@ __all__ = [
     "TOKENIZER_RELPATH",
     "TokenizerInfo",
     "check_accounting",
+    "check_curation_accounting",
+    "curation_from_dict",
     "check_file_relpath",
     "check_listing",
     "check_tokenizer_copy",

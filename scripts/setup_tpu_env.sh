@@ -1,23 +1,42 @@
 #!/usr/bin/env bash
-# Creates the virtualenv VENV with lmshards' trainer on the TensorFlow TPU stack pinned in
-# constraints/tpu.txt: tensorflow-tpu as the only TensorFlow distribution, the libtpu it loads, keras and
-# keras-hub. Then checks it with `lmshards env --check --no_import` (distributions only: loading libtpu
-# is left to `lmshards env --check` on the TPU VM).
+# Creates the virtualenv VENV with lmshards' trainer on one backend's TPU stack, one venv per backend:
+# - `--backend tensorflow` (the default): the TensorFlow TPU stack pinned in constraints/tpu.txt, tensorflow-tpu as
+#   the only TensorFlow distribution, the libtpu it loads, keras and keras-hub;
+# - `--backend jax`: the JAX TPU stack pinned in constraints/tpu-jax.txt, jax[tpu] with the libtpu it pins, plain
+#   tensorflow for the host input pipeline, keras and keras-hub.
+# Then checks it with `lmshards env --check --no_import --backend BACKEND` (distributions only, which includes that
+# the venv holds nothing of the other backend's TPU stack; loading libtpu is left to `lmshards env --check` on the
+# TPU VM).
 #
-#   scripts/setup_tpu_env.sh VENV [LMSHARDS]
+#   scripts/setup_tpu_env.sh [--backend tensorflow|jax] VENV [LMSHARDS]
 #
 # LMSHARDS is what to install lmshards from: this checkout (the default) or a wheel built from it.
-# PYTHON names the interpreter (default python3.11); VENV must not exist yet.
+# PYTHON names the interpreter (default python3.11 for tensorflow, python3.12 for jax: jax 0.11 and later need
+# 3.12, the Python of Ubuntu 24.04 TPU VM images); VENV must not exist yet.
 set -euo pipefail
+BACKEND=tensorflow
+if [ "${1:-}" = --backend ]; then
+  BACKEND="${2:-}"
+  shift 2 || true
+fi
+if [ "$BACKEND" != tensorflow ] && [ "$BACKEND" != jax ]; then
+  echo "$0: error: --backend must be tensorflow or jax, got '$BACKEND'" >&2
+  exit 2
+fi
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
-  echo "usage: $0 VENV [LMSHARDS]" >&2
+  echo "usage: $0 [--backend tensorflow|jax] VENV [LMSHARDS]" >&2
   exit 2
 fi
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CONSTRAINTS="$REPO/constraints/tpu.txt"
+if [ "$BACKEND" = jax ]; then
+  CONSTRAINTS="$REPO/constraints/tpu-jax.txt"
+  PYTHON="${PYTHON:-python3.12}"
+else
+  CONSTRAINTS="$REPO/constraints/tpu.txt"
+  PYTHON="${PYTHON:-python3.11}"
+fi
 VENV="$1"
 LMSHARDS="${2:-$REPO}"
-PYTHON="${PYTHON:-python3.11}"
 # The marker constraints/tpu.txt puts on the lines installed without their requirements.
 NO_DEPS_MARKER="# no-deps"
 
@@ -26,7 +45,7 @@ if [ -e "$VENV" ]; then
   exit 2
 fi
 if ! command -v "$PYTHON" >/dev/null 2>&1; then
-  echo "$0: error: no $PYTHON on PATH; install Python 3.11 or set PYTHON to one" >&2
+  echo "$0: error: no $PYTHON on PATH; install it or set PYTHON to another interpreter" >&2
   exit 2
 fi
 
@@ -39,10 +58,12 @@ pip=("$VENV/bin/python" -m pip --disable-pip-version-check)
 lists="$(mktemp -d)"
 trap 'rm -rf "$lists"' EXIT
 grep -vF -- "$NO_DEPS_MARKER" "$CONSTRAINTS" >"$lists/resolved.txt"
-grep -F -- "$NO_DEPS_MARKER" "$CONSTRAINTS" | grep -v '^#' >"$lists/no-deps.txt"
+{ grep -F -- "$NO_DEPS_MARKER" "$CONSTRAINTS" | grep -v '^#' || true; } >"$lists/no-deps.txt"
 "${pip[@]}" install -q -r "$lists/resolved.txt"
-"${pip[@]}" install -q --no-deps -r "$lists/no-deps.txt"
+if [ -s "$lists/no-deps.txt" ]; then
+  "${pip[@]}" install -q --no-deps -r "$lists/no-deps.txt"
+fi
 # lmshards' own requirements are the worker's (Beam) and the extras': the trainer's are all above.
 "${pip[@]}" install -q --no-deps "$LMSHARDS"
 
-"$VENV/bin/lmshards" env --check --no_import
+"$VENV/bin/lmshards" env --check --no_import --backend "$BACKEND"

@@ -98,16 +98,24 @@ def train_dataset(
     masking: MaskingSpec,
     with_segment_ids: bool,
     pipeline_id: int = 0,
+    replicas: int = 1,
 ) -> tf.data.Dataset:
-    """Endless masked batches for one input pipeline, starting at its batch `start_step`.
+    """Endless masked per-replica batches for one input pipeline, from those of global step `start_step`.
 
     streams: what this pipeline reads of each set (train.mixture.pipeline_streams); block_counts: the
     mixture's examples per set in every MIXTURE_BLOCK (Mixture.block_counts). features: the records'
-    features (Manifest.features()), from which the parse spec is built. Batch k of the stream is masked
-    with the stateless seed (seed, pipeline-unique k), wherever the stream was started.
+    features (Manifest.features()), from which the parse spec is built. replicas: the replicas this
+    pipeline feeds; each step yields `replicas` batches of batch_size, in replica order.
+
+    Step k's replicas * batch_size sequences are masked together, as one batch, with the stateless
+    seed (seed, pipeline-unique k), wherever the stream was started. So the sequences and masks of a
+    step depend only on the step and the pipeline's rows of the global batch, not on how the rows are
+    split between replicas: a run resumed on another number of devices with the same global batch
+    continues exactly (with one replica this is the masking runs have always had).
     """
     spec = parse_spec(features, names=read_features(features))
-    start = start_step * batch_size  # examples this pipeline has yielded before
+    rows = batch_size * replicas  # this pipeline's rows of each global batch
+    start = start_step * rows  # examples this pipeline has yielded before
     with _tensor_seeds_allowed():  # the per-pass functions are traced here
         if len(streams) == 1:
             records = _set_records(
@@ -138,9 +146,9 @@ def train_dataset(
                     block_counts, seed=seed, pipeline_id=pipeline_id, start_example=start
                 ),
             )
-    # (step, serialized [batch_size])
+    # (step, serialized [rows])
     ds = tf.data.Dataset.zip(
-        tf.data.Dataset.range(start_step, _ENDLESS), records.batch(batch_size, drop_remainder=True)
+        tf.data.Dataset.range(start_step, _ENDLESS), records.batch(rows, drop_remainder=True)
     )
     ds = ds.map(
         lambda step, serialized: _parse_and_mask(
@@ -153,7 +161,21 @@ def train_dataset(
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return _per_replica(ds, replicas).prefetch(tf.data.AUTOTUNE)
+
+
+def _per_replica(ds: tf.data.Dataset, replicas: int) -> tf.data.Dataset:
+    """{name: [replicas * b, ...]} batches -> `replicas` consecutive {name: [b, ...]} batches, in row order."""
+    if replicas == 1:
+        return ds
+    return ds.flat_map(
+        lambda batch: tf.data.Dataset.from_tensor_slices(
+            {
+                name: tf.reshape(t, [replicas, t.shape[0] // replicas, *t.shape[1:]])
+                for name, t in batch.items()
+            }
+        )
+    )
 
 
 def _set_records(
@@ -277,13 +299,11 @@ def _tensor_seeds_allowed():
 
 
 def eval_batch_count(
-    records: int, *, batch_size: int, max_batches: int | None = None, batches_multiple_of: int = 1
+    records: int, *, batch_size: int, max_batches: int | None = None, replicas: int = 1
 ) -> int:
-    """Batches eval_dataset yields for `records` records: the real ones, then padding up to batches_multiple_of."""
-    batches = -(-records // batch_size)
-    if max_batches is not None:
-        batches = min(batches, max_batches)
-    return batches + -batches % batches_multiple_of
+    """Steps of `replicas` batches of batch_size that eval_dataset gives for `records` records (at most max_batches)."""
+    steps = -(-records // (batch_size * replicas))
+    return steps if max_batches is None else min(steps, max_batches)
 
 
 def eval_dataset(
@@ -294,35 +314,31 @@ def eval_dataset(
     masking: MaskingSpec,
     with_segment_ids: bool,
     max_batches: int | None = None,
-    batches_multiple_of: int = 1,
+    replicas: int = 1,
 ) -> tf.data.Dataset:
     """One pass over the files in manifest order, masked with the fixed EVAL_SEED (same masks every eval).
 
-    Every batch has exactly batch_size rows and the batch count is a multiple of batches_multiple_of
-    (the replicas fed by this pipeline): the last batch is filled, and whole batches added, with
-    all-padding rows, which are never selected for prediction. Shapes stay static (TPUs need that)
-    and no record is left out. features: the manifest's record features, as for train_dataset.
+    Per-replica batches of exactly batch_size rows, `replicas` of them (the replicas this pipeline
+    feeds) for each of at most max_batches steps. A step's replicas * batch_size rows are masked
+    together, as one batch, so masks do not depend on how they are split between replicas. The last
+    step is filled with all-padding rows, which are never selected for prediction: shapes stay static
+    (TPUs need that) and no record is left out. features: the manifest's record features, as for
+    train_dataset.
     """
-    batches = eval_batch_count(files.total_records, batch_size=batch_size, max_batches=max_batches)
+    rows = batch_size * replicas
+    steps = eval_batch_count(
+        files.total_records, batch_size=batch_size, max_batches=max_batches, replicas=replicas
+    )
     spec = parse_spec(features, names=read_features(features))
     ds = tf.data.TFRecordDataset(
         list(files.paths), num_parallel_reads=min(len(files.paths), MAX_INTERLEAVE)
     )
-    ds = (
-        ds.batch(batch_size)
-        .take(batches)
-        .map(lambda serialized: tf.io.parse_example(serialized, spec))
-    )
-    padding = {name: tf.zeros([0, *feature.shape], feature.dtype) for name, feature in spec.items()}
-    ds = ds.concatenate(
-        tf.data.Dataset.from_tensors(padding).repeat(-batches % batches_multiple_of)
-    )
-    # {name: int64 [batch_size, seq_len]}
+    ds = ds.batch(rows).take(steps).map(lambda serialized: tf.io.parse_example(serialized, spec))
+    # {name: int64 [rows, seq_len]}
     ds = ds.map(
         lambda f: {
             name: tf.ensure_shape(
-                tf.pad(v, [[0, batch_size - tf.shape(v)[0]], [0, 0]]),
-                [batch_size, *spec[name].shape],
+                tf.pad(v, [[0, rows - tf.shape(v)[0]], [0, 0]]), [rows, *spec[name].shape]
             )
             for name, v in f.items()
         }
@@ -336,7 +352,7 @@ def eval_dataset(
         ),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return _per_replica(ds, replicas).prefetch(tf.data.AUTOTUNE)
 
 
 def read_features(features: dict[str, dict]) -> tuple[str, ...]:

@@ -150,7 +150,11 @@ def _runtime_text(runtime: Mapping[str, Any]) -> str:
 
 
 def check_runtime(
-    backend: str, versions: Mapping[str, str | None], *, import_runtime: bool
+    backend: str,
+    versions: Mapping[str, str | None],
+    *,
+    import_runtime: bool,
+    signals: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The report's backend part: backend, runtime_ok (None: not imported), runtime_detail, problems, notes."""
     probe = runtime_check.probe_runtime(backend) if import_runtime else None
@@ -158,7 +162,7 @@ def check_runtime(
         "backend": backend,
         "runtime_ok": probe.ok if probe else None,
         "runtime_detail": probe.detail if probe else NOT_IMPORTED,
-        "problems": runtime_check.check_backend(backend, versions, probe=probe),
+        "problems": runtime_check.check_backend(backend, versions, probe=probe, signals=signals),
         "notes": runtime_check.libtpu_notes(backend, versions),
     }
 
@@ -169,14 +173,15 @@ def run(argv: Sequence[str]) -> int:
     if not args.verbose:  # TensorFlow's C++ start-up lines, should listing GPUs import it
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     versions = stack_versions()
-    runtime = check_runtime(args.backend, versions, import_runtime=not args.no_import)
+    signals = detect_tpu_signals(tpu_flag=args.tpu)
+    runtime = check_runtime(
+        args.backend, versions, import_runtime=not args.no_import, signals=signals
+    )
     # Listing GPUs imports TensorFlow in this process: not when the probe saw it fail, or half overwritten.
     tensorflow_failed = args.backend == BACKEND_TENSORFLOW and runtime["runtime_ok"] is False
     tensorflow_loads = not tensorflow_failed and not runtime_check.tensorflow_conflict(versions)
     gpus, gpu_probe = find_gpus(probe=not args.no_gpu_probe, tensorflow_loads=tensorflow_loads)
-    report = describe_devices(
-        signals=detect_tpu_signals(tpu_flag=args.tpu), gpus=gpus, gpu_probe=gpu_probe
-    )
+    report = describe_devices(signals=signals, gpus=gpus, gpu_probe=gpu_probe)
     if args.json:
         print(json.dumps({"versions": versions, **runtime, **report.to_json()}, indent=2))
     else:

@@ -13,8 +13,17 @@ from typing import Any
 
 # log(perplexity) above this would overflow a float.
 _MAX_LOG_PERPLEXITY = 700.0
+# Perplexities above this print in scientific notation (exp of a diverged loss has hundreds of digits).
+PERPLEXITY_FIXED_MAX = 1e6
 # Keys of the end-of-training pass over the whole validation split start with this (eval_loss -> final_eval_loss).
 FINAL_EVAL_PREFIX = "final_"
+
+
+def format_perplexity(value: float | None) -> str:
+    """A perplexity for people: 2 decimals up to PERPLEXITY_FIXED_MAX, above it 3 significant digits (1.23e+300)."""
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if value <= PERPLEXITY_FIXED_MAX else f"{value:.3g}"
 
 
 @dataclasses.dataclass(frozen=True)

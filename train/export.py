@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import posixpath
+import re
 import shutil
 from typing import Any
 
@@ -25,6 +27,8 @@ from train.config import TOKENIZER_DIR
 from train.families import get_family
 from train.hf_mapping import MaskedLMSpec, head_differences, hf_config, hf_state_dict
 
+# The step in a checkpoint's file name: TensorFlow's `ckpt-120` prefix, a JAX run's `ckpt-120.npz`.
+_CHECKPOINT_STEP = re.compile(r"ckpt-(\d+)")
 logger = logging.getLogger(__name__)
 
 EXPORT_EXTRA_HINT = "Install the export extra: pip install 'lmshards[export]'."
@@ -297,7 +301,7 @@ def export_run(
     The tokenizer is RUN_DIR/tokenizer unless `tokenizer` is given; its fingerprint must match the
     one the run recorded.
     """
-    from train.model import load_model_from_run
+    from train.model import restore_model_from_run
     from train.run_dir import RunDir
 
     check_export_output(output_dir, overwrite=overwrite)
@@ -320,7 +324,8 @@ def export_run(
         )
     else:
         locate_tokenizer(tokenizer_path)
-    masked_lm, _ = load_model_from_run(run_dir, checkpoint=checkpoint)
+    masked_lm, _, restored = restore_model_from_run(run_dir, checkpoint=checkpoint)
+    log_exported_step(run, run_config, restored)
     return export_masked_lm(
         masked_lm,
         family=run_config["model"]["family"],
@@ -328,6 +333,40 @@ def export_run(
         special_token_ids={role: int(i) for role, i in run_config["special_token_ids"].items()},
         output_dir=output_dir,
         overwrite=overwrite,
+    )
+
+
+def checkpoint_step(path: str) -> int | None:
+    """The step in a checkpoint's name (`.../ckpt-120`, `ckpt-120.npz`), None if it has none."""
+    match = _CHECKPOINT_STEP.search(posixpath.basename(path))
+    return int(match[1]) if match else None
+
+
+def log_exported_step(run: Any, run_config: dict[str, Any], checkpoint: str) -> None:
+    """Names the step being exported; warns when the run has not reached the end of its schedule.
+
+    run: the train.run_dir.RunDir. A run stopped early (preempted, killed) or still training has no
+    run_summary.json: its export is the model of an unfinished run, which is rarely what is meant.
+    """
+    from train.optim import WarmupDecay
+
+    step = checkpoint_step(checkpoint)
+    schedule = run_config.get("schedule")
+    end = WarmupDecay.from_config(schedule).end_step if schedule else None
+    finished = fs.exists(run.summary_path)
+    if finished and (step is None or end is None or step >= end):
+        logger.info("Exporting %s, the model of step %s.", checkpoint, step)
+        return
+    of = f" of {end}" if end is not None else ""
+    logger.warning(
+        "%s: exporting the model of step %s%s (%s): %s. Pass --checkpoint to choose another step.",
+        run.path,
+        step,
+        of,
+        checkpoint,
+        "a checkpoint before the run's end"
+        if finished
+        else "the run has not finished (rerun its train command to complete it)",
     )
 
 

@@ -156,9 +156,46 @@ def fill_mask(
         ) from e
     tokenizer = fill.tokenizer
     assert tokenizer is not None, "a fill-mask pipeline always has its tokenizer"
+    prepend_only_at_the_start(tokenizer.backend_tokenizer)
     predictions = fill(with_mask_token(text, tokenizer.mask_token), top_k=top_k)
     # One mask gives a flat list, several give a list per mask.
-    return predictions if isinstance(predictions[0], list) else [predictions]
+    per_mask = predictions if isinstance(predictions[0], list) else [predictions]
+    hidden = [t for t in tokenizer.all_special_tokens if t != tokenizer.mask_token]
+    return [[{**p, "sequence": without(p["sequence"], hidden)} for p in ps] for ps in per_mask]
+
+
+def prepend_only_at_the_start(backend: Any) -> None:
+    """Makes a Metaspace pre-tokenizer (SentencePiece-style, as the default Unigram tokenizer has) mark
+    a word start only at the start of the text, not again after each special token.
+
+    Training documents hold no special tokens, so with `prepend_scheme: always` or `first` they read
+    the same; but in "... is <mask>." `always` puts a word-start piece before the ".", a word the
+    text does not have, and the model then fills the mask for the wrong context. backend: the
+    tokenizers.Tokenizer of the pipeline's tokenizer (changed in memory only).
+    """
+    from tokenizers import Tokenizer
+
+    state = json.loads(backend.to_str())
+    changed = False
+    for step in _pre_tokenizer_steps(state.get("pre_tokenizer")):
+        if step.get("type") == "Metaspace" and step.get("prepend_scheme") == "always":
+            step["prepend_scheme"] = "first"
+            changed = True
+    if changed:
+        backend.pre_tokenizer = Tokenizer.from_str(json.dumps(state)).pre_tokenizer
+
+
+def _pre_tokenizer_steps(pre_tokenizer: dict[str, Any] | None) -> list[dict[str, Any]]:
+    if not pre_tokenizer:
+        return []
+    return pre_tokenizer.get("pretokenizers") or [pre_tokenizer]
+
+
+def without(text: str, tokens: Sequence[str]) -> str:
+    """text with every occurrence of tokens (the specials a multi-mask sequence keeps, <s> and </s>) removed."""
+    for token in tokens:
+        text = text.replace(token, "")
+    return text.strip()
 
 
 def _first_line(error: Exception) -> str:
@@ -173,10 +210,15 @@ def format_predictions(per_mask: list[list[dict[str, Any]]]) -> str:
             lines.append(f"mask {index + 1} of {len(per_mask)}:")
         lines.append(f"{'score':>7}  {'token':>6}  {'token_str':<16}  sequence")
         lines += [
-            f"{p['score']:7.4f}  {p['token']:>6}  {p['token_str']!r:<16}  {p['sequence']}"
+            f"{p['score']:7.4f}  {p['token']:>6}  {p['token_str']!r:<16}  {one_line(p['sequence'])}"
             for p in predictions
         ]
     return "\n".join(lines)
+
+
+def one_line(text: str) -> str:
+    """text with its line breaks written as \\n and \\r, so each prediction stays on its own line."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def _fill_mask(argv: Sequence[str]) -> None:

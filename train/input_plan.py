@@ -16,7 +16,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -30,6 +31,9 @@ from train.config import TrainConfig
 from train.families import get_family
 from train.masking import MaskingSpec
 from train.mixture import Mixture, SetProgress, ShardSet
+
+# run_config.json's "resolved" key for the input pipelines (hosts) that read the run's data.
+INPUT_PIPELINES_KEY = "input_pipelines"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +130,53 @@ class InputPlan:
             return math.ceil(epochs * self.steps_per_epoch)
         raise LmshardsError("Pass --steps N or --epochs E.")
 
+    # ------------------------------------------------------------ resuming on another topology
+
+    def check_resume(self, resolved: Mapping[str, Any] | None) -> None:
+        """Refuses to continue a run (resolved: its run_config.json "resolved") on inputs that would not.
+
+        A step's sequences and masks depend on the global step and the global batch, and on the input
+        pipelines (hosts) that share the files, never on the replicas: any number of devices per host
+        continues a run exactly, as long as the global batch and the hosts stay the same.
+        Raises:
+          LmshardsError: the global batch or the number of input pipelines differs from the run's.
+        """
+        if not resolved:
+            return
+        before = resolved.get("global_batch")
+        if before is not None and before != self.global_batch:
+            if before % self.replicas == 0:
+                fix = (
+                    f"Pass --per_replica_batch {before // self.replicas} to keep the run's global batch of {before} "
+                    f"on these {self.replicas} replicas"
+                )
+            else:
+                fix = (
+                    f"The run's global batch of {before} does not divide over these {self.replicas} replicas: resume it "
+                    f"on a number of devices that divides {before}"
+                )
+            raise LmshardsError(
+                f"This run trained with a global batch of {before} sequences and this command's is {self.global_batch} "
+                f"(--per_replica_batch {self.per_replica_batch} x {self.replicas} replicas): its data position, masks "
+                f"and steps would not continue the run's. {fix}, or start a new run (--restart or another --output)."
+            )
+        pipelines = resolved.get(INPUT_PIPELINES_KEY)
+        if pipelines is not None and pipelines != self.num_pipelines:
+            raise LmshardsError(
+                f"This run read its data with {pipelines} input pipelines (one per host, each reading its share of "
+                f"the shard files) and this command has {self.num_pipelines}: the run's data order does not continue "
+                f"on another number of hosts. Resume it on {pipelines} hosts (the devices per host may differ), or "
+                "start a new run (--restart or another --output)."
+            )
+
+    def resolved(self) -> dict[str, int]:
+        """What run_config.json's "resolved" records of the inputs, for check_resume of a later command."""
+        return {
+            "global_batch": self.global_batch,
+            INPUT_PIPELINES_KEY: self.num_pipelines,
+            "steps_per_epoch": self.steps_per_epoch,
+        }
+
     # ------------------------------------------------------------ train input
 
     def train_dataset(self, *, pipeline_id: int, start_step: int) -> tf.data.Dataset:
@@ -143,10 +194,11 @@ class InputPlan:
             batch_size=self.per_replica_batch,
             shuffle_buffer=self.shuffle_buffer,
             seed=self.seed,
-            start_step=start_step * self.replicas_per_pipeline,
+            start_step=start_step,
             masking=self.masking,
             with_segment_ids=self.with_segment_ids,
             pipeline_id=pipeline_id,
+            replicas=self.replicas_per_pipeline,
         )
 
     def drawn_sets(self, count: int, *, pipeline_id: int = 0) -> list[str]:
@@ -199,15 +251,14 @@ class InputPlan:
             num_pipelines=self.num_pipelines,
             pipeline_id=pipeline_id,
         )
-        rpp = self.replicas_per_pipeline
         return data.eval_dataset(
             files,
             features=self.mixture.manifest.features(),
             batch_size=self.per_replica_batch,
             masking=self.masking,
             with_segment_ids=self.with_segment_ids,
-            max_batches=limit * rpp if limit else None,
-            batches_multiple_of=rpp,
+            max_batches=limit or None,
+            replicas=self.replicas_per_pipeline,
         )
 
     def eval_batches(self, shard_set: ShardSet, limit: int | None) -> int:
@@ -215,15 +266,11 @@ class InputPlan:
         files = mixture.pipeline_files(
             shard_set.files(VALIDATION_SPLIT), num_pipelines=self.num_pipelines, pipeline_id=0
         )
-        rpp = self.replicas_per_pipeline
-        return (
-            data.eval_batch_count(
-                files.total_records,
-                batch_size=self.per_replica_batch,
-                max_batches=limit * rpp if limit else None,
-                batches_multiple_of=rpp,
-            )
-            // rpp
+        return data.eval_batch_count(
+            files.total_records,
+            batch_size=self.per_replica_batch,
+            max_batches=limit or None,
+            replicas=self.replicas_per_pipeline,
         )
 
     # ------------------------------------------------------------ for every backend

@@ -92,7 +92,15 @@ def checkpoint_root(model: keras_hub.models.MaskedLM, **extra) -> tf.train.Check
 def load_model_from_run(
     run_dir: str, checkpoint: str | None = None
 ) -> tuple[keras_hub.models.MaskedLM, ModelConfig]:
-    """Rebuilds a run's model and restores its weights (not the optimizer) from a checkpoint.
+    """Rebuilds a run's model and restores its weights (not the optimizer) from a checkpoint (restore_model_from_run)."""
+    model, model_config, _ = restore_model_from_run(run_dir, checkpoint)
+    return model, model_config
+
+
+def restore_model_from_run(
+    run_dir: str, checkpoint: str | None = None
+) -> tuple[keras_hub.models.MaskedLM, ModelConfig, str]:
+    """Rebuilds a run's model and restores its weights (not the optimizer) from a checkpoint; returns its path too.
 
     Reads the checkpoints of the backend the run was trained with (run_config.json), in any Keras
     backend. A run trained on packed blocks gets its packed model back (the same variables). `checkpoint` is a checkpoint prefix (e.g. `RUN_DIR/checkpoints/ckpt-3`, or a JAX run's
@@ -107,10 +115,10 @@ def load_model_from_run(
     model_config = model_config_from_dict(run_config["model"], source=run.config_path)
     model = build_masked_lm(model_config, packed=SEGMENT_IDS in run_config.get("features", {}))
     if run_config.get("train", {}).get("backend") == JAX:
-        _restore_jax_weights(model, run.checkpoints, checkpoint)
+        path = _restore_jax_weights(model, run.checkpoints, checkpoint)
     else:
-        _restore_tensorflow_weights(model, run.checkpoints, checkpoint)
-    return model, model_config
+        path = _restore_tensorflow_weights(model, run.checkpoints, checkpoint)
+    return model, model_config, path
 
 
 def _no_checkpoint(directory: str) -> LmshardsError:
@@ -121,13 +129,13 @@ def _no_checkpoint(directory: str) -> LmshardsError:
 
 def _restore_jax_weights(
     model: keras_hub.models.MaskedLM, directory: str, checkpoint: str | None
-) -> None:
+) -> str:
     like = jax_checkpoint.variable_specs(model)
     if checkpoint is None:
         restored = jax_checkpoint.restore_newest(directory, like=like)
         if restored is None:
             raise _no_checkpoint(directory)
-        arrays = restored[1]
+        path, arrays = restored
     else:
         path = (
             checkpoint
@@ -143,19 +151,21 @@ def _restore_jax_weights(
                 f"Checkpoint {checkpoint!r} does not restore ({e}); pass another --checkpoint."
             ) from e
     jax_checkpoint.assign_arrays(model, None, arrays)
+    return path
 
 
 def _restore_tensorflow_weights(
     model: keras_hub.models.MaskedLM, directory: str, checkpoint: str | None
-) -> None:
+) -> str:
     import tensorflow as tf  # see checkpoint_root
 
     from train.checkpoint import restore_newest
 
     if checkpoint is None:
-        if restore_newest(checkpoint_root(model), directory, expect_partial=True) is None:
+        path = restore_newest(checkpoint_root(model), directory, expect_partial=True)
+        if path is None:
             raise _no_checkpoint(directory)
-        return
+        return path
     if not tf.io.gfile.exists(checkpoint + ".index"):
         raise LmshardsError(
             f"Checkpoint {checkpoint!r} is missing or incomplete (no {checkpoint}.index)."
@@ -168,3 +178,4 @@ def _restore_tensorflow_weights(
         raise LmshardsError(
             f"Checkpoint {checkpoint!r} does not restore ({e}); pass another --checkpoint."
         ) from e
+    return checkpoint

@@ -31,6 +31,7 @@ from train.config import (
     ModelConfig,
     TrainConfig,
 )
+from train.evaluation import format_perplexity
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +241,7 @@ def format_summary(summary: dict[str, Any], run_dir: str) -> str:
         [
             f"run {run_dir}: finished at step {summary.get('global_step')}",
             f"train loss {number('train_loss', '.4f')}",
-            f"eval loss {number('eval_loss', '.4f')}, perplexity {number('eval_perplexity', '.2f')}, "
+            f"eval loss {number('eval_loss', '.4f')}, perplexity {format_perplexity(summary.get('eval_perplexity'))}, "
             f"accuracy {number('eval_accuracy', '.4f')} (on {eval_what})",
             f"strategy {summary.get('strategy')}, {summary.get('replicas')} replicas, device kind {summary.get('device_kind')}",
             f"details: {fs.join(run_dir, RUN_SUMMARY_JSON)}",

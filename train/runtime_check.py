@@ -35,6 +35,13 @@ KERAS_STACK = ("keras", "keras-hub")
 # Every distribution the checks read, so `lmshards env` lists each one's version.
 CHECKED_DISTRIBUTIONS = (*TENSORFLOW_DISTRIBUTIONS, LIBTPU, JAX, JAXLIB, *KERAS_STACK)
 
+# The pinned sets named in fixes (constraints/tpu.txt, setup.py's jax pin per Python).
+TENSORFLOW_TPU_RELEASE = "2.20.0"
+LIBTPU_FOR_TENSORFLOW_TPU = "0.0.31"
+JAX_FOR_PYTHON_3_11 = "0.10.2"
+JAX_FOR_PYTHON_3_12 = "0.12.0.1"
+SETUP_TPU_ENV = "scripts/setup_tpu_env.sh"
+
 # Loading libtpu off a TPU VM makes it query the cloud metadata server (30 tries per variable).
 SKIP_METADATA_ENV = {"TPU_SKIP_MDS_QUERY": "1"}
 # Importing TensorFlow with keras-hub takes ~10 s on a small CPU; a libtpu that still asks the
@@ -142,34 +149,120 @@ def libtpu_notes(backend: str, versions: Mapping[str, str | None]) -> list[str]:
     return []
 
 
-def missing_runtime(backend: str, versions: Mapping[str, str | None]) -> str | None:
+def jax_release(python: Sequence[int] = tuple(sys.version_info[:2])) -> str:
+    """The jax release lmshards pins for this Python: jax 0.11 and later need Python 3.12."""
+    return JAX_FOR_PYTHON_3_11 if tuple(python[:2]) < (3, 12) else JAX_FOR_PYTHON_3_12
+
+
+def jax_accelerator_fix(python: Sequence[int] = tuple(sys.version_info[:2])) -> str:
+    """The pinned install of the JAX backend's runtime for TPUs and for NVIDIA GPUs."""
+    jax = jax_release(python)
+    return (
+        f"on a TPU VM `{SETUP_TPU_ENV} --backend jax VENV` (jax[tpu]=={jax} with the libtpu it pins), "
+        f"on NVIDIA GPUs `pip install 'lmshards[train,jax]' 'jax[cuda12]=={jax}'`"
+    )
+
+
+def missing_runtime(
+    backend: str, versions: Mapping[str, str | None], *, python: Sequence[int] | None = None
+) -> str | None:
     """The problem when the backend's runtime or keras/keras-hub is not installed at all."""
-    if backend == BACKEND_TENSORFLOW:
-        runtime_installed = any(versions.get(name) for name in TENSORFLOW_DISTRIBUTIONS)
-        how = "`pip install 'lmshards[train]'` (on a TPU VM: scripts/setup_tpu_env.sh)"
-        runtime = "no TensorFlow distribution (tensorflow or tensorflow-tpu)"
-    else:
-        runtime_installed = bool(versions.get(JAX) and versions.get(JAXLIB))
-        how = "`pip install 'jax[tpu]'` on a TPU VM or `pip install 'jax[cuda12]'` on GPUs"
-        runtime = "no jax and jaxlib"
+    python = python or tuple(sys.version_info[:2])
     absent = [name for name in KERAS_STACK if not versions.get(name)]
-    if runtime_installed and not absent:
+    if backend == BACKEND_TENSORFLOW:
+        if any(versions.get(name) for name in TENSORFLOW_DISTRIBUTIONS):
+            runtime: list[str] = []
+        else:
+            runtime = ["a TensorFlow distribution (tensorflow or tensorflow-tpu)"]
+        how = f"`pip install 'lmshards[train]'` (on a TPU VM: `{SETUP_TPU_ENV} VENV`)"
+    else:
+        runtime = [name for name in (JAX, JAXLIB) if not versions.get(name)]
+        if runtime and versions.get(TENSORFLOW_TPU):
+            # The TensorFlow TPU venv: the JAX set there would add `tensorflow` and move libtpu.
+            return (
+                f"--backend jax needs {' and '.join(runtime)}, and this is the TensorFlow TPU venv (tensorflow-tpu "
+                f"{versions[TENSORFLOW_TPU]}, libtpu {versions.get(LIBTPU) or 'none'}): installing jax[tpu] here would "
+                "put tensorflow beside tensorflow-tpu and replace its libtpu, breaking --backend tensorflow. Make a "
+                f"JAX venv beside it: `{SETUP_TPU_ENV} --backend jax VENV` (jax[tpu]=={jax_release(python)})."
+            )
+        how = jax_accelerator_fix(python)
+    if not runtime and not absent:
         return None
-    what = [runtime] if not runtime_installed else []
-    return f"--backend {backend} needs {', '.join(what + absent)} installed: {how}."
+    return f"--backend {backend} needs {' and '.join(runtime + absent)}, not installed here: {how}."
 
 
-def stack_problems(backend: str, versions: Mapping[str, str | None]) -> list[str]:
-    """Every reason, read from distribution metadata alone, that `lmshards train --backend` cannot run.
+def mixed_venv(versions: Mapping[str, str | None]) -> str | None:
+    """The problem when one venv holds both backends' TPU stacks: tensorflow-tpu and jax.
+
+    jax[tpu] needs a libtpu that tensorflow-tpu cannot load (and the JAX set adds `tensorflow`), so in
+    such a venv one backend is broken whichever libtpu is installed.
+    """
+    if not (versions.get(TENSORFLOW_TPU) and versions.get(JAX)):
+        return None
+    return (
+        f"tensorflow-tpu {versions[TENSORFLOW_TPU]} and jax {versions[JAX]} are installed in one venv: they need "
+        "libtpu releases that exclude each other, so one of the backends cannot load. Keep one backend per venv: "
+        f"`{SETUP_TPU_ENV} VENV` for --backend tensorflow, `{SETUP_TPU_ENV} --backend jax VENV` for --backend jax."
+    )
+
+
+def tpu_problems(
+    backend: str, versions: Mapping[str, str | None], signals: Sequence[str]
+) -> list[str]:
+    """What keeps the backend off the TPU that the signals (train.devices.detect_tpu_signals) announce.
+
+    TPU signals with a runtime that has no TPU support (plain `tensorflow`, jax without libtpu) would
+    train on the CPU without a word; variables of a TPU VM with no chip under /dev mean this host has none.
+    """
+    if not signals:
+        return []
+    shown = ", ".join(signals)
+    problems = []
+    chips = [s for s in signals if s.startswith("device ")]
+    remote = any(s.startswith(("--tpu ", "env TPU_NAME=")) for s in signals)
+    if backend == BACKEND_TENSORFLOW:
+        plain = [n for n in TENSORFLOW_DISTRIBUTIONS if n != TENSORFLOW_TPU and versions.get(n)]
+        if plain and not versions.get(TENSORFLOW_TPU):
+            other = (
+                "; this venv has jax and libtpu: train here with --backend jax"
+                if versions.get(JAX) and versions.get(LIBTPU)
+                else ""
+            )
+            problems.append(
+                f"TPU signals ({shown}) but {plain[0]} {versions[plain[0]]} is not TensorFlow's TPU build: --backend "
+                f"tensorflow would train on the CPU. Use the TensorFlow TPU venv: `{SETUP_TPU_ENV} VENV` "
+                f"(tensorflow-tpu=={TENSORFLOW_TPU_RELEASE}, libtpu=={LIBTPU_FOR_TENSORFLOW_TPU}){other}."
+            )
+    elif versions.get(JAX) and not versions.get(LIBTPU):
+        problems.append(
+            f"TPU signals ({shown}) but no libtpu: jax {versions[JAX]} would train on the CPU. Install the libtpu "
+            f"this jax pins: `pip install 'jax[tpu]=={versions[JAX]}'` (or make the JAX TPU venv: "
+            f"`{SETUP_TPU_ENV} --backend jax VENV`)."
+        )
+    if not chips and (backend == BACKEND_JAX or not remote):
+        problems.append(
+            f"TPU signals ({shown}) but no TPU chip on this host (no /dev/accel* or /dev/vfio/N): run on the TPU VM "
+            "itself (every host of a slice runs the same command), or unset the TPU_* variables and pass "
+            "--strategy cpu to train on this machine's CPU or GPUs."
+        )
+    return problems
+
+
+def stack_problems(
+    backend: str, versions: Mapping[str, str | None], *, signals: Sequence[str] = ()
+) -> list[str]:
+    """Every reason, read from distribution metadata (and TPU signals) alone, that `lmshards train --backend`
+    cannot run, or could not use the TPU the signals announce.
 
     A TensorFlow conflict counts for the jax backend too: its input pipeline is tf.data.
     """
     problems = (
         missing_runtime(backend, versions),
         tensorflow_conflict(versions),
+        mixed_venv(versions),
         libtpu_problem(backend, versions),
     )
-    return [problem for problem in problems if problem]
+    return [problem for problem in problems if problem] + tpu_problems(backend, versions, signals)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,9 +359,10 @@ def check_backend(
     versions: Mapping[str, str | None],
     *,
     probe: RuntimeProbe | None,
+    signals: Sequence[str] = (),
 ) -> list[str]:
-    """Every problem: the metadata checks, then the import (None: not tried)."""
-    problems = stack_problems(backend, versions)
+    """Every problem: the metadata and TPU-signal checks, then the import (None: not tried)."""
+    problems = stack_problems(backend, versions, signals=signals)
     if probe is not None and (problem := runtime_problem(backend, probe)):
         problems.append(problem)
     return problems

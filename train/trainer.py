@@ -173,8 +173,7 @@ def run_config_record(
         **topology.devices(),
         "precision": topology.precision,
         "steps_per_execution": topology.steps_per_execution,
-        "global_batch": inputs.global_batch,
-        "steps_per_epoch": inputs.steps_per_epoch,
+        **inputs.resolved(),  # global_batch, input_pipelines, steps_per_epoch
     }
     return {
         "tool_version": __version__,
@@ -200,12 +199,12 @@ def keep_tokenizer(run: RunDir, tokenizer: TokenizerSource | None) -> None:
 
 def log_eval(record: dict[str, Any], what: str) -> None:
     log.info(
-        "%s at step %d (%d batches read): loss %.4f  perplexity %.2f  accuracy %.3f",
+        "%s at step %d (%d batches read): loss %.4f  perplexity %s  accuracy %.3f",
         what,
         record["step"],
         record["eval_batches"],
         record["eval_loss"],
-        record["eval_perplexity"],
+        evaluation.format_perplexity(record["eval_perplexity"]),
         record["eval_accuracy"],
     )
 
@@ -517,6 +516,8 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
             packed=checked.mixture.manifest.packed,
         )
         restored = backend.build(spec)
+        if restored.step:  # a run continues exactly only on the same global batch and hosts
+            inputs.check_resume((checked.previous_run or {}).get("resolved"))
         if restored.path:
             log.info("Resumed from %s at step %d.", restored.path, restored.step)
         extended = continue_schedule(

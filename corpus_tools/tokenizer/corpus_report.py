@@ -125,11 +125,14 @@ def sample_report(
     unk_id: int | None,
 ) -> CorpusReport:
     """corpus_report on a seeded sample of at most max_documents documents of the input paths (read twice)."""
+    discovery = sources.discover_inputs(paths)
     limit, _ = sample_limit(
-        sources.iter_documents(paths, options),
+        sources.iter_documents(paths, options, discovery=discovery),
         seed=seed,
         max_documents=max_documents,
         max_bytes=DEFAULT_MAX_BYTES,
     )
-    docs = iter_sample(sources.iter_documents(paths, options), seed=seed, limit=limit)
+    docs = iter_sample(
+        sources.iter_documents(paths, options, discovery=discovery), seed=seed, limit=limit
+    )
     return corpus_report(tok, docs, unk_id=unk_id)

@@ -14,7 +14,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from corpus_tools.tokenizer.config import MODEL_MAX_LENGTH, SpecialTokens
+from corpus_tools.tokenizer.config import MODEL_MAX_LENGTH, SpecialTokens, TokenizerTrainingError
 from corpus_tools.tokenizer.models import token_ids
 from plumbing import fs
 from plumbing.outputs import TOKENIZER_OUTPUT, prepare_output
@@ -25,6 +25,24 @@ from schemas.version import __version__
 
 TOKENIZER_INFO_FORMAT = "lmshards.tokenizer"
 TOKENIZER_INFO_FORMAT_VERSION = 1
+
+
+def check_can_save() -> None:
+    """Fails before any reading or training when the tokenizer could not be saved at the end.
+
+    The directory includes transformers' files (tokenizer_config.json, special_tokens_map.json), written
+    by transformers, which comes with the `data` extra.
+
+    Raises:
+      TokenizerTrainingError: transformers is not installed.
+    """
+    try:
+        import transformers  # noqa: F401
+    except ImportError as e:
+        raise TokenizerTrainingError(
+            f"`tokenizer train` saves the tokenizer with transformers, which is not installed ({e}): "
+            "pip install 'lmshards[data]'."
+        ) from e
 
 
 def save_tokenizer(

@@ -22,7 +22,7 @@ from corpus_tools.tokenizer.sampling import (
     sample_limit,
     write_sample,
 )
-from corpus_tools.tokenizer.save import save_tokenizer
+from corpus_tools.tokenizer.save import check_can_save, save_tokenizer
 from plumbing.outputs import TOKENIZER_OUTPUT, check_replaceable
 from preprocess import sources
 
@@ -56,13 +56,15 @@ def train(config: TrainConfig) -> TrainResult:
         without overwrite, unreadable inputs, an empty corpus, or a vocab_size too small for the sample.
     """
     validate(config)
+    check_can_save()
     check_replaceable(config.output, kind=TOKENIZER_OUTPUT, overwrite=config.overwrite)
     start = time.monotonic()
-    files = sources.expand_inputs(config.inputs)
+    discovery = sources.discover_inputs(config.inputs)
+    files = discovery.files
     options = config.read_options()
     read_stats = sources.ReadStats()
     limit, sample = sample_limit(
-        sources.iter_documents(config.inputs, options, read_stats),
+        sources.iter_documents(config.inputs, options, read_stats, discovery=discovery),
         seed=config.seed,
         max_documents=config.max_documents,
         max_bytes=config.byte_cap,
@@ -89,7 +91,9 @@ def train(config: TrainConfig) -> TrainResult:
         sample_path = os.path.join(tmp, _SAMPLE_FILE)
         write_sample(
             iter_sample(
-                sources.iter_documents(config.inputs, options), seed=config.seed, limit=limit
+                sources.iter_documents(config.inputs, options, discovery=discovery),
+                seed=config.seed,
+                limit=limit,
             ),
             sample_path,
         )

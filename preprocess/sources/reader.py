@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from preprocess.sources.compression import is_compressed, open_decompressed
 from preprocess.sources.content import check_contents
 from preprocess.sources.documents import ReadStats
-from preprocess.sources.files import discover_inputs, shown_paths
+from preprocess.sources.files import InputDiscovery, discover_inputs, shown_paths
 from preprocess.sources.formats import format_for
 from preprocess.sources.options import InputError, ReadOptions
 from preprocess.sources.ranges import DEFAULT_RANGE_BYTES, TO_END, ReadRange
@@ -66,16 +66,22 @@ def plan_ranges(
 
 
 def iter_documents(
-    paths_or_patterns: Sequence[str], options: ReadOptions, stats: ReadStats | None = None
+    paths_or_patterns: Sequence[str],
+    options: ReadOptions,
+    stats: ReadStats | None = None,
+    *,
+    discovery: InputDiscovery | None = None,
 ) -> Iterator[str]:
     """Every non-empty document of every input, file by file in sorted order, each file start to end.
 
     Files inside lmshards outputs are left out (counted in stats.files_skipped_lmshards_output).
+    discovery: discover_inputs(paths_or_patterns) when the caller has it already (each discovery logs
+    what it found; a command reading its inputs twice says so once).
 
     Raises:
       InputError: as discover_inputs and plan_ranges do, when called (not at the first document).
     """
-    discovery = discover_inputs(paths_or_patterns)
+    discovery = discovery or discover_inputs(paths_or_patterns)
     ranges = plan_ranges(discovery.files, options=options, range_bytes=sys.maxsize)
     if stats is not None:
         stats.files_skipped_lmshards_output += discovery.skipped_files

@@ -519,6 +519,30 @@ def test_a_vocabulary_smaller_than_asked_is_a_warning_naming_the_fix(tmp_path, c
     assert "larger --max_bytes or more input" in captured.err
 
 
+def test_train_and_inspect_log_the_files_they_found_once(tmp_path, capsys, sample_files):
+    english = [str(p) for p in sample_files if p.parent.name == "en"][:1]
+    output = tmp_path / "tok"
+    argv = ["train", "--input", *english, "--output", str(output), "--model", "bpe"]
+    code, err = _run([*argv, "--vocab_size", "400", "--max_bytes", "30000"], capsys)
+    assert code == 0, err
+    assert err.count("files found") == 1, err
+    code, err = _run(["inspect", str(output), "--input", *english, "--max_documents", "20"], capsys)
+    assert code == 0, err
+    assert err.count("files found") == 1, err
+
+
+def test_train_without_transformers_fails_before_reading(tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # as without the `data` extra
+    code, err = _run(
+        ["train", "--input", str(tmp_path / "none.txt"), "--output", str(tmp_path / "tok")], capsys
+    )
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "pip install 'lmshards[data]'" in err and "none.txt" not in err
+    assert not (tmp_path / "tok").exists()
+
+
 def test_compressed_and_legacy_inputs_train_the_same_tokenizer_as_plain_utf8(tmp_path, capsys):
     """The tokenizer trains on the text of .zst/.xz/.ndjson inputs and of --encoding text, never on their
     bytes; text that is not UTF-8 and compressed bytes under a .txt name are refused before training."""

@@ -198,8 +198,33 @@ def test_run_mlm_names_point_at_flags_that_exist(parsers, capsys):
             assert old not in known, (command, old)
 
 
+@pytest.mark.parametrize(
+    "flag, hint",
+    [
+        ("--save_strategy", "--save_strategy is --checkpoint_every in lmshards train"),
+        ("--evaluation_strategy", "--evaluation_strategy is --eval_every in lmshards train"),
+        ("--warmup_ratio", "--warmup_ratio is --warmup_steps in lmshards train"),
+        ("--gradient_accumulation_steps", "is --per_replica_batch in lmshards train"),
+        ("--per_device_eval_batch_size", "is --per_replica_batch in lmshards train"),
+        ("--logging_dir", "--logging_dir is --output in lmshards train"),
+        (
+            "--line_by_line",
+            "--line_by_line is `lmshards preprocess --doc_separator` in lmshards train",
+        ),
+        ("--do_train", "--do_train is not needed: `lmshards train` always trains"),
+        ("--report_to", "--report_to is not needed: it always writes TensorBoard logs"),
+    ],
+)
+def test_run_mlm_flags_given_to_train_name_what_to_use(flag, hint, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "--shards", "s", "--output", "o", "--steps", "5", flag, "x"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and hint in err and "--strategy'" not in err
+
+
 def test_the_readme_table_of_run_mlm_names_is_the_hint_table():
-    from plumbing.known_names import OTHER_COMMAND, RUN_MLM_NAMES
+    from plumbing.known_names import NOT_NEEDED, OTHER_COMMAND, RUN_MLM_NAMES
 
     text = (REPO / "README.md").read_text(encoding="utf-8")
     table = text.split("## Coming from run_mlm.py", 1)[1].split("\n## ", 1)[0]
@@ -207,8 +232,11 @@ def test_the_readme_table_of_run_mlm_names_is_the_hint_table():
     for line in table.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
         if len(cells) == 3 and cells[0].startswith("`--"):
-            rows[cells[0].strip("`")] = cells[1]
-    expected = {old for names in RUN_MLM_NAMES.values() for old in names}
+            for name in cells[0].split(", "):
+                rows[name.strip("`")] = cells[1]
+    expected = {
+        old for table in (RUN_MLM_NAMES, NOT_NEEDED) for names in table.values() for old in names
+    }
     assert set(rows) == expected
     for command, names in RUN_MLM_NAMES.items():
         for old, new in names.items():
@@ -217,3 +245,5 @@ def test_the_readme_table_of_run_mlm_names_is_the_hint_table():
                 old,
                 rows[old],
             )
+    for names in NOT_NEEDED.values():
+        assert all(rows[old] == "—" for old in names)

@@ -3,6 +3,7 @@ as headless Chromium renders it (no script errors, not blank)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import struct
@@ -15,6 +16,8 @@ import pytest
 from lmshards.cli import main as lmshards_main
 from lmshards.report import (
     Reference,
+    curation_funnel,
+    funnel_table,
     integer_dtick,
     loss_figure,
     read_run,
@@ -22,6 +25,7 @@ from lmshards.report import (
     shards_figure,
 )
 from schemas.manifest import (
+    CurationInfo,
     InputFileInfo,
     Manifest,
     ShardInfo,
@@ -227,3 +231,73 @@ def test_the_page_renders_in_headless_chromium_without_script_errors(run_dir, tm
     shot = tmp_path / "shot.png"
     _chromium(f"--screenshot={shot}", "--window-size=1000,1600", page)
     assert _png_colors(shot.read_bytes()) > 20  # charts, not a blank page
+
+
+def test_the_accuracy_axis_fits_the_accuracies_and_the_baseline(run_dir):
+    from lmshards.report import accuracy_figure, accuracy_range
+
+    fig = accuracy_figure(read_run(str(run_dir)), [Reference("always 'the'", 0.03, "m")])
+    low, high = fig.layout.yaxis.range
+    assert 0.0 <= low < 0.03 and 0.178 < high < 0.25  # not 0..1: the curve keeps its shape
+    assert accuracy_range([0.0, 0.995]) == [0.0, 1.0] and accuracy_range([]) is None
+
+
+def test_an_empty_run_says_no_steps_were_logged_and_draws_no_empty_charts(run_dir):
+    from lmshards.report import NO_STEPS_YET
+
+    (run_dir / "metrics.jsonl").write_text("")
+    (run_dir / "run_summary.json").unlink()
+    page = render_report(read_run(str(run_dir)), title="t")
+    assert NO_STEPS_YET in page
+    assert '"text":"Loss"' not in page and "Records per shard" in page
+
+
+def test_the_report_of_any_run_shows_the_most_frequent_token_baseline(
+    tmp_path, sample_tokenizer, sample_files, capsys
+):
+    from lmshards.report import token_baseline
+    from tests.helpers.shard_factory import write_sample_shards
+
+    shards = tmp_path / "shards"
+    write_sample_shards(shards, sample_tokenizer, sample_files, seq_len=16, max_lines_per_file=20)
+    run = tmp_path / "run"
+    (run / "tokenizer").mkdir(parents=True)
+    shutil.copy(sample_tokenizer, run / "tokenizer" / "tokenizer.json")
+    (run / "run_config.json").write_text(json.dumps({"train": {"shards": [str(shards)]}}))
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in METRICS))
+    baseline = token_baseline(read_run(str(run)), str(run))
+    assert baseline is not None and 0 < baseline.accuracy < 0.5
+    assert baseline.label.startswith("always '") and "(id " in baseline.label
+    assert lmshards_main(["report", str(run)]) == 0
+    page = (run / "report.html").read_text()
+    assert f"{baseline.label}: {baseline.accuracy:.3f}".replace("'", "&#x27;") in page or (
+        f"{baseline.accuracy:.3f} (its share of the maskable tokens" in page
+    )
+
+
+def test_a_curated_shard_set_shows_its_funnel_and_an_uncurated_one_none():
+    curation = CurationInfo(
+        dedup="near",
+        options={},
+        documents_in=13,
+        bytes_in=900,
+        removed={
+            "contaminated": {"documents": 1, "bytes": 50},
+            "exact": {"documents": 4, "bytes": 200},
+            "near": {"documents": 2, "bytes": 120},
+        },
+        clusters=3,
+        eval_files=(),
+        audit=(),
+    )
+    curated = dataclasses.replace(_manifest(), curation=curation)
+    assert curation_funnel(curated) == [
+        ("documents in", "13 (900 bytes)"),
+        ("removed: contaminated", "1 (50 bytes)"),
+        ("removed: exact", "4 (200 bytes)"),
+        ("removed: near", "2 (120 bytes)"),
+        ("documents written", "6"),
+        ("tokens written", "136"),  # 8 tokens x 17 records,
+    ]
+    assert "Curation of s (--dedup near)" in funnel_table(curated, name="s")
+    assert curation_funnel(_manifest()) == [] and funnel_table(_manifest(), name="s") == ""

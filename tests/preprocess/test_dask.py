@@ -175,3 +175,42 @@ def test_the_local_cluster_listens_on_localhost_only():
         }
     assert all(LOCALHOST in address for address in addresses)
     assert listening == {LOCALHOST}
+
+
+def test_dask_curates_like_the_default_runner(cluster, tmp_path):
+    """--dedup near with --decontaminate: the same audit, shards and manifest on Dask."""
+    corpus = tmp_path / "corpus.txt"
+    lines = (GOLDEN / "docs.jsonl").read_text(encoding="utf-8").splitlines()
+    texts = [json.loads(line)["text"] for line in lines if line.strip()]
+    corpus.write_text("\n".join(texts + texts[:5]) + "\n", encoding="utf-8")  # 5 exact copies
+    eval_set = tmp_path / "eval.txt"
+    eval_set.write_text(max(texts, key=len) + "\n", encoding="utf-8")
+    flags = [
+        "--input",
+        str(corpus),
+        "--tokenizer",
+        str(GOLDEN / "tokenizer.json"),
+        "--seq_len",
+        "48",
+        "--range_mb",
+        "0.005",
+        "--dedup",
+        "near",
+        "--decontaminate",
+        str(eval_set),
+        "--decontaminate_ngram",
+        "8",
+    ]
+    default, dask = tmp_path / "default", tmp_path / "dask"
+    assert lmshards_main(["preprocess", *flags, "--output", str(default)]) == 0
+    dask_flags = ["--runner", "DaskRunner", "--dask_client_address", cluster.scheduler_address]
+    assert lmshards_main(["preprocess", *flags, "--output", str(dask), *dask_flags]) == 0
+    expected, got = _files(default), _files(dask)
+    manifests = [json.loads(files.pop("manifest.json")) for files in (expected, got)]
+    assert got == expected
+    assert any(name.startswith("curation/") for name in got)
+    for manifest in manifests:
+        manifest.pop("created_at")
+    assert manifests[1] == manifests[0]
+    assert manifests[0]["curation"]["removed"]["exact"]["documents"] >= 5
+    assert manifests[0]["curation"]["removed"]["contaminated"]["documents"] >= 1

@@ -113,7 +113,7 @@ def test_eval_batches_are_full_and_fixed_and_cover_every_record(shards):
         batch_size=BATCH,
         masking=token_masking(manifest),
         with_segment_ids=True,
-        batches_multiple_of=4,
+        replicas=4,
     )
     assert ds.element_spec["token_ids"].shape == (BATCH, SEQ_LEN)
     batches = list(ds)
@@ -128,7 +128,7 @@ def test_eval_batches_are_full_and_fixed_and_cover_every_record(shards):
             batch_size=BATCH,
             masking=token_masking(manifest),
             with_segment_ids=True,
-            batches_multiple_of=4,
+            replicas=4,
         )
     )
     for a, b in zip(batches, again):

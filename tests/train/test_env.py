@@ -179,7 +179,7 @@ def test_two_tensorflow_distributions_are_an_error_naming_both(second):
         in problem
     )
     # The jax backend reads its input with tf.data, so a broken TensorFlow matters to it too.
-    assert runtime_check.stack_problems("jax", {**TPU_SET, **JAX_SET, **second}) == [problem]
+    assert problem in runtime_check.stack_problems("jax", {**JAX_SET, **TPU_SET, **second})
 
 
 def test_tensorflow_and_tensorflow_cpu_keep_tensorflow():
@@ -228,11 +228,72 @@ def test_a_runtime_release_with_no_known_range_is_a_note_not_an_error():
 
 def test_a_missing_runtime_is_an_error():
     (problem,) = runtime_check.stack_problems("tensorflow", {"keras": "3.15.1"})
-    assert "no TensorFlow distribution" in problem and "keras-hub" in problem
+    assert problem.startswith(
+        "--backend tensorflow needs a TensorFlow distribution (tensorflow or tensorflow-tpu) and "
+        "keras-hub, not installed here"
+    )
     (problem,) = runtime_check.stack_problems(
         "jax", {"jax": "0.10.2", "keras": "3.15.1", "keras-hub": "0.32.0"}
     )
-    assert "no jax and jaxlib" in problem and "jax[tpu]" in problem
+    assert problem.startswith("--backend jax needs jaxlib, not installed here")
+    assert f"jax[tpu]=={runtime_check.jax_release()}" in problem
+
+
+TPU_VM = ["env TPU_ACCELERATOR_TYPE=v5litepod-8", "device /dev/vfio/0"]
+JAX_TPU_VENV = {**JAX_SET, "tensorflow": "2.21.0"}  # jax[tpu] with plain tensorflow for tf.data
+
+
+def test_the_jax_backend_in_the_tensorflow_tpu_venv_names_the_venv_and_a_pinned_fix():
+    (problem,) = runtime_check.stack_problems("jax", TPU_SET, signals=TPU_VM)
+    assert problem.startswith(
+        "--backend jax needs jax and jaxlib, and this is the TensorFlow TPU venv "
+        "(tensorflow-tpu 2.20.0, libtpu 0.0.31)"
+    )
+    assert "breaking --backend tensorflow" in problem
+    assert "scripts/setup_tpu_env.sh --backend jax VENV" in problem
+    assert f"jax[tpu]=={runtime_check.jax_release()})" in problem and "'jax[tpu]'" not in problem
+    assert runtime_check.jax_release((3, 11)) == "0.10.2"
+    assert runtime_check.jax_release((3, 12)) == runtime_check.jax_release((3, 13)) == "0.12.0.1"
+
+
+def test_tpu_signals_with_plain_tensorflow_fail_the_tensorflow_backend():
+    (problem,) = runtime_check.stack_problems("tensorflow", JAX_TPU_VENV, signals=TPU_VM)
+    assert problem.startswith(
+        "TPU signals (env TPU_ACCELERATOR_TYPE=v5litepod-8, device /dev/vfio/0)"
+    )
+    assert "tensorflow 2.21.0 is not TensorFlow's TPU build" in problem
+    assert "tensorflow-tpu==2.20.0, libtpu==0.0.31" in problem
+    assert "train here with --backend jax" in problem  # this venv can: it is the JAX one
+    assert runtime_check.stack_problems("jax", JAX_TPU_VENV, signals=TPU_VM) == []
+    assert (
+        runtime_check.stack_problems("tensorflow", JAX_TPU_VENV) == []
+    )  # no TPU: CPU/GPU are fine
+
+
+def test_tpu_signals_with_jax_but_no_libtpu_name_the_libtpu_of_that_jax():
+    no_libtpu = {k: v for k, v in JAX_SET.items() if k != "libtpu"}
+    (problem,) = runtime_check.stack_problems("jax", no_libtpu, signals=TPU_VM)
+    assert "no libtpu: jax 0.10.2 would train on the CPU" in problem
+    assert "pip install 'jax[tpu]==0.10.2'" in problem
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_tpu_variables_without_a_chip_say_this_host_has_none(backend):
+    versions = TPU_SET if backend == "tensorflow" else JAX_SET
+    signals = ["env TPU_ACCELERATOR_TYPE=v5litepod-8", "env TPU_WORKER_ID=0"]
+    (problem,) = runtime_check.stack_problems(backend, versions, signals=signals)
+    assert "but no TPU chip on this host" in problem and "--strategy cpu" in problem
+    # A named TPU (TPU_NAME or --tpu) is reached over the network by the TensorFlow backend.
+    remote = runtime_check.stack_problems("tensorflow", TPU_SET, signals=["env TPU_NAME=my-tpu"])
+    assert remote == []
+
+
+def test_a_libtpu_out_of_range_on_a_tpu_vm_is_one_problem_with_its_pinned_fix():
+    (problem,) = runtime_check.stack_problems(
+        "tensorflow", {**TPU_SET, "libtpu": "0.0.42"}, signals=TPU_VM
+    )
+    assert "libtpu 0.0.42 is outside 0.0.17-0.0.31" in problem
+    assert "pip install 'libtpu==0.0.31'" in problem
 
 
 def _fake_modules(root: Path, modules: dict[str, str]) -> dict[str, str]:
@@ -325,7 +386,7 @@ def test_check_passes_and_no_import_skips_the_probe(plain_machine, monkeypatch, 
     assert main(["--check", "--no_import", "--json"]) == 1  # no TensorFlow in JAX_SET
     report = json.loads(capsys.readouterr().out)
     assert report["runtime_ok"] is None and report["runtime_detail"] == "not checked: --no_import"
-    assert report["problems"][0].startswith("--backend tensorflow needs no TensorFlow distribution")
+    assert report["problems"][0].startswith("--backend tensorflow needs a TensorFlow distribution")
 
 
 def _fake_distribution(site: Path, name: str, version: str) -> None:
@@ -360,3 +421,14 @@ def test_check_reads_the_installed_distributions(tmp_path):
         f"tensorflow {tensorflow} and tensorflow-tpu 2.20.0 are installed" in p for p in problems
     )
     assert done.stderr.strip().splitlines() == [f"lmshards env: error: {p}" for p in problems]
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_a_venv_holding_both_tpu_stacks_is_a_problem_for_either_backend(backend):
+    both = {**TPU_SET, "jax": "0.10.2", "jaxlib": "0.10.2"}
+    problems = runtime_check.stack_problems(backend, both)
+    assert any(
+        p.startswith("tensorflow-tpu 2.20.0 and jax 0.10.2 are installed in one venv")
+        and "scripts/setup_tpu_env.sh --backend jax VENV" in p
+        for p in problems
+    ), problems

@@ -524,3 +524,37 @@ def test_export_copies_a_transformers_tokenizer_directory_from_gcs(
     )
     for path in bert_tokenizer_dir.iterdir():
         assert (out / path.name).read_bytes() == path.read_bytes()
+
+
+def test_export_names_the_step_and_warns_when_the_run_has_not_finished(tmp_path, caplog):
+    from train.export import checkpoint_step, log_exported_step
+    from train.run_dir import RunDir
+
+    assert checkpoint_step(str(tmp_path / "checkpoints" / "ckpt-4")) == 4
+    assert checkpoint_step("runs/a/checkpoints/ckpt-12.npz") == 12
+    run = RunDir(str(tmp_path))
+    config = {
+        "schedule": {
+            "peak": 1e-3,
+            "warmup_steps": 1,
+            "total_steps": 10,
+            "decay": "linear",
+            "extensions": [],
+        }
+    }
+    caplog.set_level("INFO", logger="train.export")
+    log_exported_step(run, config, str(tmp_path / "checkpoints" / "ckpt-4"))
+    (record,) = caplog.records
+    assert record.levelname == "WARNING"
+    assert "exporting the model of step 4 of 10" in record.getMessage()
+    assert "the run has not finished" in record.getMessage()
+
+    (tmp_path / "run_summary.json").write_text("{}")
+    caplog.clear()
+    log_exported_step(run, config, str(tmp_path / "checkpoints" / "ckpt-4"))
+    assert caplog.records[0].levelname == "WARNING"
+    assert "a checkpoint before the run's end" in caplog.records[0].getMessage()
+    caplog.clear()
+    log_exported_step(run, config, str(tmp_path / "checkpoints" / "ckpt-10"))
+    assert [r.levelname for r in caplog.records] == ["INFO"]
+    assert "the model of step 10" in caplog.records[0].getMessage()

@@ -197,3 +197,43 @@ def test_a_text_longer_than_the_models_positions_is_refused_before_the_model_loa
     assert err.startswith("lmshards fill-mask: error: The text is ")
     assert f"takes at most {limit}; shorten it" in err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+@pytest.fixture(scope="module")
+def unigram_model(tmp_path_factory, sample_files):
+    """A tiny RoBERTa exported with the default `lmshards tokenizer train` tokenizer (Unigram, Metaspace)."""
+    from corpus_tools.tokenizer.config import TrainConfig
+    from corpus_tools.tokenizer.training import train
+
+    base = tmp_path_factory.mktemp("fm_unigram")
+    english = tuple(str(f) for f in sample_files if f.parent.name == "en")
+    config = TrainConfig(
+        inputs=english, output=str(base / "tok"), vocab_size=800, max_bytes=200_000, seed=1
+    )
+    assert config.model == "unigram"
+    train(config)
+    vocabulary_size = Tokenizer.from_file(str(base / "tok" / "tokenizer.json")).get_vocab_size()
+    return export_tiny("roberta", base / "tok", base / "model", vocabulary_size=vocabulary_size)
+
+
+def test_a_unigram_tokenizer_marks_no_word_start_after_the_mask(unigram_model):
+    _, out = unigram_model
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    assert "prepend_scheme" in tokenizer.backend_tokenizer.to_str()
+    fill_mask_cli.prepend_only_at_the_start(tokenizer.backend_tokenizer)
+    tokens = tokenizer.convert_ids_to_tokens(tokenizer(TEXT)["input_ids"])
+    assert tokens[-4:] == ["▁is", "<mask>", ".", "</s>"], tokens
+    assert tokens[1] == "▁The"  # the start of the text is still a word start
+
+
+def test_two_masks_print_no_special_tokens_and_one_line_per_prediction(unigram_model, capsys):
+    _, out = unigram_model
+    text = "The capital of <mask> is\nin <mask>."
+    for per_mask in run_json(capsys, str(out), text, "--top_k", "2"):
+        for prediction in per_mask:
+            sequence = prediction["sequence"]
+            assert "<s>" not in sequence and "</s>" not in sequence and "<mask>" in sequence
+    assert fill_mask_cli.main([str(out), text, "--top_k", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    predictions = [line for line in lines if line.strip()[:1].isdigit()]
+    assert len(lines) == 8 and len(predictions) == 4 and all("\\n" in p for p in predictions)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 
 import pytest
 
@@ -204,6 +205,13 @@ def test_summary_lines(tmp_path):
         {**summary, "final_eval": None, "eval_loss": None}, str(tmp_path)
     ).splitlines()
     assert bounded[2] == "eval loss -, perplexity 33.12, accuracy 0.4100 (on 12 validation batches)"
+    diverged = {**summary, "eval_loss": 700.0, "eval_perplexity": math.exp(700.0)}
+    assert (
+        format_summary(diverged, str(tmp_path))
+        .splitlines()[2]
+        .startswith("eval loss 700.0000, perplexity 1.01e+304, accuracy")
+    )
+    assert "perplexity 999999.00," in format_summary({**summary, "eval_perplexity": 999999.0}, "r")
 
 
 def test_a_damaged_metrics_log_keeps_its_complete_lines_and_warns(tmp_path, caplog):

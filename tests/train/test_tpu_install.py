@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,6 +18,7 @@ import pytest
 
 from tests.helpers.shard_factory import write_sample_shards
 from tests.helpers.tpu_constraints import tpu_pins
+from tests.helpers.venv_check import clean_env, isolated, network_namespace_reason, tracked_copy
 from train.runtime_check import TENSORFLOW_DISTRIBUTIONS
 
 pytestmark = pytest.mark.slow
@@ -41,59 +40,6 @@ print(json.dumps({
     ),
 }))
 """
-
-
-def network_namespace_reason() -> str | None:
-    """Why `unshare -n` cannot isolate the test here, or None."""
-    if os.geteuid() != 0:
-        return "loading libtpu is only tested inside `unshare -n`, which needs root"
-    if shutil.which("unshare") is None:
-        return "no `unshare` command (util-linux)"
-    done = subprocess.run(["unshare", "-n", "true"], capture_output=True, text=True)
-    if done.returncode != 0:
-        return f"`unshare -n` fails here: {done.stderr.strip()}"
-    return None
-
-
-def isolated(cmd: list[str]) -> list[str]:
-    """cmd inside a new network namespace (loopback only, down), with the metadata query off."""
-    return ["unshare", "-n", "env", "TPU_SKIP_MDS_QUERY=1", *cmd]
-
-
-def clean_env() -> dict[str, str]:
-    """This environment without PYTHONPATH, so the venv runs its own installed lmshards, without
-    the switch that makes setup.py build the worker-only distribution (which has no console script), and
-    without what earlier tests in this process may have set for Keras, JAX or XLA (e.g. KERAS_BACKEND=jax,
-    which this venv has no JAX for)."""
-    kept = (
-        "PATH",
-        "HOME",
-        "USER",
-        "LANG",
-        "LC_ALL",
-        "TMPDIR",
-        "HF_HUB_OFFLINE",
-        "TRANSFORMERS_OFFLINE",
-    )
-    # Only what a shell on a fresh machine has, plus pip's own settings: nothing earlier tests set.
-    return {k: v for k, v in os.environ.items() if k in kept or k.startswith("PIP_")}
-
-
-def tracked_copy(dst: Path) -> Path:
-    """The checkout's tracked files copied to dst, so building lmshards leaves nothing in the repository."""
-    if not (REPO / ".git").exists() or shutil.which("git") is None:
-        return REPO
-    files = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-    ).stdout.decode()
-    for name in filter(None, files.split("\0")):
-        if (REPO / name).is_file():
-            (dst / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, dst / name)
-    return dst
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ Checkpoints are train.backends.jax_checkpoint's `ckpt-STEP.npz` files.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,6 +38,8 @@ from train.input_plan import InputPlan
 from train.mixture import ShardSet
 from train.optim import WarmupDecay
 
+log = logging.getLogger(__name__)
+
 # Topology.strategy of this backend: one data-parallel mesh over every device.
 STRATEGY_DATA_PARALLEL = "data_parallel"
 # The JAX platform each --strategy asks for (auto: JAX's default, the best one present).
@@ -45,6 +48,31 @@ _STRATEGY_PLATFORMS = {
     STRATEGY_MIRRORED: PLATFORM_GPU,
     STRATEGY_CPU: PLATFORM_CPU,
 }
+
+
+# TensorFlow device types that the host input pipeline must never hold: JAX owns the accelerators.
+TENSORFLOW_ACCELERATORS = ("GPU", "TPU")
+
+
+def keep_tensorflow_on_the_cpu() -> None:
+    """Hides every GPU and TPU from TensorFlow in this process: its tf.data input pipeline runs on the CPU.
+
+    Otherwise TensorFlow, once its runtime starts, claims the GPUs JAX trains on (it reserves most of
+    their memory by default). It works only before TensorFlow's first op; later it warns, as by then
+    TensorFlow may already hold a device.
+    """
+    import tensorflow as tf  # the host input pipeline's library, already imported with train.input_plan
+
+    for kind in TENSORFLOW_ACCELERATORS:
+        try:
+            tf.config.set_visible_devices([], kind)
+        except RuntimeError as e:  # the runtime started: the visible devices are fixed
+            log.warning(
+                "TensorFlow started before the JAX backend could hide the %ss from it (%s); it may hold "
+                "accelerator memory beside JAX.",
+                kind,
+                e,
+            )
 
 
 def devices_for(strategy: str) -> list[Any]:
@@ -78,6 +106,7 @@ class JaxBackend(Backend):
     name = "jax"
 
     def connect(self, config: TrainConfig) -> Topology:
+        keep_tensorflow_on_the_cpu()  # before any TensorFlow op: the input pipeline must not take the chips
         jax_step.start_distributed(detect_tpu_signals(tpu_flag=config.tpu))
         self.devices = devices_for(config.strategy)
         platform = self.devices[0].platform

@@ -15,6 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from train.backends import tensorflow_dropout
 from train.backends.base import Backend, BuildSpec, Restored, Topology
 from train.checkpoint import RunCheckpoints
 from train.config import TrainConfig
@@ -75,6 +76,8 @@ class TensorFlowBackend(Backend):
             )
             if warning:
                 log.warning("%s", warning)
+        if topology.replicas > 1:  # each replica's dropout masks: its rows of the global batch's
+            tensorflow_dropout.install()
         self.precision = precision
         return topology
 

@@ -1,0 +1,280 @@
+"""Near-duplicate removal benchmark: `lmshards preprocess --dedup near` side by side with datatrove's MinHash
+pipeline and with a plain `lmshards preprocess`, on one corpus with planted copies.
+
+The corpus (made here, seeded): --docs documents of about --words words drawn from the word frequencies
+of the bundled sample corpus (so no two of them are alike by chance), then planted copies of some of
+them: exact copies, and near copies with a share of their words replaced (--edit_rates; a rate p leaves
+about (1-p)^5 of the 5-grams, a Jaccard similarity near that over 2 - that). Written as corpus.txt (one
+document per line, for lmshards) and corpus.jsonl (the same documents, ids = line numbers, for datatrove).
+
+In one run, each in a fresh subprocess on the same machine (wall time, CPU seconds, peak memory of the
+process tree, see _measure.py):
+  (a) plain     - `lmshards preprocess` of corpus.txt;
+  (b) near      - (a) with `--dedup near` (5-gram, 14 bands x 8 rows);
+  (c) datatrove - reference_datatrove_minhash.py under --datatrove_python: datatrove's four MinHash stages
+                  with the same parameters, one task each (14 for the buckets stage), one worker.
+For (b) and (c): recall (planted copies removed, each group of copies reduced to one document) per edit
+rate, and false removals (documents removed that belong to no planted group). Also measured in this
+process: MinHash signatures (shingles and 112 permutations) in MB of text per CPU second (one core).
+
+datatrove's environment: `python3 -m venv /tmp/dtvenv && /tmp/dtvenv/bin/pip install datatrove regex spacy
+"xxhash<4" tokenizers orjson` (its MinHash steps, word tokenizer and JSON Lines reader need them; datatrove 0.10.1
+does not install them itself, and its xxhash call passes a str, which xxhash 4 refuses).
+
+Usage (from the repository root, with the venv active):
+  python -m bench.bench_dedup --datatrove_python /tmp/dtvenv/bin/python --json bench-dedup.json
+  python -m bench.bench_dedup --docs 2000 --datatrove_python /tmp/dtvenv/bin/python   # quick check
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import random
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench._measure import MB, REPO_ROOT, Measurement, load_average, report_header, run_checked
+from bench.bench_preprocess import RESULT_PREFIX, RUN_TIMEOUT_S, child_env, train_tokenizer
+
+CODE_DIRS = ("preprocess", "schemas", "bench")
+BENCH_DIR = Path(__file__).resolve().parent
+DATATROVE_SCRIPT = BENCH_DIR / "reference_datatrove_minhash.py"
+SAMPLE_TEXT = REPO_ROOT / "data" / "sample" / "en"
+NGRAM, BANDS, ROWS = 5, 14, 8
+DEFAULT_DOCS = 20_000
+DEFAULT_WORDS = 200
+DEFAULT_EDIT_RATES = (0.0, 0.01, 0.02, 0.03)  # 0.0: exact copies
+COPIES_PER_RATE = 0.02  # planted copies of each rate, as a share of --docs
+TARGET_COST_RATIO = 2.0  # (b) wall / (a) wall
+TARGET_SIGNATURE_MB_S = 1.0  # per core
+PLAIN, NEAR, DATATROVE = "plain", "near", "datatrove"
+
+
+@dataclasses.dataclass(frozen=True)
+class Corpus:
+    texts: list[str]
+    groups: list[list[int]]  # each planted group: the original's line, then its copies'
+    rate_of: dict[int, float]  # copy line -> its edit rate
+    txt: Path
+    jsonl: Path
+
+
+def vocabulary() -> tuple[list[str], list[int]]:
+    """The bundled English sample's words and their counts."""
+    counts: collections.Counter[str] = collections.Counter()
+    for path in sorted(SAMPLE_TEXT.glob("*.txt")):
+        counts.update(re.findall(r"[A-Za-z']+", path.read_text(encoding="utf-8")))
+    words, weights = zip(*counts.most_common())
+    return list(words), list(weights)
+
+
+def make_corpus(
+    work: Path, *, docs: int, words: int, edit_rates: tuple[float, ...], seed: int = 0
+) -> Corpus:
+    rng = random.Random(seed)
+    vocab, weights = vocabulary()
+
+    def document() -> list[str]:
+        return rng.choices(vocab, weights, k=words + rng.randrange(words // 2))
+
+    base = [document() for _ in range(docs)]
+    texts = [" ".join(d) for d in base]
+    groups: dict[int, list[int]] = {}
+    rate_of: dict[int, float] = {}
+    originals = rng.sample(range(docs), k=int(docs * COPIES_PER_RATE) * len(edit_rates))
+    for i, original in enumerate(originals):
+        rate = edit_rates[i % len(edit_rates)]
+        copy = [
+            w if rng.random() >= rate else rng.choices(vocab, weights)[0] for w in base[original]
+        ]
+        rate_of[len(texts)] = rate
+        groups.setdefault(original, [original]).append(len(texts))
+        texts.append(" ".join(copy))
+    order = list(range(len(texts)))
+    rng.shuffle(order)  # copies anywhere in the file, not after their originals
+    position = {old: new for new, old in enumerate(order)}
+    texts = [texts[old] for old in order]
+    work.mkdir(parents=True, exist_ok=True)
+    txt, jsonl = work / "corpus.txt", work / "corpus.jsonl"
+    txt.write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+    jsonl.write_text(
+        "".join(json.dumps({"id": str(i), "text": t}) + "\n" for i, t in enumerate(texts)),
+        encoding="utf-8",
+    )
+    return Corpus(
+        texts=texts,
+        groups=[[position[i] for i in g] for g in groups.values()],
+        rate_of={position[i]: r for i, r in rate_of.items()},
+        txt=txt,
+        jsonl=jsonl,
+    )
+
+
+def quality(corpus: Corpus, removed: set[int]) -> dict[str, Any]:
+    """Recall per edit rate (a copy counts as caught when its group kept exactly one document) and
+    false removals (removed documents of no planted group)."""
+    planted = {i for g in corpus.groups for i in g}
+    caught: collections.Counter[float] = collections.Counter()
+    total: collections.Counter[float] = collections.Counter()
+    for group in corpus.groups:
+        kept = [i for i in group if i not in removed]
+        for copy in group[1:]:
+            rate = corpus.rate_of[copy]
+            total[rate] += 1
+            caught[rate] += len(kept) == 1  # every group is one original and one copy
+    return {
+        "recall": {str(r): caught[r] / total[r] for r in sorted(total)},
+        "recall_all": sum(caught.values()) / max(sum(total.values()), 1),
+        "false_removals": len(removed - planted),
+        "removed": len(removed),
+    }
+
+
+def signature_mb_s(texts: list[str]) -> float:
+    """MinHash signatures of texts on this one core, MB of UTF-8 text per CPU second of this process
+    (CPU time, not wall: on a loaded machine the wall clock also counts other processes' turns)."""
+    from preprocess.curation.minhash import hash_family, signature
+    from preprocess.curation.text import shingles
+
+    offsets = hash_family(BANDS * ROWS)
+    start = time.process_time()
+    for text in texts:
+        signature(shingles(text, NGRAM), offsets)
+    seconds = time.process_time() - start
+    return sum(len(t.encode("utf-8")) for t in texts) / MB / seconds
+
+
+def lmshards_argv(corpus: Corpus, tokenizer: Path, output: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "lmshards",
+        "preprocess",
+        "--input",
+        str(corpus.txt),
+        "--tokenizer",
+        str(tokenizer),
+        "--output",
+        str(output),
+        *extra,
+    ]
+
+
+def measured(m: Measurement, **extra: Any) -> dict[str, Any]:
+    return {
+        "wall_s": round(m.wall_s, 2),
+        "cpu_s": round(m.cpu_s, 2),
+        "peak_rss_mb": round(m.peak_rss_bytes / MB, 1),
+        "mean_load1": round(m.mean_load1, 2),
+        **extra,
+    }
+
+
+def lmshards_removed(output: Path) -> set[int]:
+    return {
+        json.loads(line)["index"]
+        for path in (output / "curation").glob("*.jsonl")
+        for line in path.read_text(encoding="utf-8").splitlines()
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    work = Path(args.work_dir)
+    shutil.rmtree(work, ignore_errors=True)
+    corpus = make_corpus(
+        work / "corpus", docs=args.docs, words=args.words, edit_rates=tuple(args.edit_rates)
+    )
+    tokenizer = train_tokenizer([corpus.txt], work)
+    results: dict[str, Any] = {
+        "corpus": {
+            "documents": len(corpus.texts),
+            "mb": round(corpus.txt.stat().st_size / MB, 2),
+            "planted_copies": len(corpus.rate_of),
+        },
+        "load_before": load_average(),
+    }
+    env = child_env()
+    plain = run_checked(
+        lmshards_argv(corpus, tokenizer, work / PLAIN), env=env, timeout_s=RUN_TIMEOUT_S
+    )
+    results[PLAIN] = measured(plain)
+    near = run_checked(
+        lmshards_argv(corpus, tokenizer, work / NEAR, "--dedup", "near"),
+        env=env,
+        timeout_s=RUN_TIMEOUT_S,
+    )
+    results[NEAR] = measured(near, **quality(corpus, lmshards_removed(work / NEAR)))
+    if args.datatrove_python:
+        trove = run_checked(
+            [
+                args.datatrove_python,
+                str(DATATROVE_SCRIPT),
+                str(corpus.jsonl),
+                str(work / DATATROVE),
+                str(NGRAM),
+                str(BANDS),
+                str(ROWS),
+            ],
+            timeout_s=RUN_TIMEOUT_S,
+        )
+        line = next(x for x in reversed(trove.stdout.splitlines()) if x.startswith(RESULT_PREFIX))
+        found = json.loads(line[len(RESULT_PREFIX) :])
+        removed = {int(i) for i in found["removed"]}
+        results[DATATROVE] = measured(trove, stages_s=found["seconds"], **quality(corpus, removed))
+    results["near_over_plain_wall"] = round(near.wall_s / plain.wall_s, 2)
+    results["signatures_mb_s_one_core"] = round(signature_mb_s(corpus.texts[:2000]), 2)
+    return results
+
+
+def print_table(results: dict[str, Any]) -> None:
+    print(f"corpus: {results['corpus']}")
+    for system in (PLAIN, NEAR, DATATROVE):
+        r = results.get(system)
+        if r is None:
+            continue
+        quality_part = (
+            f" | recall {r['recall_all']:.3f} {r['recall']} | false removals {r['false_removals']}"
+            if "recall" in r
+            else ""
+        )
+        print(
+            f"  {system:<10} wall {r['wall_s']:>7.1f} s  cpu {r['cpu_s']:>7.1f} s  "
+            f"peak {r['peak_rss_mb']:>7.0f} MB  load {r['mean_load1']:.1f}{quality_part}"
+        )
+    print(
+        f"  --dedup near / plain wall: {results['near_over_plain_wall']:.2f}x "
+        f"(target <= {TARGET_COST_RATIO}x); signatures {results['signatures_mb_s_one_core']:.2f} MB/s "
+        f"per CPU second on one core (target >= {TARGET_SIGNATURE_MB_S})"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--docs", type=int, default=DEFAULT_DOCS)
+    parser.add_argument("--words", type=int, default=DEFAULT_WORDS)
+    parser.add_argument("--edit_rates", type=float, nargs="+", default=list(DEFAULT_EDIT_RATES))
+    parser.add_argument(
+        "--datatrove_python", default=None, help="datatrove's Python (its own venv)"
+    )
+    parser.add_argument("--work-dir", dest="work_dir", default="/tmp/lmshards-bench-dedup")
+    parser.add_argument("--json", default=None, help="also write the results here")
+    args = parser.parse_args(argv)
+    header = report_header("dedup", started=time.time(), argv=argv, code_dirs=CODE_DIRS)
+    results = run(args)
+    print_table(results)
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({**header, **results}, indent=2) + "\n", encoding="utf-8"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
