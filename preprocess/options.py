@@ -296,9 +296,7 @@ class PreprocessConfig:
                 if f.name in NEWER_READING_OPTIONS and getattr(self, f.name) != f.default
             }
         )
-        if (
-            self.packing != PACKING_CONCAT
-        ):  # recorded only when packed: concat manifests stay as they were
+        if self.packing != PACKING_CONCAT:  # only when packed: concat manifests stay as they were
             recorded["packing"] = self.packing
         return recorded
 

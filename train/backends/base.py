@@ -77,9 +77,8 @@ class BuildSpec:
     seed: int  # weight initialisation and dropout
     checkpoint_dir: str
     keep: int  # checkpoints kept
-    packed: bool = (
-        False  # the shards are packed blocks: the family's packed backbone (train.families.packed)
-    )
+    # The shards are packed blocks: the family's packed backbone (train.families.packed).
+    packed: bool = False
 
     @classmethod
     def for_run(
