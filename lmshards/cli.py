@@ -7,10 +7,12 @@ imports only the package that serves it.
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from plumbing import stopping
 from plumbing.cli import EXIT_OK, EXIT_USAGE, print_error
 from schemas.version import __version__
 
@@ -191,4 +193,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_error("", unknown_command_message(args))
         return EXIT_USAGE
     command, rest = found
-    return int(SUBCOMMANDS[command].main(rest) or EXIT_OK)
+    code = int(SUBCOMMANDS[command].main(rest) or EXIT_OK)
+    if stopping.requested() is not None:
+        # Stopped by a signal: threads a library started for the interrupted work (Beam's) may never
+        # end, and the command has said its one line; nothing is left to wait for.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

@@ -36,18 +36,20 @@ from lmshards.report import (
 from plumbing import fs
 from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from plumbing.errors import LmshardsError, OutputError
+from plumbing.flag_types import whole
 from plumbing.quiet import PROGRESS_ENVIRONMENT, hide_third_party_progress_bars
 from plumbing.units import format_duration
 from schemas.constants import (
     ATTENTION_MASK,
     FEATURE_NAMES,
     INPUT_IDS,
+    MIN_SEQ_LEN,
     TRAIN_SPLIT,
     VALIDATION_SPLIT,
 )
 from schemas.manifest import Manifest, read_manifest
 from schemas.records import decode_examples, read_records
-from train.config import RUN_SUMMARY_JSON
+from train.config import RUN_SUMMARY_JSON, TRAIN_RANGES
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # English only: one domain (Austen novels, a software manual, speeches) that a tiny model learns within minutes.
@@ -134,6 +136,11 @@ class Scores:
         return self.ratio >= RATIO_TARGET
 
 
+# The demo trains the tiny preset, which takes at most 512 tokens.
+SEQ_LEN = whole(MIN_SEQ_LEN, 512)
+VOCAB_SIZE = whole(1, 1 << 24)
+
+
 def build_parser() -> CommandParser:
     p = CommandParser(COMMAND, description=__doc__.splitlines()[0])
     p.add_argument(
@@ -141,30 +148,35 @@ def build_parser() -> CommandParser:
         default="demo_output",
         help="directory for every artifact; a re-run replaces only a directory an earlier demo made",
     )
-    p.add_argument("--steps", type=int, default=1500, help="training steps")
-    p.add_argument("--vocab_size", type=int, default=4000, help="tokenizer vocabulary")
+    p.add_argument("--steps", type=TRAIN_RANGES["steps"], default=1500, help="training steps")
+    p.add_argument("--vocab_size", type=VOCAB_SIZE, default=4000, help="tokenizer vocabulary")
     p.add_argument(
         "--model_preset",
         default="tiny",
         choices=("tiny", "small", "base"),
         help="tiny fits the whole demo in minutes on a laptop CPU",
     )
-    p.add_argument("--per_replica_batch", type=int, default=128, help="sequences per step")
+    p.add_argument(
+        "--per_replica_batch",
+        type=TRAIN_RANGES["per_replica_batch"],
+        default=128,
+        help="sequences per step",
+    )
     p.add_argument(
         "--learning_rate",
-        type=float,
+        type=TRAIN_RANGES["learning_rate"],
         default=4e-3,
         help="peak learning rate (a tiny model takes a high one)",
     )
     p.add_argument(
         "--mlm_probability",
-        type=float,
+        type=TRAIN_RANGES["mlm_probability"],
         default=0.3,
         help="share of tokens the model learns to predict; more than BERT's 0.15 learns more per step",
     )
     p.add_argument(
         "--seq_len",
-        type=int,
+        type=SEQ_LEN,
         default=16,
         help="tokens per record; short records let a tiny model learn from its neighbours within minutes",
     )
@@ -175,8 +187,6 @@ def build_parser() -> CommandParser:
 def parse_args(argv: Sequence[str]) -> DemoConfig:
     p = build_parser()
     a = p.parse_args(list(argv))
-    if a.steps < 1:
-        p.error(f"--steps must be >= 1, got {a.steps}")
     return DemoConfig(
         output=Path(a.output).resolve(),
         steps=a.steps,

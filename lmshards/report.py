@@ -23,10 +23,10 @@ from plumbing.errors import LmshardsError
 from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.manifest import Manifest, read_manifest
 from schemas.records import decode_examples, read_records
+from train.config import REPORT_HTML
 from train.run_dir import read_metrics
 
 COMMAND = "report"
-REPORT_HTML = "report.html"
 METRICS_JSONL = (
     "metrics.jsonl"  # train.config's names, repeated so a report needs no training stack
 )

@@ -18,8 +18,9 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn
 
-from plumbing import fs
+from plumbing import fs, stopping
 from plumbing.errors import LmshardsError, disk_error_message
+from plumbing.flag_types import Number
 
 EXIT_OK = 0
 EXIT_FAILURE = 1  # the run failed on the machine's side (disk full, lost permission, ...)
@@ -51,6 +52,12 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
     """Shows '(default: X)' after every flag that has a non-empty default, and keeps descriptions as written."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
+        help_ = self._with_default(action)
+        if isinstance(action.type, Number):  # every numeric flag states its range
+            help_ = f"{help_}; {action.type.describe()}"
+        return help_
+
+    def _with_default(self, action: argparse.Action) -> str:
         help_ = action.help or ""
         # `is`, not `in`: 0 == False, and a default of 0 is shown like any other.
         unset = any(action.default is value for value in (None, False, argparse.SUPPRESS))
@@ -190,21 +197,31 @@ def setup_logging(*, verbose: bool = False, packages: Sequence[str] = ()) -> Non
 
 
 def run_command(command: str, body: Callable[[], int | None]) -> int:
-    """Runs a subcommand's body; a user error becomes the one error line and exit 2."""
+    """Runs a subcommand's body; a user error becomes the one error line and exit 2.
+
+    SIGTERM or SIGINT (plumbing.stopping) stops it: its output's lease and partial files are removed on the
+    way out (plumbing.lease.output_lease), then one line and exit 130, whatever a library raised meanwhile.
+    """
     try:
-        return int(body() or EXIT_OK)
-    except LmshardsError as e:
-        print_error(command, str(e))
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print_error(command, "interrupted")
-        return EXIT_INTERRUPTED
-    except Exception as e:
+        with stopping.stop_signals():
+            return int(body() or EXIT_OK)
+    except BaseException as e:
+        # Once a stop is asked for, whatever the unwinding raised (Beam wraps the interrupt) is the stop.
+        if stopping.requested() is not None or isinstance(e, KeyboardInterrupt):
+            print_error(
+                command,
+                f"stopped by {stopping.signal_name()}; its lease and partial output were removed. "
+                "Run the command again to start over.",
+            )
+            return EXIT_INTERRUPTED
+        if isinstance(e, LmshardsError):
+            print_error(command, str(e))
+            return EXIT_USAGE
         # A gs:// request that failed mid-run (network, permissions): one line, not gcsfs' traceback.
-        if not fs.is_storage_failure(e):
-            raise
-        print_error(command, fs.storage_problem(e))
-        return EXIT_USAGE
+        if isinstance(e, Exception) and fs.is_storage_failure(e):
+            print_error(command, fs.storage_problem(e))
+            return EXIT_USAGE
+        raise
 
 
 def run_writing(command: str, output: str, body: Callable[[], int | None]) -> int:

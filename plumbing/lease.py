@@ -2,11 +2,15 @@
 
 - Taking it is one atomic create that fails when the file exists: locally an O_CREAT|O_EXCL open, on
   gs:// an upload with the precondition `ifGenerationMatch=0` (how GCS-based locks work).
-- A daemon thread renews it every RENEW_INTERVAL_S (locally its mtime, on gs:// a rewrite conditioned
-  on the generation this process wrote); the command deletes it when it ends, whatever the outcome.
+- A daemon thread renews it every tenth of its stale time (locally its mtime, on gs:// a rewrite
+  conditioned on the generation this process wrote); the command deletes it when it ends, whatever the
+  outcome, and on SIGTERM/SIGINT also the partial output (output_lease's partial_kind).
 - Another process finding a live lease stops with LeaseHeldError (exit 2), naming the holder.
 - A lease whose holder is gone is taken over with a warning: its pid is dead on this same host, or it
-  was not renewed for STALE_AFTER_S. A rerun after a preemption or `kill -9` needs no manual step.
+  was not renewed for the stale time its holder wrote in it (--lease_stale_s, default STALE_AFTER_S).
+  A rerun after a preemption or `kill -9` needs no manual step.
+- A writer that finds its lease deleted or taken over (it was stopped, e.g. SIGSTOP, for longer than
+  the stale time) stops at once: one line naming the new holder, exit 1, and it touches nothing more.
 
 The lease file (LEASE_NAME) is never a sign of a complete output, never read as an input, and
 --overwrite leaves it alone as lmshards' own (see plumbing.fs.is_lease_name).
@@ -14,6 +18,7 @@ The lease file (LEASE_NAME) is never a sign of a complete output, never read as 
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import datetime
@@ -23,22 +28,26 @@ import logging
 import os
 import posixpath
 import socket
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from plumbing import fs
+from plumbing import fs, stopping
+from plumbing.cli import EXIT_FAILURE, error_line
 from plumbing.errors import OutputError
+from plumbing.flag_types import whole
 
 log = logging.getLogger(__name__)
 
 LEASE_NAME = fs.LEASE_NAME
 LEASE_FORMAT = "lmshards-lease"
-# How often a holder renews its lease, and how long an unrenewed lease is respected.
-RENEW_INTERVAL_S = 30.0
-STALE_AFTER_S = 300.0
+# How long an unrenewed lease is respected (--lease_stale_s); its holder renews it every tenth of that.
+STALE_AFTER_S = 300
+STALE_AFTER_RANGE = whole(10, 86_400)
+RENEWALS_PER_STALE_TIME = 10
 # A takeover that keeps losing races gives up after this many tries (another live writer won).
 _ACQUIRE_TRIES = 3
 
@@ -57,6 +66,7 @@ class Holder:
     started_at: float
     token: str
     renewed_at: float
+    stale_after_s: float = STALE_AFTER_S  # how long the holder promised to renew within
 
     def describe(self) -> str:
         started = datetime.datetime.fromtimestamp(self.started_at, datetime.UTC)
@@ -83,8 +93,8 @@ def stale_reason(holder: Holder, *, now: float, host: str, pid_alive: Any = None
     if holder.host == host and not alive(holder.pid):
         return f"its process {holder.pid} on this host has exited"
     age = now - holder.renewed_at
-    if age > STALE_AFTER_S:
-        return f"it was last renewed {age:.0f} s ago (a lease expires after {STALE_AFTER_S:.0f} s)"
+    if age > holder.stale_after_s:
+        return f"it was last renewed {age:.0f} s ago (its lease expires after {holder.stale_after_s:.0f} s)"
     return None
 
 
@@ -113,9 +123,22 @@ def _decode(data: bytes, *, modified: float) -> Holder:
             started_at=float(fields["started_at"]),
             token=str(fields["token"]),
             renewed_at=max(float(fields["renewed_at"]), modified),
+            stale_after_s=float(fields.get("stale_after_s", STALE_AFTER_S)),
         )
     except (ValueError, KeyError, TypeError):
         return Holder("unknown", -1, "unknown", modified, "", modified)
+
+
+def add_lease_flag(parser: argparse.ArgumentParser) -> None:
+    """--lease_stale_s: how long this writer's lease holds without renewal (every writing command has it)."""
+    parser.add_argument(
+        "--lease_stale_s",
+        type=STALE_AFTER_RANGE,
+        default=STALE_AFTER_S,
+        help="seconds after which another command may take over this command's lease on its output when "
+        "this one stopped renewing it (it renews every tenth of that); this command stops when its lease "
+        "was taken over",
+    )
 
 
 # ------------------------------------------------------------------------ where the lease lives
@@ -270,12 +293,13 @@ class Lease:
         self.path = path
         self._created_dir = created_dir
         self.lost = False
+        self.on_lost = _stop_writing
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._renew_loop, name="lmshards-lease", daemon=True)
         self._thread.start()
 
     def _renew_loop(self) -> None:
-        while not self._stop.wait(RENEW_INTERVAL_S):
+        while not self._stop.wait(self.holder.stale_after_s / RENEWALS_PER_STALE_TIME):
             try:
                 version = self._store.renew(self.holder, self._version)
             except (
@@ -285,13 +309,25 @@ class Lease:
                 continue
             if version is None:
                 self.lost = True
-                log.error(
-                    "The lease on %s was taken over by another process: that process now writes there too. "
-                    "Stop one of them; this one's output may be mixed with the other's.",
-                    self.output,
-                )
+                self.on_lost(self.holder.command, self._lost_message())
                 return
             self._version = version
+
+    def _lost_message(self) -> str:
+        try:
+            found = self._store.read()
+        except Exception:  # the reason to stop stands without the new holder's name
+            found = None
+        now = (
+            f"it is now held by {found[0].describe()}"
+            if found is not None
+            else "nothing holds it now (the lease file was deleted)"
+        )
+        return (
+            f"lost the lease on {self.output!r} ({now}); stopped at once, leaving the output to its new "
+            "writer. Check which command should write there, and rerun this one with another --output if "
+            "both should."
+        )
 
     def release(self) -> None:
         """Stops renewing and deletes the lease (if still ours); removes the output directory it created
@@ -309,10 +345,26 @@ class Lease:
                 os.rmdir(self._created_dir)
 
 
-def acquire(output: str, *, command: str, flag: str = "--output", path: str | None = None) -> Lease:
+def _stop_writing(command: str, message: str) -> None:
+    """What a writer does on losing its lease: one line and exit 1 at once, touching the output no more
+    (no cleanup, no flush of a half-written file: the output is another command's now)."""
+    sys.stderr.write(error_line(command, message) + "\n")
+    sys.stderr.flush()
+    os._exit(EXIT_FAILURE)
+
+
+def acquire(
+    output: str,
+    *,
+    command: str,
+    flag: str = "--output",
+    path: str | None = None,
+    stale_after_s: float = STALE_AFTER_S,
+) -> Lease:
     """Takes the lease on output, or takes over a stale one; creates a local output directory.
 
     path: the lease file (default: lease_path(output)); its directory must be writable.
+    stale_after_s: how long this lease holds without renewal (written in it, for others to judge).
 
     Raises:
       LeaseHeldError: another live process holds it; the message names it and what to do.
@@ -332,7 +384,7 @@ def acquire(output: str, *, command: str, flag: str = "--output", path: str | No
     store = _store(path)
     host = socket.gethostname()
     now = time.time()
-    ours = Holder(host, os.getpid(), command, now, uuid.uuid4().hex, now)
+    ours = Holder(host, os.getpid(), command, now, uuid.uuid4().hex, now, float(stale_after_s))
     for _ in range(_ACQUIRE_TRIES):
         try:
             version = store.create(ours)
@@ -365,17 +417,34 @@ def _held_message(output: str, holder: Holder, path: str, flag: str) -> str:
     return (
         f"{flag} {output!r} is being written by {holder.describe()} (lease {path!r}). "
         "Wait for it to finish, or stop it; if that process is gone, run this command again after "
-        f"{STALE_AFTER_S:.0f} s without renewal (or at once on its host). Or choose another {flag}."
+        f"{holder.stale_after_s:.0f} s without renewal (or at once on its host). Or choose another {flag}."
     )
 
 
 @contextlib.contextmanager
 def output_lease(
-    output: str, *, command: str, flag: str = "--output", path: str | None = None
+    output: str,
+    *,
+    command: str,
+    flag: str = "--output",
+    path: str | None = None,
+    stale_after_s: float = STALE_AFTER_S,
+    partial_kind: str | None = None,
 ) -> Iterator[Lease]:
-    """Holds the lease on output while the block runs; see acquire."""
-    lease = acquire(output, command=command, flag=flag, path=path)
+    """Holds the lease on output while the block runs; see acquire.
+
+    partial_kind: the kind of lmshards output (plumbing.outputs) the block writes in output: when a
+      SIGTERM or SIGINT stops the block, what it wrote there is removed before the lease (an output that
+      is complete, its marker written, is kept).
+    """
+    lease = acquire(output, command=command, flag=flag, path=path, stale_after_s=stale_after_s)
     try:
         yield lease
+    except BaseException:
+        if partial_kind is not None and stopping.requested() is not None:
+            from plumbing.outputs import remove_partial_output
+
+            remove_partial_output(output, kind=partial_kind, flag=flag)
+        raise
     finally:
         lease.release()

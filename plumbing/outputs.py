@@ -1,7 +1,10 @@
 """Guards on the locations a command reads and writes, local and gs://.
 
 - check_no_overlap: an output must not equal, lie inside, or contain an input.
-- owned_entries / clear_owned_output: --overwrite deletes only what an earlier lmshards run wrote.
+- owned_entries / clear_owned_output: --overwrite (and `train --restart`) delete only what an earlier
+  lmshards run wrote: what its layout names and, where the output has a manifest, the shards it lists.
+  A file whose name only looks like a shard is the user's when the manifest does not list it.
+- register_layout: a command that owns a kind of output (`train`'s run directory) declares its layout.
 - check_writable / disk_error_message: a missing permission, a read-only file system or a full disk
   is found before any work starts, and is reported in one line when it happens mid-run.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import posixpath
 import re
@@ -67,6 +71,7 @@ _SCHEME_ALIASES = {"gcs": "gs"}
 _PROBE_BYTES = b"lmshards write probe\n"
 # How many foreign entries an error message names before "and N more".
 _FOREIGN_SHOWN = 5
+log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------ inputs vs outputs
@@ -165,6 +170,11 @@ class _Layout:
     scratch_dirs: frozenset[str] = frozenset()  # owned with everything they hold
     shard_dirs: frozenset[str] = frozenset()  # owned while they hold only shards of their split
     nested: tuple[tuple[str, str], ...] = ()  # (directory name, kind of the output it holds)
+    # (directory name, pattern): owned while every file below it matches, by its path relative to it
+    pattern_dirs: tuple[tuple[str, re.Pattern[str]], ...] = ()
+
+
+OutputLayout = _Layout  # what register_layout takes
 
 
 _LAYOUTS = {
@@ -196,6 +206,14 @@ _LAYOUTS = {
     STATS_OUTPUT: _Layout(marker=STATS_JSON, files=frozenset({STATS_HTML})),
 }
 OUTPUT_KINDS = tuple(_LAYOUTS)
+
+
+def register_layout(kind: str, layout: OutputLayout) -> None:
+    """Declares the entries a `kind` output holds, so that check_replaceable and clear_owned_output know them.
+
+    For outputs of a side of the contract (train's run directory) whose names plumbing does not import.
+    """
+    _LAYOUTS[kind] = layout
 
 
 class OwnedEntries(NamedTuple):
@@ -243,8 +261,14 @@ def _is_shard_of(name: str, split: str) -> bool:
         return False
 
 
-def _foreign_in(filesystem: Any, path: str, name: str, layout: _Layout) -> list[str]:
-    """Foreign relative paths inside the top-level directory `name`; every one of them when it is not ours."""
+def _foreign_in(
+    filesystem: Any, path: str, name: str, layout: _Layout, listed: frozenset[str] | None
+) -> list[str]:
+    """Foreign relative paths inside the top-level directory `name`; every one of them when it is not ours.
+
+    listed: the shard paths the output's manifest lists; None when it has none (an interrupted run's
+    shards are then known by their names).
+    """
     if name in layout.scratch_dirs:
         return []
     if name in layout.shard_dirs:
@@ -252,11 +276,45 @@ def _foreign_in(filesystem: Any, path: str, name: str, layout: _Layout) -> list[
             f"{name}/{e.shown}"
             for e in _list(filesystem, path)
             if not (e.type == "file" and _is_shard_of(e.name, name))
+            or (listed is not None and f"{name}/{e.name}" not in listed)
         ]
     for directory, kind in layout.nested:
         if name == directory:
             return [f"{name}/{f}" for f in _classify(filesystem, path, _LAYOUTS[kind]).foreign]
+    for directory, pattern in layout.pattern_dirs:
+        if name == directory:
+            return [f"{name}/{f}" for f in _files_below(filesystem, path) if not pattern.match(f)]
     return [f"{name}/"]
+
+
+def _files_below(filesystem: Any, path: str, prefix: str = "") -> list[str]:
+    """Relative paths of everything below path: files, and symlinks and the like as they are (never followed)."""
+    found = []
+    for entry in _list(filesystem, path):
+        if entry.type == "directory":
+            found += _files_below(
+                filesystem, posixpath.join(path, entry.name), f"{prefix}{entry.name}/"
+            )
+        else:
+            found.append(
+                f"{prefix}{entry.shown}" if entry.type == "file" else f"{prefix}{entry.name}@"
+            )
+    return found
+
+
+def _listed_shards(filesystem: Any, path: str, layout: _Layout) -> frozenset[str] | None:
+    """The shard paths the output's own manifest lists; None when it has no manifest of its kind."""
+    if not layout.shard_dirs:
+        return None
+    try:
+        data = json.loads(filesystem.cat_file(posixpath.join(path, layout.marker)))
+        if data.get("format") != layout.marker_format:
+            return None
+        return frozenset(
+            shard["path"] for split in data["splits"].values() for shard in split["shards"]
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def _json_format(data: bytes) -> str | None:
@@ -286,13 +344,16 @@ def _is_ours(filesystem: Any, path: str, name: str, layout: _Layout) -> bool:
 def _classify(filesystem: Any, path: str, layout: _Layout) -> OwnedEntries:
     owned: list[str] = []
     foreign: list[str] = []
+    listed = _listed_shards(filesystem, path, layout)
     for entry in _list(filesystem, path):
         if entry.type == "file":
             (owned if _is_ours(filesystem, path, entry.name, layout) else foreign).append(
                 entry.name
             )
         elif entry.type == "directory":
-            inner = _foreign_in(filesystem, posixpath.join(path, entry.name), entry.name, layout)
+            inner = _foreign_in(
+                filesystem, posixpath.join(path, entry.name), entry.name, layout, listed
+            )
             if inner:
                 foreign.extend(inner)
             else:
@@ -392,6 +453,29 @@ def clear_owned_output(directory: str, *, kind: str, flag: str = "--output") -> 
     for name in owned:
         filesystem.rm(posixpath.join(path, name), recursive=True)
     return owned
+
+
+def remove_partial_output(directory: str, *, kind: str, flag: str = "--output") -> tuple[str, ...]:
+    """Deletes what an interrupted `kind` writer left in directory; returns the names deleted.
+
+    A complete output (its marker, written last, is there and ours) is kept: it is an earlier run's that
+    this one had not started replacing, or this run's own, finished just before the stop. Anything
+    lmshards did not write stays too (nothing is deleted then, with a warning).
+    """
+    found = _existing_directory(directory, flag)
+    if found is None:
+        return ()
+    layout = _layout(kind)
+    filesystem, path = found
+    if filesystem.exists(posixpath.join(path, layout.marker)) and _is_ours(
+        filesystem, path, layout.marker, layout
+    ):
+        return ()
+    try:
+        return clear_owned_output(directory, kind=kind, flag=flag)
+    except OutputError as e:
+        log.warning("Left the partial output in %s as it is: %s", directory, e)
+        return ()
 
 
 def is_lmshards_output(directory: str) -> bool:

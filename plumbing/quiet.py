@@ -15,6 +15,8 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 
+from plumbing import stopping
+
 # Set before TensorFlow is imported: TensorFlow's C++ logs (INFO to ERROR; FATAL still shows) and gRPC's.
 QUIET_ENVIRONMENT = {"TF_CPP_MIN_LOG_LEVEL": "3", "GRPC_VERBOSITY": "ERROR"}
 # Python loggers that TensorFlow and absl write their notices through (deprecations, retracing, ...).
@@ -85,9 +87,16 @@ def native_stderr_discarded(*, verbose: bool) -> Iterator[None]:
     For `import tensorflow`: the CUDA and CPU-feature lines its libraries print while loading come
     from their own C++ logging, before TF_CPP_MIN_LOG_LEVEL is read.
     """
-    if verbose:
-        yield
-        return
+    with stopping.deferred():  # a SIGTERM in the middle of loading native code would abort instead
+        if verbose:
+            yield
+            return
+        with _discarded():
+            yield
+
+
+@contextlib.contextmanager
+def _discarded() -> Iterator[None]:
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as captured:

@@ -25,6 +25,7 @@ from plumbing.cli import (
     run_command,
     setup_logging,
 )
+from plumbing.flag_types import whole
 from plumbing.progress import bytes_progress
 from plumbing.units import format_duration, megabytes
 from preprocess.curation.audit import audit_problems, describe_curation
@@ -38,6 +39,7 @@ COMMAND = "inspect"
 EXIT_MISMATCH = EXIT_FAILURE  # --verify found shards that do not match the manifest
 # Shards verified at once: reads wait on I/O (gs:// above all) and sha256 releases the GIL.
 DEFAULT_THREADS = 8
+MAX_THREADS = 256
 PROGRESS_EVERY_S = 5.0  # at most one progress line per this many seconds
 DECODE_BATCH_RECORDS = 4096  # records decoded at once for the input id check
 
@@ -56,20 +58,13 @@ def build_parser() -> CommandParser:
     )
     parser.add_argument(
         "--threads",
-        type=positive_int,
+        type=whole(1, MAX_THREADS),
         default=DEFAULT_THREADS,
         help="shards verified at once with --verify",
     )
     parser.add_argument("--json", action="store_true", help="print the manifest as JSON")
     add_verbose_flag(parser)
     return parser
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def main(argv: Sequence[str]) -> int:

@@ -14,7 +14,17 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from plumbing.cli import add_overwrite_flag, add_verbose_flag
 from plumbing.errors import LmshardsError
+from plumbing.flag_types import (
+    COUNT,
+    FRACTION_BELOW_ONE,
+    POSITIVE,
+    SEED,
+    Number,
+    check_ranges,
+    whole,
+)
 from plumbing.known_names import name_hints
+from plumbing.lease import STALE_AFTER_RANGE, STALE_AFTER_S, add_lease_flag
 from plumbing.units import size_flag
 from preprocess.curation.minhash import DEFAULT_BANDS, DEFAULT_NGRAM, DEFAULT_ROWS
 from preprocess.curation.stage import DEDUP_CHOICES, DEDUP_NONE, DEFAULT_DECONTAMINATE_NGRAM
@@ -56,6 +66,33 @@ CURATION_FLAGS = (
 )
 # Declared optional to Beam (which parses every option class on every run), required by `lmshards preprocess`.
 REQUIRED_FLAGS = ("--input", "--tokenizer", "--output")
+# Shard names hold 5-digit indices; far more files than records is a typo (each split also needs one
+# record per shard, checked once the records are counted: preprocess.shard.check_shard_count).
+MAX_NUM_SHARDS = 10_000
+MAX_SEQ_LEN = 1 << 20
+MAX_TOKENIZER_THREADS = 1024
+MAX_DOCUMENTS_PER_TOKENIZER_CALL = 10**6
+MAX_NGRAM = 1000  # words per shingle or n-gram
+MAX_MINHASH_BANDS_OR_ROWS = 10_000
+# The range of every numeric flag: the argparse type of the flag and validate()'s check.
+PREPROCESS_RANGES: dict[str, Number] = {
+    "seq_len": whole(MIN_SEQ_LEN, MAX_SEQ_LEN),
+    "validation_fraction": FRACTION_BELOW_ONE,
+    "seed": SEED,
+    "target_shard_mb": POSITIVE,  # parsed by size_flag (a unit may follow), checked here
+    "num_shards": whole(1, MAX_NUM_SHARDS),
+    "shard_multiple": whole(1, MAX_NUM_SHARDS),
+    "tokenizer_threads": whole(0, MAX_TOKENIZER_THREADS),
+    "documents_per_tokenizer_call": whole(1, MAX_DOCUMENTS_PER_TOKENIZER_CALL),
+    "range_mb": POSITIVE,
+    "packing_group_tokens": COUNT,
+    "lease_stale_s": STALE_AFTER_RANGE,
+    "minhash_ngram": whole(1, MAX_NGRAM),
+    "minhash_bands": whole(1, MAX_MINHASH_BANDS_OR_ROWS),
+    "minhash_rows": whole(1, MAX_MINHASH_BANDS_OR_ROWS),
+    "decontaminate_ngram": whole(1, MAX_NGRAM),
+}
+_R = PREPROCESS_RANGES
 
 
 class PreprocessError(LmshardsError):
@@ -81,7 +118,7 @@ class LmshardsPreprocessOptions(PipelineOptions):
         parser.add_argument("--output", default=None, help="Output directory (local or gs://).")
         parser.add_argument(
             "--seq_len",
-            type=int,
+            type=_R["seq_len"],
             default=DEFAULT_SEQ_LEN,
             help=f"Tokens per record (>= {MIN_SEQ_LEN}, <= the tokenizer's model_max_length).",
         )
@@ -104,11 +141,13 @@ class LmshardsPreprocessOptions(PipelineOptions):
         )
         parser.add_argument(
             "--validation_fraction",
-            type=float,
+            type=_R["validation_fraction"],
             default=DEFAULT_VALIDATION_FRACTION,
             help="Share of documents held out for validation.",
         )
-        parser.add_argument("--seed", type=int, default=0, help="Seed of the record shuffle.")
+        parser.add_argument(
+            "--seed", type=_R["seed"], default=0, help="Seed of the record shuffle."
+        )
         parser.add_argument(
             "--target_shard_mb",
             type=size_flag("MiB"),
@@ -117,13 +156,13 @@ class LmshardsPreprocessOptions(PipelineOptions):
         )
         parser.add_argument(
             "--num_shards",
-            type=int,
+            type=_R["num_shards"],
             default=None,
             help="Shards per split, instead of --target_shard_mb.",
         )
         parser.add_argument(
             "--shard_multiple",
-            type=int,
+            type=_R["shard_multiple"],
             default=DEFAULT_SHARD_MULTIPLE,
             help="Round each split's shard count up to a multiple of this (so every "
             "TPU host gets whole files).",
@@ -137,6 +176,7 @@ class LmshardsPreprocessOptions(PipelineOptions):
             "refused if the directory holds anything lmshards did not write.",
         )
         add_verbose_flag(parser)
+        add_lease_flag(parser)
         parser.add_argument(
             "--keep_tokens",
             action="store_true",
@@ -146,7 +186,7 @@ class LmshardsPreprocessOptions(PipelineOptions):
         )
         parser.add_argument(
             "--tokenizer_threads",
-            type=int,
+            type=_R["tokenizer_threads"],
             default=DEFAULT_TOKENIZER_THREADS,
             help="Rust tokenizer threads per worker process. 0 = auto: every core for the "
             "default in-process runner (one worker), else 1 (the runner already runs one "
@@ -154,7 +194,7 @@ class LmshardsPreprocessOptions(PipelineOptions):
         )
         parser.add_argument(
             "--documents_per_tokenizer_call",
-            type=int,
+            type=_R["documents_per_tokenizer_call"],
             default=DEFAULT_DOCUMENTS_PER_TOKENIZER_CALL,
             help="Documents per tokenizer call (not the training batch); no effect on output.",
         )
@@ -167,7 +207,7 @@ class LmshardsPreprocessOptions(PipelineOptions):
         )
         parser.add_argument(
             "--packing_group_tokens",
-            type=int,
+            type=_R["packing_group_tokens"],
             default=DEFAULT_GROUP_TOKENS,
             help="Approximate tokens per packing group; each group drops or pads at most "
             "one partial block.",
@@ -187,19 +227,19 @@ def add_curation_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--minhash_ngram",
-        type=int,
+        type=_R["minhash_ngram"],
         default=DEFAULT_NGRAM,
         help="--dedup near: words per shingle.",
     )
     parser.add_argument(
         "--minhash_bands",
-        type=int,
+        type=_R["minhash_bands"],
         default=DEFAULT_BANDS,
         help="--dedup near: LSH bands (more: more pairs caught at lower similarity).",
     )
     parser.add_argument(
         "--minhash_rows",
-        type=int,
+        type=_R["minhash_rows"],
         default=DEFAULT_ROWS,
         help="--dedup near: MinHash values per band (more: fewer pairs caught at lower similarity).",
     )
@@ -212,7 +252,7 @@ def add_curation_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--decontaminate_ngram",
-        type=int,
+        type=_R["decontaminate_ngram"],
         default=DEFAULT_DECONTAMINATE_NGRAM,
         help="Words per n-gram for --decontaminate.",
     )
@@ -251,6 +291,7 @@ class PreprocessConfig:
     range_mb: float = DEFAULT_RANGE_MB
     packing_group_tokens: int = DEFAULT_GROUP_TOKENS
     packing: str = PACKING_CONCAT
+    lease_stale_s: float = STALE_AFTER_S
     dedup: str = DEDUP_NONE
     minhash_ngram: int = DEFAULT_NGRAM
     minhash_bands: int = DEFAULT_BANDS
@@ -270,7 +311,7 @@ class PreprocessConfig:
     def manifest_options(self) -> dict[str, Any]:
         """The options that decide the output's bytes (recorded in the manifest).
 
-        Paths, --overwrite, --verbose, --keep_tokens and pure speed knobs (documents per tokenizer call, read range, threads) are left out, so
+        Paths, --overwrite, --verbose, --keep_tokens, --lease_stale_s and pure speed knobs (documents per tokenizer call, read range, threads) are left out, so
         the same corpus gives the same manifest whatever the machine.
         """
         keys = (
@@ -306,7 +347,7 @@ NEWER_READING_OPTIONS = ("encoding", "doc_marker", "doc_marker_regex")
 
 
 def validate(config: PreprocessConfig) -> None:
-    """Range checks that need no I/O. Raises PreprocessError naming the flag and the fix."""
+    """Checks that need no I/O. Raises PreprocessError (or FlagRangeError) naming the flag and the fix."""
     if not config.inputs:
         raise PreprocessError("No --input given. Pass --input PATH_OR_GLOB (repeatable).")
     if not config.tokenizer:
@@ -315,10 +356,7 @@ def validate(config: PreprocessConfig) -> None:
         )
     if not config.output:
         raise PreprocessError("No --output given. Pass --output DIR (local or gs://).")
-    if config.seq_len < MIN_SEQ_LEN:
-        raise PreprocessError(
-            f"--seq_len {config.seq_len} is too small; use at least {MIN_SEQ_LEN}."
-        )
+    check_ranges(config, PREPROCESS_RANGES)
     if config.remainder not in REMAINDER_CHOICES:
         raise PreprocessError(
             f"--remainder {config.remainder!r} is not one of {list(REMAINDER_CHOICES)}."
@@ -332,25 +370,6 @@ def validate(config: PreprocessConfig) -> None:
             f"--packing best_fit cannot honour --remainder {config.remainder}: it keeps every token "
             "and pads every block it cannot fill. Use --remainder pad (or leave --remainder out)."
         )
-    if not 0.0 <= config.validation_fraction < 1.0:
-        raise PreprocessError(
-            f"--validation_fraction {config.validation_fraction} must be in [0, 1), e.g. 0.005."
-        )
-    if config.num_shards is not None and config.num_shards < 1:
-        raise PreprocessError(f"--num_shards {config.num_shards} must be at least 1.")
-    if config.target_shard_mb <= 0:
-        raise PreprocessError(
-            f"--target_shard_mb {config.target_shard_mb} must be positive, e.g. 128."
-        )
-    if config.tokenizer_threads < 0:
-        raise PreprocessError(
-            f"--tokenizer_threads {config.tokenizer_threads} must be >= 0 (0 = auto)."
-        )
-    for flag in ("shard_multiple", "documents_per_tokenizer_call", "packing_group_tokens"):
-        if getattr(config, flag) < 1:
-            raise PreprocessError(f"--{flag} {getattr(config, flag)} must be at least 1.")
-    if config.range_mb <= 0:
-        raise PreprocessError(f"--range_mb {config.range_mb} must be positive, e.g. 64.")
     validate_curation(config)
 
 
@@ -358,15 +377,6 @@ def validate_curation(config: PreprocessConfig) -> None:
     """Range checks of the curation flags (the eval sets are checked while planning)."""
     if config.dedup not in DEDUP_CHOICES:
         raise PreprocessError(f"--dedup {config.dedup!r} is not one of {list(DEDUP_CHOICES)}.")
-    for flag, example in (
-        ("minhash_ngram", DEFAULT_NGRAM),
-        ("minhash_bands", DEFAULT_BANDS),
-        ("minhash_rows", DEFAULT_ROWS),
-        ("decontaminate_ngram", DEFAULT_DECONTAMINATE_NGRAM),
-    ):
-        value = getattr(config, flag)
-        if value < 1:
-            raise PreprocessError(f"--{flag} {value} must be a positive integer, e.g. {example}.")
     if config.decontaminate_text_field == "":
         raise PreprocessError(
             "--decontaminate_text_field is empty; give the eval sets' JSON field or Parquet column."

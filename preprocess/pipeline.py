@@ -374,7 +374,12 @@ def run_pipeline(config: PreprocessConfig, beam_args: Sequence[str] = ()) -> Man
     lease = (
         contextlib.nullcontext()
         if runners.is_dry_run(options)
-        else output_lease(config.output, command="preprocess")
+        else output_lease(
+            config.output,
+            command="preprocess",
+            stale_after_s=config.lease_stale_s,
+            partial_kind=PREPROCESS_OUTPUT,
+        )
     )
     with lease:
         return _run_planned(config, options)

@@ -20,8 +20,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from plumbing import fs
 from plumbing.errors import LmshardsError
-from plumbing.lease import output_lease
-from plumbing.outputs import check_no_overlap
+from plumbing.lease import STALE_AFTER_S, output_lease
+from plumbing.outputs import PREPROCESS_OUTPUT, check_no_overlap
 from preprocess import runners
 from preprocess.manifest import write_schema_file, write_tokenizer_copy
 from preprocess.options import PreprocessConfig, default_remainder
@@ -94,6 +94,7 @@ class RepackConfig:
     packing: str | None = None
     tokenizer: str | None = None
     overwrite: bool = False
+    lease_stale_s: float = STALE_AFTER_S
 
     def changed(self) -> dict[str, Any]:
         """The options given; num_shards 0 clears the store run's count (shards sized by bytes)."""
@@ -261,7 +262,12 @@ def run_repack(config: RepackConfig, beam_args: Sequence[str] = ()) -> Manifest 
     lease = (
         contextlib.nullcontext()
         if runners.is_dry_run(options)
-        else output_lease(config.output, command="repack")
+        else output_lease(
+            config.output,
+            command="repack",
+            stale_after_s=config.lease_stale_s,
+            partial_kind=PREPROCESS_OUTPUT,
+        )
     )
     with lease:
         return _run_planned(config, options)

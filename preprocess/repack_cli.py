@@ -19,11 +19,13 @@ from plumbing.cli import (
     print_error,
     run_command,
 )
+from plumbing.flag_types import whole
+from plumbing.lease import add_lease_flag
 from plumbing.units import size_flag
 from preprocess import runners
 from preprocess.cli import check_flags, setup_preprocess_logging, summary
 from preprocess.failures import RunFailure
-from preprocess.options import CURATION_FLAGS
+from preprocess.options import CURATION_FLAGS, MAX_NUM_SHARDS, PREPROCESS_RANGES
 from preprocess.pack import REMAINDER_CHOICES
 from schemas.constants import PACKING_CHOICES
 
@@ -38,6 +40,9 @@ DESCRIPTION = (
 )
 KEEP = "(default: the store's run's)"
 
+# 0 (repack.SHARDS_BY_SIZE): sized by --target_shard_mb, even where the store's run fixed a count.
+NUM_SHARDS_OR_BY_SIZE = whole(0, MAX_NUM_SHARDS)
+
 
 def build_parser() -> CommandParser:
     parser = CommandParser(
@@ -49,17 +54,24 @@ def build_parser() -> CommandParser:
         help="a token store, or a preprocess output holding one (local or gs://)",
     )
     parser.add_argument("--output", required=True, help="the new shard set's directory")
-    parser.add_argument("--seq_len", type=int, default=None, help=f"tokens per record {KEEP}")
+    parser.add_argument(
+        "--seq_len",
+        type=PREPROCESS_RANGES["seq_len"],
+        default=None,
+        help=f"tokens per record {KEEP}",
+    )
     parser.add_argument(
         "--remainder", choices=REMAINDER_CHOICES, default=None, help=f"final partial block {KEEP}"
     )
     parser.add_argument(
         "--validation_fraction",
-        type=float,
+        type=PREPROCESS_RANGES["validation_fraction"],
         default=None,
         help=f"share of documents held out {KEEP}",
     )
-    parser.add_argument("--seed", type=int, default=None, help=f"seed of the shuffle {KEEP}")
+    parser.add_argument(
+        "--seed", type=PREPROCESS_RANGES["seed"], default=None, help=f"seed of the shuffle {KEEP}"
+    )
     parser.add_argument(
         "--target_shard_mb",
         type=size_flag("MiB"),
@@ -68,19 +80,19 @@ def build_parser() -> CommandParser:
     )
     parser.add_argument(
         "--num_shards",
-        type=int,
+        type=NUM_SHARDS_OR_BY_SIZE,
         default=None,
         help=f"shards per split; 0: sized by --target_shard_mb {KEEP}",
     )
     parser.add_argument(
         "--shard_multiple",
-        type=int,
+        type=PREPROCESS_RANGES["shard_multiple"],
         default=None,
         help=f"round each split's shard count up to a multiple of this {KEEP}",
     )
     parser.add_argument(
         "--packing_group_tokens",
-        type=int,
+        type=PREPROCESS_RANGES["packing_group_tokens"],
         default=None,
         help=f"approximate tokens per packing group {KEEP}",
     )
@@ -99,6 +111,7 @@ def build_parser() -> CommandParser:
         parser, help="replace an earlier lmshards output in --output (as preprocess --overwrite)"
     )
     add_verbose_flag(parser)
+    add_lease_flag(parser)
     return parser
 
 

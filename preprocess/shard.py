@@ -18,10 +18,11 @@ import apache_beam as beam
 import numpy as np
 
 from plumbing import fs
+from plumbing.errors import LmshardsError
 from plumbing.outputs import TEMP_DIR_NAME
 from preprocess.metrics import StageProgress, counter
 from preprocess.pack import PackedGroup
-from schemas.constants import SPLITS
+from schemas.constants import SPLITS, TRAIN_SPLIT
 from schemas.manifest import ShardInfo
 from schemas.records import encode_examples, frame_record
 from schemas.shards import shard_relpath
@@ -49,6 +50,25 @@ def num_shards_for(
         return 0
     count = num_shards if num_shards else math.ceil(total_bytes / target_shard_bytes)
     return max(multiple, math.ceil(count / multiple) * multiple)
+
+
+class ShardCountError(LmshardsError):
+    """--num_shards asks for more shards than the records can fill."""
+
+
+def check_shard_count(num_shards: int | None, *, records: int, split: str) -> None:
+    """Refuses, before any shard is written, a --num_shards larger than the train split's records: every
+    shard past them would be an empty file. (A small validation split may keep empty shards.)
+
+    Raises:
+      ShardCountError: naming the count, the records and the fix.
+    """
+    if num_shards and split == TRAIN_SPLIT and 0 < records < num_shards:
+        raise ShardCountError(
+            f"--num_shards {num_shards} is more than the {records} records of the {split} split: "
+            f"{num_shards - records} shards would be empty. Pass --num_shards {records} or fewer, "
+            "or size shards by --target_shard_mb."
+        )
 
 
 def shard_of(positions: np.ndarray, num_records: int, num_shards: int) -> np.ndarray:
@@ -96,6 +116,7 @@ def layout_splits(
         for group in sorted(counts):
             offsets[group] = total
             total += counts[group]
+        check_shard_count(num_shards, records=total, split=split)
         shards = num_shards_for(
             total * record_bytes,
             target_shard_bytes=target_shard_bytes,

@@ -6,7 +6,6 @@ is saved and rerunning the same command resumes), 1 the machine failed (full dis
 
 from __future__ import annotations
 
-import argparse
 import logging
 from collections.abc import Sequence
 
@@ -19,13 +18,12 @@ from plumbing.cli import (
     run_writing,
     setup_logging,
 )
-from plumbing.errors import LmshardsError
 from plumbing.known_names import name_hints
-from plumbing.lease import output_lease
+from plumbing.lease import add_lease_flag, output_lease
 from plumbing.quiet import native_stderr_discarded, quiet_tensorflow
 from train.backends.registry import backend_names, select_keras_backend
-from train.config import FINAL_EVALS, LR_SCHEDULES, PRESETS, TrainConfig
-from train.devices import AUTO, PRECISIONS, STRATEGIES
+from train.config import FINAL_EVALS, LR_SCHEDULES, PRESETS, TRAIN_RANGES, TrainConfig
+from train.devices import PRECISIONS, STRATEGIES
 from train.families import family_names
 from train.masking_recipes import MASKING_RECIPES, SPAN, check_recipe, max_mlm_probability
 from train.preemption import PreemptionFlag
@@ -37,22 +35,12 @@ log = logging.getLogger(__name__)
 
 COMMAND = "train"
 DEFAULTS = TrainConfig(shards=(), output="")
-# Options that count steps or objects: each must be at least 1 when given.
-_POSITIVE_INTS = (
-    "steps",
-    "per_replica_batch",
-    "checkpoint_every",
-    "keep",
-    "eval_every",
-    "eval_batches",
-    "log_every",
-)
 EXTEND_HELP = (
     "continue this run to a new --steps (or --epochs) from its current weights and optimizer state: the learning "
     "rate falls linearly from its current value to 0 over the added steps, with no new warmup. The schedule and "
     "its extensions are kept in run_config.json, so rerunning this command resumes it exactly. Without --extend, "
-    "a rerun that changes --steps, --epochs, --learning_rate, --warmup_steps, --lr_schedule, --masking or "
-    "--mlm_probability is refused"
+    "a rerun that changes --steps, --epochs, --learning_rate, --warmup_steps, --lr_schedule, --weight_decay, "
+    "--clip_norm, --masking or --mlm_probability is refused"
 )
 
 
@@ -95,33 +83,47 @@ def build_parser() -> CommandParser:
     length = p.add_mutually_exclusive_group(required=True)
     length.add_argument(
         "--steps",
-        type=int,
+        type=TRAIN_RANGES["steps"],
         help="total optimizer steps, fixed by the run's first command (see --extend)",
     )
     length.add_argument(
         "--epochs",
-        type=float,
+        type=TRAIN_RANGES["epochs"],
         help="total epochs over the train split; with several --shards an epoch is as many sequences as "
         "all sets' train splits hold together, drawn by weight (a set that runs out starts "
         "another pass, counted in run_summary.json)",
     )
     p.add_argument(
         "--per_replica_batch",
-        type=int,
+        type=TRAIN_RANGES["per_replica_batch"],
         default=d.per_replica_batch,
         help="sequences per replica per step",
     )
     p.add_argument(
-        "--learning_rate", type=float, default=d.learning_rate, help="peak learning rate"
+        "--learning_rate",
+        type=TRAIN_RANGES["learning_rate"],
+        default=d.learning_rate,
+        help="peak learning rate",
     )
-    p.add_argument("--weight_decay", type=float, default=d.weight_decay, help="AdamW decay")
     p.add_argument(
-        "--warmup_steps", type=int, help="linear warmup steps (default: 5%% of the total steps)"
+        "--weight_decay",
+        type=TRAIN_RANGES["weight_decay"],
+        default=d.weight_decay,
+        help="AdamW decay; fixed by the run's first command",
+    )
+    p.add_argument(
+        "--warmup_steps",
+        type=TRAIN_RANGES["warmup_steps"],
+        help="linear warmup steps (default: 5%% of the total steps)",
     )
     p.add_argument(
         "--lr_schedule", choices=LR_SCHEDULES, default=d.lr_schedule, help="decay after warmup"
     )
-    p.add_argument("--clip_norm", type=float, help="clip gradients to this global norm")
+    p.add_argument(
+        "--clip_norm",
+        type=TRAIN_RANGES["clip_norm"],
+        help="clip gradients to this global norm; fixed by the run's first command",
+    )
     p.add_argument(
         "--masking",
         choices=MASKING_RECIPES,
@@ -130,14 +132,22 @@ def build_parser() -> CommandParser:
     )
     p.add_argument(
         "--mlm_probability",
-        type=float,
+        type=TRAIN_RANGES["mlm_probability"],
         default=d.mlm_probability,
         help=f"fraction of tokens to predict: below 1 (below {max_mlm_probability(SPAN):.2f} for span)",
     )
     p.add_argument(
-        "--shuffle_buffer", type=int, default=d.shuffle_buffer, help="records held for shuffling"
+        "--shuffle_buffer",
+        type=TRAIN_RANGES["shuffle_buffer"],
+        default=d.shuffle_buffer,
+        help="records held for shuffling",
     )
-    p.add_argument("--seed", type=int, default=d.seed, help="data order, masking, initialisation")
+    p.add_argument(
+        "--seed",
+        type=TRAIN_RANGES["seed"],
+        default=d.seed,
+        help="data order, masking, initialisation",
+    )
     p.add_argument(
         "--backend",
         choices=backend_names(),
@@ -157,19 +167,27 @@ def build_parser() -> CommandParser:
     )
     p.add_argument(
         "--steps_per_execution",
-        type=_steps_per_execution,
+        type=TRAIN_RANGES["steps_per_execution"],
         default=d.steps_per_execution,
         help="training steps per host call; auto: 32 on TPUs, 8 on GPUs, 1 on CPUs. Logging, evaluation "
         "and checkpoints still happen at exactly their steps",
     )
     p.add_argument(
-        "--checkpoint_every", type=int, default=d.checkpoint_every, help="steps between checkpoints"
+        "--checkpoint_every",
+        type=TRAIN_RANGES["checkpoint_every"],
+        default=d.checkpoint_every,
+        help="steps between checkpoints",
     )
-    p.add_argument("--keep", type=int, default=d.keep, help="checkpoints kept")
-    p.add_argument("--eval_every", type=int, default=d.eval_every, help="steps between evaluations")
+    p.add_argument("--keep", type=TRAIN_RANGES["keep"], default=d.keep, help="checkpoints kept")
+    p.add_argument(
+        "--eval_every",
+        type=TRAIN_RANGES["eval_every"],
+        default=d.eval_every,
+        help="steps between evaluations",
+    )
     p.add_argument(
         "--eval_batches",
-        type=int,
+        type=TRAIN_RANGES["eval_batches"],
         default=d.eval_batches,
         help="global batches each periodic evaluation reads: the same first ones, masked the same way every "
         "time, so evaluations of the same weights agree exactly",
@@ -180,7 +198,12 @@ def build_parser() -> CommandParser:
         default=d.final_eval,
         help="at the end of training, one pass over the whole validation split (full) or none",
     )
-    p.add_argument("--log_every", type=int, default=d.log_every, help="steps per logging window")
+    p.add_argument(
+        "--log_every",
+        type=TRAIN_RANGES["log_every"],
+        default=d.log_every,
+        help="steps per logging window",
+    )
     p.add_argument("--extend", action="store_true", help=EXTEND_HELP)
     p.add_argument(
         "--restart",
@@ -188,26 +211,16 @@ def build_parser() -> CommandParser:
         help="delete what an earlier run wrote in --output (checkpoints, metrics, summary) and train from step 0",
     )
     add_verbose_flag(p)
+    add_lease_flag(p)
     return p
-
-
-def _steps_per_execution(text: str) -> int | str:
-    if text == AUTO:
-        return AUTO
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 'auto' or a positive integer, got {text!r}")
-    return value
 
 
 def parse_config(argv: Sequence[str]) -> TrainConfig:
     """The TrainConfig of a command line.
 
     Raises:
-      LmshardsError: a count below 1, epochs <= 0, a bad --shards weight, or --mlm_probability out of the recipe's range.
+      LmshardsError: a number out of its range (TRAIN_RANGES), a bad --shards weight, or --mlm_probability out of
+        the recipe's range.
     """
     args = build_parser().parse_args(list(argv))
     sources = [parse_shards_flag(text) for text in args.shards]
@@ -219,12 +232,6 @@ def parse_config(argv: Sequence[str]) -> TrainConfig:
         }
     )
     check_recipe(config.masking, config.mlm_probability)
-    for name in _POSITIVE_INTS:
-        value = getattr(config, name)
-        if value is not None and value < 1:
-            raise LmshardsError(f"--{name} {value} must be at least 1.")
-    if config.epochs is not None and config.epochs <= 0:
-        raise LmshardsError(f"--epochs {config.epochs} must be positive.")
     return config
 
 
@@ -240,7 +247,10 @@ def _run(config: TrainConfig) -> int:
     # still ends in exit 75. One writer per run directory: a second `train` on it (a restarted job whose
     # old process still runs) stops at the lease instead of resuming from a checkpoint the first one keeps
     # writing.
-    with PreemptionFlag.current() as preemption, output_lease(config.output, command=COMMAND):
+    with (
+        PreemptionFlag.current() as preemption,
+        output_lease(config.output, command=COMMAND, stale_after_s=config.lease_stale_s),
+    ):
         return _checked_run(config, preemption)
 
 

@@ -8,6 +8,18 @@ from typing import Any
 
 from plumbing import fs
 from plumbing.errors import LmshardsError
+from plumbing.flag_types import (
+    COUNT,
+    NON_NEGATIVE,
+    NON_NEGATIVE_COUNT,
+    POSITIVE,
+    SEED,
+    Number,
+    check_ranges,
+    real,
+    whole,
+)
+from plumbing.lease import STALE_AFTER_RANGE, STALE_AFTER_S
 from schemas.constants import DEFAULT_PER_REPLICA_BATCH
 from schemas.constants import (
     RUN_CONFIG_JSON as RUN_CONFIG_JSON,  # named in schemas/: others recognise runs by it
@@ -22,6 +34,7 @@ METRICS_JSONL = "metrics.jsonl"
 CHECKPOINTS_DIR = "checkpoints"
 TENSORBOARD_DIR = "tensorboard"
 TOKENIZER_DIR = "tokenizer"
+REPORT_HTML = "report.html"  # `lmshards report`'s page, by default in the run directory
 
 LR_SCHEDULES = ("linear", "cosine")
 # What the end of training evaluates: one pass over the whole validation split, or nothing more.
@@ -103,6 +116,34 @@ def read_model_config(path: str) -> ModelConfig:
     return model_config_from_dict(data, source=path)
 
 
+# Records a shuffle buffer may hold: far beyond any host's memory for real sequences would be a typo.
+MAX_SHUFFLE_BUFFER = 10**8
+MAX_EPOCHS = 10**6
+MAX_STEPS_PER_EXECUTION = 10**4
+# The range of every numeric TrainConfig field: the argparse type of its flag and the check of a config
+# built in code (TrainConfig.__post_init__), so each is written once.
+TRAIN_RANGES: dict[str, Number] = {
+    "steps": COUNT,
+    "epochs": real(0.0, MAX_EPOCHS, low_open=True),
+    "per_replica_batch": COUNT,
+    "learning_rate": POSITIVE,
+    "weight_decay": NON_NEGATIVE,
+    "warmup_steps": NON_NEGATIVE_COUNT,
+    "clip_norm": POSITIVE,
+    # Any finite number here: its range depends on --masking, and check_recipe states and checks it.
+    "mlm_probability": real(),
+    "shuffle_buffer": whole(1, MAX_SHUFFLE_BUFFER),
+    "seed": SEED,
+    "steps_per_execution": whole(1, MAX_STEPS_PER_EXECUTION, words=(AUTO,)),
+    "checkpoint_every": COUNT,
+    "keep": COUNT,
+    "eval_every": COUNT,
+    "eval_batches": COUNT,
+    "log_every": COUNT,
+    "lease_stale_s": STALE_AFTER_RANGE,
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """One training run, as given on the command line (recorded in run_config.json).
@@ -144,6 +185,10 @@ class TrainConfig:
     extend: bool = False
     restart: bool = False
     verbose: bool = False
+    lease_stale_s: float = STALE_AFTER_S
+
+    def __post_init__(self) -> None:
+        check_ranges(self, TRAIN_RANGES)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -24,6 +24,7 @@ from plumbing.outputs import check_writable
 from schemas.hf_tokenizer import wrap_fast_tokenizer
 from schemas.tokenizer_info import TokenizerSource, checked_tokenizer, locate_tokenizer
 from train.config import TOKENIZER_DIR
+from train.divergence import DivergenceError, describe_non_finite, non_finite_names
 from train.families import get_family
 from train.hf_mapping import MaskedLMSpec, head_differences, hf_config, hf_state_dict
 
@@ -142,6 +143,7 @@ def export_masked_lm(
     Raises:
       LmshardsError: output_dir is remote, a file, or not empty without overwrite; the tokenizer is
         unusable or disagrees with special_token_ids; or a role the model needs (REQUIRED_ROLES) is missing.
+      DivergenceError: a weight is NaN or infinite; nothing is written.
     """
     spec = masked_lm_spec(masked_lm, family=family)
     for role in REQUIRED_ROLES:
@@ -150,6 +152,14 @@ def export_masked_lm(
                 f"special_token_ids {special_token_ids} has no {role!r} token; the exported model needs one."
             )
     replace = check_export_output(output_dir, overwrite=overwrite)
+    weights = keras_weights(masked_lm, spec)
+    bad = non_finite_names(weights)
+    if bad:
+        raise DivergenceError(
+            f"The model has {describe_non_finite(bad, len(weights))}: its training diverged, and an export of it "
+            "would predict nothing. Export an earlier checkpoint (--checkpoint), or train again with a lower "
+            "--learning_rate."
+        )
     differences = head_differences(spec)
     if differences:
         logger.warning(
@@ -159,7 +169,7 @@ def export_masked_lm(
         )
     with fs.atomic_local_path(output_dir) as staging:
         save_hf_model(
-            keras_weights(masked_lm, spec),
+            weights,
             spec,
             special_token_ids=special_token_ids,
             output_dir=staging,

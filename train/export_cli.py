@@ -15,7 +15,7 @@ from plumbing.cli import (
     run_writing,
     setup_logging,
 )
-from plumbing.lease import output_lease, sibling_lease_path
+from plumbing.lease import add_lease_flag, output_lease, sibling_lease_path
 from plumbing.quiet import hide_third_party_progress_bars, load_tensorflow_quietly
 from train.export import export_run, push_to_hub
 from train.families import FAMILIES
@@ -50,6 +50,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--push_to_hub", metavar="REPO", help="also upload the export to this Hugging Face Hub repo"
     )
     add_verbose_flag(parser)
+    add_lease_flag(parser)
     return parser.parse_args(list(argv))
 
 
@@ -68,7 +69,12 @@ def _write(args: argparse.Namespace) -> None:
     lease = (
         contextlib.nullcontext()
         if fs.is_remote(args.output)
-        else output_lease(args.output, command=COMMAND, path=sibling_lease_path(args.output))
+        else output_lease(
+            args.output,
+            command=COMMAND,
+            path=sibling_lease_path(args.output),
+            stale_after_s=args.lease_stale_s,
+        )
     )
     with lease:
         output = export_run(

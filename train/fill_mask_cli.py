@@ -17,12 +17,14 @@ from typing import Any
 
 from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from plumbing.errors import LmshardsError
+from plumbing.flag_types import whole
 from plumbing.quiet import hide_third_party_progress_bars
 from schemas.constants import ROLE_SPELLINGS, TOKENIZER_JSON
 from schemas.directory_kind import MODEL_EXPORT, wrong_kind_message
 
 COMMAND = "fill-mask"
 DEFAULT_TOP_K = 5
+MAX_TOP_K = 1000
 TOKENIZER_CONFIG = "tokenizer_config.json"
 
 
@@ -32,14 +34,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "text", help='text with one or more mask tokens, e.g. "The capital of France is <mask>."'
     )
-    parser.add_argument("--top_k", type=int, default=DEFAULT_TOP_K, help="predictions per mask")
+    parser.add_argument(
+        "--top_k", type=whole(1, MAX_TOP_K), default=DEFAULT_TOP_K, help="predictions per mask"
+    )
     parser.add_argument(
         "--json", action="store_true", help="print the predictions as JSON (one list per mask)"
     )
     add_verbose_flag(parser)
     args = parser.parse_args(list(argv))
-    if args.top_k < 1:
-        parser.error(f"--top_k must be at least 1, got {args.top_k}")
     return args
 
 

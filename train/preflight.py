@@ -19,7 +19,7 @@ from schemas.tokenizer_info import TokenizerSource
 from train import mixture
 from train.config import ModelConfig, TrainConfig, preset_config, read_model_config
 from train.families import check_packed_support, get_family
-from train.run_dir import RunDir, check_continuation, finished_summary
+from train.run_dir import RunDir, check_continuation, check_run_output, finished_summary
 from train.shard_set_tokenizer import run_tokenizer
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,8 @@ class Preflight:
 
 
 def preflight(config: TrainConfig) -> Preflight:
-    """Checks the shard sets, the tokenizer, the model against the shards, the run directory and the output.
+    """Checks the shard sets, the tokenizer, the model against the shards, the run directory and the output
+    (train.run_dir.check_run_output: only a run's own files, never a shard set's).
 
     With --restart (and after every check) deletes what an earlier run wrote in --output.
     Raises:
@@ -60,6 +61,7 @@ def preflight(config: TrainConfig) -> Preflight:
     model_config = resolve_model_config(config, mix.manifest)
     if mix.manifest.packed:
         check_packed_support(get_family(model_config.family), f"--shards {mix.sets[0].path!r}")
+    check_run_output(config.output, config.shards)
     run = RunDir(config.output)
     previous = None if config.restart else run.previous_config()
     finished = None

@@ -17,15 +17,16 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
-from plumbing.errors import LmshardsError
+from plumbing.flag_types import whole
 from plumbing.quiet import load_tensorflow_quietly
 from train import mixture
-from train.config import TrainConfig
+from train.config import TRAIN_RANGES, TrainConfig
 from train.masking_recipes import MASKING_RECIPES, check_recipe
 from train.shard_set_tokenizer import run_tokenizer
 
 COMMAND = "preview"
 DEFAULT_N = 5
+MAX_PREVIEW_SEQUENCES = 10_000
 SELECTED_OPEN, SELECTED_CLOSE = "[[", "]]"
 # The options preview shares with `lmshards train`, with its defaults.
 _TRAIN_DEFAULTS = TrainConfig(shards=(), output="")
@@ -48,14 +49,19 @@ def build_parser() -> CommandParser:
     )
     p.add_argument(
         "--mlm_probability",
-        type=float,
+        type=TRAIN_RANGES["mlm_probability"],
         default=d.mlm_probability,
         help="fraction of tokens to predict",
     )
     p.add_argument(
-        "--seed", type=int, default=d.seed, help="the run's --seed: data order and masks"
+        "--seed",
+        type=TRAIN_RANGES["seed"],
+        default=d.seed,
+        help="the run's --seed: data order and masks",
     )
-    p.add_argument("--n", type=int, default=DEFAULT_N, help="sequences to show")
+    p.add_argument(
+        "--n", type=whole(1, MAX_PREVIEW_SEQUENCES), default=DEFAULT_N, help="sequences to show"
+    )
     p.add_argument(
         "--json",
         action="store_true",
@@ -67,12 +73,15 @@ def build_parser() -> CommandParser:
     )
     p.add_argument(
         "--per_replica_batch",
-        type=int,
+        type=TRAIN_RANGES["per_replica_batch"],
         default=d.per_replica_batch,
         help="the run's --per_replica_batch (masks are drawn per batch)",
     )
     p.add_argument(
-        "--shuffle_buffer", type=int, default=d.shuffle_buffer, help="the run's --shuffle_buffer"
+        "--shuffle_buffer",
+        type=TRAIN_RANGES["shuffle_buffer"],
+        default=d.shuffle_buffer,
+        help="the run's --shuffle_buffer",
     )
     add_verbose_flag(p)
     return p
@@ -189,9 +198,6 @@ def describe(
 def _preview(argv: Sequence[str]) -> None:
     args = build_parser().parse_args(list(argv))
     setup_logging(packages=["train"])
-    for name in ("n", "per_replica_batch", "shuffle_buffer"):
-        if getattr(args, name) < 1:
-            raise LmshardsError(f"--{name} {getattr(args, name)} must be at least 1.")
     check_recipe(args.masking, args.mlm_probability)
     load_tensorflow_quietly(verbose=args.verbose)
     rows, mask_id, decode = preview_rows(args)

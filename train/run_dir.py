@@ -13,17 +13,27 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
 from plumbing import fs
-from plumbing.errors import LmshardsError
+from plumbing.errors import LmshardsError, OutputError
+from plumbing.outputs import (
+    OutputLayout,
+    check_no_overlap,
+    clear_owned_output,
+    owned_entries,
+    register_layout,
+)
+from schemas.directory_kind import OTHER, RUN_DIRECTORY, WHAT, directory_kind
 from schemas.manifest import Manifest
 from schemas.tokenizer_info import TokenizerSource
 from train.backends.registry import DEFAULT_BACKEND
 from train.config import (
     CHECKPOINTS_DIR,
     METRICS_JSONL,
+    REPORT_HTML,
     RUN_CONFIG_JSON,
     RUN_SUMMARY_JSON,
     TENSORBOARD_DIR,
@@ -37,15 +47,24 @@ log = logging.getLogger(__name__)
 
 REFUSE = "refuse"
 WARN = "warn"
-# What `--restart` deletes: everything a training command writes in its run directory, nothing else.
-RUN_OUTPUTS = (
-    RUN_SUMMARY_JSON,
-    CHECKPOINTS_DIR,
-    METRICS_JSONL,
-    TENSORBOARD_DIR,
-    TOKENIZER_DIR,
-    RUN_CONFIG_JSON,
+TRAIN_RUN_OUTPUT = "train_run"
+# What both backends save under RUN_DIR/checkpoints (train.checkpoint, train.backends.jax_checkpoint), half-written
+# saves included: TensorFlow's state file and PREFIX_temp/ shards, ckpt-N.index/.data-*, JAX's ckpt-N.npz(.tmp-*).
+_CHECKPOINT_FILE_RE = re.compile(
+    r"^(?:checkpoint(?:\.tmp[0-9a-f]*|\.unreadable)?"
+    r"|ckpt-\d+(?:\.index|\.data-\d+-of-\d+|\.npz(?:\.tmp-[0-9a-f]+)?|_temp/.+))$"
 )
+# TensorBoard's event files, under one directory per writer (train/, eval/).
+_EVENTS_FILE_RE = re.compile(r"^(?:[\w.-]+/)*events\.out\.tfevents\.[^/]+$")
+# Everything a training command (and `lmshards report`) writes in a run directory, and nothing else: what
+# `--restart` may delete, and what a run directory may hold (anything else there is the user's, and refused).
+RUN_LAYOUT = OutputLayout(
+    marker=RUN_SUMMARY_JSON,  # written when the run finishes
+    files=frozenset({RUN_CONFIG_JSON, METRICS_JSONL, REPORT_HTML}),
+    scratch_dirs=frozenset({TOKENIZER_DIR}),  # the copy of the run's tokenizer, every file of it
+    pattern_dirs=((CHECKPOINTS_DIR, _CHECKPOINT_FILE_RE), (TENSORBOARD_DIR, _EVENTS_FILE_RE)),
+)
+register_layout(TRAIN_RUN_OUTPUT, RUN_LAYOUT)
 _RESTART_HINT = (
     "pass --restart to train this run again from step 0 (deleting its checkpoints and metrics)"
 )
@@ -78,6 +97,9 @@ RUN_OPTIONS = (
     RunOption("learning_rate", REFUSE, restarts_rate=True),
     RunOption("warmup_steps", REFUSE, restarts_rate=True),
     RunOption("lr_schedule", REFUSE),
+    # What each update does: another value would train another model than the one recorded.
+    RunOption("weight_decay", REFUSE, recorded_default=TrainConfig.weight_decay),
+    RunOption("clip_norm", REFUSE),
     # The masking recipe: another one would train another objective.
     RunOption("masking", REFUSE),
     RunOption("mlm_probability", REFUSE),
@@ -197,7 +219,7 @@ def check_continuation(
     ]
     if refused:
         raise LmshardsError(
-            f"{config.output!r} is a run whose schedule, masking, model and backend its first command fixed, and this "
+            f"{config.output!r} is a run whose schedule, optimizer, masking, model and backend its first command fixed, and this "
             "command changes them: "
             f"{'; '.join(c.describe() for c in refused)}. Rerun with the run's values to resume it; to train it longer, "
             "pass the new --steps with --extend (the rate then falls linearly from where it is to 0 over the added "
@@ -433,12 +455,36 @@ class RunDir:
             fs.write_bytes_atomic(fs.join(self.tokenizer, name), fs.read_bytes(path))
 
     def clear(self) -> list[str]:
-        """Deletes what training wrote here (RUN_OUTPUTS), the summary first; returns the names deleted."""
-        filesystem, path = fs.filesystem(self.path)
-        deleted = []
-        for name in RUN_OUTPUTS:
-            target = fs.join(path, name)
-            if filesystem.exists(target):
-                filesystem.rm(target, recursive=True)
-                deleted.append(name)
-        return deleted
+        """Deletes what training wrote here (RUN_LAYOUT), the summary first; returns the names deleted.
+
+        Raises:
+          OutputError: the directory holds anything else (nothing is deleted then).
+        """
+        return list(clear_owned_output(self.path, kind=TRAIN_RUN_OUTPUT))
+
+
+def check_run_output(output: str, shards: tuple[str, ...]) -> None:
+    """Refuses, before any work, an --output that is not this run's to write: a shard set or a token store,
+    a directory inside (or holding) a --shards set, or one holding files no training command wrote.
+
+    Raises:
+      OutputError: naming the directory, what it is or the files that are not the run's, and the fix.
+    """
+    check_no_overlap(shards, output, output_flag="--output", input_flag="--shards")
+    kind = directory_kind(output)
+    if kind not in (RUN_DIRECTORY, OTHER):
+        raise OutputError(
+            f"--output {output!r} is {WHAT[kind]}, not a run directory: training there would mix the run's "
+            "files with it (and --restart would delete them). Choose a new --output for the run, e.g. "
+            "runs/NAME."
+        )
+    foreign = owned_entries(output, kind=TRAIN_RUN_OUTPUT).foreign
+    if foreign:
+        shown = ", ".join(repr(f) for f in foreign[:5]) + (
+            f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        )
+        raise OutputError(
+            f"--output {output!r} holds files no training run wrote ({shown}): a run directory holds only its "
+            "run's files, and --restart deletes only those. Choose a new or empty --output, or move those "
+            "files away."
+        )

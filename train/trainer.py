@@ -31,6 +31,7 @@ from train.backends.base import Backend, BuildSpec, Topology
 from train.backends.registry import load_backend
 from train.config import FINAL_EVAL_FULL, ModelConfig, TrainConfig
 from train.devices import MIXED_FLOAT16, steps_in_next_call
+from train.divergence import describe_non_finite, diverged, first_non_finite
 from train.input_plan import InputPlan, run_masking
 from train.optim import WarmupDecay, warmup_steps_for
 from train.preemption import PreemptionFlag
@@ -209,6 +210,12 @@ def log_eval(record: dict[str, Any], what: str) -> None:
     )
 
 
+def check_eval(record: dict[str, Any]) -> None:
+    """Raises DivergenceError when an evaluation's loss is not finite (the weights gave NaN or inf)."""
+    if not math.isfinite(record["eval_loss"]):
+        raise diverged(record["step"], f"eval loss {record['eval_loss']}")
+
+
 def _never() -> bool:
     return False
 
@@ -269,6 +276,7 @@ class Loop:
     def periodic_eval(self, step: int) -> None:
         record = self.evaluate(step, limit=self.config.eval_batches)  # never stopped part-way
         if record is not None:
+            check_eval(record)
             self.metrics.add(record)
             log_eval(record, "eval")
 
@@ -320,10 +328,9 @@ class Loop:
         self.train_time += dt
         self.window_losses.extend(float(x) for x in losses)
         self.window_time += dt
-        if not all(math.isfinite(x) for x in losses):
-            raise LmshardsError(
-                f"Training diverged at step {self.step} (loss {losses[-1]}); lower --learning_rate or set --clip_norm."
-            )
+        bad = first_non_finite(float(x) for x in losses)
+        if bad is not None:
+            raise diverged(self.step, f"loss {bad}")
         return dt
 
     def log_first_step(self, seconds: float) -> None:
@@ -370,6 +377,10 @@ class Loop:
         self.window_losses, self.window_start, self.window_time = [], step, 0.0
 
     def save(self) -> None:
+        """A checkpoint of finite weights only: the newest checkpoint of a diverged run is its last good one."""
+        bad, total = self.backend.non_finite_weights()
+        if bad:
+            raise diverged(self.step, describe_non_finite(bad, total))
         self.backend.save(self.step)
         self.saved_step = self.step
 
@@ -401,7 +412,10 @@ class Loop:
             )
             return periodic
         log.info("Final evaluation: one pass over the whole validation split.")
-        return self.evaluate(self.step, limit=None, stop=lambda: preemption.raised)
+        record = self.evaluate(self.step, limit=None, stop=lambda: preemption.raised)
+        if record is not None:
+            check_eval(record)
+        return record
 
     def periodic_eval_reads_everything(self) -> bool:
         """True when --eval_batches covers every set's validation split: a full pass reads the same batches."""

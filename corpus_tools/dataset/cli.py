@@ -13,7 +13,8 @@ from plumbing.cli import (
     run_command,
     setup_logging,
 )
-from plumbing.lease import output_lease
+from plumbing.lease import add_lease_flag, output_lease
+from plumbing.outputs import DATASET_EXPORT_OUTPUT
 
 COMMAND = "dataset export"
 LOG_PACKAGES = ("corpus_tools", "schemas")
@@ -32,6 +33,7 @@ def build_parser() -> CommandParser:
     parser.add_argument("--output", required=True, help="output directory (local or gs://)")
     add_overwrite_flag(parser, help="delete what a non-empty --output holds first")
     add_verbose_flag(parser)
+    add_lease_flag(parser)
     parser.add_argument(
         "--data_files",
         action="append",
@@ -48,7 +50,7 @@ def build_parser() -> CommandParser:
         "--output_column", default=de.DEFAULT_COLUMN, help="column name in the output files"
     )
     parser.add_argument(
-        "--num_shards", type=int, default=de.DEFAULT_NUM_SHARDS, help="output files"
+        "--num_shards", type=de.NUM_SHARDS, default=de.DEFAULT_NUM_SHARDS, help="output files"
     )
     parser.add_argument(
         "--format", choices=de.FORMATS, default=de.DEFAULT_FORMAT, help="output file format"
@@ -82,7 +84,12 @@ def _export(args: argparse.Namespace) -> int:
         streaming=args.streaming,
         overwrite=args.overwrite,
     )
-    with output_lease(config.output, command=COMMAND):
+    with output_lease(
+        config.output,
+        command=COMMAND,
+        stale_after_s=args.lease_stale_s,
+        partial_kind=DATASET_EXPORT_OUTPUT,
+    ):
         summary = de.export(config)
     rows = [s["rows"] for s in summary["shards"]]
     print(

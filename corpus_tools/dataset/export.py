@@ -26,6 +26,7 @@ from typing import Any
 
 from plumbing import fs
 from plumbing.errors import LmshardsError
+from plumbing.flag_types import whole
 from plumbing.outputs import (
     DATASET_EXPORT_OUTPUT,
     EXPORT_SUCCESS_JSON,
@@ -41,6 +42,7 @@ FORMATS = (PARQUET, JSONL)
 DEFAULT_FORMAT = PARQUET
 DEFAULT_SPLIT = "train"
 DEFAULT_NUM_SHARDS = 1
+NUM_SHARDS = whole(1, 10_000)
 DEFAULT_COLUMN = "text"
 # Rows per Parquet row group and per read batch: big enough for fast Arrow I/O, small enough that a
 # batch of long documents stays well under a GB.
@@ -93,8 +95,7 @@ def validate(config: ExportConfig) -> None:
         raise DatasetExportError(
             f"--format {config.format!r} is not supported; use one of {', '.join(FORMATS)}."
         )
-    if config.num_shards < 1:
-        raise DatasetExportError(f"--num_shards must be at least 1, got {config.num_shards}.")
+    NUM_SHARDS.check("--num_shards", config.num_shards)
     if not config.output_column:
         raise DatasetExportError(
             "--output_column is empty; give the column name to write (default 'text')."

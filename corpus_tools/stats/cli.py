@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING
 
 from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from plumbing.errors import LmshardsError
-from plumbing.lease import output_lease
+from plumbing.flag_types import whole
+from plumbing.lease import add_lease_flag, output_lease
+from plumbing.outputs import STATS_OUTPUT
 from plumbing.quiet import load_tensorflow_quietly
 from plumbing.units import format_duration
 from schemas.constants import SPLITS
@@ -34,6 +36,9 @@ TENSORFLOW_MODULES = (
     "tfx_bsl.coders.example_coder",
 )
 log = logging.getLogger(__name__)
+
+
+MAX_TOP_K = 10**6
 
 
 def build_parser() -> CommandParser:
@@ -62,7 +67,10 @@ def build_parser() -> CommandParser:
         help="split to analyse; repeatable (default: every split of the manifest)",
     )
     parser.add_argument(
-        "--top_k", type=int, default=DEFAULT_TOP_K, help="most frequent tokens to list"
+        "--top_k",
+        type=whole(1, MAX_TOP_K),
+        default=DEFAULT_TOP_K,
+        help="most frequent tokens to list",
     )
     parser.add_argument(
         "--tokenizer",
@@ -71,6 +79,7 @@ def build_parser() -> CommandParser:
         f"(default SHARDS_DIR/{TOKENIZER_DIRNAME} if present, else ids only)",
     )
     add_verbose_flag(parser)
+    add_lease_flag(parser)
     return parser
 
 
@@ -116,7 +125,12 @@ def _stats(args: argparse.Namespace, beam_args: list[str]) -> int:
         tokenizer=args.tokenizer,
     )
     started = time.monotonic()
-    with output_lease(stats_output(config), command=COMMAND):
+    with output_lease(
+        stats_output(config),
+        command=COMMAND,
+        stale_after_s=args.lease_stale_s,
+        partial_kind=STATS_OUTPUT,
+    ):
         report = run_stats(config, beam_args)
     if report is None:
         print(f"lmshards {COMMAND}: dry run, nothing submitted or written")

@@ -21,7 +21,9 @@ from plumbing.cli import (
     run_command,
     setup_logging,
 )
-from plumbing.lease import output_lease
+from plumbing.flag_types import COUNT, SEED
+from plumbing.lease import add_lease_flag, output_lease
+from plumbing.outputs import TOKENIZER_OUTPUT
 from plumbing.units import format_duration, size_flag
 from preprocess import sources
 
@@ -45,7 +47,7 @@ def _add_input_args(parser: argparse.ArgumentParser, *, required: bool) -> None:
     )
     sources.add_reading_arguments(parser)
     parser.add_argument(
-        "--seed", type=int, default=cfg.DEFAULT_SEED, help="seed of the document sample"
+        "--seed", type=SEED, default=cfg.DEFAULT_SEED, help="seed of the document sample"
     )
 
 
@@ -57,12 +59,13 @@ def train_parser() -> CommandParser:
     parser.add_argument("--output", required=True, help="output directory (local or gs://)")
     add_overwrite_flag(parser, help="replace what a non-empty --output holds")
     add_verbose_flag(parser)
+    add_lease_flag(parser)
     parser.add_argument(
         "--model", choices=cfg.MODELS, default=cfg.DEFAULT_MODEL, help="tokenizer model"
     )
     parser.add_argument(
         "--vocab_size",
-        type=int,
+        type=cfg.VOCAB_SIZE,
         default=cfg.DEFAULT_VOCAB_SIZE,
         help="vocabulary size, special tokens included",
     )
@@ -75,7 +78,9 @@ def train_parser() -> CommandParser:
     parser.add_argument(
         "--lowercase", action="store_true", help="wordpiece: lowercase and strip accents"
     )
-    parser.add_argument("--max_documents", type=int, default=None, help="cap on sampled documents")
+    parser.add_argument(
+        "--max_documents", type=COUNT, default=None, help="cap on sampled documents"
+    )
     parser.add_argument(
         "--max_bytes",
         type=MAX_BYTES_TYPE,
@@ -98,7 +103,7 @@ def inspect_parser() -> CommandParser:
     _add_input_args(parser, required=False)
     parser.add_argument(
         "--max_documents",
-        type=int,
+        type=COUNT,
         default=DEFAULT_INSPECT_DOCUMENTS,
         help="documents sampled from --input",
     )
@@ -117,8 +122,6 @@ def inspect_main(argv: Sequence[str]) -> int:
     args = parser.parse_args(list(argv))
     if not args.text and not args.input:
         parser.error("nothing to inspect: pass --text TEXT and/or --input PATH")
-    if args.max_documents < 1:
-        parser.error(f"--max_documents must be at least 1, got {args.max_documents}")
     setup_logging(verbose=args.verbose, packages=LOG_PACKAGES)
     return run_command(INSPECT_COMMAND, lambda: _inspect(args))
 
@@ -142,7 +145,12 @@ def _train(args: argparse.Namespace) -> int:
         doc_marker_regex=args.doc_marker_regex,
         overwrite=args.overwrite,
     )
-    with output_lease(config.output, command=TRAIN_COMMAND):
+    with output_lease(
+        config.output,
+        command=TRAIN_COMMAND,
+        stale_after_s=args.lease_stale_s,
+        partial_kind=TOKENIZER_OUTPUT,
+    ):
         result = train(config)
     s = result.sample
     print(

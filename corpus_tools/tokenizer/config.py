@@ -7,6 +7,7 @@ import dataclasses
 from tokenizers import pre_tokenizers
 
 from plumbing.errors import LmshardsError
+from plumbing.flag_types import COUNT, SEED, whole
 from preprocess import sources
 from schemas.constants import SPECIAL_ROLES
 
@@ -14,6 +15,8 @@ UNIGRAM, BPE, WORDPIECE = "unigram", "bpe", "wordpiece"
 MODELS = (UNIGRAM, BPE, WORDPIECE)
 DEFAULT_MODEL = UNIGRAM
 DEFAULT_VOCAB_SIZE = 32000
+# Ids are int32 everywhere downstream; far beyond any real vocabulary.
+VOCAB_SIZE = whole(1, 1 << 24)
 # The tokenizers trainers keep per-word and per-pair (BPE/WordPiece) or suffix-array (Unigram) tables
 # for the whole sample; their memory grows many times faster than the text (an upstream report
 # needed ~150 GB of RAM for ~2 GB of text). 1 GB of text is a large enough sample for a 32k-50k
@@ -148,10 +151,9 @@ def validate(config: TrainConfig) -> None:
             f"--vocab_size {config.vocab_size} is too small for {config.model}: it needs at least {minimum} "
             f"({len(config.preset.tokens)} special tokens + the alphabet). Pass --vocab_size {minimum} or more."
         )
-    if config.max_documents is not None and config.max_documents < 1:
-        raise TokenizerTrainingError(
-            f"--max_documents must be at least 1, got {config.max_documents}."
-        )
+    VOCAB_SIZE.check("--vocab_size", config.vocab_size)
+    COUNT.check("--max_documents", config.max_documents)
+    SEED.check("--seed", config.seed)
     if config.byte_cap < 1:
         raise TokenizerTrainingError(f"--max_bytes must be at least 1, got {config.max_bytes}.")
     if config.lowercase and config.model != WORDPIECE:

@@ -21,9 +21,13 @@ from train.evaluation import EvalSums
 NAME = "fake"
 EVENTS: list[tuple[str, object]] = []
 _INTERRUPT: dict[str, int] = {}
-_STEP_FILE = re.compile(r"^step-(\d+)$")
+# "weights" or "eval" -> the first global step at which they are NaN (set by a test, cleared by register).
+NON_FINITE_FROM_STEP: dict[str, int] = {}
+# Named like the JAX backend's, so that the run directory holds only what a run writes.
+_STEP_FILE = re.compile(r"^ckpt-(\d+)\.npz$")
 # What one eval batch sums to: loss 2.0 over 4 masked tokens, 1 correct.
 BATCH_SUMS = EvalSums(8.0, 4.0, 1.0)
+NAN_SUMS = EvalSums(float("nan"), 4.0, 0.0)
 
 
 def register(monkeypatch) -> None:
@@ -32,6 +36,7 @@ def register(monkeypatch) -> None:
     )
     EVENTS.clear()
     _INTERRUPT.clear()
+    NON_FINITE_FROM_STEP.clear()
 
 
 def interrupt_at(name: str, signum: int = signal.SIGTERM) -> None:
@@ -74,7 +79,7 @@ class FakeBackend(Backend):
         )
         if not steps:
             return Restored(0, None)
-        return Restored(steps[-1], os.path.join(self.directory, f"step-{steps[-1]}"))
+        return Restored(steps[-1], os.path.join(self.directory, f"ckpt-{steps[-1]}.npz"))
 
     def set_schedule(self, schedule) -> None:
         _event("set_schedule")
@@ -91,13 +96,20 @@ class FakeBackend(Backend):
 
     def eval_batches(self, inputs, shard_set, limit) -> Iterator[EvalSums]:
         _event("eval", limit)
+        bad = NON_FINITE_FROM_STEP.get("eval")
+        sums = NAN_SUMS if bad is not None and self.step >= bad else BATCH_SUMS
         for _ in range(inputs.eval_batches(shard_set, limit)):
-            yield BATCH_SUMS
+            yield sums
+
+    def non_finite_weights(self) -> tuple[list[str], int]:
+        _event("check_weights")
+        bad = NON_FINITE_FROM_STEP.get("weights")
+        return (["dense/kernel"] if bad is not None and self.step >= bad else []), 2
 
     def save(self, step: int) -> str:
         _event("save", step)
         os.makedirs(self.directory, exist_ok=True)
-        path = os.path.join(self.directory, f"step-{step}")
+        path = os.path.join(self.directory, f"ckpt-{step}.npz")
         with open(path, "w") as f:
             f.write(str(step))
         return path

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -85,9 +86,10 @@ def test_a_fresh_lease_of_another_host_is_respected_even_if_its_pid_is_dead_here
         lease.acquire(output, command="train")
 
 
-def test_the_holder_renews_and_notices_when_its_lease_was_taken(output, monkeypatch, caplog):
-    monkeypatch.setattr(lease, "RENEW_INTERVAL_S", 0.05)
-    held = lease.acquire(output, command="train")
+def test_the_holder_renews_and_notices_when_its_lease_was_taken(output):
+    held = lease.acquire(output, command="train", stale_after_s=0.5)  # renewed every 0.05 s
+    stops: list[tuple[str, str]] = []
+    held.on_lost = lambda command, message: stops.append((command, message))
     first_version = held._version
     time.sleep(0.5)
     found = held._store.read()
@@ -96,15 +98,19 @@ def test_the_holder_renews_and_notices_when_its_lease_was_taken(output, monkeypa
         assert held._version != first_version  # every renewal is a new generation
     else:
         assert time.time() - os.stat(held.path).st_mtime < 0.4
-    # Another process takes it over (as after an expiry): the holder stops renewing, says so, and its
+    # Another process takes it over (as after an expiry): the holder stops, naming the new holder, and its
     # release leaves the new lease in place.
-    held._store.remove(held._version)
+    # Replaced in one step, so that the holder never sees the lease missing in between.
     other = lease.Holder("another-host", 1, "train", time.time(), "e" * 32, time.time())
-    held._store.create(other)
-    with caplog.at_level(logging.ERROR, logger="plumbing.lease"):
-        time.sleep(0.5)
-        held.release()
-    assert held.lost and "taken over by another process" in caplog.text
+    if fs.is_remote(output):
+        held._store._upload(other, if_generation=held._version)
+    else:
+        Path(f"{held.path}.new").write_bytes(lease._encode(other))
+        os.replace(f"{held.path}.new", held.path)
+    time.sleep(1.0)
+    held.release()
+    assert held.lost and len(stops) == 1 and stops[0][0] == "train"
+    assert "lost the lease" in stops[0][1] and "host 'another-host', pid 1" in stops[0][1]
     found = held._store.read()
     assert found is not None and found[0].token == "e" * 32
 

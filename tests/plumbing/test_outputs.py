@@ -574,3 +574,32 @@ def test_disk_error_message():
     )
     assert disk_error_message(FileNotFoundError(errno.ENOENT, "No such file"), path) is None
     assert disk_error_message(ValueError("bad value"), path) is None
+
+
+def test_a_users_file_named_like_a_shard_survives_overwrite_unless_the_manifest_lists_it(tmp_path):
+    out = tmp_path / "out"
+    listed = {
+        "format": MANIFEST_FORMAT,
+        "splits": {
+            "train": {"shards": [{"path": "train/train-00000-of-00002-5.tfrecord"}]},
+            "validation": {"shards": [{"path": "validation/validation-00000-of-00001-1.tfrecord"}]},
+        },
+    }
+    # The manifest lists one train shard: the other name is a user's file that only looks like a shard.
+    _write(out, {**PREPROCESS_FILES, "manifest.json": json.dumps(listed).encode()})
+    before = _tree(out)
+    assert owned_entries(str(out), kind=PREPROCESS_OUTPUT).foreign == (
+        "train/train-00001-of-00002-4.tfrecord",
+    )
+    with pytest.raises(OutputError, match="'train/train-00001-of-00002-4.tfrecord'"):
+        clear_owned_output(str(out), kind=PREPROCESS_OUTPUT)
+    assert _tree(out) == before
+
+
+def test_the_leftovers_of_a_run_that_failed_before_its_manifest_are_cleared(tmp_path):
+    out = tmp_path / "out"
+    leftovers = {k: v for k, v in PREPROCESS_FILES.items() if not k.startswith("manifest.json")}
+    _write(out, leftovers)
+    assert owned_entries(str(out), kind=PREPROCESS_OUTPUT).foreign == ()
+    clear_owned_output(str(out), kind=PREPROCESS_OUTPUT)
+    assert list(out.iterdir()) == []

@@ -13,6 +13,7 @@ import pytest
 from google.cloud import dataflow_v1beta3  # ships with apache-beam[gcp]
 
 from plumbing import fs
+from plumbing.flag_types import Number
 from plumbing.units import SizeFlag
 from preprocess import runners
 from preprocess.options import (
@@ -65,7 +66,7 @@ def test_metadata_parameters_match_the_pipeline_flags_one_to_one():
         assert (param["paramType"] == "ENUM") == bool(action.choices), name
         if action.choices:
             assert [o["value"] for o in param["enumOptions"]] == list(action.choices), name
-        numeric = action.type in (int, float) or isinstance(action.type, SizeFlag)
+        numeric = isinstance(action.type, (Number, SizeFlag))
         assert (param["paramType"] == "NUMBER") == numeric, name
         assert (param["paramType"] == "BOOLEAN") == (action.nargs == 0), name
         if action.default is None or action.default is False:

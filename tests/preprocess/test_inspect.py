@@ -142,7 +142,7 @@ def test_threads_must_be_positive(small_output, capsys):
         inspect_main([str(small_output), "--verify", "--threads", "0"])
     assert exit_.value.code == 2
     assert (
-        "lmshards inspect: error: argument --threads: must be at least 1, got 0"
+        "lmshards inspect: error: argument --threads: '0' is not a whole number in [1, 256]"
         in capsys.readouterr().err
     )
 

@@ -11,9 +11,10 @@ import pytest
 
 from lmshards.cli import main as lmshards_main
 from plumbing.errors import OutputError
+from plumbing.flag_types import FlagRangeError
 from plumbing.outputs import PREPROCESS_OUTPUT, owned_entries
 from preprocess.failures import RunFailure
-from preprocess.options import PreprocessConfig, PreprocessError
+from preprocess.options import PreprocessConfig
 from preprocess.pipeline import run_pipeline
 from preprocess.repack import RepackConfig, run_repack
 from preprocess.tokens import TokenStoreError, read_store_manifest
@@ -250,9 +251,11 @@ def test_a_store_of_another_tokenizer_than_expected_is_refused(
 
 
 def test_bad_option_values_are_refused_as_preprocess_refuses_them(store_run, tmp_path):
-    with pytest.raises(PreprocessError, match="--seq_len 4 is too small"):
+    with pytest.raises(
+        FlagRangeError, match=r"--seq_len 4 is out of range: it must be a whole number in \[8, "
+    ):
         run_repack(RepackConfig(tokens=str(store_run), output=str(tmp_path / "a"), seq_len=4))
-    with pytest.raises(PreprocessError, match="--validation_fraction 1.5"):
+    with pytest.raises(FlagRangeError, match=r"--validation_fraction 1.5 is out of range"):
         run_repack(
             RepackConfig(tokens=str(store_run), output=str(tmp_path / "a"), validation_fraction=1.5)
         )

@@ -504,3 +504,19 @@ def test_a_manifest_without_the_tokenizer_copy_or_schema_still_reads(capsys, cor
     manifest = manifest_from_dict(data)
     assert manifest.tokenizer.path is None and manifest.schema is None
     assert manifest.tokenizer_path(str(out_dir)) is None
+
+
+def test_more_shards_than_records_fail_before_any_shard_and_overwrite_clears_what_is_left(
+    capsys, corpus, tmp_path
+):
+    out_dir = tmp_path / "out"
+    args = ("--input", corpus / "a.txt", "--tokenizer", TOKENIZER, "--output", out_dir)
+    code, _, err = _run(capsys, *args, "--num_shards", "10000")
+    assert code == 2
+    line = _error_line(err)
+    assert "--num_shards 10000 is more than the" in line and "records of the train split" in line
+    assert not (out_dir / "manifest.json").exists()
+    assert not any((out_dir / "train").glob("*.tfrecord"))  # refused before writing a shard
+    code, _, err = _run(capsys, *args, "--num_shards", "2", "--overwrite")
+    assert code == 0, err
+    assert len(read_manifest(str(out_dir)).split("train").shards) == 2

@@ -11,11 +11,13 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("keras_hub")
 
 from tests.helpers.shard_factory import write_sample_shards  # noqa: E402
+from train.checkpoint import complete_checkpoints  # noqa: E402
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -283,3 +285,30 @@ def test_export_keeps_tensorflows_start_up_lines_off_stderr(uninterrupted, tmp_p
         if line.strip() and not line.startswith("20") and "Writing model shards" not in line
     ]
     assert foreign == [], proc.stderr[-3000:]
+
+
+def test_weights_that_go_non_finite_stop_a_tensorflow_run_as_divergence(shards, tmp_path):
+    # A step of this decay makes the weights huge, the next one infinite: the run must stop, never exit 0.
+    run = tmp_path / "diverged"
+    cmd = train_cmd(shards, run, "--weight_decay", "1e20", "--warmup_steps", "0")
+    for flag, value in (("--steps", "2"), ("--checkpoint_every", "1"), ("--eval_every", "1")):
+        cmd[len(cmd) - 1 - cmd[::-1].index(flag) + 1] = value  # the last --flag wins
+    done = subprocess.run(
+        [*cmd, "--eval_batches", "1", "--final_eval", "none"],
+        cwd=REPO,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2, done.stderr[-4000:]
+    assert last.startswith("lmshards train: error: Training diverged at step "), last
+    import tensorflow as tf
+
+    for prefix in complete_checkpoints(str(run / "checkpoints")):  # never one of non-finite weights
+        reader = tf.train.load_checkpoint(prefix)
+        for name, dtype in reader.get_variable_to_dtype_map().items():
+            if dtype.is_floating:
+                assert np.isfinite(reader.get_tensor(name)).all(), name
+    assert not (run / "run_summary.json").exists()

@@ -22,6 +22,7 @@ from tests.helpers.masked_lm_factory import (
     transformers_tokenizer_dir,
 )
 from train import export_cli
+from train.divergence import DivergenceError
 from train.export import export_masked_lm, push_to_hub
 from train.families import FAMILIES, family_names, get_family
 from train.hf_mapping import MaskedLMSpec, hf_config, hf_state_dict, keras_weight_names
@@ -524,6 +525,25 @@ def test_export_copies_a_transformers_tokenizer_directory_from_gcs(
     )
     for path in bert_tokenizer_dir.iterdir():
         assert (out / path.name).read_bytes() == path.read_bytes()
+
+
+def test_export_refuses_non_finite_weights_and_writes_nothing(sample_tokenizer, tmp_path):
+    vocabulary_size = Tokenizer.from_file(str(sample_tokenizer)).get_vocab_size()
+    masked_lm = tiny_masked_lm("roberta", vocabulary_size=vocabulary_size)
+    variable = masked_lm.trainable_weights[3]
+    poisoned = variable.numpy()
+    poisoned.flat[0] = np.nan
+    variable.assign(poisoned)
+    out = tmp_path / "model"
+    with pytest.raises(DivergenceError, match=r"non-finite weights in 1 of \d+ tensors"):
+        export_masked_lm(
+            masked_lm,
+            family="roberta",
+            tokenizer_dir_or_json=str(sample_tokenizer),
+            special_token_ids=special_token_ids(locate_tokenizer(str(sample_tokenizer))),
+            output_dir=str(out),
+        )
+    assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
 def test_export_names_the_step_and_warns_when_the_run_has_not_finished(tmp_path, caplog):

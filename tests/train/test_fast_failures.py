@@ -293,3 +293,49 @@ def test_an_os_error_of_the_disk_is_exit_1(shards, tmp_path, capsys, monkeypatch
         "the file system is read-only (Read-only file system); choose a location on a writable "
         "file system, then run the command again.\n"
     )
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def test_train_refuses_an_output_that_is_not_a_run_directory_and_leaves_it_as_it_was(
+    shards, tmp_path, capsys
+):
+    from train import cli
+
+    other = tmp_path / "other_shards"
+    shutil.copytree(shards, other)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "thesis.tex").write_text("mine")
+    cases = [
+        (shards, "is the same location as --shards"),
+        (str(Path(shards) / "run"), "is inside --shards"),
+        (str(other), "is a shard set (written by `lmshards preprocess`), not a run directory"),
+        (str(home), "holds files no training run wrote ('thesis.tex')"),
+    ]
+    for output, expected in cases:
+        before = {p: tree(Path(p)) for p in (shards, other, home)}
+        assert cli.main(["--shards", shards, "--output", output, *ARGS, "--restart"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("lmshards train: error: --output") and expected in err, err
+        assert len(err.splitlines()) == 1
+        assert {p: tree(Path(p)) for p in (shards, other, home)} == before
+    assert not (Path(shards) / "run").exists()
+
+
+def test_restart_never_deletes_a_users_file_in_the_run_directory(shards, tmp_path, capsys):
+    from train import cli
+
+    run = tmp_path / "run"
+    recorded_run(shards, run, ARGS)
+    (run / "checkpoints").mkdir(exist_ok=True)
+    (run / "checkpoints" / "thesis.tex").write_text("mine")
+    before = tree(run)
+    assert cli.main(["--shards", shards, "--output", str(run), *ARGS, "--restart"]) == 2
+    err = capsys.readouterr().err
+    assert "holds files no training run wrote ('checkpoints/thesis.tex')" in err
+    assert tree(run) == before

@@ -130,7 +130,7 @@ def test_fill_mask_errors_name_the_problem(roberta_model, tmp_path, capsys):
         fill_mask_cli.main([str(out), TEXT, "--top_k", "0"])
     assert exited.value.code == 2
     assert capsys.readouterr().err.startswith(
-        "lmshards fill-mask: error: --top_k must be at least 1, got 0"
+        "lmshards fill-mask: error: argument --top_k: '0' is not a whole number in [1, 1000]"
     )
 
 

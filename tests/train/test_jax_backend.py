@@ -182,3 +182,29 @@ def test_export_and_fill_mask_from_a_jax_run(whole_run, sample_tokenizer, tmp_pa
     assert fill_mask_cli.main([str(out), "The capital of France is <mask>.", "--json"]) == 0
     predictions = json.loads(capsys.readouterr().out)
     assert len(predictions) == 1 and len(predictions[0]) == 5
+
+
+def test_weights_that_go_non_finite_stop_a_jax_run_as_divergence(shards, tmp_path):
+    # A step of this decay makes the weights huge, the next one infinite: the run must stop, never exit 0.
+    run = tmp_path / "diverged"
+    argv = train_argv(shards, run)
+    for flag, value in (("--steps", "2"), ("--checkpoint_every", "1"), ("--eval_every", "1")):
+        argv[argv.index(flag) + 1] = value
+    argv[argv.index("--steps_per_execution") + 1] = "1"
+    done = subprocess.run(
+        [*argv, "--weight_decay", "1e20", "--warmup_steps", "0", "--final_eval", "none"],
+        env=jax_env(DEVICES),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2, done.stderr[-4000:]
+    assert last.startswith("lmshards train: error: Training diverged at step "), last
+    for path in (run / "checkpoints").iterdir():  # never a checkpoint of non-finite weights
+        with np.load(path) as arrays:
+            assert all(
+                np.isfinite(arrays[k]).all() for k in arrays.files if arrays[k].dtype.kind == "f"
+            )
+    assert not (run / "run_summary.json").exists()

@@ -217,3 +217,27 @@ def test_extend_of_a_finished_run_takes_a_new_rate_and_records_it(shards, tmp_pa
     capsys.readouterr()
     assert cli_train(shards, run, *longer) == 0  # the same command again: finished
     assert "finished at step 10" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "what, shown",
+    [("weights", "non-finite weights in 1 of 2 tensors (dense/kernel)"), ("eval", "eval loss nan")],
+)
+def test_non_finite_weights_or_eval_loss_stop_training_as_divergence_keeping_the_last_finite_checkpoint(
+    shards, tmp_path, capsys, what, shown
+):
+    # Steps 4-6 make the weights (or the evaluation at step 6) NaN; the checkpoint of step 3 stays the newest.
+    fake_backend.NON_FINITE_FROM_STEP[what] = 4
+    run = tmp_path / "run"
+    assert cli_train(shards, run) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"lmshards train: error: Training diverged at step 6 ({shown}); lower --learning_rate"
+        in err
+    )
+    newest = 3 if what == "weights" else 6
+    assert max(events("save")) == newest
+    saved = [int(p.name.split("-")[1].split(".")[0]) for p in (run / "checkpoints").iterdir()]
+    assert max(saved) == newest
+    assert not (run / "run_summary.json").exists()
+    assert all("eval_loss" not in r for r in metrics(run))  # no NaN evaluation is recorded

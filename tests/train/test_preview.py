@@ -223,7 +223,7 @@ sys.exit(code)
             ["--masking", "span", "--mlm_probability", "0.85"],
             "--mlm_probability 0.85 must be above 0 and below 0.79 for --masking span",
         ),
-        (["--n", "0"], "--n 0 must be at least 1."),
+        (["--n", "0"], "argument --n: '0' is not a whole number in [1, 10000]"),
     ],
 )
 def test_options_are_checked_before_tensorflow_loads(sets, argv, message):

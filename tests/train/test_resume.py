@@ -292,7 +292,7 @@ def test_when_no_checkpoint_restores_the_run_stops_until_restart(
     assert (run / "metrics.jsonl").read_bytes() == metrics_bytes  # nothing was overwritten
     assert train(shards, run, "--restart") == 0
     assert (
-        f"--restart: deleted checkpoints, metrics.jsonl, tensorboard, run_config.json from {run}"
+        f"--restart: deleted checkpoints, metrics.jsonl, run_config.json, tensorboard from {run}"
         in capsys.readouterr().err
     )
     assert losses(run) == pytest.approx(

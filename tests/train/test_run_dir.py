@@ -8,16 +8,17 @@ import math
 
 import pytest
 
-from plumbing.errors import LmshardsError
+from plumbing.errors import LmshardsError, OutputError
+from schemas.constants import MANIFEST_FORMAT, TOKENS_FORMAT
 from schemas.manifest import Manifest, TokenizerInfo
 from train.config import ModelConfig, TrainConfig
 from train.run_dir import (
     REFUSE,
     RUN_OPTIONS,
-    RUN_OUTPUTS,
     RunDir,
     changes,
     check_continuation,
+    check_run_output,
     finished_summary,
     format_summary,
     shard_identity,
@@ -53,6 +54,8 @@ def test_the_same_command_continues_the_run(tmp_path):
         ("model_family", "roberta", "bert"),
         ("model_preset", "tiny", "small"),
         ("backend", "tensorflow", "jax"),
+        ("weight_decay", 0.01, 0.1),
+        ("clip_norm", None, 1.0),
     ],
 )
 def test_a_changed_schedule_or_masking_is_refused_naming_the_option_and_both_values(
@@ -165,19 +168,77 @@ def test_a_run_with_a_summary_is_finished_unless_extended(tmp_path):
     assert finished_summary(RunDir(str(tmp_path)), longer) is None
 
 
-def test_restart_deletes_only_what_training_wrote(tmp_path):
-    for name in RUN_OUTPUTS:
-        target = tmp_path / name
-        if "." in name:
-            target.write_text("{}")
-        else:
-            target.mkdir()
-            (target / "inside").write_text("x")
-    (tmp_path / "notes.txt").write_text("mine")
-    (tmp_path / "plots").mkdir()
-    assert RunDir(str(tmp_path)).clear() == list(RUN_OUTPUTS)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "plots"]
+RUN_FILES = [
+    "run_config.json",
+    "metrics.jsonl",
+    "run_summary.json",
+    "report.html",
+    "checkpoints/checkpoint",
+    "checkpoints/ckpt-3.index",
+    "checkpoints/ckpt-3.data-00000-of-00001",
+    "checkpoints/ckpt-6_temp/part-00000-of-00001.data-00000-of-00001",
+    "checkpoints/ckpt-9.npz",
+    "checkpoints/ckpt-12.npz.tmp-0123456789abcdef0123456789abcdef",
+    "tensorboard/train/events.out.tfevents.1796160117.host.123.0.v2",
+    "tensorboard/eval/events.out.tfevents.1796160117.host.123.1.v2",
+    "tokenizer/tokenizer.json",
+    "tokenizer/vocab.txt",
+]
+
+
+def write_run(root) -> None:
+    for name in RUN_FILES:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("{}")
+
+
+def test_restart_deletes_what_training_wrote_the_summary_first(tmp_path):
+    write_run(tmp_path)
+    deleted = RunDir(str(tmp_path)).clear()
+    assert deleted[0] == "run_summary.json"
+    assert sorted(deleted) == sorted({n.split("/")[0] for n in RUN_FILES})
+    assert list(tmp_path.iterdir()) == []
     assert RunDir(str(tmp_path)).clear() == []
+
+
+@pytest.mark.parametrize(
+    "foreign", ["checkpoints/thesis.tex", "notes.txt", "tensorboard/plot.png", "plots/"]
+)
+def test_a_run_directory_holding_a_users_files_is_refused_and_nothing_is_deleted(tmp_path, foreign):
+    write_run(tmp_path)
+    if foreign.endswith("/"):
+        (tmp_path / foreign).mkdir()
+    else:
+        (tmp_path / foreign).write_text("mine")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(OutputError, match=rf"holds files lmshards did not write \('{foreign}'"):
+        RunDir(str(tmp_path)).clear()
+    with pytest.raises(OutputError, match=rf"holds files no training run wrote \('{foreign}'"):
+        check_run_output(str(tmp_path), ("elsewhere",))
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_an_output_that_is_a_shard_set_a_token_store_or_inside_the_shards_is_refused(tmp_path):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    (shards / "manifest.json").write_text(json.dumps({"format": MANIFEST_FORMAT}))
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "manifest.json").write_text(json.dumps({"format": TOKENS_FORMAT}))
+    with pytest.raises(OutputError, match="is the same location as --shards"):
+        check_run_output(str(shards), (str(shards),))
+    with pytest.raises(OutputError, match="is inside --shards"):
+        check_run_output(str(shards / "run"), (str(shards),))
+    with pytest.raises(
+        OutputError,
+        match=r"is a shard set \(written by `lmshards preprocess`\), not a run directory",
+    ):
+        check_run_output(str(shards), (str(tmp_path / "other"),))
+    with pytest.raises(
+        OutputError, match=r"is a token store \(written by .*\), not a run directory"
+    ):
+        check_run_output(str(store), (str(shards),))
+    check_run_output(str(tmp_path / "new-run"), (str(shards),))  # a new directory is fine
 
 
 def test_summary_lines(tmp_path):

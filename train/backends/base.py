@@ -15,6 +15,7 @@ The loop calls, in this order:
   start_training(inputs, step)     the train input from the input plan, positioned at `step`
   train_steps(n) -> losses [n]     n optimizer steps in one host call; each loss the global masked mean
   eval_batches(inputs, set, limit) one EvalSums per global batch of a set's validation split
+  non_finite_weights() -> names    before every save: the loop never checkpoints NaN or infinite weights
   save(step) -> path               an atomic checkpoint: a partial save is never taken for a complete one
 """
 
@@ -148,6 +149,10 @@ class Backend(abc.ABC):
         self, inputs: InputPlan, shard_set: ShardSet, limit: int | None
     ) -> Iterator[EvalSums]:
         """One EvalSums (summed over all replicas) per global batch of inputs.eval_dataset(shard_set, limit)."""
+
+    @abc.abstractmethod
+    def non_finite_weights(self) -> tuple[list[str], int]:
+        """(names of the trainable variables holding a NaN or an infinity, how many trainable variables there are)."""
 
     @abc.abstractmethod
     def save(self, step: int) -> str:

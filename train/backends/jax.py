@@ -171,6 +171,12 @@ class JaxBackend(Backend):
             sums = np.asarray(self._eval_step(self.state, self.mesh.shard(batch)), np.float64)
             yield EvalSums(*(float(v) for v in sums))
 
+    def non_finite_weights(self) -> tuple[list[str], int]:
+        # One reduction per variable on its devices; only a bool per variable reaches the host.
+        finite = [bool(jax.numpy.isfinite(a).all()) for a in self.state.trainable]
+        names = [v.path for v in self.model.trainable_variables]
+        return [name for name, ok in zip(names, finite) if not ok], len(names)
+
     def save(self, step: int) -> str:
         arrays = jax_step.state_arrays(
             self.state

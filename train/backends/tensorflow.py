@@ -129,6 +129,11 @@ class TensorFlowBackend(Backend):
         for batch in batches:
             yield EvalSums(*(float(v) for v in self._eval_step(batch)))
 
+    def non_finite_weights(self) -> tuple[list[str], int]:
+        variables = self.model.trainable_variables
+        finite = [bool(tf.reduce_all(tf.math.is_finite(v))) for v in variables]
+        return [v.path for v, ok in zip(variables, finite) if not ok], len(variables)
+
     def save(self, step: int) -> str:
         return self.checkpoints.save(step)
 
