@@ -51,7 +51,7 @@ from bench._measure import load_average, report_header
 from bench.bench_preprocess import child_env
 from plumbing import fs
 from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
-from schemas.manifest import Manifest, read_manifest
+from schemas.manifest import Manifest, read_manifest, require_concatenated
 from schemas.records import decode_examples, read_records
 from train.run_dir import RunDir, read_metrics
 
@@ -198,7 +198,16 @@ def read_split(manifest: Manifest, shards_dir: str, split: str, *,
     """{INPUT_IDS, ATTENTION_MASK: int64 [records, seq_len]} of a split's records in manifest order.
 
     max_records: stop after this many (the reference needs no more than steps x batch).
+
+    Raises:
+      ManifestError: the set is packed; the reference reads input_ids and attention_mask only.
     """
+    require_concatenated(
+        manifest,
+        shards_dir,
+        reader="the reference (input_ids and attention_mask only)",
+        fix="pass a set made with --packing concat.",
+    )
     records: list[bytes] = []
     for path in manifest.shard_paths(shards_dir, split):
         with fs.open_file(path, "rb") as f:

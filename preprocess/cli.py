@@ -148,6 +148,7 @@ def summary(manifest: Manifest, output: str, seconds: float, *, command: str = C
         lines.append(
             f"  {name:<10} {t.records:>10,} records in {len(split.shards)} shards | documents {t.documents:,} | "
             f"tokens in {t.tokens_in:,}, written {t.tokens_written:,}, dropped {t.tokens_dropped:,}, "
-            f"padding {t.padding_tokens:,}"
+            f"padding {t.padding_tokens:,} ({t.padding_share(manifest.seq_len):.2%})"
+            + (f", {t.segments_per_block:.2f} segments per block" if manifest.packed else "")
         )
     return "\n".join(lines)

@@ -148,8 +148,14 @@ def describe(manifest: Manifest, output: str) -> str:
         lines += [
             f"  {name}: {split.records:,} records in {len(split.shards)} shards ({per_shard}), {size:,} bytes",
             f"    documents {t.documents:,}; tokens in {t.tokens_in:,}, written {t.tokens_written:,}, "
-            f"dropped {t.tokens_dropped:,}, padding {t.padding_tokens:,}",
+            f"dropped {t.tokens_dropped:,}, padding {t.padding_tokens:,} "
+            f"({t.padding_share(manifest.seq_len):.2%})",
         ]
+        if manifest.packed:
+            lines.append(
+                f"    {manifest.packing}: {t.segments:,} segments, {t.segments_per_block:.2f} per block; "
+                f"{t.documents_split:,} documents longer than a block, cut into block-sized pieces"
+            )
     return "\n".join(lines)
 
 

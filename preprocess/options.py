@@ -28,7 +28,7 @@ from plumbing.lease import STALE_AFTER_RANGE, STALE_AFTER_S, add_lease_flag
 from plumbing.units import size_flag
 from preprocess.curation.minhash import DEFAULT_BANDS, DEFAULT_NGRAM, DEFAULT_ROWS
 from preprocess.curation.stage import DEDUP_CHOICES, DEDUP_NONE, DEFAULT_DECONTAMINATE_NGRAM
-from preprocess.pack import DEFAULT_GROUP_TOKENS, REMAINDER_CHOICES, REMAINDER_DROP
+from preprocess.pack import DEFAULT_GROUP_TOKENS, REMAINDER_CHOICES, REMAINDER_DROP, REMAINDER_PAD
 from preprocess.shard import DEFAULT_SHARD_MULTIPLE, DEFAULT_TARGET_SHARD_MB
 from preprocess.sources import (
     DEFAULT_TEXT_COLUMN,
@@ -37,7 +37,13 @@ from preprocess.sources import (
     UTF8,
     add_reading_arguments,
 )
-from schemas.constants import DEFAULT_SEQ_LEN, MIN_SEQ_LEN
+from schemas.constants import (
+    DEFAULT_SEQ_LEN,
+    MIN_SEQ_LEN,
+    PACKING_BEST_FIT,
+    PACKING_CHOICES,
+    PACKING_CONCAT,
+)
 
 DEFAULT_VALIDATION_FRACTION = 0.005
 DEFAULT_DOCUMENTS_PER_TOKENIZER_CALL = 1000  # documents per encode_batch call
@@ -119,9 +125,19 @@ class LmshardsPreprocessOptions(PipelineOptions):
         parser.add_argument(
             "--remainder",
             choices=REMAINDER_CHOICES,
-            default=REMAINDER_DROP,
+            default=None,
             help="Final partial block of each packing group: drop it, or pad it "
-            "with the pad token (attention_mask 0).",
+            "with the pad token (attention_mask 0). Default: drop with --packing concat; "
+            "--packing best_fit pads every block it cannot fill, so it takes only pad.",
+        )
+        parser.add_argument(
+            "--packing",
+            choices=PACKING_CHOICES,
+            default=PACKING_CONCAT,
+            help="concat (default): documents one after another, cut every seq_len tokens "
+            "(a block's tokens see neighbouring documents). best_fit: whole documents packed "
+            "into padded blocks by best-fit decreasing; records also carry segment_ids and "
+            "positions, and the trainer keeps each document's attention to itself.",
         )
         parser.add_argument(
             "--validation_fraction",
@@ -274,6 +290,7 @@ class PreprocessConfig:
     documents_per_tokenizer_call: int = DEFAULT_DOCUMENTS_PER_TOKENIZER_CALL
     range_mb: float = DEFAULT_RANGE_MB
     packing_group_tokens: int = DEFAULT_GROUP_TOKENS
+    packing: str = PACKING_CONCAT
     lease_stale_s: float = STALE_AFTER_S
     dedup: str = DEDUP_NONE
     minhash_ngram: int = DEFAULT_NGRAM
@@ -320,6 +337,8 @@ class PreprocessConfig:
                 if f.name in NEWER_READING_OPTIONS and getattr(self, f.name) != f.default
             }
         )
+        if self.packing != PACKING_CONCAT:  # only when packed: concat manifests stay as they were
+            recorded["packing"] = self.packing
         return recorded
 
 
@@ -342,6 +361,15 @@ def validate(config: PreprocessConfig) -> None:
         raise PreprocessError(
             f"--remainder {config.remainder!r} is not one of {list(REMAINDER_CHOICES)}."
         )
+    if config.packing not in PACKING_CHOICES:
+        raise PreprocessError(
+            f"--packing {config.packing!r} is not one of {list(PACKING_CHOICES)}."
+        )
+    if config.packing == PACKING_BEST_FIT and config.remainder != REMAINDER_PAD:
+        raise PreprocessError(
+            f"--packing best_fit cannot honour --remainder {config.remainder}: it keeps every token "
+            "and pads every block it cannot fill. Use --remainder pad (or leave --remainder out)."
+        )
     validate_curation(config)
 
 
@@ -360,8 +388,15 @@ def config_from_options(options: PipelineOptions) -> PreprocessConfig:
     flags = options.view_as(LmshardsPreprocessOptions)
     fields = {f.name for f in dataclasses.fields(PreprocessConfig)} - {"inputs", "decontaminate"}
     values = {name: getattr(flags, name) for name in fields}
+    if values["remainder"] is None:
+        values["remainder"] = default_remainder(values["packing"])
     return PreprocessConfig(
         inputs=tuple(flags.input or ()),
         decontaminate=tuple(flags.decontaminate or ()),
         **values,
     )
+
+
+def default_remainder(packing: str) -> str:
+    """--remainder when not given: pad for best_fit (it pads blocks anyway), else drop."""
+    return REMAINDER_PAD if packing == PACKING_BEST_FIT else REMAINDER_DROP

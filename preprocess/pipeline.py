@@ -54,7 +54,9 @@ from preprocess.sources import (
 from preprocess.split import SplitDocuments, SplitSettings
 from preprocess.tokens import TokenStoreManifest, WriteTokenStore, id_dtype_for
 from schemas.constants import (
-    FEATURE_NAMES,
+    PACKED_MANIFEST_FORMAT_VERSION,
+    PACKING_BEST_FIT,
+    PACKING_CONCAT,
     SCHEMA_NAME,
     TOKENS_DIR_NAME,
     TRAIN_SPLIT,
@@ -67,7 +69,7 @@ from schemas.manifest import (
     TokenizerInfo,
     read_manifest,
 )
-from schemas.records import record_bytes_upper_bound
+from schemas.records import feature_names, record_bytes_upper_bound
 from schemas.tokenizer_info import (
     TokenizerSource,
     all_special_ids,
@@ -109,6 +111,7 @@ class PreprocessPlan:
             reading=self.reading.as_dict(),
             schema=SCHEMA_NAME,
             tokens=TOKENS_DIR_NAME if config.keep_tokens else None,
+            **packing_fields(config),
         )
 
     def store_header(self) -> TokenStoreManifest:
@@ -185,21 +188,39 @@ def plan_preprocess(config: PreprocessConfig) -> PreprocessPlan:
         tokenizer=info,
         pad_id=pad_id,
         groups=groups,
-        record_bytes=record_bytes_upper_bound(config.seq_len, info.vocab_size, FEATURE_NAMES),
+        record_bytes=record_bytes_for(config, info.vocab_size),
         reading=ReadStats(**discovery.counts()),
         curation=curation,
     )
+
+
+def packing_fields(config: PreprocessConfig) -> dict:
+    """The manifest fields a packed set adds (its packing, format version 3); none for concat."""
+    if config.packing == PACKING_CONCAT:
+        return {}
+    return {"packing": config.packing, "format_version": PACKED_MANIFEST_FORMAT_VERSION}
+
+
+def record_bytes_for(config: PreprocessConfig, vocab_size: int) -> int:
+    """The upper bound of one framed record of this run's features."""
+    names = feature_names(config.packing != PACKING_CONCAT)
+    return record_bytes_upper_bound(config.seq_len, vocab_size, names)
 
 
 def check_packing_options(
     config: PreprocessConfig, *, model_max_length: int | None, pad_id: int | None
 ) -> None:
     """Raises PreprocessError when seq_len exceeds the tokenizer's model_max_length, or --remainder pad
-    is asked of a tokenizer without a pad token."""
+    or --packing best_fit is asked of a tokenizer without a pad token."""
     if model_max_length is not None and config.seq_len > model_max_length:
         raise PreprocessError(
             f"--seq_len {config.seq_len} exceeds the tokenizer's model_max_length {model_max_length} "
             f"({config.tokenizer!r}); use --seq_len {model_max_length} or less."
+        )
+    if config.packing == PACKING_BEST_FIT and pad_id is None:
+        raise PreprocessError(
+            f"--packing best_fit pads blocks with the pad token, and tokenizer {config.tokenizer!r} has "
+            "none; use --packing concat or add a pad token."
         )
     if config.remainder == REMAINDER_PAD and pad_id is None:
         raise PreprocessError(
@@ -291,6 +312,7 @@ def add_shard_stages(
         seq_len=config.seq_len,
         remainder=config.remainder,
         pad_id=pad_id,
+        packing=config.packing,
     )  # groups: PackedGroup; totals: (split, SplitTotals)
     shards = packed.groups | "Shard" >> WriteShards(
         output=config.output,

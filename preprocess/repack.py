@@ -24,8 +24,15 @@ from plumbing.lease import STALE_AFTER_S, output_lease
 from plumbing.outputs import PREPROCESS_OUTPUT, check_no_overlap
 from preprocess import runners
 from preprocess.manifest import write_schema_file, write_tokenizer_copy
-from preprocess.options import PreprocessConfig
-from preprocess.pipeline import add_shard_stages, check_packing_options, launch, packing_groups
+from preprocess.options import PreprocessConfig, default_remainder
+from preprocess.pipeline import (
+    add_shard_stages,
+    check_packing_options,
+    launch,
+    packing_fields,
+    packing_groups,
+    record_bytes_for,
+)
 from preprocess.sources import ReadStats
 from preprocess.tokens import (
     ReadTokenStore,
@@ -35,9 +42,8 @@ from preprocess.tokens import (
     locate_store,
     read_store_manifest,
 )
-from schemas.constants import FEATURE_NAMES, SCHEMA_NAME, TOKENIZER_DIR_NAME
+from schemas.constants import SCHEMA_NAME, TOKENIZER_DIR_NAME
 from schemas.manifest import TOKENIZER_RELPATH, Manifest
-from schemas.records import record_bytes_upper_bound
 from schemas.tokenizer_info import TokenizerSource, fingerprint, locate_tokenizer
 from schemas.version import __version__
 
@@ -53,6 +59,7 @@ REPACK_OPTIONS = (
     "num_shards",
     "shard_multiple",
     "packing_group_tokens",
+    "packing",
 )
 # --num_shards 0: no fixed count, even where the store's run had one (--target_shard_mb decides).
 SHARDS_BY_SIZE = 0
@@ -84,6 +91,7 @@ class RepackConfig:
     num_shards: int | None = None
     shard_multiple: int | None = None
     packing_group_tokens: int | None = None
+    packing: str | None = None
     tokenizer: str | None = None
     overwrite: bool = False
     lease_stale_s: float = STALE_AFTER_S
@@ -118,12 +126,16 @@ def effective_config(
     with the given ones changed. Raises PreprocessError on a bad value (as preprocess would)."""
     recorded = manifest.options
     values = {k: recorded[k] for k in (*REPACK_OPTIONS, *READING_OPTIONS) if k in recorded}
+    changed = config.changed()
+    if "packing" in changed and "remainder" not in changed:
+        # The store's run's remainder went with its packing; a new packing takes its own default.
+        changed["remainder"] = default_remainder(changed["packing"])
     return PreprocessConfig(
         inputs=tuple(f.path for f in manifest.inputs),
         tokenizer=fs.join(store, TOKENIZER_DIR_NAME),
         output=config.output,
         overwrite=config.overwrite,
-        **{**values, **config.changed()},
+        **{**values, **changed},
     )
 
 
@@ -191,6 +203,7 @@ def plan_repack(config: RepackConfig) -> RepackPlan:
         reading=manifest.reading,
         schema=SCHEMA_NAME,
         repacked_from=store,
+        **packing_fields(preprocess_config),
     )
     return RepackPlan(
         config=preprocess_config,
@@ -203,9 +216,7 @@ def plan_repack(config: RepackConfig) -> RepackPlan:
             preprocess_config.packing_group_tokens,
         ),
         pad_id=pad_id,
-        record_bytes=record_bytes_upper_bound(
-            preprocess_config.seq_len, tokenizer.vocab_size, FEATURE_NAMES
-        ),
+        record_bytes=record_bytes_for(preprocess_config, tokenizer.vocab_size),
         header=header,
     )
 

@@ -27,6 +27,7 @@ from preprocess.cli import check_flags, setup_preprocess_logging, summary
 from preprocess.failures import RunFailure
 from preprocess.options import CURATION_FLAGS, MAX_NUM_SHARDS, PREPROCESS_RANGES
 from preprocess.pack import REMAINDER_CHOICES
+from schemas.constants import PACKING_CHOICES
 
 COMMAND = "repack"
 DESCRIPTION = (
@@ -94,6 +95,12 @@ def build_parser() -> CommandParser:
         type=PREPROCESS_RANGES["packing_group_tokens"],
         default=None,
         help=f"approximate tokens per packing group {KEEP}",
+    )
+    parser.add_argument(
+        "--packing",
+        choices=PACKING_CHOICES,
+        default=None,
+        help=f"concat or best_fit (see `lmshards preprocess --help`) {KEEP}",
     )
     parser.add_argument(
         "--tokenizer",

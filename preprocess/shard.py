@@ -22,7 +22,7 @@ from plumbing.errors import LmshardsError
 from plumbing.outputs import TEMP_DIR_NAME
 from preprocess.metrics import StageProgress, counter
 from preprocess.pack import PackedGroup
-from schemas.constants import ATTENTION_MASK, INPUT_IDS, SPLITS, TRAIN_SPLIT
+from schemas.constants import SPLITS, TRAIN_SPLIT
 from schemas.manifest import ShardInfo
 from schemas.records import encode_examples, frame_record
 from schemas.shards import shard_relpath
@@ -195,9 +195,7 @@ def serialize_group(
     )
     positions = permute(indices, layout.num_records, seed)
     shards = shard_of(positions, layout.num_records, layout.num_shards)
-    records = encode_examples(
-        {INPUT_IDS: packed.blocks.ids, ATTENTION_MASK: packed.blocks.attention_masks()}
-    )
+    records = encode_examples(packed.blocks.features())
     order = np.argsort(shards, kind="stable")
     keys, firsts = np.unique(shards[order], return_index=True)
     for shard, mine in zip(keys.tolist(), np.split(order, firsts[1:])):

@@ -8,6 +8,18 @@ INPUT_IDS = "input_ids"
 ATTENTION_MASK = "attention_mask"
 FEATURE_NAMES = (INPUT_IDS, ATTENTION_MASK)
 FEATURE_DTYPE = "int64"
+# Records of a packed set (`--packing best_fit`) also carry, per token, its document's number within
+# the block (1, 2, ...; 0 for padding) and its position within that document (0, 1, ...; 0 for padding),
+# seqio's and t5x's names for them. A token attends only to tokens of its own segment.
+SEGMENT_IDS = "segment_ids"
+POSITIONS = "positions"
+PACKED_FEATURE_NAMES = (INPUT_IDS, ATTENTION_MASK, SEGMENT_IDS, POSITIONS)
+
+# How documents become blocks. concat: one after another, cut every seq_len tokens (a block's tokens
+# see their neighbours' documents). best_fit: whole documents packed by best-fit decreasing, padded.
+PACKING_CONCAT = "concat"
+PACKING_BEST_FIT = "best_fit"
+PACKING_CHOICES = (PACKING_CONCAT, PACKING_BEST_FIT)
 
 DEFAULT_SEQ_LEN = 128
 # The trainer's default --per_replica_batch: preprocess warns when a validation split has fewer records.
@@ -24,8 +36,12 @@ SCHEMA_NAME = "schema.pbtxt"
 MANIFEST_FORMAT = "lmshards.manifest"
 # 2: SplitTotals lost documents_empty/_invalid_utf8/_nul (never set per split; Manifest.reading has them).
 MANIFEST_FORMAT_VERSION = 2
+# 3: a packed set (`packing` says how; records carry SEGMENT_IDS and POSITIONS). Concatenated sets are
+# still written as version 2, so their manifests and shards are unchanged; a reader that reads only
+# versions 1 and 2 refuses a packed set rather than train across its documents.
+PACKED_MANIFEST_FORMAT_VERSION = 3
 # Versions this release reads; older ones are upgraded on reading (their shards are unchanged).
-READABLE_MANIFEST_VERSIONS = (1, 2)
+READABLE_MANIFEST_VERSIONS = (1, 2, 3)
 
 # `preprocess --keep_tokens` keeps every document's token ids in this subdirectory of its output (the
 # token store `lmshards repack` reads); the store's own manifest.json carries this format.

@@ -23,6 +23,9 @@ from schemas.constants import (
     MANIFEST_FORMAT,
     MANIFEST_FORMAT_VERSION,
     MANIFEST_NAME,
+    PACKED_MANIFEST_FORMAT_VERSION,
+    PACKING_CHOICES,
+    PACKING_CONCAT,
     READABLE_CURATION_VERSIONS,
     READABLE_MANIFEST_VERSIONS,
     SCHEMA_NAME,
@@ -38,7 +41,9 @@ from schemas.shards import parse_shard_name, shard_relpath
 # Where a preprocess output keeps the copy of its tokenizer (TokenizerInfo.path), relative to the output.
 TOKENIZER_RELPATH = posixpath.join(TOKENIZER_DIR_NAME, TOKENIZER_JSON)
 # Manifest fields written only when set.
-_OPTIONAL_KEYS = ("tokens", "repacked_from", "curation")
+_OPTIONAL_KEYS = ("tokens", "repacked_from", "curation", "packing")
+# Per-split counts only a packed set records (a concatenated set's manifest stays as it always was).
+PACKING_TOTALS = ("documents_split", "segments")
 # Keys left out when comparing two manifests for determinism.
 VOLATILE_KEYS = ("created_at",)
 # A URL scheme or a drive letter: `gs:`, `file:`, `C:`.
@@ -66,6 +71,19 @@ class SplitTotals:
     tokens_dropped: int = 0  # tokens of a final partial block dropped by --remainder drop
     padding_tokens: int = 0  # pad tokens added by --remainder pad (attention_mask 0)
     records: int = 0
+    # Packed sets only (PACKING_TOTALS): documents longer than a block, cut into block-sized pieces;
+    # segments (documents or pieces) in all blocks together.
+    documents_split: int = 0
+    segments: int = 0
+
+    def padding_share(self, seq_len: int) -> float:
+        """Padding tokens over all the tokens of the records (0.0 for no records)."""
+        slots = self.records * seq_len
+        return self.padding_tokens / slots if slots else 0.0
+
+    @property
+    def segments_per_block(self) -> float:
+        return self.segments / self.records if self.records else 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,11 +209,18 @@ class Manifest:
     tokens: str | None = None
     # The token store a `lmshards repack` output was built from, as given; None for a preprocess output.
     repacked_from: str | None = None
+    # How documents were packed into blocks (schemas.constants.PACKING_CHOICES); None: concatenated.
+    packing: str | None = None
     # What curation removed before tokenizing (`preprocess --dedup/--decontaminate`); None without.
     curation: CurationInfo | None = None
 
+    @property
+    def packed(self) -> bool:
+        """Records carry segment_ids and positions; a block's documents must not attend to each other."""
+        return self.packing not in (None, PACKING_CONCAT)
+
     def features(self) -> dict[str, dict[str, Any]]:
-        return feature_spec(self.seq_len)
+        return feature_spec(self.seq_len, packed=self.packed)
 
     def shard_paths(self, output_dir: str, split: str) -> list[str]:
         """Absolute paths (local or gs://) of a split's shards, in manifest order."""
@@ -216,6 +241,10 @@ class Manifest:
         for key in _OPTIONAL_KEYS:  # absent rather than null, so older outputs' bytes stay the same
             if data[key] is None:
                 del data[key]
+        if not self.packed:
+            for split in data["splits"].values():
+                for key in PACKING_TOTALS:
+                    del split["totals"][key]
         return data
 
     def to_json(self) -> str:
@@ -425,6 +454,7 @@ def manifest_from_dict(data: dict[str, Any]) -> Manifest:
         tokens = data.get("tokens")
         if tokens is not None:
             check_file_relpath(tokens, field="tokens", example=TOKENS_DIR_NAME)
+        packing = _checked_packing(data.get("packing"), version)
         return Manifest(
             tool_version=data["tool_version"],
             seq_len=int(data["seq_len"]),
@@ -446,10 +476,40 @@ def manifest_from_dict(data: dict[str, Any]) -> Manifest:
             format_version=int(version),
             tokens=tokens,
             repacked_from=data.get("repacked_from"),
+            packing=packing,
             curation=curation_from_dict(curation) if curation is not None else None,
         )
     except (KeyError, TypeError, ValueError) as e:
         raise ManifestError(f"Manifest is malformed: {e!r}.") from e
+
+
+def _checked_packing(packing: Any, version: int) -> str | None:
+    """The manifest's `packing`, which a packed set (and only a packed set) records, with version 3."""
+    if packing is not None and packing not in PACKING_CHOICES:
+        raise ManifestError(
+            f"Manifest packing {packing!r} is not one of {list(PACKING_CHOICES)}. {_REWRITE_HINT}"
+        )
+    packed = packing not in (None, PACKING_CONCAT)
+    if packed != (version == PACKED_MANIFEST_FORMAT_VERSION):
+        raise ManifestError(
+            f"Manifest format version {version} with packing {packing!r}: packed sets, and only they, "
+            f"are format version {PACKED_MANIFEST_FORMAT_VERSION}. {_REWRITE_HINT}"
+        )
+    return packing
+
+
+def require_concatenated(manifest: Manifest, output_dir: str, *, reader: str, fix: str) -> None:
+    """Raises ManifestError when the set is packed and `reader` reads only concatenated records.
+
+    A packed set's blocks hold several documents that must not see each other (segment_ids,
+    positions): a reader that takes only input_ids and attention_mask would silently mix them.
+    """
+    if manifest.packed:
+        raise ManifestError(
+            f"{output_dir!r} is a {manifest.packing} packed set (manifest format_version "
+            f"{manifest.format_version}: its records need {list(manifest.features())}, attention within "
+            f"each segment), which {reader} cannot honour; {fix}"
+        )
 
 
 # Per-split counters of format_version 1 that were always 0 (reading counts live in Manifest.reading).
@@ -530,6 +590,7 @@ __all__ = [
     "manifest_from_dict",
     "manifest_path",
     "read_manifest",
+    "require_concatenated",
     "tokenizer_copy_problem",
     "write_manifest",
 ]

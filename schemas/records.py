@@ -15,7 +15,15 @@ from typing import Any, BinaryIO
 import google_crc32c
 import numpy as np
 
-from schemas.constants import FEATURE_DTYPE, FEATURE_NAMES
+from schemas.constants import (
+    ATTENTION_MASK,
+    FEATURE_DTYPE,
+    FEATURE_NAMES,
+    INPUT_IDS,
+    PACKED_FEATURE_NAMES,
+    POSITIONS,
+    SEGMENT_IDS,
+)
 
 # TFRecord framing: uint64 length, masked CRC32C of the length, data, masked CRC32C of the data.
 _LENGTH = struct.Struct("<Q")
@@ -27,9 +35,14 @@ _CRC_MASK_DELTA = 0xA282EAD8
 # ---------------------------------------------------------------- features and the parse spec
 
 
-def feature_spec(seq_len: int) -> dict[str, dict[str, Any]]:
+def feature_names(packed: bool) -> tuple[str, ...]:
+    """The features of every record: PACKED_FEATURE_NAMES in a packed set, else FEATURE_NAMES."""
+    return PACKED_FEATURE_NAMES if packed else FEATURE_NAMES
+
+
+def feature_spec(seq_len: int, *, packed: bool = False) -> dict[str, dict[str, Any]]:
     """Name -> {dtype, shape} of every record feature, as recorded in the manifest."""
-    return {name: {"dtype": FEATURE_DTYPE, "shape": [seq_len]} for name in FEATURE_NAMES}
+    return {name: {"dtype": FEATURE_DTYPE, "shape": [seq_len]} for name in feature_names(packed)}
 
 
 def parse_spec(
@@ -69,13 +82,19 @@ def _field_len(payload: int) -> int:
 def record_bytes_upper_bound(seq_len: int, vocab_size: int, feature_names: tuple[str, ...]) -> int:
     """Exact size of the largest framed record: a tf.train.Example of int64[seq_len] features.
 
-    Every input id is counted at the size of the largest id and every mask value at 1 byte, so
-    this bounds each record; shard counts derived from it keep shards at or below the target.
+    Every value is counted at the size of its feature's largest value (input ids below vocab_size,
+    mask values 0/1, segment ids up to seq_len, positions below seq_len), so this bounds each record;
+    shard counts derived from it keep shards at or below the target.
     """
-    id_values = seq_len * _varint_len(max(vocab_size - 1, 1))
-    mask_values = seq_len * 1
+    largest = {
+        INPUT_IDS: max(vocab_size - 1, 1),
+        ATTENTION_MASK: 1,
+        SEGMENT_IDS: seq_len,
+        POSITIONS: seq_len - 1,
+    }
     features = 0
-    for name, values in zip(feature_names, (id_values, mask_values)):
+    for name in feature_names:
+        values = seq_len * _varint_len(largest[name])
         feature = _field_len(_field_len(values))  # Feature{int64_list: Int64List{packed values}}
         entry = _field_len(len(name.encode())) + _field_len(feature)
         features += _field_len(entry)

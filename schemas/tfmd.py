@@ -17,11 +17,20 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 
 from plumbing import fs
 from plumbing.errors import ManifestError
-from schemas.constants import ATTENTION_MASK, FEATURE_DTYPE, INPUT_IDS, SCHEMA_NAME
+from schemas.constants import (
+    ATTENTION_MASK,
+    FEATURE_DTYPE,
+    INPUT_IDS,
+    POSITIONS,
+    SCHEMA_NAME,
+    SEGMENT_IDS,
+)
 
 
-def feature_domains(vocab_size: int) -> dict[str, schema_pb2.IntDomain]:
-    """Feature name -> value domain: input_ids in [0, vocab_size) (categorical), attention_mask in {0, 1}.
+def feature_domains(vocab_size: int, seq_len: int = 1) -> dict[str, schema_pb2.IntDomain]:
+    """Feature name -> value domain: input_ids in [0, vocab_size) (categorical), attention_mask in {0, 1};
+    in packed sets segment_ids in [0, seq_len] (categorical: a document's number in its block, 0 padding)
+    and positions in [0, seq_len).
 
     Raises:
       ValueError: vocab_size < 1.
@@ -31,6 +40,8 @@ def feature_domains(vocab_size: int) -> dict[str, schema_pb2.IntDomain]:
     return {
         INPUT_IDS: schema_pb2.IntDomain(min=0, max=vocab_size - 1, is_categorical=True),
         ATTENTION_MASK: schema_pb2.IntDomain(min=0, max=1),
+        SEGMENT_IDS: schema_pb2.IntDomain(min=0, max=seq_len, is_categorical=True),
+        POSITIONS: schema_pb2.IntDomain(min=0, max=max(seq_len - 1, 0)),
     }
 
 
@@ -61,7 +72,8 @@ def schema_for(features: dict[str, dict[str, Any]], *, vocab_size: int) -> schem
     Raises:
       ValueError: vocab_size < 1, or a feature that is not int64.
     """
-    domains = feature_domains(vocab_size)
+    seq_len = max((spec["shape"][0] for spec in features.values() if spec["shape"]), default=1)
+    domains = feature_domains(vocab_size, seq_len)
     return schema_pb2.Schema(
         feature=[
             _fixed_shape_feature(name, features[name], domains.get(name))

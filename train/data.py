@@ -17,17 +17,19 @@ import numpy as np
 import tensorflow as tf
 
 from plumbing.errors import LmshardsError
-from schemas.constants import ATTENTION_MASK, INPUT_IDS
+from schemas.constants import ATTENTION_MASK, INPUT_IDS, POSITIONS, SEGMENT_IDS
 from schemas.manifest import Manifest
 from schemas.records import parse_spec
 from schemas.tokenizer_info import TokenizerSource
+from train.families.base import PACKED_POSITIONS_INPUT, PACKED_SEGMENTS_INPUT
 from train.masking import MaskingSpec, build_masking_spec, mask_batch
 from train.masking_recipes import WORD_RECIPES
 from train.mixture import MIXTURE_BLOCK, SetStream, SplitFiles
 from train.word_starts import word_start_tables
 
-# The record features the model reads.
+# The record features the model reads; of a packed set, also each token's segment and position.
 READ_FEATURES = (INPUT_IDS, ATTENTION_MASK)
+PACKED_READ_FEATURES = (*READ_FEATURES, SEGMENT_IDS, POSITIONS)
 # Files read at once per set and input pipeline; more only adds memory, the reads are already parallel.
 MAX_INTERLEAVE = 8
 # Eval masking uses this seed whatever --seed is, so evaluations are comparable across runs.
@@ -111,7 +113,7 @@ def train_dataset(
     split between replicas: a run resumed on another number of devices with the same global batch
     continues exactly (with one replica this is the masking runs have always had).
     """
-    spec = parse_spec(features, names=READ_FEATURES)
+    spec = parse_spec(features, names=read_features(features))
     rows = batch_size * replicas  # this pipeline's rows of each global batch
     start = start_step * rows  # examples this pipeline has yielded before
     with _tensor_seeds_allowed():  # the per-pass functions are traced here
@@ -327,7 +329,7 @@ def eval_dataset(
     steps = eval_batch_count(
         files.total_records, batch_size=batch_size, max_batches=max_batches, replicas=replicas
     )
-    spec = parse_spec(features, names=READ_FEATURES)
+    spec = parse_spec(features, names=read_features(features))
     ds = tf.data.TFRecordDataset(
         list(files.paths), num_parallel_reads=min(len(files.paths), MAX_INTERLEAVE)
     )
@@ -353,6 +355,11 @@ def eval_dataset(
     return _per_replica(ds, replicas).prefetch(tf.data.AUTOTUNE)
 
 
+def read_features(features: dict[str, dict]) -> tuple[str, ...]:
+    """The features to parse from records with these features: PACKED_READ_FEATURES of a packed set."""
+    return PACKED_READ_FEATURES if SEGMENT_IDS in features else READ_FEATURES
+
+
 def _parse_and_mask(
     serialized, *, spec: dict, masking: MaskingSpec, with_segment_ids: bool, seed
 ) -> dict[str, tf.Tensor]:
@@ -366,12 +373,17 @@ def _parse_and_mask(
 
 
 def _mask(features, *, masking: MaskingSpec, with_segment_ids: bool, seed) -> dict[str, tf.Tensor]:
+    segments = features.get(SEGMENT_IDS)
     batch = mask_batch(
         _checked_ids(features[INPUT_IDS], masking.vocab_size),
         features[ATTENTION_MASK],
         masking,
         seed,
+        segment_ids=segments,
     )
+    if segments is not None:  # a packed block: the packed backbone's inputs (train.families.packed)
+        batch[PACKED_SEGMENTS_INPUT] = tf.cast(segments, tf.int32)
+        batch[PACKED_POSITIONS_INPUT] = tf.cast(features[POSITIONS], tf.int32)
     if with_segment_ids:
         batch["segment_ids"] = tf.zeros_like(batch["token_ids"])
     # Keep the static batch size (known after batch(drop_remainder=True) or eval padding) on every output.

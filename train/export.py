@@ -45,7 +45,8 @@ def masked_lm_spec(masked_lm: Any, *, family: str) -> MaskedLMSpec:
     """
     expected = get_family(family).keras_backbone
     backbone = masked_lm.backbone
-    if type(backbone).__name__ != expected:
+    # A packed backbone (train.families.packed) is its family's backbone with other inputs, same weights.
+    if expected not in (cls.__name__ for cls in type(backbone).__mro__[:2]):
         raise LmshardsError(
             f"Family {family!r} expects a keras-hub {expected}, got {type(backbone).__name__}."
         )

@@ -128,9 +128,18 @@ def build_masking_spec(
 
 
 def mask_batch(
-    input_ids: tf.Tensor, attention_mask: tf.Tensor, spec: MaskingSpec, seed: tf.Tensor
+    input_ids: tf.Tensor,
+    attention_mask: tf.Tensor,
+    spec: MaskingSpec,
+    seed: tf.Tensor,
+    segment_ids: tf.Tensor | None = None,
 ) -> dict[str, tf.Tensor]:
     """Masks a batch. input_ids, attention_mask: int [batch, seq_len]; seed: int64 [2].
+
+    segment_ids: int [batch, seq_len] of a packed block (each token's document, 0 for padding): a
+    word starts at every segment's first token, so no word, and no span, runs from one document into
+    the next. A span reaching a segment's end is cut there, as at the end of a block; the layout is
+    stationary, so each segment's spans still start in its stationary state.
 
     Returns int32 `token_ids`, `padding_mask` [batch, seq_len], `mask_positions`, `mask_ids`
     [batch, max_predictions] and float32 `mask_weights` (1.0 where a position holds a prediction).
@@ -145,7 +154,8 @@ def mask_batch(
     # Only the selection needs draws per token; everything after works on [batch, max_predictions].
     special = tf.gather(tf.constant(_special_table(spec)), ids)
     candidate = (padding_mask > 0) & ~special
-    selected = _SELECTORS[spec.recipe](ids, candidate, spec, select_seed)
+    boundaries = tf.zeros_like(candidate) if segment_ids is None else _segment_starts(segment_ids)
+    selected = _SELECTORS[spec.recipe](ids, candidate, boundaries, spec, select_seed)
 
     # The first max_predictions selected positions of each row, ascending, padded with -1: tf.where
     # lists them row-major, and to_tensor cuts each row at max_predictions (far cheaper than top_k).
@@ -183,18 +193,24 @@ def mask_batch(
     }
 
 
+def _segment_starts(segment_ids: tf.Tensor) -> tf.Tensor:
+    """bool [batch, seq_len]: the token's segment differs from the one before it."""
+    previous = tf.concat([segment_ids[:, :1], segment_ids[:, :-1]], axis=1)
+    return tf.not_equal(segment_ids, previous)
+
+
 def _select_tokens(
-    ids: tf.Tensor, candidate: tf.Tensor, spec: MaskingSpec, seed: tf.Tensor
+    ids: tf.Tensor, candidate: tf.Tensor, boundaries: tf.Tensor, spec: MaskingSpec, seed: tf.Tensor
 ) -> tf.Tensor:
     """bool [batch, seq_len]: each candidate token with probability mlm_probability."""
     return (tf.random.stateless_uniform(tf.shape(ids), seed) < spec.mlm_probability) & candidate
 
 
 def _select_whole_words(
-    ids: tf.Tensor, candidate: tf.Tensor, spec: MaskingSpec, seed: tf.Tensor
+    ids: tf.Tensor, candidate: tf.Tensor, boundaries: tf.Tensor, spec: MaskingSpec, seed: tf.Tensor
 ) -> tf.Tensor:
     """bool [batch, seq_len]: each word with probability mlm_probability, all its tokens."""
-    words = _word_ids(_word_starts(ids, candidate, spec))
+    words = _word_ids(_word_starts(ids, candidate, spec) | boundaries)
     # A row has at most seq_len words: the draw at position w decides word w.
     chosen = tf.random.stateless_uniform(tf.shape(ids), seed) < spec.mlm_probability
     selected = tf.gather(chosen, words, batch_dims=1) & candidate
@@ -202,10 +218,10 @@ def _select_whole_words(
 
 
 def _select_spans(
-    ids: tf.Tensor, candidate: tf.Tensor, spec: MaskingSpec, seed: tf.Tensor
+    ids: tf.Tensor, candidate: tf.Tensor, boundaries: tf.Tensor, spec: MaskingSpec, seed: tf.Tensor
 ) -> tf.Tensor:
     """bool [batch, seq_len]: spans of whole words, laid out over the row's maskable words."""
-    starts = _word_starts(ids, candidate, spec)
+    starts = _word_starts(ids, candidate, spec) | boundaries
     # Index among the row's maskable words, so special and padding tokens take no room in the layout.
     maskable_words = tf.maximum(_word_ids(starts & candidate), 0)
     covered = _in_spans(maskable_words, spec.mlm_probability, seed)
@@ -307,7 +323,9 @@ def _regular_ids(spec: MaskingSpec) -> list[int]:
     return [i for i in range(spec.vocab_size) if i not in special]
 
 
-_SELECTORS: dict[str, Callable[[tf.Tensor, tf.Tensor, MaskingSpec, tf.Tensor], tf.Tensor]] = {
+_SELECTORS: dict[
+    str, Callable[[tf.Tensor, tf.Tensor, tf.Tensor, MaskingSpec, tf.Tensor], tf.Tensor]
+] = {
     TOKEN: _select_tokens,
     WHOLE_WORD: _select_whole_words,
     SPAN: _select_spans,

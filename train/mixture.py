@@ -196,6 +196,7 @@ def open_mixture(paths: Sequence[str], weights: Sequence[float] = ()) -> Mixture
                     "of a mixture must be made with the same tokenizer and --seq_len. Re-run `lmshards preprocess` "
                     "on one of them."
                 )
+        check_same_packing(first, other)
     mixture = Mixture(sets)
     for s, count in zip(sets, mixture.block_counts()):
         if count == 0:
@@ -204,6 +205,21 @@ def open_mixture(paths: Sequence[str], weights: Sequence[float] = ()) -> Mixture
                 f"(the least is 1/{MIXTURE_BLOCK}); raise its weight or leave the set out."
             )
     return mixture
+
+
+def check_same_packing(first: ShardSet, other: ShardSet) -> None:
+    """Raises LmshardsError when one set is packed and the other concatenated.
+
+    One batch feeds one model: a packed set's blocks need the packed backbone (attention within each
+    segment), and a concatenated set's records have no segments to give it.
+    """
+    if first.manifest.packed != other.manifest.packed:
+        packed, concat = (first, other) if first.manifest.packed else (other, first)
+        raise LmshardsError(
+            f"--shards {packed.path!r} is packed (--packing {packed.manifest.packing}) and --shards "
+            f"{concat.path!r} is not; a mixture's sets must be packed alike. Repack one of them with "
+            f"`lmshards repack --packing ...` (from its token store) or re-run `lmshards preprocess`."
+        )
 
 
 # ---------------------------------------------------------------- passes and epochs

@@ -8,10 +8,11 @@ import keras_hub
 
 from plumbing import fs
 from plumbing.errors import LmshardsError
+from schemas.constants import SEGMENT_IDS
 from train.backends import jax_checkpoint
 from train.backends.registry import JAX
 from train.config import ModelConfig, model_config_from_dict
-from train.families import ModelFamily, get_family
+from train.families import ModelFamily, check_packed_support, get_family
 from train.run_dir import RunDir
 
 if TYPE_CHECKING:
@@ -25,15 +26,29 @@ def keras_hub_classes(family: ModelFamily) -> tuple[type, type]:
     )
 
 
-def build_masked_lm(model_config: ModelConfig) -> keras_hub.models.MaskedLM:
+def packed_backbone_class(family: ModelFamily) -> type:
+    """The family's backbone for packed blocks (train.families.packed). Raises LmshardsError if it has none."""
+    check_packed_support(family, "the shard set")
+    from train.families import packed
+
+    return getattr(packed, str(family.keras_packed_backbone))
+
+
+def build_masked_lm(
+    model_config: ModelConfig, *, packed: bool = False
+) -> keras_hub.models.MaskedLM:
     """A freshly initialised masked LM (backbone + MLM head, preprocessor=None) of the config's family.
 
     Inputs: `token_ids`, `padding_mask` (int32 [batch, seq]; int32 because a bool mask fails under
     MirroredStrategy), `segment_ids` when the family uses them, and `mask_positions` (int32
     [batch, max_predictions]). Output: logits [batch, max_predictions, vocabulary_size].
+    packed: for packed blocks: `attention_segment_ids` and `position_ids` instead of `padding_mask`
+    (train.families.packed); the variables are the same as without.
     """
     family = get_family(model_config.family)
     backbone_cls, masked_lm_cls = keras_hub_classes(family)
+    if packed:
+        backbone_cls = packed_backbone_class(family)
     backbone = backbone_cls(
         vocabulary_size=model_config.vocabulary_size,
         num_layers=model_config.num_layers,
@@ -123,7 +138,7 @@ def restore_model_from_run(
     """Rebuilds a run's model and restores its weights (not the optimizer) from a checkpoint; returns its path too.
 
     Reads the checkpoints of the backend the run was trained with (run_config.json), in any Keras
-    backend. `checkpoint` is a checkpoint prefix (e.g. `RUN_DIR/checkpoints/ckpt-3`, or a JAX run's
+    backend. A run trained on packed blocks gets its packed model back (the same variables). `checkpoint` is a checkpoint prefix (e.g. `RUN_DIR/checkpoints/ckpt-3`, or a JAX run's
     `ckpt-3.npz`); None means the newest one that restores (a damaged newer one is skipped with a warning).
 
     Raises:
@@ -133,7 +148,7 @@ def restore_model_from_run(
     run = RunDir(run_dir)
     run_config = run.read_config()
     model_config = model_config_from_dict(run_config["model"], source=run.config_path)
-    model = build_masked_lm(model_config)
+    model = build_masked_lm(model_config, packed=SEGMENT_IDS in run_config.get("features", {}))
     if run_config.get("train", {}).get("backend") == JAX:
         path = _restore_jax_weights(model, run.checkpoints, checkpoint)
     else:

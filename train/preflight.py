@@ -25,7 +25,7 @@ from train.config import (
     preset_config,
     read_model_config,
 )
-from train.families import DEFAULT_FAMILY
+from train.families import DEFAULT_FAMILY, check_packed_support, get_family
 from train.init_source import (
     InitSource,
     check_model_options,
@@ -90,6 +90,8 @@ def preflight(config: TrainConfig) -> Preflight:
         model_config = model_config_from_dict(previous["model"], source=run.config_path)
     else:
         model_config = resolve_model_config(config, mix.manifest)
+    if mix.manifest.packed:
+        check_packed_support(get_family(model_config.family), f"--shards {mix.sets[0].path!r}")
     finished = None
     if previous is not None:
         finished = finished_summary(

@@ -542,7 +542,11 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
         # --- model, optimizer and the newest checkpoint that restores; the schedule this command trains with
         schedule = first_schedule(config, total_steps, checked.previous_run)
         spec = BuildSpec.for_run(
-            config, model_config, schedule=schedule, checkpoint_dir=run.checkpoints
+            config,
+            model_config,
+            schedule=schedule,
+            checkpoint_dir=run.checkpoints,
+            packed=checked.mixture.manifest.packed,
         )
         restored = build_model(backend, spec, init_weights)
         if restored.step:  # a run continues exactly only on the same global batch and hosts

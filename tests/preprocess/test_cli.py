@@ -26,7 +26,7 @@ def test_help_marks_required_flags_and_shows_defaults(capsys):
     assert text.startswith("usage: lmshards preprocess")
     for flag in ("--input", "--tokenizer", "--output"):
         assert f"{flag} {flag[2:].upper()} (required)" in text
-    assert "(default: 128)" in text and "(default: drop)" in text and "(default: line)" in text
+    assert "(default: 128)" in text and "(default: concat)" in text and "(default: line)" in text
     assert "DaskRunner" in text
 
 

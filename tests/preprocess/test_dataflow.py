@@ -100,10 +100,18 @@ def _launcher_argv(params: dict[str, dict], *, types: set[str]) -> list[str]:
         "NUMBER": "3",
         "TEXT": "body",
     }
+
+    def sample(param: dict) -> str:
+        if "defaultValue" in param:
+            return param["defaultValue"]
+        if (
+            param["paramType"] == "ENUM"
+        ):  # its first option (--remainder: its default follows --packing)
+            return param["enumOptions"][0]["value"]
+        return samples[param["paramType"]]
+
     return [
-        f"--{name}={param.get('defaultValue') or samples[param['paramType']]}"
-        for name, param in params.items()
-        if param["paramType"] in types
+        f"--{name}={sample(param)}" for name, param in params.items() if param["paramType"] in types
     ]
 
 

@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 
 from preprocess.encode import TokenizedChunk
-from preprocess.pack import num_groups, order_by_hash, pack_blocks, pack_group, sum_totals
+from preprocess.pack import (
+    best_fit_bins,
+    num_groups,
+    order_by_hash,
+    pack_best_fit,
+    pack_blocks,
+    pack_group,
+    sum_totals,
+)
 from schemas.manifest import SplitTotals
 
 
@@ -78,9 +86,9 @@ def _chunk(order: list[int]) -> TokenizedChunk:
 def test_order_by_hash_is_independent_of_arrival_order():
     expected = [30, 50, 51, 70, 71, 90, 91, 92]
     assert (
-        order_by_hash(_chunk([7, 3, 9, 5])).tolist()
-        == order_by_hash(_chunk([5, 9, 3, 7])).tolist()
-        == order_by_hash(_chunk([3, 5, 7, 9])).tolist()
+        order_by_hash(_chunk([7, 3, 9, 5])).tokens.tolist()
+        == order_by_hash(_chunk([5, 9, 3, 7])).tokens.tolist()
+        == order_by_hash(_chunk([3, 5, 7, 9])).tokens.tolist()
         == expected
     )
 
@@ -109,3 +117,76 @@ def test_sum_totals_adds_every_field():
         [a, b]
     )  # partial sums combine
     assert sum_totals([]) == SplitTotals()
+
+
+# ---------------------------------------------------------------- best_fit
+
+
+def test_best_fit_bins_places_each_item_in_the_fullest_bin_that_fits():
+    # Longest first: 6 -> bin 0 (room 2), 5 -> bin 1 (room 3), 4 -> bin 2 (room 4), 3 -> bin 1 (room 3,
+    # the least room that fits), 2 -> bin 0, 1 -> bin 2.
+    assert best_fit_bins(np.array([5, 3, 4, 2, 6, 1]), 8).tolist() == [1, 1, 2, 0, 0, 2]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_best_fit_bins_never_overfill_and_need_few_bins(seed):
+    lengths = np.random.default_rng(seed).integers(1, 129, 2000)
+    bins = best_fit_bins(lengths, 128)
+    loads = np.bincount(bins, weights=lengths)
+    assert loads.max() <= 128
+    assert set(bins.tolist()) == set(range(int(bins.max()) + 1))  # bins numbered as opened
+    # Best-fit decreasing uses at most 11/9 OPT + 6/9 bins; OPT >= total / capacity.
+    assert bins.max() + 1 <= 11 / 9 * np.ceil(lengths.sum() / 128) + 1
+
+
+def _documents_back(blocks) -> list[list[int]]:
+    """Each segment's tokens, in (first position == 0 starts a document) order within each block."""
+    pieces = []
+    for ids, segments, positions in zip(blocks.ids, blocks.segment_ids, blocks.positions):
+        for segment in range(1, int(segments.max(initial=0)) + 1):
+            where = segments == segment
+            assert positions[where].tolist() == list(
+                range(positions[where][0], positions[where][0] + where.sum())
+            )
+            pieces.append((int(positions[where][0]), ids[where].tolist()))
+    return pieces
+
+
+def test_best_fit_keeps_whole_documents_cuts_long_ones_and_accounts_every_token():
+    rng = np.random.default_rng(0)
+    lengths = np.concatenate(
+        [rng.integers(1, 16, 300), [16, 40, 33]]
+    )  # three at least a block long
+    tokens = rng.integers(5, 1000, int(lengths.sum())).astype(np.int32)
+    blocks = pack_best_fit(tokens, lengths, seq_len=16, pad_id=1)
+    assert blocks.ids.shape[1] == 16 and blocks.num_blocks * 16 == blocks.ids.size
+    assert blocks.tokens_written == blocks.tokens_in == lengths.sum()
+    assert blocks.tokens_dropped == 0
+    assert blocks.padding_tokens == (blocks.segment_ids == 0).sum()
+    assert (blocks.ids[blocks.segment_ids == 0] == 1).all()
+    assert (blocks.positions[blocks.segment_ids == 0] == 0).all()
+    assert blocks.attention_masks().tolist() == (blocks.segment_ids > 0).astype(int).tolist()
+    assert blocks.documents_split == 2  # 40 and 33 (16 fits one block exactly)
+    assert blocks.segments == 300 + 1 + 3 + 3
+    # Every document comes back whole: short ones as one segment from position 0, long ones as pieces
+    # whose positions continue where the previous piece ended.
+    starts = np.cumsum(lengths) - lengths
+    documents = sorted(tokens[s : s + n].tolist() for s, n in zip(starts, lengths))
+    pieces = _documents_back(blocks)
+    whole = sorted(ids for first, ids in pieces if first == 0 and len(ids) < 16)
+    assert whole == sorted(d for d in documents if len(d) < 16)
+    long_pieces = [ids for first, ids in pieces if first > 0 or len(ids) == 16]
+    # 16 -> 16; 40 -> 16 + 16 + 8; 33 -> 16 + 16 + 1.
+    assert sorted(map(len, long_pieces)) == [1, 8, 16, 16, 16, 16, 16]
+    # Best fit leaves little room: fewer blocks than concatenating with one document per block.
+    assert blocks.padding_tokens / blocks.ids.size < 0.05
+
+
+def test_best_fit_depends_only_on_the_documents_not_their_arrival_order():
+    settings = dict(seq_len=4, remainder="pad", pad_id=0, packing="best_fit")
+    a = pack_group(("train", 0), [_chunk([7, 3, 9, 5])], **settings)
+    b = pack_group(("train", 0), _chunk([5, 9, 3, 7]).split([0, 1, 4]), **settings)
+    for name, values in a.blocks.features().items():
+        assert values.tolist() == b.blocks.features()[name].tolist(), name
+    assert a.totals == b.totals and a.totals.segments == 4
+    assert a.blocks.num_blocks == 2  # 3 + 1 and 2 + 2 tokens

@@ -99,6 +99,8 @@ def test_keep_tokens_changes_no_shard_and_only_adds_the_tokens_field(store_run, 
         {"remainder": "pad", "seq_len": 48},
         {"packing_group_tokens": 700},
         {"target_shard_mb": 0.004, "shard_multiple": 1},
+        {"packing": "best_fit", "remainder": "pad"},
+        {"packing": "best_fit", "remainder": "pad", "seq_len": 8},
     ],
     ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()),
 )

@@ -450,6 +450,39 @@ def test_words_start_at_the_row_start_and_around_special_tokens():
         assert (sel[:, a] != sel[:, b]).any() and (sel[:, a] == sel[:, b]).any()
 
 
+@pytest.mark.parametrize("recipe", [WHOLE_WORD, SPAN])
+def test_a_word_never_runs_from_one_segment_into_the_next(recipe):
+    """Without segments, 11 10 10 | 10 10 is one word; in a packed block whose second segment starts at
+    position 3 (a document cut inside a word), it is two, selected independently, and padding never."""
+    starts = np.zeros(20, bool)
+    starts[[0, 1, 2, 4, 11]] = True
+    tables = WordStartTables(starts=starts, next_starts=np.isin(np.arange(20), [0, 1, 2, 4]))
+    row = [11, 10, 10, 10, 10, 11, 10, 1, 1]
+    ids = np.array([row] * 2000)
+    attention = (ids != 1).astype(np.int64)
+    segments = np.array([[1, 1, 1, 2, 2, 2, 2, 0, 0]] * 2000)
+    masking = build_masking_spec(
+        recipe=recipe,
+        vocab_size=20,
+        mask_id=4,
+        special_ids=(0, 1, 2, 4),
+        mlm_probability=0.4,
+        seq_len=len(row),
+        word_starts=tables,
+    )
+
+    def selected(segment_ids):
+        out = mask_batch(ids, attention, masking, tf.constant([3, 1], tf.int64), segment_ids)
+        return selected_mask({k: v.numpy() for k, v in out.items()})
+
+    plain, packed = selected(None), selected(tf.constant(segments))
+    assert (plain[:, 0:5] == plain[:, :1]).all()  # one word without segments
+    for word in ([0, 1, 2], [3, 4], [5, 6]):
+        assert (packed[:, word] == packed[:, word[:1]]).all()
+    assert (packed[:, 2] != packed[:, 3]).any()
+    assert not packed[:, 7:].any()
+
+
 # ----- The sample corpus, three tokenizer families -----
 
 

@@ -79,6 +79,8 @@ class BuildSpec:
     seed: int  # weight initialisation and dropout
     checkpoint_dir: str
     keep: int  # checkpoints kept
+    # The shards are packed blocks: the family's packed backbone (train.families.packed).
+    packed: bool = False
 
     @classmethod
     def for_run(
@@ -88,6 +90,7 @@ class BuildSpec:
         *,
         schedule: WarmupDecay,
         checkpoint_dir: str,
+        packed: bool = False,
     ) -> BuildSpec:
         return cls(
             model_config=model_config,
@@ -97,6 +100,7 @@ class BuildSpec:
             seed=config.seed,
             checkpoint_dir=checkpoint_dir,
             keep=config.keep,
+            packed=packed,
         )
 
 

@@ -136,6 +136,7 @@ class JaxBackend(Backend):
             clip_norm=spec.clip_norm,
             precision=self.precision,
             seed=spec.seed,
+            packed=spec.packed,
         )
         restored = jax_checkpoint.restore_newest(
             spec.checkpoint_dir,

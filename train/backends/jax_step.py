@@ -116,11 +116,12 @@ def build(
     clip_norm: float | None,
     precision: str,
     seed: int,
+    packed: bool = False,
 ) -> tuple[keras.Model, keras.optimizers.Optimizer]:
     """The masked LM and its optimizer, built under the current distribution (call Mesh.over first)."""
     keras.utils.set_random_seed(seed)  # weight initialisation and dropout
     keras.mixed_precision.set_dtype_policy(precision)
-    model = build_masked_lm(model_config)
+    model = build_masked_lm(model_config, packed=packed)
     optimizer = make_optimizer(
         schedule=schedule,
         weight_decay=weight_decay,

@@ -87,7 +87,7 @@ class TensorFlowBackend(Backend):
         keras.utils.set_random_seed(spec.seed)  # weight initialisation and dropout
         keras.mixed_precision.set_dtype_policy(self.precision)
         with self.strategy.scope():
-            self.model = build_masked_lm(spec.model_config)
+            self.model = build_masked_lm(spec.model_config, packed=spec.packed)
             self.optimizer = make_optimizer(
                 schedule=spec.schedule,
                 weight_decay=spec.weight_decay,

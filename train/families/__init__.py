@@ -19,11 +19,30 @@ FAMILIES: dict[str, ModelFamily] = {
 }
 DEFAULT_FAMILY = "roberta"
 
-__all__ = ["DEFAULT_FAMILY", "FAMILIES", "HfHeadNames", "ModelFamily", "family_names", "get_family"]
+__all__ = [
+    "DEFAULT_FAMILY",
+    "FAMILIES",
+    "HfHeadNames",
+    "ModelFamily",
+    "check_packed_support",
+    "family_names",
+    "get_family",
+]
 
 
 def family_names() -> tuple[str, ...]:
     return tuple(FAMILIES)
+
+
+def check_packed_support(family: ModelFamily, sets: str) -> None:
+    """Raises LmshardsError when the family cannot train on the packed sets named in `sets`."""
+    if family.keras_packed_backbone is None:
+        packed = [f.name for f in FAMILIES.values() if f.keras_packed_backbone]
+        raise LmshardsError(
+            f"--model_family {family.name} cannot take the [batch, seq, seq] attention mask that keeps a "
+            f"packed block's documents apart, and {sets} is packed (--packing best_fit); use "
+            f"--model_family {' or '.join(packed) or '(none)'}, or a set made with --packing concat."
+        )
 
 
 def get_family(name: str) -> ModelFamily:

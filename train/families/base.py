@@ -8,6 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 
+# The inputs a packed backbone (train.families.packed) takes besides token_ids: each token's segment
+# in its block (0 for padding) and its position within the segment, from the records' segment_ids and
+# positions. Not `segment_ids`: BERT already takes that name for its token types.
+PACKED_SEGMENTS_INPUT = "attention_segment_ids"
+PACKED_POSITIONS_INPUT = "position_ids"
+
 
 @dataclasses.dataclass(frozen=True)
 class HfHeadNames:
@@ -47,6 +53,10 @@ class ModelFamily:
     hf_positions_after_padding: bool
     # Other names transformers gives special-token roles: (alias, role), e.g. ("bos", "cls").
     hf_token_aliases: tuple[tuple[str, str], ...] = ()
+    # Class name in train.families.packed of the backbone that trains on packed blocks (attention
+    # within each segment, positions restarting per segment); None: the family cannot take a
+    # [batch, seq, seq] attention mask, and packed sets are refused.
+    keras_packed_backbone: str | None = None
 
     def hf_position_offset(self, pad_token_id: int) -> int:
         """First row of the transformers position table that a real token uses.

@@ -23,4 +23,5 @@ FAMILY = ModelFamily(
     ),
     hf_head_activation=None,  # BertLMPredictionHead uses hidden_act
     hf_positions_after_padding=False,
+    keras_packed_backbone="PackedBertBackbone",
 )

@@ -23,4 +23,5 @@ FAMILY = ModelFamily(
     hf_head_activation="gelu",  # RobertaLMHead applies exact GELU whatever hidden_act says
     hf_positions_after_padding=True,
     hf_token_aliases=(("bos", "cls"), ("eos", "sep")),  # <s> ... </s> are also bos/eos
+    keras_packed_backbone="PackedRobertaBackbone",
 )
