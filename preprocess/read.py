@@ -4,8 +4,10 @@ The ranges (see preprocess.sources) are planned, and every file checked, when th
 constructed, i.e. while the pipeline is built and before any worker starts.
 
 With numbered=True (curation needs each document's identity) every batch says which range of which file
-it came from and where in the range it starts, and every range reports how many documents it gave; a
-document's index in its file follows from those alone (range_offsets), whatever the range size.
+it came from, where in the range it starts and the raw record (line, row) of each of its documents, and
+every range reports how many documents and raw records it holds; a document's place among its file's
+documents, and its record's number in the file, follow from those alone (range_offsets), whatever the
+range size.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from preprocess.sources import (
     ReadOptions,
     ReadRange,
     ReadStats,
+    RecordNumbers,
     expand_inputs,
     is_compressed,
     plan_ranges,
@@ -58,22 +61,28 @@ INPUT_BYTES_COUNTER = "input_bytes_read"
 class NumberedBatch:
     """Documents of one range with their place in it (ReadDocuments(numbered=True)).
 
-    texts[i] is document first + i of range number `range_number` of file `source`.
+    texts[i] is document first + i of range number `range_number` of file `source`, and comes from
+    its raw record records[i], counted from the range's first record: the line of a line-document
+    or JSON Lines file (every line counted, empty and skipped ones too), the row of a Parquet file;
+    for the other formats the document's own place (first + i).
     """
 
     source: str
     range_number: int  # the range's place among its file's ranges, from 0
     first: int
     texts: list[str]
+    records: list[int]
 
 
 @dataclasses.dataclass(frozen=True)
 class RangeCount:
-    """How many documents range `range_number` of `source` gave (ReadDocuments(numbered=True))."""
+    """How many documents range `range_number` of `source` gave, and how many raw records it holds
+    (ReadDocuments(numbered=True); see NumberedBatch.records)."""
 
     source: str
     range_number: int
     documents: int
+    records: int
 
 
 # What reading one range emits on its single output: its document batches, then its ReadStats (and
@@ -131,21 +140,23 @@ def size_ranges(
     return sized
 
 
-def range_offsets(counts: Iterable[RangeCount]) -> dict[tuple[str, int], int]:
-    """(source, range number) -> the number of the range's first document in its file.
+def range_offsets(counts: Iterable[RangeCount]) -> dict[tuple[str, int], tuple[int, int]]:
+    """(source, range number) -> (the number of the range's first document in its file, the number
+    of its first raw record).
 
-    A file's documents are numbered in file order across its ranges: each range starts where the
-    ranges before it in the file ended, so the numbers do not depend on the range size.
+    A file's documents and records are numbered in file order across its ranges: each range starts
+    where the ranges before it in the file ended, so the numbers do not depend on the range size.
     """
-    by_file: dict[str, dict[int, int]] = {}
+    by_file: dict[str, dict[int, RangeCount]] = {}
     for c in counts:
-        by_file.setdefault(c.source, {})[c.range_number] = c.documents
+        by_file.setdefault(c.source, {})[c.range_number] = c
     offsets = {}
     for source, ranges in by_file.items():
-        total = 0
+        documents = records = 0
         for number in sorted(ranges):
-            offsets[source, number] = total
-            total += ranges[number]
+            offsets[source, number] = documents, records
+            documents += ranges[number].documents
+            records += ranges[number].records
     return offsets
 
 
@@ -156,12 +167,14 @@ def read_batches(
     batch_size: int,
     stats: ReadStats,
     batch_chars: int = DEFAULT_BATCH_CHARS,
+    numbers: RecordNumbers | None = None,
 ) -> Iterator[list[str]]:
     """The documents of range `r` in batches of at most batch_size documents, each batch ended once it
-    holds batch_chars characters or more; counts what it finds in `stats`."""
+    holds batch_chars characters or more; counts what it finds in `stats` (and, where the format
+    numbers raw records, their records in `numbers`)."""
     batch: list[str] = []
     chars = 0
-    for document in read_range(r, options, stats):
+    for document in read_range(r, options, stats, numbers):
         batch.append(document)
         chars += len(document)
         if len(batch) == batch_size or chars >= batch_chars:
@@ -332,11 +345,19 @@ class _ReadRangeFn(beam.DoFn):
         assert progress is not None, "made in setup()"
         stats = ReadStats()
         documents = 0
+        # Only formats that number raw records fill it; the others' records are their documents.
+        raw = self._numbered and format_for(sized.range.path, self._options).raw_records
+        numbers = RecordNumbers() if raw else None
         for batch in read_batches(
-            sized.range, self._options, batch_size=self._batch_size, stats=stats
+            sized.range, self._options, batch_size=self._batch_size, stats=stats, numbers=numbers
         ):
             if self._numbered:
-                yield NumberedBatch(sized.range.path, sized.number, documents, batch)
+                records = (
+                    numbers.take(len(batch))
+                    if numbers is not None
+                    else list(range(documents, documents + len(batch)))
+                )
+                yield NumberedBatch(sized.range.path, sized.number, documents, batch, records)
             else:
                 yield batch
             documents += len(batch)
@@ -348,5 +369,6 @@ class _ReadRangeFn(beam.DoFn):
         self._input_bytes.inc(sized.input_bytes)
         progress.report(sized, stats, finished=True)
         if self._numbered:
-            yield RangeCount(sized.range.path, sized.number, documents)
+            raw_records = numbers.records if numbers is not None else documents
+            yield RangeCount(sized.range.path, sized.number, documents, raw_records)
         yield stats

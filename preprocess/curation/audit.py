@@ -1,8 +1,8 @@
 """The audit (curation/*.jsonl: one JSON line per removed document) and the manifest's curation counts.
 
-Audit files are named by their source file and a block of its document indices, each holding the
-removals of that block sorted by index, so the files and their bytes are the same on every runner,
-and no worker sorts more than AUDIT_BLOCK lines.
+Audit files are named by their source file and a block of its record numbers (the audit's `index`,
+see records.py), each holding the removals of that block sorted by record, so the files and their
+bytes are the same on every runner, and no worker sorts more than AUDIT_BLOCK lines.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from preprocess.curation.records import REASONS, CurationDoc, Removal, removal_f
 from schemas.constants import CURATION_DIR_NAME
 from schemas.manifest import CurationInfo, Manifest
 
-AUDIT_BLOCK = 1_000_000  # document indices per audit file
+AUDIT_BLOCK = 1_000_000  # record numbers per audit file
 AUDIT_PREFIX = "removed-"
 AUDIT_SUFFIX = ".jsonl"
 _SOURCE_TAG_BYTES = 8
@@ -86,9 +86,9 @@ def audit_relpath(key: AuditKey) -> str:
 
 
 def audit_text(removals: Iterable[Removal]) -> str:
-    """The removals' audit lines, sorted by document index."""
-    lines = [r.audit_line() for r in sorted(removals, key=lambda r: r.index)]
-    return "".join(line + "\n" for line in lines)
+    """The removals' audit lines, sorted by record (the pieces of one record by their lines)."""
+    lines = sorted((r.index, r.audit_line()) for r in removals)
+    return "".join(line + "\n" for _, line in lines)
 
 
 def write_audit_file(output: str, key: AuditKey, removals: Iterable[Removal]) -> dict[str, Any]:

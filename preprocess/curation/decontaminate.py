@@ -3,7 +3,7 @@
 N-grams are of curation's words (lower-cased NFC letters and digits), hashed to 64 bits, so a
 chance match between a training and an eval n-gram is about 2^-64 per pair. The eval sets' n-grams
 (small next to the corpus) go to every worker as one side input: n-gram hash -> the smallest
-(eval file, record index) holding it, so the eval record an audit line names is the same every run.
+(eval file, record) holding it (records.CurationDoc.record), so the eval record an audit line names is the same every run.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def document_ngrams(text: str, n: int) -> np.ndarray:
 
 def eval_entries(doc: CurationDoc, n: int) -> Iterator[tuple[int, DocRef]]:
     for value in document_ngrams(doc.text, n).tolist():
-        yield value, doc.ref
+        yield value, doc.record_ref
 
 
 def contamination(doc: CurationDoc, index: Mapping[int, DocRef], n: int) -> DocRef | None:
@@ -72,7 +72,7 @@ class _DecontaminateFn(beam.DoFn):
         if found is None:
             yield doc
         else:
-            yield Removal(doc.source, doc.index, CONTAMINATED, doc.utf8_bytes(), eval=found)
+            yield Removal(doc.source, doc.record, CONTAMINATED, doc.utf8_bytes(), eval=found)
 
 
 class Decontaminate(beam.PTransform):

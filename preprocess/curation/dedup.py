@@ -23,7 +23,7 @@ from preprocess.curation.minhash import BandKey, band_keys, hash_family, signatu
 from preprocess.curation.records import EXACT, NEAR, CurationDoc, DocRef, NodeKey, node_key
 from preprocess.curation.text import shingles
 
-# (document to remove, (reason, its NodeKey's kept counterpart)): what a dedup step decides.
+# (document to remove, (reason, the kept document's record ref)): what a dedup step decides.
 Verdict = tuple[DocRef, tuple[str, DocRef]]
 
 
@@ -45,10 +45,14 @@ def node_ref(node: NodeKey) -> DocRef:
     return node[2], node[3]
 
 
+def node_record(node: NodeKey) -> DocRef:
+    return node[2], node[4]
+
+
 def verdict(node: NodeKey, root: NodeKey) -> Verdict:
     """The removal of `node` from the cluster whose kept document is `root`."""
     reason = EXACT if node[1] == root[1] else NEAR  # equal digests: the same exact_form
-    return node_ref(node), (reason, node_ref(root))
+    return node_ref(node), (reason, node_record(root))
 
 
 def exact_verdicts(nodes: Iterable[NodeKey]) -> Iterator[Verdict]:

@@ -1,9 +1,11 @@
 """What flows through curation: documents with their identity, removals, and the audit's lines.
 
 A document's identity is (source, index): its input file as listed in the manifest's `inputs`,
-and its 0-based number among the documents read from that file (see preprocess.read: the line of a
-line-document file or JSON Lines file, the row of a Parquet file, the document of a blank-line
-file, counting only the documents read, so an empty line or a skipped JSON line takes no number).
+and its 0-based number among the documents read from that file (see preprocess.read). The audit
+names a document by (source, record) instead: the 0-based number of the raw record it came from,
+the line of a line-document or JSON Lines file (every line counts, empty and skipped ones too), the
+row of a Parquet file, the document of a blank-line or marker file. The pieces of a record split
+for --max_document_chars share its record, hence the identity by index.
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ NEAR = "near"
 CONTAMINATED = "contaminated"
 REASONS = (CONTAMINATED, EXACT, NEAR)  # the order curation applies them in
 
-DocRef = tuple[str, int]  # (source file, 0-based document index in it)
+DocRef = tuple[str, int]  # (source file, 0-based document index in it), or its record's number
 # How a cluster's documents are ordered; its smallest is kept: the longest normalized text first,
-# then the smallest digest of it, then (source, index) among exact copies.
-NodeKey = tuple[int, bytes, str, int]  # (-len(exact_form), digest(exact_form), source, index)
+# then the smallest digest of it, then (source, index) among exact copies (record last: the
+# audit's name of the document, decided by index).
+NodeKey = tuple[int, bytes, str, int, int]  # (-len(exact_form), digest, source, index, record)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,10 +33,15 @@ class CurationDoc:
     source: str
     index: int
     text: str
+    record: int  # the raw record it came from (what the audit names it by)
 
     @property
     def ref(self) -> DocRef:
         return self.source, self.index
+
+    @property
+    def record_ref(self) -> DocRef:
+        return self.source, self.record
 
     def utf8_bytes(self) -> int:
         return len(self.text.encode("utf-8", "surrogatepass"))
@@ -42,15 +50,16 @@ class CurationDoc:
 def node_key(doc: CurationDoc) -> NodeKey:
     """The document's place in the keep order (the smallest of a cluster is kept)."""
     form = exact_form(doc.text)
-    return -len(form), digest(form), doc.source, doc.index
+    return -len(form), digest(form), doc.source, doc.index, doc.record
 
 
 @dataclasses.dataclass(frozen=True)
 class Removal:
-    """One removed document: why, and which kept document or eval record caused it."""
+    """One removed document (named by its record): why, and which kept document or eval record
+    (named by theirs) caused it."""
 
     source: str
-    index: int
+    index: int  # the document's record
     reason: str  # one of REASONS
     bytes: int  # UTF-8 bytes of the document as read
     kept: DocRef | None = None  # exact / near: the document kept in its place

@@ -77,12 +77,13 @@ class CurationOutputs(NamedTuple):
 
 
 def number_documents(
-    batch: NumberedBatch, offsets: Mapping[tuple[str, int], int]
+    batch: NumberedBatch, offsets: Mapping[tuple[str, int], tuple[int, int]]
 ) -> Iterator[CurationDoc]:
-    """Each document of a batch with its index in its file."""
-    first = offsets[batch.source, batch.range_number] + batch.first
-    for i, text in enumerate(batch.texts):
-        yield CurationDoc(batch.source, first + i, text)
+    """Each document of a batch with its index in its file and its record's number."""
+    documents, records = offsets[batch.source, batch.range_number]
+    first = documents + batch.first
+    for i, (text, record) in enumerate(zip(batch.texts, batch.records, strict=True)):
+        yield CurationDoc(batch.source, first + i, text, records + record)
 
 
 def apply_verdicts(
@@ -94,7 +95,7 @@ def apply_verdicts(
     for doc in docs:
         if verdicts:
             reason, kept = verdicts[0]
-            yield Removal(doc.source, doc.index, reason, doc.utf8_bytes(), kept=kept)
+            yield Removal(doc.source, doc.record, reason, doc.utf8_bytes(), kept=kept)
         else:
             yield doc
 
@@ -151,7 +152,8 @@ class NumberDocuments(beam.PTransform):
         offsets = (
             read.counts
             | "Ranges" >> beam.combiners.ToList()  # [RangeCount]
-            | "Offsets" >> beam.Map(range_offsets)  # {(source, range number): first index}
+            | "Offsets"
+            >> beam.Map(range_offsets)  # {(source, range number): (first index, first record)}
         )
         return read.documents | "Number" >> beam.FlatMap(
             number_documents, beam.pvalue.AsSingleton(offsets)

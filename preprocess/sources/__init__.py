@@ -34,7 +34,7 @@ no_documents_message says why a run read no document at all.
 """
 
 from preprocess.sources.compression import is_compressed
-from preprocess.sources.documents import ReadStats, sum_stats
+from preprocess.sources.documents import ReadStats, RecordNumbers, sum_stats
 from preprocess.sources.files import InputDiscovery, check_not_empty, discover_inputs, expand_inputs
 from preprocess.sources.formats import detect_format
 from preprocess.sources.options import (
@@ -67,6 +67,7 @@ __all__ = [
     "ReadOptions",
     "ReadRange",
     "ReadStats",
+    "RecordNumbers",
     "add_reading_arguments",
     "check_not_empty",
     "detect_format",

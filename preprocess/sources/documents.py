@@ -7,6 +7,7 @@ split into consecutive pieces, each ending at whitespace where possible. Each of
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import re
 from collections.abc import Iterable
@@ -69,6 +70,38 @@ class ReadStats:
 
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
+
+
+class RecordNumbers:
+    """The raw record (line, row) each document of one range came from, counted from the range's start.
+
+    A format that numbers its records appends, for each document it hands on (each piece of a split
+    record too), the number of the record it came from, and counts every record of the range in
+    `records`, empty and skipped ones included.
+    """
+
+    def __init__(self) -> None:
+        self.records = 0  # raw records of the range seen so far
+        self.of_documents: collections.deque[int] = (
+            collections.deque()
+        )  # per document not yet taken
+
+    def add(self, documents: int, *, last: bool = True) -> None:
+        """The current record gave `documents` more documents (maybe none); last: it has ended, the
+        next record begins (a record read in parts adds each part's documents with last=False)."""
+        self.of_documents.extend([self.records] * documents)
+        self.records += last
+
+    def add_lines(self, kept: list[int], records: int) -> None:
+        """The next `records` records, of which those numbered `kept` (from 0, ascending) gave one
+        document each and the rest none."""
+        first = self.records
+        self.of_documents.extend(first + i for i in kept)
+        self.records += records
+
+    def take(self, documents: int) -> list[int]:
+        """The records of the next `documents` documents handed on (they must have been added)."""
+        return [self.of_documents.popleft() for _ in range(documents)]
 
 
 def sum_stats(parts: Iterable[ReadStats]) -> ReadStats:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import BinaryIO, cast
 
 from plumbing import fs
-from preprocess.sources.documents import ReadStats
+from preprocess.sources.documents import ReadStats, RecordNumbers
 from preprocess.sources.options import ReadOptions
 from preprocess.sources.ranges import TO_END, ReadRange
 
@@ -61,6 +61,8 @@ class LineRecords:
     """
 
     open = False  # inside a document that began in this range (so reading must go on)
+    # Where a format numbers its lines: each document's line, counted from the range's first line.
+    numbers: RecordNumbers | None = None
 
     def __init__(self, r: ReadRange, options: ReadOptions, stats: ReadStats):
         self._path, self._options, self._stats = r.path, options, stats
@@ -91,17 +93,26 @@ class LineRecords:
 
 
 def read_lines(
-    f: BinaryIO, r: ReadRange, options: ReadOptions, stats: ReadStats, records: type[LineRecords]
+    f: BinaryIO,
+    r: ReadRange,
+    options: ReadOptions,
+    stats: ReadStats,
+    records: type[LineRecords],
+    numbers: RecordNumbers | None = None,
 ) -> Iterator[str]:
     """The documents of range r of the (decompressed) file f, as the format's `records` class makes
-    them from its lines (one instance per range)."""
+    them from its lines (one instance per range, given `numbers`)."""
+
+    def made(r: ReadRange) -> LineRecords:
+        made = records(r, options, stats)
+        made.numbers = numbers
+        return made
+
     head = _file_head(f, r)
     wide = next((w for w in WIDE_BOMS if head.startswith(w[0])), None)
     if wide is None and options.is_utf8:
         bom = len(BOM) if r.start == 0 and head.startswith(BOM) else 0
-        yield from _read(
-            f, r, records(r, options, stats), stats, bom=bom, share=lambda stop: _share(r, stop)
-        )
+        yield from _read(f, r, made(r), stats, bom=bom, share=lambda stop: _share(r, stop))
         return
     if r.start > 0:  # the file's first range reads all of it
         return
@@ -117,7 +128,7 @@ def read_lines(
     yield from _read(
         cast(BinaryIO, text),
         whole,
-        records(whole, options, stats),
+        made(whole),
         stats,
         bom=0,
         share=lambda _: text.source_bytes,

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 
 from preprocess.sources.compression import is_compressed, open_decompressed
 from preprocess.sources.content import check_contents
-from preprocess.sources.documents import ReadStats
+from preprocess.sources.documents import ReadStats, RecordNumbers
 from preprocess.sources.files import InputDiscovery, discover_inputs, shown_paths
 from preprocess.sources.formats import format_for
 from preprocess.sources.options import InputError, ReadOptions
@@ -88,8 +88,14 @@ def iter_documents(
     return (document for r in ranges for document in read_range(r, options, stats))
 
 
-def read_range(r: ReadRange, options: ReadOptions, stats: ReadStats | None = None) -> Iterator[str]:
-    """The documents that begin in range r, in file order; adds what it finds to stats as it goes.
+def read_range(
+    r: ReadRange,
+    options: ReadOptions,
+    stats: ReadStats | None = None,
+    numbers: RecordNumbers | None = None,
+) -> Iterator[str]:
+    """The documents that begin in range r, in file order; adds what it finds to stats as it goes,
+    and, where the format has raw_records, each document's raw record to numbers.
 
     Raises:
       InputError: compressed data that is corrupt or truncated.
@@ -99,7 +105,7 @@ def read_range(r: ReadRange, options: ReadOptions, stats: ReadStats | None = Non
     if is_compressed(r.path) and (r.start, r.end) != (0, TO_END):
         raise ValueError(f"compressed file {r.path!r} can only be read whole, not as {r}")
     with open_decompressed(r.path) as f:
-        yield from format_for(r.path, options).read_range(f, r, options, stats)
+        yield from format_for(r.path, options).read_range(f, r, options, stats, numbers)
     _log_problems(r, before, stats)
 
 

@@ -142,3 +142,71 @@ def test_read_documents_checks_inputs_while_building(tmp_path):
         ReadDocuments([str(tmp_path / "bad.parquet")], ReadOptions())
     with pytest.raises(InputError, match="matches no file"):
         ReadDocuments([str(tmp_path / "*.txt")], ReadOptions())
+
+
+def check_numbered(files, options: ReadOptions, range_bytes: int, expected) -> None:
+    """Checks the (file name, document index, record, text) of every document of a numbered read."""
+    from preprocess.curation.stage import NumberDocuments
+
+    with test_pipeline.TestPipeline(runner="FnApiRunner") as p:
+        docs = (
+            p
+            | ReadDocuments(files, options, range_bytes=range_bytes, batch_size=2, numbered=True)
+            | NumberDocuments()
+            | beam.Map(lambda d: (Path(d.source).name, d.index, d.record, d.text))
+        )
+        assert_that(docs, equal_to(expected))
+
+
+def _line_records(raw: bytes) -> list[tuple[int, str]]:
+    """(0-based line, document) of each line that gives one: every line counts, empty ones too."""
+    lines = raw.removeprefix(b"\xef\xbb\xbf").split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    texts = [
+        line.removesuffix(b"\r").decode("utf-8", "replace").replace("\x00", "") for line in lines
+    ]
+    return [(i, t) for i, t in enumerate(texts) if t.strip()]
+
+
+@pytest.mark.parametrize("range_bytes", [5, 40, 1 << 20])
+def test_numbered_read_gives_each_document_its_raw_line_or_row_whatever_the_ranges(
+    tmp_path, range_bytes
+):
+    files = [str(f) for f in write_corpus(tmp_path, LINES)]
+    expected = []
+    for name in ("a.txt", "b.txt.gz", "c.txt.bz2"):
+        records = _line_records(LINES)
+        expected += [(name, index, line, text) for index, (line, text) in enumerate(records)]
+    # JSON Lines: line 1 is not JSON (skipped) but counts; Parquet: row 2 is null (empty) but counts.
+    expected += [("d.jsonl", 0, 0, "json one"), ("d.jsonl", 1, 2, "json two")]
+    expected += [("e.parquet", 0, 0, "pq one"), ("e.parquet", 1, 1, "pq two")]
+    expected += [("e.parquet", 2, 3, "pq three")]
+    check_numbered(files, ReadOptions(), range_bytes, expected)
+
+
+@pytest.mark.parametrize("range_bytes", [3, 1 << 20])
+def test_numbered_pieces_of_a_split_line_share_its_record_and_blank_line_documents_count_as_read(
+    tmp_path, range_bytes
+):
+    lines = tmp_path / "lines.txt"
+    lines.write_bytes(b"short\n\n" + b"x" * 25 + b"\nend\n")
+    options = ReadOptions(max_document_chars=10)
+    pieces = [(1, "x" * 10), (2, "x" * 10), (3, "x" * 5)]  # each piece its own index
+    check_numbered(
+        [str(lines)],
+        options,
+        range_bytes,
+        [("lines.txt", 0, 0, "short")]
+        + [("lines.txt", index, 2, text) for index, text in pieces]
+        + [("lines.txt", 4, 3, "end")],
+    )
+    paragraphs = tmp_path / "p.txt"
+    paragraphs.write_bytes(PARAGRAPHS)
+    texts = ["p1 line a\np1 line b", "p2 only", "p3 first\np3 second", "p4"] * 3
+    check_numbered(
+        [str(paragraphs)],
+        ReadOptions(doc_separator="blank_line"),
+        range_bytes,
+        [("p.txt", i, i, text) for i, text in enumerate(texts)],
+    )

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from preprocess.sources.documents import ReadStats
+from preprocess.sources.documents import ReadStats, RecordNumbers
 from preprocess.sources.options import ReadOptions
 from preprocess.sources.ranges import ReadRange, whole_file
 from schemas.manifest import InputFileInfo
@@ -15,8 +15,11 @@ TEXT = "text"  # the name of the formats that read every file no other format cl
 
 # (file, options, range_bytes) -> the file's ranges, in order.
 PlanRanges = Callable[[InputFileInfo, ReadOptions, int], list[ReadRange]]
-# (file object, range, options, stats) -> the range's documents; adds what it finds to stats.
-ReadDocuments = Callable[[BinaryIO, ReadRange, ReadOptions, ReadStats], Iterator[str]]
+# (file object, range, options, stats, numbers) -> the range's documents; adds what it finds to
+# stats, and (a format with raw_records, when numbers is given) each document's record to numbers.
+ReadDocuments = Callable[
+    [BinaryIO, ReadRange, ReadOptions, ReadStats, RecordNumbers | None], Iterator[str]
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +34,9 @@ class Format:
     plan_ranges: the ranges of one file. The default, ranges.whole_file, makes the format not
       splittable; ranges.byte_ranges splits uncompressed files into byte ranges.
     doc_separator: for a text format, the --doc_separator value that picks it.
+    raw_records: read_range numbers each document by the raw record (line, row) it came from, every
+      record of the range counted, empty and skipped ones too (see documents.RecordNumbers); a
+      format without it numbers its documents by their place among the documents read.
     """
 
     name: str
@@ -38,3 +44,4 @@ class Format:
     read_range: ReadDocuments
     plan_ranges: PlanRanges = whole_file
     doc_separator: str | None = None
+    raw_records: bool = False

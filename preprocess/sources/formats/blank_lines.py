@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from preprocess.sources.documents import Document, ReadStats
+from preprocess.sources.documents import Document, ReadStats, RecordNumbers
 from preprocess.sources.formats.base import TEXT, Format
 from preprocess.sources.lines import BOM, CONTENT_BYTE, LINE_SPACE, LineRecords, read_lines
 from preprocess.sources.options import BLANK_LINE, ReadOptions
@@ -121,7 +121,14 @@ def _line_before_is_blank(f: BinaryIO, line_start: int) -> bool:
     return True
 
 
-def _read_range(f: BinaryIO, r: ReadRange, options: ReadOptions, stats: ReadStats) -> Iterator[str]:
+def _read_range(
+    f: BinaryIO,
+    r: ReadRange,
+    options: ReadOptions,
+    stats: ReadStats,
+    numbers: RecordNumbers | None = None,
+) -> Iterator[str]:
+    """numbers: unused (documents are numbered by their place among those read)."""
     return read_lines(f, r, options, stats, _BlankLineDocuments)
 
 

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from preprocess.sources.documents import ReadStats, decode_utf8, text_document
+from preprocess.sources.documents import ReadStats, RecordNumbers, decode_utf8, text_document
 from preprocess.sources.formats.base import Format
 from preprocess.sources.lines import CONTENT_BYTE, LineRecords, read_lines
 from preprocess.sources.options import InputError, ReadOptions
@@ -98,6 +98,12 @@ class _JsonLines(LineRecords):
         return self._record(raw, self._start)
 
     def _record(self, raw: bytes, line_start: int) -> list[str]:
+        documents = self._documents(raw, line_start)
+        if self.numbers is not None:
+            self.numbers.add(len(documents))
+        return documents
+
+    def _documents(self, raw: bytes, line_start: int) -> list[str]:
         raw = raw.removesuffix(b"\r")
         if not CONTENT_BYTE.search(raw):
             self._stats.documents_empty += 1
@@ -115,8 +121,14 @@ class _JsonLines(LineRecords):
         return text_document(text, self._options, self._stats, invalid_utf8=invalid_utf8)
 
 
-def _read_range(f: BinaryIO, r: ReadRange, options: ReadOptions, stats: ReadStats) -> Iterator[str]:
-    return read_lines(f, r, options, stats, _JsonLines)
+def _read_range(
+    f: BinaryIO,
+    r: ReadRange,
+    options: ReadOptions,
+    stats: ReadStats,
+    numbers: RecordNumbers | None = None,
+) -> Iterator[str]:
+    return read_lines(f, r, options, stats, _JsonLines, numbers)
 
 
 FORMAT = Format(
@@ -124,4 +136,5 @@ FORMAT = Format(
     extensions=(".jsonl", ".ndjson", ".json"),
     plan_ranges=byte_ranges,
     read_range=_read_range,
+    raw_records=True,
 )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from preprocess.sources.documents import Document, ReadStats
+from preprocess.sources.documents import Document, ReadStats, RecordNumbers
 from preprocess.sources.formats.base import TEXT, Format
 from preprocess.sources.lines import BOM, LineRecords, read_lines
 from preprocess.sources.options import MARKER_LINE, MAX_MARKER_LINE_BYTES, ReadOptions
@@ -111,7 +111,14 @@ def _marker_before(f: BinaryIO, line_start: int, options: ReadOptions) -> bool:
     return _is_marker(line.removesuffix(b"\r"), options)
 
 
-def _read_range(f: BinaryIO, r: ReadRange, options: ReadOptions, stats: ReadStats) -> Iterator[str]:
+def _read_range(
+    f: BinaryIO,
+    r: ReadRange,
+    options: ReadOptions,
+    stats: ReadStats,
+    numbers: RecordNumbers | None = None,
+) -> Iterator[str]:
+    """numbers: unused (documents are numbered by their place among those read)."""
     return read_lines(f, r, options, stats, _MarkerDocuments)
 
 

@@ -12,7 +12,7 @@ from typing import BinaryIO
 
 from plumbing import fs
 from preprocess.sources.compression import is_compressed
-from preprocess.sources.documents import ReadStats, decode_utf8, text_document
+from preprocess.sources.documents import ReadStats, RecordNumbers, decode_utf8, text_document
 from preprocess.sources.formats.base import Format
 from preprocess.sources.options import InputError, ReadOptions
 from preprocess.sources.ranges import TO_END, ReadRange, whole_file
@@ -71,7 +71,13 @@ def _plan_ranges(info: InputFileInfo, options: ReadOptions, range_bytes: int) ->
     return ranges
 
 
-def _read_range(f: BinaryIO, r: ReadRange, options: ReadOptions, stats: ReadStats) -> Iterator[str]:
+def _read_range(
+    f: BinaryIO,
+    r: ReadRange,
+    options: ReadOptions,
+    stats: ReadStats,
+    numbers: RecordNumbers | None = None,
+) -> Iterator[str]:
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -96,9 +102,16 @@ def _read_range(f: BinaryIO, r: ReadRange, options: ReadOptions, stats: ReadStat
             text, invalid_utf8 = (
                 decode_utf8(value) if is_binary and value is not None else (value or "", False)
             )
-            yield from text_document(text, options, stats, invalid_utf8=invalid_utf8)
+            documents = text_document(text, options, stats, invalid_utf8=invalid_utf8)
+            if numbers is not None:
+                numbers.add(len(documents))
+            yield from documents
 
 
 FORMAT = Format(
-    name="parquet", extensions=(".parquet",), plan_ranges=_plan_ranges, read_range=_read_range
+    name="parquet",
+    extensions=(".parquet",),
+    plan_ranges=_plan_ranges,
+    read_range=_read_range,
+    raw_records=True,
 )

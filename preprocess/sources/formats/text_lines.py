@@ -10,7 +10,13 @@ import re
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from preprocess.sources.documents import Document, ReadStats, decode_utf8, text_document
+from preprocess.sources.documents import (
+    Document,
+    ReadStats,
+    RecordNumbers,
+    decode_utf8,
+    text_document,
+)
 from preprocess.sources.formats.base import TEXT, Format
 from preprocess.sources.lines import LineRecords, read_lines
 from preprocess.sources.options import LINE, ReadOptions
@@ -26,7 +32,7 @@ class _LineDocuments(LineRecords):
         self._doc: Document | None = None
 
     def lines(self, start: int, data: bytes) -> list[str]:
-        return _line_documents(self._owned(start, data), self._options, self._stats)
+        return _line_documents(self._owned(start, data), self._options, self._stats, self.numbers)
 
     def part(self, start: int, part: bytes, first: bool, last: bool) -> list[str]:
         if first:
@@ -37,10 +43,14 @@ class _LineDocuments(LineRecords):
         if last:
             doc.strip_cr()
             pieces += doc.finish()
+        if self.numbers is not None:
+            self.numbers.add(len(pieces), last=last)
         return pieces
 
 
-def _line_documents(data: bytes, options: ReadOptions, stats: ReadStats) -> list[str]:
+def _line_documents(
+    data: bytes, options: ReadOptions, stats: ReadStats, numbers: RecordNumbers | None = None
+) -> list[str]:
     """One document per line of data (complete lines, each ending in '\\n'); the fast path.
 
     Gives exactly what Document gives line by line: the block is decoded at once, and lines are
@@ -59,7 +69,12 @@ def _line_documents(data: bytes, options: ReadOptions, stats: ReadStats) -> list
         len(text) <= options.max_document_chars
         or max(map(len, lines)) <= options.max_document_chars
     ):
-        documents = [line for line in lines if line and not line.isspace()]
+        if numbers is None:
+            documents = [line for line in lines if line and not line.isspace()]
+        else:
+            kept = [i for i, line in enumerate(lines) if line and not line.isspace()]
+            numbers.add_lines(kept, len(lines))
+            documents = [lines[i] for i in kept]
         stats.documents += len(documents)
         stats.documents_empty += len(lines) - len(documents)
         return documents
@@ -68,14 +83,28 @@ def _line_documents(data: bytes, options: ReadOptions, stats: ReadStats) -> list
         invalid_utf8 = False
         if bad_bytes and _ESCAPED_BYTE.search(line):
             line, invalid_utf8 = decode_utf8(line.encode("utf-8", errors="surrogateescape"))
-        documents += text_document(line, options, stats, invalid_utf8=invalid_utf8)
+        pieces = text_document(line, options, stats, invalid_utf8=invalid_utf8)
+        if numbers is not None:
+            numbers.add(len(pieces))
+        documents += pieces
     return documents
 
 
-def _read_range(f: BinaryIO, r: ReadRange, options: ReadOptions, stats: ReadStats) -> Iterator[str]:
-    return read_lines(f, r, options, stats, _LineDocuments)
+def _read_range(
+    f: BinaryIO,
+    r: ReadRange,
+    options: ReadOptions,
+    stats: ReadStats,
+    numbers: RecordNumbers | None = None,
+) -> Iterator[str]:
+    return read_lines(f, r, options, stats, _LineDocuments, numbers)
 
 
 FORMAT = Format(
-    name=TEXT, extensions=(), doc_separator=LINE, plan_ranges=byte_ranges, read_range=_read_range
+    name=TEXT,
+    extensions=(),
+    doc_separator=LINE,
+    plan_ranges=byte_ranges,
+    read_range=_read_range,
+    raw_records=True,
 )

@@ -44,29 +44,33 @@ def corpus(tmp_path_factory) -> dict:
     base = tmp_path_factory.mktemp("planted")
     near_a = d[1][:30] + d[1][31:]  # one word of 60 left out: shorter, so d[1] is kept
     near_b = d[1][:45] + d[1][46:]
+    # The audit names a document by its line: every line counts, empty and skipped ones too.
     a_lines = [
         " ".join(d[0]),  # a:0
         " ".join(d[1]),  # a:1
         " ".join(d[2]),  # a:2
-        "",  # blank: read as no document, numbered as none
-        "  " + "   ".join(d[0]) + " ",  # a:3 exact copy of a:0 (whitespace only)
-        " ".join(near_a),  # a:4 near copy of a:1
-        " ".join(d[3]),  # a:5 shares 20 words with the eval set
-        *fillers[:8],  # a:6 .. a:13
+        "",  # a:3 blank: read as no document, but its line counts
+        "  " + "   ".join(d[0]) + " ",  # a:4 exact copy of a:0 (whitespace only)
+        " ".join(near_a),  # a:5 near copy of a:1
+        " ".join(d[3]),  # a:6 shares 20 words with the eval set
+        *fillers[:8],  # a:7 .. a:14
     ]
     b_lines = [
-        {"text": " ".join(d[2])},  # b:0 exact copy of a:2
-        {"text": " ".join(near_b)},  # b:1 near copy of a:1
-        *({"text": f} for f in fillers[8:]),  # b:2 .. b:5
+        "not JSON",  # b:0 skipped (documents_invalid_json)
+        "",  # b:1 empty
+        json.dumps({"text": " ".join(d[2])}),  # b:2 exact copy of a:2
+        json.dumps({"id": 3}),  # b:3 skipped (documents_missing_field)
+        json.dumps({"text": " ".join(near_b)}),  # b:4 near copy of a:1
+        *(json.dumps({"text": f}) for f in fillers[8:]),  # b:5 .. b:8
     ]
     a, b = base / "a.txt", base / "b.jsonl"
     a.write_text("\n".join(a_lines) + "\n", encoding="utf-8")
-    b.write_text("".join(json.dumps(x) + "\n" for x in b_lines), encoding="utf-8")
+    b.write_text("\n".join(b_lines) + "\n", encoding="utf-8")
     eval_set = base / "eval.jsonl"
     eval_set.write_text(
-        json.dumps({"question": " ".join(d[4])})
-        + "\n"
-        + json.dumps({"question": "Q: " + " ".join(d[3][20:40]) + "?"})
+        json.dumps({"question": " ".join(d[4])})  # eval:0
+        + "\n\n"  # eval:1 empty
+        + json.dumps({"question": "Q: " + " ".join(d[3][20:40]) + "?"})  # eval:2
         + "\n",
         encoding="utf-8",
     )
@@ -130,19 +134,21 @@ def near_run(corpus, tmp_path_factory) -> Path:
 
 def test_near_run_audits_each_planted_removal_exactly(corpus, near_run):
     a, b, ev = corpus["a"], corpus["b"], corpus["eval"]
+    # Each index is the document's 0-based line in its file, empty and skipped lines counted.
     assert _audit(near_run) == [
-        {"source": a, "index": 3, "reason": "exact", "bytes": len(_line(a, 4)),
+        {"source": a, "index": 4, "reason": "exact", "bytes": len(_line(a, 4)),
          "kept": {"source": a, "index": 0}},
-        {"source": a, "index": 4, "reason": "near", "bytes": len(_line(a, 5)),
+        {"source": a, "index": 5, "reason": "near", "bytes": len(_line(a, 5)),
          "kept": {"source": a, "index": 1}},
-        {"source": a, "index": 5, "reason": "contaminated", "bytes": len(_line(a, 6)),
-         "eval": {"source": ev, "index": 1}},
-        {"source": b, "index": 0, "reason": "exact", "bytes": len(_line(a, 2)),
+        {"source": a, "index": 6, "reason": "contaminated", "bytes": len(_line(a, 6)),
+         "eval": {"source": ev, "index": 2}},
+        {"source": b, "index": 2, "reason": "exact", "bytes": len(_line(a, 2)),
          "kept": {"source": a, "index": 2}},
-        {"source": b, "index": 1, "reason": "near",
-         "bytes": len(json.loads(_line(b, 1))["text"]),
+        {"source": b, "index": 4, "reason": "near",
+         "bytes": len(json.loads(_line(b, 4))["text"]),
          "kept": {"source": a, "index": 1}},
     ]  # fmt: skip
+    assert _line(ev, 2).startswith('{"question": "Q: ')
 
 
 def _line(path: str, number: int) -> str:
@@ -183,7 +189,7 @@ def test_inspect_verify_finds_an_audit_that_disagrees(near_run, tmp_path, capsys
     copy = tmp_path / "copy"
     shutil.copytree(near_run, copy)
     (audit,) = [p for p in (copy / "curation").glob("*.jsonl") if "contaminated" in p.read_text()]
-    lines = audit.read_text(encoding="utf-8").splitlines()  # a:3 exact, a:4 near, a:5 contaminated
+    lines = audit.read_text(encoding="utf-8").splitlines()  # a:4 exact, a:5 near, a:6 contaminated
     audit.write_text("\n".join(lines[:-1]) + "\n", encoding="utf-8")
     assert lmshards_main(["inspect", str(copy), "--verify"]) == 1
     err = capsys.readouterr().err
@@ -220,8 +226,8 @@ def test_exact_removes_only_exact_copies(corpus, tmp_path):
     assert _run(corpus, output, "--dedup", "exact") == 0
     a = corpus["a"]
     assert [(x["source"], x["index"], x["reason"], x["kept"]["index"]) for x in _audit(output)] == [
-        (a, 3, "exact", 0),
-        (corpus["b"], 0, "exact", 2),
+        (a, 4, "exact", 0),
+        (corpus["b"], 2, "exact", 2),
     ]
     assert read_manifest(str(output)).curation.options == {}
 
@@ -297,7 +303,7 @@ def test_decontaminate_alone_removes_only_the_contaminated_document(corpus, tmp_
     flags = ["--decontaminate", corpus["eval"], "--decontaminate_text_field", "question"]
     assert _run(corpus, output, *flags) == 0
     assert [(x["index"], x["reason"], x["eval"]["index"]) for x in _audit(output)] == [
-        (5, "contaminated", 1)
+        (6, "contaminated", 2)
     ]
     curation = read_manifest(str(output)).curation
     assert curation.dedup == "none" and curation.clusters == 0

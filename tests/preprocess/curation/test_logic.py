@@ -92,13 +92,21 @@ def test_catch_probabilities_of_the_default_14_by_8():
 
 
 def test_the_longest_document_is_kept_then_the_smallest_digest_then_source_and_index():
-    long = CurationDoc("b.txt", 7, "a b c d e")
-    short = CurationDoc("a.txt", 0, "a b c d")
+    long = CurationDoc("b.txt", 7, "a b c d e", 17)
+    short = CurationDoc("a.txt", 0, "a b c d", 2)
     assert min(node_key(long), node_key(short)) == node_key(long)
-    first, second = CurationDoc("b.txt", 3, "same  text"), CurationDoc("a.txt", 9, "same text")
+    first = CurationDoc("b.txt", 3, "same  text", 30)
+    second = CurationDoc("a.txt", 9, "same text", 90)
     (v,) = exact_verdicts([node_key(first), node_key(second)])
-    assert v == (("b.txt", 3), ("exact", ("a.txt", 9)))
-    assert verdict(node_key(short), node_key(long)) == (("a.txt", 0), ("near", ("b.txt", 7)))
+    # Decided on (source, index), joined back on it; the kept one is named by its record.
+    assert v == (("b.txt", 3), ("exact", ("a.txt", 90)))
+    assert verdict(node_key(short), node_key(long)) == (("a.txt", 0), ("near", ("b.txt", 17)))
+    # The record never decides: of two exact copies the smaller index is kept, whatever their records.
+    a, b = CurationDoc("a.txt", 1, "x", 9), CurationDoc("a.txt", 2, "x", 3)
+    assert next(exact_verdicts([node_key(a), node_key(b)])) == (
+        ("a.txt", 2),
+        ("exact", ("a.txt", 9)),
+    )
 
 
 def test_a_bucket_is_a_star_on_its_smallest_node():
@@ -146,9 +154,9 @@ def test_star_problem_names_a_node_with_two_roots():
     assert "both" in star_problem(5, [("child", 1), ("parent", 7)])
 
 
-def test_documents_are_numbered_in_file_order_across_ranges():
-    counts = [RangeCount("b", 1, 4), RangeCount("a", 0, 3), RangeCount("b", 0, 2)]
-    assert range_offsets(counts) == {("a", 0): 0, ("b", 0): 0, ("b", 1): 2}
+def test_documents_and_records_are_numbered_in_file_order_across_ranges():
+    counts = [RangeCount("b", 1, 4, 6), RangeCount("a", 0, 3, 3), RangeCount("b", 0, 2, 5)]
+    assert range_offsets(counts) == {("a", 0): (0, 0), ("b", 0): (0, 0), ("b", 1): (2, 5)}
 
 
 def test_contamination_names_the_smallest_eval_record():
@@ -157,9 +165,9 @@ def test_contamination_names_the_smallest_eval_record():
     for ref in (("e2", 0), ("e1", 5)):
         for v in document_ngrams(eval_text, 4).tolist():
             index[v] = min(index.get(v, ref), ref)
-    doc = CurationDoc("t", 0, "Yes: THE QUICK brown fox! ran")
+    doc = CurationDoc("t", 0, "Yes: THE QUICK brown fox! ran", 0)
     assert contamination(doc, index, 4) == ("e1", 5)
-    assert contamination(CurationDoc("t", 1, "quick brown fox ran"), index, 4) is None
+    assert contamination(CurationDoc("t", 1, "quick brown fox ran", 1), index, 4) is None
 
 
 def test_audit_lines_round_trip_with_sorted_keys():
@@ -176,7 +184,7 @@ def test_audit_lines_round_trip_with_sorted_keys():
 
 def test_every_pair_of_exact_copies_has_equal_keys():
     texts = ["x  y", "x y", " x\ny "]
-    keys = [node_key(CurationDoc("f", i, t))[1] for i, t in enumerate(texts)]
+    keys = [node_key(CurationDoc("f", i, t, i))[1] for i, t in enumerate(texts)]
     assert all(a == b for a, b in itertools.combinations(keys, 2))
 
 
