@@ -41,6 +41,8 @@ from schemas.tokenizer_info import TOKENIZER_CONFIG_JSON
 
 # Under a preprocess output while it is written; removed before the manifest is written.
 TEMP_DIR_NAME = ".lmshards-tmp"
+# Under TEMP_DIR_NAME: a default-runner preprocess's local spill files (one directory per run).
+SPILL_DIR_PREFIX = "spill-"
 # Written by transformers releases before 5 beside tokenizer_config.json.
 SPECIAL_TOKENS_MAP_JSON = "special_tokens_map.json"
 # Written last by `lmshards dataset export`: the sign of a complete export.

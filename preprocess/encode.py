@@ -93,7 +93,12 @@ def limit_tokenizer_threads(threads: int) -> None:
 
 def encode_documents(tokenizer, texts: list[str]) -> TokenizedChunk:
     """The texts hashed and encoded (a `tokenizers.Tokenizer`; special tokens added by its post-processor)."""
-    ids = [encoding.ids for encoding in tokenizer.encode_batch_fast(texts, add_special_tokens=True)]
+    return chunk_of(texts, tokenizer.encode_batch_fast(texts, add_special_tokens=True))
+
+
+def chunk_of(texts: list[str], encodings: Sequence) -> TokenizedChunk:
+    """The texts with their `tokenizers.Encoding`s (one each, in order) as a TokenizedChunk."""
+    ids = [encoding.ids for encoding in encodings]
     lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
     tokens = np.fromiter(
         itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum())

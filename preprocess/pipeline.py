@@ -34,6 +34,7 @@ from preprocess.curation.plan import plan_curation
 from preprocess.curation.stage import CurateDocuments, CurationOutputs, CurationSettings
 from preprocess.encode import EncodeDocuments, EncodeSettings
 from preprocess.failures import run_failure
+from preprocess.in_process import InProcessJob, PreprocessInProcess
 from preprocess.manifest import (
     ManifestInputs,
     WriteManifest,
@@ -42,7 +43,7 @@ from preprocess.manifest import (
 )
 from preprocess.options import PreprocessConfig, PreprocessError
 from preprocess.pack import REMAINDER_PAD, PackGroups, num_groups
-from preprocess.read import ReadDocuments
+from preprocess.read import ReadDocuments, plan_sized_ranges
 from preprocess.shard import WriteShards
 from preprocess.sources import (
     ReadStats,
@@ -248,6 +249,8 @@ def build_pipeline(pipeline: beam.Pipeline, plan: PreprocessPlan) -> beam.PColle
     """Adds every stage to `pipeline`; returns the PCollection holding the manifest path."""
     config = plan.config
     range_bytes = config.range_mb * MIB
+    if in_process_applies(plan, pipeline.options):
+        return pipeline | "Preprocess" >> PreprocessInProcess(in_process_job(plan))  # str
     read = pipeline | "Read" >> ReadDocuments(
         list(plan.files),
         read_options_from(config),
@@ -284,6 +287,37 @@ def build_pipeline(pipeline: beam.Pipeline, plan: PreprocessPlan) -> beam.PColle
         reading=read.stats,
         before=store,
         curation=curated,
+    )
+
+
+def in_process_applies(plan: PreprocessPlan, options: PipelineOptions | None) -> bool:
+    """The default runner, a local output and no curation: the whole job runs as one step (see
+    preprocess.in_process); the shard bytes are the same either way."""
+    return (
+        options is not None
+        and runners.is_default_runner(options)
+        and plan.curation is None
+        and not fs.is_remote(plan.config.output)
+    )
+
+
+def in_process_job(plan: PreprocessPlan) -> InProcessJob:
+    config = plan.config
+    files, ranges = plan_sized_ranges(
+        list(plan.files), read_options_from(config), range_bytes=int(config.range_mb * MIB)
+    )  # checks every input file, as the reader does
+    return InProcessJob(
+        config=config,
+        ranges=tuple(ranges),
+        read_options=read_options_from(config),
+        total_bytes=sum(f.bytes for f in files),
+        tokenizer_json=plan.tokenizer_source.json_text,
+        vocab_size=plan.tokenizer.vocab_size,
+        groups=plan.groups,
+        pad_id=plan.pad_id,
+        record_bytes=plan.record_bytes,
+        header=plan.manifest_header(),
+        store_header=plan.store_header() if config.keep_tokens else None,
     )
 
 

@@ -184,6 +184,52 @@ def read_batches(
         yield batch
 
 
+def read_sized_range(
+    sized: SizedRange,
+    options: ReadOptions,
+    *,
+    batch_size: int,
+    stats: ReadStats,
+    progress: ReadProgress,
+    numbers: RecordNumbers | None = None,
+) -> Iterator[list[str]]:
+    """The batches of one planned range (see read_batches), its progress reported as they come; checks
+    afterwards that the file did not change while it was read.
+
+    Raises:
+      InputError: the file changed while it was read, or its data is corrupt.
+    """
+    for batch in read_batches(
+        sized.range, options, batch_size=batch_size, stats=stats, numbers=numbers
+    ):
+        yield batch
+        progress.report(sized, stats)
+    check_unchanged(sized.range.path, sized.planned, when="while it was read")
+    progress.report(sized, stats, finished=True)
+
+
+def plan_sized_ranges(
+    files: Sequence[InputFileInfo | str], options: ReadOptions, *, range_bytes: int
+) -> tuple[list[InputFileInfo], list[SizedRange]]:
+    """The input files (paths/globs expanded) and their read ranges with their shares of the input.
+
+    Raises:
+      InputError: an input that cannot be read as its format.
+    """
+    patterns = [f for f in files if isinstance(f, str)]
+    infos = [f for f in files if not isinstance(f, str)] + (
+        expand_inputs(patterns) if patterns else []
+    )
+    ranges = plan_ranges(infos, options=options, range_bytes=range_bytes)
+    logger.info(
+        "input: %.1f MB in %d files, %d read ranges",
+        megabytes(sum(f.bytes for f in infos)),
+        len(infos),
+        len(ranges),
+    )
+    return infos, size_ranges(infos, ranges, options)
+
+
 def is_stats(element: RangeOutput) -> bool:
     return isinstance(element, ReadStats)
 
@@ -244,6 +290,14 @@ class ReadProgress:
 # ---------------------------------------------------------------- Beam
 
 
+def count_read(stats: ReadStats, input_bytes: int) -> None:
+    """Adds what reading found to the Beam counters (call it from a DoFn's own thread)."""
+    for field, name in COUNTERS.items():
+        if value := getattr(stats, field):
+            counter(name).inc(value)
+    counter(INPUT_BYTES_COUNTER).inc(input_bytes)
+
+
 class ReadOutputs(NamedTuple):
     documents: beam.PCollection  # list[str]
     stats: beam.PCollection  # ReadStats: exactly one, the sum over every range
@@ -279,22 +333,11 @@ class ReadDocuments(beam.PTransform):
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        patterns = [f for f in files if isinstance(f, str)]
-        infos = [f for f in files if not isinstance(f, str)] + (
-            expand_inputs(patterns) if patterns else []
-        )
-        ranges = plan_ranges(infos, options=options, range_bytes=range_bytes)
-        self._ranges = size_ranges(infos, ranges, options)
+        infos, self._ranges = plan_sized_ranges(files, options, range_bytes=range_bytes)
         self._total_bytes = sum(f.bytes for f in infos)
         self._options = options
         self._batch_size = batch_size
         self._numbered = numbered
-        logger.info(
-            "input: %.1f MB in %d files, %d read ranges",
-            megabytes(self._total_bytes),
-            len(infos),
-            len(ranges),
-        )
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> ReadOutputs | NumberedReadOutputs:
         read = (
@@ -333,8 +376,6 @@ class _ReadRangeFn(beam.DoFn):
         self._numbered = numbered
         self._batch_size = batch_size
         self._total_bytes = total_bytes
-        self._counters = {field: counter(name) for field, name in COUNTERS.items()}
-        self._input_bytes = counter(INPUT_BYTES_COUNTER)
         self._progress: ReadProgress | None = None
 
     def setup(self) -> None:
@@ -348,8 +389,13 @@ class _ReadRangeFn(beam.DoFn):
         # Only formats that number raw records fill it; the others' records are their documents.
         raw = self._numbered and format_for(sized.range.path, self._options).raw_records
         numbers = RecordNumbers() if raw else None
-        for batch in read_batches(
-            sized.range, self._options, batch_size=self._batch_size, stats=stats, numbers=numbers
+        for batch in read_sized_range(
+            sized,
+            self._options,
+            batch_size=self._batch_size,
+            stats=stats,
+            progress=progress,
+            numbers=numbers,
         ):
             if self._numbered:
                 records = (
@@ -361,13 +407,7 @@ class _ReadRangeFn(beam.DoFn):
             else:
                 yield batch
             documents += len(batch)
-            progress.report(sized, stats)
-        check_unchanged(sized.range.path, sized.planned, when="while it was read")
-        for field, metric in self._counters.items():
-            if value := getattr(stats, field):
-                metric.inc(value)
-        self._input_bytes.inc(sized.input_bytes)
-        progress.report(sized, stats, finished=True)
+        count_read(stats, sized.input_bytes)
         if self._numbered:
             raw_records = numbers.records if numbers is not None else documents
             yield RangeCount(sized.range.path, sized.number, documents, raw_records)

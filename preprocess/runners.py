@@ -185,6 +185,20 @@ def runner_path(options: PipelineOptions) -> str:
     return resolve_runner(options.view_as(StandardOptions).runner)
 
 
+def is_default_runner(options: PipelineOptions) -> bool:
+    """Whether the pipeline runs on the default runner: Beam's FnApiRunner, in this process's memory.
+
+    There preprocess runs as one step (preprocess.in_process); any other runner runs the staged
+    Beam pipeline.
+    """
+    # No runner at all is Beam's own default, the DirectRunner.
+    return (
+        options.view_as(StandardOptions).runner is not None
+        and runner_path(options) == FNAPI_RUNNER
+        and options.view_as(DirectOptions).direct_running_mode == IN_MEMORY
+    )
+
+
 def tokenizer_threads(requested: int, options: PipelineOptions) -> int:
     """--tokenizer_threads, with 0 (auto) resolved: all cores for one in-process worker, else 1.
 

@@ -390,6 +390,30 @@ def finish_store(store: str, manifest: TokenStoreManifest) -> str:
     return path
 
 
+def write_store_manifest(
+    store: str,
+    header: TokenStoreManifest,
+    *,
+    files: Iterable[TokenFileInfo],
+    reading: ReadStats,
+) -> str | None:
+    """Completes the store's manifest with its part files and the readers' counts and writes it (see
+    finish_store); returns its path, or None (nothing written) when no document was read: the run then
+    fails on the shard set's own check."""
+    from preprocess.manifest import utc_timestamp
+
+    files = sorted(files, key=lambda f: f.path)
+    manifest = dataclasses.replace(
+        header,
+        files=tuple(files),
+        documents=sum(f.documents for f in files),
+        tokens=sum(f.tokens for f in files),
+        reading=sum_stats([ReadStats(**header.reading), reading]).as_dict(),
+        created_at=utc_timestamp(),
+    )
+    return finish_store(store, manifest) if manifest.documents else None
+
+
 # ---------------------------------------------------------------- Beam
 
 
@@ -430,19 +454,9 @@ class _WriteStoreManifestFn(beam.DoFn):
         self._header, self._store = header, store
 
     def process(self, _, files: list[TokenFileInfo], reading: ReadStats) -> Iterable[str]:
-        from preprocess.manifest import utc_timestamp
-
-        files = sorted(files, key=lambda f: f.path)
-        manifest = dataclasses.replace(
-            self._header,
-            files=tuple(files),
-            documents=sum(f.documents for f in files),
-            tokens=sum(f.tokens for f in files),
-            reading=sum_stats([ReadStats(**self._header.reading), reading]).as_dict(),
-            created_at=utc_timestamp(),
-        )
-        if manifest.documents:  # else the run fails on the shard set's own check: no document read
-            yield finish_store(self._store, manifest)
+        path = write_store_manifest(self._store, self._header, files=files, reading=reading)
+        if path is not None:
+            yield path
 
 
 class WriteTokenStore(beam.PTransform):

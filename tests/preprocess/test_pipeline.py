@@ -240,6 +240,13 @@ class _Outputs(beam.pipeline.PipelineVisitor):
         self.outputs[node.full_label] = list(node.outputs.values())
 
 
+def _staged_pipeline() -> TestPipeline:
+    """In-process, but not the default runner's set-up: the pipeline runs as its Beam stages."""
+    return TestPipeline(
+        runner="FnApiRunner", options=PipelineOptions(["--direct_running_mode=multi_threading"])
+    )
+
+
 def _shape(element) -> str:
     """A short name of an element's shape: 'list[str]', '(tuple, TokenizedChunk)', 'PackedGroup', ..."""
     if isinstance(element, tuple) and len(element) == 2:
@@ -273,7 +280,7 @@ def small_plan(tmp_path_factory, sample_tokenizer, sample_dir):
 
 
 def test_elements_between_stages_are_typed(small_plan):
-    pipeline = _pipeline()
+    pipeline = _staged_pipeline()
     build_pipeline(pipeline, small_plan)
     visitor = _Outputs()
     pipeline.visit(visitor)
@@ -299,7 +306,7 @@ def test_elements_between_stages_are_typed(small_plan):
 
 def test_no_transform_has_tagged_outputs(small_plan):
     """Beam's DaskRunner delivers a ParDo's tagged outputs into its main output: every step has one output."""
-    pipeline = _pipeline()
+    pipeline = _staged_pipeline()
     build_pipeline(pipeline, small_plan)
     visitor = _Outputs()
     pipeline.visit(visitor)

@@ -1,0 +1,163 @@
+"""The default runner's in-process path: the same bytes as the Beam stages, spills removed, errors kept."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lmshards.cli import main as lmshards_main
+from plumbing.outputs import SPILL_DIR_PREFIX, TEMP_DIR_NAME
+from preprocess import in_process
+from preprocess.encode import TokenizedChunk
+from preprocess.options import PreprocessConfig
+from preprocess.pipeline import in_process_job, plan_preprocess
+from preprocess.sources import InputError
+from preprocess.tokens import iter_store, read_store_manifest
+
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
+INPUTS = ["--input", str(GOLDEN / "docs.jsonl"), "--input", str(GOLDEN / "corpus" / "en.txt")]
+COMMON = ["--seq_len", "48", "--validation_fraction", "0.1", "--packing_group_tokens", "1500"]
+BEAM_STAGES = ["--direct_running_mode=multi_threading"]  # in-process, but the staged Beam pipeline
+OPTION_SETS = {
+    "concat_pad": ["--remainder", "pad", "--shard_multiple", "4", "--seed", "5"],
+    "best_fit": ["--packing", "best_fit", "--shard_multiple", "2"],
+    "keep_tokens": ["--keep_tokens", "--num_shards", "3", "--shard_multiple", "1"],
+}
+
+
+def _preprocess(output: Path, flags: list[str]) -> dict:
+    argv = ["preprocess", *INPUTS, "--tokenizer", str(GOLDEN / "tokenizer.json")]
+    assert lmshards_main([*argv, "--output", str(output), *COMMON, *flags]) == 0
+    manifest = json.loads((output / "manifest.json").read_text(encoding="utf-8"))
+    manifest.pop("created_at")
+    return manifest
+
+
+def _shard_hashes(output: Path) -> dict[str, str]:
+    return {
+        p.relative_to(output).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(output.glob("*/*.tfrecord"))
+    }
+
+
+@pytest.mark.parametrize("name", sorted(OPTION_SETS))
+def test_the_default_runner_writes_the_bytes_of_the_beam_stages(name, tmp_path):
+    flags = OPTION_SETS[name]
+    fast = _preprocess(tmp_path / "fast", flags)
+    staged = _preprocess(tmp_path / "staged", [*flags, *BEAM_STAGES])
+    assert fast == staged  # every shard's SHA-256, the totals, the reading counts
+    assert _shard_hashes(tmp_path / "fast") == _shard_hashes(tmp_path / "staged")
+    assert sum(s["totals"]["records"] for s in fast["splits"].values()) > 20
+    assert not (tmp_path / "fast" / TEMP_DIR_NAME).exists()
+    if "--keep_tokens" in flags:
+        stores = [str(tmp_path / out / "tokens") for out in ("fast", "staged")]
+        manifests = [read_store_manifest(store) for store in stores]
+        assert manifests[0].documents == manifests[1].documents > 0
+        assert manifests[0].tokens == manifests[1].tokens
+        assert manifests[0].reading == manifests[1].reading
+        documents = [
+            sorted(
+                (int(h), tuple(doc.tolist()))
+                for chunk in iter_store(store, manifest)
+                for h, doc in zip(
+                    chunk.hashes, np.split(chunk.tokens, np.cumsum(chunk.lengths)[:-1])
+                )
+            )
+            for store, manifest in zip(stores, manifests)
+        ]
+        assert documents[0] == documents[1]
+
+
+def _job(tmp_path: Path):
+    config = PreprocessConfig(
+        inputs=(str(GOLDEN / "docs.jsonl"),),
+        tokenizer=str(GOLDEN / "tokenizer.json"),
+        output=str(tmp_path / "out"),
+        seq_len=32,
+        packing_group_tokens=500,
+        tokenizer_threads=1,
+    )
+    return in_process_job(plan_preprocess(config))
+
+
+def _spills(job) -> list[Path]:
+    return list((Path(job.config.output) / TEMP_DIR_NAME).glob(f"{SPILL_DIR_PREFIX}*"))
+
+
+def test_a_failing_write_removes_the_spill_files(tmp_path, monkeypatch):
+    job = _job(tmp_path)
+    written = []
+
+    def failing_write(*args, **kwargs):
+        written.append(list((Path(job.config.output) / TEMP_DIR_NAME).rglob("shard-*")))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(in_process, "write_shard", failing_write)
+    with pytest.raises(OSError, match="No space left"):
+        in_process.run_in_process(job)
+    assert written and written[0]  # the shards' spill files were there when the write failed
+    assert _spills(job) == []
+
+
+def test_an_error_in_the_reader_thread_reaches_the_caller_and_stops_every_thread(
+    tmp_path, monkeypatch
+):
+    job = _job(tmp_path)
+    before = threading.active_count()
+
+    def bad_range(*args, **kwargs):
+        yield ["a first document"]
+        raise InputError("input 'x.txt' changed while it was read")
+
+    monkeypatch.setattr(in_process, "read_sized_range", bad_range)
+    with pytest.raises(InputError, match="changed while it was read"):
+        in_process.run_in_process(job)
+    assert threading.active_count() == before
+    assert _spills(job) == []
+
+
+def test_spilled_chunks_and_rows_read_back_as_written(tmp_path):
+    dtype = in_process.narrow_dtype(vocab_size=30_000, seq_len=128)
+    assert dtype == np.dtype("<u2")
+    assert in_process.narrow_dtype(vocab_size=70_000, seq_len=128) == np.dtype("<i4")
+    chunks = [
+        TokenizedChunk(
+            hashes=np.array([2**63 + 5, 7], np.uint64),
+            lengths=np.array([3, 1], np.int32),
+            tokens=np.array([1, 29_999, 4, 8], np.int32),
+        ),
+        TokenizedChunk(
+            hashes=np.array([1], np.uint64),
+            lengths=np.array([2], np.int32),
+            tokens=np.array([0, 65], np.int32),
+        ),
+    ]
+    path = str(tmp_path / "group")
+    for chunk in chunks:
+        in_process.append_chunk(path, chunk, dtype)
+    back = in_process.read_chunks(path, dtype)
+    whole = TokenizedChunk.concat(chunks)
+    for field in ("hashes", "lengths", "tokens"):
+        np.testing.assert_array_equal(getattr(back, field), getattr(whole, field))
+    assert back.tokens.dtype == np.int32
+
+    rows = np.arange(2 * 3 * 4, dtype=dtype).reshape(2, 3, 4)
+    path = str(tmp_path / "shard")
+    in_process.append_rows(path, np.array([9, 2]), rows)
+    in_process.append_rows(path, np.array([4]), rows[:1] + 1)
+    positions, got = in_process.read_rows(path, dtype, (3, 4))
+    assert positions.tolist() == [9, 2, 4]
+    np.testing.assert_array_equal(got, np.concatenate([rows, rows[:1] + 1]))
+    positions, got = in_process.read_rows(str(tmp_path / "none"), dtype, (3, 4))
+    assert positions.size == 0 and got.shape == (0, 3, 4)
+
+
+def test_batches_are_merged_up_to_a_size_and_none_is_lost():
+    batches = [["ab", "c"], ["defg"], ["h"], ["ijklmn"], ["o"]]
+    merged = list(in_process.merged_batches(batches, max_chars=5))
+    assert merged == [["ab", "c", "defg"], ["h", "ijklmn"], ["o"]]
