@@ -10,12 +10,14 @@ In one run, on the same machine, with the same tokenizer.json:
 Each runs in a fresh subprocess; wall time is the process's, start to exit (imports and start-up included),
 and peak RSS is the peak of the summed RSS of its whole process tree (see _measure.py): for (d) the launcher,
 the scheduler and every worker. (d) must write the same shards as (b) (the summary checks the manifests'
-SHA-256s). (b) also runs on smaller subsets of the corpus to show how its peak RSS grows with input.
+SHA-256s). (b) also runs on the corpus repeated 2x and 4x (--scales: the same files copied under other
+names) to show how its peak memory grows with input: bytes per written token at each scale, and the slope
+(peak bytes per added token) between the smallest and the largest.
 
 Usage (from the repository root, with the venv active):
   python -m bench.bench_preprocess --corpus /tmp/bench-corpus/en --json bench-preprocess.json
   python -m bench.bench_preprocess --corpus data/sample/en --sizes 1 --skip-baseline   # quick check
-  python -m bench.bench_preprocess --corpus /tmp/bench-corpus/en --sizes all --skip-baseline --skip-ceiling  # (b) vs (d)
+  python -m bench.bench_preprocess --corpus /tmp/bench-corpus/en --sizes all --scales 1 --skip-baseline --skip-ceiling  # (b) vs (d)
 """
 
 from __future__ import annotations
@@ -55,11 +57,8 @@ HF_STYLE_SCRIPT = BENCH_DIR / "reference_hf_style.py"
 
 NUM_WORKERS = 2  # (c)'s num_proc: the machine this targets has 2 cores
 DEFAULT_LMSHARDS_ARGS = ""  # the product's default runner set-up
-DEFAULT_SIZES = (
-    "30",
-    "65",
-    "all",
-)  # MB of input for (b)'s RSS-growth runs; "all" is the whole corpus
+DEFAULT_SIZES = ("all",)  # MB of input for (b)'s extra runs on subsets; "all" is the whole corpus
+DEFAULT_SCALES = (1, 2, 4)  # (b) on the corpus repeated this many times: how its peak memory grows
 TOKENIZER_VOCAB_SIZE = 32000
 TOKENIZER_SAMPLE_BYTES = 20_000_000
 TOKENIZER_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
@@ -67,8 +66,10 @@ RUN_TIMEOUT_S = 3600.0
 RESULT_PREFIX = "RESULT "  # the line a reference script prints its counts on, as JSON
 
 # What the product promises on the ~130 MB corpus.
-TARGET_VS_CEILING = 0.7  # (b) throughput / (a) throughput
+TARGET_VS_CEILING = 0.9  # (b) throughput / (a) throughput
 TARGET_VS_BASELINE = 2.0  # (b) throughput / (c) throughput
+TARGET_BYTES_PER_TOKEN = 10.0  # (b)'s peak RSS per written token, at every scale
+TARGET_LARGEST_PEAK_BYTES = 2_000_000_000  # (b)'s peak RSS on the 4x corpus (about 540 MB of text)
 
 CEILING, LMSHARDS, HF_STYLE, LMSHARDS_DASK = "ceiling", "lmshards", "hf_style", "lmshards_dask"
 DASK_ARGS = ("--runner", "DaskRunner")  # (d): the flags that make (b) run on Dask
@@ -86,6 +87,7 @@ class Config:
     seq_len: int
     keep_outputs: bool
     lmshards_args: tuple[str, ...]  # runner flags of (b)
+    scales: tuple[int, ...] = (1,)  # (b) on the corpus repeated k times
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +125,7 @@ class Result:
     shards_sha256: str | None = (
         None  # lmshards runs: one hash over every shard's path and SHA-256 in the manifest
     )
+    tokens_written: int | None = None  # lmshards runs: manifest tokens_written summed over splits
 
     @property
     def mb_per_s(self) -> float:
@@ -190,6 +193,59 @@ def inputs_for(config: Config, files: list[Path]) -> dict[str, Input]:
         )
         inputs[size] = Input(f"{size}MB", tuple(subset))
     return inputs
+
+
+def scaled_input(files: Sequence[Path], scale: int, work_dir: Path) -> Input:
+    """The corpus repeated `scale` times: copy k of each file as `k-<name>` (scale 1: the files themselves).
+
+    Copies, not links: discovery reads a file reached twice (a link) only once.
+    """
+    if scale == 1:
+        return Input("all", tuple(files))
+    key = hashlib.sha256(repr([(str(f), f.stat().st_size) for f in files]).encode()).hexdigest()[
+        :12
+    ]
+    out_dir = work_dir / f"scaled-{key}-{scale}x"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    copies = []
+    for k in range(scale):
+        for f in files:
+            dest = out_dir / f"{k}-{f.name}"
+            if not dest.exists() or dest.stat().st_size != f.stat().st_size:
+                shutil.copyfile(f, dest)
+            copies.append(dest)
+    return Input(f"{scale}x", tuple(copies))
+
+
+def memory_growth(results: list[Result]) -> dict[str, Any]:
+    """(b)'s peak RSS per written token on each scaled run, and the slope between the smallest and largest."""
+    runs = sorted(
+        (r for r in results if r.system == LMSHARDS and r.input_label.endswith(("x", "all"))),
+        key=lambda r: r.input_bytes,
+    )
+    runs = [r for r in runs if r.tokens_written]
+    out: dict[str, Any] = {
+        "runs": [
+            {"input": r.input_label, "tokens_written": r.tokens_written,
+             "peak_rss_mb": r.peak_rss_bytes / MB, "peak_pss_mb": r.peak_pss_bytes / MB,
+             "rss_bytes_per_token": r.peak_rss_bytes / r.tokens_written}
+            for r in runs
+        ],
+        "target_bytes_per_token": TARGET_BYTES_PER_TOKEN,
+    }  # fmt: skip
+    if runs:
+        out["met_bytes_per_token"] = all(
+            r.peak_rss_bytes / (r.tokens_written or 1) <= TARGET_BYTES_PER_TOKEN for r in runs
+        )
+        largest = runs[-1]
+        out["largest"] = {"input": largest.input_label, "peak_rss_mb": largest.peak_rss_bytes / MB,
+                          "met_2gb": largest.peak_rss_bytes <= TARGET_LARGEST_PEAK_BYTES}  # fmt: skip
+    if len(runs) >= 2 and runs[-1].tokens_written != runs[0].tokens_written:
+        first, last = runs[0], runs[-1]
+        out["slope_rss_bytes_per_added_token"] = (last.peak_rss_bytes - first.peak_rss_bytes) / (
+            (last.tokens_written or 0) - (first.tokens_written or 0)
+        )
+    return out
 
 
 def train_tokenizer(files: list[Path], work_dir: Path) -> Path:
@@ -283,6 +339,7 @@ def run_lmshards(inp: Input, tokenizer: Path, config: Config, *, system: str = L
         if not config.keep_outputs:
             shutil.rmtree(out_dir, ignore_errors=True)
     tokens = sum(s.totals.tokens_in for s in manifest.splits.values())
+    written = sum(s.totals.tokens_written for s in manifest.splits.values())
     records = sum(s.totals.records for s in manifest.splits.values())
     shards = sorted(
         (shard.path, shard.sha256) for split in manifest.splits.values() for shard in split.shards
@@ -290,6 +347,7 @@ def run_lmshards(inp: Input, tokenizer: Path, config: Config, *, system: str = L
     return dataclasses.replace(
         _result(system, inp, m, tokens=tokens, records=records, internal_s=None, load=load),
         shards_sha256=hashlib.sha256(repr(shards).encode()).hexdigest(),
+        tokens_written=written,
     )
 
 
@@ -401,6 +459,19 @@ def ratio_lines(summary: dict[str, Any]) -> list[str]:
         lines.append(f"lmshards_dask / lmshards on {summary['input']}: wall {r['wall']:.2f}x, CPU seconds {r['cpu']:.2f}x, "
                      f"peak PSS {r['pss']:.2f}x, peak RSS {r['rss']:.2f}x; "
                      f"same shards: {'yes' if r['same_shards'] else 'NO'}")  # fmt: skip
+    growth = summary.get("memory_growth", {})
+    for run in growth.get("runs", []):
+        lines.append(f"lmshards peak RSS on {run['input']}: {run['peak_rss_mb']:.0f} MB for {run['tokens_written']:,} "
+                     f"written tokens = {run['rss_bytes_per_token']:.1f} bytes/token "
+                     f"(target <= {growth['target_bytes_per_token']:g})")  # fmt: skip
+    if "slope_rss_bytes_per_added_token" in growth:
+        lines.append(
+            f"lmshards peak RSS slope: {growth['slope_rss_bytes_per_added_token']:.2f} bytes per added token"
+        )
+    if "largest" in growth:
+        big = growth["largest"]
+        lines.append(f"lmshards peak RSS on {big['input']}: {big['peak_rss_mb']:.0f} MB "
+                     f"(fits in 2 GB: {'met' if big['met_2gb'] else 'NOT met'})")  # fmt: skip
     if "memory_b_below_c" in summary:
         r = summary["memory_b_below_c"]
         lines.append(f"peak memory lmshards {r['b_pss_mb']:.0f} MB PSS / {r['b_rss_mb']:.0f} MB RSS vs hf_style "
@@ -436,6 +507,9 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     p.add_argument("--lmshards-args", default=DEFAULT_LMSHARDS_ARGS,
                    help="runner (and other) flags for (b), replacing the default: %(default)r; e.g. "
                         "'--direct_running_mode=multi_processing --direct_num_workers=2'")  # fmt: skip
+    p.add_argument("--scales", default=",".join(map(str, DEFAULT_SCALES)),
+                   help="comma-separated repeat counts of the whole corpus for (b)'s memory-growth runs "
+                        "(default: %(default)s)")  # fmt: skip
     a = p.parse_args(argv)
     sizes = tuple(s.strip() for s in a.sizes.split(",") if s.strip())
     for s in sizes:
@@ -443,12 +517,18 @@ def parse_args(argv: Sequence[str] | None) -> Config:
             p.error(f"--sizes: {s!r} is neither a number of MB nor 'all' (e.g. --sizes 30,65,all)")
     if not sizes:
         p.error("--sizes is empty (e.g. --sizes 30,65,all)")
+    try:
+        scales = tuple(sorted({int(k) for k in a.scales.split(",") if k.strip()}))
+    except ValueError:
+        scales = ()
+    if not scales or min(scales) < 1:
+        p.error(f"--scales: {a.scales!r} is not a list of repeat counts >= 1 (e.g. --scales 1,2,4)")
     if not a.skip_dask and importlib.util.find_spec("distributed") is None:
         p.error('(d) needs dask: pip install "lmshards[dask]", or pass --skip-dask')
     return Config(corpus=a.corpus, sizes=sizes, skip_baseline=a.skip_baseline, skip_ceiling=a.skip_ceiling,
                   skip_dask=a.skip_dask, json_out=a.json,
                   work_dir=a.work_dir, seq_len=a.seq_len, keep_outputs=a.keep_outputs,
-                  lmshards_args=tuple(shlex.split(a.lmshards_args)))  # fmt: skip
+                  lmshards_args=tuple(shlex.split(a.lmshards_args)), scales=scales)  # fmt: skip
 
 
 def _positive_number(s: str) -> bool:
@@ -481,6 +561,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan += [
         (LMSHARDS, inp) for inp in sorted(set(inputs.values()) - {largest}, key=lambda i: i.bytes)
     ]
+    plan += [
+        (LMSHARDS, scaled_input(files, k, config.work_dir))
+        for k in config.scales
+        if k > 1 or largest.label != "all"
+    ]
     results = []
     for system, inp in plan:
         print(f"running {system} on {inp.label} ({inp.bytes / MB:.1f} MB) ...", flush=True)
@@ -498,6 +583,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
     summary = ratios(results, largest.label)
+    summary["memory_growth"] = memory_growth(results)
     print()
     print(table(results))
     print()

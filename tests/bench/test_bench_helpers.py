@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import pytest
@@ -13,8 +14,10 @@ from bench.bench_preprocess import (
     LMSHARDS,
     Input,
     Result,
+    memory_growth,
     parse_args,
     ratios,
+    scaled_input,
     take_subset,
 )
 
@@ -94,20 +97,20 @@ def _result(system: str, wall_s: float, pss_mb: float) -> Result:
 def test_ratios_compare_throughput_against_the_targets():
     results = [
         _result(CEILING, 20.0, 300),
-        _result(LMSHARDS, 25.0, 900),
-        _result(HF_STYLE, 100.0, 1100),
+        _result(LMSHARDS, 21.0, 900),
+        _result(HF_STYLE, 84.0, 1100),
     ]
     summary = ratios(results, "all")
-    assert summary["b_over_a"]["value"] == pytest.approx(0.8) and summary["b_over_a"]["met"]
-    assert summary["b_over_a"]["by_cpu_time"] == pytest.approx(0.8)
+    assert summary["b_over_a"]["value"] == pytest.approx(20 / 21) and summary["b_over_a"]["met"]
+    assert summary["b_over_a"]["by_cpu_time"] == pytest.approx(20 / 21)
     assert summary["b_over_c"]["value"] == pytest.approx(4.0) and summary["b_over_c"]["met"]
     assert summary["memory_b_below_c"]["met"]
 
     slow = ratios(
         [
             _result(CEILING, 20.0, 300),
-            _result(LMSHARDS, 60.0, 1200),
-            _result(HF_STYLE, 100.0, 1100),
+            _result(LMSHARDS, 23.0, 1200),
+            _result(HF_STYLE, 40.0, 1100),
         ],
         "all",
     )
@@ -121,8 +124,40 @@ def test_ratios_compare_throughput_against_the_targets():
 
 def test_flags_default_to_the_product_set_up_and_reject_bad_sizes(tmp_path, capsys):
     config = parse_args(["--corpus", str(tmp_path)])
-    assert config.sizes == ("30", "65", "all")
+    assert config.sizes == ("all",)
+    assert config.scales == (1, 2, 4)
+    with pytest.raises(SystemExit):
+        parse_args(["--corpus", str(tmp_path), "--scales", "1,0"])
     assert config.lmshards_args == ()
     with pytest.raises(SystemExit):
         parse_args(["--corpus", str(tmp_path), "--sizes", "30,ten"])
     assert "'ten' is neither a number of MB nor 'all'" in capsys.readouterr().err
+
+
+def test_scaled_inputs_repeat_every_file_under_other_names(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    files = [src / "a.txt", src / "b.txt"]
+    for i, f in enumerate(files):
+        f.write_text(f"text {i}\n" * 10)
+    assert scaled_input(files, 1, tmp_path).files == tuple(files)
+    four = scaled_input(files, 4, tmp_path / "work")
+    assert four.label == "4x" and len({p.name for p in four.files}) == 8
+    assert four.bytes == 4 * sum(f.stat().st_size for f in files)
+    assert not any(p.is_symlink() for p in four.files)  # discovery reads a link's target once
+
+
+def test_memory_growth_reports_bytes_per_token_and_the_slope():
+    def run(label: str, tokens: int, rss_mb: float) -> Result:
+        return dataclasses.replace(
+            _result(LMSHARDS, 10.0, rss_mb), input_label=label, tokens_written=tokens
+        )
+
+    flat = memory_growth(
+        [run("all", 40_000_000, 400), run("2x", 80_000_000, 420), run("4x", 160_000_000, 440)]
+    )
+    assert flat["met_bytes_per_token"] and flat["largest"]["met_2gb"]
+    assert flat["slope_rss_bytes_per_added_token"] == pytest.approx(40 * MB / 120_000_000)
+    growing = memory_growth([run("all", 40_000_000, 1200), run("4x", 160_000_000, 4800)])
+    assert not growing["met_bytes_per_token"] and not growing["largest"]["met_2gb"]
+    assert growing["slope_rss_bytes_per_added_token"] == pytest.approx(3600 * MB / 120_000_000)
