@@ -20,6 +20,7 @@ Beam path's (the same layout, permutation, packing and encoding functions), as t
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 import queue
@@ -33,6 +34,7 @@ import apache_beam as beam
 import numpy as np
 
 from plumbing import fs
+from plumbing.errors import TokenizerError
 from plumbing.outputs import SPILL_DIR_PREFIX, TEMP_DIR_NAME
 from plumbing.progress import PROGRESS_EVERY_S
 from plumbing.units import MIB
@@ -78,7 +80,7 @@ ENCODE_BATCH_CHARS = 256 << 10
 # Batches waiting between the threads: enough to ride out a slow batch, few enough to bound memory.
 QUEUE_DEPTH = 2
 # Tokens routed before the packing groups' buffers are appended to their files.
-ROUTE_FLUSH_TOKENS = 4 << 20
+ROUTE_FLUSH_TOKENS = 1 << 20
 # Records serialized at once when a shard is written: bounds the varint buffers, not the shard.
 SERIALIZE_ROWS = 4096
 _HEADER = np.dtype("<i8")
@@ -166,13 +168,20 @@ def shard_records(rows: np.ndarray, order: np.ndarray, names: Sequence[str]) -> 
 
 @dataclasses.dataclass(frozen=True)
 class InProcessJob:
-    """Everything the in-process run needs; small and picklable (the tokenizer is built when it runs)."""
+    """Everything the in-process run needs; small and picklable (the tokenizer is built when it runs).
+
+    The tokenizer travels as its path, not its text: Beam compresses every pickled step with bz2, and a
+    tokenizer.json is MBs.
+    """
 
     config: PreprocessConfig
     ranges: tuple[SizedRange, ...]
     read_options: ReadOptions
     total_bytes: int
-    tokenizer_json: str
+    tokenizer_path: (
+        str  # the tokenizer.json the plan read; its text is read again when the job runs
+    )
+    tokenizer_sha256: str  # of that text: the job refuses a tokenizer changed since it was planned
     vocab_size: int
     groups: dict[str, int]  # split -> packing groups
     pad_id: int | None
@@ -324,6 +333,24 @@ class TokenizeResult:
     token_files: list[TokenFileInfo]
 
 
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def tokenizer_text(job: InProcessJob) -> str:
+    """The planned tokenizer's JSON text, read again.
+
+    Raises:
+      TokenizerError: the file changed since the run was planned.
+    """
+    text = fs.read_text(job.tokenizer_path)
+    if text_sha256(text) != job.tokenizer_sha256:
+        raise TokenizerError(
+            f"Tokenizer file {job.tokenizer_path!r} changed while the run started; run the command again."
+        )
+    return text
+
+
 def tokenize_to_groups(job: InProcessJob, directory: str, dtype: np.dtype) -> TokenizeResult:
     """Reads, encodes and routes every document to its packing group's file under directory.
 
@@ -333,7 +360,7 @@ def tokenize_to_groups(job: InProcessJob, directory: str, dtype: np.dtype) -> To
     limit_tokenizer_threads(job.config.tokenizer_threads)
     from tokenizers import Tokenizer  # after the thread limit, so the pool starts with it
 
-    tokenizer = Tokenizer.from_str(job.tokenizer_json)
+    tokenizer = Tokenizer.from_str(tokenizer_text(job))
     relay = _Relay()
     texts: queue.Queue = queue.Queue(QUEUE_DEPTH)
     encoded: queue.Queue = queue.Queue(QUEUE_DEPTH)

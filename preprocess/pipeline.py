@@ -34,7 +34,7 @@ from preprocess.curation.plan import plan_curation
 from preprocess.curation.stage import CurateDocuments, CurationOutputs, CurationSettings
 from preprocess.encode import EncodeDocuments, EncodeSettings
 from preprocess.failures import run_failure
-from preprocess.in_process import InProcessJob, PreprocessInProcess
+from preprocess.in_process import InProcessJob, PreprocessInProcess, text_sha256
 from preprocess.manifest import (
     ManifestInputs,
     WriteManifest,
@@ -311,7 +311,8 @@ def in_process_job(plan: PreprocessPlan) -> InProcessJob:
         ranges=tuple(ranges),
         read_options=read_options_from(config),
         total_bytes=sum(f.bytes for f in files),
-        tokenizer_json=plan.tokenizer_source.json_text,
+        tokenizer_path=plan.tokenizer_source.json_path,
+        tokenizer_sha256=text_sha256(plan.tokenizer_source.json_text),
         vocab_size=plan.tokenizer.vocab_size,
         groups=plan.groups,
         pad_id=plan.pad_id,

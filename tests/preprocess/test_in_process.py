@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from lmshards.cli import main as lmshards_main
+from plumbing.errors import TokenizerError
 from plumbing.outputs import SPILL_DIR_PREFIX, TEMP_DIR_NAME
 from preprocess import in_process
 from preprocess.encode import TokenizedChunk
@@ -161,3 +162,20 @@ def test_batches_are_merged_up_to_a_size_and_none_is_lost():
     batches = [["ab", "c"], ["defg"], ["h"], ["ijklmn"], ["o"]]
     merged = list(in_process.merged_batches(batches, max_chars=5))
     assert merged == [["ab", "c", "defg"], ["h", "ijklmn"], ["o"]]
+
+
+def test_a_tokenizer_changed_after_planning_is_refused(tmp_path):
+    tokenizer = tmp_path / "tokenizer.json"
+    tokenizer.write_text((GOLDEN / "tokenizer.json").read_text(encoding="utf-8"), encoding="utf-8")
+    config = PreprocessConfig(
+        inputs=(str(GOLDEN / "docs.jsonl"),),
+        tokenizer=str(tokenizer),
+        output=str(tmp_path / "out"),
+        seq_len=32,
+        tokenizer_threads=1,
+    )
+    job = in_process_job(plan_preprocess(config))
+    tokenizer.write_text(tokenizer.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    with pytest.raises(TokenizerError, match="changed while the run started"):
+        in_process.run_in_process(job)
+    assert _spills(job) == []
