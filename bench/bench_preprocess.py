@@ -16,7 +16,7 @@ names) to show how its peak memory grows with input: bytes per written token at 
 
 Usage (from the repository root, with the venv active):
   python -m bench.bench_preprocess --corpus /tmp/bench-corpus/en --json bench-preprocess.json
-  python -m bench.bench_preprocess --corpus data/sample/en --sizes 1 --skip-baseline   # quick check
+  python -m bench.bench_preprocess --corpus data/sample/en --sizes 1 --scales 1 --skip-baseline   # quick check
   python -m bench.bench_preprocess --corpus /tmp/bench-corpus/en --sizes all --scales 1 --skip-baseline --skip-ceiling  # (b) vs (d)
 """
 
