@@ -52,8 +52,9 @@ from bench.bench_preprocess import child_env
 from plumbing import fs
 from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.manifest import Manifest, read_manifest, require_concatenated
+from schemas.metrics_log import read_metrics
 from schemas.records import decode_examples, read_records
-from train.run_dir import RunDir, read_metrics
+from train.run_dir import RunDir
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = REPO_ROOT / "data" / "sample" / "en"

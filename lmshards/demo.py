@@ -47,9 +47,10 @@ from schemas.constants import (
     TRAIN_SPLIT,
     VALIDATION_SPLIT,
 )
+from schemas.layouts import RUN_SUMMARY_JSON
 from schemas.manifest import Manifest, read_manifest
 from schemas.records import decode_examples, read_records
-from train.config import RUN_SUMMARY_JSON, TRAIN_RANGES
+from train.config import TRAIN_RANGES
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # English only: one domain (Austen novels, a software manual, speeches) that a tiny model learns within minutes.

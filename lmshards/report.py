@@ -20,18 +20,20 @@ import numpy as np
 from plumbing import fs
 from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from plumbing.errors import LmshardsError
-from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
+from schemas.constants import (
+    ATTENTION_MASK,
+    INPUT_IDS,
+    MANIFEST_NAME,
+    RUN_CONFIG_JSON,
+    TRAIN_SPLIT,
+    VALIDATION_SPLIT,
+)
+from schemas.layouts import METRICS_JSONL, REPORT_HTML, RUN_SUMMARY_JSON
 from schemas.manifest import Manifest, read_manifest
+from schemas.metrics_log import read_metrics
 from schemas.records import decode_examples, read_records
-from train.config import REPORT_HTML
-from train.run_dir import read_metrics
 
 COMMAND = "report"
-METRICS_JSONL = (
-    "metrics.jsonl"  # train.config's names, repeated so a report needs no training stack
-)
-RUN_CONFIG_JSON = "run_config.json"
-RUN_SUMMARY_JSON = "run_summary.json"
 # Sequences of each split the most-frequent-token baseline reads (the first ones, in manifest order).
 BASELINE_RECORDS = 20_000
 # Room left above and below the accuracies on the accuracy chart, as a share of their spread (at least 0.01).
@@ -76,12 +78,12 @@ def read_run(run_dir: str) -> RunData:
         )
     run_config = json.loads(fs.read_text(config_path))
     metrics_path = fs.join(run_dir, METRICS_JSONL)
-    metrics = read_metrics(metrics_path)  # the trainer's own reader: no TensorFlow
+    metrics = read_metrics(metrics_path)  # the trainer's own reader
     summary_path = fs.join(run_dir, RUN_SUMMARY_JSON)
     summary = json.loads(fs.read_text(summary_path)) if fs.exists(summary_path) else None
     manifests = {}
     for path in run_config.get("train", {}).get("shards", ()):
-        if fs.exists(fs.join(path, "manifest.json")):
+        if fs.exists(fs.join(path, MANIFEST_NAME)):
             manifests[path] = read_manifest(path)
     return RunData(tuple(metrics), run_config, summary, manifests)
 

@@ -27,7 +27,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from plumbing import fs
 from plumbing.errors import LmshardsError, TokenizerError
 from plumbing.lease import output_lease
-from plumbing.outputs import PREPROCESS_OUTPUT, check_no_overlap, check_writable, clear_owned_output
+from plumbing.outputs import check_no_overlap, check_writable, clear_owned_output
 from plumbing.units import MIB
 from preprocess import metrics, runners
 from preprocess.curation.plan import plan_curation
@@ -62,6 +62,7 @@ from schemas.constants import (
     TRAIN_SPLIT,
     VALIDATION_SPLIT,
 )
+from schemas.layouts import PREPROCESS_OUTPUT
 from schemas.manifest import (
     TOKENIZER_RELPATH,
     InputFileInfo,

@@ -21,7 +21,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from plumbing import fs
 from plumbing.errors import LmshardsError
 from plumbing.lease import STALE_AFTER_S, output_lease
-from plumbing.outputs import PREPROCESS_OUTPUT, check_no_overlap
+from plumbing.outputs import check_no_overlap
 from preprocess import runners
 from preprocess.manifest import write_schema_file, write_tokenizer_copy
 from preprocess.options import PreprocessConfig, default_remainder
@@ -43,6 +43,7 @@ from preprocess.tokens import (
     read_store_manifest,
 )
 from schemas.constants import SCHEMA_NAME, TOKENIZER_DIR_NAME
+from schemas.layouts import PREPROCESS_OUTPUT
 from schemas.manifest import TOKENIZER_RELPATH, Manifest
 from schemas.tokenizer_info import TokenizerSource, fingerprint, locate_tokenizer
 from schemas.version import __version__

@@ -17,10 +17,10 @@ from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_log
 from plumbing.errors import LmshardsError
 from plumbing.flag_types import whole
 from plumbing.lease import add_lease_flag, output_lease
-from plumbing.outputs import STATS_OUTPUT
 from plumbing.quiet import load_tensorflow_quietly
 from plumbing.units import format_duration
 from schemas.constants import SPLITS
+from schemas.layouts import STATS_OUTPUT
 
 if TYPE_CHECKING:
     from corpus_tools.stats.stats import StatsReport

@@ -27,13 +27,14 @@ from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from corpus_tools.stats.page import stats_page
-from corpus_tools.stats.token_store import is_token_store, token_store_stats
+from corpus_tools.stats.token_store import token_store_stats
 from corpus_tools.tokenizer.corpus_report import byte_fallback_ids
 from plumbing import fs
 from plumbing.errors import LmshardsError, OutputError
-from plumbing.outputs import STATS_DIR_NAME, STATS_HTML, STATS_JSON
 from preprocess.runners import dry_run, is_dry_run, pipeline_options
 from schemas.constants import ATTENTION_MASK, INPUT_IDS
+from schemas.directory_kind import is_token_store
+from schemas.layouts import STATS_DIR_NAME, STATS_HTML, STATS_JSON
 from schemas.manifest import Manifest, ShardInfo, read_manifest
 from schemas.shards import parse_shard_name
 from schemas.tfmd import schema_for

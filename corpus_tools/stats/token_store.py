@@ -9,7 +9,6 @@ a few bytes per token, so no Beam job is needed.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
@@ -17,21 +16,12 @@ import numpy as np
 from corpus_tools.tokenizer.corpus_report import byte_fallback_ids
 from plumbing import fs
 from preprocess.tokens import check_store_files, iter_store, read_store_manifest
-from schemas.constants import MANIFEST_NAME, TOKENIZER_DIR_NAME, TOKENS_FORMAT
+from schemas.constants import TOKENIZER_DIR_NAME
 from schemas.tokenizer_info import TokenizerSource, checked_tokenizer
 from schemas.version import __version__
 
 # Record lengths for which the page says how many documents would not fit one record.
 RECORD_LENGTHS = (128, 512)
-
-
-def is_token_store(path: str) -> bool:
-    """Whether `path` holds a token store's manifest (not a shard set, which may hold a store inside)."""
-    try:
-        data = json.loads(fs.read_text(fs.join(path, MANIFEST_NAME)))
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and data.get("format") == TOKENS_FORMAT
 
 
 def store_tokenizer(store: str, given: str | None, expected: str) -> TokenizerSource | None:

@@ -295,7 +295,8 @@ def test_dataflow_dry_run_builds_the_job_and_writes_nothing(shards, tmp_path):
 
 def test_the_default_output_belongs_to_the_shard_set_for_overwrite(shards, cli_run):
     """`preprocess --overwrite` once refused 'files lmshards did not write' after a default `lmshards stats`."""
-    from plumbing.outputs import PREPROCESS_OUTPUT, owned_entries
+    from plumbing.outputs import owned_entries
+    from schemas.layouts import PREPROCESS_OUTPUT
 
     owned, foreign = owned_entries(str(shards), kind=PREPROCESS_OUTPUT)
     assert "stats" in owned and not [f for f in foreign if f.startswith("stats")], foreign
