@@ -38,7 +38,7 @@ from typing import Any
 import fsspec.utils
 
 from plumbing import fs
-from preprocess.sources.options import InputError
+from preprocess.sources.core.options import InputError
 from schemas.constants import MANIFEST_NAME
 from schemas.directory_kind import is_lmshards_output
 from schemas.layouts import TEMP_DIR_NAME

@@ -18,8 +18,8 @@ import apache_beam as beam
 
 from plumbing import fs
 from plumbing.errors import OutputError
-from preprocess.pack import sum_totals
 from preprocess.sources import InputError, ReadStats, no_documents_message, sum_stats
+from preprocess.stages.pack import sum_totals
 from schemas.constants import (
     MANIFEST_NAME,
     SPLITS,

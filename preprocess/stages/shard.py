@@ -19,8 +19,8 @@ import numpy as np
 
 from plumbing import fs
 from plumbing.errors import LmshardsError
-from preprocess.metrics import StageProgress, counter
-from preprocess.pack import PackedGroup
+from preprocess.stages.metrics import StageProgress, counter
+from preprocess.stages.pack import PackedGroup
 from schemas.constants import SPLITS, TRAIN_SPLIT
 from schemas.layouts import TEMP_DIR_NAME
 from schemas.manifest import ShardInfo
