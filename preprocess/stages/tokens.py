@@ -36,7 +36,7 @@ from preprocess.stages.encode import TokenizedChunk
 from preprocess.stages.metrics import counter
 from schemas.constants import MANIFEST_FORMAT, MANIFEST_NAME, TOKENS_DIR_NAME, TOKENS_FORMAT
 from schemas.layouts import TEMP_DIR_NAME, is_token_part_name, new_token_part_name
-from schemas.manifest import InputFileInfo, TokenizerInfo
+from schemas.manifest import InputFileInfo, TokenizerInfo, tokenizer_info_from_dict
 
 TOKENS_FORMAT_VERSION = 1
 DOC_HASH_COLUMN = "doc_hash"
@@ -131,14 +131,7 @@ def store_manifest_from_dict(data: dict[str, Any], path: str) -> TokenStoreManif
                 raise ValueError(f"file {f.path!r} is not a part file name")
         manifest = TokenStoreManifest(
             tool_version=data["tool_version"],
-            tokenizer=TokenizerInfo(
-                fingerprint=tok["fingerprint"],
-                vocab_size=int(tok["vocab_size"]),
-                special_token_ids={k: int(v) for k, v in tok["special_token_ids"].items()},
-                all_special_ids=tuple(int(i) for i in tok["all_special_ids"]),
-                model_max_length=tok.get("model_max_length"),
-                path=tok.get("path"),
-            ),
+            tokenizer=tokenizer_info_from_dict(tok),
             id_dtype=data["id_dtype"],
             documents=int(data["documents"]),
             tokens=int(data["tokens"]),
