@@ -78,7 +78,7 @@ def read_run(run_dir: str) -> RunData:
         )
     run_config = json.loads(fs.read_text(config_path))
     metrics_path = fs.join(run_dir, METRICS_JSONL)
-    metrics = read_metrics(metrics_path)  # the trainer's own reader
+    metrics = read_metrics(metrics_path)  # the reader a resumed run starts from
     summary_path = fs.join(run_dir, RUN_SUMMARY_JSON)
     summary = json.loads(fs.read_text(summary_path)) if fs.exists(summary_path) else None
     manifests = {}
