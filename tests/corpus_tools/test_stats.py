@@ -11,18 +11,18 @@ import numpy as np
 import pytest
 
 from corpus_tools.stats import cli
+from corpus_tools.stats.figures import top_tokens
 from corpus_tools.stats.page import rank_frequency_svg, sampled_ranks
 from corpus_tools.stats.stats import (
     AnalyzerCounts,
     StatsConfig,
     StatsError,
-    byte_fallback_ids,
     corpus_stats,
     parse_counts,
     plan_stats,
     run_stats,
-    top_tokens,
 )
+from corpus_tools.tokenizer.corpus_report import byte_fallback_ids
 from plumbing.errors import ManifestError, TokenizerError
 from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.manifest import read_manifest
