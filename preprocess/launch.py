@@ -28,10 +28,11 @@ from plumbing.cli import EXIT_FAILURE, EXIT_OK, print_error
 from plumbing.errors import LmshardsError
 from plumbing.lease import output_lease
 from plumbing.outputs import PREPROCESS_OUTPUT, check_writable, clear_owned_output
-from preprocess import metrics, runners
+from preprocess import runners
 from preprocess.failures import RunFailure, run_failure
-from preprocess.manifest import write_schema_file, write_tokenizer_copy
 from preprocess.options import PreprocessConfig
+from preprocess.stages import metrics
+from preprocess.stages.manifest import write_schema_file, write_tokenizer_copy
 from schemas.constants import (
     PACKED_MANIFEST_FORMAT_VERSION,
     PACKING_CONCAT,

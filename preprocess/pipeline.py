@@ -25,18 +25,10 @@ from plumbing.errors import TokenizerError
 from plumbing.outputs import check_no_overlap
 from plumbing.units import MIB
 from preprocess import runners
-from preprocess.curation.plan import plan_curation
 from preprocess.curation.stage import CurateDocuments, CurationOutputs, CurationSettings
-from preprocess.encode import EncodeDocuments, EncodeSettings
+from preprocess.curation_plan import plan_curation
 from preprocess.launch import Job, ShardSet, manifest_header, run_shard_set
-from preprocess.manifest import (
-    ManifestInputs,
-    WriteManifest,
-)
 from preprocess.options import PreprocessConfig, PreprocessError
-from preprocess.pack import REMAINDER_PAD, PackGroups, num_groups
-from preprocess.read import ReadDocuments
-from preprocess.shard import WriteShards
 from preprocess.sources import (
     ReadStats,
     check_not_empty,
@@ -44,8 +36,16 @@ from preprocess.sources import (
     is_compressed,
     read_options_from,
 )
-from preprocess.split import SplitDocuments, SplitSettings
-from preprocess.tokens import TokenStoreManifest, WriteTokenStore, id_dtype_for
+from preprocess.stages.encode import EncodeDocuments, EncodeSettings
+from preprocess.stages.manifest import (
+    ManifestInputs,
+    WriteManifest,
+)
+from preprocess.stages.pack import REMAINDER_PAD, PackGroups, num_groups
+from preprocess.stages.read import ReadDocuments
+from preprocess.stages.shard import WriteShards
+from preprocess.stages.split import SplitDocuments, SplitSettings
+from preprocess.stages.tokens import TokenStoreManifest, WriteTokenStore, id_dtype_for
 from schemas.constants import (
     PACKING_BEST_FIT,
     PACKING_CONCAT,

@@ -1,6 +1,6 @@
 """`lmshards repack`: a new shard set from a token store, without tokenizing again.
 
-The store (see preprocess.tokens) holds every document's hash and ids and the input sizes its run
+The store (see preprocess.stages.tokens) holds every document's hash and ids and the input sizes its run
 planned with; those are all the split, pack, shard and manifest stages use, so those same stages,
 fed from the store instead of the tokenizer, write the shards and manifest `lmshards preprocess`
 would write from the text with the same options (the manifest adds `repacked_from`). Every option
@@ -29,8 +29,8 @@ from preprocess.pipeline import (
     record_bytes_for,
 )
 from preprocess.sources import ReadStats
-from preprocess.sources.options import READING_FLAGS
-from preprocess.tokens import (
+from preprocess.sources.core.options import READING_FLAGS
+from preprocess.stages.tokens import (
     ReadTokenStore,
     TokenStoreError,
     TokenStoreManifest,

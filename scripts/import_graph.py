@@ -105,7 +105,9 @@ def imports_of(module: str, path: Path, modules: Mapping[str, Path], root: Path)
 def all_edges(root: Path = REPO_ROOT) -> list[Edge]:
     """Every import between project modules."""
     modules = module_files(root)
-    return [edge for name, path in modules.items() for edge in imports_of(name, path, modules, root)]
+    return [
+        edge for name, path in modules.items() for edge in imports_of(name, path, modules, root)
+    ]
 
 
 def folder_of(module: str, root: Path = REPO_ROOT) -> str:
@@ -160,7 +162,9 @@ def floors(graph: Mapping[str, Iterable[str]]) -> dict[str, int]:
     def floor(node: str, seen: frozenset[str]) -> int:
         if node in memo:
             return memo[node]
-        below = [floor(n, seen | {node}) + 1 for n in graph.get(node, ()) if n not in seen and n != node]
+        below = [
+            floor(n, seen | {node}) + 1 for n in graph.get(node, ()) if n not in seen and n != node
+        ]
         memo[node] = max(below, default=0)
         return memo[node]
 
@@ -195,7 +199,11 @@ def check(root: Path = REPO_ROOT) -> Report:
             folders[src].add(dst)
             folder_edges.setdefault((src, dst), edge)
     forbidden = sorted(
-        {edge for edge in edges if (edge.source.split(".")[0], edge.target.split(".")[0]) in FORBIDDEN},
+        {
+            edge
+            for edge in edges
+            if (edge.source.split(".")[0], edge.target.split(".")[0]) in FORBIDDEN
+        },
         key=lambda edge: (edge.path, edge.line, edge.target),
     )
     return Report(circles(modules), circles(folders), forbidden, folder_edges)
@@ -228,13 +236,17 @@ def render(report: Report, *, with_edges: bool = False) -> list[str]:
     if with_edges:
         for (src, dst), edge in sorted(report.folder_edges.items()):
             lines.append(f"edge {src} -> {dst}: {edge.path}:{edge.line}")
-    lines.append("ok: no circles, no forbidden imports" if report.ok else "FAILED: see the lines above")
+    lines.append(
+        "ok: no circles, no forbidden imports" if report.ok else "FAILED: see the lines above"
+    )
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--edges", action="store_true", help="also list every folder-to-folder edge")
+    parser.add_argument(
+        "--edges", action="store_true", help="also list every folder-to-folder edge"
+    )
     args = parser.parse_args(argv)
     report = check()
     print("\n".join(render(report, with_edges=args.edges)))

@@ -7,6 +7,7 @@ import doctest
 import pytest
 
 from preprocess.sources import ReadOptions, detect_format
+from preprocess.sources.core.options import TEXT_READERS
 from preprocess.sources.formats import (
     FORMATS,
     base,
@@ -16,7 +17,6 @@ from preprocess.sources.formats import (
     parquet,
     text_lines,
 )
-from preprocess.sources.options import TEXT_READERS
 
 
 @pytest.mark.parametrize(
