@@ -42,8 +42,8 @@ class Format:
     as FORMAT, and formats.FORMATS would list it):
 
     >>> import io
-    >>> from preprocess.sources.documents import ReadStats
-    >>> from preprocess.sources.options import ReadOptions
+    >>> from preprocess.sources.core.documents import ReadStats
+    >>> from preprocess.sources.core.options import ReadOptions
     >>> def read_tsv(f, r, options, stats, numbers=None):
     ...     data = f.read()
     ...     stats.bytes_read += len(data)
