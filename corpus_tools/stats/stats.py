@@ -450,7 +450,10 @@ def remove_tree(path: str) -> None:
 
 
 def write_stats(output: str, stats: dict[str, Any], frequencies: Sequence[int]) -> StatsReport:
-    """Writes stats.json and stats.html (with the rank-frequency plot of `frequencies`) atomically."""
+    """Writes stats.json and stats.html (with the rank-frequency plot of `frequencies`) atomically,
+    each manifest mismatch logged as a warning first."""
+    for problem in stats["manifest_mismatches"]:
+        logger.warning("stats: %s", problem)
     report = StatsReport(
         stats=stats, json_path=fs.join(output, STATS_JSON), html_path=fs.join(output, STATS_HTML)
     )
@@ -474,8 +477,6 @@ def run_stats(config: StatsConfig, beam_args: Sequence[str] = ()) -> StatsReport
         stats, frequencies = token_store_stats(
             config.shards_dir, top_k=config.top_k, tokenizer=config.tokenizer
         )
-        for problem in stats["manifest_mismatches"]:
-            logger.warning("stats: %s", problem)
         return write_stats(stats_output(config), stats, frequencies)
     plan = plan_stats(config)
     options = pipeline_options(beam_args)
@@ -504,6 +505,4 @@ def run_stats(config: StatsConfig, beam_args: Sequence[str] = ()) -> StatsReport
         remove_tree(work_dir)
     tokenizer = Tokenizer.from_str(plan.tokenizer.json_text) if plan.tokenizer else None
     stats = corpus_stats(counts, plan=plan, tokenizer=tokenizer)
-    for problem in stats["manifest_mismatches"]:
-        logger.warning("stats: %s", problem)
     return write_stats(plan.output, stats, rank_frequency(counts.tokens))
