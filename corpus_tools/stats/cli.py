@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -116,6 +115,7 @@ def _stats(args: argparse.Namespace, beam_args: list[str]) -> int:
     log.info("stats: loading TensorFlow and tensorflow-transform")
     load_tensorflow_quietly(verbose=args.verbose, modules=TENSORFLOW_MODULES)
     from corpus_tools.stats.stats import StatsConfig, run_stats, stats_output
+    from preprocess.launch import report_run
 
     config = StatsConfig(
         shards_dir=args.shards_dir,
@@ -124,19 +124,17 @@ def _stats(args: argparse.Namespace, beam_args: list[str]) -> int:
         top_k=args.top_k,
         tokenizer=args.tokenizer,
     )
-    started = time.monotonic()
-    with output_lease(
-        stats_output(config),
-        command=COMMAND,
-        stale_after_s=args.lease_stale_s,
-        partial_kind=STATS_OUTPUT,
-    ):
-        report = run_stats(config, beam_args)
-    if report is None:
-        print(f"lmshards {COMMAND}: dry run, nothing submitted or written")
-        return 0
-    print(summary(report, time.monotonic() - started))
-    return 0
+
+    def run() -> StatsReport | None:
+        with output_lease(
+            stats_output(config),
+            command=COMMAND,
+            stale_after_s=args.lease_stale_s,
+            partial_kind=STATS_OUTPUT,
+        ):
+            return run_stats(config, beam_args)
+
+    return report_run(COMMAND, run, summary=summary)
 
 
 def summary(report: StatsReport, seconds: float) -> str:
