@@ -19,22 +19,15 @@ TOKENIZER = TokenizerInfo(
 )
 
 
-def _records(
-    rows: int, seq_len: int, *, seed: int, padded_rows: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    """Random non-special ids [rows, seq_len] with <s> ... </s>; the last padded_rows rows half padding."""
+def _records(rows: int, seq_len: int, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random ids and a random 0/1 attention mask, int64 [rows, seq_len] each."""
     rng = np.random.default_rng(seed)
-    ids = rng.integers(5, TOKENIZER.vocab_size, size=(rows, seq_len))
-    ids[:, 0], ids[:, -1] = 0, 2
-    mask = np.ones_like(ids)
-    if padded_rows:
-        mask[-padded_rows:, seq_len // 2 :] = 0
-        ids[mask == 0] = 1
-    return ids, mask
+    shape = (rows, seq_len)
+    return rng.integers(0, TOKENIZER.vocab_size, size=shape), rng.integers(0, 2, size=shape)
 
 
 def test_read_split_returns_tensorflow_written_records_in_manifest_order(tmp_path):
-    train_ids, train_mask = _records(37, 16, seed=2, padded_rows=5)
+    train_ids, train_mask = _records(37, 16, seed=2)
     val_ids, val_mask = _records(9, 16, seed=3)
     splits = {TRAIN_SPLIT: (train_ids, train_mask, 4), VALIDATION_SPLIT: (val_ids, val_mask, 2)}
     manifest = write_shards(tmp_path, splits, seq_len=16, tokenizer=TOKENIZER, inputs=())
