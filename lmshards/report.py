@@ -31,7 +31,7 @@ from schemas.constants import (
 from schemas.layouts import METRICS_JSONL, REPORT_HTML, RUN_SUMMARY_JSON
 from schemas.manifest import Manifest, read_manifest
 from schemas.metrics_log import read_metrics
-from schemas.records import decode_examples, read_records
+from schemas.reading import read_split
 
 COMMAND = "report"
 # Sequences of each split the most-frequent-token baseline reads (the first ones, in manifest order).
@@ -185,20 +185,6 @@ def most_frequent_token(
     return int(np.argmax(counts))
 
 
-def first_records(
-    manifest: Manifest, shards_dir: str, split: str, limit: int
-) -> dict[str, np.ndarray]:
-    """{input_ids, attention_mask: int64 [<= limit, seq_len]}: a split's first records, in manifest order."""
-    records: list[bytes] = []
-    for path in manifest.shard_paths(shards_dir, split):
-        with fs.open_file(path) as f:
-            for record in read_records(f):
-                records.append(record)
-                if len(records) == limit:
-                    return decode_examples(records, (INPUT_IDS, ATTENTION_MASK))
-    return decode_examples(records, (INPUT_IDS, ATTENTION_MASK))
-
-
 def token_baseline(
     data: RunData, run_dir: str, *, limit: int = BASELINE_RECORDS
 ) -> Reference | None:
@@ -212,8 +198,8 @@ def token_baseline(
         return None
     special = list(manifest.tokenizer.never_masked_ids)
     try:
-        train = first_records(manifest, path, TRAIN_SPLIT, limit)
-        validation = first_records(manifest, path, VALIDATION_SPLIT, limit)
+        train = read_split(manifest, path, TRAIN_SPLIT, max_records=limit)
+        validation = read_split(manifest, path, VALIDATION_SPLIT, max_records=limit)
     except (OSError, LmshardsError):
         return None  # shards moved or unreadable: the report shows the rest
     tokens = maskable(validation[INPUT_IDS], validation[ATTENTION_MASK], special)
