@@ -35,21 +35,21 @@ import numpy as np
 
 from plumbing import fs
 from plumbing.errors import TokenizerError
-from plumbing.outputs import SPILL_DIR_PREFIX, TEMP_DIR_NAME
 from plumbing.progress import PROGRESS_EVERY_S
 from plumbing.units import MIB
-from preprocess.encode import TokenizedChunk, chunk_of, limit_tokenizer_threads
-from preprocess.manifest import (
+from preprocess.options import PreprocessConfig
+from preprocess.sources import ReadOptions, ReadStats
+from preprocess.stages.encode import TokenizedChunk, chunk_of, limit_tokenizer_threads
+from preprocess.stages.manifest import (
     build_manifest,
     check_documents_read,
     finish_output,
     utc_timestamp,
 )
-from preprocess.metrics import StageProgress, counter
-from preprocess.options import PreprocessConfig
-from preprocess.pack import PackedGroup, pack_group, split_totals
-from preprocess.read import ReadProgress, SizedRange, count_read, read_sized_range
-from preprocess.shard import (
+from preprocess.stages.metrics import StageProgress, counter
+from preprocess.stages.pack import PackedGroup, pack_group, split_totals
+from preprocess.stages.read import ReadProgress, SizedRange, count_read, read_sized_range
+from preprocess.stages.shard import (
     GroupSize,
     ShardBatch,
     SplitLayout,
@@ -58,9 +58,8 @@ from preprocess.shard import (
     shard_of,
     write_shard,
 )
-from preprocess.sources import ReadOptions, ReadStats
-from preprocess.split import GroupKey, route_documents, validation_threshold
-from preprocess.tokens import (
+from preprocess.stages.split import GroupKey, route_documents, validation_threshold
+from preprocess.stages.tokens import (
     PART_FLUSH_TOKENS,
     TokenFileInfo,
     TokenStoreManifest,
@@ -68,6 +67,7 @@ from preprocess.tokens import (
     write_store_manifest,
 )
 from schemas.constants import SPLITS, TOKENS_DIR_NAME
+from schemas.layouts import SPILL_DIR_PREFIX, TEMP_DIR_NAME
 from schemas.manifest import Manifest, ShardInfo, SplitTotals
 from schemas.records import encode_examples, frame_record
 

@@ -7,7 +7,6 @@ import sys
 
 import pytest
 
-from bench._measure import MB, run_checked, run_measured
 from bench.bench_preprocess import (
     CEILING,
     HF_STYLE,
@@ -18,8 +17,8 @@ from bench.bench_preprocess import (
     parse_args,
     ratios,
     scaled_input,
-    take_subset,
 )
+from bench.common import MB, run_checked, run_measured, take_subset
 
 CHILD_MB = 200
 # A parent that stays small while its child holds CHILD_MB of touched memory for long enough for PSS samples.

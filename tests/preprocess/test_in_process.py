@@ -12,13 +12,13 @@ import pytest
 
 from lmshards.cli import main as lmshards_main
 from plumbing.errors import TokenizerError
-from plumbing.outputs import SPILL_DIR_PREFIX, TEMP_DIR_NAME
 from preprocess import in_process
-from preprocess.encode import TokenizedChunk
 from preprocess.options import PreprocessConfig
 from preprocess.pipeline import in_process_job, plan_preprocess
 from preprocess.sources import InputError
-from preprocess.tokens import iter_store, read_store_manifest
+from preprocess.stages.encode import TokenizedChunk
+from preprocess.stages.tokens import iter_store, read_store_manifest
+from schemas.layouts import SPILL_DIR_PREFIX, TEMP_DIR_NAME
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 INPUTS = ["--input", str(GOLDEN / "docs.jsonl"), "--input", str(GOLDEN / "corpus" / "en.txt")]
