@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from plumbing.errors import LmshardsError
@@ -61,9 +61,11 @@ FP16_MIN_COMPUTE_CAPABILITY = (7, 0)
 # Each host call launches one compiled program and fetches the losses back. On a TPU that round trip
 # (host -> TPU runtime -> host) is comparable to a small model's whole step, so 32 steps per call bring
 # it down to a few percent; on a GPU the launch cost is a Python/tf.function dispatch (~1 ms), so 8
-# steps suffice. On a CPU there is nothing to hide and one step per call keeps progress fine-grained.
-# Logging, evaluation and checkpoint steps cut calls short, so these are upper bounds.
-STEPS_PER_EXECUTION = {PLATFORM_TPU: 32, PLATFORM_GPU: 8, PLATFORM_CPU: 1}
+# steps suffice. On a CPU, XLA (the JAX backend) spends about a third more CPU time per step in a one-step
+# call than in a call of 10 (tiny, batch 32), and 10 divides every default interval; TensorFlow's loop
+# costs the same either way. Logging, evaluation and checkpoint steps cut calls short, so these are upper
+# bounds, and the steps of each call are the same computation whatever the grouping.
+STEPS_PER_EXECUTION = {PLATFORM_TPU: 32, PLATFORM_GPU: 8, PLATFORM_CPU: 10}
 
 # The TPU's matrix unit tiles the batch dimension by 8: a per-core batch that is not a multiple of 8 is
 # padded, and the padding is computed and thrown away.
@@ -251,7 +253,7 @@ def _auto_precision(
 def resolve_steps_per_execution(requested: int | str, *, platform: str) -> int:
     """Training steps per host call for `--steps_per_execution requested`; an int passes through.
 
-    auto: STEPS_PER_EXECUTION[platform] (32 on TPUs, 8 on GPUs, 1 on CPUs).
+    auto: STEPS_PER_EXECUTION[platform] (32 on TPUs, 8 on GPUs, 10 on CPUs).
     Raises:
       LmshardsError: requested is neither 'auto' nor a positive int.
     """
@@ -276,6 +278,19 @@ def steps_in_next_call(
     return min(
         steps_per_execution, stop - step, *(interval - step % interval for interval in every)
     )
+
+
+def call_sizes(n: int, *, most: int, asked: Collection[int]) -> list[int]:
+    """The steps of each compiled call that together run n steps (n <= most): one call of n when n is 1 or
+    `most` or was asked for before (`asked`), else n one-step calls.
+
+    Each distinct call size compiles its own program, which on a CPU takes as long as hundreds of steps
+    of `tiny`: a size asked for once (the steps left in the first logging window) is not worth it; one asked
+    for again (every window of a --log_every that `most` does not divide) is.
+    """
+    if n in (1, most) or n in asked:
+        return [n]
+    return [1] * n
 
 
 def check_tpu_batch(global_batch: int, num_cores: int) -> str | None:

@@ -154,17 +154,26 @@ def test_verdicts_need_every_loss_pair_and_one_fast_backend():
             for a, b in bl.compared_pairs(systems)
         }
     }
+    walls = {systems[0]: 105.0, systems[1]: 130.0, "reference": 100.0}
     v = bl.verdicts(
-        evaluation, {systems[0]: times(150.0), systems[1]: times(90.0), "reference": times(100.0)}
+        evaluation,
+        {systems[0]: times(150.0), systems[1]: times(90.0), "reference": times(100.0)},
+        walls,
     )
     assert v["eval_loss"]["met"] and v["step_time"]["met"]
+    # The default backend (TensorFlow) is judged on its wall time to the last step, start-up included.
+    assert v["default_wall"]["default_backend"] == "lmshards-tensorflow"
+    assert v["default_wall"]["over_reference"] == pytest.approx(1.05) and v["default_wall"]["met"]
     assert v["step_time"]["fastest"] == "lmshards-jax"
     assert v["step_time"]["systems"]["lmshards-tensorflow"]["over_reference"] == pytest.approx(1.5)
     evaluation["pairs"]["lmshards-jax - reference"]["diff"] = 0.03
     slow = bl.verdicts(
-        evaluation, {systems[0]: times(150.0), systems[1]: times(120.0), "reference": times(100.0)}
+        evaluation,
+        {systems[0]: times(150.0), systems[1]: times(120.0), "reference": times(100.0)},
+        {**walls, systems[0]: 115.0},
     )
     assert not slow["eval_loss"]["met"] and not slow["step_time"]["met"]
+    assert not slow["default_wall"]["met"]
 
 
 class _Scorer(torch.nn.Module):
@@ -231,7 +240,7 @@ def test_command_line_options_reach_the_lmshards_command_and_environment(tmp_pat
     ):
         with pytest.raises(SystemExit):
             bl.parse_args(bad)
-    config = bl.parse_args(["--steps", "50", "--lmshards-args", "--steps_per_execution 10", "--threads", "1",
+    config = bl.parse_args(["--steps", "110", "--lmshards-args", "--steps_per_execution 10", "--threads", "1",
                             "--lmshards-env", "TF_NUM_INTEROP_THREADS=2", "--work-dir", str(tmp_path)])  # fmt: skip
     args = bl.train_args(config, shards="S", tokenizer="T", run_dir=tmp_path / "run")
     flags = dict(zip(args[1:-2:2], args[2:-2:2]))
@@ -243,10 +252,10 @@ def test_command_line_options_reach_the_lmshards_command_and_environment(tmp_pat
         "jax",
     ]
     expected = {
-        "--steps": "50",
+        "--steps": "110",
         "--per_replica_batch": "32",
-        "--warmup_steps": "3",
-        "--log_every": "10",
+        "--warmup_steps": "6",
+        "--log_every": "50",
         "--model_preset": "tiny",
         "--learning_rate": "0.0005",
         "--lr_schedule": "linear",

@@ -15,6 +15,7 @@ from plumbing.errors import LmshardsError
 from train import devices
 from train.devices import (
     GpuInfo,
+    call_sizes,
     check_tpu_batch,
     choose_strategy,
     describe_devices,
@@ -90,7 +91,7 @@ def test_no_signal_on_a_plain_machine(tmp_path):
     root = fake_dev(tmp_path, "vfio/vfio", "null", "accel/accel0")
     assert detect_tpu_signals(environ={"TPU_NAME": "", "PATH": "/bin"}, dev_root=root) == []
     report = describe_devices(signals=[], gpus=[], environ={})
-    assert (report.strategy, report.precision, report.steps_per_execution) == ("cpu", "float32", 1)
+    assert (report.strategy, report.precision, report.steps_per_execution) == ("cpu", "float32", 10)
     assert report.device_kind == "CPU" and not report.tpu_expected
 
 
@@ -189,7 +190,7 @@ def test_steps_per_execution():
     assert [resolve_steps_per_execution("auto", platform=p) for p in ("tpu", "gpu", "cpu")] == [
         32,
         8,
-        1,
+        10,
     ]
     assert resolve_steps_per_execution(5, platform="tpu") == 5
     for bad in (0, -3, "8", True):
@@ -393,7 +394,20 @@ def test_summary_and_defaults_of_cpu_strategies(strategy_module):
         assert strategy_module.num_input_pipelines(strategy) == 1
         assert strategy_module.device_defaults(
             strategy, precision="auto", steps_per_execution="auto"
-        ) == ("float32", 1)
+        ) == ("float32", 10)
         assert strategy_module.device_defaults(
             strategy, precision="mixed_bfloat16", steps_per_execution=4
         ) == ("mixed_bfloat16", 4)
+
+
+def test_call_sizes_compile_a_size_only_when_it_comes_again():
+    # The first window of --log_every 50 at 10 per call ends with 9 steps: run as one-step calls, the
+    # program of 1 being compiled already; a size asked for a second time gets its own call.
+    assert call_sizes(1, most=10, asked=set()) == [1]
+    assert call_sizes(10, most=10, asked={1}) == [10]
+    assert call_sizes(9, most=10, asked={1, 10}) == [1] * 9
+    assert call_sizes(9, most=10, asked={1, 9, 10}) == [9]
+    asked: set[int] = set()
+    for n in (1, 10, 10, 10, 10, 9, 10, 10, 10, 10, 10):
+        assert sum(call_sizes(n, most=10, asked=asked)) == n
+        asked.add(n)

@@ -77,7 +77,7 @@ def test_json_on_a_cpu_machine(plain_machine, capsys):
     assert (report["strategy"], report["precision"], report["steps_per_execution"]) == (
         "cpu",
         "float32",
-        1,
+        10,
     )
     assert report["device_kind"] == "CPU" and report["gpus"] == []
     assert set(report["reasons"]) == {"strategy", "precision", "steps_per_execution"}

@@ -3,8 +3,9 @@ plugin with the pinned libtpu mapped, `env --check --backend jax` passes, and it
 
 Building the venv needs the package index and a Python >= 3.12 (found on PATH, under pyenv or by uv); without
 one the module is skipped, saying so. Everything that loads libtpu runs inside `unshare -n` with
-TPU_SKIP_MDS_QUERY=1. Export is not checked here: the `export` extra's torch from the default index is the
-multi-GB CUDA build.
+TPU_SKIP_MDS_QUERY=1. Export is not checked here: it needs torch in this Python >= 3.12 venv, and the only CPU
+torch the test machines can install is a Python 3.11 wheel; the default index's torch for 3.12 is the CUDA build
+(about 2.7 GB of CUDA wheels more to download and install in every run), and PyTorch's CPU index is not reachable.
 """
 
 from __future__ import annotations

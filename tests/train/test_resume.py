@@ -125,7 +125,7 @@ def test_evaluations_are_bounded_then_one_full_pass_is_reported(reference, shard
         "replicas": 1,
         "device_kind": "CPU",
         "precision": "float32",
-        "steps_per_execution": 1,
+        "steps_per_execution": 10,
     }
     run_config = json.loads((reference / "run_config.json").read_text())
     assert (run_config["train"]["precision"], run_config["train"]["steps_per_execution"]) == (
@@ -134,7 +134,7 @@ def test_evaluations_are_bounded_then_one_full_pass_is_reported(reference, shard
     )
     assert (run_config["resolved"]["precision"], run_config["resolved"]["steps_per_execution"]) == (
         "float32",
-        1,
+        10,
     )
     assert run_config["schedule"] == {
         "peak": 1e-3,

@@ -29,6 +29,7 @@ from train.devices import (
     STRATEGY_CPU,
     STRATEGY_MIRRORED,
     STRATEGY_TPU,
+    call_sizes,
     detect_tpu_signals,
     resolve_precision,
     resolve_steps_per_execution,
@@ -115,15 +116,17 @@ class JaxBackend(Backend):
         self.precision = resolve_precision(
             config.precision, platform=platform, gpu_compute_capabilities=capabilities
         )
+        self.steps_per_call = resolve_steps_per_execution(
+            config.steps_per_execution, platform=platform
+        )
+        self._sizes_asked: set[int] = set()  # steps per train_steps call so far
         return Topology(
             strategy=STRATEGY_DATA_PARALLEL,
             replicas=len(self.devices),
             device_kind=self.devices[0].device_kind,
             num_input_pipelines=jax.process_count(),
             precision=self.precision,
-            steps_per_execution=resolve_steps_per_execution(
-                config.steps_per_execution, platform=platform
-            ),
+            steps_per_execution=self.steps_per_call,
         )
 
     def build(self, spec: BuildSpec) -> Restored:
@@ -146,13 +149,13 @@ class JaxBackend(Backend):
             check_no_other_checkpoints(spec.checkpoint_dir)
         else:
             jax_checkpoint.assign_arrays(self.model, self.optimizer, restored[1])
-        self.state = jax_step.state_of(self.model, self.optimizer)
+        self.state = self.mesh.replicate(jax_step.state_of(self.model, self.optimizer))
         self._compile_steps()
         return Restored(int(self.optimizer.iterations.value), restored and restored[0])
 
     def load_weights(self, weights: dict[str, np.ndarray], *, family: str) -> None:
         assign_keras_weights(self.model, weights, family=family)
-        self.state = jax_step.state_of(self.model, self.optimizer)
+        self.state = self.mesh.replicate(jax_step.state_of(self.model, self.optimizer))
 
     def set_schedule(self, schedule: WarmupDecay) -> None:
         self.optimizer.learning_rate = schedule
@@ -164,9 +167,16 @@ class JaxBackend(Backend):
         )
 
     def train_steps(self, n: int) -> np.ndarray:
-        batches = jax_step.stack_batches([next(self.train_input) for _ in range(n)])
-        self.state, losses = self._train_steps(self.state, self.mesh.shard(batches, stacked=True))
-        return np.asarray(losses, np.float32)
+        calls = call_sizes(n, most=self.steps_per_call, asked=self._sizes_asked)
+        self._sizes_asked.add(n)
+        losses = []
+        for size in calls:
+            batches = jax_step.stack_batches([next(self.train_input) for _ in range(size)])
+            self.state, call_losses = self._train_steps(
+                self.state, self.mesh.shard(batches, stacked=True)
+            )
+            losses.append(call_losses)
+        return np.concatenate([np.asarray(x, np.float32) for x in losses])
 
     def eval_batches(
         self, inputs: InputPlan, shard_set: ShardSet, limit: int | None
@@ -177,8 +187,8 @@ class JaxBackend(Backend):
             yield EvalSums(*(float(v) for v in sums))
 
     def non_finite_weights(self) -> tuple[list[str], int]:
-        # One reduction per variable on its devices; only a bool per variable reaches the host.
-        finite = [bool(jax.numpy.isfinite(a).all()) for a in self.state.trainable]
+        # One compiled reduction per variable on its devices; only a bool per variable reaches the host.
+        finite = [bool(ok) for ok in jax_step.all_finite(self.state.trainable)]
         names = [v.path for v in self.model.trainable_variables]
         return [name for name, ok in zip(names, finite) if not ok], len(names)
 

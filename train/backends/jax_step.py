@@ -95,6 +95,22 @@ class Mesh:
     def local_size(self) -> int:
         return len(self.jax_mesh.local_devices)
 
+    def replicate(self, state: TrainState) -> TrainState:
+        """The state with every array laid out as the compiled step returns it: whole on every device.
+
+        Keras leaves a one-device mesh's variables uncommitted; the step's outputs are mesh-replicated, and a
+        jit call whose input layouts change compiles again, so without this the second call compiles the
+        step a second time (as long as the first on a CPU).
+        """
+        replicated = NamedSharding(self.jax_mesh, PartitionSpec())
+
+        def place(arrays: list) -> list:
+            return [
+                a if a.sharding == replicated else jax.device_put(a, replicated) for a in arrays
+            ]
+
+        return TrainState(*(place(arrays) for arrays in state.tree()))
+
     def shard(self, batch: Batch, *, stacked: bool = False) -> dict[str, jax.Array]:
         """This host's part of a global batch -> global arrays split over the mesh along the batch axis.
 
@@ -219,6 +235,12 @@ def eval_fn(model: keras.Model) -> Callable[[TrainState, Batch], jax.Array]:
         return jnp.stack(masked_lm_sums(logits, batch))
 
     return lambda state, batch: sums(state.trainable, state.non_trainable, dict(batch))
+
+
+@jax.jit
+def all_finite(arrays: list[jax.Array]) -> list[jax.Array]:
+    """Whether every element of each array is finite (a bool scalar per array), in one compiled program."""
+    return [jnp.isfinite(a).all() for a in arrays]
 
 
 def stack_batches(batches: Sequence[Batch]) -> dict[str, np.ndarray]:
