@@ -23,9 +23,9 @@ import train  # noqa: E402,F401  (chooses Keras's backend, which importing Tenso
 from bench.reference_input_baseline import run_all as run_reference  # noqa: E402
 from plumbing import fs  # noqa: E402
 from schemas.manifest import TokenizerInfo, manifest_path  # noqa: E402
-from train import mixture  # noqa: E402
-from train.input_plan import InputPlan, masking_for  # noqa: E402
-from train.masking import mask_batch  # noqa: E402
+from train.inputs import mixture  # noqa: E402
+from train.inputs.input_plan import InputPlan, masking_for  # noqa: E402
+from train.inputs.masking import mask_batch  # noqa: E402
 
 # A RoBERTa-style vocabulary for generated shards.
 GENERATED_TOKENIZER = TokenizerInfo(

@@ -29,7 +29,7 @@ from plumbing.outputs import (
 from schemas.directory_kind import OTHER, RUN_DIRECTORY, WHAT, directory_kind
 from schemas.manifest import Manifest
 from schemas.tokenizer_info import TokenizerSource
-from train.backends.registry import DEFAULT_BACKEND
+from train.backend_names import DEFAULT_BACKEND
 from train.config import (
     CHECKPOINTS_DIR,
     METRICS_JSONL,
@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 REFUSE = "refuse"
 WARN = "warn"
 TRAIN_RUN_OUTPUT = "train_run"
-# What both backends save under RUN_DIR/checkpoints (train.checkpoint, train.backends.jax_checkpoint), half-written
+# What both backends save under RUN_DIR/checkpoints (train.backends.tensorflow_checkpoint, train.backends.jax_checkpoint), half-written
 # saves included: TensorFlow's state file and PREFIX_temp/ shards, ckpt-N.index/.data-*, JAX's ckpt-N.npz(.tmp-*).
 _CHECKPOINT_FILE_RE = re.compile(
     r"^(?:checkpoint(?:\.tmp[0-9a-f]*|\.unreadable)?"
