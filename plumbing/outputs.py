@@ -54,7 +54,7 @@ STATS_DIR_NAME = "stats"
 STATS_JSON = "stats.json"
 STATS_HTML = "stats.html"
 
-# `part-{uuid4 hex}.parquet`, the files of a token store (see preprocess.tokens).
+# `part-{uuid4 hex}.parquet`, the files of a token store (see preprocess.stages.tokens).
 TOKEN_PART_RE = re.compile(r"^part-[0-9a-f]{32}\.parquet$")
 
 PREPROCESS_OUTPUT = "preprocess"

@@ -78,7 +78,7 @@ def _inspect(args: argparse.Namespace) -> int:
     if output.endswith("/" + MANIFEST_NAME) or output == MANIFEST_NAME:
         output = output[: -len(MANIFEST_NAME)].rstrip("/") or "."
     if is_token_store(output):
-        from preprocess.tokens import describe_store, read_store_manifest
+        from preprocess.stages.tokens import describe_store, read_store_manifest
 
         store = read_store_manifest(output)
         print(
@@ -174,7 +174,7 @@ def verify_store(store: str, manifest) -> None:
     Raises:
       TokenStoreError: naming the first file that does not match the store's manifest.
     """
-    from preprocess.tokens import check_store_files, iter_store
+    from preprocess.stages.tokens import check_store_files, iter_store
 
     check_store_files(store, manifest)
     for _ in iter_store(store, manifest):

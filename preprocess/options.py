@@ -28,8 +28,6 @@ from plumbing.lease import STALE_AFTER_RANGE, STALE_AFTER_S, add_lease_flag
 from plumbing.units import size_flag
 from preprocess.curation.minhash import DEFAULT_BANDS, DEFAULT_NGRAM, DEFAULT_ROWS
 from preprocess.curation.stage import DEDUP_CHOICES, DEDUP_NONE, DEFAULT_DECONTAMINATE_NGRAM
-from preprocess.pack import DEFAULT_GROUP_TOKENS, REMAINDER_CHOICES, REMAINDER_DROP, REMAINDER_PAD
-from preprocess.shard import DEFAULT_SHARD_MULTIPLE, DEFAULT_TARGET_SHARD_MB
 from preprocess.sources import (
     DEFAULT_TEXT_COLUMN,
     DEFAULT_TEXT_FIELD,
@@ -37,6 +35,13 @@ from preprocess.sources import (
     UTF8,
     add_reading_arguments,
 )
+from preprocess.stages.pack import (
+    DEFAULT_GROUP_TOKENS,
+    REMAINDER_CHOICES,
+    REMAINDER_DROP,
+    REMAINDER_PAD,
+)
+from preprocess.stages.shard import DEFAULT_SHARD_MULTIPLE, DEFAULT_TARGET_SHARD_MB
 from schemas.constants import (
     DEFAULT_SEQ_LEN,
     MIN_SEQ_LEN,
@@ -67,7 +72,7 @@ CURATION_FLAGS = (
 # Declared optional to Beam (which parses every option class on every run), required by `lmshards preprocess`.
 REQUIRED_FLAGS = ("--input", "--tokenizer", "--output")
 # Shard names hold 5-digit indices; far more files than records is a typo (each split also needs one
-# record per shard, checked once the records are counted: preprocess.shard.check_shard_count).
+# record per shard, checked once the records are counted: preprocess.stages.shard.check_shard_count).
 MAX_NUM_SHARDS = 10_000
 MAX_SEQ_LEN = 1 << 20
 MAX_TOKENIZER_THREADS = 1024

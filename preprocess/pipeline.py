@@ -29,21 +29,11 @@ from plumbing.errors import LmshardsError, TokenizerError
 from plumbing.lease import output_lease
 from plumbing.outputs import PREPROCESS_OUTPUT, check_no_overlap, check_writable, clear_owned_output
 from plumbing.units import MIB
-from preprocess import metrics, runners
-from preprocess.curation.plan import plan_curation
+from preprocess import runners
 from preprocess.curation.stage import CurateDocuments, CurationOutputs, CurationSettings
-from preprocess.encode import EncodeDocuments, EncodeSettings
+from preprocess.curation_plan import plan_curation
 from preprocess.failures import run_failure
-from preprocess.manifest import (
-    ManifestInputs,
-    WriteManifest,
-    write_schema_file,
-    write_tokenizer_copy,
-)
 from preprocess.options import PreprocessConfig, PreprocessError
-from preprocess.pack import REMAINDER_PAD, PackGroups, num_groups
-from preprocess.read import ReadDocuments
-from preprocess.shard import WriteShards
 from preprocess.sources import (
     ReadStats,
     check_not_empty,
@@ -51,8 +41,19 @@ from preprocess.sources import (
     is_compressed,
     read_options_from,
 )
-from preprocess.split import SplitDocuments, SplitSettings
-from preprocess.tokens import TokenStoreManifest, WriteTokenStore, id_dtype_for
+from preprocess.stages import metrics
+from preprocess.stages.encode import EncodeDocuments, EncodeSettings
+from preprocess.stages.manifest import (
+    ManifestInputs,
+    WriteManifest,
+    write_schema_file,
+    write_tokenizer_copy,
+)
+from preprocess.stages.pack import REMAINDER_PAD, PackGroups, num_groups
+from preprocess.stages.read import ReadDocuments
+from preprocess.stages.shard import WriteShards
+from preprocess.stages.split import SplitDocuments, SplitSettings
+from preprocess.stages.tokens import TokenStoreManifest, WriteTokenStore, id_dtype_for
 from schemas.constants import (
     PACKED_MANIFEST_FORMAT_VERSION,
     PACKING_BEST_FIT,

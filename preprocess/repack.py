@@ -1,6 +1,6 @@
 """`lmshards repack`: a new shard set from a token store, without tokenizing again.
 
-The store (see preprocess.tokens) holds every document's hash and ids and the input sizes its run
+The store (see preprocess.stages.tokens) holds every document's hash and ids and the input sizes its run
 planned with; those are all the split, pack, shard and manifest stages use, so those same stages,
 fed from the store instead of the tokenizer, write the shards and manifest `lmshards preprocess`
 would write from the text with the same options (the manifest adds `repacked_from`). Every option
@@ -23,7 +23,6 @@ from plumbing.errors import LmshardsError
 from plumbing.lease import STALE_AFTER_S, output_lease
 from plumbing.outputs import PREPROCESS_OUTPUT, check_no_overlap
 from preprocess import runners
-from preprocess.manifest import write_schema_file, write_tokenizer_copy
 from preprocess.options import PreprocessConfig, default_remainder
 from preprocess.pipeline import (
     add_shard_stages,
@@ -34,7 +33,8 @@ from preprocess.pipeline import (
     record_bytes_for,
 )
 from preprocess.sources import ReadStats
-from preprocess.tokens import (
+from preprocess.stages.manifest import write_schema_file, write_tokenizer_copy
+from preprocess.stages.tokens import (
     ReadTokenStore,
     TokenStoreError,
     TokenStoreManifest,

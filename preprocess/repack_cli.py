@@ -26,7 +26,7 @@ from preprocess import runners
 from preprocess.cli import check_flags, setup_preprocess_logging, summary
 from preprocess.failures import RunFailure
 from preprocess.options import CURATION_FLAGS, MAX_NUM_SHARDS, PREPROCESS_RANGES
-from preprocess.pack import REMAINDER_CHOICES
+from preprocess.stages.pack import REMAINDER_CHOICES
 from schemas.constants import PACKING_CHOICES
 
 COMMAND = "repack"

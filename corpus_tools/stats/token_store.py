@@ -16,7 +16,7 @@ import numpy as np
 
 from corpus_tools.tokenizer.corpus_report import byte_fallback_ids
 from plumbing import fs
-from preprocess.tokens import check_store_files, iter_store, read_store_manifest
+from preprocess.stages.tokens import check_store_files, iter_store, read_store_manifest
 from schemas.constants import MANIFEST_NAME, TOKENIZER_DIR_NAME, TOKENS_FORMAT
 from schemas.tokenizer_info import TokenizerSource, checked_tokenizer
 from schemas.version import __version__

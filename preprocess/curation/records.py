@@ -1,7 +1,7 @@
 """What flows through curation: documents with their identity, removals, and the audit's lines.
 
 A document's identity is (source, index): its input file as listed in the manifest's `inputs`,
-and its 0-based number among the documents read from that file (see preprocess.read). The audit
+and its 0-based number among the documents read from that file (see preprocess.stages.read). The audit
 names a document by (source, record) instead: the 0-based number of the raw record it came from,
 the line of a line-document or JSON Lines file (every line counts, empty and skipped ones too), the
 row of a Parquet file, the document of a blank-line or marker file. The pieces of a record split

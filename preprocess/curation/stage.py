@@ -25,8 +25,8 @@ from preprocess.curation.audit import (
 from preprocess.curation.decontaminate import Decontaminate, EvalIndex
 from preprocess.curation.dedup import ExactVerdicts, MinHashSettings, NearVerdicts
 from preprocess.curation.records import CurationDoc, DocRef, Removal
-from preprocess.read import NumberedBatch, NumberedReadOutputs, ReadDocuments, range_offsets
 from preprocess.sources import ReadOptions
+from preprocess.stages.read import NumberedBatch, NumberedReadOutputs, ReadDocuments, range_offsets
 from schemas.manifest import CurationInfo, InputFileInfo
 
 DEDUP_NONE = "none"

@@ -33,11 +33,9 @@ Inputs that can give nothing are refused: check_not_empty (every file 0 bytes) a
 no_documents_message says why a run read no document at all.
 """
 
-from preprocess.sources.compression import is_compressed
-from preprocess.sources.documents import ReadStats, RecordNumbers, sum_stats
-from preprocess.sources.files import InputDiscovery, check_not_empty, discover_inputs, expand_inputs
-from preprocess.sources.formats import detect_format
-from preprocess.sources.options import (
+from preprocess.sources.core.compression import is_compressed
+from preprocess.sources.core.documents import ReadStats, RecordNumbers, sum_stats
+from preprocess.sources.core.options import (
     BLANK_LINE,
     DEFAULT_TEXT_COLUMN,
     DEFAULT_TEXT_FIELD,
@@ -50,7 +48,9 @@ from preprocess.sources.options import (
     add_reading_arguments,
     read_options_from,
 )
-from preprocess.sources.ranges import DEFAULT_RANGE_BYTES, ReadRange
+from preprocess.sources.core.ranges import DEFAULT_RANGE_BYTES, ReadRange
+from preprocess.sources.files import InputDiscovery, check_not_empty, discover_inputs, expand_inputs
+from preprocess.sources.formats import detect_format
 from preprocess.sources.reader import iter_documents, no_documents_message, plan_ranges, read_range
 
 __all__ = [

@@ -20,17 +20,17 @@ import re
 from collections.abc import Sequence
 
 from plumbing import fs
-from preprocess.sources.compression import (
+from preprocess.sources.core.compression import (
     check_magic,
     is_compressed,
     open_decompressed,
     strip_compression,
 )
-from preprocess.sources.documents import utf8_boundary
+from preprocess.sources.core.documents import utf8_boundary
+from preprocess.sources.core.lines import WIDE_BOMS
+from preprocess.sources.core.options import InputError, ReadOptions
 from preprocess.sources.formats import format_for, parquet
 from preprocess.sources.formats.base import Format
-from preprocess.sources.lines import WIDE_BOMS
-from preprocess.sources.options import InputError, ReadOptions
 from schemas.manifest import InputFileInfo
 
 # How much of each file (decompressed) is looked at.

@@ -39,7 +39,7 @@ import fsspec.utils
 
 from plumbing import fs
 from plumbing.outputs import TEMP_DIR_NAME, is_lmshards_output
-from preprocess.sources.options import InputError
+from preprocess.sources.core.options import InputError
 from schemas.constants import MANIFEST_NAME
 from schemas.manifest import InputFileInfo
 

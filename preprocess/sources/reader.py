@@ -11,13 +11,13 @@ import logging
 import sys
 from collections.abc import Iterator, Sequence
 
-from preprocess.sources.compression import is_compressed, open_decompressed
 from preprocess.sources.content import check_contents
-from preprocess.sources.documents import ReadStats, RecordNumbers
+from preprocess.sources.core.compression import is_compressed, open_decompressed
+from preprocess.sources.core.documents import ReadStats, RecordNumbers
+from preprocess.sources.core.options import InputError, ReadOptions
+from preprocess.sources.core.ranges import DEFAULT_RANGE_BYTES, TO_END, ReadRange
 from preprocess.sources.files import InputDiscovery, discover_inputs, shown_paths
 from preprocess.sources.formats import format_for
-from preprocess.sources.options import InputError, ReadOptions
-from preprocess.sources.ranges import DEFAULT_RANGE_BYTES, TO_END, ReadRange
 from schemas.manifest import InputFileInfo
 
 logger = logging.getLogger(__name__)

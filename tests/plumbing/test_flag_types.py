@@ -10,7 +10,7 @@ import pytest
 from lmshards.cli import main as lmshards_main
 from plumbing.flag_types import COUNT, SEED, FlagRangeError, real, whole
 from preprocess.options import PreprocessConfig
-from preprocess.shard import ShardCountError, check_shard_count
+from preprocess.stages.shard import ShardCountError, check_shard_count
 from train.config import TrainConfig
 
 

@@ -6,7 +6,7 @@ import hashlib
 
 import numpy as np
 
-from preprocess.encode import TokenizedChunk, doc_hash, encode_documents
+from preprocess.stages.encode import TokenizedChunk, doc_hash, encode_documents
 
 
 def chunk_of(docs: dict[int, list[int]]) -> TokenizedChunk:

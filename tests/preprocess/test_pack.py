@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from preprocess.encode import TokenizedChunk
-from preprocess.pack import (
+from preprocess.stages.encode import TokenizedChunk
+from preprocess.stages.pack import (
     best_fit_bins,
     num_groups,
     order_by_hash,

@@ -11,10 +11,10 @@ import pytest
 
 from lmshards.cli import main as lmshards_main
 from plumbing.errors import ManifestError
-from preprocess.encode import encode_documents
 from preprocess.options import PreprocessConfig, PreprocessError
 from preprocess.pipeline import check_packing_options
 from preprocess.repack import RepackConfig, run_repack
+from preprocess.stages.encode import encode_documents
 from schemas.constants import PACKED_MANIFEST_FORMAT_VERSION
 from schemas.manifest import read_manifest, require_concatenated
 from schemas.records import decode_examples, read_records

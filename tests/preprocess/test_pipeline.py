@@ -15,12 +15,12 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 import preprocess
-from preprocess.encode import EncodeDocuments, EncodeSettings, TokenizedChunk, doc_hash
 from preprocess.options import PreprocessConfig
-from preprocess.pack import PackedGroup, PackGroups, pack_blocks
 from preprocess.pipeline import build_pipeline, plan_preprocess, write_known_files
-from preprocess.shard import ShardBatch, WriteShards
-from preprocess.split import SplitDocuments, SplitSettings, split_of, validation_threshold
+from preprocess.stages.encode import EncodeDocuments, EncodeSettings, TokenizedChunk, doc_hash
+from preprocess.stages.pack import PackedGroup, PackGroups, pack_blocks
+from preprocess.stages.shard import ShardBatch, WriteShards
+from preprocess.stages.split import SplitDocuments, SplitSettings, split_of, validation_threshold
 from schemas.manifest import ShardInfo, SplitTotals
 from schemas.records import read_records
 from schemas.shards import parse_shard_name

@@ -14,11 +14,11 @@ import zstandard
 
 from plumbing import fs
 from preprocess.cli import main as preprocess_main
-from preprocess.encode import doc_hash
 from preprocess.options import PreprocessConfig
 from preprocess.pipeline import run_pipeline
 from preprocess.sources import InputError, ReadOptions, iter_documents
-from preprocess.split import split_of, validation_threshold
+from preprocess.stages.encode import doc_hash
+from preprocess.stages.split import split_of, validation_threshold
 from schemas.manifest import read_manifest
 from schemas.records import read_records
 from schemas.shards import parse_shard_name

@@ -12,9 +12,9 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from preprocess.metrics import METRICS_NAMESPACE
-from preprocess.read import COUNTERS, INPUT_BYTES_COUNTER, ReadDocuments
 from preprocess.sources import InputError, ReadOptions, ReadStats, expand_inputs
+from preprocess.stages.metrics import METRICS_NAMESPACE
+from preprocess.stages.read import COUNTERS, INPUT_BYTES_COUNTER, ReadDocuments
 
 LINES = (
     b"\xef\xbb\xbf" + b"alpha one\r\n\r\nbeta \xff two\r\ngamma\x00 three\n   \ndelta four\n" * 3

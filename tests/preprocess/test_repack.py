@@ -17,7 +17,7 @@ from preprocess.failures import RunFailure
 from preprocess.options import PreprocessConfig
 from preprocess.pipeline import run_pipeline
 from preprocess.repack import RepackConfig, run_repack
-from preprocess.tokens import TokenStoreError, read_store_manifest
+from preprocess.stages.tokens import TokenStoreError, read_store_manifest
 from schemas.manifest import read_manifest
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
@@ -213,12 +213,12 @@ def test_a_part_damaged_in_place_fails_the_run_naming_it_and_leaves_no_output(st
 def test_a_run_interrupted_by_a_full_disk_leaves_no_manifest(store_run, tmp_path, monkeypatch):
     import errno
 
-    import preprocess.shard
+    import preprocess.stages.shard
 
     def full_disk(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(preprocess.shard, "write_shard", full_disk)
+    monkeypatch.setattr(preprocess.stages.shard, "write_shard", full_disk)
     out = tmp_path / "out"
     with pytest.raises(RunFailure, match="the disk is full"):
         run_repack(RepackConfig(tokens=str(store_run), output=str(out)), IN_PROCESS)

@@ -358,7 +358,7 @@ def test_worker_errors_are_traced_back_to_what_the_user_can_fix():
     # Worker processes, Dask, Dataflow: the worker's traceback as text.
     remote = RuntimeError(
         'Traceback (most recent call last):\n  File "/w/preprocess/read.py", line 1, in process\n'
-        "preprocess.sources.options.InputError: '/data/x.gz': truncated; re-create it. "
+        "preprocess.sources.core.options.InputError: '/data/x.gz': truncated; re-create it. "
         "[while running 'Read/ReadRanges']\n"
     )
     error = user_error(remote)
@@ -387,7 +387,7 @@ def test_beams_log_records_of_reported_failures_are_recognised():
         exc_info = (type(exc), exc, None) if exc else None
         return logging.LogRecord(name, level, __file__, 1, message, (), exc_info)
 
-    escaped = r"worker: Error processing\ntreceback\npreprocess.sources.options.InputError: \'x.gz\': truncated"
+    escaped = r"worker: Error processing\ntreceback\npreprocess.sources.core.options.InputError: \'x.gz\': truncated"
     assert is_reported_failure(
         record("apache_beam.runners.portability.local_job_service", logging.ERROR, escaped)
     )
@@ -403,7 +403,7 @@ def test_beams_log_records_of_reported_failures_are_recognised():
         record("apache_beam.runners.common", logging.ERROR, "a bug", ValueError("bug"))
     )
     assert not is_reported_failure(
-        record("preprocess.read", logging.ERROR, "InputError", InputError("x"))
+        record("preprocess.stages.read", logging.ERROR, "InputError", InputError("x"))
     )
     assert not is_reported_failure(
         record("apache_beam.runners.common", logging.WARNING, "", InputError("x"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from preprocess.pack import PackedGroup, pack_blocks
-from preprocess.shard import (
+from preprocess.stages.pack import PackedGroup, pack_blocks
+from preprocess.stages.shard import (
     GroupSize,
     ShardBatch,
     layout_splits,

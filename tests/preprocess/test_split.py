@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from preprocess.encode import TokenizedChunk, doc_hash
-from preprocess.split import (
+from preprocess.stages.encode import TokenizedChunk, doc_hash
+from preprocess.stages.split import (
     SplitSettings,
     _RouteFn,
     route_documents,

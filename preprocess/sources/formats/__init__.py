@@ -10,10 +10,10 @@ FORMATS.
 
 from __future__ import annotations
 
-from preprocess.sources.compression import strip_compression
+from preprocess.sources.core.compression import strip_compression
+from preprocess.sources.core.options import ReadOptions
 from preprocess.sources.formats import blank_lines, jsonl, marker_lines, parquet, text_lines
 from preprocess.sources.formats.base import TEXT, Format
-from preprocess.sources.options import ReadOptions
 
 FORMATS: tuple[Format, ...] = (
     text_lines.FORMAT,

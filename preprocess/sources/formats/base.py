@@ -6,9 +6,9 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from preprocess.sources.documents import ReadStats, RecordNumbers
-from preprocess.sources.options import ReadOptions
-from preprocess.sources.ranges import ReadRange, whole_file
+from preprocess.sources.core.documents import ReadStats, RecordNumbers
+from preprocess.sources.core.options import ReadOptions
+from preprocess.sources.core.ranges import ReadRange, whole_file
 from schemas.manifest import InputFileInfo
 
 TEXT = "text"  # the name of the formats that read every file no other format claims

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from preprocess.sources.documents import Document, ReadStats, RecordNumbers
+from preprocess.sources.core.documents import Document, ReadStats, RecordNumbers
+from preprocess.sources.core.lines import BOM, CONTENT_BYTE, LINE_SPACE, LineRecords, read_lines
+from preprocess.sources.core.options import BLANK_LINE, ReadOptions
+from preprocess.sources.core.ranges import ReadRange, byte_ranges
 from preprocess.sources.formats.base import TEXT, Format
-from preprocess.sources.lines import BOM, CONTENT_BYTE, LINE_SPACE, LineRecords, read_lines
-from preprocess.sources.options import BLANK_LINE, ReadOptions
-from preprocess.sources.ranges import ReadRange, byte_ranges
 
 _BACKSCAN_BYTES = 64 * 1024
 

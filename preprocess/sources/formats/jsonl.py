@@ -17,11 +17,11 @@ import logging
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from preprocess.sources.documents import ReadStats, RecordNumbers, decode_utf8, text_document
+from preprocess.sources.core.documents import ReadStats, RecordNumbers, decode_utf8, text_document
+from preprocess.sources.core.lines import CONTENT_BYTE, LineRecords, read_lines
+from preprocess.sources.core.options import InputError, ReadOptions
+from preprocess.sources.core.ranges import DEFAULT_RANGE_BYTES, ReadRange, byte_ranges
 from preprocess.sources.formats.base import Format
-from preprocess.sources.lines import CONTENT_BYTE, LineRecords, read_lines
-from preprocess.sources.options import InputError, ReadOptions
-from preprocess.sources.ranges import DEFAULT_RANGE_BYTES, ReadRange, byte_ranges
 
 logger = logging.getLogger(__name__)
 

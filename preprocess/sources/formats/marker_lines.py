@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from preprocess.sources.documents import Document, ReadStats, RecordNumbers
+from preprocess.sources.core.documents import Document, ReadStats, RecordNumbers
+from preprocess.sources.core.lines import BOM, LineRecords, read_lines
+from preprocess.sources.core.options import MARKER_LINE, MAX_MARKER_LINE_BYTES, ReadOptions
+from preprocess.sources.core.ranges import ReadRange, byte_ranges
 from preprocess.sources.formats.base import TEXT, Format
-from preprocess.sources.lines import BOM, LineRecords, read_lines
-from preprocess.sources.options import MARKER_LINE, MAX_MARKER_LINE_BYTES, ReadOptions
-from preprocess.sources.ranges import ReadRange, byte_ranges
 
 
 class _MarkerDocuments(LineRecords):

@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from plumbing import fs
-from preprocess.sources.compression import is_compressed
-from preprocess.sources.documents import ReadStats, RecordNumbers, decode_utf8, text_document
+from preprocess.sources.core.compression import is_compressed
+from preprocess.sources.core.documents import ReadStats, RecordNumbers, decode_utf8, text_document
+from preprocess.sources.core.options import InputError, ReadOptions
+from preprocess.sources.core.ranges import TO_END, ReadRange, whole_file
 from preprocess.sources.formats.base import Format
-from preprocess.sources.options import InputError, ReadOptions
-from preprocess.sources.ranges import TO_END, ReadRange, whole_file
 from schemas.manifest import InputFileInfo
 
 PARQUET_BATCH_ROWS = 1024

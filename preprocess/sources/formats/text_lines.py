@@ -10,17 +10,17 @@ import re
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from preprocess.sources.documents import (
+from preprocess.sources.core.documents import (
     Document,
     ReadStats,
     RecordNumbers,
     decode_utf8,
     text_document,
 )
+from preprocess.sources.core.lines import LineRecords, read_lines
+from preprocess.sources.core.options import LINE, ReadOptions
+from preprocess.sources.core.ranges import ReadRange, byte_ranges
 from preprocess.sources.formats.base import TEXT, Format
-from preprocess.sources.lines import LineRecords, read_lines
-from preprocess.sources.options import LINE, ReadOptions
-from preprocess.sources.ranges import ReadRange, byte_ranges
 
 # The lone surrogates that "surrogateescape" decoding makes of bytes that are not UTF-8.
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lmshards.cli import main as lmshards_main
-from preprocess.tokens import read_store_manifest
+from preprocess.stages.tokens import read_store_manifest
 from schemas.manifest import read_manifest
 
 GOLDEN = Path(__file__).resolve().parents[2] / "data" / "golden"

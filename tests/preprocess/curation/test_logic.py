@@ -32,7 +32,7 @@ from preprocess.curation.records import (
     removal_from_line,
 )
 from preprocess.curation.text import exact_form, ngram_hashes, shingles, word_hashes, words
-from preprocess.read import RangeCount, range_offsets
+from preprocess.stages.read import RangeCount, range_offsets
 
 
 def test_exact_form_is_nfc_with_whitespace_collapsed():

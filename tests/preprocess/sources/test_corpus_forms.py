@@ -15,7 +15,6 @@ import pytest
 import zstandard
 
 from plumbing import fs
-from preprocess.read import read_batches
 from preprocess.sources import (
     InputError,
     ReadOptions,
@@ -27,6 +26,7 @@ from preprocess.sources import (
     plan_ranges,
 )
 from preprocess.sources.formats import jsonl
+from preprocess.stages.read import read_batches
 from tests.helpers.text_corpus import expected_documents, random_corpus, read_in_ranges, write
 
 TEXT = random_corpus(11, lines=400, crlf=False, bom=False)

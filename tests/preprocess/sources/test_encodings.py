@@ -9,8 +9,9 @@ import json
 
 import pytest
 
-from preprocess.sources import ReadOptions, ReadStats, documents, iter_documents
-from preprocess.sources import lines as line_reading
+from preprocess.sources import ReadOptions, ReadStats, iter_documents
+from preprocess.sources.core import documents
+from preprocess.sources.core import lines as line_reading
 from tests.helpers.text_corpus import random_corpus, read_in_ranges, tree_bytes, write
 
 WIDE = [  # (codec, byte-order mark, ReadStats counter)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from preprocess.sources import ReadOptions, detect_format
+from preprocess.sources.core.options import TEXT_READERS
 from preprocess.sources.formats import FORMATS, blank_lines, format_for, jsonl, parquet, text_lines
-from preprocess.sources.options import TEXT_READERS
 
 
 @pytest.mark.parametrize(

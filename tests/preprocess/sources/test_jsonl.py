@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from preprocess.sources import ReadOptions, ReadStats, iter_documents
-from preprocess.sources import lines as line_reading
+from preprocess.sources.core import lines as line_reading
 from preprocess.sources.formats import jsonl
 from tests.helpers.text_corpus import BOM, read_in_ranges, write
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from preprocess.sources.compression import is_compressed
-from preprocess.sources.options import ReadOptions
+from preprocess.sources.core.compression import is_compressed
+from preprocess.sources.core.options import ReadOptions
 from schemas.manifest import InputFileInfo
 
 DEFAULT_RANGE_BYTES = 64 * 1024 * 1024

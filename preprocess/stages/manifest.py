@@ -19,8 +19,8 @@ import apache_beam as beam
 from plumbing import fs
 from plumbing.errors import OutputError
 from plumbing.outputs import SPECIAL_TOKENS_MAP_JSON, TEMP_DIR_NAME
-from preprocess.pack import sum_totals
 from preprocess.sources import InputError, ReadStats, no_documents_message, sum_stats
+from preprocess.stages.pack import sum_totals
 from schemas.constants import (
     MANIFEST_NAME,
     SPLITS,

@@ -32,9 +32,9 @@ from apache_beam.transforms.window import GlobalWindows
 from plumbing import fs
 from plumbing.errors import LmshardsError
 from plumbing.outputs import TEMP_DIR_NAME, TOKEN_PART_RE
-from preprocess.encode import TokenizedChunk
-from preprocess.metrics import counter
 from preprocess.sources import ReadStats, sum_stats
+from preprocess.stages.encode import TokenizedChunk
+from preprocess.stages.metrics import counter
 from schemas.constants import MANIFEST_FORMAT, MANIFEST_NAME, TOKENS_DIR_NAME, TOKENS_FORMAT
 from schemas.manifest import InputFileInfo, TokenizerInfo
 
@@ -430,7 +430,7 @@ class _WriteStoreManifestFn(beam.DoFn):
         self._header, self._store = header, store
 
     def process(self, _, files: list[TokenFileInfo], reading: ReadStats) -> Iterable[str]:
-        from preprocess.manifest import utc_timestamp
+        from preprocess.stages.manifest import utc_timestamp
 
         files = sorted(files, key=lambda f: f.path)
         manifest = dataclasses.replace(

@@ -14,7 +14,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
-from preprocess.encode import TokenizedChunk
+from preprocess.stages.encode import TokenizedChunk
 from schemas.constants import SPLITS, TRAIN_SPLIT, VALIDATION_SPLIT
 
 # Tokens a worker buffers before emitting its chunks (int32: 4 bytes each).

@@ -22,7 +22,7 @@ from typing import BinaryIO, cast
 import zstandard
 
 from plumbing import fs
-from preprocess.sources.options import InputError
+from preprocess.sources.core.options import InputError
 
 # Compressed bytes fed to the zstandard decompressor at a time: what one call can expand is bounded
 # by this times the data's compression ratio.

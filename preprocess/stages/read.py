@@ -21,7 +21,6 @@ import apache_beam as beam
 
 from plumbing.progress import PROGRESS_EVERY_S, Pacer, bytes_progress
 from plumbing.units import megabytes
-from preprocess.metrics import counter
 from preprocess.sources import (
     DEFAULT_RANGE_BYTES,
     ReadOptions,
@@ -34,9 +33,10 @@ from preprocess.sources import (
     read_range,
     sum_stats,
 )
+from preprocess.sources.core.ranges import TO_END, byte_ranges
 from preprocess.sources.files import FileState, check_unchanged, file_state
 from preprocess.sources.formats import format_for
-from preprocess.sources.ranges import TO_END, byte_ranges
+from preprocess.stages.metrics import counter
 from schemas.manifest import InputFileInfo
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ import dataclasses
 import re
 from collections.abc import Iterable
 
-from preprocess.sources.options import ReadOptions
+from preprocess.sources.core.options import ReadOptions
 
 # Bytes of one unfinished document kept undecoded before decoding them into its text.
 DECODE_BYTES = 1024 * 1024

@@ -20,8 +20,8 @@ import numpy as np
 from plumbing import fs
 from plumbing.errors import LmshardsError
 from plumbing.outputs import TEMP_DIR_NAME
-from preprocess.metrics import StageProgress, counter
-from preprocess.pack import PackedGroup
+from preprocess.stages.metrics import StageProgress, counter
+from preprocess.stages.pack import PackedGroup
 from schemas.constants import SPLITS, TRAIN_SPLIT
 from schemas.manifest import ShardInfo
 from schemas.records import encode_examples, frame_record

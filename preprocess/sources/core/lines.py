@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterator
 from typing import BinaryIO, cast
 
 from plumbing import fs
-from preprocess.sources.documents import ReadStats, RecordNumbers
-from preprocess.sources.options import ReadOptions
-from preprocess.sources.ranges import TO_END, ReadRange
+from preprocess.sources.core.documents import ReadStats, RecordNumbers
+from preprocess.sources.core.options import ReadOptions
+from preprocess.sources.core.ranges import TO_END, ReadRange
 
 logger = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from typing import NamedTuple
 import apache_beam as beam
 import numpy as np
 
-from preprocess.encode import TokenizedChunk
-from preprocess.metrics import StageProgress, counter
-from preprocess.split import GroupKey
+from preprocess.stages.encode import TokenizedChunk
+from preprocess.stages.metrics import StageProgress, counter
+from preprocess.stages.split import GroupKey
 from schemas.constants import (
     ATTENTION_MASK,
     INPUT_IDS,

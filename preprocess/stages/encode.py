@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 import apache_beam as beam
 import numpy as np
 
-from preprocess.metrics import counter
+from preprocess.stages.metrics import counter
 
 # ---------------------------------------------------------------- logic
 
