@@ -8,7 +8,7 @@ about (1-p)^5 of the 5-grams, a Jaccard similarity near that over 2 - that). Wri
 document per line, for lmshards) and corpus.jsonl (the same documents, ids = line numbers, for datatrove).
 
 In one run, each in a fresh subprocess on the same machine (wall time, CPU seconds, peak memory of the
-process tree, see _measure.py):
+process tree, see common.py):
   (a) plain     - `lmshards preprocess` of corpus.txt;
   (b) near      - (a) with `--dedup near` (5-gram, 14 bands x 8 rows);
   (c) datatrove - reference_datatrove_minhash.py under --datatrove_python: datatrove's four MinHash stages
@@ -40,13 +40,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._measure import MB, REPO_ROOT, Measurement, load_average, report_header, run_checked
-from bench.bench_preprocess import RESULT_PREFIX, RUN_TIMEOUT_S, child_env, train_tokenizer
+from bench.common import (
+    MB,
+    RUN_TIMEOUT_S,
+    SAMPLE_CORPUS,
+    Measurement,
+    child_env,
+    load_average,
+    report_header,
+    reported,
+    run_checked,
+    train_tokenizer,
+)
 
 CODE_DIRS = ("preprocess", "schemas", "bench")
 BENCH_DIR = Path(__file__).resolve().parent
 DATATROVE_SCRIPT = BENCH_DIR / "reference_datatrove_minhash.py"
-SAMPLE_TEXT = REPO_ROOT / "data" / "sample" / "en"
 NGRAM, BANDS, ROWS = 5, 14, 8
 DEFAULT_DOCS = 20_000
 DEFAULT_WORDS = 200
@@ -69,7 +78,7 @@ class Corpus:
 def vocabulary() -> tuple[list[str], list[int]]:
     """The bundled English sample's words and their counts."""
     counts: collections.Counter[str] = collections.Counter()
-    for path in sorted(SAMPLE_TEXT.glob("*.txt")):
+    for path in sorted(SAMPLE_CORPUS.glob("*.txt")):
         counts.update(re.findall(r"[A-Za-z']+", path.read_text(encoding="utf-8")))
     words, weights = zip(*counts.most_common())
     return list(words), list(weights)
@@ -224,8 +233,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ],
             timeout_s=RUN_TIMEOUT_S,
         )
-        line = next(x for x in reversed(trove.stdout.splitlines()) if x.startswith(RESULT_PREFIX))
-        found = json.loads(line[len(RESULT_PREFIX) :])
+        found = reported(trove)
         removed = {int(i) for i in found["removed"]}
         results[DATATROVE] = measured(trove, stages_s=found["seconds"], **quality(corpus, removed))
     results["near_over_plain_wall"] = round(near.wall_s / plain.wall_s, 2)

@@ -20,20 +20,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # noqa: E402
 
 import train  # noqa: E402,F401  (chooses Keras's backend, which importing TensorFlow already reads)
+from bench.common import GENERATED_TOKENIZER  # noqa: E402
 from bench.reference_input_baseline import run_all as run_reference  # noqa: E402
 from plumbing import fs  # noqa: E402
-from schemas.manifest import TokenizerInfo, manifest_path  # noqa: E402
+from schemas.manifest import manifest_path  # noqa: E402
 from train.inputs import mixture  # noqa: E402
 from train.inputs.input_plan import InputPlan, masking_for  # noqa: E402
 from train.inputs.masking import mask_batch  # noqa: E402
 
-# A RoBERTa-style vocabulary for generated shards.
-GENERATED_TOKENIZER = TokenizerInfo(
-    fingerprint="sha256:" + "0" * 64,
-    vocab_size=25_000,
-    special_token_ids={"cls": 0, "pad": 1, "sep": 2, "unk": 3, "mask": 4},
-    all_special_ids=(0, 1, 2, 3, 4),
-)
 MASKING_BATCHES = 200
 
 

@@ -47,27 +47,28 @@ import torch
 import transformers
 from transformers import RobertaConfig, RobertaForMaskedLM
 
-from bench._measure import load_average, report_header
-from bench.bench_preprocess import child_env
-from plumbing import fs
+from bench.common import (
+    REPO_ROOT,
+    RUN_TIMEOUT_S,
+    add_corpus_flag,
+    add_run_output_flags,
+    add_schedule_flags,
+    child_env,
+    lmshards_argv,
+    load_average,
+    log_tail,
+    logged_windows,
+    make_shards,
+    report_header,
+    run_lmshards,
+)
 from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.manifest import Manifest, read_manifest, require_concatenated
-from schemas.records import decode_examples, read_records
-from train.run_dir import RunDir, read_metrics
+from schemas.reading import read_split
+from train.run_dir import RunDir
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CORPUS = REPO_ROOT / "data" / "sample" / "en"
 # The code a learning run executes: an uncommitted change there makes the report's commit not the whole story.
 CODE_DIRS = ("train", "schemas", "preprocess", "corpus_tools", "lmshards", "bench")
-
-# Shards made by the bench itself.
-TOKENIZER_MODEL = "bpe"
-TOKENIZER_VOCAB_SIZE = 8000
-SEQ_LEN = 128
-VALIDATION_FRACTION = (
-    0.1  # ~450 validation sequences from the bundled sample: ~8k masked tokens per evaluation
-)
-NUM_SHARDS = 8
 
 # The run both systems make.
 PRESET = "tiny"
@@ -97,7 +98,6 @@ WARMUP_STEPS_EXCLUDED = 10  # windows that start before this step are left out o
 EVAL_SEED = 1234
 EVAL_BATCH = 64
 POLL_INTERVAL_S = 0.1
-RUN_TIMEOUT_S = 3600.0
 
 # Targets: lmshards learns as well as the reference and steps at least as fast.
 TARGET_LOSS_MARGIN_NATS = 0.02  # lmshards eval loss <= reference eval loss + this
@@ -188,37 +188,6 @@ class EvalResult:
     loss: float  # mean masked-token cross-entropy, nats
     accuracy: float
     masked_tokens: int
-
-
-# ---------------------------------------------------------------- reading shards
-
-
-def read_split(manifest: Manifest, shards_dir: str, split: str, *,
-               max_records: int | None = None) -> dict[str, np.ndarray]:  # fmt: skip
-    """{INPUT_IDS, ATTENTION_MASK: int64 [records, seq_len]} of a split's records in manifest order.
-
-    max_records: stop after this many (the reference needs no more than steps x batch).
-
-    Raises:
-      ManifestError: the set is packed; the reference reads input_ids and attention_mask only.
-    """
-    require_concatenated(
-        manifest,
-        shards_dir,
-        reader="the reference (input_ids and attention_mask only)",
-        fix="pass a set made with --packing concat.",
-    )
-    records: list[bytes] = []
-    for path in manifest.shard_paths(shards_dir, split):
-        with fs.open_file(path, "rb") as f:
-            for record in read_records(f):
-                records.append(record)
-                if max_records is not None and len(records) >= max_records:
-                    break
-        if max_records is not None and len(records) >= max_records:
-            break
-    # Decoded without TensorFlow, so that the PyTorch process never loads it.
-    return decode_examples(records, (INPUT_IDS, ATTENTION_MASK))
 
 
 # ---------------------------------------------------------------- the reference's recipe
@@ -477,40 +446,6 @@ def thread_env(threads: int | None) -> dict[str, str]:
     return env
 
 
-def lmshards_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "lmshards", *args]
-
-
-def run_lmshards(args: Sequence[str], *, env: Mapping[str, str], log_path: Path) -> None:
-    """Runs one `lmshards` command to completion; raises RuntimeError with its output's tail on failure."""
-    with open(log_path, "w") as log:
-        rc = subprocess.call(
-            lmshards_argv(*args), stdout=log, stderr=subprocess.STDOUT, env=dict(env), cwd=REPO_ROOT
-        )
-    if rc != 0:
-        raise RuntimeError(
-            f"lmshards {' '.join(args[:2])} exited {rc}; its output ends:\n{_tail(log_path)}"
-        )
-
-
-def _tail(log_path: Path) -> str:
-    return log_path.read_text()[-4000:]
-
-
-def make_shards(
-    corpus: Path, work: Path, *, env: Mapping[str, str], vocab_size: int = TOKENIZER_VOCAB_SIZE
-) -> tuple[str, str]:
-    """(shards dir, tokenizer dir) made from corpus with the CLI."""
-    tokenizer, shards = work / "tokenizer", work / "shards"
-    run_lmshards(["tokenizer", "train", "--input", str(corpus), "--model", TOKENIZER_MODEL,
-                  "--vocab_size", str(vocab_size), "--output", str(tokenizer)],
-                 env=env, log_path=work / "tokenizer.log")  # fmt: skip
-    run_lmshards(["preprocess", "--input", str(corpus), "--tokenizer", str(tokenizer), "--output", str(shards),
-                  "--seq_len", str(SEQ_LEN), "--validation_fraction", str(VALIDATION_FRACTION),
-                  "--num_shards", str(NUM_SHARDS)], env=env, log_path=work / "preprocess.log")  # fmt: skip
-    return str(shards), str(tokenizer)
-
-
 def train_args(config: Config, *, shards: str, tokenizer: str, run_dir: Path,
                backend: str = BACKENDS[0]) -> list[str]:  # fmt: skip
     """`lmshards train` arguments of the compared run: the same steps, batch, peak rate and warmup as the reference."""
@@ -521,11 +456,6 @@ def train_args(config: Config, *, shards: str, tokenizer: str, run_dir: Path,
             "--lr_schedule", "linear", "--weight_decay", str(WEIGHT_DECAY), "--mlm_probability", str(MLM_PROBABILITY),
             "--seed", str(SEED), "--log_every", str(config.window), "--eval_every", steps,
             "--checkpoint_every", steps, *config.lmshards_args]  # fmt: skip
-
-
-def logged_windows(metrics_jsonl: str) -> list[dict[str, Any]]:
-    """The training-window records of a metrics.jsonl (the ones with a train loss), in step order."""
-    return [r for r in read_metrics(metrics_jsonl) if "loss" in r]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -573,7 +503,7 @@ def train_lmshards(args: Sequence[str], *, env: Mapping[str, str], run_dir: Path
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(
-            f"lmshards train exited {proc.returncode}; its output ends:\n{_tail(log_path)}"
+            f"lmshards train exited {proc.returncode}; its output ends:\n{log_tail(log_path)}"
         )
     records = logged_windows(metrics)
     kept = [
@@ -683,35 +613,19 @@ def verdict_lines(v: Mapping[str, Any]) -> list[str]:
 
 def parse_args(argv: Sequence[str] | None) -> Config:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--corpus",
-        type=Path,
-        default=DEFAULT_CORPUS,
-        help="directory of *.txt files to make shards from (default: %(default)s)",
-    )
+    add_corpus_flag(p)
     p.add_argument(
         "--shards", help="reuse this `lmshards preprocess` output instead (needs --tokenizer)"
     )
     p.add_argument(
         "--tokenizer", help="the tokenizer --shards were made with (for `lmshards export`)"
     )
-    p.add_argument(
-        "--steps",
-        type=int,
-        default=DEFAULT_STEPS,
-        help="training steps of both systems (default: %(default)s)",
-    )
-    p.add_argument(
-        "--batch-size",
-        type=int,
-        default=DEFAULT_BATCH,
-        help="sequences per step (default: %(default)s)",
-    )
-    p.add_argument(
-        "--learning-rate",
-        type=float,
-        default=DEFAULT_LEARNING_RATE,
-        help="peak learning rate of both systems (default: %(default)s)",
+    add_schedule_flags(
+        p,
+        steps=DEFAULT_STEPS,
+        batch_size=DEFAULT_BATCH,
+        learning_rate=DEFAULT_LEARNING_RATE,
+        of="both systems",
     )
     p.add_argument(
         "--window",
@@ -720,12 +634,7 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         help="steps per timing window, lmshards' --log_every: also the most --steps_per_execution can "
         "group (default: %(default)s)",
     )
-    p.add_argument(
-        "--work-dir",
-        type=Path,
-        help="keep shards, runs and logs here (default: a temporary directory)",
-    )
-    p.add_argument("--json", type=Path, help="also write the results to this JSON file")
+    add_run_output_flags(p)
     p.add_argument(
         "--lmshards-args",
         default="",
@@ -826,6 +735,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     hf_config = json.loads((next(iter(exports.values())) / "config.json").read_text())
 
+    require_concatenated(
+        manifest,
+        shards,
+        reader="the reference (input_ids and attention_mask only)",
+        fix="pass a set made with --packing concat.",
+    )
     train = read_split(manifest, shards, TRAIN_SPLIT, max_records=config.steps * config.batch_size)
     if config.threads is not None:
         torch.set_num_threads(config.threads)

@@ -31,12 +31,16 @@ from typing import Any
 
 import numpy as np
 
-from bench._measure import load_average, report_header
-from bench.bench_learning import REPO_ROOT, TOKENIZER_MODEL, TOKENIZER_VOCAB_SIZE, run_lmshards
-from bench.bench_preprocess import child_env
+from bench.common import (
+    SAMPLE_CORPUS,
+    child_env,
+    lmshards_tokenizer,
+    load_average,
+    report_header,
+    run_lmshards,
+)
 
 CODE_DIRS = ("train", "schemas", "preprocess", "bench")
-DEFAULT_CORPUS = REPO_ROOT / "data" / "sample" / "en"
 PACKINGS = ("concat", "best_fit")
 VALIDATION_FRACTION = 0.05
 BATCH = 16
@@ -171,7 +175,7 @@ def step_times(seq_len: int, *, timed_steps: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--corpus", default=str(DEFAULT_CORPUS), help="text files (a directory or glob)"
+        "--corpus", default=str(SAMPLE_CORPUS), help="text files (a directory or glob)"
     )
     parser.add_argument(
         "--tokenizer", default=None, help="default: a BPE tokenizer trained on --corpus"
@@ -196,9 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer = args.tokenizer
         if tokenizer is None:
             tokenizer = str(work / "tokenizer")
-            run_lmshards(["tokenizer", "train", "--input", args.corpus, "--model", TOKENIZER_MODEL,
-                          "--vocab_size", str(TOKENIZER_VOCAB_SIZE), "--output", tokenizer],
-                         env=child_env(), log_path=work / "tokenizer.log")  # fmt: skip
+            lmshards_tokenizer(
+                args.corpus, Path(tokenizer), env=child_env(), log_path=work / "tokenizer.log"
+            )
         for seq_len in (int(s) for s in args.seq_lens.split(",")):
             extra = shlex.split(args.preprocess_args)
             sets = make_sets(Path(args.corpus), work, seq_len, tokenizer, extra)

@@ -8,7 +8,7 @@ In one run, on the same machine, with the same tokenizer.json:
   (d) lmshards_dask - `lmshards preprocess --runner DaskRunner`: a local dask.distributed cluster started by
                   the command (scheduler in the launcher, one single-threaded worker process per core).
 Each runs in a fresh subprocess; wall time is the process's, start to exit (imports and start-up included),
-and peak RSS is the peak of the summed RSS of its whole process tree (see _measure.py): for (d) the launcher,
+and peak RSS is the peak of the summed RSS of its whole process tree (see common.py): for (d) the launcher,
 the scheduler and every worker. (d) must write the same shards as (b) (the summary checks the manifests'
 SHA-256s). (b) also runs on smaller subsets of the corpus to show how its peak RSS grows with input.
 
@@ -35,14 +35,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench._measure import (
+from bench.common import (
     MB,
     PSS_MIN_INTERVAL_S,
+    RUN_TIMEOUT_S,
     SAMPLE_INTERVAL_S,
+    TOKENIZER_VOCAB_SIZE,
     Measurement,
+    child_env,
+    corpus_files,
     load_average,
     report_header,
+    reported,
     run_checked,
+    shards_digest,
+    take_subset,
+    train_tokenizer,
 )
 from schemas.constants import DEFAULT_SEQ_LEN
 from schemas.manifest import read_manifest
@@ -60,11 +68,6 @@ DEFAULT_SIZES = (
     "65",
     "all",
 )  # MB of input for (b)'s RSS-growth runs; "all" is the whole corpus
-TOKENIZER_VOCAB_SIZE = 32000
-TOKENIZER_SAMPLE_BYTES = 20_000_000
-TOKENIZER_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
-RUN_TIMEOUT_S = 3600.0
-RESULT_PREFIX = "RESULT "  # the line a reference script prints its counts on, as JSON
 
 # What the product promises on the ~130 MB corpus.
 TARGET_VS_CEILING = 0.7  # (b) throughput / (a) throughput
@@ -141,36 +144,6 @@ TOKEN_NOTES = {
 }
 
 
-def corpus_files(corpus: Path) -> list[Path]:
-    """The *.txt files directly under corpus, sorted. Raises SystemExit if there are none."""
-    files = sorted(p for p in corpus.glob("*.txt") if p.is_file() and p.stat().st_size > 0)
-    if not files:
-        raise SystemExit(
-            f"--corpus {str(corpus)!r} holds no non-empty *.txt files; pass the directory with the text."
-        )
-    return files
-
-
-def take_subset(files: Sequence[Path], target_bytes: int, out_dir: Path) -> list[Path]:
-    """Writes about target_bytes of the corpus to out_dir: the same leading share of every file.
-
-    Taking a prefix of each file (cut at a line end) keeps the mix of sources of the full corpus.
-    """
-    total = sum(f.stat().st_size for f in files)
-    share = min(1.0, target_bytes / total)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for f in files:
-        data = f.read_bytes()
-        cut = data.rfind(b"\n", 0, int(len(data) * share)) + 1
-        if cut == 0:
-            continue
-        dest = out_dir / f.name
-        dest.write_bytes(data[:cut])
-        written.append(dest)
-    return written
-
-
 def inputs_for(config: Config, files: list[Path]) -> dict[str, Input]:
     """size label -> Input; subsets are written once under the work dir and reused."""
     total = sum(f.stat().st_size for f in files)
@@ -190,67 +163,6 @@ def inputs_for(config: Config, files: list[Path]) -> dict[str, Input]:
         )
         inputs[size] = Input(f"{size}MB", tuple(subset))
     return inputs
-
-
-def train_tokenizer(files: list[Path], work_dir: Path) -> Path:
-    """A RoBERTa-style byte-level BPE (vocab 32000) trained on a 20 MB sample; cached per corpus."""
-    key = hashlib.sha256(repr([(f.name, f.stat().st_size) for f in files]).encode()).hexdigest()[
-        :12
-    ]
-    path = work_dir / f"tokenizer-{key}" / "tokenizer.json"
-    if path.exists():
-        return path
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    sample = take_subset(files, TOKENIZER_SAMPLE_BYTES, path.parent / "sample")
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=TOKENIZER_VOCAB_SIZE,
-        special_tokens=list(TOKENIZER_SPECIALS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train([str(f) for f in sample], trainer=trainer)
-    tok.post_processor = processors.RobertaProcessing(
-        ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>"))
-    )
-    tmp = path.with_suffix(".tmp")
-    tok.save(str(tmp))
-    os.replace(tmp, path)
-    shutil.rmtree(path.parent / "sample")
-    return path
-
-
-def child_env(**extra: str) -> dict[str, str]:
-    """The environment every system runs in: offline, quiet TF, tokenizers left at their default threading."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS")
-    }
-    env.update(
-        HF_HUB_OFFLINE="1",
-        HF_DATASETS_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        TF_CPP_MIN_LOG_LEVEL="2",
-    )
-    env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(BENCH_DIR.parent), env.get("PYTHONPATH")])
-    )
-    env.update(extra)
-    return env
-
-
-def reported(m: Measurement) -> dict[str, Any]:
-    """The JSON a reference script printed after RESULT_PREFIX."""
-    for line in reversed(m.stdout.splitlines()):
-        if line.startswith(RESULT_PREFIX):
-            return json.loads(line[len(RESULT_PREFIX) :])
-    raise RuntimeError(
-        f"{m.argv[:3]} printed no {RESULT_PREFIX!r} line; stdout tail:\n{m.stdout[-2000:]}"
-    )
 
 
 def run_ceiling(inp: Input, tokenizer: Path) -> Result:
@@ -284,12 +196,9 @@ def run_lmshards(inp: Input, tokenizer: Path, config: Config, *, system: str = L
             shutil.rmtree(out_dir, ignore_errors=True)
     tokens = sum(s.totals.tokens_in for s in manifest.splits.values())
     records = sum(s.totals.records for s in manifest.splits.values())
-    shards = sorted(
-        (shard.path, shard.sha256) for split in manifest.splits.values() for shard in split.shards
-    )
     return dataclasses.replace(
         _result(system, inp, m, tokens=tokens, records=records, internal_s=None, load=load),
-        shards_sha256=hashlib.sha256(repr(shards).encode()).hexdigest(),
+        shards_sha256=shards_digest(manifest),
     )
 
 

@@ -36,17 +36,21 @@ from typing import Any
 
 import numpy as np
 
-from bench._measure import load_average, report_header
-from bench.bench_learning import (
-    CODE_DIRS,
-    DEFAULT_CORPUS,
+from bench.common import (
+    add_corpus_flag,
+    add_run_output_flags,
+    add_schedule_flags,
+    child_env,
+    load_average,
     logged_windows,
     make_shards,
+    report_header,
     run_lmshards,
 )
-from bench.bench_preprocess import child_env
 from train.run_dir import RunDir
 
+# The code a recipe run executes: an uncommitted change there makes the report's commit not the whole story.
+CODE_DIRS = ("train", "schemas", "preprocess", "corpus_tools", "lmshards", "bench")
 RECIPES = ("token", "whole_word", "span")
 VOCAB_SIZE = 2000
 PRESET = "tiny"
@@ -190,32 +194,16 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> Config:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--corpus",
-        type=Path,
-        default=DEFAULT_CORPUS,
-        help="directory of *.txt files to make shards from (default: %(default)s)",
-    )
+    add_corpus_flag(p)
     p.add_argument(
         "--shards", help="reuse this `lmshards preprocess` output (it must carry its tokenizer)"
     )
-    p.add_argument(
-        "--steps",
-        type=int,
-        default=DEFAULT_STEPS,
-        help="training steps of every run (default: %(default)s)",
-    )
-    p.add_argument(
-        "--batch-size",
-        type=int,
-        default=DEFAULT_BATCH,
-        help="sequences per step (default: %(default)s)",
-    )
-    p.add_argument(
-        "--learning-rate",
-        type=float,
-        default=DEFAULT_LEARNING_RATE,
-        help="peak learning rate (default: %(default)s)",
+    add_schedule_flags(
+        p,
+        steps=DEFAULT_STEPS,
+        batch_size=DEFAULT_BATCH,
+        learning_rate=DEFAULT_LEARNING_RATE,
+        of="every run",
     )
     p.add_argument(
         "--mlm_probability",
@@ -223,12 +211,7 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         default=DEFAULT_MLM_PROBABILITY,
         help="fraction of tokens every recipe selects (default: %(default)s)",
     )
-    p.add_argument(
-        "--work-dir",
-        type=Path,
-        help="keep shards, runs and logs here (default: a temporary directory)",
-    )
-    p.add_argument("--json", type=Path, help="also write the results to this JSON file")
+    add_run_output_flags(p)
     a = p.parse_args(argv)
     if a.steps < 2 * LOG_EVERY:
         p.error(

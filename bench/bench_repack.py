@@ -7,7 +7,7 @@ In one run, on the same machine, with the same tokenizer.json and the same runne
   (b) repack    - `lmshards repack --tokens STORE --seq_len SEQ_LEN`.
 (a) and (b) must write the same shards (the summary compares every shard's SHA-256). Each runs in a fresh
 subprocess; wall time is the process's, start to exit, and peak memory that of its whole process tree
-(see _measure.py). The machine's load averages before each run are reported beside it.
+(see common.py). The machine's load averages before each run are reported beside it.
 
 Usage (from the repository root, with the venv active):
   python -m bench.bench_repack --corpus /tmp/bench-corpus/en --json bench-repack.json
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import shlex
 import shutil
@@ -29,10 +28,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench._measure import MB, Measurement, load_average, report_header, run_checked
-from bench.bench_preprocess import RUN_TIMEOUT_S, child_env, corpus_files, train_tokenizer
+from bench.common import (
+    MB,
+    RUN_TIMEOUT_S,
+    Measurement,
+    child_env,
+    corpus_files,
+    load_average,
+    report_header,
+    run_checked,
+    shards_digest,
+    train_tokenizer,
+)
 from schemas.constants import TOKENS_DIR_NAME
-from schemas.manifest import Manifest, read_manifest
+from schemas.manifest import read_manifest
 
 CODE_DIRS = ("preprocess", "schemas", "plumbing", "bench")
 DEFAULT_STORE_SEQ_LEN = 128  # BERT's first phase: the run that keeps the tokens
@@ -64,13 +73,6 @@ class Result:
     records: int
     shard_bytes: int
     shards_sha256: str  # over every shard's (path, sha256)
-
-
-def shards_digest(manifest: Manifest) -> str:
-    shards = sorted(
-        (shard.path, shard.sha256) for split in manifest.splits.values() for shard in split.shards
-    )
-    return hashlib.sha256(repr(shards).encode()).hexdigest()
 
 
 def measure(system: str, argv: Sequence[str], output: Path) -> Result:

@@ -1,7 +1,7 @@
 """Tokenizer training benchmark: `lmshards tokenizer train` time and peak RSS on 10 MB and 100 MB samples.
 
 Each (model, size) runs `lmshards tokenizer train --input CORPUS --max_bytes SIZE` in a fresh subprocess, so
-peak RSS is that run's alone (see _measure.py); CPU seconds are its process tree's user + system time. Wall time is the process's, start to exit: imports, the two
+peak RSS is that run's alone (see common.py); CPU seconds are its process tree's user + system time. Wall time is the process's, start to exit: imports, the two
 streaming reads of the whole corpus that draw the sample, training and saving. The sampling share and
 the trainer's own peak RSS (ru_maxrss, as the command prints it) are reported beside it.
 
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench._measure import MB, load_average, run_checked
+from bench.common import MB, load_average, run_checked
 from corpus_tools.tokenizer.config import DEFAULT_VOCAB_SIZE, MODELS
 from plumbing.units import parse_size
 

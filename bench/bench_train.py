@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # noqa: E402
 
 import train  # noqa: E402,F401  (chooses Keras's backend, which importing TensorFlow already reads)
-from bench.bench_input_pipeline import GENERATED_TOKENIZER  # noqa: E402
+from bench.common import GENERATED_TOKENIZER  # noqa: E402
 from plumbing import fs  # noqa: E402
 from schemas.manifest import manifest_path  # noqa: E402
 from train.commands.cli import parse_config  # noqa: E402

@@ -20,18 +20,20 @@ import numpy as np
 from plumbing import fs
 from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from plumbing.errors import LmshardsError
-from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
+from schemas.constants import (
+    ATTENTION_MASK,
+    INPUT_IDS,
+    MANIFEST_NAME,
+    RUN_CONFIG_JSON,
+    TRAIN_SPLIT,
+    VALIDATION_SPLIT,
+)
+from schemas.layouts import METRICS_JSONL, REPORT_HTML, RUN_SUMMARY_JSON
 from schemas.manifest import Manifest, read_manifest
-from schemas.records import decode_examples, read_records
-from train.config import REPORT_HTML
-from train.run_dir import read_metrics
+from schemas.metrics_log import read_metrics
+from schemas.reading import read_split
 
 COMMAND = "report"
-METRICS_JSONL = (
-    "metrics.jsonl"  # train.config's names, repeated so a report needs no training stack
-)
-RUN_CONFIG_JSON = "run_config.json"
-RUN_SUMMARY_JSON = "run_summary.json"
 # Sequences of each split the most-frequent-token baseline reads (the first ones, in manifest order).
 BASELINE_RECORDS = 20_000
 # Room left above and below the accuracies on the accuracy chart, as a share of their spread (at least 0.01).
@@ -76,12 +78,12 @@ def read_run(run_dir: str) -> RunData:
         )
     run_config = json.loads(fs.read_text(config_path))
     metrics_path = fs.join(run_dir, METRICS_JSONL)
-    metrics = read_metrics(metrics_path)  # the trainer's own reader: no TensorFlow
+    metrics = read_metrics(metrics_path)  # the reader a resumed run starts from
     summary_path = fs.join(run_dir, RUN_SUMMARY_JSON)
     summary = json.loads(fs.read_text(summary_path)) if fs.exists(summary_path) else None
     manifests = {}
     for path in run_config.get("train", {}).get("shards", ()):
-        if fs.exists(fs.join(path, "manifest.json")):
+        if fs.exists(fs.join(path, MANIFEST_NAME)):
             manifests[path] = read_manifest(path)
     return RunData(tuple(metrics), run_config, summary, manifests)
 
@@ -183,20 +185,6 @@ def most_frequent_token(
     return int(np.argmax(counts))
 
 
-def first_records(
-    manifest: Manifest, shards_dir: str, split: str, limit: int
-) -> dict[str, np.ndarray]:
-    """{input_ids, attention_mask: int64 [<= limit, seq_len]}: a split's first records, in manifest order."""
-    records: list[bytes] = []
-    for path in manifest.shard_paths(shards_dir, split):
-        with fs.open_file(path) as f:
-            for record in read_records(f):
-                records.append(record)
-                if len(records) == limit:
-                    return decode_examples(records, (INPUT_IDS, ATTENTION_MASK))
-    return decode_examples(records, (INPUT_IDS, ATTENTION_MASK))
-
-
 def token_baseline(
     data: RunData, run_dir: str, *, limit: int = BASELINE_RECORDS
 ) -> Reference | None:
@@ -210,8 +198,8 @@ def token_baseline(
         return None
     special = list(manifest.tokenizer.never_masked_ids)
     try:
-        train = first_records(manifest, path, TRAIN_SPLIT, limit)
-        validation = first_records(manifest, path, VALIDATION_SPLIT, limit)
+        train = read_split(manifest, path, TRAIN_SPLIT, max_records=limit)
+        validation = read_split(manifest, path, VALIDATION_SPLIT, max_records=limit)
     except (OSError, LmshardsError):
         return None  # shards moved or unreadable: the report shows the rest
     tokens = maskable(validation[INPUT_IDS], validation[ATTENTION_MASK], special)

@@ -39,6 +39,7 @@ from plumbing import fs, stopping
 from plumbing.cli import EXIT_FAILURE, error_line
 from plumbing.errors import OutputError
 from plumbing.flag_types import whole
+from plumbing.outputs import OutputKind, check_writable, remove_partial_output
 
 log = logging.getLogger(__name__)
 
@@ -370,10 +371,6 @@ def acquire(
       LeaseHeldError: another live process holds it; the message names it and what to do.
       OutputError: the lease cannot be written there (permissions, missing bucket, ...).
     """
-    from plumbing.outputs import (
-        check_writable,
-    )  # outputs' checks need the file system helpers first
-
     path = path or lease_path(output)
     directory = posixpath.dirname(path) if fs.is_remote(path) else os.path.dirname(path)
     created_dir = None if fs.is_remote(path) or os.path.isdir(directory) else directory
@@ -429,11 +426,11 @@ def output_lease(
     flag: str = "--output",
     path: str | None = None,
     stale_after_s: float = STALE_AFTER_S,
-    partial_kind: str | None = None,
+    partial_kind: OutputKind | None = None,
 ) -> Iterator[Lease]:
     """Holds the lease on output while the block runs; see acquire.
 
-    partial_kind: the kind of lmshards output (plumbing.outputs) the block writes in output: when a
+    partial_kind: the kind of lmshards output (schemas.layouts) the block writes in output: when a
       SIGTERM or SIGINT stops the block, what it wrote there is removed before the lease (an output that
       is complete, its marker written, is kept).
     """
@@ -442,8 +439,6 @@ def output_lease(
         yield lease
     except BaseException:
         if partial_kind is not None and stopping.requested() is not None:
-            from plumbing.outputs import remove_partial_output
-
             remove_partial_output(output, kind=partial_kind, flag=flag)
         raise
     finally:

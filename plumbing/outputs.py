@@ -2,9 +2,9 @@
 
 - check_no_overlap: an output must not equal, lie inside, or contain an input.
 - owned_entries / clear_owned_output: --overwrite (and `train --restart`) delete only what an earlier
-  lmshards run wrote: what its layout names and, where the output has a manifest, the shards it lists.
+  lmshards run wrote: what its OutputKind names and, where the output has a manifest, the shards it lists.
   A file whose name only looks like a shard is the user's when the manifest does not list it.
-- register_layout: a command that owns a kind of output (`train`'s run directory) declares its layout.
+  Which files each kind of output holds is the contract's (schemas.layouts); this module only applies it.
 - check_writable / disk_error_message: a missing permission, a read-only file system or a full disk
   is found before any work starts, and is reported in one line when it happens mid-run.
 """
@@ -19,49 +19,13 @@ import os
 import posixpath
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from plumbing import fs
 from plumbing.errors import OutputError, StorageError, describe_disk_error, disk_errno
-from schemas.constants import (
-    CURATION_DIR_NAME,
-    MANIFEST_FORMAT,
-    MANIFEST_NAME,
-    SCHEMA_NAME,
-    SPLITS,
-    TOKENIZER_DIR_NAME,
-    TOKENIZER_INFO_JSON,
-    TOKENIZER_JSON,
-    TOKENS_DIR_NAME,
-    TOKENS_FORMAT,
-)
-from schemas.shards import parse_shard_name
-from schemas.tokenizer_info import TOKENIZER_CONFIG_JSON
 
-# Under a preprocess output while it is written; removed before the manifest is written.
-TEMP_DIR_NAME = ".lmshards-tmp"
-# Written by transformers releases before 5 beside tokenizer_config.json.
-SPECIAL_TOKENS_MAP_JSON = "special_tokens_map.json"
-# Written last by `lmshards dataset export`: the sign of a complete export.
-EXPORT_SUCCESS_JSON = "_SUCCESS.json"
-# `{split}-{index:05d}-of-{count:05d}.{parquet|jsonl}`, the shards of `lmshards dataset export`.
-EXPORT_SHARD_RE = re.compile(r"^.+-\d{5,}-of-\d{5,}\.(?:parquet|jsonl)$")
 WRITE_PROBE_PREFIX = ".lmshards-write-probe-"
-# `lmshards stats` writes these into SHARDS_DIR/stats by default: part of the shard set's output, so
-# `preprocess --overwrite` replaces them with the shards they describe.
-STATS_DIR_NAME = "stats"
-STATS_JSON = "stats.json"
-STATS_HTML = "stats.html"
-
-# `part-{uuid4 hex}.parquet`, the files of a token store (see preprocess.stages.tokens).
-TOKEN_PART_RE = re.compile(r"^part-[0-9a-f]{32}\.parquet$")
-
-PREPROCESS_OUTPUT = "preprocess"
-TOKENS_OUTPUT = "tokens"
-TOKENIZER_OUTPUT = "tokenizer"
-DATASET_EXPORT_OUTPUT = "dataset_export"
-STATS_OUTPUT = "stats"
 
 # What an interrupted atomic write (plumbing.fs.atomic_local_path) leaves: `{final}.tmp-{uuid4 hex}`.
 _ATOMIC_TMP_SUFFIX_RE = re.compile(r"\.tmp-[0-9a-f]{32}$")
@@ -158,9 +122,10 @@ def check_no_overlap(
 
 
 @dataclasses.dataclass(frozen=True)
-class _Layout:
-    """The entries one kind of lmshards output puts in its directory."""
+class OutputKind:
+    """A kind of lmshards output, by the entries it puts in its directory."""
 
+    name: str  # as messages name it: "an earlier lmshards {name} output"
     marker: str  # written last, deleted first: the sign of a complete output
     marker_format: str | None = (
         None  # the marker's JSON "format" value, when it has one: a same-named file is not ours
@@ -169,51 +134,13 @@ class _Layout:
     file_pattern: re.Pattern[str] | None = None
     scratch_dirs: frozenset[str] = frozenset()  # owned with everything they hold
     shard_dirs: frozenset[str] = frozenset()  # owned while they hold only shards of their split
-    nested: tuple[tuple[str, str], ...] = ()  # (directory name, kind of the output it holds)
+    # The split a file name is a shard of (None: no shard name); needed with shard_dirs.
+    shard_split: Callable[[str], str | None] | None = None
+    # The shard paths a marker of marker_format lists, from its parsed JSON; needed with shard_dirs.
+    listed_shards: Callable[[Any], Iterable[str]] | None = None
+    nested: tuple[tuple[str, OutputKind], ...] = ()  # (directory name, kind of the output it holds)
     # (directory name, pattern): owned while every file below it matches, by its path relative to it
     pattern_dirs: tuple[tuple[str, re.Pattern[str]], ...] = ()
-
-
-OutputLayout = _Layout  # what register_layout takes
-
-
-_LAYOUTS = {
-    PREPROCESS_OUTPUT: _Layout(
-        marker=MANIFEST_NAME,
-        marker_format=MANIFEST_FORMAT,
-        files=frozenset({SCHEMA_NAME}),
-        # curation/ holds only the audit files a curated run writes.
-        scratch_dirs=frozenset({TEMP_DIR_NAME, CURATION_DIR_NAME}),
-        shard_dirs=frozenset(SPLITS),
-        nested=(
-            (TOKENIZER_DIR_NAME, TOKENIZER_OUTPUT),
-            (STATS_DIR_NAME, STATS_OUTPUT),
-            (TOKENS_DIR_NAME, TOKENS_OUTPUT),
-        ),
-    ),
-    TOKENS_OUTPUT: _Layout(
-        marker=MANIFEST_NAME,
-        marker_format=TOKENS_FORMAT,
-        file_pattern=TOKEN_PART_RE,
-        scratch_dirs=frozenset({TEMP_DIR_NAME}),
-        nested=((TOKENIZER_DIR_NAME, TOKENIZER_OUTPUT),),
-    ),
-    TOKENIZER_OUTPUT: _Layout(
-        marker=TOKENIZER_INFO_JSON,
-        files=frozenset({TOKENIZER_JSON, TOKENIZER_CONFIG_JSON, SPECIAL_TOKENS_MAP_JSON}),
-    ),
-    DATASET_EXPORT_OUTPUT: _Layout(marker=EXPORT_SUCCESS_JSON, file_pattern=EXPORT_SHARD_RE),
-    STATS_OUTPUT: _Layout(marker=STATS_JSON, files=frozenset({STATS_HTML})),
-}
-OUTPUT_KINDS = tuple(_LAYOUTS)
-
-
-def register_layout(kind: str, layout: OutputLayout) -> None:
-    """Declares the entries a `kind` output holds, so that check_replaceable and clear_owned_output know them.
-
-    For outputs of a side of the contract (train's run directory) whose names plumbing does not import.
-    """
-    _LAYOUTS[kind] = layout
 
 
 class OwnedEntries(NamedTuple):
@@ -247,22 +174,19 @@ def _list(filesystem: Any, path: str) -> list[_Entry]:
     return sorted(entries, key=lambda e: e.name)
 
 
-def _is_owned_file(name: str, layout: _Layout) -> bool:
+def _is_owned_file(name: str, layout: OutputKind) -> bool:
     name = _ATOMIC_TMP_SUFFIX_RE.sub("", name)
     if name == layout.marker or name in layout.files or name.startswith(WRITE_PROBE_PREFIX):
         return True
     return bool(layout.file_pattern and layout.file_pattern.match(name))
 
 
-def _is_shard_of(name: str, split: str) -> bool:
-    try:
-        return parse_shard_name(name)[0] == split
-    except ValueError:
-        return False
+def _is_shard_of(name: str, split: str, layout: OutputKind) -> bool:
+    return layout.shard_split is not None and layout.shard_split(name) == split
 
 
 def _foreign_in(
-    filesystem: Any, path: str, name: str, layout: _Layout, listed: frozenset[str] | None
+    filesystem: Any, path: str, name: str, layout: OutputKind, listed: frozenset[str] | None
 ) -> list[str]:
     """Foreign relative paths inside the top-level directory `name`; every one of them when it is not ours.
 
@@ -275,12 +199,12 @@ def _foreign_in(
         return [
             f"{name}/{e.shown}"
             for e in _list(filesystem, path)
-            if not (e.type == "file" and _is_shard_of(e.name, name))
+            if not (e.type == "file" and _is_shard_of(e.name, name, layout))
             or (listed is not None and f"{name}/{e.name}" not in listed)
         ]
     for directory, kind in layout.nested:
         if name == directory:
-            return [f"{name}/{f}" for f in _classify(filesystem, path, _LAYOUTS[kind]).foreign]
+            return [f"{name}/{f}" for f in _classify(filesystem, path, kind).foreign]
     for directory, pattern in layout.pattern_dirs:
         if name == directory:
             return [f"{name}/{f}" for f in _files_below(filesystem, path) if not pattern.match(f)]
@@ -302,7 +226,7 @@ def _files_below(filesystem: Any, path: str, prefix: str = "") -> list[str]:
     return found
 
 
-def _listed_shards(filesystem: Any, path: str, layout: _Layout) -> frozenset[str] | None:
+def _listed_shards(filesystem: Any, path: str, layout: OutputKind) -> frozenset[str] | None:
     """The shard paths the output's own manifest lists; None when it has no manifest of its kind."""
     if not layout.shard_dirs:
         return None
@@ -310,14 +234,12 @@ def _listed_shards(filesystem: Any, path: str, layout: _Layout) -> frozenset[str
         data = json.loads(filesystem.cat_file(posixpath.join(path, layout.marker)))
         if data.get("format") != layout.marker_format:
             return None
-        return frozenset(
-            shard["path"] for split in data["splits"].values() for shard in split["shards"]
-        )
+        return frozenset(layout.listed_shards(data)) if layout.listed_shards else None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def _json_format(data: bytes) -> str | None:
+def json_format(data: bytes) -> str | None:
     """The "format" value of a JSON object; None for any other JSON.
 
     Raises:
@@ -328,7 +250,7 @@ def _json_format(data: bytes) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _is_ours(filesystem: Any, path: str, name: str, layout: _Layout) -> bool:
+def _is_ours(filesystem: Any, path: str, name: str, layout: OutputKind) -> bool:
     if not _is_owned_file(name, layout):
         return False
     if layout.marker_format is None or name != layout.marker:
@@ -336,12 +258,12 @@ def _is_ours(filesystem: Any, path: str, name: str, layout: _Layout) -> bool:
     # Another tool's manifest.json (a web app's, a dataset's) is the user's file, never deleted as ours;
     # so is one that is not JSON: deleting stays on the safe side.
     try:
-        return _json_format(filesystem.cat_file(posixpath.join(path, name))) == layout.marker_format
+        return json_format(filesystem.cat_file(posixpath.join(path, name))) == layout.marker_format
     except ValueError:
         return False
 
 
-def _classify(filesystem: Any, path: str, layout: _Layout) -> OwnedEntries:
+def _classify(filesystem: Any, path: str, layout: OutputKind) -> OwnedEntries:
     owned: list[str] = []
     foreign: list[str] = []
     listed = _listed_shards(filesystem, path, layout)
@@ -365,12 +287,6 @@ def _classify(filesystem: Any, path: str, layout: _Layout) -> OwnedEntries:
     return OwnedEntries(tuple(owned), tuple(foreign))
 
 
-def _layout(kind: str) -> _Layout:
-    if kind not in _LAYOUTS:
-        raise ValueError(f"unknown output kind {kind!r}; expected one of {OUTPUT_KINDS}")
-    return _LAYOUTS[kind]
-
-
 def _existing_directory(directory: str, flag: str) -> tuple[Any, str] | None:
     """(filesystem, path) of directory, or None when nothing is there; OutputError when it is a file."""
     filesystem, path = fs.filesystem(directory)
@@ -384,35 +300,34 @@ def _existing_directory(directory: str, flag: str) -> tuple[Any, str] | None:
     return filesystem, path
 
 
-def owned_entries(directory: str, *, kind: str, flag: str = "--output") -> OwnedEntries:
+def owned_entries(directory: str, *, kind: OutputKind, flag: str = "--output") -> OwnedEntries:
     """Splits what `directory` holds into what an earlier lmshards `kind` output wrote and the rest.
 
-    `kind` is one of OUTPUT_KINDS. Split directories count as owned only while they hold nothing
+    `kind`: e.g. schemas.layouts.PREPROCESS_OUTPUT. Split directories count as owned only while they hold nothing
     but shard files of their split; symlinks are always foreign. A missing directory holds nothing.
     A lease file (plumbing.lease) is in neither list: it belongs to the command that holds it.
 
     Raises:
       OutputError: directory is a file.
     """
-    layout = _layout(kind)
     found = _existing_directory(directory, flag)
     if found is None:
         return OwnedEntries((), ())
-    return _classify(*found, layout)
+    return _classify(*found, kind)
 
 
-def _refuse_foreign(directory: str, foreign: Sequence[str], *, kind: str, flag: str) -> None:
+def _refuse_foreign(directory: str, foreign: Sequence[str], *, kind: OutputKind, flag: str) -> None:
     if foreign:
         shown = ", ".join(repr(f) for f in foreign[:_FOREIGN_SHOWN])
         more = f" and {len(foreign) - _FOREIGN_SHOWN} more" if len(foreign) > _FOREIGN_SHOWN else ""
         raise OutputError(
             f"{flag} {directory!r} holds files lmshards did not write ({shown}{more}); --overwrite only "
-            f"replaces an earlier lmshards {kind} output. Move those files away or choose another {flag}."
+            f"replaces an earlier lmshards {kind.name} output. Move those files away or choose another {flag}."
         )
 
 
 def check_replaceable(
-    directory: str, *, kind: str, overwrite: bool, flag: str = "--output"
+    directory: str, *, kind: OutputKind, overwrite: bool, flag: str = "--output"
 ) -> None:
     """Refuses, before any work starts, an output directory that a new `kind` output may not replace.
 
@@ -428,7 +343,9 @@ def check_replaceable(
         )
 
 
-def prepare_output(directory: str, *, kind: str, overwrite: bool, flag: str = "--output") -> None:
+def prepare_output(
+    directory: str, *, kind: OutputKind, overwrite: bool, flag: str = "--output"
+) -> None:
     """Makes `directory` an empty directory for a new `kind` output, deleting an earlier one (its marker first).
 
     Raises:
@@ -439,7 +356,9 @@ def prepare_output(directory: str, *, kind: str, overwrite: bool, flag: str = "-
     fs.makedirs(directory)
 
 
-def clear_owned_output(directory: str, *, kind: str, flag: str = "--output") -> tuple[str, ...]:
+def clear_owned_output(
+    directory: str, *, kind: OutputKind, flag: str = "--output"
+) -> tuple[str, ...]:
     """Deletes what an earlier lmshards `kind` output left in directory (the marker first); returns the names.
 
     Nothing is deleted unless everything there belongs to lmshards.
@@ -455,7 +374,9 @@ def clear_owned_output(directory: str, *, kind: str, flag: str = "--output") -> 
     return owned
 
 
-def remove_partial_output(directory: str, *, kind: str, flag: str = "--output") -> tuple[str, ...]:
+def remove_partial_output(
+    directory: str, *, kind: OutputKind, flag: str = "--output"
+) -> tuple[str, ...]:
     """Deletes what an interrupted `kind` writer left in directory; returns the names deleted.
 
     A complete output (its marker, written last, is there and ours) is kept: it is an earlier run's that
@@ -465,10 +386,9 @@ def remove_partial_output(directory: str, *, kind: str, flag: str = "--output") 
     found = _existing_directory(directory, flag)
     if found is None:
         return ()
-    layout = _layout(kind)
     filesystem, path = found
-    if filesystem.exists(posixpath.join(path, layout.marker)) and _is_ours(
-        filesystem, path, layout.marker, layout
+    if filesystem.exists(posixpath.join(path, kind.marker)) and _is_ours(
+        filesystem, path, kind.marker, kind
     ):
         return ()
     try:
@@ -476,23 +396,6 @@ def remove_partial_output(directory: str, *, kind: str, flag: str = "--output") 
     except OutputError as e:
         log.warning("Left the partial output in %s as it is: %s", directory, e)
         return ()
-
-
-def is_lmshards_output(directory: str) -> bool:
-    """True when directory holds a preprocess output, complete (its manifest.json) or not (.lmshards-tmp).
-
-    A manifest.json that is JSON of another format (a web app's, a dataset card's) is not ours; one that is
-    not JSON at all counts as ours, so that the shards beside a damaged manifest are never read as text.
-    """
-    if fs.exists(fs.join(directory, TEMP_DIR_NAME)):
-        return True
-    manifest = fs.join(directory, MANIFEST_NAME)
-    if not fs.exists(manifest):
-        return False
-    try:
-        return _json_format(fs.read_bytes(manifest)) == MANIFEST_FORMAT
-    except ValueError:
-        return True
 
 
 # ------------------------------------------------------------------------ preflight and disk errors

@@ -6,24 +6,20 @@ import logging
 import os
 import re
 import sys
-import time
 from collections.abc import Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from plumbing.cli import (
-    EXIT_FAILURE,
-    EXIT_OK,
     CommandParser,
     normalize_switches,
-    print_error,
     run_command,
     setup_logging,
 )
 from plumbing.units import format_duration
 from preprocess import runners
 from preprocess.corpus_warnings import corpus_warnings
-from preprocess.failures import RunFailure, is_reported_failure
+from preprocess.failures import is_reported_failure
 from preprocess.options import (
     RENAMED_FLAGS,
     REQUIRED_FLAGS,
@@ -76,25 +72,21 @@ def _preprocess(parser: CommandParser, argv: list[str], others: list[str]) -> in
     )
     check_flags(parser, others)
     config = config_from_options(PipelineOptions(argv))
-    from preprocess.pipeline import run_pipeline  # Beam graph code, after the cheap checks
+    # Beam graph code, after the cheap checks
+    from preprocess.launch import report_run
+    from preprocess.pipeline import run_pipeline
 
-    started = time.monotonic()
-    try:
-        manifest = run_pipeline(config, argv)
-    except RunFailure as e:
-        print_error(COMMAND, str(e))
-        return EXIT_FAILURE
-    if manifest is None:
-        job_file = runners.dry_run_job_file(PipelineOptions(argv))
-        print(
-            f"lmshards {COMMAND}: dry run, nothing submitted or written"
-            + (f"; Dataflow job written to {job_file}" if job_file else "")
-        )
-    else:
+    def finished(manifest: Manifest, seconds: float) -> str:
         for warning in corpus_warnings(manifest, config):
             log.warning("%s", warning)
-        print(summary(manifest, config.output, time.monotonic() - started))
-    return EXIT_OK
+        return summary(manifest, config.output, seconds)
+
+    return report_run(
+        COMMAND,
+        lambda: run_pipeline(config, argv),
+        summary=finished,
+        job_file=runners.dry_run_job_file(PipelineOptions(argv)),
+    )
 
 
 def build_parser() -> CommandParser:

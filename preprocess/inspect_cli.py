@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import json
 import logging
 import sys
 import threading
@@ -29,7 +28,8 @@ from plumbing.flag_types import whole
 from plumbing.progress import bytes_progress
 from plumbing.units import format_duration, megabytes
 from preprocess.curation.audit import audit_problems, describe_curation
-from schemas.constants import INPUT_IDS, MANIFEST_NAME, TOKENS_FORMAT
+from schemas.constants import INPUT_IDS, MANIFEST_NAME
+from schemas.directory_kind import is_token_store
 from schemas.manifest import Manifest, ShardInfo, read_manifest, tokenizer_copy_problem
 from schemas.records import CorruptRecordError, MalformedExampleError, decode_examples, read_records
 
@@ -157,15 +157,6 @@ def describe(manifest: Manifest, output: str) -> str:
                 f"{t.documents_split:,} documents longer than a block, cut into block-sized pieces"
             )
     return "\n".join(lines)
-
-
-def is_token_store(path: str) -> bool:
-    """Whether path's manifest.json is a token store's (format lmshards.tokens)."""
-    try:
-        data = json.loads(fs.read_text(fs.join(path, MANIFEST_NAME)))
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and data.get("format") == TOKENS_FORMAT
 
 
 def verify_store(store: str, manifest) -> None:

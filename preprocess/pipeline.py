@@ -10,29 +10,24 @@ texts, so the output bytes do not depend on the runner, the worker count or the 
 The user's data is never at risk: an output that overlaps an input (or the tokenizer) is refused
 before anything is read, --overwrite deletes only what an earlier preprocess wrote, and the output
 is checked to be writable before any work. A run that fails leaves no manifest, and locally none
-of its partial files.
+of its partial files. Those output rules are the launcher's (preprocess.launch), shared with repack.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import logging
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from plumbing import fs
-from plumbing.errors import LmshardsError, TokenizerError
-from plumbing.lease import output_lease
-from plumbing.outputs import PREPROCESS_OUTPUT, check_no_overlap, check_writable, clear_owned_output
+from plumbing.errors import TokenizerError
+from plumbing.outputs import check_no_overlap
 from plumbing.units import MIB
 from preprocess import runners
 from preprocess.curation.stage import CurateDocuments, CurationOutputs, CurationSettings
 from preprocess.curation_plan import plan_curation
-from preprocess.failures import run_failure
+from preprocess.launch import Job, ShardSet, manifest_header, run_shard_set
 from preprocess.options import PreprocessConfig, PreprocessError
 from preprocess.sources import (
     ReadStats,
@@ -41,13 +36,10 @@ from preprocess.sources import (
     is_compressed,
     read_options_from,
 )
-from preprocess.stages import metrics
 from preprocess.stages.encode import EncodeDocuments, EncodeSettings
 from preprocess.stages.manifest import (
     ManifestInputs,
     WriteManifest,
-    write_schema_file,
-    write_tokenizer_copy,
 )
 from preprocess.stages.pack import REMAINDER_PAD, PackGroups, num_groups
 from preprocess.stages.read import ReadDocuments
@@ -55,10 +47,8 @@ from preprocess.stages.shard import WriteShards
 from preprocess.stages.split import SplitDocuments, SplitSettings
 from preprocess.stages.tokens import TokenStoreManifest, WriteTokenStore, id_dtype_for
 from schemas.constants import (
-    PACKED_MANIFEST_FORMAT_VERSION,
     PACKING_BEST_FIT,
     PACKING_CONCAT,
-    SCHEMA_NAME,
     TOKENS_DIR_NAME,
     TRAIN_SPLIT,
     VALIDATION_SPLIT,
@@ -68,7 +58,6 @@ from schemas.manifest import (
     InputFileInfo,
     Manifest,
     TokenizerInfo,
-    read_manifest,
 )
 from schemas.records import feature_names, record_bytes_upper_bound
 from schemas.tokenizer_info import (
@@ -80,8 +69,6 @@ from schemas.tokenizer_info import (
     special_token_ids,
 )
 from schemas.version import __version__
-
-_LOG = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,19 +87,8 @@ class PreprocessPlan:
 
     def manifest_header(self) -> Manifest:
         """The manifest's fields known before the run; the manifest stage fills in the rest."""
-        config = self.config
-        return Manifest(
-            tool_version=__version__,
-            seq_len=config.seq_len,
-            tokenizer=self.tokenizer,
-            splits={},
-            inputs=self.files,
-            seed=config.seed,
-            options=config.manifest_options(),
-            reading=self.reading.as_dict(),
-            schema=SCHEMA_NAME,
-            tokens=TOKENS_DIR_NAME if config.keep_tokens else None,
-            **packing_fields(config),
+        return manifest_header(
+            self.config, tokenizer=self.tokenizer, inputs=self.files, reading=self.reading.as_dict()
         )
 
     def store_header(self) -> TokenStoreManifest:
@@ -193,13 +169,6 @@ def plan_preprocess(config: PreprocessConfig) -> PreprocessPlan:
         reading=ReadStats(**discovery.counts()),
         curation=curation,
     )
-
-
-def packing_fields(config: PreprocessConfig) -> dict:
-    """The manifest fields a packed set adds (its packing, format version 3); none for concat."""
-    if config.packing == PACKING_CONCAT:
-        return {}
-    return {"packing": config.packing, "format_version": PACKED_MANIFEST_FORMAT_VERSION}
 
 
 def record_bytes_for(config: PreprocessConfig, vocab_size: int) -> int:
@@ -357,7 +326,7 @@ def run_pipeline(config: PreprocessConfig, beam_args: Sequence[str] = ()) -> Man
 
     beam_args: Beam's pipeline options (--runner, ...); see preprocess.runners for the defaults.
     With Beam's `--dry_run=True` (DataflowRunner) nothing runs and nothing is written or deleted:
-    the built job goes to `--dataflow_job_file`, and None is returned.
+    the built job goes to `--dataflow_job_file`, and None is returned. Output rules: preprocess.launch.
 
     Raises:
       LmshardsError: a bad runner, input, tokenizer or output, found before any work starts (and, with
@@ -369,113 +338,24 @@ def run_pipeline(config: PreprocessConfig, beam_args: Sequence[str] = ()) -> Man
     config = dataclasses.replace(
         config, tokenizer_threads=runners.tokenizer_threads(config.tokenizer_threads, options)
     )
-    # One writer per output (a dry run writes nothing): a second preprocess into the same --output
-    # stops here, naming the first, before it reads or deletes anything.
     check_locations(config)  # before the lease file is written into --output
-    lease = (
-        contextlib.nullcontext()
-        if runners.is_dry_run(options)
-        else output_lease(
-            config.output,
-            command="preprocess",
-            stale_after_s=config.lease_stale_s,
-            partial_kind=PREPROCESS_OUTPUT,
-        )
+    return run_shard_set(
+        "preprocess",
+        options,
+        output=config.output,
+        lease_stale_s=config.lease_stale_s,
+        plan=lambda: shard_set(plan_preprocess(config)),
     )
-    with lease:
-        return _run_planned(config, options)
 
 
-def _run_planned(config: PreprocessConfig, options: PipelineOptions) -> Manifest | None:
-    plan = plan_preprocess(config)
-    pipeline = beam.Pipeline(options=options)
-    build_pipeline(pipeline, plan)  # the reader checks every input file here
-    runners.prepare_staging(options)
-    if runners.is_dry_run(options):
-        runners.dry_run(pipeline, options, input_bytes=sum(f.bytes for f in plan.files))
-        return None
-    return launch(pipeline, options, config, write_files=lambda: write_known_files(plan))
-
-
-def launch(
-    pipeline: beam.Pipeline,
-    options: PipelineOptions,
-    config: PreprocessConfig,
-    *,
-    write_files: Callable[[], None],
-) -> Manifest:
-    """Runs a built pipeline under the output rules preprocess and repack share; returns its manifest.
-
-    Checks the output is writable, clears an earlier output with --overwrite (refusing before deleting
-    anything that is not ours), writes the files known before the run (write_files), runs, and on a
-    failure removes the partial output locally and reports the failure in one line.
-    """
-    preflight(config, options)
-    if config.overwrite:
-        with _reported_failures(config.output, remove_partial=False):
-            removed = clear_owned_output(
-                config.output, kind=PREPROCESS_OUTPUT
-            )  # refuses before deleting anything
-        _LOG.info("--overwrite: removed %s from %s", ", ".join(removed) or "nothing", config.output)
-    started = time.monotonic()
-    with _reported_failures(config.output, remove_partial=not fs.is_remote(config.output)):
-        write_files()
-        pipeline.run().wait_until_finish()
-    manifest = read_manifest(config.output)
-    _LOG.info("%s", metrics.finished_line(manifest, time.monotonic() - started))
-    return manifest
-
-
-def write_known_files(plan: PreprocessPlan) -> None:
-    """Writes the output's files that are known before the run: the tokenizer's copy and schema.pbtxt.
-
-    Here in the launcher, not in a pipeline stage: they need no data. The manifest stage checks that
-    they are there.
-    """
-    write_tokenizer_copy(plan.tokenizer_source, plan.config.output)
-    if plan.config.keep_tokens:  # the store carries its own copy, so that it stands alone
-        write_tokenizer_copy(plan.tokenizer_source, fs.join(plan.config.output, TOKENS_DIR_NAME))
-    write_schema_file(plan.config.output, plan.manifest_header())
-
-
-def preflight(config: PreprocessConfig, options: PipelineOptions) -> None:
-    """Checks, before any work, that the run can write where it will write.
-
-    Raises:
-      OutputError: --output (or Dataflow's gs:// --temp_location) is not writable; the message says why.
-    """
-    check_writable(config.output)
-    temp_location = options.view_as(GoogleCloudOptions).temp_location
-    if (
-        runners.runner_path(options) == runners.DATAFLOW_RUNNER
-        and temp_location
-        and fs.is_remote(temp_location)
-    ):
-        check_writable(temp_location, flag="--temp_location")
-
-
-@contextlib.contextmanager
-def _reported_failures(output: str, *, remove_partial: bool):
-    """Turns a failure into the error it reports (see preprocess.failures), first removing the partial
-    output if asked (locally: cheap, and a rerun then starts clean; on gs:// it has no manifest either)."""
-    try:
-        yield
-    except Exception as e:
-        if remove_partial:
-            remove_partial_output(output)
-        failure = run_failure(e, output)
-        if failure is None:
-            raise
-        raise failure from e
-
-
-def remove_partial_output(output: str) -> None:
-    """Deletes what a failed run wrote to output (it held nothing else when the run began); logs what is left."""
-    try:
-        clear_owned_output(output, kind=PREPROCESS_OUTPUT)
-    except (OSError, LmshardsError) as e:
-        _LOG.warning(
-            "The failed run's partial output in %s was left as it is (%s); it has no manifest.",
-            output,
-            e,
-        )
+def shard_set(plan: PreprocessPlan) -> ShardSet:
+    """The plan as the launcher runs it."""
+    return ShardSet(
+        config=plan.config,
+        tokenizer=plan.tokenizer_source,
+        header=plan.manifest_header(),
+        job=Job(
+            wire=lambda pipeline: build_pipeline(pipeline, plan),
+            input_bytes=sum(f.bytes for f in plan.files),
+        ),
+    )

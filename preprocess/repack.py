@@ -4,36 +4,32 @@ The store (see preprocess.stages.tokens) holds every document's hash and ids and
 planned with; those are all the split, pack, shard and manifest stages use, so those same stages,
 fed from the store instead of the tokenizer, write the shards and manifest `lmshards preprocess`
 would write from the text with the same options (the manifest adds `repacked_from`). Every option
-not given is the store's run's. Output rules are preprocess's: see preprocess.pipeline.launch.
+not given is the store's run's. Output rules are preprocess's: see preprocess.launch.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import logging
 from collections.abc import Sequence
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
 
 from plumbing import fs
 from plumbing.errors import LmshardsError
-from plumbing.lease import STALE_AFTER_S, output_lease
-from plumbing.outputs import PREPROCESS_OUTPUT, check_no_overlap
+from plumbing.lease import STALE_AFTER_S
+from plumbing.outputs import check_no_overlap
 from preprocess import runners
+from preprocess.launch import Job, ShardSet, manifest_header, run_shard_set
 from preprocess.options import PreprocessConfig, default_remainder
 from preprocess.pipeline import (
     add_shard_stages,
     check_packing_options,
-    launch,
-    packing_fields,
     packing_groups,
     record_bytes_for,
 )
 from preprocess.sources import ReadStats
-from preprocess.stages.manifest import write_schema_file, write_tokenizer_copy
+from preprocess.sources.core.options import READING_FLAGS
 from preprocess.stages.tokens import (
     ReadTokenStore,
     TokenStoreError,
@@ -42,12 +38,9 @@ from preprocess.stages.tokens import (
     locate_store,
     read_store_manifest,
 )
-from schemas.constants import SCHEMA_NAME, TOKENIZER_DIR_NAME
+from schemas.constants import TOKENIZER_DIR_NAME
 from schemas.manifest import TOKENIZER_RELPATH, Manifest
 from schemas.tokenizer_info import TokenizerSource, fingerprint, locate_tokenizer
-from schemas.version import __version__
-
-_LOG = logging.getLogger(__name__)
 
 # The options repack may change; each defaults to the value the store's run used.
 REPACK_OPTIONS = (
@@ -63,15 +56,6 @@ REPACK_OPTIONS = (
 )
 # --num_shards 0: no fixed count, even where the store's run had one (--target_shard_mb decides).
 SHARDS_BY_SIZE = 0
-# How the store's run read its text: fixed by the store, recorded again in the new manifest.
-READING_OPTIONS = (
-    "doc_separator",
-    "text_field",
-    "text_column",
-    "encoding",
-    "doc_marker",
-    "doc_marker_regex",
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +109,8 @@ def effective_config(
     """The PreprocessConfig of the preprocess run this repack is equal to: the store's run's options
     with the given ones changed. Raises PreprocessError on a bad value (as preprocess would)."""
     recorded = manifest.options
-    values = {k: recorded[k] for k in (*REPACK_OPTIONS, *READING_OPTIONS) if k in recorded}
+    # How the store's run read its text is fixed by the store, and recorded again in the new manifest.
+    values = {k: recorded[k] for k in (*REPACK_OPTIONS, *READING_FLAGS) if k in recorded}
     changed = config.changed()
     if "packing" in changed and "remainder" not in changed:
         # The store's run's remainder went with its packing; a new packing takes its own default.
@@ -192,18 +177,12 @@ def plan_repack(config: RepackConfig) -> RepackPlan:
         preprocess_config, model_max_length=tokenizer.model_max_length, pad_id=pad_id
     )
     fs.check_output_dir(config.output, overwrite=config.overwrite)
-    header = Manifest(
-        tool_version=__version__,
-        seq_len=preprocess_config.seq_len,
+    header = manifest_header(
+        preprocess_config,
         tokenizer=tokenizer,
-        splits={},
         inputs=manifest.inputs,
-        seed=preprocess_config.seed,
-        options=preprocess_config.manifest_options(),
         reading=manifest.reading,
-        schema=SCHEMA_NAME,
         repacked_from=store,
-        **packing_fields(preprocess_config),
     )
     return RepackPlan(
         config=preprocess_config,
@@ -242,12 +221,6 @@ def build_repack(pipeline: beam.Pipeline, plan: RepackPlan) -> beam.PCollection:
     )
 
 
-def write_known_files(plan: RepackPlan) -> None:
-    """The tokenizer's copy (from the store's) and schema.pbtxt, before the run."""
-    write_tokenizer_copy(plan.tokenizer_source, plan.config.output)
-    write_schema_file(plan.config.output, plan.header)
-
-
 def run_repack(config: RepackConfig, beam_args: Sequence[str] = ()) -> Manifest | None:
     """Runs the repack and returns the manifest it wrote; None for a Dataflow --dry_run=True.
 
@@ -257,35 +230,24 @@ def run_repack(config: RepackConfig, beam_args: Sequence[str] = ()) -> Manifest 
       RunFailure: the output could not be written during the run (full disk, lost permission).
     """
     options = runners.pipeline_options(beam_args)
-    # One writer per output, as for preprocess: a second writer stops here, naming the first.
     check_no_overlap([config.tokens], config.output, input_flag="--tokens")  # before the lease file
-    lease = (
-        contextlib.nullcontext()
-        if runners.is_dry_run(options)
-        else output_lease(
-            config.output,
-            command="repack",
-            stale_after_s=config.lease_stale_s,
-            partial_kind=PREPROCESS_OUTPUT,
-        )
+    return run_shard_set(
+        "repack",
+        options,
+        output=config.output,
+        lease_stale_s=config.lease_stale_s,
+        plan=lambda: shard_set(plan_repack(config)),
     )
-    with lease:
-        return _run_planned(config, options)
 
 
-def _run_planned(config: RepackConfig, options: PipelineOptions) -> Manifest | None:
-    plan = plan_repack(config)
-    pipeline = beam.Pipeline(options=options)
-    build_repack(pipeline, plan)
-    runners.prepare_staging(options)
-    if runners.is_dry_run(options):
-        runners.dry_run(pipeline, options, input_bytes=plan.store_manifest.data_bytes)
-        return None
-    _LOG.info(
-        "repack: %s documents, %s tokens in %d files from %s",
-        f"{plan.store_manifest.documents:,}",
-        f"{plan.store_manifest.tokens:,}",
-        len(plan.store_manifest.files),
-        plan.store,
+def shard_set(plan: RepackPlan) -> ShardSet:
+    """The plan as the launcher runs it."""
+    store = plan.store_manifest
+    return ShardSet(
+        config=plan.config,
+        tokenizer=plan.tokenizer_source,
+        header=plan.header,
+        job=Job(wire=lambda pipeline: build_repack(pipeline, plan), input_bytes=store.data_bytes),
+        start_line=f"repack: {store.documents:,} documents, {store.tokens:,} tokens in "
+        f"{len(store.files)} files from {plan.store}",
     )
-    return launch(pipeline, options, plan.config, write_files=lambda: write_known_files(plan))

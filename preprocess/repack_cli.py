@@ -5,18 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from collections.abc import Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from plumbing.cli import (
-    EXIT_FAILURE,
-    EXIT_OK,
     CommandParser,
     add_overwrite_flag,
     add_verbose_flag,
-    print_error,
     run_command,
 )
 from plumbing.flag_types import whole
@@ -24,7 +20,6 @@ from plumbing.lease import add_lease_flag
 from plumbing.units import size_flag
 from preprocess import runners
 from preprocess.cli import check_flags, setup_preprocess_logging, summary
-from preprocess.failures import RunFailure
 from preprocess.options import CURATION_FLAGS, MAX_NUM_SHARDS, PREPROCESS_RANGES
 from preprocess.stages.pack import REMAINDER_CHOICES
 from schemas.constants import PACKING_CHOICES
@@ -142,20 +137,15 @@ def _repack(parser: CommandParser, args: argparse.Namespace, beam_args: list[str
     )
     refuse_curation_flags(parser, beam_args)
     check_flags(parser, beam_args)
-    from preprocess.repack import (
-        RepackConfig,
-        run_repack,
-    )  # Beam graph code, after the cheap checks
+    # Beam graph code, after the cheap checks
+    from preprocess.launch import report_run
+    from preprocess.repack import RepackConfig, run_repack
 
     config = RepackConfig(**{k: v for k, v in vars(args).items() if k != "verbose"})
-    started = time.monotonic()
-    try:
-        manifest = run_repack(config, beam_args)
-    except RunFailure as e:
-        print_error(COMMAND, str(e))
-        return EXIT_FAILURE
-    if manifest is None:
-        print(f"lmshards {COMMAND}: dry run, nothing submitted or written")
-    else:
-        print(summary(manifest, config.output, time.monotonic() - started, command=COMMAND))
-    return EXIT_OK
+    return report_run(
+        COMMAND,
+        lambda: run_repack(config, beam_args),
+        summary=lambda manifest, seconds: summary(
+            manifest, config.output, seconds, command=COMMAND
+        ),
+    )

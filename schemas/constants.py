@@ -60,6 +60,8 @@ MODEL_CONFIG_JSON = "config.json"
 MODEL_WEIGHTS_FILES = ("model.safetensors", "pytorch_model.bin")
 
 TOKENIZER_JSON = "tokenizer.json"
+# transformers' settings of a tokenizer, beside its tokenizer.json.
+TOKENIZER_CONFIG_JSON = "tokenizer_config.json"
 # A self-contained shard set (and a run directory) carries its tokenizer in this subdirectory.
 TOKENIZER_DIR_NAME = "tokenizer"
 # The small JSON that `lmshards tokenizer train` writes beside tokenizer.json.

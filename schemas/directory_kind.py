@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from plumbing import fs
-from plumbing.outputs import EXPORT_SUCCESS_JSON, STATS_JSON, TEMP_DIR_NAME
+from plumbing.outputs import json_format
 from schemas.constants import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,
@@ -22,6 +22,7 @@ from schemas.constants import (
     TOKENIZER_JSON,
     TOKENS_FORMAT,
 )
+from schemas.layouts import EXPORT_SUCCESS_JSON, STATS_JSON, TEMP_DIR_NAME
 
 SHARD_SET = "shard set"
 TOKEN_STORE = "token store"
@@ -100,8 +101,8 @@ _DEFAULT_INSTEAD = {
 def directory_kind(path: str) -> str:
     """The kind of lmshards directory at path (local or gs://), from its marker files; OTHER if none.
 
-    A manifest.json says a shard set or a token store by its "format" (a damaged one counts as a shard
-    set: it can only be ours); run_config.json a run directory; config.json beside model weights a model
+    A manifest.json says a shard set or a token store by its "format" (a damaged or unreadable one counts
+    as a shard set: it can only be ours, and the shard set's reader names what is wrong with it); run_config.json a run directory; config.json beside model weights a model
     export; lmshards_tokenizer.json or a bare tokenizer.json a tokenizer.
     """
     if not fs.isdir(path):
@@ -110,7 +111,7 @@ def directory_kind(path: str) -> str:
     if fs.exists(manifest):
         try:
             data = json.loads(fs.read_text(manifest))
-        except (ValueError, UnicodeDecodeError):
+        except (OSError, ValueError):  # UnicodeDecodeError included
             return SHARD_SET
         found = data.get("format") if isinstance(data, dict) else None
         if found == MANIFEST_FORMAT:
@@ -134,6 +135,11 @@ def directory_kind(path: str) -> str:
     return OTHER
 
 
+def is_token_store(path: str) -> bool:
+    """Whether path is a token store itself (not a shard set, which may hold one inside)."""
+    return directory_kind(path) == TOKEN_STORE
+
+
 def wrong_kind_message(path: str, *, wanted: str, flag: str = "") -> str | None:
     """What path (given as `flag`, if any) is and what to run instead, when it is a known kind other
     than `wanted`; None when it is `wanted` or of no known kind (the caller's own message applies)."""
@@ -145,3 +151,20 @@ def wrong_kind_message(path: str, *, wanted: str, flag: str = "") -> str | None:
     return (
         f"{given} is {WHAT[kind]}, not {_SHORT[wanted]}: {instead.format(path=path.rstrip('/'))}."
     )
+
+
+def is_lmshards_output(directory: str) -> bool:
+    """True when directory holds a preprocess output, complete (its manifest.json) or not (.lmshards-tmp).
+
+    A manifest.json that is JSON of another format (a web app's, a dataset card's) is not ours; one that is
+    not JSON at all counts as ours, so that the shards beside a damaged manifest are never read as text.
+    """
+    if fs.exists(fs.join(directory, TEMP_DIR_NAME)):
+        return True
+    manifest = fs.join(directory, MANIFEST_NAME)
+    if not fs.exists(manifest):
+        return False
+    try:
+        return json_format(fs.read_bytes(manifest)) == MANIFEST_FORMAT
+    except ValueError:
+        return True

@@ -112,6 +112,22 @@ class TokenizerInfo:
         return tuple(sorted(set(self.all_special_ids) | set(self.special_token_ids.values())))
 
 
+def tokenizer_info_from_dict(tok: dict[str, Any]) -> TokenizerInfo:
+    """The `tokenizer` section of a shard set's or a token store's manifest.
+
+    Raises:
+      KeyError, TypeError, ValueError: a missing or malformed field (the caller names the file).
+    """
+    return TokenizerInfo(
+        fingerprint=tok["fingerprint"],
+        vocab_size=int(tok["vocab_size"]),
+        special_token_ids={k: int(v) for k, v in tok["special_token_ids"].items()},
+        all_special_ids=tuple(int(i) for i in tok["all_special_ids"]),
+        model_max_length=tok.get("model_max_length"),
+        path=tok.get("path"),
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class InputFileInfo:
     path: str
@@ -458,14 +474,7 @@ def manifest_from_dict(data: dict[str, Any]) -> Manifest:
         return Manifest(
             tool_version=data["tool_version"],
             seq_len=int(data["seq_len"]),
-            tokenizer=TokenizerInfo(
-                fingerprint=tok["fingerprint"],
-                vocab_size=int(tok["vocab_size"]),
-                special_token_ids={k: int(v) for k, v in tok["special_token_ids"].items()},
-                all_special_ids=tuple(int(i) for i in tok["all_special_ids"]),
-                model_max_length=tok.get("model_max_length"),
-                path=tokenizer_path,
-            ),
+            tokenizer=tokenizer_info_from_dict(tok),
             splits=splits,
             inputs=tuple(InputFileInfo(**i) for i in data["inputs"]),
             seed=int(data["seed"]),

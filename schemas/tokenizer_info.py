@@ -17,10 +17,11 @@ from schemas.constants import (
     FINGERPRINT_PREFIX,
     ROLE_SPELLINGS,
     SPECIAL_ROLES,
+    TOKENIZER_CONFIG_JSON,
     TOKENIZER_JSON,
 )
+from schemas.directory_kind import TOKENIZER, wrong_kind_message
 
-TOKENIZER_CONFIG_JSON = "tokenizer_config.json"
 # transformers writes this when a tokenizer has no maximum length.
 _UNBOUNDED_MAX_LENGTH = 10**29
 
@@ -51,9 +52,6 @@ def locate_tokenizer(path: str) -> TokenizerSource:
     if fs.isdir(path):
         json_path = fs.join(path, TOKENIZER_JSON)
         if not fs.exists(json_path):
-            # Imported here: directory_kind reads plumbing.outputs' names, which imports this module.
-            from schemas.directory_kind import TOKENIZER, wrong_kind_message
-
             wrong = wrong_kind_message(path, wanted=TOKENIZER)
             if wrong:
                 raise TokenizerError(wrong)

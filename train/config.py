@@ -19,20 +19,10 @@ from plumbing.flag_types import (
 )
 from plumbing.lease import STALE_AFTER_RANGE, STALE_AFTER_S
 from schemas.constants import DEFAULT_PER_REPLICA_BATCH
-from schemas.constants import (
-    RUN_CONFIG_JSON as RUN_CONFIG_JSON,  # named in schemas/: others recognise runs by it
-)
 from train.backend_names import DEFAULT_BACKEND
 from train.devices import AUTO, STRATEGY_AUTO
 from train.families import DEFAULT_FAMILY, get_family
 from train.masking_recipes import TOKEN
-
-RUN_SUMMARY_JSON = "run_summary.json"
-METRICS_JSONL = "metrics.jsonl"
-CHECKPOINTS_DIR = "checkpoints"
-TENSORBOARD_DIR = "tensorboard"
-TOKENIZER_DIR = "tokenizer"
-REPORT_HTML = "report.html"  # `lmshards report`'s page, by default in the run directory
 
 LR_SCHEDULES = ("linear", "cosine")
 # What the end of training evaluates: one pass over the whole validation split, or nothing more.

@@ -13,58 +13,32 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import re
 from collections.abc import Callable
 from typing import Any
 
 from plumbing import fs
 from plumbing.errors import LmshardsError, OutputError
-from plumbing.outputs import (
-    OutputLayout,
-    check_no_overlap,
-    clear_owned_output,
-    owned_entries,
-    register_layout,
-)
+from plumbing.outputs import check_no_overlap, clear_owned_output, owned_entries
+from schemas.constants import RUN_CONFIG_JSON, TOKENIZER_DIR_NAME
 from schemas.directory_kind import OTHER, RUN_DIRECTORY, WHAT, directory_kind
-from schemas.manifest import Manifest
-from schemas.tokenizer_info import TokenizerSource
-from train.backend_names import DEFAULT_BACKEND
-from train.config import (
+from schemas.layouts import (
     CHECKPOINTS_DIR,
     METRICS_JSONL,
-    REPORT_HTML,
-    RUN_CONFIG_JSON,
     RUN_SUMMARY_JSON,
     TENSORBOARD_DIR,
-    TOKENIZER_DIR,
-    ModelConfig,
-    TrainConfig,
+    TRAIN_RUN_OUTPUT,
 )
+from schemas.manifest import Manifest
+from schemas.metrics_log import read_metrics
+from schemas.tokenizer_info import TokenizerSource
+from train.backend_names import DEFAULT_BACKEND
+from train.config import ModelConfig, TrainConfig
 from train.evaluation import format_perplexity
 
 log = logging.getLogger(__name__)
 
 REFUSE = "refuse"
 WARN = "warn"
-TRAIN_RUN_OUTPUT = "train_run"
-# What both backends save under RUN_DIR/checkpoints (train.backends.tensorflow_checkpoint, train.backends.jax_checkpoint), half-written
-# saves included: TensorFlow's state file and PREFIX_temp/ shards, ckpt-N.index/.data-*, JAX's ckpt-N.npz(.tmp-*).
-_CHECKPOINT_FILE_RE = re.compile(
-    r"^(?:checkpoint(?:\.tmp[0-9a-f]*|\.unreadable)?"
-    r"|ckpt-\d+(?:\.index|\.data-\d+-of-\d+|\.npz(?:\.tmp-[0-9a-f]+)?|_temp/.+))$"
-)
-# TensorBoard's event files, under one directory per writer (train/, eval/).
-_EVENTS_FILE_RE = re.compile(r"^(?:[\w.-]+/)*events\.out\.tfevents\.[^/]+$")
-# Everything a training command (and `lmshards report`) writes in a run directory, and nothing else: what
-# `--restart` may delete, and what a run directory may hold (anything else there is the user's, and refused).
-RUN_LAYOUT = OutputLayout(
-    marker=RUN_SUMMARY_JSON,  # written when the run finishes
-    files=frozenset({RUN_CONFIG_JSON, METRICS_JSONL, REPORT_HTML}),
-    scratch_dirs=frozenset({TOKENIZER_DIR}),  # the copy of the run's tokenizer, every file of it
-    pattern_dirs=((CHECKPOINTS_DIR, _CHECKPOINT_FILE_RE), (TENSORBOARD_DIR, _EVENTS_FILE_RE)),
-)
-register_layout(TRAIN_RUN_OUTPUT, RUN_LAYOUT)
 _RESTART_HINT = (
     "pass --restart to train this run again from step 0 (deleting its checkpoints and metrics)"
 )
@@ -311,36 +285,6 @@ def format_summary(summary: dict[str, Any], run_dir: str) -> str:
 # ---------------------------------------------------------------- the run directory's files
 
 
-def read_metrics(path: str) -> list[dict[str, Any]]:
-    """The records of a metrics.jsonl (local or gs://): one JSON object per line; [] when there is none.
-
-    A damaged file (a line cut short by a crash, or overwritten) keeps every complete record; the
-    lines that are not a JSON object with a "step" are left out with a warning naming them.
-    """
-    if not fs.exists(path):
-        return []
-    records, damaged = [], []
-    for number, line in enumerate(fs.read_text(path).splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            record = None
-        if isinstance(record, dict) and isinstance(record.get("step"), int):
-            records.append(record)
-        else:
-            damaged.append(number)
-    if damaged:
-        log.warning(
-            "%s is damaged: line(s) %s are not metrics records and are left out; the other %d records are kept.",
-            path,
-            ", ".join(map(str, damaged)),
-            len(records),
-        )
-    return records
-
-
 class MetricsLog:
     """RUN_DIR/metrics.jsonl: one object per logging window and per evaluation, rewritten atomically.
 
@@ -416,7 +360,7 @@ class RunDir:
 
     @property
     def tokenizer(self) -> str:
-        return fs.join(self.path, TOKENIZER_DIR)
+        return fs.join(self.path, TOKENIZER_DIR_NAME)
 
     # ------------------------------------------------------------ run_config.json
 
@@ -492,7 +436,7 @@ class RunDir:
             fs.write_bytes_atomic(fs.join(self.tokenizer, name), fs.read_bytes(path))
 
     def clear(self) -> list[str]:
-        """Deletes what training wrote here (RUN_LAYOUT), the summary first; returns the names deleted.
+        """Deletes what training wrote here (TRAIN_RUN_OUTPUT), the summary first; returns the names deleted.
 
         Raises:
           OutputError: the directory holds anything else (nothing is deleted then).

@@ -14,7 +14,7 @@ from plumbing.cli import (
     setup_logging,
 )
 from plumbing.lease import add_lease_flag, output_lease
-from plumbing.outputs import DATASET_EXPORT_OUTPUT
+from schemas.layouts import DATASET_EXPORT_OUTPUT
 
 COMMAND = "dataset export"
 LOG_PACKAGES = ("corpus_tools", "schemas")

@@ -27,12 +27,8 @@ from typing import Any
 from plumbing import fs
 from plumbing.errors import LmshardsError
 from plumbing.flag_types import whole
-from plumbing.outputs import (
-    DATASET_EXPORT_OUTPUT,
-    EXPORT_SUCCESS_JSON,
-    check_replaceable,
-    prepare_output,
-)
+from plumbing.outputs import check_replaceable, prepare_output
+from schemas.layouts import DATASET_EXPORT_OUTPUT, EXPORT_SUCCESS_JSON
 from schemas.version import __version__
 
 logger = logging.getLogger(__name__)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -17,10 +16,10 @@ from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_log
 from plumbing.errors import LmshardsError
 from plumbing.flag_types import whole
 from plumbing.lease import add_lease_flag, output_lease
-from plumbing.outputs import STATS_OUTPUT
 from plumbing.quiet import load_tensorflow_quietly
 from plumbing.units import format_duration
 from schemas.constants import SPLITS
+from schemas.layouts import STATS_OUTPUT
 
 if TYPE_CHECKING:
     from corpus_tools.stats.stats import StatsReport
@@ -116,6 +115,7 @@ def _stats(args: argparse.Namespace, beam_args: list[str]) -> int:
     log.info("stats: loading TensorFlow and tensorflow-transform")
     load_tensorflow_quietly(verbose=args.verbose, modules=TENSORFLOW_MODULES)
     from corpus_tools.stats.stats import StatsConfig, run_stats, stats_output
+    from preprocess.launch import report_run
 
     config = StatsConfig(
         shards_dir=args.shards_dir,
@@ -124,19 +124,17 @@ def _stats(args: argparse.Namespace, beam_args: list[str]) -> int:
         top_k=args.top_k,
         tokenizer=args.tokenizer,
     )
-    started = time.monotonic()
-    with output_lease(
-        stats_output(config),
-        command=COMMAND,
-        stale_after_s=args.lease_stale_s,
-        partial_kind=STATS_OUTPUT,
-    ):
-        report = run_stats(config, beam_args)
-    if report is None:
-        print(f"lmshards {COMMAND}: dry run, nothing submitted or written")
-        return 0
-    print(summary(report, time.monotonic() - started))
-    return 0
+
+    def run() -> StatsReport | None:
+        with output_lease(
+            stats_output(config),
+            command=COMMAND,
+            stale_after_s=args.lease_stale_s,
+            partial_kind=STATS_OUTPUT,
+        ):
+            return run_stats(config, beam_args)
+
+    return report_run(COMMAND, run, summary=summary)
 
 
 def summary(report: StatsReport, seconds: float) -> str:

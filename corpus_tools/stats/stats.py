@@ -26,14 +26,16 @@ import pyarrow as pa
 from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
+from corpus_tools.stats.figures import rank_frequency, rate, top_token_figures, vocabulary_figures
 from corpus_tools.stats.page import stats_page
-from corpus_tools.stats.token_store import is_token_store, token_store_stats
-from corpus_tools.tokenizer.corpus_report import byte_fallback_ids
+from corpus_tools.stats.token_store import token_store_stats
 from plumbing import fs
 from plumbing.errors import LmshardsError, OutputError
-from plumbing.outputs import STATS_DIR_NAME, STATS_HTML, STATS_JSON
-from preprocess.runners import dry_run, is_dry_run, pipeline_options
+from preprocess.launch import Job, build_job
+from preprocess.runners import pipeline_options
 from schemas.constants import ATTENTION_MASK, INPUT_IDS
+from schemas.directory_kind import is_token_store
+from schemas.layouts import STATS_DIR_NAME, STATS_HTML, STATS_JSON
 from schemas.manifest import Manifest, ShardInfo, read_manifest
 from schemas.shards import parse_shard_name
 from schemas.tfmd import schema_for
@@ -338,34 +340,6 @@ def read_counts(counts_dir: str) -> AnalyzerCounts:
 # ---------------------------------------------------------------- figures
 
 
-def _rate(part: int, whole: int) -> float:
-    return part / whole if whole else 0.0
-
-
-def top_tokens(token_counts: Mapping[int, int], k: int) -> list[dict[str, Any]]:
-    """The k most frequent ids, ties broken by id: [{id, count, share of all counted tokens}]."""
-    total = sum(token_counts.values())
-    ranked = sorted(token_counts.items(), key=lambda item: (-item[1], item[0]))[:k]
-    return [{"id": i, "count": n, "share": _rate(n, total)} for i, n in ranked]
-
-
-def name_tokens(top: list[dict[str, Any]], tokenizer: Tokenizer) -> list[dict[str, Any]]:
-    """Top tokens with their vocabulary piece ('token') and decoded text ('text')."""
-    return [
-        {
-            **entry,
-            "token": tokenizer.id_to_token(entry["id"]),
-            "text": tokenizer.decode([entry["id"]], skip_special_tokens=False),
-        }
-        for entry in top
-    ]
-
-
-def rank_frequency(token_counts: Mapping[int, int]) -> list[int]:
-    """Counts of the used ids, most frequent first: the curve of the rank-frequency plot."""
-    return sorted(token_counts.values(), reverse=True)
-
-
 def corpus_stats(
     counts: AnalyzerCounts, *, plan: StatsPlan, tokenizer: Tokenizer | None
 ) -> dict[str, Any]:
@@ -381,19 +355,11 @@ def corpus_stats(
     vocab_size, seq_len = manifest.tokenizer.vocab_size, manifest.seq_len
     tokens = sum(counts.tokens.values())
     records = sum(counts.shard_records.values())
-    used = sum(1 for i in counts.tokens if 0 <= i < vocab_size)
-    unk_id = manifest.tokenizer.special_token_ids.get("unk")
-    unk_tokens = counts.tokens.get(unk_id, 0) if unk_id is not None else None
-    fallback = byte_fallback_ids(tokenizer.get_vocab(with_added_tokens=True)) if tokenizer else None
-    fallback_tokens = (
-        sum(counts.tokens.get(i, 0) for i in fallback) if fallback is not None else None
-    )
     shard_records = [counts.shard_records.get(i, 0) for i in range(len(shards))]
     split_records = dict.fromkeys(plan.splits, 0)
     for shard, n in zip(shards, shard_records):
         split_records[parse_shard_name(shard.path)[0]] += n
     lengths = sorted(counts.record_tokens)
-    top = top_tokens(counts.tokens, plan.top_k)
     stats = {
         "tool_version": __version__,
         "shards_dir": plan.shards_dir,
@@ -403,20 +369,15 @@ def corpus_stats(
         "records": records,
         "tokens": tokens,
         "padding_tokens": records * seq_len - tokens,
-        "padding_share": _rate(records * seq_len - tokens, records * seq_len),
-        "vocab_used": used,
-        "vocab_unused_fraction": (vocab_size - used) / vocab_size,
-        "out_of_vocab_tokens": sum(n for i, n in counts.tokens.items() if not 0 <= i < vocab_size),
-        "unk_id": unk_id,
-        "unk_tokens": unk_tokens,
-        "unk_rate": _rate(unk_tokens, tokens) if unk_tokens is not None else None,
-        "byte_fallback_ids": len(fallback) if fallback is not None else None,
-        "byte_fallback_tokens": fallback_tokens,
-        "byte_fallback_rate": _rate(fallback_tokens, tokens)
-        if fallback_tokens is not None
-        else None,
+        "padding_share": rate(records * seq_len - tokens, records * seq_len),
+        **vocabulary_figures(
+            counts.tokens,
+            vocab_size=vocab_size,
+            unk_id=manifest.tokenizer.special_token_ids.get("unk"),
+            tokenizer=tokenizer,
+        ),
         "tokens_per_record": {
-            "mean": _rate(tokens, records),
+            "mean": rate(tokens, records),
             "min": lengths[0] if lengths else 0,
             "max": lengths[-1] if lengths else 0,
             "histogram": [
@@ -427,13 +388,17 @@ def corpus_stats(
         "records_per_shard": {
             "min": min(shard_records),
             "max": max(shard_records),
-            "mean": _rate(records, len(shards)),
+            "mean": rate(records, len(shards)),
             "shards": [
                 {"path": shard.path, "records": n} for shard, n in zip(shards, shard_records)
             ],
         },
-        "tokenizer": plan.tokenizer.json_path if plan.tokenizer else None,
-        "top_tokens": name_tokens(top, tokenizer) if tokenizer else top,
+        **top_token_figures(
+            counts.tokens,
+            top_k=plan.top_k,
+            tokenizer=tokenizer,
+            tokenizer_path=plan.tokenizer.json_path if plan.tokenizer else None,
+        ),
     }
     stats["manifest_mismatches"] = manifest_mismatches(stats, manifest=manifest, shards=shards)
     return stats
@@ -486,7 +451,10 @@ def remove_tree(path: str) -> None:
 
 
 def write_stats(output: str, stats: dict[str, Any], frequencies: Sequence[int]) -> StatsReport:
-    """Writes stats.json and stats.html (with the rank-frequency plot of `frequencies`) atomically."""
+    """Writes stats.json and stats.html (with the rank-frequency plot of `frequencies`) atomically,
+    each manifest mismatch logged as a warning first."""
+    for problem in stats["manifest_mismatches"]:
+        logger.warning("stats: %s", problem)
     report = StatsReport(
         stats=stats, json_path=fs.join(output, STATS_JSON), html_path=fs.join(output, STATS_HTML)
     )
@@ -510,18 +478,21 @@ def run_stats(config: StatsConfig, beam_args: Sequence[str] = ()) -> StatsReport
         stats, frequencies = token_store_stats(
             config.shards_dir, top_k=config.top_k, tokenizer=config.tokenizer
         )
-        for problem in stats["manifest_mismatches"]:
-            logger.warning("stats: %s", problem)
         return write_stats(stats_output(config), stats, frequencies)
     plan = plan_stats(config)
     options = pipeline_options(beam_args)
-    pipeline = beam.Pipeline(options=options)
     work_dir = analysis_dir(options)
     counts_dir = fs.join(work_dir, "counts")
+    job = Job(
+        wire=lambda pipeline: build_pipeline(
+            pipeline, plan, temp_dir=fs.join(work_dir, "tft"), counts_dir=counts_dir
+        ),
+        input_bytes=None,  # the cost model is preprocess's
+        worker_package=False,  # the workers run corpus_tools' analyzers too
+    )
     try:
-        build_pipeline(pipeline, plan, temp_dir=fs.join(work_dir, "tft"), counts_dir=counts_dir)
-        if is_dry_run(options):
-            dry_run(pipeline, options, input_bytes=None)  # the cost model is preprocess's
+        pipeline = build_job(job, options)
+        if pipeline is None:  # a Dataflow dry run
             return None
         logger.info(
             "stats: analysing %d shards of %s (%s)",
@@ -535,6 +506,4 @@ def run_stats(config: StatsConfig, beam_args: Sequence[str] = ()) -> StatsReport
         remove_tree(work_dir)
     tokenizer = Tokenizer.from_str(plan.tokenizer.json_text) if plan.tokenizer else None
     stats = corpus_stats(counts, plan=plan, tokenizer=tokenizer)
-    for problem in stats["manifest_mismatches"]:
-        logger.warning("stats: %s", problem)
     return write_stats(plan.output, stats, rank_frequency(counts.tokens))

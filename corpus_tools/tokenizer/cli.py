@@ -23,9 +23,9 @@ from plumbing.cli import (
 )
 from plumbing.flag_types import COUNT, SEED
 from plumbing.lease import add_lease_flag, output_lease
-from plumbing.outputs import TOKENIZER_OUTPUT
 from plumbing.units import format_duration, size_flag
 from preprocess import sources
+from schemas.layouts import TOKENIZER_OUTPUT
 
 log = logging.getLogger(__name__)
 TRAIN_COMMAND = "tokenizer train"

@@ -17,9 +17,10 @@ from tokenizers import Tokenizer
 from corpus_tools.tokenizer.config import MODEL_MAX_LENGTH, SpecialTokens, TokenizerTrainingError
 from corpus_tools.tokenizer.models import token_ids
 from plumbing import fs
-from plumbing.outputs import TOKENIZER_OUTPUT, prepare_output
+from plumbing.outputs import prepare_output
 from schemas.constants import SPECIAL_ROLES, TOKENIZER_INFO_JSON
 from schemas.hf_tokenizer import wrap_fast_tokenizer
+from schemas.layouts import TOKENIZER_OUTPUT
 from schemas.tokenizer_info import fingerprint, locate_tokenizer, special_token_ids
 from schemas.version import __version__
 

@@ -23,8 +23,9 @@ from corpus_tools.tokenizer.sampling import (
     write_sample,
 )
 from corpus_tools.tokenizer.save import check_can_save, save_tokenizer
-from plumbing.outputs import TOKENIZER_OUTPUT, check_replaceable
+from plumbing.outputs import check_replaceable
 from preprocess import sources
+from schemas.layouts import TOKENIZER_OUTPUT
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ One rule for a directory, a glob and a named file:
   hang the run or read nothing.
 
 Files inside an lmshards output (a directory holding an lmshards manifest.json or .lmshards-tmp, see
-plumbing.outputs.is_lmshards_output) are never read as text: a directory or glob input skips them (they
+schemas.directory_kind.is_lmshards_output) are never read as text: a directory or glob input skips them (they
 are counted and logged), and a file named as an input there is refused. An output keeps its files at
 most OUTPUT_DEPTH levels down (manifest.json; train/<shard>, tokenizer/tokenizer.json), besides its
 .lmshards-tmp, so a file's parent and grandparent are looked at (each directory once).
@@ -38,9 +38,10 @@ from typing import Any
 import fsspec.utils
 
 from plumbing import fs
-from plumbing.outputs import TEMP_DIR_NAME, is_lmshards_output
 from preprocess.sources.core.options import InputError
 from schemas.constants import MANIFEST_NAME
+from schemas.directory_kind import is_lmshards_output
+from schemas.layouts import TEMP_DIR_NAME
 from schemas.manifest import InputFileInfo
 
 logger = logging.getLogger(__name__)

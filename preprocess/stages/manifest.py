@@ -18,16 +18,17 @@ import apache_beam as beam
 
 from plumbing import fs
 from plumbing.errors import OutputError
-from plumbing.outputs import SPECIAL_TOKENS_MAP_JSON, TEMP_DIR_NAME
 from preprocess.sources import InputError, ReadStats, no_documents_message, sum_stats
 from preprocess.stages.pack import sum_totals
 from schemas.constants import (
     MANIFEST_NAME,
     SPLITS,
+    TOKENIZER_CONFIG_JSON,
     TOKENIZER_DIR_NAME,
     TOKENIZER_INFO_JSON,
     TOKENIZER_JSON,
 )
+from schemas.layouts import SPECIAL_TOKENS_MAP_JSON, TEMP_DIR_NAME
 from schemas.manifest import (
     CurationInfo,
     Manifest,
@@ -37,7 +38,7 @@ from schemas.manifest import (
     write_manifest,
 )
 from schemas.tfmd import schema_for, write_schema
-from schemas.tokenizer_info import TOKENIZER_CONFIG_JSON, TokenizerSource
+from schemas.tokenizer_info import TokenizerSource
 
 # Files copied from a tokenizer directory beside its tokenizer.json, when there: transformers' and lmshards'.
 TOKENIZER_COMPANIONS = (TOKENIZER_CONFIG_JSON, SPECIAL_TOKENS_MAP_JSON, TOKENIZER_INFO_JSON)

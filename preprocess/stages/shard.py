@@ -19,10 +19,10 @@ import numpy as np
 
 from plumbing import fs
 from plumbing.errors import LmshardsError
-from plumbing.outputs import TEMP_DIR_NAME
 from preprocess.stages.metrics import StageProgress, counter
 from preprocess.stages.pack import PackedGroup
 from schemas.constants import SPLITS, TRAIN_SPLIT
+from schemas.layouts import TEMP_DIR_NAME
 from schemas.manifest import ShardInfo
 from schemas.records import encode_examples, frame_record
 from schemas.shards import shard_relpath

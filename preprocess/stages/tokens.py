@@ -3,7 +3,8 @@
 `lmshards repack` builds new shard sets from it (another seq_len, shard count, split or seed)
 without tokenizing again. Per document it holds what the stages after encode need to place the
 document: its text hash (its split, packing group and place in the group) and its ids; the input
-sizes the plan sized the packing groups from are in its manifest. Layout of `OUTPUT/tokens/`:
+sizes the plan sized the packing groups from are in its manifest. Layout of `OUTPUT/tokens/` (names:
+schemas.layouts):
 
   part-{uuid4 hex}.parquet  rows (doc_hash: uint64, input_ids: list<uint16 or uint32>), zstd
   tokenizer/                a copy of the tokenizer the ids come from: the store stands alone
@@ -21,7 +22,6 @@ import hashlib
 import io
 import json
 import os
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -31,12 +31,12 @@ from apache_beam.transforms.window import GlobalWindows
 
 from plumbing import fs
 from plumbing.errors import LmshardsError
-from plumbing.outputs import TEMP_DIR_NAME, TOKEN_PART_RE
 from preprocess.sources import ReadStats, sum_stats
 from preprocess.stages.encode import TokenizedChunk
 from preprocess.stages.metrics import counter
 from schemas.constants import MANIFEST_FORMAT, MANIFEST_NAME, TOKENS_DIR_NAME, TOKENS_FORMAT
-from schemas.manifest import InputFileInfo, TokenizerInfo
+from schemas.layouts import TEMP_DIR_NAME, is_token_part_name, new_token_part_name
+from schemas.manifest import InputFileInfo, TokenizerInfo, tokenizer_info_from_dict
 
 TOKENS_FORMAT_VERSION = 1
 DOC_HASH_COLUMN = "doc_hash"
@@ -127,18 +127,11 @@ def store_manifest_from_dict(data: dict[str, Any], path: str) -> TokenStoreManif
         tok = data["tokenizer"]
         files = tuple(TokenFileInfo(**f) for f in data["files"])
         for f in files:
-            if not TOKEN_PART_RE.match(f.path):
+            if not is_token_part_name(f.path):
                 raise ValueError(f"file {f.path!r} is not a part file name")
         manifest = TokenStoreManifest(
             tool_version=data["tool_version"],
-            tokenizer=TokenizerInfo(
-                fingerprint=tok["fingerprint"],
-                vocab_size=int(tok["vocab_size"]),
-                special_token_ids={k: int(v) for k, v in tok["special_token_ids"].items()},
-                all_special_ids=tuple(int(i) for i in tok["all_special_ids"]),
-                model_max_length=tok.get("model_max_length"),
-                path=tok.get("path"),
-            ),
+            tokenizer=tokenizer_info_from_dict(tok),
             id_dtype=data["id_dtype"],
             documents=int(data["documents"]),
             tokens=int(data["tokens"]),
@@ -317,7 +310,7 @@ def decode_part(data: bytes, info: TokenFileInfo, path: str) -> TokenizedChunk:
 def write_part(store: str, chunk: TokenizedChunk, id_dtype: str) -> TokenFileInfo:
     """Writes the chunk as a new part file (locally temp name then rename); returns its info."""
     data = encode_part(chunk, id_dtype)
-    name = f"part-{uuid.uuid4().hex}.parquet"
+    name = new_token_part_name()
     final = fs.join(store, name)
     if fs.is_remote(final):
         with fs.open_file(final, "wb") as f:  # an object appears only once its upload is final
@@ -383,7 +376,7 @@ def finish_store(store: str, manifest: TokenStoreManifest) -> str:
     listed = {f.path for f in manifest.files}
     for path in fs.listdir(store):
         name = path.rstrip("/").rsplit("/", 1)[-1]
-        if TOKEN_PART_RE.match(name) and name not in listed:
+        if is_token_part_name(name) and name not in listed:
             filesystem.rm(fs.filesystem(path)[1])
     path = fs.join(store, MANIFEST_NAME)
     fs.write_text_atomic(path, manifest.to_json())

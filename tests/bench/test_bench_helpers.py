@@ -6,7 +6,6 @@ import sys
 
 import pytest
 
-from bench._measure import MB, run_checked, run_measured
 from bench.bench_preprocess import (
     CEILING,
     HF_STYLE,
@@ -15,8 +14,8 @@ from bench.bench_preprocess import (
     Result,
     parse_args,
     ratios,
-    take_subset,
 )
+from bench.common import MB, run_checked, run_measured, take_subset
 
 CHILD_MB = 200
 # A parent that stays small while its child holds CHILD_MB of touched memory for long enough for PSS samples.

@@ -11,18 +11,18 @@ import numpy as np
 import pytest
 
 from corpus_tools.stats import cli
+from corpus_tools.stats.figures import top_tokens, vocabulary_figures
 from corpus_tools.stats.page import rank_frequency_svg, sampled_ranks
 from corpus_tools.stats.stats import (
     AnalyzerCounts,
     StatsConfig,
     StatsError,
-    byte_fallback_ids,
     corpus_stats,
     parse_counts,
     plan_stats,
     run_stats,
-    top_tokens,
 )
+from corpus_tools.tokenizer.corpus_report import byte_fallback_ids
 from plumbing.errors import ManifestError, TokenizerError
 from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.manifest import read_manifest
@@ -226,6 +226,23 @@ def test_top_tokens_break_ties_by_id():
     ]
 
 
+def test_ids_past_the_vocabulary_count_as_tokens_but_not_as_used_ids():
+    """A shard set's and a token store's stats.json share these figures: both pass every counted id."""
+    figures = vocabulary_figures({0: 5, 3: 2, 7: 1, 9: 4}, vocab_size=8, unk_id=3, tokenizer=None)
+    assert figures == {
+        "vocab_used": 3,
+        "vocab_unused_fraction": 5 / 8,
+        "out_of_vocab_tokens": 4,
+        "unk_id": 3,
+        "unk_tokens": 2,
+        "unk_rate": 2 / 12,
+        "byte_fallback_ids": None,
+        "byte_fallback_tokens": None,
+        "byte_fallback_rate": None,
+    }
+    assert vocabulary_figures({}, vocab_size=8, unk_id=None, tokenizer=None)["unk_rate"] is None
+
+
 def test_unk_and_byte_fallback_rates_from_a_unigram_vocabulary(shards):
     """A SentencePiece-style Unigram vocabulary with byte fallback: <unk> and <0x..> pieces are counted."""
     from tokenizers import Tokenizer, decoders, models
@@ -295,7 +312,8 @@ def test_dataflow_dry_run_builds_the_job_and_writes_nothing(shards, tmp_path):
 
 def test_the_default_output_belongs_to_the_shard_set_for_overwrite(shards, cli_run):
     """`preprocess --overwrite` once refused 'files lmshards did not write' after a default `lmshards stats`."""
-    from plumbing.outputs import PREPROCESS_OUTPUT, owned_entries
+    from plumbing.outputs import owned_entries
+    from schemas.layouts import PREPROCESS_OUTPUT
 
     owned, foreign = owned_entries(str(shards), kind=PREPROCESS_OUTPUT)
     assert "stats" in owned and not [f for f in foreign if f.startswith("stats")], foreign

@@ -1,4 +1,4 @@
-"""`lmshards demo`: the README's main job end to end as CI runs it, and the baseline arithmetic it reports."""
+"""`lmshards demo`: the README's main job end to end as CI runs it."""
 
 from __future__ import annotations
 
@@ -6,125 +6,12 @@ import json
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
-from lmshards.demo import (
-    IGNORE_LABEL,
-    RATIO_TARGET,
-    SUMMARY_JSON,
-    Scores,
-    baseline_accuracy,
-    is_real_word,
-    mask_records,
-    most_frequent_token,
-    parse_args,
-    summary_dict,
-    summary_lines,
-)
-from schemas.constants import ATTENTION_MASK, INPUT_IDS
+from lmshards.demo_report import SUMMARY_JSON
+from lmshards.demo_scoring import RATIO_TARGET
 from schemas.manifest import read_manifest
 from tests.conftest import REPO
-
-SPECIAL = (0, 1, 2, 3, 4)  # RoBERTa's <s> <pad> </s> <unk> <mask>
-MASK_ID = 4
-
-
-def _records(rows: int = 64, seq_len: int = 32, seed: int = 5) -> dict[str, np.ndarray]:
-    """Random ids 5..99 with a padded tail (id 1, attention 0) and a leading <s> in every row."""
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(5, 100, size=(rows, seq_len))
-    attention = np.ones_like(ids)
-    attention[:, -4:] = 0
-    ids[:, -4:] = 1
-    ids[:, 0] = 0
-    return {INPUT_IDS: ids, ATTENTION_MASK: attention}
-
-
-def test_most_frequent_token_counts_only_real_non_special_tokens():
-    ids = np.array([[0, 7, 7, 9, 1, 1, 1, 1], [0, 9, 7, 4, 4, 4, 1, 1]])
-    attention = np.array([[1, 1, 1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1, 0, 0]])
-    assert (
-        most_frequent_token(ids, attention, SPECIAL) == 7
-    )  # 3x 7 beats 2x 9; pads, <s> and <mask> are skipped
-    ids[0, 1:3] = 9
-    assert most_frequent_token(ids, attention, SPECIAL) == 9
-
-
-def test_mask_records_is_seeded_and_masks_only_real_tokens():
-    records = _records()
-    first = mask_records(records, special_ids=SPECIAL, mask_id=MASK_ID, probability=0.15, seed=0)
-    again = mask_records(records, special_ids=SPECIAL, mask_id=MASK_ID, probability=0.15, seed=0)
-    other = mask_records(records, special_ids=SPECIAL, mask_id=MASK_ID, probability=0.15, seed=1)
-    assert np.array_equal(first.input_ids, again.input_ids) and np.array_equal(
-        first.labels, again.labels
-    )
-    assert not np.array_equal(first.labels, other.labels)
-
-    where = first.masked
-    assert np.all(first.input_ids[where] == MASK_ID)
-    assert np.array_equal(first.labels[where], records[INPUT_IDS][where])
-    assert np.array_equal(first.input_ids[~where], records[INPUT_IDS][~where])
-    assert np.all(first.labels[~where] == IGNORE_LABEL)
-    assert not where[:, 0].any() and not where[:, -4:].any()  # never <s>, never padding
-    maskable = 64 * (32 - 5)
-    assert abs(where.sum() / maskable - 0.15) < 0.03
-
-
-def test_baseline_accuracy_is_the_share_of_masked_labels_equal_to_the_token():
-    records = _records()
-    masked = mask_records(records, special_ids=SPECIAL, mask_id=MASK_ID, probability=0.5, seed=0)
-    labels = masked.labels[masked.masked]
-    token = int(np.bincount(labels).argmax())
-    assert baseline_accuracy(masked, token) == pytest.approx(
-        np.count_nonzero(labels == token) / labels.size
-    )
-    assert baseline_accuracy(masked, 200) == 0.0
-
-
-@pytest.mark.parametrize(
-    "token, real",
-    [
-        ("Ġman", True),
-        (" the", True),
-        ("▁wife", True),
-        ("wife", True),
-        (",", False),
-        (" a", False),
-        ("Ġ", False),
-        ("Ġ2000", False),
-        ("Ġdon't", False),
-        ("<mask>", False),
-    ],
-)
-def test_is_real_word(token, real):
-    assert is_real_word(token) is real
-
-
-def test_summary_ratio_and_verdict_follow_the_scores(tmp_path):
-    cfg = parse_args(["--output", str(tmp_path)])
-
-    def summary(accuracy: float) -> dict:
-        scores = Scores(
-            eval_loss=4.5,
-            eval_accuracy=accuracy,
-            baseline_accuracy=0.05,
-            baseline_token_id=16,
-            baseline_token=",",
-            masked_tokens=1000,
-            validation_records=90,
-        )
-        return summary_dict(
-            cfg, scores, [",", " the", " man"], {"a": 1.0, "b": 2.5}, {"loss": 4.0, "accuracy": 0.2}
-        )
-
-    met, missed = summary(0.125), summary(0.075)
-    assert met["accuracy_ratio"] == pytest.approx(2.5) and met["ratio_target_met"] is True
-    assert missed["accuracy_ratio"] == pytest.approx(1.5) and missed["ratio_target_met"] is False
-    assert met["fill_mask"]["real_words"] == [" the", " man"] and met["total_seconds"] == 3.5
-    assert json.loads(json.dumps(met)) == met
-    assert any(line.endswith(f"target >= {RATIO_TARGET:g}x met") for line in summary_lines(met))
-    assert any(line.endswith("NOT met") for line in summary_lines(missed))
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ import json
 import shutil
 import struct
 import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from schemas.manifest import (
 )
 from schemas.shards import shard_relpath
 
+REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed (.ci/run installs it)"
@@ -151,6 +153,27 @@ def test_report_command_writes_the_page_and_refuses_a_non_run(run_dir, tmp_path,
     assert (run_dir / "report.html").read_text().startswith("<!doctype html>")
     assert lmshards_main(["report", str(tmp_path / "nothing")]) == 2
     assert "not a training run directory" in capsys.readouterr().err
+
+
+# The training stack: `lmshards report` reads a run's files by the contract's names (schemas/) without it.
+TRAINING_STACK = ("tensorflow", "keras", "keras_hub", "jax", "flax", "train")
+
+
+def test_a_report_loads_no_training_stack(run_dir):
+    """`lmshards report RUN_DIR`, in a fresh interpreter, writes its page without importing train/ or a
+    backend's framework."""
+    code = (
+        "import json, sys\n"
+        "from lmshards.cli import main\n"
+        f"assert main(['report', {str(run_dir)!r}]) == 0\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {TRAINING_STACK!r})))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (run_dir / "report.html").exists()
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
 
 
 def _png_colors(png: bytes) -> int:

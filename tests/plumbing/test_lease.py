@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from plumbing import fs, lease
-from plumbing.outputs import PREPROCESS_OUTPUT, clear_owned_output, owned_entries
+from plumbing.outputs import clear_owned_output, owned_entries
 from schemas.constants import MANIFEST_FORMAT
+from schemas.layouts import PREPROCESS_OUTPUT
 
 
 def _dead_pid() -> int:

@@ -19,7 +19,7 @@ import pytest
 
 from plumbing import fs
 from plumbing.lease import LEASE_NAME, lease_path
-from preprocess import cli, inspect_cli, pipeline
+from preprocess import cli, inspect_cli, launch
 from schemas.manifest import read_manifest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,13 +49,13 @@ def _listing(output: str) -> list[str]:
 def _race(monkeypatch, corpus: str, output: str, capsys) -> subprocess.CompletedProcess:
     """Runs preprocess here, and a second one as its own process while the first holds the lease."""
     second_done = threading.Event()
-    real_write = pipeline.write_known_files
+    real_write = launch.write_known_files
 
-    def paused_write(plan):
+    def paused_write(shard_set):
         assert second_done.wait(_WAIT_S)
-        real_write(plan)
+        real_write(shard_set)
 
-    monkeypatch.setattr(pipeline, "write_known_files", paused_write)
+    monkeypatch.setattr(launch, "write_known_files", paused_write)
     codes: list[int] = []
     first = threading.Thread(
         target=lambda: codes.append(

@@ -15,8 +15,9 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 import preprocess
+from preprocess.launch import write_known_files
 from preprocess.options import PreprocessConfig
-from preprocess.pipeline import build_pipeline, plan_preprocess, write_known_files
+from preprocess.pipeline import build_pipeline, plan_preprocess, shard_set
 from preprocess.stages.encode import EncodeDocuments, EncodeSettings, TokenizedChunk, doc_hash
 from preprocess.stages.pack import PackedGroup, PackGroups, pack_blocks
 from preprocess.stages.shard import ShardBatch, WriteShards
@@ -292,7 +293,7 @@ def test_elements_between_stages_are_typed(small_plan):
         (pcoll,) = visitor.outputs[label]
         shapes = pcoll | f"Shape{label}" >> beam.Map(_shape) | f"Distinct{label}" >> beam.Distinct()
         assert_that(shapes, equal_to([shape]), label=f"Check{label}")
-    write_known_files(small_plan)
+    write_known_files(shard_set(small_plan))
     pipeline.run().wait_until_finish()
     assert (Path(small_plan.config.output) / "manifest.json").exists()
 

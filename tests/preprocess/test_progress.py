@@ -150,6 +150,7 @@ def test_finished_line():
 
 def test_a_run_logs_each_stage_and_counts_under_the_same_names(tmp_path, caplog):
     from preprocess import pipeline as pipeline_module
+    from preprocess.launch import write_known_files
     from preprocess.options import PreprocessConfig
     from schemas.manifest import read_manifest
 
@@ -168,7 +169,7 @@ def test_a_run_logs_each_stage_and_counts_under_the_same_names(tmp_path, caplog)
     pipeline = beam.Pipeline(options=pipeline_module.runners.pipeline_options([]))
     with caplog.at_level(logging.INFO, logger="preprocess"):
         pipeline_module.build_pipeline(pipeline, plan)
-        pipeline_module.write_known_files(plan)
+        write_known_files(pipeline_module.shard_set(plan))
         result = pipeline.run()
         result.wait_until_finish()
     manifest = read_manifest(str(output))

@@ -12,12 +12,13 @@ import pytest
 from lmshards.cli import main as lmshards_main
 from plumbing.errors import OutputError
 from plumbing.flag_types import FlagRangeError
-from plumbing.outputs import PREPROCESS_OUTPUT, owned_entries
+from plumbing.outputs import owned_entries
 from preprocess.failures import RunFailure
 from preprocess.options import PreprocessConfig
 from preprocess.pipeline import run_pipeline
 from preprocess.repack import RepackConfig, run_repack
 from preprocess.stages.tokens import TokenStoreError, read_store_manifest
+from schemas.layouts import PREPROCESS_OUTPUT
 from schemas.manifest import read_manifest
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"

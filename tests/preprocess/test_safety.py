@@ -20,10 +20,11 @@ import pytest
 
 from plumbing import fs
 from plumbing.errors import ManifestError
-from plumbing.outputs import TEMP_DIR_NAME, WRITE_PROBE_PREFIX
+from plumbing.outputs import WRITE_PROBE_PREFIX
 from preprocess.cli import main
 from preprocess.failures import RunFailure, is_reported_failure, run_failure, user_error
 from preprocess.sources import InputError
+from schemas.layouts import TEMP_DIR_NAME
 from schemas.manifest import TOKENIZER_RELPATH, manifest_from_dict, read_manifest
 from schemas.tokenizer_info import fingerprint
 

@@ -114,3 +114,21 @@ def test_train_shards_names_the_kind_given_before_writing(tmp_path, capsys, kind
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert re.search(said.format(path=re.escape(path)), line), line
     assert not run.exists()
+
+
+def test_a_token_store_is_told_apart_from_the_shard_set_holding_it(tmp_path):
+    shards = _make(tmp_path, kinds.SHARD_SET)
+    (tmp_path / "shard_set" / "tokens").mkdir()
+    (tmp_path / "shard_set" / "tokens" / "manifest.json").write_text(
+        json.dumps({"format": TOKENS_FORMAT})
+    )
+    assert kinds.is_token_store(f"{shards}/tokens")
+    assert not kinds.is_token_store(shards)
+    (tmp_path / "damaged").mkdir()
+    (tmp_path / "damaged" / "manifest.json").write_bytes(b"\xff not JSON")
+    (tmp_path / "unreadable" / "manifest.json").mkdir(parents=True)  # a directory, not a file
+    for path in (tmp_path / "damaged", tmp_path / "unreadable"):
+        # Ours whatever is wrong with it: the shard set's reader names the problem.
+        assert kinds.directory_kind(str(path)) == kinds.SHARD_SET
+        assert not kinds.is_token_store(str(path))
+    assert not kinds.is_token_store(str(tmp_path / "missing"))

@@ -383,7 +383,11 @@ def test_a_source_carrying_another_tokenizer_is_refused(
 
 def test_a_rerun_before_the_first_checkpoint_refuses_a_source_that_changed(tmp_path):
     from plumbing.errors import LmshardsError
-    from train.export.init_source import InitWeights, check_same_source, weights_fingerprint
+    from train.export.init_source import (
+        InitWeights,
+        check_same_source,
+        weights_fingerprint,
+    )
 
     arrays = {"token_embedding": np.ones((3, 2), np.float32)}
     weights = InitWeights(arrays, weights_fingerprint(arrays), "model.safetensors")

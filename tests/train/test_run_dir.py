@@ -276,7 +276,8 @@ def test_summary_lines(tmp_path):
 
 
 def test_a_damaged_metrics_log_keeps_its_complete_lines_and_warns(tmp_path, caplog):
-    from train.run_dir import MetricsLog, read_metrics
+    from schemas.metrics_log import read_metrics
+    from train.run_dir import MetricsLog
 
     path = tmp_path / "metrics.jsonl"
     good = [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}, {"step": 3, "eval_loss": 1.4}]

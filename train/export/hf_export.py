@@ -21,9 +21,9 @@ import numpy as np
 from plumbing import fs
 from plumbing.errors import LmshardsError, TokenizerError
 from plumbing.outputs import check_writable
+from schemas.constants import TOKENIZER_DIR_NAME
 from schemas.hf_tokenizer import wrap_fast_tokenizer
 from schemas.tokenizer_info import TokenizerSource, checked_tokenizer, locate_tokenizer
-from train.config import TOKENIZER_DIR
 from train.divergence import DivergenceError, describe_non_finite, non_finite_names
 from train.network.hf_mapping import MaskedLMSpec, head_differences, hf_config, hf_state_dict
 from train.network.keras_weights import keras_weights, masked_lm_spec
@@ -230,7 +230,7 @@ def export_run(
     tokenizer_path = tokenizer or run.tokenizer
     if not fs.exists(tokenizer_path):
         raise LmshardsError(
-            f"The run {run_dir!r} has no {TOKENIZER_DIR}/ directory; pass --tokenizer PATH "
+            f"The run {run_dir!r} has no {TOKENIZER_DIR_NAME}/ directory; pass --tokenizer PATH "
             "(the tokenizer.json or directory the run was trained with)."
         )
     expected = run_config.get("tokenizer_fingerprint")

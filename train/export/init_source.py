@@ -27,12 +27,12 @@ import numpy as np
 
 from plumbing import fs
 from plumbing.errors import LmshardsError, TokenizerError
+from schemas.constants import RUN_CONFIG_JSON
+from schemas.layouts import CHECKPOINTS_DIR
 from schemas.manifest import Manifest
 from schemas.tokenizer_info import TokenizerSource, fingerprint, locate_tokenizer, special_token_ids
 from train.backend_names import TENSORFLOW, entry, title
 from train.config import (
-    CHECKPOINTS_DIR,
-    RUN_CONFIG_JSON,
     ModelConfig,
     TrainConfig,
     model_config_from_dict,

@@ -16,7 +16,7 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 from plumbing import fs
-from train.config import TENSORBOARD_DIR
+from schemas.layouts import TENSORBOARD_DIR
 
 TRAIN_RUN = "train"
 VALIDATION_RUN = "validation"

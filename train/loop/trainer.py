@@ -32,7 +32,12 @@ from train.backends.registry import load_backend
 from train.config import FINAL_EVAL_FULL, ModelConfig, TrainConfig
 from train.devices import MIXED_FLOAT16, steps_in_next_call
 from train.divergence import describe_non_finite, diverged, first_non_finite
-from train.export.init_source import InitWeights, check_same_source, init_record, load_init_weights
+from train.export.init_source import (
+    InitWeights,
+    check_same_source,
+    init_record,
+    load_init_weights,
+)
 from train.inputs.input_plan import InputPlan, run_masking
 from train.loop.preemption import PreemptionFlag
 from train.loop.preflight import Preflight, preflight

@@ -37,6 +37,33 @@ class Format:
     raw_records: read_range numbers each document by the raw record (line, row) it came from, every
       record of the range counted, empty and skipped ones too (see documents.RecordNumbers); a
       format without it numbers its documents by their place among the documents read.
+
+    A format for tab-separated files whose first column is the text (its module would define this
+    as FORMAT, and formats.FORMATS would list it):
+
+    >>> import io
+    >>> from preprocess.sources.core.documents import ReadStats
+    >>> from preprocess.sources.core.options import ReadOptions
+    >>> def read_tsv(f, r, options, stats, numbers=None):
+    ...     data = f.read()
+    ...     stats.bytes_read += len(data)
+    ...     for line in data.decode("utf-8").splitlines():
+    ...         text = line.split("\\t", 1)[0]
+    ...         if text.strip():
+    ...             stats.documents += 1
+    ...             yield text
+    ...         else:
+    ...             stats.documents_empty += 1
+    >>> TSV = Format(name="tsv", extensions=(".tsv",), read_range=read_tsv)
+    >>> [whole] = TSV.plan_ranges(InputFileInfo("a.tsv", 15), ReadOptions(), 1 << 20)
+    >>> whole
+    ReadRange(path='a.tsv', start=0, end=-1)
+    >>> stats = ReadStats()
+    >>> data = io.BytesIO(b"one\\t1\\n\\t2\\ntwo\\t3\\n")
+    >>> list(TSV.read_range(data, whole, ReadOptions(), stats, None))
+    ['one', 'two']
+    >>> stats.documents, stats.documents_empty, stats.bytes_read
+    (2, 1, 15)
     """
 
     name: str

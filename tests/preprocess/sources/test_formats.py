@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import doctest
+
 import pytest
 
 from preprocess.sources import ReadOptions, detect_format
 from preprocess.sources.core.options import TEXT_READERS
-from preprocess.sources.formats import FORMATS, blank_lines, format_for, jsonl, parquet, text_lines
+from preprocess.sources.formats import (
+    FORMATS,
+    base,
+    blank_lines,
+    format_for,
+    jsonl,
+    parquet,
+    text_lines,
+)
 
 
 @pytest.mark.parametrize(
@@ -48,3 +58,12 @@ def test_registry_claims_each_extension_once_and_each_separator_once():
     assert all(e == e.lower() and e.startswith(".") and e.count(".") == 1 for e in extensions)
     assert sorted(fmt.doc_separator for fmt in FORMATS if fmt.doc_separator) == sorted(TEXT_READERS)
     assert all(not fmt.extensions for fmt in FORMATS if fmt.doc_separator)
+
+
+def test_the_format_interface_example_runs_as_written():
+    """base.Format's docstring example is what a contributor starts from: every line of it runs."""
+    results = doctest.testmod(base, optionflags=doctest.ELLIPSIS)
+    assert (
+        results.attempted >= 10
+    )  # the example is there (a docstring without one passes vacuously)
+    assert results.failed == 0

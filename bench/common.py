@@ -1,5 +1,6 @@
-"""Shared benchmark helpers: run a command in a fresh process and measure its wall time and peak memory; the
-header every JSON report starts with.
+"""What every benchmark shares: run a command in a fresh process and measure its wall time and peak memory; the
+header every JSON report starts with; the environment each system runs in; the corpus files and a tokenizer
+trained on them; `lmshards` commands run to completion, and the shard sets they make.
 
 Memory is measured over the whole process tree (the command and every descendant alive at that moment):
 Beam's multi_processing mode and `datasets.map(num_proc=...)` do their work in child processes, so the top
@@ -20,9 +21,13 @@ share, wall time stretches with their load, while CPU seconds mostly do not.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import hashlib
+import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,8 +38,14 @@ from typing import Any
 
 import psutil
 
+from schemas.manifest import Manifest, TokenizerInfo
+from schemas.metrics_log import read_metrics
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
+SAMPLE_CORPUS = REPO_ROOT / "data" / "sample" / "en"  # the bundled English sample
 MB = 1e6
+RUN_TIMEOUT_S = 3600.0  # one measured command, or one `lmshards` run
+RESULT_PREFIX = "RESULT "  # the line a reference script prints its counts on, as JSON
 SAMPLE_INTERVAL_S = 0.2
 PSS_MIN_INTERVAL_S = 1.0
 PSS_MAX_SHARE = (
@@ -252,3 +263,229 @@ def _split_rusage_line(stderr: str) -> tuple[str, int, float]:
         else:
             kept.append(line)
     return "".join(kept), kib * 1024, cpu
+
+
+# ---------------------------------------------------------------- the environment and the corpus
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment every system runs in: offline, quiet TF, tokenizers left at their default threading."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS")
+    }
+    env.update(
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TF_CPP_MIN_LOG_LEVEL="2",
+    )
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env.update(extra)
+    return env
+
+
+def reported(m: Measurement) -> dict[str, Any]:
+    """The JSON a reference script printed after RESULT_PREFIX."""
+    for line in reversed(m.stdout.splitlines()):
+        if line.startswith(RESULT_PREFIX):
+            return json.loads(line[len(RESULT_PREFIX) :])
+    raise RuntimeError(
+        f"{m.argv[:3]} printed no {RESULT_PREFIX!r} line; stdout tail:\n{m.stdout[-2000:]}"
+    )
+
+
+def corpus_files(corpus: Path) -> list[Path]:
+    """The *.txt files directly under corpus, sorted. Raises SystemExit if there are none."""
+    files = sorted(p for p in corpus.glob("*.txt") if p.is_file() and p.stat().st_size > 0)
+    if not files:
+        raise SystemExit(
+            f"--corpus {str(corpus)!r} holds no non-empty *.txt files; pass the directory with the text."
+        )
+    return files
+
+
+def take_subset(files: Sequence[Path], target_bytes: int, out_dir: Path) -> list[Path]:
+    """Writes about target_bytes of the corpus to out_dir: the same leading share of every file.
+
+    Taking a prefix of each file (cut at a line end) keeps the mix of sources of the full corpus.
+    """
+    total = sum(f.stat().st_size for f in files)
+    share = min(1.0, target_bytes / total)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for f in files:
+        data = f.read_bytes()
+        cut = data.rfind(b"\n", 0, int(len(data) * share)) + 1
+        if cut == 0:
+            continue
+        dest = out_dir / f.name
+        dest.write_bytes(data[:cut])
+        written.append(dest)
+    return written
+
+
+# ---------------------------------------------------------------- a tokenizer.json trained in this process
+
+TOKENIZER_VOCAB_SIZE = 32000
+TOKENIZER_SAMPLE_BYTES = 20_000_000
+TOKENIZER_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+
+# A RoBERTa-style vocabulary for shards of random ids, generated without a tokenizer.
+GENERATED_TOKENIZER = TokenizerInfo(
+    fingerprint="sha256:" + "0" * 64,
+    vocab_size=25_000,
+    special_token_ids={"cls": 0, "pad": 1, "sep": 2, "unk": 3, "mask": 4},
+    all_special_ids=(0, 1, 2, 3, 4),
+)
+
+
+def train_tokenizer(files: list[Path], work_dir: Path) -> Path:
+    """A RoBERTa-style byte-level BPE (vocab 32000) trained on a 20 MB sample; cached per corpus."""
+    key = hashlib.sha256(repr([(f.name, f.stat().st_size) for f in files]).encode()).hexdigest()[
+        :12
+    ]
+    path = work_dir / f"tokenizer-{key}" / "tokenizer.json"
+    if path.exists():
+        return path
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    sample = take_subset(files, TOKENIZER_SAMPLE_BYTES, path.parent / "sample")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=TOKENIZER_VOCAB_SIZE,
+        special_tokens=list(TOKENIZER_SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train([str(f) for f in sample], trainer=trainer)
+    tok.post_processor = processors.RobertaProcessing(
+        ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>"))
+    )
+    tmp = path.with_suffix(".tmp")
+    tok.save(str(tmp))
+    os.replace(tmp, path)
+    shutil.rmtree(path.parent / "sample")
+    return path
+
+
+# ---------------------------------------------------------------- lmshards through its command line
+
+# `lmshards tokenizer train` for the benches that train: fast to train, enough for the bundled sample.
+LMSHARDS_TOKENIZER_MODEL = "bpe"
+LMSHARDS_TOKENIZER_VOCAB_SIZE = 8000
+# The shard set make_shards makes.
+SHARDS_SEQ_LEN = 128
+SHARDS_VALIDATION_FRACTION = (
+    0.1  # ~450 validation sequences from the bundled sample: ~8k masked tokens per evaluation
+)
+SHARDS_NUM_SHARDS = 8
+
+
+def lmshards_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "lmshards", *args]
+
+
+def run_lmshards(args: Sequence[str], *, env: Mapping[str, str], log_path: Path) -> None:
+    """Runs one `lmshards` command to completion; raises RuntimeError with its output's tail on failure."""
+    with open(log_path, "w") as log:
+        rc = subprocess.call(
+            lmshards_argv(*args), stdout=log, stderr=subprocess.STDOUT, env=dict(env), cwd=REPO_ROOT
+        )
+    if rc != 0:
+        raise RuntimeError(
+            f"lmshards {' '.join(args[:2])} exited {rc}; its output ends:\n{log_tail(log_path)}"
+        )
+
+
+def log_tail(log_path: Path) -> str:
+    return log_path.read_text()[-4000:]
+
+
+def lmshards_tokenizer(
+    corpus: str | Path,
+    output: Path,
+    *,
+    env: Mapping[str, str],
+    log_path: Path,
+    vocab_size: int = LMSHARDS_TOKENIZER_VOCAB_SIZE,
+) -> None:
+    """`lmshards tokenizer train` of corpus (a directory or glob) into output."""
+    run_lmshards(["tokenizer", "train", "--input", str(corpus), "--model", LMSHARDS_TOKENIZER_MODEL,
+                  "--vocab_size", str(vocab_size), "--output", str(output)],
+                 env=env, log_path=log_path)  # fmt: skip
+
+
+def make_shards(
+    corpus: Path,
+    work: Path,
+    *,
+    env: Mapping[str, str],
+    vocab_size: int = LMSHARDS_TOKENIZER_VOCAB_SIZE,
+) -> tuple[str, str]:
+    """(shards dir, tokenizer dir) made from corpus with the CLI."""
+    tokenizer, shards = work / "tokenizer", work / "shards"
+    lmshards_tokenizer(
+        corpus, tokenizer, env=env, log_path=work / "tokenizer.log", vocab_size=vocab_size
+    )
+    run_lmshards(["preprocess", "--input", str(corpus), "--tokenizer", str(tokenizer), "--output", str(shards),
+                  "--seq_len", str(SHARDS_SEQ_LEN), "--validation_fraction", str(SHARDS_VALIDATION_FRACTION),
+                  "--num_shards", str(SHARDS_NUM_SHARDS)], env=env, log_path=work / "preprocess.log")  # fmt: skip
+    return str(shards), str(tokenizer)
+
+
+def shards_digest(manifest: Manifest) -> str:
+    """One SHA-256 over every shard's path and SHA-256 in the manifest: equal for two runs that wrote the same shards."""
+    shards = sorted(
+        (shard.path, shard.sha256) for split in manifest.splits.values() for shard in split.shards
+    )
+    return hashlib.sha256(repr(shards).encode()).hexdigest()
+
+
+def add_corpus_flag(p: argparse.ArgumentParser) -> None:
+    """--corpus: the text a bench that trains makes its shards from (make_shards)."""
+    p.add_argument(
+        "--corpus",
+        type=Path,
+        default=SAMPLE_CORPUS,
+        help="directory of *.txt files to make shards from (default: %(default)s)",
+    )
+
+
+def add_schedule_flags(
+    p: argparse.ArgumentParser, *, steps: int, batch_size: int, learning_rate: float, of: str
+) -> None:
+    """--steps, --batch-size and --learning-rate of the runs a bench trains; `of` names them in the help."""
+    p.add_argument(
+        "--steps", type=int, default=steps, help=f"training steps of {of} (default: %(default)s)"
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=batch_size,
+        help="sequences per step (default: %(default)s)",
+    )
+    p.add_argument(
+        "--learning-rate",
+        type=float,
+        default=learning_rate,
+        help=f"peak learning rate of {of} (default: %(default)s)",
+    )
+
+
+def add_run_output_flags(p: argparse.ArgumentParser) -> None:
+    """--work-dir and --json of a bench that trains: where its shards, runs and logs go, and its report."""
+    p.add_argument(
+        "--work-dir",
+        type=Path,
+        help="keep shards, runs and logs here (default: a temporary directory)",
+    )
+    p.add_argument("--json", type=Path, help="also write the results to this JSON file")
+
+
+def logged_windows(metrics_jsonl: str) -> list[dict[str, Any]]:
+    """The training-window records of a metrics.jsonl (the ones with a train loss), in step order."""
+    return [r for r in read_metrics(metrics_jsonl) if "loss" in r]
