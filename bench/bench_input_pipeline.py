@@ -24,9 +24,9 @@ from bench.common import GENERATED_TOKENIZER  # noqa: E402
 from bench.reference_input_baseline import run_all as run_reference  # noqa: E402
 from plumbing import fs  # noqa: E402
 from schemas.manifest import manifest_path  # noqa: E402
-from train import mixture  # noqa: E402
-from train.input_plan import InputPlan, masking_for  # noqa: E402
-from train.masking import mask_batch  # noqa: E402
+from train.inputs import mixture  # noqa: E402
+from train.inputs.input_plan import InputPlan, masking_for  # noqa: E402
+from train.inputs.masking import mask_batch  # noqa: E402
 
 MASKING_BATCHES = 200
 

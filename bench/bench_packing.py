@@ -92,9 +92,10 @@ def train_run(shards: str, run: Path, *, steps: int) -> None:
 
 def whole_document_loss(run: Path, packed_set: str) -> float:
     """Masked-token cross-entropy of a run's model on the packed set's validation documents, each alone."""
-    from train import data, mixture
     from train.backends.tensorflow import masked_lm_sums
-    from train.model import build_masked_lm, load_model_from_run
+    from train.backends.weights import load_model_from_run
+    from train.inputs import data, mixture
+    from train.network.model import build_masked_lm
 
     trained, model_config = load_model_from_run(str(run))
     model = build_masked_lm(model_config, packed=True)
@@ -121,7 +122,7 @@ def step_times(seq_len: int, *, timed_steps: int) -> dict[str, float]:
 
     from train.config import ModelConfig
     from train.families.base import PACKED_POSITIONS_INPUT, PACKED_SEGMENTS_INPUT
-    from train.model import build_masked_lm
+    from train.network.model import build_masked_lm
 
     config = ModelConfig(vocabulary_size=8000, max_sequence_length=seq_len, **SPEED_PRESET_DIMS)
     rng = np.random.default_rng(0)

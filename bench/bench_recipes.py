@@ -98,8 +98,8 @@ def train_args(config: Config, *, shards: str, recipe: str, run_dir: Path) -> li
 
 def fixed_masks(shards: str, recipe: str, mlm_probability: float) -> list[dict[str, Any]]:
     """The validation split masked by `recipe` with the trainer's fixed evaluation seed: the same batches for every model."""
-    from train import data, mixture
-    from train.shard_set_tokenizer import run_tokenizer
+    from train.inputs import data, mixture
+    from train.inputs.shard_set_tokenizer import run_tokenizer
 
     mix = mixture.open_mixture([shards])
     masking = data.masking_spec(
@@ -122,7 +122,7 @@ def token_frequencies(shards: str) -> np.ndarray:
     """float64 [vocab]: each id's share of the train split's tokens, add-one smoothed."""
     import tensorflow as tf
 
-    from train import mixture
+    from train.inputs import mixture
 
     mix = mixture.open_mixture([shards])
     spec = {"input_ids": tf.io.FixedLenFeature([mix.manifest.seq_len], tf.int64)}
@@ -248,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from train.model import load_model_from_run
+    from train.backends.weights import load_model_from_run
 
     masks = {name: fixed_masks(shards, name, config.mlm_probability) for name in RECIPES}
     frequencies = token_frequencies(shards)

@@ -69,31 +69,31 @@ def _stats(argv: list[str]) -> int | None:
 
 
 def _train(argv: list[str]) -> int | None:
-    from train.cli import main
+    from train.commands.cli import main
 
     return main(argv)
 
 
 def _preview(argv: list[str]) -> int | None:
-    from train.preview_cli import main
+    from train.commands.preview_cli import main
 
     return main(argv)
 
 
 def _export(argv: list[str]) -> int | None:
-    from train.export_cli import main
+    from train.commands.export_cli import main
 
     return main(argv)
 
 
 def _fill_mask(argv: list[str]) -> int | None:
-    from train.fill_mask_cli import main
+    from train.commands.fill_mask_cli import main
 
     return main(argv)
 
 
 def _env(argv: list[str]) -> int | None:
-    from train.env_cli import main
+    from train.commands.env_cli import main
 
     return main(argv)
 

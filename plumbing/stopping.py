@@ -5,7 +5,7 @@ plumbing.cli.run_command holds StopSignals around a command's body. The first si
 unwinds (Beam's traceback of the interrupted step) never reaches the user; plumbing.lease.output_lease
 then removes the partial output and the lease, and run_command prints one line and returns
 EXIT_INTERRUPTED. Later signals are ignored until the cleanup is done. `lmshards train` installs its own
-handlers for its block (train.preemption: save a checkpoint, exit 75).
+handlers for its block (train.loop.preemption: save a checkpoint, exit 75).
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ METRICS_JSONL = "metrics.jsonl"
 CHECKPOINTS_DIR = "checkpoints"
 TENSORBOARD_DIR = "tensorboard"
 REPORT_HTML = "report.html"  # `lmshards report`'s page, by default in the run directory
-# What both backends save under RUN_DIR/checkpoints (train.checkpoint, train.backends.jax_checkpoint), half-written
+# What both backends save under RUN_DIR/checkpoints (train.backends.tensorflow_checkpoint, train.backends.jax_checkpoint), half-written
 # saves included: TensorFlow's state file and PREFIX_temp/ shards, ckpt-N.index/.data-*, JAX's ckpt-N.npz(.tmp-*).
 _CHECKPOINT_FILE_RE = re.compile(
     r"^(?:checkpoint(?:\.tmp[0-9a-f]*|\.unreadable)?"

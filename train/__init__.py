@@ -1,12 +1,18 @@
-"""The trainer: tf.data over preprocess shards -> a Keras 3 (keras-hub) masked LM under tf.distribute.
+"""The trainer: tf.data over preprocess shards -> a Keras 3 (keras-hub) masked LM, trained by one of the
+backends train.backend_names lists (TensorFlow's tf.distribute, or Keras on JAX).
 
-Nothing here imports preprocess/; the shards' contract lives in schemas/.
+Layers, each importing only those before it: train.families (data only); this package's modules
+(config, backend_names, run_dir, optim and the other shared pieces); train.inputs and train.network;
+train.backends; train.export; train.loop; train.commands. Nothing here imports preprocess/; the shards'
+contract lives in schemas/.
 """
 
 import os
 
-# Keras reads its backend once, when its config is first imported: by `import keras` or keras-hub,
-# and already by `import tensorflow`. The trainer needs TensorFlow's (tf.distribute, tf.data,
-# GradientTape). Every module of this package is imported through this file, so setting it here
-# precedes any keras or tensorflow import in train/.
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+from train.backend_names import DEFAULT_BACKEND, entry
+
+# Keras reads its backend once, when its config is first imported: by `import keras` or keras-hub, and
+# already by `import tensorflow`. Every module of this package is imported through this file, so a process
+# that never chose a backend (a library user, `lmshards export`) gets the default backend's Keras;
+# `lmshards train --backend` chooses before anything loads (train.backends.registry.select_keras_backend).
+os.environ.setdefault("KERAS_BACKEND", entry(DEFAULT_BACKEND).keras_backend)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
-from plumbing import fs
 from plumbing.errors import LmshardsError
 from plumbing.flag_types import (
     COUNT,
@@ -21,13 +19,10 @@ from plumbing.flag_types import (
 )
 from plumbing.lease import STALE_AFTER_RANGE, STALE_AFTER_S
 from schemas.constants import DEFAULT_PER_REPLICA_BATCH
-from train.backends.registry import DEFAULT_BACKEND
+from train.backend_names import DEFAULT_BACKEND
 from train.devices import AUTO, STRATEGY_AUTO
 from train.families import DEFAULT_FAMILY, get_family
 from train.masking_recipes import TOKEN
-
-# A transformers config.json says which model it describes in this key (a ModelConfig JSON has no such key).
-HF_MODEL_TYPE = "model_type"
 
 LR_SCHEDULES = ("linear", "cosine")
 # What the end of training evaluates: one pass over the whole validation split, or nothing more.
@@ -65,7 +60,7 @@ class ModelConfig:
 
 
 _OPTIONAL_MODEL_FIELDS = ("activation", "layer_norm_epsilon")
-# ModelConfig.activation: exact GELU, or keras-hub's tanh approximation (train.hf_mapping.HF_ACTIVATIONS).
+# ModelConfig.activation: exact GELU, or keras-hub's tanh approximation (train.network.hf_mapping.HF_ACTIVATIONS).
 MODEL_ACTIVATIONS = ("gelu", "gelu_approximate")
 
 
@@ -113,23 +108,6 @@ def model_config_from_dict(data: dict[str, Any], *, source: str) -> ModelConfig:
     return config
 
 
-def read_model_config(path: str) -> ModelConfig:
-    """Reads a --model_config JSON file (the ModelConfig fields; `family` may be omitted)."""
-    if not fs.exists(path):
-        raise LmshardsError(
-            f"--model_config {path!r} does not exist; pass a JSON file with the ModelConfig fields."
-        )
-    try:
-        data = json.loads(fs.read_text(path))
-    except json.JSONDecodeError as e:
-        raise LmshardsError(f"--model_config {path!r} is not valid JSON: {e}.") from e
-    if not isinstance(data, dict):
-        raise LmshardsError(f"--model_config {path!r} must hold a JSON object.")
-    if HF_MODEL_TYPE in data:
-        return model_config_from_hf(data, source=path)
-    return model_config_from_dict(data, source=path)
-
-
 # Records a shuffle buffer may hold: far beyond any host's memory for real sequences would be a typo.
 MAX_SHUFFLE_BUFFER = 10**8
 MAX_EPOCHS = 10**6
@@ -156,23 +134,6 @@ TRAIN_RANGES: dict[str, Number] = {
     "log_every": COUNT,
     "lease_stale_s": STALE_AFTER_RANGE,
 }
-
-
-def model_config_from_hf(data: dict[str, Any], *, source: str) -> ModelConfig:
-    """The ModelConfig of a transformers config.json (RobertaConfig, BertConfig): its fields mapped.
-
-    Raises:
-      LmshardsError: another family (GPT-2, ...) or a variant keras-hub cannot compute exactly.
-    """
-    from train.hf_mapping import UnsupportedHfModel, model_fields_from_hf
-
-    try:
-        return model_config_from_dict(model_fields_from_hf(data), source=source)
-    except UnsupportedHfModel as e:
-        raise LmshardsError(
-            f"{source!r} is a transformers config lmshards cannot build: {e}. Pass a config.json of a "
-            "RobertaForMaskedLM or BertForMaskedLM, or a JSON ModelConfig."
-        ) from e
 
 
 @dataclasses.dataclass(frozen=True)

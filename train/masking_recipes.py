@@ -1,7 +1,7 @@
 """The masking recipes' names, span law and probability limits, without TensorFlow.
 
 The command line checks --masking and --mlm_probability with these before the training stack loads;
-train.masking implements the recipes in TensorFlow ops.
+train.inputs.masking implements the recipes in TensorFlow ops.
 """
 
 from __future__ import annotations

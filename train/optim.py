@@ -1,14 +1,21 @@
 """AdamW with linear warmup then linear or cosine decay (and linear --extend segments); no weight decay on
-LayerNorm weights or biases."""
+LayerNorm weights or biases. The rules of a run's schedule across its commands (first_schedule,
+continue_schedule: --extend, a new --learning_rate) live beside WarmupDecay."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import keras
+
+from plumbing.errors import LmshardsError
+from train.config import TrainConfig
+
+log = logging.getLogger(__name__)
 
 # keras LayerNormalization weights are `gamma`/`beta`; Dense/MLM-head biases are `bias`/`output_bias`.
 NO_DECAY_NAMES = ["gamma", "beta", "bias"]
@@ -115,6 +122,89 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
             "decay": self.decay,
             "extensions": [dataclasses.asdict(e) for e in self.extensions],
         }
+
+
+def first_schedule(
+    config: TrainConfig, total_steps: int, previous_run: dict[str, Any] | None
+) -> WarmupDecay:
+    """The run's learning-rate schedule: the one run_config.json keeps, or a new one for a new run."""
+    kept = (previous_run or {}).get("schedule")
+    if kept:
+        return WarmupDecay.from_config(kept)
+    return WarmupDecay(
+        peak=config.learning_rate,
+        warmup_steps=warmup_steps_for(total_steps, config.warmup_steps),
+        total_steps=total_steps,
+        decay=config.lr_schedule,
+    )
+
+
+def continue_schedule(
+    schedule: WarmupDecay,
+    *,
+    total_steps: int,
+    start_step: int,
+    extend: bool,
+    new_peak: float | None = None,
+    warmup_steps: int | None = None,
+) -> WarmupDecay:
+    """The schedule this command trains with: the run's, or with --extend the run's continued to total_steps.
+
+    new_peak: the --learning_rate this command gives in place of the run's (None: the same). It restarts
+    a schedule that has ended, warming up over warmup_steps (None: 5% of the added steps).
+    Raises:
+      LmshardsError: total_steps differs from where the run's schedule ends and --extend is not given;
+        with --extend, total_steps is not past that end, or the rate has already fallen to 0 and no new
+        --learning_rate is given; a new --learning_rate for a schedule that has not ended.
+    """
+    end = schedule.end_step
+    if total_steps == end and new_peak is None:
+        return schedule
+    if not extend:
+        raise LmshardsError(
+            f"This command trains {total_steps} steps in all but the run's schedule, fixed by its first command, ends "
+            f"at step {end}. Rerun with the run's --steps/--epochs and --per_replica_batch, or pass --extend to "
+            f"continue it to step {total_steps}."
+        )
+    if total_steps <= end:
+        raise LmshardsError(
+            f"--extend needs more steps than the run's schedule has ({end}); this command asks for {total_steps}."
+        )
+    ended = float(schedule(start_step)) <= 0.0
+    if ended and new_peak is None:
+        raise LmshardsError(
+            f"--extend continues from the current learning rate, and at step {start_step} this run's rate has already "
+            "fallen to 0: the added steps would not train. Pass a new --learning_rate (and --warmup_steps) for the "
+            "added steps, extend a run before its schedule ends (stop it with SIGTERM or Ctrl-C, then rerun with "
+            "--extend), or start a new run."
+        )
+    if new_peak is not None and not ended:
+        raise LmshardsError(
+            f"--learning_rate {new_peak:g} differs from the run's, and a new rate starts only once the run's schedule "
+            f"has ended (at step {end}; this run is at step {start_step}). Rerun with the run's --learning_rate and "
+            "--warmup_steps to extend it from its current rate."
+        )
+    if new_peak is not None:
+        warmup = warmup_steps_for(total_steps - start_step, warmup_steps)
+        log.info(
+            "--extend: from step %d the learning rate warms up to %.3e over %d steps, then falls linearly to 0 "
+            "at step %d.",
+            start_step,
+            new_peak,
+            warmup,
+            total_steps,
+        )
+        return schedule.extended(
+            from_step=start_step, to_step=total_steps, peak=new_peak, warmup_steps=warmup
+        )
+    extended = schedule.extended(from_step=start_step, to_step=total_steps)
+    log.info(
+        "--extend: from step %d the learning rate falls linearly from %.3e to 0 at step %d.",
+        start_step,
+        float(schedule(start_step)),
+        total_steps,
+    )
+    return extended
 
 
 def make_optimizer(

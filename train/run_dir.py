@@ -31,7 +31,7 @@ from schemas.layouts import (
 from schemas.manifest import Manifest
 from schemas.metrics_log import read_metrics
 from schemas.tokenizer_info import TokenizerSource
-from train.backends.registry import DEFAULT_BACKEND
+from train.backend_names import DEFAULT_BACKEND
 from train.config import ModelConfig, TrainConfig
 from train.evaluation import format_perplexity
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from train.backends import registry
+from train import backend_names
 from train.backends.base import Backend, BuildSpec, Restored, Topology
 from train.evaluation import EvalSums
 
@@ -32,7 +32,9 @@ NAN_SUMS = EvalSums(float("nan"), 4.0, 0.0)
 
 def register(monkeypatch) -> None:
     monkeypatch.setitem(
-        registry.BACKENDS, NAME, registry.BackendEntry(__name__, keras_backend="tensorflow")
+        backend_names.BACKENDS,
+        NAME,
+        backend_names.BackendEntry(__name__, keras_backend="tensorflow"),
     )
     EVENTS.clear()
     _INTERRUPT.clear()

@@ -121,9 +121,9 @@ def initial_model(source: str, *, backend: str, checkpoint_dir: str) -> Any:
     from train.backends.base import BuildSpec
     from train.backends.registry import load_backend
     from train.config import TrainConfig
-    from train.init_source import inspect_init_source, load_init_weights
+    from train.export.init_source import inspect_init_source, load_init_weights
+    from train.loop.trainer import build_model
     from train.optim import WarmupDecay
-    from train.trainer import build_model
 
     init = inspect_init_source(source)
     weights = load_init_weights(init, backend=backend)

@@ -7,7 +7,7 @@ import ast
 from packaging.utils import canonicalize_name
 
 from tests.helpers.tpu_constraints import REPO, constraint_lines, tpu_pins
-from train.runtime_check import TENSORFLOW_DISTRIBUTIONS, TENSORFLOW_TPU, libtpu_range
+from train.commands.runtime_check import TENSORFLOW_DISTRIBUTIONS, TENSORFLOW_TPU, libtpu_range
 
 # Installed without their requirements: resolving them would bring `tensorflow` beside tensorflow-tpu.
 NO_DEPS = {"tensorflow-text", "keras-hub"}

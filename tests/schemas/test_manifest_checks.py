@@ -14,7 +14,7 @@ from plumbing.errors import LmshardsError
 from preprocess import inspect_cli
 from schemas.manifest import TOKENIZER_RELPATH, read_manifest
 from tests.helpers.shard_factory import carry_tokenizer, write_sample_shards
-from train import mixture
+from train.inputs import mixture
 
 ERROR = "lmshards inspect: error: "
 

@@ -16,8 +16,9 @@ from schemas.manifest import read_manifest  # noqa: E402
 from schemas.records import parse_spec  # noqa: E402
 from schemas.tokenizer_info import locate_tokenizer  # noqa: E402
 from tests.helpers.shard_factory import write_sample_shards  # noqa: E402
-from train import cli, data, mixture  # noqa: E402
-from train.checkpoint import RunCheckpoints  # noqa: E402
+from train.backends.tensorflow_checkpoint import RunCheckpoints  # noqa: E402
+from train.commands import cli  # noqa: E402
+from train.inputs import data, mixture  # noqa: E402
 from train.masking_recipes import MASKING_RECIPES, WORD_RECIPES  # noqa: E402
 
 SEQ_LEN = 32

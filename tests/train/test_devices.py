@@ -296,9 +296,9 @@ class FakeInit:
 
 @pytest.fixture(scope="module")
 def strategy_module():
-    from train import strategy
+    from train.backends import tensorflow_strategy
 
-    return strategy
+    return tensorflow_strategy
 
 
 def expected_fallback(tf) -> dict:
@@ -318,7 +318,7 @@ def test_auto_with_a_signal_falls_back_with_a_warning_naming_it(strategy_module,
     import tensorflow as tf
 
     init = FakeInit(error)
-    with caplog.at_level(logging.WARNING, logger="train.strategy"):
+    with caplog.at_level(logging.WARNING, logger="train.backends.tensorflow_strategy"):
         strategy = strategy_module.make_strategy(
             "auto", tpu=None, signals=["device /dev/vfio/0"], init_tpu=init
         )

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("keras_hub")
 
 from tests.helpers.shard_factory import write_sample_shards  # noqa: E402
-from train.checkpoint import complete_checkpoints  # noqa: E402
+from train.backends.tensorflow_checkpoint import complete_checkpoints  # noqa: E402
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -99,8 +99,8 @@ def train_losses(run: Path) -> dict[int, float]:
 @pytest.fixture(scope="module")
 def uninterrupted(shards, sample_tokenizer, tmp_path_factory) -> Path:
     """The reference run, in this process (saves a TensorFlow start-up); the others run as subprocesses."""
-    from train.cli import parse_config
-    from train.trainer import train
+    from train.commands.cli import parse_config
+    from train.loop.trainer import train
 
     run = tmp_path_factory.mktemp("uninterrupted") / "run"
     train(parse_config(train_cmd(shards, run, "--tokenizer", str(sample_tokenizer))[4:]))
@@ -141,7 +141,8 @@ def test_load_model_from_run_restores_the_trained_weights(uninterrupted):
     import numpy as np
 
     from plumbing.errors import LmshardsError
-    from train.model import build_masked_lm, load_model_from_run
+    from train.backends.weights import load_model_from_run
+    from train.network.model import build_masked_lm
 
     latest, config = load_model_from_run(str(uninterrupted))
     named, _ = load_model_from_run(
@@ -217,7 +218,7 @@ MIRRORED = """
 import sys, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from train.cli import main
+from train.commands.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -22,8 +22,8 @@ tf = pytest.importorskip("tensorflow")
 
 from plumbing.errors import LmshardsError  # noqa: E402
 from tests.helpers.shard_factory import write_sample_shards  # noqa: E402
-from train import data, mixture  # noqa: E402
-from train.input_plan import InputPlan  # noqa: E402
+from train.inputs import data, mixture  # noqa: E402
+from train.inputs.input_plan import InputPlan  # noqa: E402
 
 SEQ_LEN = 32
 GLOBAL_BATCH = 8
@@ -194,7 +194,7 @@ TF_DEVICES = """
 import sys, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * {devices})
-from train.cli import main
+from train.commands.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 

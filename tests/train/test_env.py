@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from schemas.version import __version__
-from train import devices, runtime_check
+from train import devices
+from train.commands import runtime_check
+from train.commands.env_cli import STACK, main
+from train.commands.runtime_check import RuntimeProbe
 from train.devices import TPU_ENV_VARS
-from train.env_cli import STACK, main
-from train.runtime_check import RuntimeProbe
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -21,11 +21,11 @@ from tests.helpers.masked_lm_factory import (
     train_bert_tokenizer,
     transformers_tokenizer_dir,
 )
-from train import export_cli
+from train.commands import export_cli
 from train.divergence import DivergenceError
-from train.export import export_masked_lm, push_to_hub
+from train.export.hf_export import export_masked_lm, push_to_hub
 from train.families import FAMILIES, family_names, get_family
-from train.hf_mapping import MaskedLMSpec, hf_config, hf_state_dict, keras_weight_names
+from train.network.hf_mapping import MaskedLMSpec, hf_config, hf_state_dict, keras_weight_names
 
 TEXTS = [
     "The capital of France is Paris.",
@@ -208,7 +208,7 @@ def test_bert_export_gives_keras_encoder_states_and_close_logits(bert_export):
 def test_export_of_the_trainers_model_gives_its_logits(family, tmp_path, sample_tokenizer):
     """The trainer builds each family's head as its transformers head computes, so every family exports exactly."""
     from train.config import ModelConfig
-    from train.model import build_masked_lm
+    from train.network.model import build_masked_lm
 
     vocabulary_size = Tokenizer.from_file(str(sample_tokenizer)).get_vocab_size()
     masked_lm = build_masked_lm(
@@ -392,7 +392,7 @@ def test_push_to_hub_offline_or_unreachable_names_the_local_export(roberta_expor
 def train_tiny_run(tmp_path: Path, *, tokenizer_json: Path, files: list[Path]) -> Path:
     """A real `lmshards train` run (4 steps, checkpoints at 2 and 4) on shards of the sample corpus."""
     from tests.helpers.shard_factory import write_sample_shards
-    from train import cli as train_cli
+    from train.commands import cli as train_cli
 
     write_sample_shards(
         tmp_path / "shards",
@@ -470,7 +470,7 @@ def test_export_checks_its_output_and_the_run_config_before_any_work(tmp_path, c
 def test_export_cli_exports_a_training_run_at_its_latest_or_a_chosen_checkpoint(
     tmp_path, sample_tokenizer, sample_files, bert_tokenizer_dir, capfd
 ):
-    from train.model import load_model_from_run
+    from train.backends.weights import load_model_from_run
 
     run_dir = train_tiny_run(tmp_path, tokenizer_json=sample_tokenizer, files=sample_files)
     specials = special_token_ids(locate_tokenizer(str(sample_tokenizer)))
@@ -547,7 +547,7 @@ def test_export_refuses_non_finite_weights_and_writes_nothing(sample_tokenizer, 
 
 
 def test_export_names_the_step_and_warns_when_the_run_has_not_finished(tmp_path, caplog):
-    from train.export import checkpoint_step, log_exported_step
+    from train.export.hf_export import checkpoint_step, log_exported_step
     from train.run_dir import RunDir
 
     assert checkpoint_step(str(tmp_path / "checkpoints" / "ckpt-4")) == 4
@@ -562,7 +562,7 @@ def test_export_names_the_step_and_warns_when_the_run_has_not_finished(tmp_path,
             "extensions": [],
         }
     }
-    caplog.set_level("INFO", logger="train.export")
+    caplog.set_level("INFO", logger="train.export.hf_export")
     log_exported_step(run, config, str(tmp_path / "checkpoints" / "ckpt-4"))
     (record,) = caplog.records
     assert record.levelname == "WARNING"

@@ -47,7 +47,7 @@ def test_position_offset_and_token_aliases_follow_each_familys_transformers_form
 
 
 def test_model_family_choices_come_from_the_registry(capsys):
-    from train.cli import build_parser, parse_config
+    from train.commands.cli import build_parser, parse_config
 
     (action,) = [a for a in build_parser()._actions if a.dest == "model_family"]
     assert tuple(action.choices) == family_names()

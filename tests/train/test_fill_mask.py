@@ -18,8 +18,8 @@ from tests.helpers.masked_lm_factory import (
     train_bert_tokenizer,
     transformers_tokenizer_dir,
 )
-from train import fill_mask_cli
-from train.export import export_masked_lm
+from train.commands import fill_mask_cli
+from train.export.hf_export import export_masked_lm
 
 TEXT = "The capital of France is <mask>."
 

@@ -27,7 +27,7 @@ from tests.helpers.venv_check import (
     python_at_least,
     tracked_copy,
 )
-from train.runtime_check import JAX_FOR_PYTHON_3_12, TENSORFLOW_DISTRIBUTIONS
+from train.commands.runtime_check import JAX_FOR_PYTHON_3_12, TENSORFLOW_DISTRIBUTIONS
 
 pytestmark = pytest.mark.slow
 SCRIPT = REPO / "scripts" / "setup_tpu_env.sh"

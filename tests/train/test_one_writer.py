@@ -81,7 +81,7 @@ def _assert_refused(second: subprocess.CompletedProcess, *, pid: int, output: st
 def test_a_second_train_is_refused_while_the_first_finishes_after_taking_over_a_dead_lease(
     shards, tmp_path, monkeypatch, capsys
 ):
-    from train import cli
+    from train.commands import cli
 
     run = tmp_path / "run"
     run.mkdir()

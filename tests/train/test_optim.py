@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("keras_hub")
 
 from train.config import preset_config  # noqa: E402
-from train.model import build_masked_lm  # noqa: E402
+from train.network.model import build_masked_lm  # noqa: E402
 from train.optim import WarmupDecay, make_optimizer, warmup_steps_for  # noqa: E402
 
 

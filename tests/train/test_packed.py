@@ -19,10 +19,10 @@ from plumbing.errors import LmshardsError  # noqa: E402
 from schemas.constants import POSITIONS, SEGMENT_IDS  # noqa: E402
 from tests.helpers.jax_subprocess import REPO, jax_env, run_jax  # noqa: E402
 from tests.helpers.packed_blocks import alone_inputs, packed_vs_alone  # noqa: E402
-from train import data, mixture  # noqa: E402
 from train.config import ModelConfig  # noqa: E402
 from train.families import check_packed_support, family_names, get_family  # noqa: E402
 from train.families.base import PACKED_POSITIONS_INPUT, PACKED_SEGMENTS_INPUT  # noqa: E402
+from train.inputs import data, mixture  # noqa: E402
 
 SEQ_LEN = 32
 # fp32 logits of a packed block equal each document's alone to this (the same sums, in another order).
@@ -70,7 +70,7 @@ def test_without_segments_the_block_s_documents_would_see_each_other():
     from tests.helpers.masked_lm_factory import perturb
     from tests.helpers.packed_blocks import BLOCKS, packed_block_inputs
     from train.config import ModelConfig
-    from train.model import build_masked_lm
+    from train.network.model import build_masked_lm
 
     config = ModelConfig(vocabulary_size=300, dropout=0.0, max_sequence_length=SEQ_LEN)
     plain = build_masked_lm(config)
@@ -140,8 +140,8 @@ def test_a_run_on_packed_blocks_exports_a_model_with_the_trainer_s_logits(family
     import torch
     import transformers
 
-    from train import export_cli
-    from train.model import load_model_from_run
+    from train.backends.weights import load_model_from_run
+    from train.commands import export_cli
 
     run = tmp_path / "run"
     done = subprocess.run(
@@ -220,7 +220,7 @@ def test_each_family_s_packed_backbone_is_its_keras_hub_backbone_with_the_same_v
     import keras_hub
 
     from train.families import packed
-    from train.model import build_masked_lm
+    from train.network.model import build_masked_lm
 
     declared = get_family(family)
     cls = getattr(packed, str(declared.keras_packed_backbone))

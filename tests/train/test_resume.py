@@ -55,7 +55,7 @@ def shards(tmp_path_factory, sample_tokenizer, sample_files) -> str:
 
 
 def train(shards: str, run: Path, *extra: str, steps: int = 6) -> int:
-    from train import cli
+    from train.commands import cli
 
     return cli.main(["--shards", shards, "--output", str(run), *args(steps), *extra])
 
@@ -304,7 +304,7 @@ def test_loading_the_latest_model_skips_a_damaged_checkpoint_too(reference, tmp_
     import numpy as np
 
     from plumbing.errors import LmshardsError
-    from train.model import load_model_from_run
+    from train.backends.weights import load_model_from_run
 
     run = copy_run(reference, tmp_path)
     # Loading a model reads only the model's tensors (each checked against its CRC32C); they come first in the file.

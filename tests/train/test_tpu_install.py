@@ -19,7 +19,7 @@ import pytest
 from tests.helpers.shard_factory import write_sample_shards
 from tests.helpers.tpu_constraints import tpu_pins
 from tests.helpers.venv_check import clean_env, isolated, network_namespace_reason, tracked_copy
-from train.runtime_check import TENSORFLOW_DISTRIBUTIONS
+from train.commands.runtime_check import TENSORFLOW_DISTRIBUTIONS
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

@@ -9,13 +9,10 @@ tf = pytest.importorskip("tensorflow")
 
 from plumbing.errors import LmshardsError  # noqa: E402
 from tests.helpers.shard_factory import tokenizer_info_for, write_shards  # noqa: E402
-from train import data, mixture  # noqa: E402
-from train.input_plan import InputPlan  # noqa: E402
-from train.optim import WarmupDecay  # noqa: E402
-from train.trainer import (  # noqa: E402
-    check_precision_change,
-    continue_schedule,
-)
+from train.inputs import data, mixture  # noqa: E402
+from train.inputs.input_plan import InputPlan  # noqa: E402
+from train.loop.trainer import check_precision_change  # noqa: E402
+from train.optim import WarmupDecay, continue_schedule  # noqa: E402
 
 SCHEDULE = WarmupDecay(peak=1e-3, warmup_steps=10, total_steps=100)
 

@@ -11,7 +11,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from plumbing.errors import TokenizerError
-from train.word_starts import WordStartTables, word_start_tables
+from train.inputs.word_starts import WordStartTables, word_start_tables
 
 BYTE_LEVEL = pre_tokenizers.ByteLevel(add_prefix_space=False)
 

@@ -1,11 +1,11 @@
-"""The seam between the training loop (train.trainer) and a backend that runs it on devices.
+"""The seam between the training loop (train.loop.trainer) and a backend that runs it on devices.
 
 The loop owns everything that is the same on every backend: the run directory, the input plan
-(train.input_plan: which sequences, masks and batches, in which order), the schedule, when to log,
+(train.inputs.input_plan: which sequences, masks and batches, in which order), the schedule, when to log,
 evaluate and save, preemption and the summary. A backend owns what depends on the framework: its
 strategy or mesh, the model and optimizer variables, the compiled train and eval steps and the
-checkpoint files. A backend is one module exposing `BACKEND`, a subclass of Backend, named in
-train.backends.registry.
+checkpoint files. A backend is one module exposing `BACKEND`, a subclass of Backend, and one line in
+train.backend_names.BACKENDS.
 
 The loop calls, in this order:
   connect(config) -> Topology      devices, replicas, input pipelines, resolved precision and steps per call
@@ -36,8 +36,8 @@ from train.config import ModelConfig, TrainConfig
 from train.evaluation import EvalSums
 
 if TYPE_CHECKING:
-    from train.input_plan import InputPlan
-    from train.mixture import ShardSet
+    from train.inputs.input_plan import InputPlan
+    from train.inputs.mixture import ShardSet
     from train.optim import WarmupDecay
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class Topology:
 
     strategy: how replicas are driven (tensorflow: tpu | mirrored | cpu; another backend its own word).
     num_input_pipelines: input pipelines feeding the replicas (one per host); each reads its share of
-      every set's files and yields per-replica batches (train.input_plan).
+      every set's files and yields per-replica batches (train.inputs.input_plan).
     """
 
     strategy: str
@@ -113,7 +113,17 @@ class Restored:
 
 
 class Backend(abc.ABC):
-    """One framework's way of training the run; see the module docstring for the call order."""
+    """One framework's way of training the run; see the module docstring for the call order.
+
+    A backend implements every one of these (tests/helpers/fake_backend.py is a whole one in 150 lines):
+
+    >>> sorted(Backend.__abstractmethods__)  # doctest: +NORMALIZE_WHITESPACE
+    ['build', 'connect', 'eval_batches', 'load_weights', 'non_finite_weights', 'save',
+     'set_schedule', 'start_training', 'train_steps']
+    >>> from train.backend_names import entry
+    >>> entry("jax").module  # the module whose BACKEND `--backend jax` loads
+    'train.backends.jax'
+    """
 
     name: ClassVar[str]
 
@@ -136,7 +146,7 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def load_weights(self, weights: dict[str, np.ndarray], *, family: str) -> None:
         """Replaces the new model's initial weights by these (--init_from), named as
-        train.hf_mapping.keras_weight_names lists them; a subset leaves the others as initialised."""
+        train.network.hf_mapping.keras_weight_names lists them; a subset leaves the others as initialised."""
 
     @abc.abstractmethod
     def set_schedule(self, schedule: WarmupDecay) -> None:
@@ -178,6 +188,15 @@ def restore_newest(
 
     Every backend's fallback rule: a checkpoint that raises while restoring (damaged, truncated, of
     another model) is skipped with a warning naming it and why, and the next older one is tried.
+
+    >>> def restore(path):
+    ...     if path.endswith("ckpt-3"):
+    ...         raise ValueError("CRC mismatch")
+    >>> restore_newest(["run/ckpt-3", "run/ckpt-2"], restore, directory="run")
+    'run/ckpt-2'
+    >>> restore_newest([], restore, directory="run") is None
+    True
+
     Raises:
       LmshardsError: there are candidates but none of them restores.
     """
@@ -204,3 +223,10 @@ def restore_newest(
             "copy, or pass --restart to train this run again from step 0 (deleting its checkpoints and metrics)."
         )
     return None
+
+
+def no_checkpoint(directory: str) -> LmshardsError:
+    """The error of a run directory with no complete checkpoint to read weights from."""
+    return LmshardsError(
+        f"No complete checkpoint under {directory!r}; train longer than --checkpoint_every steps."
+    )

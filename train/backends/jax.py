@@ -35,9 +35,9 @@ from train.devices import (
     resolve_steps_per_execution,
 )
 from train.evaluation import EvalSums
-from train.export import assign_keras_weights
-from train.input_plan import InputPlan
-from train.mixture import ShardSet
+from train.inputs.input_plan import InputPlan
+from train.inputs.mixture import ShardSet
+from train.network.keras_weights import assign_keras_weights
 from train.optim import WarmupDecay
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def keep_tensorflow_on_the_cpu() -> None:
     their memory by default). It works only before TensorFlow's first op; later it warns, as by then
     TensorFlow may already hold a device.
     """
-    import tensorflow as tf  # the host input pipeline's library, already imported with train.input_plan
+    import tensorflow as tf  # the host input pipeline's library, already imported with train.inputs.input_plan
 
     for kind in TENSORFLOW_ACCELERATORS:
         try:

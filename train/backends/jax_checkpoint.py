@@ -16,13 +16,17 @@ import json
 import logging
 import posixpath
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import keras
 import numpy as np
 
 from plumbing import fs
+from plumbing.errors import LmshardsError
 from train.backends import base
+
+if TYPE_CHECKING:
+    import keras_hub
 
 log = logging.getLogger(__name__)
 
@@ -175,4 +179,32 @@ def save(directory: str, arrays: Arrays, *, step: int, keep: int) -> str:
     filesystem, _ = fs.filesystem(directory)
     for old in complete_checkpoints(directory)[keep:]:
         filesystem.rm(fs.filesystem(old)[1])
+    return path
+
+
+def restore_weights(
+    model: keras_hub.models.MaskedLM, directory: str, checkpoint: str | None
+) -> str:
+    """Reads checkpoint (None: the newest that restores) under directory into model's variables; returns its path.
+
+    Raises:
+      LmshardsError: no checkpoint restores, or the named one is missing or does not restore.
+    """
+    like = variable_specs(model)
+    if checkpoint is None:
+        restored = restore_newest(directory, like=like)
+        if restored is None:
+            raise base.no_checkpoint(directory)
+        path, arrays = restored
+    else:
+        path = checkpoint if checkpoint.endswith(SUFFIX) else checkpoint + SUFFIX
+        if not fs.exists(path):
+            raise LmshardsError(f"Checkpoint {checkpoint!r} is missing (no {path}).")
+        try:
+            arrays = load(path, like=like)
+        except Exception as e:  # damaged: BadZipFile, a CRC mismatch, arrays of another model, ...
+            raise LmshardsError(
+                f"Checkpoint {checkpoint!r} does not restore ({e}); pass another --checkpoint."
+            ) from e
+    assign_arrays(model, None, arrays)
     return path

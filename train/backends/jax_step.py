@@ -27,7 +27,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from train.backends import jax_checkpoint
 from train.config import ModelConfig
 from train.devices import MIXED_FLOAT16
-from train.model import build_masked_lm
+from train.network.model import build_masked_lm
 from train.optim import WarmupDecay, make_optimizer
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ BATCH_AXIS = "batch"
 # Batch keys that are model inputs; the rest (mask_ids, mask_weights) are targets.
 TARGET_KEYS = ("mask_ids", "mask_weights")
 
-Batch = Mapping[str, Any]  # {feature: array [batch, ...]} as train.data yields it
+Batch = Mapping[str, Any]  # {feature: array [batch, ...]} as train.inputs.data yields it
 
 
 @dataclasses.dataclass
@@ -262,9 +262,9 @@ def synthetic_batch(
     vocab_size: int,
     with_segment_ids: bool,
 ) -> dict[str, np.ndarray]:
-    """A batch shaped like train.data's, of random tokens with max_predictions random positions per row.
+    """A batch shaped like train.inputs.data's, of random tokens with max_predictions random positions per row.
 
-    For benchmarks and tests that must run without TensorFlow (train.data is tf.data).
+    For benchmarks and tests that must run without TensorFlow (train.inputs.data is tf.data).
     """
     positions = np.sort(
         np.stack([rng.choice(seq_len, max_predictions, replace=False) for _ in range(batch)]),

@@ -1,48 +1,20 @@
-"""Backend names -> their modules. Adding a backend is one module in train/backends/ and one line here.
+"""Loads a backend by name (train.backend_names lists them): sets Keras's backend, then imports the module.
 
-Without TensorFlow or JAX: the command line takes its --backend choices from here before anything loads.
+Without TensorFlow or JAX until load_backend: the command line calls select_keras_backend before anything loads.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import os
 import sys
 from typing import TYPE_CHECKING
 
 from plumbing.errors import LmshardsError
+from train.backend_names import entry
 
 if TYPE_CHECKING:
     from train.backends.base import Backend
-
-
-@dataclasses.dataclass(frozen=True)
-class BackendEntry:
-    """module: exposes BACKEND, a train.backends.base.Backend subclass; keras_backend: the KERAS_BACKEND it needs."""
-
-    module: str
-    keras_backend: str
-
-
-TENSORFLOW = "tensorflow"
-JAX = "jax"
-DEFAULT_BACKEND = TENSORFLOW
-BACKENDS: dict[str, BackendEntry] = {
-    TENSORFLOW: BackendEntry("train.backends.tensorflow", keras_backend="tensorflow"),
-    JAX: BackendEntry("train.backends.jax", keras_backend="jax"),
-}
-
-
-def backend_names() -> tuple[str, ...]:
-    return tuple(BACKENDS)
-
-
-def entry(name: str) -> BackendEntry:
-    """Raises LmshardsError naming the choices for an unknown backend."""
-    if name not in BACKENDS:
-        raise LmshardsError(f"Unknown --backend {name!r}; choose one of {', '.join(BACKENDS)}.")
-    return BACKENDS[name]
 
 
 def select_keras_backend(name: str) -> None:

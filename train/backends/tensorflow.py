@@ -1,5 +1,5 @@
 """The TensorFlow backend: tf.distribute (TPUStrategy, MirroredStrategy over GPUs, or the CPU), a
-Keras 3 model on TensorFlow, tf.function steps and tf.train checkpoints (train.checkpoint).
+Keras 3 model on TensorFlow, tf.function steps and tf.train checkpoints (train.backends.tensorflow_checkpoint).
 
 Each input pipeline (one per worker host) feeds its replicas through
 distribute_datasets_from_function; a host call runs up to steps_per_execution steps in one
@@ -17,22 +17,22 @@ import tensorflow as tf
 
 from train.backends import tensorflow_dropout
 from train.backends.base import Backend, BuildSpec, Restored, Topology
-from train.checkpoint import RunCheckpoints
-from train.config import TrainConfig
-from train.devices import MIXED_FLOAT16, STRATEGY_TPU, check_tpu_batch, detect_tpu_signals
-from train.evaluation import EvalSums
-from train.export import assign_keras_weights
-from train.input_plan import InputPlan
-from train.mixture import ShardSet
-from train.model import build_masked_lm, checkpoint_root
-from train.optim import WarmupDecay, make_optimizer
-from train.strategy import (
+from train.backends.tensorflow_checkpoint import RunCheckpoints, checkpoint_root
+from train.backends.tensorflow_strategy import (
     device_defaults,
     make_strategy,
     num_input_pipelines,
     strategy_summary,
     uses_gpus,
 )
+from train.config import TrainConfig
+from train.devices import MIXED_FLOAT16, STRATEGY_TPU, check_tpu_batch, detect_tpu_signals
+from train.evaluation import EvalSums
+from train.inputs.input_plan import InputPlan
+from train.inputs.mixture import ShardSet
+from train.network.keras_weights import assign_keras_weights
+from train.network.model import build_masked_lm
+from train.optim import WarmupDecay, make_optimizer
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,14 @@
 """The model-family registry: a family's name -> what its module declares (see base.ModelFamily).
 
 Adding a family is one module beside these (defining FAMILY) and its name in `_FAMILY_MODULES`.
+
+>>> family_names()
+('roberta', 'bert')
+>>> roberta = get_family("roberta")
+>>> roberta.keras_masked_lm, roberta.hf_masked_lm_class
+('RobertaMaskedLM', 'RobertaForMaskedLM')
+>>> roberta.hf_position_offset(pad_token_id=1)  # transformers numbers RoBERTa's positions after padding
+2
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What a model family must declare: the keras-hub model the trainer builds and its Hugging Face form.
 
 A family is data only (class names, layer paths, flags), so the registry imports no Keras, TensorFlow
-or torch; the shared code (train/model.py, train/export.py, train/hf_mapping.py) reads these fields.
+or torch; the shared code (train/network/model.py, train/export/hf_export.py, train/network/hf_mapping.py) reads these fields.
 """
 
 from __future__ import annotations
@@ -27,7 +27,37 @@ class HfHeadNames:
 
 @dataclasses.dataclass(frozen=True)
 class ModelFamily:
-    """One model family: its keras-hub masked LM and the transformers MaskedLM it exports to."""
+    """One model family: its keras-hub masked LM and the transformers MaskedLM it exports to.
+
+    A family module declares one, e.g. BERT's (train/families/bert.py):
+
+    >>> bert = ModelFamily(
+    ...     name="bert",
+    ...     keras_backbone="BertBackbone",
+    ...     keras_masked_lm="BertMaskedLM",
+    ...     keras_position_embedding="position_embedding",
+    ...     uses_segment_ids=True,
+    ...     match_head_to_encoder=True,
+    ...     hf_config_class="BertConfig",
+    ...     hf_masked_lm_class="BertForMaskedLM",
+    ...     hf_model_type="bert",
+    ...     hf_base_prefix="bert",
+    ...     hf_head=HfHeadNames(
+    ...         dense="cls.predictions.transform.dense",
+    ...         norm="cls.predictions.transform.LayerNorm",
+    ...         bias="cls.predictions.bias",
+    ...         decoder="cls.predictions.decoder",
+    ...     ),
+    ...     hf_head_activation=None,
+    ...     hf_positions_after_padding=False,
+    ...     keras_packed_backbone="PackedBertBackbone",
+    ... )
+    >>> bert.hf_position_offset(pad_token_id=0)
+    0
+    >>> from train.families.bert import FAMILY
+    >>> bert == FAMILY
+    True
+    """
 
     name: str  # the --model_family value, recorded in run_config.json
 

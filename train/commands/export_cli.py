@@ -17,7 +17,7 @@ from plumbing.cli import (
 )
 from plumbing.lease import add_lease_flag, output_lease, sibling_lease_path
 from plumbing.quiet import hide_third_party_progress_bars, load_tensorflow_quietly
-from train.export import export_run, push_to_hub
+from train.export.hf_export import export_run, push_to_hub
 from train.families import FAMILIES
 
 COMMAND = "export"

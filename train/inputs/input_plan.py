@@ -2,7 +2,7 @@
 
 One object owns the mixture's train and eval inputs, so the trainer, every backend, `lmshards preview`
 and the input benchmark build them the same way, and none of them rewires the recipe by hand. The
-host pipeline is tf.data (train.data); a backend that does not take tf.data datasets reads the same
+host pipeline is tf.data (train.inputs.data); a backend that does not take tf.data datasets reads the same
 batches as numpy (numpy_batches).
 
 Batches are per replica: input pipeline p of num_pipelines yields, step after step, one batch for
@@ -26,11 +26,11 @@ from plumbing.errors import LmshardsError
 from schemas.constants import TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.manifest import manifest_path
 from schemas.tokenizer_info import TokenizerSource
-from train import data, mixture
 from train.config import TrainConfig
 from train.families import get_family
-from train.masking import MaskingSpec
-from train.mixture import Mixture, SetProgress, ShardSet
+from train.inputs import data, mixture
+from train.inputs.masking import MaskingSpec
+from train.inputs.mixture import Mixture, SetProgress, ShardSet
 
 # run_config.json's "resolved" key for the input pipelines (hosts) that read the run's data.
 INPUT_PIPELINES_KEY = "input_pipelines"
@@ -40,7 +40,27 @@ INPUT_PIPELINES_KEY = "input_pipelines"
 class InputPlan:
     """A run's inputs for `replicas` replicas fed by `num_pipelines` input pipelines (one per host).
 
-    pass_records: per set, its records in one pass, per input pipeline (train.mixture.pass_records).
+    pass_records: per set, its records in one pass, per input pipeline (train.inputs.mixture.pass_records).
+
+    Two shard sets blended 3:1, on 4 replicas fed by 2 hosts (the manifests only; no file is read):
+
+    >>> from schemas.manifest import Manifest, ShardInfo, SplitInfo, SplitTotals, TokenizerInfo
+    >>> from train.inputs.mixture import Mixture, ShardSet
+    >>> tokenizer = TokenizerInfo("sha256:0", 1000, {"pad": 1, "mask": 4}, (0, 1, 2, 3, 4))
+    >>> def shard_set(name, records, weight):
+    ...     shards = tuple(ShardInfo(f"train-{i}.tfrecord", n, 0, "") for i, n in enumerate(records))
+    ...     splits = {"train": SplitInfo(shards, SplitTotals(records=sum(records)))}
+    ...     manifest = Manifest("0.1.0", 128, tokenizer, splits, (), 0, {})
+    ...     return ShardSet(name, f"/data/{name}", weight, manifest)
+    >>> mix = Mixture((shard_set("web", [640, 640], 0.75), shard_set("books", [160, 160], 0.25)))
+    >>> masking = masking_for(mix, recipe="token", mlm_probability=0.15, tokenizer=None)
+    >>> plan = InputPlan.create(
+    ...     mix, masking=masking, per_replica_batch=8, seed=0, shuffle_buffer=64, replicas=4, num_pipelines=2
+    ... )
+    >>> plan.global_batch, plan.pass_records, plan.steps_per_epoch
+    (32, (640, 160), 50)
+    >>> plan.sequences_read(10), plan.epoch(10)  # closed-form functions of the global step
+    ((240, 80), 0.2)
     """
 
     mixture: Mixture
@@ -316,7 +336,7 @@ def run_masking(
 def masking_for(
     mix: Mixture, *, recipe: str, mlm_probability: float, tokenizer: TokenizerSource | None
 ) -> MaskingSpec:
-    """The masking spec of a recipe for the mixture's tokenizer (train.data.masking_spec)."""
+    """The masking spec of a recipe for the mixture's tokenizer (train.inputs.data.masking_spec)."""
     return data.masking_spec(
         mix.manifest, recipe=recipe, mlm_probability=mlm_probability, tokenizer=tokenizer
     )

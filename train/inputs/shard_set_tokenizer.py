@@ -11,7 +11,7 @@ import posixpath
 from plumbing import fs
 from schemas.constants import TOKENIZER_DIR_NAME, TOKENIZER_JSON
 from schemas.tokenizer_info import TokenizerSource, checked_tokenizer
-from train.mixture import Mixture, ShardSet
+from train.inputs.mixture import Mixture, ShardSet
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The tf.data input pipeline: the TFRecord shards of one or more shard sets -> masked, batched model inputs.
 
 Everything about sizes comes from the manifests (record counts per shard), so passes and epochs are
-exact without reading data (train.mixture plans them). Reads are deterministic for a given seed: each
+exact without reading data (train.inputs.mixture plans them). Reads are deterministic for a given seed: each
 pass over a set visits its files in an order drawn from (seed, pass) and shuffles records with a seed
 derived from the same pair; in a mixture, the set each example comes from is drawn from (seed, block)
 (mixture_choices). So a resumed run restarts every set at its (pass, record) and sees exactly the
@@ -22,10 +22,10 @@ from schemas.manifest import Manifest
 from schemas.records import parse_spec
 from schemas.tokenizer_info import TokenizerSource
 from train.families.base import PACKED_POSITIONS_INPUT, PACKED_SEGMENTS_INPUT
-from train.masking import MaskingSpec, build_masking_spec, mask_batch
+from train.inputs.masking import MaskingSpec, build_masking_spec, mask_batch
+from train.inputs.mixture import MIXTURE_BLOCK, SetStream, SplitFiles
+from train.inputs.word_starts import word_start_tables
 from train.masking_recipes import WORD_RECIPES
-from train.mixture import MIXTURE_BLOCK, SetStream, SplitFiles
-from train.word_starts import word_start_tables
 
 # The record features the model reads; of a packed set, also each token's segment and position.
 READ_FEATURES = (INPUT_IDS, ATTENTION_MASK)
@@ -102,7 +102,7 @@ def train_dataset(
 ) -> tf.data.Dataset:
     """Endless masked per-replica batches for one input pipeline, from those of global step `start_step`.
 
-    streams: what this pipeline reads of each set (train.mixture.pipeline_streams); block_counts: the
+    streams: what this pipeline reads of each set (train.inputs.mixture.pipeline_streams); block_counts: the
     mixture's examples per set in every MIXTURE_BLOCK (Mixture.block_counts). features: the records'
     features (Manifest.features()), from which the parse spec is built. replicas: the replicas this
     pipeline feeds; each step yields `replicas` batches of batch_size, in replica order.
@@ -210,7 +210,7 @@ def _set_records(
 def mixture_choices(
     block_counts: Sequence[int], *, seed: int, pipeline_id: int, start_example: int
 ) -> tf.data.Dataset:
-    """int64 set index of each example of a pipeline, from example `start_example` on (see train.mixture)."""
+    """int64 set index of each example of a pipeline, from example `start_example` on (see train.inputs.mixture)."""
     start_block, offset = start_example // MIXTURE_BLOCK, start_example % MIXTURE_BLOCK
     blocks = tf.data.Dataset.range(start_block, _ENDLESS)
     return blocks.flat_map(

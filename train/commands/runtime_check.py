@@ -19,8 +19,10 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
-BACKEND_TENSORFLOW = "tensorflow"
-BACKEND_JAX = "jax"
+from train.backend_names import JAX as BACKEND_JAX
+from train.backend_names import TENSORFLOW as BACKEND_TENSORFLOW
+
+# The backends whose accelerator runtime `lmshards env --backend` knows how to check.
 BACKENDS = (BACKEND_TENSORFLOW, BACKEND_JAX)
 
 # Distributions that each provide the `tensorflow` package: only one may be installed, or whichever was

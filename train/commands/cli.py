@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from collections.abc import Sequence
 
 from plumbing.cli import (
@@ -22,15 +23,17 @@ from plumbing.cli import (
 from plumbing.known_names import name_hints
 from plumbing.lease import add_lease_flag, output_lease
 from plumbing.quiet import native_stderr_discarded, quiet_tensorflow
-from train.backends.registry import backend_names, select_keras_backend
+from train.backend_names import backend_names, backends_help
+from train.backends.registry import select_keras_backend
+from train.commands.input_flags import add_input_flags
 from train.config import FINAL_EVALS, LR_SCHEDULES, PRESETS, TRAIN_RANGES, TrainConfig
 from train.devices import PRECISIONS, STRATEGIES
 from train.families import family_names
-from train.masking_recipes import MASKING_RECIPES, SPAN, check_recipe, max_mlm_probability
-from train.preemption import PreemptionFlag
-from train.preflight import preflight
+from train.inputs.shards_flag import parse_shards_flag, source_weights
+from train.loop.preemption import PreemptionFlag
+from train.loop.preflight import preflight
+from train.masking_recipes import check_recipe
 from train.run_dir import format_summary
-from train.shards_flag import parse_shards_flag, source_weights
 
 log = logging.getLogger(__name__)
 
@@ -108,12 +111,6 @@ def build_parser() -> CommandParser:
         "another pass, counted in run_summary.json)",
     )
     p.add_argument(
-        "--per_replica_batch",
-        type=TRAIN_RANGES["per_replica_batch"],
-        default=d.per_replica_batch,
-        help="sequences per replica per step",
-    )
-    p.add_argument(
         "--learning_rate",
         type=TRAIN_RANGES["learning_rate"],
         default=d.learning_rate,
@@ -138,35 +135,12 @@ def build_parser() -> CommandParser:
         type=TRAIN_RANGES["clip_norm"],
         help="clip gradients to this global norm; fixed by the run's first command",
     )
-    p.add_argument(
-        "--masking",
-        choices=MASKING_RECIPES,
-        default=d.masking,
-        help="which tokens to predict: single tokens, whole words, or SpanBERT spans of whole words",
-    )
-    p.add_argument(
-        "--mlm_probability",
-        type=TRAIN_RANGES["mlm_probability"],
-        default=d.mlm_probability,
-        help=f"fraction of tokens to predict: below 1 (below {max_mlm_probability(SPAN):.2f} for span)",
-    )
-    p.add_argument(
-        "--shuffle_buffer",
-        type=TRAIN_RANGES["shuffle_buffer"],
-        default=d.shuffle_buffer,
-        help="records held for shuffling",
-    )
-    p.add_argument(
-        "--seed",
-        type=TRAIN_RANGES["seed"],
-        default=d.seed,
-        help="data order, masking, initialisation",
-    )
+    add_input_flags(p, d)
     p.add_argument(
         "--backend",
         choices=backend_names(),
         default=d.backend,
-        help="what trains the model: tensorflow (tf.distribute: TPUStrategy, MirroredStrategy over GPUs, or the CPU)",
+        help=f"what trains the model: {backends_help()}",
     )
     p.add_argument(
         "--strategy", choices=STRATEGIES, default=d.strategy, help="tf.distribute strategy"
@@ -296,7 +270,7 @@ def _checked_run(config: TrainConfig, preemption: PreemptionFlag) -> int:
     select_keras_backend(config.backend)
     with native_stderr_discarded(verbose=config.verbose):
         # the training stack loads only once every cheap check has passed
-        from train.trainer import train
+        from train.loop.trainer import train
     summary = train(config, checked)
     if summary.get("preempted") is not None:
         return EXIT_PREEMPTED
@@ -306,3 +280,7 @@ def _checked_run(config: TrainConfig, preemption: PreemptionFlag) -> int:
 
 def main(argv: Sequence[str]) -> int:
     return run_command(COMMAND, lambda: _train(argv))
+
+
+if __name__ == "__main__":  # `python -m train` (train/__main__.py)
+    sys.exit(main(sys.argv[1:]))

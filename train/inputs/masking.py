@@ -4,7 +4,7 @@ A recipe selects the positions to predict, never special or padding tokens:
 
 - `token` (BERT/RoBERTa): each token is selected with probability `mlm_probability`.
 - `whole_word` (BERT's whole-word masking): each word is selected with probability `mlm_probability`,
-  with all its tokens. Words come from the tokenizer's own markers (train.word_starts).
+  with all its tokens. Words come from the tokenizer's own markers (train.inputs.word_starts).
 - `span` (SpanBERT): runs of whole words. Span lengths in words follow a geometric law (p 0.2)
   restricted to 1..10 words and renormalised, as SpanBERT's code draws them (mean 3.8 words).
   Spans are laid out along the row's words as alternating gaps (geometric, at least one word, so
@@ -35,6 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from plumbing.errors import LmshardsError
+from train.inputs.word_starts import WordStartTables
 from train.masking_recipes import (
     MASKING_RECIPES,
     SPAN,
@@ -46,7 +47,6 @@ from train.masking_recipes import (
     mean_span_words,
     span_length_probabilities,
 )
-from train.word_starts import WordStartTables
 
 MASK_FRACTION = 0.8
 RANDOM_FRACTION = 0.1
@@ -57,7 +57,7 @@ class MaskingSpec:
     """What masking needs from the manifest's tokenizer, and the recipe.
 
     word_starts, next_word_starts: per token id, whether a word starts at / right after the token
-    (train.word_starts); required by whole_word and span.
+    (train.inputs.word_starts); required by whole_word and span.
     """
 
     vocab_size: int
@@ -94,7 +94,7 @@ def build_masking_spec(
 ) -> MaskingSpec:
     """A MaskingSpec for a recipe, with max_predictions sized for it.
 
-    word_starts: train.word_starts.word_start_tables(tokenizer.json text); needed by whole_word and span.
+    word_starts: train.inputs.word_starts.word_start_tables(tokenizer.json text); needed by whole_word and span.
 
     Raises:
       LmshardsError: unknown recipe, mlm_probability out of range for the recipe, or word-start

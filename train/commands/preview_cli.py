@@ -1,10 +1,11 @@
 """`lmshards preview SHARDS_DIR`: what a masking recipe does to the first training sequences.
 
-Runs the trainer's own input plan (train.input_plan.InputPlan: one input pipeline from step 0, as on
+Runs the trainer's own input plan (train.inputs.input_plan.InputPlan: one input pipeline from step 0, as on
 one host) with the given recipe, seed, batch size and shuffle buffer, and shows the first N sequences it
 yields: the decoded text with the tokens selected for prediction in [[...]], or with --json one object per
 line and sequence: `input_ids` (before masking), `masked_input_ids` (what the model sees) and `selected`
 (1 where the model predicts the token). Several shard sets are blended as `lmshards train` blends them.
+Give the run's --masking, --mlm_probability, --per_replica_batch, --shuffle_buffer and --seed to see its masks.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import numpy as np
 from plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from plumbing.flag_types import whole
 from plumbing.quiet import load_tensorflow_quietly
-from train import mixture
-from train.config import TRAIN_RANGES, TrainConfig
-from train.masking_recipes import MASKING_RECIPES, check_recipe
-from train.shard_set_tokenizer import run_tokenizer
+from train.commands.input_flags import add_input_flags
+from train.config import TrainConfig
+from train.inputs import mixture
+from train.inputs.shard_set_tokenizer import run_tokenizer
+from train.masking_recipes import check_recipe
 
 COMMAND = "preview"
 DEFAULT_N = 5
@@ -41,24 +43,7 @@ def build_parser() -> CommandParser:
         metavar="SHARDS_DIR",
         help="preprocess output (local or gs://), as PATH or PATH:WEIGHT like `lmshards train --shards`",
     )
-    p.add_argument(
-        "--masking",
-        choices=MASKING_RECIPES,
-        default=d.masking,
-        help="masking recipe, as `lmshards train` takes it",
-    )
-    p.add_argument(
-        "--mlm_probability",
-        type=TRAIN_RANGES["mlm_probability"],
-        default=d.mlm_probability,
-        help="fraction of tokens to predict",
-    )
-    p.add_argument(
-        "--seed",
-        type=TRAIN_RANGES["seed"],
-        default=d.seed,
-        help="the run's --seed: data order and masks",
-    )
+    add_input_flags(p, d)
     p.add_argument(
         "--n", type=whole(1, MAX_PREVIEW_SEQUENCES), default=DEFAULT_N, help="sequences to show"
     )
@@ -70,18 +55,6 @@ def build_parser() -> CommandParser:
     p.add_argument(
         "--tokenizer",
         help="tokenizer to decode with and find words by (default: the shard set's copy)",
-    )
-    p.add_argument(
-        "--per_replica_batch",
-        type=TRAIN_RANGES["per_replica_batch"],
-        default=d.per_replica_batch,
-        help="the run's --per_replica_batch (masks are drawn per batch)",
-    )
-    p.add_argument(
-        "--shuffle_buffer",
-        type=TRAIN_RANGES["shuffle_buffer"],
-        default=d.shuffle_buffer,
-        help="the run's --shuffle_buffer",
     )
     add_verbose_flag(p)
     return p
@@ -117,7 +90,7 @@ def preview_rows(
     mix = mixture.open_mixture([s.path for s in sources], mixture.source_weights(sources))
     tokenizer = run_tokenizer(args.tokenizer, mix)
     unit = args.per_replica_batch
-    from train.input_plan import (
+    from train.inputs.input_plan import (
         InputPlan,
         masking_for,
     )  # TensorFlow loads only once the options are checked

@@ -1,9 +1,9 @@
 """The training loop: a backend's devices, model and steps, driven step by step; logs, evaluations, summary.
 
 Read top to bottom: `train(config)` is the whole story; what can be checked without TensorFlow was
-checked before it loaded (train.preflight). The backend (train.backends: TensorFlow's tf.distribute,
+checked before it loaded (train.loop.preflight). The backend (train.backends: TensorFlow's tf.distribute,
 or another) owns devices, variables, compiled steps and checkpoint files; the input plan
-(train.input_plan) owns which batches come next; the run directory (train.run_dir) owns every file.
+(train.inputs.input_plan) owns which batches come next; the run directory (train.run_dir) owns every file.
 Everything a resumed run needs is a function of the global step (data position, masking seeds,
 learning rate) or lives in the checkpoint (weights, optimizer slots and iterations, dropout seed
 states), so rerunning the same command continues exactly where the last checkpoint left off. The
@@ -32,13 +32,18 @@ from train.backends.registry import load_backend
 from train.config import FINAL_EVAL_FULL, ModelConfig, TrainConfig
 from train.devices import MIXED_FLOAT16, steps_in_next_call
 from train.divergence import describe_non_finite, diverged, first_non_finite
-from train.init_source import InitWeights, check_same_source, init_record, load_init_weights
-from train.input_plan import InputPlan, run_masking
-from train.optim import WarmupDecay, warmup_steps_for
-from train.preemption import PreemptionFlag
-from train.preflight import Preflight, preflight
+from train.export.init_source import (
+    InitWeights,
+    check_same_source,
+    init_record,
+    load_init_weights,
+)
+from train.inputs.input_plan import InputPlan, run_masking
+from train.loop.preemption import PreemptionFlag
+from train.loop.preflight import Preflight, preflight
+from train.loop.tensorboard import TensorBoardWriter
+from train.optim import WarmupDecay, continue_schedule, first_schedule
 from train.run_dir import MetricsLog, RunDir, shard_identity
-from train.tensorboard import TensorBoardWriter
 
 log = logging.getLogger(__name__)
 
@@ -59,89 +64,6 @@ def check_precision_change(previous_run: dict[str, Any] | None, precision: str) 
             f"checkpoints of {MIXED_FLOAT16} (loss scaling) and of other precisions do not restore into each other. "
             f"Pass --precision {before}."
         )
-
-
-def first_schedule(
-    config: TrainConfig, total_steps: int, previous_run: dict[str, Any] | None
-) -> WarmupDecay:
-    """The run's learning-rate schedule: the one run_config.json keeps, or a new one for a new run."""
-    kept = (previous_run or {}).get("schedule")
-    if kept:
-        return WarmupDecay.from_config(kept)
-    return WarmupDecay(
-        peak=config.learning_rate,
-        warmup_steps=warmup_steps_for(total_steps, config.warmup_steps),
-        total_steps=total_steps,
-        decay=config.lr_schedule,
-    )
-
-
-def continue_schedule(
-    schedule: WarmupDecay,
-    *,
-    total_steps: int,
-    start_step: int,
-    extend: bool,
-    new_peak: float | None = None,
-    warmup_steps: int | None = None,
-) -> WarmupDecay:
-    """The schedule this command trains with: the run's, or with --extend the run's continued to total_steps.
-
-    new_peak: the --learning_rate this command gives in place of the run's (None: the same). It restarts
-    a schedule that has ended, warming up over warmup_steps (None: 5% of the added steps).
-    Raises:
-      LmshardsError: total_steps differs from where the run's schedule ends and --extend is not given;
-        with --extend, total_steps is not past that end, or the rate has already fallen to 0 and no new
-        --learning_rate is given; a new --learning_rate for a schedule that has not ended.
-    """
-    end = schedule.end_step
-    if total_steps == end and new_peak is None:
-        return schedule
-    if not extend:
-        raise LmshardsError(
-            f"This command trains {total_steps} steps in all but the run's schedule, fixed by its first command, ends "
-            f"at step {end}. Rerun with the run's --steps/--epochs and --per_replica_batch, or pass --extend to "
-            f"continue it to step {total_steps}."
-        )
-    if total_steps <= end:
-        raise LmshardsError(
-            f"--extend needs more steps than the run's schedule has ({end}); this command asks for {total_steps}."
-        )
-    ended = float(schedule(start_step)) <= 0.0
-    if ended and new_peak is None:
-        raise LmshardsError(
-            f"--extend continues from the current learning rate, and at step {start_step} this run's rate has already "
-            "fallen to 0: the added steps would not train. Pass a new --learning_rate (and --warmup_steps) for the "
-            "added steps, extend a run before its schedule ends (stop it with SIGTERM or Ctrl-C, then rerun with "
-            "--extend), or start a new run."
-        )
-    if new_peak is not None and not ended:
-        raise LmshardsError(
-            f"--learning_rate {new_peak:g} differs from the run's, and a new rate starts only once the run's schedule "
-            f"has ended (at step {end}; this run is at step {start_step}). Rerun with the run's --learning_rate and "
-            "--warmup_steps to extend it from its current rate."
-        )
-    if new_peak is not None:
-        warmup = warmup_steps_for(total_steps - start_step, warmup_steps)
-        log.info(
-            "--extend: from step %d the learning rate warms up to %.3e over %d steps, then falls linearly to 0 "
-            "at step %d.",
-            start_step,
-            new_peak,
-            warmup,
-            total_steps,
-        )
-        return schedule.extended(
-            from_step=start_step, to_step=total_steps, peak=new_peak, warmup_steps=warmup
-        )
-    extended = schedule.extended(from_step=start_step, to_step=total_steps)
-    log.info(
-        "--extend: from step %d the learning rate falls linearly from %.3e to 0 at step %d.",
-        start_step,
-        float(schedule(start_step)),
-        total_steps,
-    )
-    return extended
 
 
 def build_model(backend: Backend, spec: BuildSpec, init_weights: InitWeights | None) -> Restored:
@@ -498,7 +420,7 @@ def train(config: TrainConfig, checked: Preflight | None = None) -> dict[str, An
     """Trains (or resumes) the run in config.output. Returns the run summary, or {"preempted": step}.
 
     checked: preflight(config), when the caller has run it (the CLI does, before TensorFlow loads).
-    A SIGTERM or SIGINT at any moment ends it at the next step boundary (train.preemption).
+    A SIGTERM or SIGINT at any moment ends it at the next step boundary (train.loop.preemption).
     """
     checked = checked or preflight(config)
     if checked.finished is not None:

@@ -2,7 +2,7 @@
 signals found, and what `auto` chooses here.
 
 It never initialises a TPU and asks nothing over the network. The backend's runtime is imported in a
-subprocess (train/runtime_check.py), so a libtpu that aborts its import cannot take this command down.
+subprocess (train/commands/runtime_check.py), so a libtpu that aborts its import cannot take this command down.
 TensorFlow is imported here only to list GPUs, and only when it loaded in that subprocess, a GPU
 device file exists and CUDA_VISIBLE_DEVICES does not hide them all. `--check` exits 1 when
 `lmshards train` could not run here, with one error line per problem.
@@ -27,7 +27,8 @@ from plumbing.cli import (
     setup_logging,
 )
 from schemas.version import __version__
-from train import runtime_check
+from train.commands import runtime_check
+from train.commands.runtime_check import BACKEND_TENSORFLOW, BACKENDS, CHECKED_DISTRIBUTIONS
 from train.devices import (
     GPU_PROBED,
     TPU_SIGNALS_CHECKED,
@@ -38,7 +39,6 @@ from train.devices import (
     gpu_probe_skip_reason,
     list_gpus,
 )
-from train.runtime_check import BACKEND_TENSORFLOW, BACKENDS, CHECKED_DISTRIBUTIONS
 
 COMMAND = "env"
 # Distributions whose versions matter to a run; read from their metadata, never by importing them.

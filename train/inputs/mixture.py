@@ -1,15 +1,15 @@
 """The shard sets a run reads: one, or several blended by weight; their files per input pipeline, passes and epochs.
 
-Without TensorFlow, so the command line checks the sets before the training stack loads; train.data
+Without TensorFlow, so the command line checks the sets before the training stack loads; train.inputs.data
 builds the tf.data pipeline from what this module plans.
 
-- `--shards PATH[:WEIGHT]` repeats (train.shards_flag says how a value reads); weights default to equal. Every set must
+- `--shards PATH[:WEIGHT]` repeats (train.inputs.shards_flag says how a value reads); weights default to equal. Every set must
   come from the same tokenizer and seq_len. A set is named by its directory's basename, made unique
   with a `-2`, `-3`... suffix; metrics use the name (`eval_loss/<name>`, `sequences/<name>`).
 - Sampling: each input pipeline draws its examples in blocks of MIXTURE_BLOCK, each block holding
   exactly block_counts()[i] examples of set i (weight x block, largest remainders first), each set's
   spread evenly over the block at random points drawn statelessly from (seed, pipeline, block)
-  (train.data.mixture_choices). The realised shares equal the weights to 1/MIXTURE_BLOCK at every block
+  (train.inputs.data.mixture_choices). The realised shares equal the weights to 1/MIXTURE_BLOCK at every block
   boundary and stay within about one example per set of them in between; how far a run has read into
   each set is a closed-form function of the step, so a resumed run reads exactly what an uninterrupted one would.
 - A pass over a set gives every input pipeline the same number of that set's records: the smallest
@@ -32,7 +32,7 @@ from plumbing import fs
 from plumbing.errors import LmshardsError
 from schemas.constants import TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.manifest import Manifest, check_tokenizer_copy, read_manifest
-from train.shards_flag import ShardSource, parse_shards_flag, source_weights
+from train.inputs.shards_flag import ShardSource, parse_shards_flag, source_weights
 
 __all__ = [
     "ShardSource",

@@ -9,8 +9,8 @@ fit the shards. A Hugging Face model's weights are read and mapped there too (nu
 checkpoint is restored by the trainer once the backend has connected, before it builds the run's model
 (load_init_weights).
 
-The weights arrive named as train.hf_mapping.keras_weight_names lists them, so the backends assign them
-to their freshly built model the same way (train.export.assign_keras_weights).
+The weights arrive named as train.network.hf_mapping.keras_weight_names lists them, so the backends assign them
+to their freshly built model the same way (train.network.keras_weights.assign_keras_weights).
 """
 
 from __future__ import annotations
@@ -31,15 +31,16 @@ from schemas.constants import RUN_CONFIG_JSON
 from schemas.layouts import CHECKPOINTS_DIR
 from schemas.manifest import Manifest
 from schemas.tokenizer_info import TokenizerSource, fingerprint, locate_tokenizer, special_token_ids
+from train.backend_names import TENSORFLOW, entry, title
 from train.config import (
     ModelConfig,
     TrainConfig,
     model_config_from_dict,
     preset_config,
-    read_model_config,
 )
 from train.families import get_family
-from train.hf_mapping import (
+from train.network.config_files import read_model_config
+from train.network.hf_mapping import (
     KERAS_BERT_SEGMENTS,
     MaskedLMSpec,
     UnsupportedHfModel,
@@ -379,7 +380,7 @@ def check_source_fits_shards(
     """The shards' tokenizer must be the model's (size, special ids, vocabulary) and their sequences must fit
     its position table.
 
-    shard_tokenizer: the tokenizer the shards were made with (train.shard_set_tokenizer.run_tokenizer), if known.
+    shard_tokenizer: the tokenizer the shards were made with (train.inputs.shard_set_tokenizer.run_tokenizer), if known.
     Raises:
       LmshardsError: naming both sides and the fix (preprocess with the model's tokenizer, or repack).
     """
@@ -451,18 +452,21 @@ def load_init_weights(source: InitSource, *, backend: str) -> InitWeights:
     checkpoint that restores (the trainer calls it after the backend connected, before it builds its model).
 
     Raises:
-      LmshardsError: no checkpoint of the run restores, or the JAX backend is asked to read a TensorFlow run.
+      LmshardsError: no checkpoint of the run restores, or it is a run of a backend whose checkpoints need
+        another Keras backend than `backend`'s (the JAX backend and a TensorFlow run).
     """
     if source.weights is not None:
         return source.weights
-    from train.backends.registry import JAX
-    from train.export import keras_weights, masked_lm_spec
-    from train.model import restore_model_from_run
+    from train.backends.weights import restore_model_from_run
+    from train.network.keras_weights import keras_weights, masked_lm_spec
 
-    if backend == JAX and source.backend != JAX:
+    # Runs recorded before the JAX backend existed name no backend: they are TensorFlow's.
+    trained_by = source.backend or TENSORFLOW
+    needs = entry(trained_by).checkpoints_keras
+    if needs and needs != entry(backend).keras_backend:
         raise _refused(
             source.path,
-            "is a run of the TensorFlow backend, whose checkpoints the JAX backend cannot read",
+            f"is a run of the {title(trained_by)} backend, whose checkpoints the {title(backend)} backend cannot read",
             f"Export it (`lmshards export --run {source.path} --output DIR`) and pass --init_from DIR.",
         )
     try:

@@ -15,10 +15,15 @@ from __future__ import annotations
 import logging
 import posixpath
 import re
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
+from plumbing.errors import LmshardsError
 from train.backends import base
+
+if TYPE_CHECKING:
+    import keras_hub
 
 log = logging.getLogger(__name__)
 
@@ -184,3 +189,41 @@ class RunCheckpoints:
 
     def save(self, step: int) -> str:
         return self.manager.save(checkpoint_number=step)
+
+
+def checkpoint_root(model: keras_hub.models.MaskedLM, **extra) -> tf.train.Checkpoint:
+    """The object graph every run checkpoint uses: `model` plus the trainer's `extra` objects.
+
+    keras layers do not track their dropout SeedGenerator states, so they are saved explicitly:
+    without them a resumed run would draw different dropout masks than an uninterrupted one.
+    """
+    seeds = [v for v in model.non_trainable_variables if v.path.endswith("seed_generator_state")]
+    return tf.train.Checkpoint(model=model, dropout_seeds=seeds, **extra)
+
+
+def restore_weights(
+    model: keras_hub.models.MaskedLM, directory: str, checkpoint: str | None
+) -> str:
+    """Reads checkpoint (None: the newest that restores) under directory into model's variables; returns its prefix.
+
+    Raises:
+      LmshardsError: no checkpoint restores, or the named one is missing or does not restore.
+    """
+    if checkpoint is None:
+        path = restore_newest(checkpoint_root(model), directory, expect_partial=True)
+        if path is None:
+            raise base.no_checkpoint(directory)
+        return path
+    if not tf.io.gfile.exists(checkpoint + ".index"):
+        raise LmshardsError(
+            f"Checkpoint {checkpoint!r} is missing or incomplete (no {checkpoint}.index)."
+        )
+    try:
+        checkpoint_root(model).restore(
+            checkpoint
+        ).expect_partial().assert_existing_objects_matched()
+    except Exception as e:  # damaged: DataLossError, a short read, ...
+        raise LmshardsError(
+            f"Checkpoint {checkpoint!r} does not restore ({e}); pass another --checkpoint."
+        ) from e
+    return checkpoint

@@ -16,25 +16,25 @@ from plumbing.outputs import check_writable
 from schemas.constants import TRAIN_SPLIT, VALIDATION_SPLIT
 from schemas.manifest import Manifest
 from schemas.tokenizer_info import TokenizerSource
-from train import mixture
 from train.config import (
     DEFAULT_PRESET,
     ModelConfig,
     TrainConfig,
     model_config_from_dict,
     preset_config,
-    read_model_config,
 )
-from train.families import DEFAULT_FAMILY, check_packed_support, get_family
-from train.init_source import (
+from train.export.init_source import (
     InitSource,
     check_model_options,
     check_source_fits_shards,
     inspect_init_source,
     run_has_checkpoints,
 )
+from train.families import DEFAULT_FAMILY, check_packed_support, get_family
+from train.inputs import mixture
+from train.inputs.shard_set_tokenizer import run_tokenizer
+from train.network.config_files import read_model_config
 from train.run_dir import RunDir, check_continuation, check_run_output, finished_summary
-from train.shard_set_tokenizer import run_tokenizer
 
 log = logging.getLogger(__name__)
 

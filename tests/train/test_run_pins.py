@@ -1,0 +1,179 @@
+"""A tiny fixed run on each backend writes exactly the same checkpoints, metrics and run config as it did
+when these digests were recorded: moving code inside train/ must not change what a run computes or writes.
+
+Each run is a fresh `python -m lmshards train` process (Keras fixes its backend once per process). What is
+pinned: every checkpoint's variables (name, dtype, shape and bytes) and, for TensorFlow, its .index and
+.data files' bytes (a .npz's zip entries and TensorFlow's `checkpoint` state file carry wall-clock times);
+every metrics record without its wall-clock fields; run_config.json with the run's two paths replaced. A deliberate change to what a run computes updates the digests here, in the same commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("keras_hub")
+
+from tests.helpers.jax_subprocess import REPO, jax_env  # noqa: E402
+from tests.helpers.shard_factory import write_sample_shards  # noqa: E402
+
+pytestmark = pytest.mark.slow
+TIMEOUT_S = 400
+# Metrics fields that hold wall-clock time or rates measured with it: they differ from run to run.
+WALL_CLOCK_FIELDS = ("step_time_s", "sequences_per_second", "tokens_per_second")
+
+# Recorded on this code; see the module docstring before changing one.
+PINNED = {
+    "tensorflow": {
+        "checkpoint ckpt-2": "351f70f3b4e97e94fb1cc3dd1153e04e2bdad8535ca2835ff4b594fdaed33e4b",
+        "checkpoint ckpt-4": "d6e5fdd42f935a742c4221610ad0ed0b4815acce5e27ba130c56b9e9b58bb53d",
+        "checkpoint files ckpt-2": "284d4955b45d69df87e2f29885155e18bee178220f38104b50c97e1d40143eda",
+        "checkpoint files ckpt-4": "fa14a12a505e4a94d37b7919f4b716138fbdfd433bfd976217828ad041d044d9",
+        "metrics": "2e7c3c752c4b90b76790263f1d2afc8b0dabb6ad61ed341ab5e118823c55e161",
+        "run_config.json": "f3cfeffded895cb28fa01d29e57836662581910ddebd27c447082f55e8ace58e",
+    },
+    "jax": {
+        "checkpoint ckpt-2.npz": "61feabbf030c28a2447a0e79c9b26c29a6a9d2a35400bb7c254eb8bc9d4fc40c",
+        "checkpoint ckpt-4.npz": "1d05aac1ee84101db88ef42eea655acaec4d39c38feeb98c285ecd6ffd505094",
+        "metrics": "573689eb680f56e747439f83acb01720d6fe32e37ada43cb9108912f7c4d7938",
+        "run_config.json": "61104cc3568bbc9b7aa7b14465ec494869782e12227b86bd26396bac154f3a4a",
+    },
+}
+
+
+def train_argv(shards: str, run: Path, backend: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "lmshards",
+        "train",
+        "--backend",
+        backend,
+        "--shards",
+        shards,
+        "--output",
+        str(run),
+        "--steps",
+        "4",
+        "--per_replica_batch",
+        "4",
+        "--learning_rate",
+        "1e-3",
+        "--warmup_steps",
+        "2",
+        "--log_every",
+        "2",
+        "--checkpoint_every",
+        "2",
+        "--eval_every",
+        "2",
+        "--eval_batches",
+        "1",
+        "--seed",
+        "3",
+        "--shuffle_buffer",
+        "64",
+    ]
+
+
+def backend_env(backend: str) -> dict[str, str]:
+    if backend == "jax":
+        return jax_env(1)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("KERAS_BACKEND", None)
+    return env
+
+
+def variables_digest(arrays: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def checkpoint_arrays(path: Path) -> dict[str, np.ndarray]:
+    """The variables of one checkpoint: a JAX .npz, or a TensorFlow checkpoint prefix."""
+    if path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(path))
+    return {
+        name: np.asarray(reader.get_tensor(name))
+        for name, _ in tf.train.list_variables(str(path))
+        if name != "_CHECKPOINTABLE_OBJECT_GRAPH"
+    }
+
+
+def checkpoint_names(run: Path) -> list[Path]:
+    """One entry per checkpoint: the .npz file, or the TensorFlow prefix its .index file names."""
+    ckpts = run / "checkpoints"
+    out = [p for p in ckpts.iterdir() if p.suffix == ".npz"]
+    out += [p.with_suffix("") for p in ckpts.iterdir() if p.suffix == ".index"]
+    return sorted(out)
+
+
+def metrics_without_wall_clock(run: Path) -> list[dict]:
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in WALL_CLOCK_FIELDS} for r in records]
+
+
+def file_digest(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in sorted(paths):
+        h.update(p.name.encode() + b"|" + p.read_bytes())
+    return h.hexdigest()
+
+
+def run_digests(run: Path, shards: str) -> dict[str, str]:
+    out = {
+        f"checkpoint {p.name}": variables_digest(checkpoint_arrays(p))
+        for p in checkpoint_names(run)
+    }
+    for p in checkpoint_names(run):
+        if p.suffix != ".npz":
+            out[f"checkpoint files {p.name}"] = file_digest(list(p.parent.glob(p.name + ".*")))
+    metrics = json.dumps(metrics_without_wall_clock(run), sort_keys=True).encode()
+    out["metrics"] = hashlib.sha256(metrics).hexdigest()
+    config = (
+        (run / "run_config.json").read_text().replace(str(run), "RUN").replace(shards, "SHARDS")
+    )
+    out["run_config.json"] = hashlib.sha256(config.encode()).hexdigest()
+    return out
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory, sample_tokenizer, sample_files) -> str:
+    # The directory's name is the source's name in the metrics: a fixed one, whatever the temporary parent.
+    out = tmp_path_factory.mktemp("pins") / "shards"
+    out.mkdir()
+    write_sample_shards(out, sample_tokenizer, sample_files, seq_len=32, max_lines_per_file=60)
+    return str(out)
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_a_tiny_run_writes_what_it_always_wrote(backend, shards, tmp_path):
+    if backend == "jax":
+        pytest.importorskip("jax")
+    run = tmp_path / "run"
+    done = subprocess.run(
+        train_argv(shards, run, backend),
+        env=backend_env(backend),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    digests = run_digests(run, shards)
+    assert digests == PINNED[backend]

@@ -1,0 +1,1 @@
+"""The command lines of train/: `lmshards train`, `preview`, `export`, `fill-mask` and `env`."""
