@@ -5,7 +5,8 @@
 
 Every import counts, those inside functions and under `if TYPE_CHECKING:` included: an import hidden in a
 function still ties the two modules together. A folder is a package (`train/`, `train/backends/`); a
-folder circle is two folders each importing the other, directly or through others. The floor of a folder
+folder circle is two folders each importing the other, directly or through others (a package's
+`__main__` counts as a folder of its own: an entry point nothing imports). The floor of a folder
 is the length of the longest chain of folders below it (0 imports no project folder).
 """
 
@@ -111,8 +112,15 @@ def all_edges(root: Path = REPO_ROOT) -> list[Edge]:
 
 
 def folder_of(module: str, root: Path = REPO_ROOT) -> str:
-    """The package a module lives in (a package is its own folder)."""
-    if (root / module.replace(".", "/") / "__init__.py").is_file():
+    """The package a module lives in (a package is its own folder).
+
+    A `__main__` module is an entry point that nothing imports (`python -m train`): it stands above
+    every folder as a node of its own, so it may import its package's commands.
+    """
+    if (
+        module.rsplit(".", 1)[-1] == "__main__"
+        or (root / module.replace(".", "/") / "__init__.py").is_file()
+    ):
         return module
     return module.rsplit(".", 1)[0]
 

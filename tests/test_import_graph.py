@@ -107,3 +107,23 @@ def test_packages_that_must_never_meet(tmp_path, importer, imported):
     assert [(e.source, e.target) for e in report.forbidden] == [
         (f"{importer}.user", f"{imported}.thing")
     ]
+
+
+def test_a_packages_main_may_import_its_commands(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "train/__init__.py": "",
+            "train/__main__.py": "from train.commands.cli import main\n",
+            "train/config.py": "",
+            "train/commands/__init__.py": "",
+            "train/commands/cli.py": "from train import config\n",
+        },
+    )
+    report = graph.check(root)
+    assert report.ok, graph.render(report)
+
+
+def test_the_project_keeps_the_rules():
+    report = graph.check(REPO_ROOT)
+    assert report.ok, "\n".join(graph.render(report))

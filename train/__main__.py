@@ -1,10 +1,7 @@
-"""`python -m train ...` runs `lmshards train ...`.
+"""`python -m train ...` runs `lmshards train ...`."""
 
-A script, not a module anything imports: it runs the command module as `__main__` (runpy) rather than
-importing it, because the package root is the layer every subpackage of train/ builds on (config,
-run_dir) and so imports none of them.
-"""
+import sys
 
-import runpy
+from train.commands.cli import main
 
-runpy.run_module("train.commands.cli", run_name="__main__", alter_sys=True)
+sys.exit(main(sys.argv[1:]))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from collections.abc import Sequence
 
 from plumbing.cli import (
@@ -280,7 +279,3 @@ def _checked_run(config: TrainConfig, preemption: PreemptionFlag) -> int:
 
 def main(argv: Sequence[str]) -> int:
     return run_command(COMMAND, lambda: _train(argv))
-
-
-if __name__ == "__main__":  # `python -m train` (train/__main__.py)
-    sys.exit(main(sys.argv[1:]))
