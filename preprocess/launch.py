@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
@@ -140,19 +140,24 @@ def build_job(job: Job, options: PipelineOptions) -> beam.Pipeline | None:
 # ---------------------------------------------------------------- shard sets: lease, files, run
 
 
+class WritesOutput(Protocol):
+    """A command's settings as the launcher reads them: where it writes, and when its lease goes stale."""
+
+    @property
+    def output(self) -> str: ...
+
+    @property
+    def lease_stale_s(self) -> float: ...
+
+
 def run_shard_set(
-    command: str,
-    options: PipelineOptions,
-    *,
-    output: str,
-    lease_stale_s: float,
-    plan: Callable[[], ShardSet],
+    command: str, options: PipelineOptions, settings: WritesOutput, plan: Callable[[], ShardSet]
 ) -> Manifest | None:
     """Plans, builds and runs a shard-set command; returns the manifest it wrote, None for a dry run.
 
     One writer per output (a dry run writes nothing, so takes no lease): a second command into the same
     --output stops here, naming the first, before its plan reads or deletes anything. The caller has
-    checked, without I/O, that output overlaps no input (the lease file goes into it).
+    checked, without I/O, that settings.output overlaps no input (the lease file goes into it).
 
     Raises:
       LmshardsError: from plan (bad input, found before any work), another live writer (LeaseHeldError),
@@ -163,7 +168,10 @@ def run_shard_set(
         contextlib.nullcontext()
         if runners.is_dry_run(options)
         else output_lease(
-            output, command=command, stale_after_s=lease_stale_s, partial_kind=PREPROCESS_OUTPUT
+            settings.output,
+            command=command,
+            stale_after_s=settings.lease_stale_s,
+            partial_kind=PREPROCESS_OUTPUT,
         )
     )
     with lease:

@@ -51,6 +51,16 @@ from schemas.constants import (
 )
 
 DEFAULT_VALIDATION_FRACTION = 0.005
+# The options that decide how a run's tokens are cut into blocks, split and sharded (in the manifest's order).
+LAYOUT_OPTIONS = (
+    "seq_len",
+    "remainder",
+    "validation_fraction",
+    "seed",
+    "target_shard_mb",
+    "num_shards",
+    "shard_multiple",
+)
 DEFAULT_DOCUMENTS_PER_TOKENIZER_CALL = 1000  # documents per encode_batch call
 # Flags that were renamed: the old name is refused with a hint naming the new one.
 RENAMED_FLAGS = {
@@ -320,13 +330,7 @@ class PreprocessConfig:
         the same corpus gives the same manifest whatever the machine.
         """
         keys = (
-            "seq_len",
-            "remainder",
-            "validation_fraction",
-            "seed",
-            "target_shard_mb",
-            "num_shards",
-            "shard_multiple",
+            *LAYOUT_OPTIONS,
             "doc_separator",
             "text_field",
             "text_column",

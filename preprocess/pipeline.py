@@ -375,13 +375,7 @@ def run_pipeline(config: PreprocessConfig, beam_args: Sequence[str] = ()) -> Man
         config, tokenizer_threads=runners.tokenizer_threads(config.tokenizer_threads, options)
     )
     check_locations(config)  # before the lease file is written into --output
-    return run_shard_set(
-        "preprocess",
-        options,
-        output=config.output,
-        lease_stale_s=config.lease_stale_s,
-        plan=lambda: shard_set(plan_preprocess(config)),
-    )
+    return run_shard_set("preprocess", options, config, lambda: shard_set(plan_preprocess(config)))
 
 
 def shard_set(plan: PreprocessPlan) -> ShardSet:

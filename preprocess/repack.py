@@ -21,7 +21,7 @@ from plumbing.lease import STALE_AFTER_S
 from plumbing.outputs import check_no_overlap
 from preprocess import runners
 from preprocess.launch import Job, ShardSet, manifest_header, run_shard_set
-from preprocess.options import PreprocessConfig, default_remainder
+from preprocess.options import LAYOUT_OPTIONS, PreprocessConfig, default_remainder
 from preprocess.pipeline import (
     add_shard_stages,
     check_packing_options,
@@ -43,17 +43,7 @@ from schemas.manifest import TOKENIZER_RELPATH, Manifest
 from schemas.tokenizer_info import TokenizerSource, fingerprint, locate_tokenizer
 
 # The options repack may change; each defaults to the value the store's run used.
-REPACK_OPTIONS = (
-    "seq_len",
-    "remainder",
-    "validation_fraction",
-    "seed",
-    "target_shard_mb",
-    "num_shards",
-    "shard_multiple",
-    "packing_group_tokens",
-    "packing",
-)
+REPACK_OPTIONS = (*LAYOUT_OPTIONS, "packing_group_tokens", "packing")
 # --num_shards 0: no fixed count, even where the store's run had one (--target_shard_mb decides).
 SHARDS_BY_SIZE = 0
 
@@ -231,13 +221,7 @@ def run_repack(config: RepackConfig, beam_args: Sequence[str] = ()) -> Manifest 
     """
     options = runners.pipeline_options(beam_args)
     check_no_overlap([config.tokens], config.output, input_flag="--tokens")  # before the lease file
-    return run_shard_set(
-        "repack",
-        options,
-        output=config.output,
-        lease_stale_s=config.lease_stale_s,
-        plan=lambda: shard_set(plan_repack(config)),
-    )
+    return run_shard_set("repack", options, config, lambda: shard_set(plan_repack(config)))
 
 
 def shard_set(plan: RepackPlan) -> ShardSet:
