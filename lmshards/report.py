@@ -102,18 +102,6 @@ def masking_description(run_config: Mapping[str, Any]) -> str:
     )
 
 
-def eval_measured_on(run_config: Mapping[str, Any], *, batches: Any, global_batch: Any) -> str:
-    sequences = (
-        f" ({batches * global_batch:,} sequences)"
-        if isinstance(batches, int) and isinstance(global_batch, int)
-        else ""
-    )
-    return (
-        f"{batches} global batches of the validation split{sequences}, masked as in training "
-        f"({masking_description(run_config)})"
-    )
-
-
 def run_facts(data: RunData) -> dict[str, str]:
     """The run's headline numbers, each with what it was measured on."""
     config, summary = data.run_config, data.summary or {}

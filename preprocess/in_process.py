@@ -105,7 +105,8 @@ def append_chunk(path: str, chunk: TokenizedChunk, dtype: np.dtype) -> None:
 
 def read_chunks(path: str, dtype: np.dtype) -> TokenizedChunk:
     """Every chunk append_chunk wrote to path, as one chunk (tokens widened to int32)."""
-    data = memoryview(open(path, "rb").read())
+    with open(path, "rb") as f:
+        data = memoryview(f.read())
     hashes, lengths, tokens = [], [], []
     at = 0
     while at < len(data):
@@ -138,7 +139,8 @@ def read_rows(
     """(positions int64 [n], rows [n, features, seq_len]) of every append_rows to path, in order."""
     if not os.path.exists(path):
         return np.zeros(0, np.int64), np.zeros((0, *row_shape), dtype)
-    data = memoryview(open(path, "rb").read())
+    with open(path, "rb") as f:
+        data = memoryview(f.read())
     positions, rows = [], []
     row_values = row_shape[0] * row_shape[1]
     at = 0

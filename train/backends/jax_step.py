@@ -248,11 +248,6 @@ def stack_batches(batches: Sequence[Batch]) -> dict[str, np.ndarray]:
     return {name: np.stack([b[name] for b in batches]) for name in batches[0]}
 
 
-def concat_batches(batches: Sequence[Batch]) -> dict[str, np.ndarray]:
-    """Per-replica batches -> one batch with their rows in order (replica r takes the r-th slice)."""
-    return {name: np.concatenate([np.asarray(b[name]) for b in batches]) for name in batches[0]}
-
-
 def synthetic_batch(
     rng: np.random.Generator,
     *,
