@@ -213,7 +213,21 @@ def empty_shards(layouts: dict[str, SplitLayout]) -> Iterator[tuple[ShardKey, Sh
 def write_shard(
     output: str, key: ShardKey, batches: Iterable[ShardBatch], *, num_shards: int
 ) -> ShardInfo:
-    """Writes one shard's records in position order; returns its ShardInfo once the file is complete.
+    """Writes one shard's records in position order; returns its ShardInfo once the file is complete."""
+    batches = list(batches)
+    positions = np.concatenate([b.positions for b in batches])
+    frames = [frame for b in batches for frame in b.frames]
+    order = np.argsort(positions, kind="stable").tolist()
+    return write_shard_bytes(
+        output, key, (frames[i] for i in order), records=len(frames), num_shards=num_shards
+    )
+
+
+def write_shard_bytes(
+    output: str, key: ShardKey, data: Iterable[bytes], *, records: int, num_shards: int
+) -> ShardInfo:
+    """Writes one shard of `records` framed records from `data` (their bytes, in file order, in
+    pieces of any size); returns its ShardInfo once the file is complete.
 
     Locally the shard is written under a temporary name, then renamed. On an object store it is
     written under its final name: an object only appears once its upload is finalized, and a rename
@@ -221,10 +235,7 @@ def write_shard(
     A retried writer rewrites the same bytes, so either way readers never see half a shard.
     """
     split, shard = key
-    batches = list(batches)
-    positions = np.concatenate([b.positions for b in batches])
-    frames = [frame for b in batches for frame in b.frames]
-    relpath = shard_relpath(split, shard, num_shards, len(frames))
+    relpath = shard_relpath(split, shard, num_shards, records)
     final = fs.join(output, relpath)
     remote = fs.is_remote(final)
     target = (
@@ -237,13 +248,13 @@ def write_shard(
         fs.makedirs(fs.join(output, split))
     digest, size = hashlib.sha256(), 0
     with fs.open_file(target, "wb") as f:
-        for i in np.argsort(positions, kind="stable").tolist():
-            f.write(frames[i])
-            digest.update(frames[i])
-            size += len(frames[i])
+        for piece in data:
+            f.write(piece)
+            digest.update(piece)
+            size += len(piece)
     if not remote:
         os.replace(target, final)
-    return ShardInfo(path=relpath, records=len(frames), bytes=size, sha256=digest.hexdigest())
+    return ShardInfo(path=relpath, records=records, bytes=size, sha256=digest.hexdigest())
 
 
 # ---------------------------------------------------------------- Beam

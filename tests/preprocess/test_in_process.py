@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import threading
 from pathlib import Path
@@ -19,6 +20,7 @@ from preprocess.sources import InputError
 from preprocess.stages.encode import TokenizedChunk
 from preprocess.stages.tokens import iter_store, read_store_manifest
 from schemas.layouts import SPILL_DIR_PREFIX, TEMP_DIR_NAME
+from schemas.records import read_records
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 INPUTS = ["--input", str(GOLDEN / "docs.jsonl"), "--input", str(GOLDEN / "corpus" / "en.txt")]
@@ -98,11 +100,36 @@ def test_a_failing_write_removes_the_spill_files(tmp_path, monkeypatch):
         written.append(list((Path(job.config.output) / TEMP_DIR_NAME).rglob("shard-*")))
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(in_process, "write_shard", failing_write)
+    monkeypatch.setattr(in_process, "write_shard_bytes", failing_write)
     with pytest.raises(OSError, match="No space left"):
         in_process.run_in_process(job)
     assert written and written[0]  # the shards' spill files were there when the write failed
     assert _spills(job) == []
+
+
+def test_each_shard_is_written_as_it_is_serialized_never_held_whole(tmp_path, monkeypatch):
+    flags = OPTION_SETS["concat_pad"]
+    whole = _preprocess(tmp_path / "whole", flags)
+    pieces: dict[tuple[str, int], list[bytes]] = {}
+    write = in_process.write_shard_bytes
+
+    def recording_write(output, key, data, **kwargs):
+        mine = pieces.setdefault(key, [])
+        return write(output, key, (mine.append(bytes(p)) or p for p in data), **kwargs)
+
+    monkeypatch.setattr(in_process, "SERIALIZE_ROWS", 3)
+    monkeypatch.setattr(in_process, "write_shard_bytes", recording_write)
+    assert _preprocess(tmp_path / "streamed", flags) == whole  # the same shards, byte for byte
+    shards = {
+        (split, i): tmp_path / "streamed" / shard["path"]
+        for split, info in whole["splits"].items()
+        for i, shard in enumerate(info["shards"])
+    }
+    assert pieces.keys() == shards.keys() and len(shards) > 2
+    for key, data in pieces.items():
+        records = [len(list(read_records(io.BytesIO(p)))) for p in data]
+        assert records and max(records) <= 3  # pieces of at most SERIALIZE_ROWS records
+        assert b"".join(data) == shards[key].read_bytes()
 
 
 def test_an_error_in_the_reader_thread_reaches_the_caller_and_stops_every_thread(
