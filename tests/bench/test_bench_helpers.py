@@ -13,6 +13,7 @@ from bench.bench_preprocess import (
     LMSHARDS,
     Input,
     Result,
+    comparison_plan,
     memory_growth,
     parse_args,
     ratios,
@@ -121,6 +122,27 @@ def test_ratios_compare_throughput_against_the_targets():
     assert Input("all", ()).bytes == 0
 
 
+def test_the_ceiling_verdict_is_the_median_of_alternating_pairs(tmp_path):
+    config = parse_args(["--corpus", str(tmp_path), "--skip-dask", "--pairs", "3"])
+    largest = Input("all", ())
+    order = [system for system, _ in comparison_plan(largest, config)]
+    assert order == [CEILING, LMSHARDS, LMSHARDS, CEILING, CEILING, LMSHARDS, HF_STYLE]
+    # Pair ratios 20/25, 30/30 and 20/21 (in run order): one slow pair must not decide, nor the best.
+    results = [
+        _result(CEILING, 20.0, 300),
+        _result(LMSHARDS, 25.0, 400),
+        _result(LMSHARDS, 30.0, 400),
+        _result(CEILING, 30.0, 300),
+        _result(CEILING, 20.0, 300),
+        _result(LMSHARDS, 21.0, 400),
+    ]
+    summary = ratios(results, "all")["b_over_a"]
+    assert summary["pairs"] == pytest.approx([0.8, 1.0, 20 / 21])
+    assert summary["value"] == pytest.approx(20 / 21) and summary["met"]
+    with pytest.raises(SystemExit):
+        parse_args(["--corpus", str(tmp_path), "--pairs", "0"])
+
+
 def test_flags_default_to_the_product_set_up_and_reject_bad_sizes(tmp_path, capsys):
     config = parse_args(["--corpus", str(tmp_path)])
     assert config.sizes == ("all",)
@@ -152,11 +174,18 @@ def test_memory_growth_reports_bytes_per_token_and_the_slope():
             _result(LMSHARDS, 10.0, rss_mb), input_label=label, tokens_written=tokens
         )
 
-    flat = memory_growth(
-        [run("all", 40_000_000, 400), run("2x", 80_000_000, 420), run("4x", 160_000_000, 440)]
-    )
+    def flat_runs(run):
+        return [
+            run("all", 40_000_000, 400),
+            run("2x", 80_000_000, 420),
+            run("4x", 160_000_000, 440),
+        ]
+
+    flat = memory_growth(flat_runs(run))
     assert flat["met_bytes_per_token"] and flat["largest"]["met_2gb"]
     assert flat["slope_rss_bytes_per_added_token"] == pytest.approx(40 * MB / 120_000_000)
+    repeated = memory_growth([run("all", 40_000_000, 390), *flat_runs(run)])
+    assert [r["peak_rss_mb"] for r in repeated["runs"]] == [400, 420, 440]  # each input's worst run
     growing = memory_growth([run("all", 40_000_000, 1200), run("4x", 160_000_000, 4800)])
     assert not growing["met_bytes_per_token"] and not growing["largest"]["met_2gb"]
     assert growing["slope_rss_bytes_per_added_token"] == pytest.approx(3600 * MB / 120_000_000)
