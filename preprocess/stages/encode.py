@@ -77,8 +77,16 @@ class TokenizedChunk:
 
 def doc_hash(text: str) -> int:
     """A stable 64-bit hash of a document's text (BLAKE2b), the same on every machine and Python."""
-    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
+    return int.from_bytes(_digest(text), "little")
+
+
+def doc_hashes(texts: Sequence[str]) -> np.ndarray:
+    """uint64 [len(texts)]: doc_hash of each text (their digests joined and read at once)."""
+    return np.frombuffer(b"".join(map(_digest, texts)), "<u8").astype(np.uint64)
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
 
 
 def limit_tokenizer_threads(threads: int) -> None:
@@ -103,7 +111,7 @@ def chunk_of(texts: list[str], encodings: Sequence) -> TokenizedChunk:
     tokens = np.fromiter(
         itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum())
     )
-    hashes = np.fromiter(map(doc_hash, texts), dtype=np.uint64, count=len(texts))
+    hashes = doc_hashes(texts)
     return TokenizedChunk(hashes=hashes, lengths=lengths, tokens=tokens)
 
 

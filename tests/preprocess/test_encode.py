@@ -6,7 +6,7 @@ import hashlib
 
 import numpy as np
 
-from preprocess.stages.encode import TokenizedChunk, doc_hash, encode_documents
+from preprocess.stages.encode import TokenizedChunk, doc_hash, doc_hashes, encode_documents
 
 
 def chunk_of(docs: dict[int, list[int]]) -> TokenizedChunk:
@@ -36,6 +36,15 @@ def test_doc_hash_is_stable_and_text_only():
 
 
 DOCS = {7: [70, 71], 3: [30], 9: [90, 91, 92], 5: [50, 51], 2: []}
+
+
+def test_doc_hashes_of_a_batch_are_each_texts_doc_hash():
+    texts = ["hello", "", "héllo wörld", "lone \ud800 surrogate", "x" * 100_000, "hello"]
+    hashes = doc_hashes(texts)
+    assert hashes.dtype == np.uint64 and hashes.flags.writeable
+    assert hashes.tolist() == [doc_hash(t) for t in texts]
+    assert hashes[0] == hashes[-1] != hashes[1]
+    assert doc_hashes([]).shape == (0,)
 
 
 def test_take_reorders_whole_documents():
