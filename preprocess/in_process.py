@@ -12,8 +12,10 @@ the shard bytes at peak. Here the same stage functions run without that:
   shard: the layout from every group's size, then each group's blocks to the files of the shards
       they are shuffled into, and each shard's records sorted by position, framed and written.
 
-Memory is a fixed working set (a few batches, one group, one shard), not the corpus; the files are
-local, under the output's temporary directory, and removed on every exit. The shard bytes are the
+Memory is a fixed working set (a few batches, one group, one shard's rows: its records are written
+as they are serialized), not the corpus: the heap's free pages go back to the system as the run goes
+(plumbing.memory). The files are local, under the output's temporary directory, and removed on every
+exit. The shard bytes are the
 Beam path's (the same layout, permutation, packing and encoding functions), as tests check.
 """
 
