@@ -199,9 +199,8 @@ def scaled_input(files: Sequence[Path], scale: int, work_dir: Path) -> Input:
 def memory_growth(results: list[Result]) -> dict[str, Any]:
     """(b)'s peak RSS per written token on each scaled input (the highest of its runs), and the slope
     between the smallest and largest."""
-    worst: dict[
-        str, Result
-    ] = {}  # input -> the run with the highest peak (inputs run in pairs repeat)
+    # input -> the run with the highest peak (the input of the pairs runs more than once)
+    worst: dict[str, Result] = {}
     for r in results:
         if r.system == LMSHARDS and r.input_label.endswith(("x", "all")) and r.tokens_written:
             if r.input_label not in worst or r.peak_rss_bytes > worst[r.input_label].peak_rss_bytes:
@@ -324,9 +323,9 @@ def ratios(results: list[Result], label: str) -> dict[str, Any]:
     # Targets are on throughput (wall time); the CPU-time ratio says the same without the machine's other load.
     pairs = ceiling_pairs(results, label)
     if pairs:
-        values = [ours.mb_per_s / ceiling.mb_per_s for ceiling, ours in pairs]
+        values = [mine.mb_per_s / ceiling.mb_per_s for ceiling, mine in pairs]
         median = statistics.median(values)
-        by_cpu = statistics.median(ceiling.cpu_s / ours.cpu_s for ceiling, ours in pairs)
+        by_cpu = statistics.median(ceiling.cpu_s / mine.cpu_s for ceiling, mine in pairs)
         out["b_over_a"] = {"value": median, "target": TARGET_VS_CEILING, "met": median >= TARGET_VS_CEILING,
                            "by_cpu_time": by_cpu, "pairs": values}  # fmt: skip
     if HF_STYLE in by_system:
@@ -359,14 +358,11 @@ def ceiling_pairs(results: list[Result], label: str) -> list[tuple[Result, Resul
 def comparison_plan(largest: Input, config: Config) -> list[tuple[str, Input]]:
     """(a) and (b) on the largest input: `pairs` pairs, each pair's order the reverse of the last's
     (a b, b a, ...), so that a drift in the machine's speed weighs on both; then (d) and (c)."""
-    plan: list[tuple[str, Input]] = []
-    for i in range(config.pairs if not config.skip_ceiling else 1):
-        pair = (
-            [(LMSHARDS, largest)]
-            if config.skip_ceiling
-            else [(CEILING, largest), (LMSHARDS, largest)]
-        )
-        plan += pair if i % 2 == 0 else pair[::-1]
+    if config.skip_ceiling:
+        plan = [(LMSHARDS, largest)]
+    else:
+        pair = [(CEILING, largest), (LMSHARDS, largest)]
+        plan = [run for i in range(config.pairs) for run in (pair if i % 2 == 0 else pair[::-1])]
     if not config.skip_dask:
         plan.append((LMSHARDS_DASK, largest))
     if not config.skip_baseline:

@@ -15,8 +15,8 @@ the shard bytes at peak. Here the same stage functions run without that:
 Memory is a fixed working set (a few batches, one group, one shard's rows: its records are written
 as they are serialized), not the corpus: the heap's free pages go back to the system as the run goes
 (plumbing.memory). The files are local, under the output's temporary directory, and removed on every
-exit. The shard bytes are the
-Beam path's (the same layout, permutation, packing and encoding functions), as tests check.
+exit. The shard bytes are the Beam path's (the same layout, permutation, packing and encoding
+functions), as tests check.
 """
 
 from __future__ import annotations
