@@ -22,11 +22,18 @@ from train.backends.tensorflow_strategy import (
     device_defaults,
     make_strategy,
     num_input_pipelines,
+    strategy_platform,
     strategy_summary,
     uses_gpus,
 )
 from train.config import TrainConfig
-from train.devices import MIXED_FLOAT16, STRATEGY_TPU, check_tpu_batch, detect_tpu_signals
+from train.devices import (
+    MIXED_FLOAT16,
+    PLATFORM_CPU,
+    STRATEGY_TPU,
+    check_tpu_batch,
+    detect_tpu_signals,
+)
 from train.evaluation import EvalSums
 from train.inputs.input_plan import InputPlan
 from train.inputs.mixture import ShardSet
@@ -38,19 +45,52 @@ log = logging.getLogger(__name__)
 
 
 def masked_lm_sums(
-    model: keras.Model, batch: dict[str, tf.Tensor], *, training: bool
+    model: keras.Model, batch: dict[str, tf.Tensor], *, training: bool, compact: bool = False
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """(summed cross-entropy over predicted positions, their count, correct predictions) for one replica batch."""
-    inputs = {name: batch[name] for name in model.input}
-    logits = tf.cast(model(inputs, training=training), tf.float32)
-    weights = batch["mask_weights"]
-    ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=batch["mask_ids"], logits=logits)
+    """(summed cross-entropy over predicted positions, their count, correct predictions) for one replica batch.
+
+    compact: run the head on the predicted positions only (shapes then change from batch to batch, which
+    only a step that XLA does not compile can take). A batch's `max_predictions` slots are ~40% padding at
+    15% masking, and the head's vocabulary projection and softmax are most of a small model's step.
+    """
+    labels, weights = batch["mask_ids"], batch["mask_weights"]
+    if compact:
+        predicted = tf.where(weights > 0)  # [n, 2]: (row, slot) of each real prediction
+        labels, weights = tf.gather_nd(labels, predicted), tf.gather_nd(weights, predicted)
+        logits = predicted_logits(model, batch, predicted, training=training)
+    else:
+        logits = model({name: batch[name] for name in model.input}, training=training)
+    logits = tf.cast(logits, tf.float32)
+    ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
     correct = tf.cast(
-        tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), batch["mask_ids"]), tf.float32
+        tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32
     )
     # where, not a product: a row of eval padding may give non-finite logits, and 0 * nan is nan.
     ce = tf.where(weights > 0, ce, 0.0)
     return tf.reduce_sum(ce * weights), tf.reduce_sum(weights), tf.reduce_sum(correct * weights)
+
+
+def predicted_logits(
+    model: keras.Model, batch: dict[str, tf.Tensor], predicted: tf.Tensor, *, training: bool
+) -> tf.Tensor:
+    """The masked LM's logits [n, vocabulary] at the (row, slot) pairs `predicted` [n, 2] of the batch.
+
+    The same layers as model(batch) computes, in the same order (so dropout draws the same masks): the
+    backbone over the whole batch, then the head on the n gathered positions, as one row of b * seq.
+    """
+    encoded = model.backbone(
+        {name: batch[name] for name in model.backbone.input}, training=training
+    )
+    if isinstance(encoded, dict):  # BERT's backbone also returns its pooled output
+        encoded = encoded["sequence_output"]
+    seq_len, hidden = tf.shape(encoded)[1], encoded.shape[-1]
+    rows = tf.cast(predicted[:, 0], tf.int32)
+    flat_positions = rows * seq_len + tf.gather_nd(batch["mask_positions"], predicted)
+    logits = model.masked_lm_head(
+        tf.reshape(encoded, [1, -1, hidden]), flat_positions[None], training=training
+    )
+    # A reshape, not [0]: a slice's gradient writes a zero tensor of the logits' size.
+    return tf.reshape(logits, [-1, logits.shape[-1]])
 
 
 class TensorFlowBackend(Backend):
@@ -145,10 +185,14 @@ class TensorFlowBackend(Backend):
     def _compile_steps(self) -> None:
         """The tf.functions of one train call (n steps -> losses [n]) and one eval batch (-> 3 sums)."""
         strategy, model, optimizer = self.strategy, self.model, self.optimizer
+        # XLA (TPUs, and GPUs here) compiles for fixed shapes; the CPU's graph runs the head on predictions only.
+        compact = strategy_platform(strategy) == PLATFORM_CPU
 
         def replica_train_step(batch):
             with tf.GradientTape() as tape:
-                loss_sum, weight_sum, _ = masked_lm_sums(model, batch, training=True)
+                loss_sum, weight_sum, _ = masked_lm_sums(
+                    model, batch, training=True, compact=compact
+                )
                 # Dividing by the global count makes the replicas' summed gradients the global mean.
                 global_weight = tf.distribute.get_replica_context().all_reduce("sum", weight_sum)
                 loss = loss_sum / tf.maximum(global_weight, 1.0)
@@ -170,7 +214,9 @@ class TensorFlowBackend(Backend):
 
         @tf.function
         def eval_step(batch):
-            sums = strategy.run(lambda b: masked_lm_sums(model, b, training=False), args=(batch,))
+            sums = strategy.run(
+                lambda b: masked_lm_sums(model, b, training=False, compact=compact), args=(batch,)
+            )
             return [strategy.reduce("sum", s, axis=None) for s in sums]
 
         self._train_steps, self._eval_step = train_steps, eval_step

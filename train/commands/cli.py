@@ -26,7 +26,7 @@ from train.backend_names import backend_names, backends_help
 from train.backends.registry import select_keras_backend
 from train.commands.input_flags import add_input_flags
 from train.config import FINAL_EVALS, LR_SCHEDULES, PRESETS, TRAIN_RANGES, TrainConfig
-from train.devices import PRECISIONS, STRATEGIES
+from train.devices import PRECISIONS, STRATEGIES, use_fast_cpu_kernels
 from train.families import family_names
 from train.inputs.shards_flag import parse_shards_flag, source_weights
 from train.loop.preemption import PreemptionFlag
@@ -238,6 +238,7 @@ def _train(argv: Sequence[str]) -> int:
     config = parse_config(argv)
     setup_logging(verbose=config.verbose, packages=["train"])
     quiet_tensorflow(verbose=config.verbose)
+    use_fast_cpu_kernels()
     return run_writing(COMMAND, config.output, lambda: _run(config))
 
 
