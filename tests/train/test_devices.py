@@ -25,6 +25,7 @@ from train.devices import (
     resolve_steps_per_execution,
     steps_in_next_call,
     tpu_resolver_target,
+    use_fast_cpu_kernels,
 )
 
 H100 = GpuInfo("NVIDIA H100 80GB HBM3", (9, 0))
@@ -411,3 +412,16 @@ def test_call_sizes_compile_a_size_only_when_it_comes_again():
     for n in (1, 10, 10, 10, 10, 9, 10, 10, 10, 10, 10):
         assert sum(call_sizes(n, most=10, asked=asked)) == n
         asked.add(n)
+
+
+# ---------------------------------------------------------------- TensorFlow's CPU kernels
+
+
+def test_fast_cpu_kernels_turn_onednn_on_unless_the_user_chose():
+    unset: dict[str, str] = {}
+    use_fast_cpu_kernels(unset)
+    assert unset == {"TF_ENABLE_ONEDNN_OPTS": "1"}
+
+    chosen = {"TF_ENABLE_ONEDNN_OPTS": "0"}
+    use_fast_cpu_kernels(chosen)
+    assert chosen == {"TF_ENABLE_ONEDNN_OPTS": "0"}

@@ -36,14 +36,16 @@ WALL_CLOCK_FIELDS = ("step_time_s", "sequences_per_second", "tokens_per_second")
 # the checkpoints and metrics, what the run computes, stayed the same. The checkpoints and metrics were
 # recorded again, with no code change, when the kernels were capped at PINNED_ISA: the first digests had
 # been taken on another machine, and an AVX2-only one computed other low bits with the same code (the
-# previous release's code, run there, gave these digests too).
+# previous release's code, run there, gave these digests too). TensorFlow's checkpoints and metrics changed
+# on purpose when its CPU step began to run the head on the predicted positions only, to take the cross-entropy
+# as log-sum-exp minus the label's logit, and to use oneDNN's kernels (train.devices.TENSORFLOW_CPU_ENVIRONMENT).
 PINNED = {
     "tensorflow": {
-        "checkpoint ckpt-2": "404413558c0d4d87f68a96236462c1f3af90acf30907149c85283c3105e8de16",
-        "checkpoint ckpt-4": "8f2877e9d38f1190de73a8957fbe673b46e9ebf03ed30648c6aeba7cbb20768f",
-        "checkpoint files ckpt-2": "46c4047e5c5a6eb1160defc5a1744e1be439c0a5a9355678d6eda8116e81ed20",
-        "checkpoint files ckpt-4": "ea9b65a025aeb75205f3dc919116ee6b695ed62096d0f0f1019df8b6ef3da1fa",
-        "metrics": "7e43fdb258d7c992085329f3c13ffc7994999adad95e5ac63998174696d1b1a3",
+        "checkpoint ckpt-2": "7b7e17a78806c48833837f0f17cf3b2700c95f09605a898cda20983000384000",
+        "checkpoint ckpt-4": "3e11f56feabff8288d891c1fcb275196b3ad7558eeaba84ebb11fd430ce39fd0",
+        "checkpoint files ckpt-2": "bd9370b4d93b2518f24783e9b5632a54358f0088c4087d3c40d91db9d79ed756",
+        "checkpoint files ckpt-4": "648101d85951052af4c5cf01dd54a3da539ff68a6cb980de773b2075de6a295e",
+        "metrics": "f224f911c7981108ed996214c51f1d21ab2de93ca4b6d88e92ee1b0bdef39005",
         "run_config.json": "ef782879dcc09b89eebb710ef0948699b58dadea714834c6830031140677e115",
     },
     "jax": {
