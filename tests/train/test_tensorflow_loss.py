@@ -51,9 +51,8 @@ def masked_batch(family: str, *, packed: bool) -> dict[str, tf.Tensor]:
 
 
 def new_model(family: str, *, packed: bool) -> keras.Model:
-    keras.utils.set_random_seed(
-        SEED
-    )  # the same weights and dropout seeds for every model built here
+    # The same weights and dropout seeds for every model built here.
+    keras.utils.set_random_seed(SEED)
     return build_masked_lm(
         preset_config("tiny", family=family, vocabulary_size=VOCAB), packed=packed
     )
