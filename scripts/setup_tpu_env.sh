@@ -4,6 +4,7 @@
 #   the only TensorFlow distribution, the libtpu it loads, keras and keras-hub;
 # - `--backend jax`: the JAX TPU stack pinned in constraints/tpu-jax.txt, jax[tpu] with the libtpu it pins, plain
 #   tensorflow for the host input pipeline, keras and keras-hub.
+# Both hold what `lmshards export` writes with (transformers, safetensors, huggingface-hub; no torch).
 # Then checks it with `lmshards env --check --no_import --backend BACKEND` (distributions only, which includes that
 # the venv holds nothing of the other backend's TPU stack; loading libtpu is left to `lmshards env --check` on the
 # TPU VM).

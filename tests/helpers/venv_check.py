@@ -10,6 +10,7 @@ import glob
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,3 +88,55 @@ def python_at_least(minor: int) -> str | None:
         if done.returncode == 0:
             return python
     return None
+
+
+def files_of(directory: Path) -> dict[str, bytes]:
+    """Every file under directory, by its relative path, with its bytes."""
+    return {
+        str(path.relative_to(directory)): path.read_bytes()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }
+
+
+def check_torch_free_export(venv: Path, run: Path, out: Path) -> None:
+    """`lmshards export` of run in venv, which has no torch, writes the same files, byte for byte, as this
+    checkout's (whose torch loads the model back: it loads cleanly)."""
+    installed = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "list", "--format", "freeze"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.lower()
+    assert "\ntorch==" not in "\n" + installed, (
+        "the venv holds torch: this checks an export without it"
+    )
+    venv_export, checkout_export = out / "venv", out / "checkout"
+    done = subprocess.run(
+        isolated(
+            [str(venv / "bin" / "lmshards"), "export", str(run), "--output", str(venv_export)]
+        ),
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = subprocess.run(
+        [sys.executable, "-m", "lmshards", "export", str(run), "--output", str(checkout_export)],
+        cwd=REPO,
+        env={**clean_env(), "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    exported = files_of(venv_export)
+    assert sorted(exported) == [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
+    assert exported == files_of(checkout_export)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import transformers
+from safetensors.numpy import load_file, save_file
 from tokenizers import Tokenizer
 
 from plumbing.errors import LmshardsError, TokenizerError
@@ -23,9 +25,10 @@ from tests.helpers.masked_lm_factory import (
 )
 from train.commands import export_cli
 from train.divergence import DivergenceError
-from train.export.hf_export import export_masked_lm, push_to_hub
+from train.export.hf_export import check_loads_cleanly, export_masked_lm, push_to_hub
 from train.families import FAMILIES, family_names, get_family
 from train.network.hf_mapping import MaskedLMSpec, hf_config, hf_state_dict, keras_weight_names
+from train.network.keras_weights import keras_weights, masked_lm_spec
 
 TEXTS = [
     "The capital of France is Paris.",
@@ -242,6 +245,45 @@ def test_export_of_the_trainers_model_gives_its_logits(family, tmp_path, sample_
     )
     assert np.abs(torch_logits[mask == 1] - keras_logits[mask == 1]).max() < 1e-4
     assert np.abs(keras_logits).max() > 0.5  # logits of a real scale, not all near zero
+
+
+def saved_by_transformers(masked_lm, family: str, specials: dict[str, int], out: Path) -> Path:
+    """What transformers' own save_pretrained writes for the model holding masked_lm's weights."""
+    spec = masked_lm_spec(masked_lm, family=family)
+    model_family = get_family(family)
+    config = getattr(transformers, model_family.hf_config_class)(**hf_config(spec, specials))
+    model = getattr(transformers, model_family.hf_masked_lm_class)(config)
+    state = hf_state_dict(keras_weights(masked_lm, spec), spec, pad_token_id=specials["pad"])
+    model.load_state_dict(
+        {name: torch.from_numpy(value) for name, value in state.items()}, strict=True
+    )
+    model.save_pretrained(out)
+    return out
+
+
+@pytest.mark.parametrize("family", ["roberta", "bert"])
+def test_export_writes_the_bytes_transformers_save_pretrained_writes(
+    family, roberta_export, bert_export, tmp_path
+):
+    # The writer needs no torch; what it writes must be what transformers writes with torch.
+    masked_lm, out, specials = roberta_export if family == "roberta" else bert_export
+    reference = saved_by_transformers(masked_lm, family, specials, tmp_path / "reference")
+    assert sorted(p.name for p in reference.iterdir()) == ["config.json", "model.safetensors"]
+    for name in ("config.json", "model.safetensors"):
+        assert (out / name).read_bytes() == (reference / name).read_bytes(), name
+
+
+def test_an_export_that_does_not_fill_every_parameter_is_refused(roberta_export, tmp_path):
+    masked_lm, out, _ = roberta_export
+    spec = masked_lm_spec(masked_lm, family="roberta")
+    check_loads_cleanly(str(out), spec)  # the export itself loads cleanly
+    broken = tmp_path / "broken"
+    shutil.copytree(out, broken)
+    tensors = load_file(broken / "model.safetensors")
+    del tensors["lm_head.bias"]
+    save_file(tensors, broken / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(RuntimeError, match=r"does not load cleanly.*missing_keys.*lm_head\.bias"):
+        check_loads_cleanly(str(broken), spec)
 
 
 @pytest.mark.parametrize("family", ["roberta", "bert"])

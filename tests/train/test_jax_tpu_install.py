@@ -1,11 +1,10 @@
 """scripts/setup_tpu_env.sh --backend jax builds the JAX TPU venv on Python 3.12 or later: jax initialises its TPU
-plugin with the pinned libtpu mapped, `env --check --backend jax` passes, and it trains with --backend jax.
+plugin with the pinned libtpu mapped, `env --check --backend jax` passes, it trains with --backend jax, and exports.
 
 Building the venv needs the package index and a Python >= 3.12 (found on PATH, under pyenv or by uv); without
 one the module is skipped, saying so. Everything that loads libtpu runs inside `unshare -n` with
-TPU_SKIP_MDS_QUERY=1. Export is not checked here: it needs torch in this Python >= 3.12 venv, and the only CPU
-torch the test machines can install is a Python 3.11 wheel; the default index's torch for 3.12 is the CUDA build
-(about 2.7 GB of CUDA wheels more to download and install in every run), and PyTorch's CPU index is not reachable.
+TPU_SKIP_MDS_QUERY=1. The venv has no torch (export writes without it): its export of the run must be the
+checkout's, byte for byte.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ import pytest
 from tests.helpers.shard_factory import write_sample_shards
 from tests.helpers.venv_check import (
     REPO,
+    check_torch_free_export,
     clean_env,
     isolated,
     network_namespace_reason,
@@ -103,10 +103,13 @@ def test_env_check_of_the_jax_backend_passes(jax_venv):
     assert (report["backend"], report["runtime_ok"], report["problems"]) == ("jax", True, [])
 
 
-def test_trains_tiny_with_the_jax_backend(jax_venv, tmp_path, sample_tokenizer, sample_files):
-    shards = tmp_path / "shards"
+@pytest.fixture(scope="module")
+def jax_run(jax_venv, tmp_path_factory, sample_tokenizer, sample_files) -> Path:
+    """A tiny run trained with the JAX venv's lmshards, --backend jax (it must succeed)."""
+    work = tmp_path_factory.mktemp("jax_run")
+    shards = work / "shards"
     write_sample_shards(shards, sample_tokenizer, sample_files, seq_len=32, max_lines_per_file=60)
-    run = tmp_path / "run"
+    run = work / "run"
     cmd = [str(jax_venv / "bin" / "lmshards"), "train", "--backend", "jax", "--strategy", "cpu"]
     cmd += ["--shards", str(shards), "--output", str(run), "--tokenizer", str(sample_tokenizer)]
     cmd += ["--model_preset", "tiny", "--steps", str(STEPS), "--per_replica_batch", "16"]
@@ -114,6 +117,14 @@ def test_trains_tiny_with_the_jax_backend(jax_venv, tmp_path, sample_tokenizer, 
     cmd += ["--eval_every", str(STEPS), "--eval_batches", "2", "--final_eval", "none"]
     done = run_isolated(cmd)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    summary = json.loads((run / "run_summary.json").read_text())
+    return run
+
+
+def test_trains_tiny_with_the_jax_backend(jax_run):
+    summary = json.loads((jax_run / "run_summary.json").read_text())
     assert (summary["global_step"], summary["strategy"]) == (STEPS, "data_parallel")
     assert math.isfinite(summary["eval_loss"])
+
+
+def test_exports_without_torch_what_the_checkout_exports(jax_venv, jax_run, tmp_path):
+    check_torch_free_export(jax_venv, jax_run, tmp_path)

@@ -2,7 +2,8 @@
 
 Everything that loads libtpu runs inside `unshare -n` (a network namespace with no route out) with
 TPU_SKIP_MDS_QUERY=1, so libtpu cannot reach a metadata server. Building the venv needs the package
-index; the venv (~2.4 GB) lives in a temporary directory removed at the end.
+index; the venv (~2.4 GB) lives in a temporary directory removed at the end. The venv has no torch: its export
+must write what the checkout's does.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ import pytest
 
 from tests.helpers.shard_factory import write_sample_shards
 from tests.helpers.tpu_constraints import tpu_pins
-from tests.helpers.venv_check import clean_env, isolated, network_namespace_reason, tracked_copy
+from tests.helpers.venv_check import (
+    check_torch_free_export,
+    clean_env,
+    isolated,
+    network_namespace_reason,
+    tracked_copy,
+)
 from train.commands.runtime_check import TENSORFLOW_DISTRIBUTIONS
 
 pytestmark = pytest.mark.slow
@@ -96,10 +103,13 @@ def test_lmshards_env_check_passes(tpu_venv):
     assert report["versions"]["tensorflow-tpu"] == tpu_pins()["tensorflow-tpu"]
 
 
-def test_trains_tiny_on_the_cpu(tpu_venv, tmp_path, sample_tokenizer, sample_files):
-    shards = tmp_path / "shards"
+@pytest.fixture(scope="module")
+def tpu_run(tpu_venv, tmp_path_factory, sample_tokenizer, sample_files) -> Path:
+    """A tiny run trained on the CPU with the TPU venv's lmshards (it must succeed)."""
+    work = tmp_path_factory.mktemp("tpu_run")
+    shards = work / "shards"
     write_sample_shards(shards, sample_tokenizer, sample_files, seq_len=32, max_lines_per_file=60)
-    run = tmp_path / "run"
+    run = work / "run"
     cmd = [str(tpu_venv / "bin" / "lmshards"), "train", "--shards", str(shards)]
     cmd += ["--output", str(run), "--tokenizer", str(sample_tokenizer), "--model_preset", "tiny"]
     cmd += ["--strategy", "cpu", "--steps", str(STEPS), "--per_replica_batch", "16"]
@@ -109,11 +119,19 @@ def test_trains_tiny_on_the_cpu(tpu_venv, tmp_path, sample_tokenizer, sample_fil
         isolated(cmd), env=clean_env(), capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return run
+
+
+def test_trains_tiny_on_the_cpu(tpu_run):
+    rows = [json.loads(line) for line in (tpu_run / "metrics.jsonl").read_text().splitlines()]
     losses = {r["step"]: r["loss"] for r in rows if "loss" in r}
     assert sorted(losses) == list(range(1, STEPS + 1))
     assert all(math.isfinite(loss) for loss in losses.values())
     assert sum(losses[s] for s in range(16, 21)) < sum(losses[s] for s in range(1, 6))
-    summary = json.loads((run / "run_summary.json").read_text())
+    summary = json.loads((tpu_run / "run_summary.json").read_text())
     assert (summary["global_step"], summary["strategy"]) == (STEPS, "cpu")
     assert math.isfinite(summary["eval_loss"])
+
+
+def test_exports_without_torch_what_the_checkout_exports(tpu_venv, tpu_run, tmp_path):
+    check_torch_free_export(tpu_venv, tpu_run, tmp_path)

@@ -2,8 +2,10 @@
 
 The directory holds config.json, model.safetensors and the tokenizer files, so
 `transformers.pipeline("fill-mask", model=DIR)` and `AutoModelForMaskedLM.from_pretrained(DIR)`
-work offline. torch, transformers and huggingface_hub (the `export` extra) are imported inside
-the functions that need them: a training install does not have them.
+work offline. Writing needs transformers and safetensors, not torch (a TPU VM exports without a torch
+install); torch, which loading the model needs, makes the export check that its model loads cleanly.
+transformers and huggingface_hub (the `export` extra) are imported inside the functions that need them: a
+training install does not have them.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ _CHECKPOINT_STEP = re.compile(r"ckpt-(\d+)")
 logger = logging.getLogger(__name__)
 
 EXPORT_EXTRA_HINT = "Install the export extra: pip install 'lmshards[export]'."
+# What transformers' save_pretrained writes for a float32 model.
+SAFETENSORS_FILE = "model.safetensors"
+SAFETENSORS_METADATA = {"format": "pt"}
+SAVED_DTYPE = "float32"
 # Roles every exported masked LM needs: padding (and position numbering) and the mask token.
 REQUIRED_ROLES = ("pad", "mask")
 
@@ -122,23 +128,43 @@ def save_hf_model(
     special_token_ids: dict[str, int],
     output_dir: str,
 ) -> None:
-    """Builds the family's transformers model, loads the mapped weights strictly and saves it (safetensors)."""
-    torch, transformers = _import_export_stack()
-    config_cls = getattr(transformers, spec.model_family.hf_config_class)
-    model_cls = getattr(transformers, spec.model_family.hf_masked_lm_class)
-    model = model_cls(config_cls(**hf_config(spec, special_token_ids)))
+    """Writes config.json and model.safetensors for the family's transformers MaskedLM, without torch.
+
+    The files are the ones transformers' `save_pretrained` writes for the model holding these weights (the
+    export tests compare the bytes): float32 tensors, a tied parameter stored once under the name it is tied
+    to, `{"format": "pt"}` metadata. Where torch is installed, the saved model is then loaded back and must
+    fill every parameter (check_loads_cleanly).
+    """
+    transformers = _import_transformers()
+    from safetensors.numpy import save_file
+
+    family = spec.model_family
+    config = getattr(transformers, family.hf_config_class)(**hf_config(spec, special_token_ids))
+    config.dtype = SAVED_DTYPE
+    config.save_pretrained(output_dir)
     state = hf_state_dict(weights, spec, pad_token_id=special_token_ids["pad"])
-    expected = set(model.state_dict())
-    if set(state) != expected:
-        raise RuntimeError(
-            f"Weight mapping does not cover {model_cls.__name__}: missing {sorted(expected - set(state))}, "
-            f"unexpected {sorted(set(state) - expected)}"
-        )
-    model.load_state_dict(
-        {name: torch.from_numpy(value) for name, value in state.items()}, strict=True
-    )
-    model.eval()
-    model.save_pretrained(output_dir)
+    saved = {name: value for name, value in state.items() if name not in family.hf_head.tied}
+    save_file(saved, os.path.join(output_dir, SAFETENSORS_FILE), metadata=SAFETENSORS_METADATA)
+    check_loads_cleanly(output_dir, spec)
+
+
+def check_loads_cleanly(output_dir: str, spec: MaskedLMSpec) -> None:
+    """Loads the saved model with transformers where torch is installed; raises RuntimeError unless every
+    parameter of the family's MaskedLM is filled from the file with its shape, and nothing is left over.
+
+    Without torch nothing is loaded (the writer's names and shapes are checked by the export tests).
+    """
+    try:
+        import torch  # noqa: F401  (only to know whether transformers' models can load)
+    except ImportError:
+        logger.debug("torch is not installed: the export is not loaded back")
+        return
+    transformers = _import_transformers()
+    model_cls = getattr(transformers, spec.model_family.hf_masked_lm_class)
+    _, info = model_cls.from_pretrained(output_dir, output_loading_info=True)
+    problems = {kind: names for kind, names in info.items() if names}
+    if problems:
+        raise RuntimeError(f"The exported {model_cls.__name__} does not load cleanly: {problems}")
 
 
 def save_tokenizer(
@@ -315,12 +341,9 @@ def push_to_hub(output_dir: str, repo_id: str) -> str:
     return str(url)
 
 
-def _import_export_stack() -> tuple[Any, Any]:
+def _import_transformers() -> Any:
     try:
-        import torch
         import transformers
     except ImportError as e:
-        raise LmshardsError(
-            f"Export needs torch and transformers ({e}). {EXPORT_EXTRA_HINT}"
-        ) from e
-    return torch, transformers
+        raise LmshardsError(f"Export needs transformers ({e}). {EXPORT_EXTRA_HINT}") from e
+    return transformers

@@ -24,6 +24,12 @@ class HfHeadNames:
     bias: str
     decoder: str  # tied to the word embeddings
 
+    @property
+    def tied(self) -> tuple[str, str]:
+        """The decoder's state-dict names: tied to the word embeddings and the head bias, so a saved model
+        (transformers' save_pretrained) stores them once, under the names they are tied to."""
+        return (f"{self.decoder}.weight", f"{self.decoder}.bias")
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelFamily:
