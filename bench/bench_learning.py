@@ -15,7 +15,9 @@ In one run, on one machine:
      draw: same positions, same replacement tokens), masked-token cross-entropy in nats.
 Step time is the median over 10-step windows of the mean ms/step, leaving out the first 10 steps (tracing,
 warm-up): lmshards' windows are its own metrics.jsonl records, the reference's are timed the same way here.
-On a machine others are loading, --threads 1 compares the work per step (CPU ms/step) of both.
+--threads N gives each system N compute threads and N cores (the first N this process may use): whatever
+other threads a runtime starts run on those cores too. On a machine others are loading, --threads 1 compares the
+work per step (CPU ms/step) of both.
 
 Usage (from the repository root, with the venv active):
   python -m bench.bench_learning --json bench-learning.json                 # the default run
@@ -452,6 +454,21 @@ def thread_env(threads: int | None) -> dict[str, str]:
     return env
 
 
+def pin_to_cores(threads: int | None) -> list[int]:
+    """Restricts this process, and every process it starts after, to `threads` of the cores it may run on
+    (the first ones), and returns the cores it runs on.
+
+    Thread settings alone do not make the runs equal: a runtime also starts threads besides its compute threads
+    (XLA's CPU runtime and the JAX backend's tf.data pipeline used a second core at --threads 1, 1.8 CPU seconds
+    per second of step), so each system gets the same cores. No pinning when `threads` is None or not fewer than
+    the cores at hand.
+    """
+    allowed = sorted(os.sched_getaffinity(0))
+    if threads is not None and threads < len(allowed):
+        os.sched_setaffinity(0, allowed[:threads])
+    return sorted(os.sched_getaffinity(0))
+
+
 def cold_import_s(env: Mapping[str, str]) -> float:
     """Seconds a fresh interpreter takes to import torch and transformers' RobertaForMaskedLM (the reference's
     start-up, which this process paid long before it trains)."""
@@ -694,8 +711,8 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         "--threads",
         type=int,
         help="compute threads of both systems (PyTorch's intra-op threads; TensorFlow's intra- and "
-        "inter-op threads): 1 compares work per step on a machine others are loading "
-        "(default: each runtime's own)",
+        "inter-op threads), each run on that many cores: 1 compares work per step on a machine others are "
+        "loading (default: each runtime's own, on every core)",
     )
     p.add_argument(
         "--backends",
@@ -769,6 +786,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{manifest.split(VALIDATION_SPLIT).records} validation records of {manifest.seq_len} tokens)"
     )
 
+    # After the shards are made (not timed), before anything that is.
+    cores = pin_to_cores(config.threads)
+    print(f"both systems run on cores {cores} of {os.cpu_count()}", flush=True)
     train_env = {**thread_env(config.threads), **config.lmshards_env}
     runs, exports, commands = {}, {}, {}
     for backend in config.backends:
@@ -824,7 +844,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         params = sum(p.numel() for p in ref.model.parameters())
         report = {
             **report_header("learning", started=started, argv=argv, code_dirs=CODE_DIRS, torch=torch.__version__,
-                            torch_threads=torch.get_num_threads(), transformers=transformers.__version__),
+                            torch_threads=torch.get_num_threads(), transformers=transformers.__version__,
+                            cores=cores),
             "shards": {"dir": shards, "tokenizer": tokenizer, "seq_len": manifest.seq_len,
                        "train_records": manifest.split(TRAIN_SPLIT).records,
                        "validation_records": manifest.split(VALIDATION_SPLIT).records},

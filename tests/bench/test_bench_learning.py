@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -13,6 +17,8 @@ from bench import bench_learning as bl
 from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT
 from schemas.manifest import TokenizerInfo
 from tests.helpers.shard_factory import write_shards
+
+REPO = Path(__file__).resolve().parents[2]
 
 SPEC = bl.MaskingSpec(vocab_size=1000, mask_id=4, special_ids=(0, 1, 2, 3, 4))
 PAD = 1
@@ -270,3 +276,35 @@ def test_command_line_options_reach_the_lmshards_command_and_environment(tmp_pat
     }
     assert config.backends == bl.BACKENDS
     assert bl.thread_env(None) == {}
+
+
+PINNED_CHILD = """
+import os, subprocess, sys
+from bench.bench_learning import pin_to_cores
+cores = pin_to_cores(int(sys.argv[1]))
+child = subprocess.run(
+    [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"], capture_output=True, text=True
+)
+print(cores, child.stdout.strip())
+"""
+
+
+@pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2, reason="pinning to fewer cores needs two of them"
+)
+def test_threads_pin_the_bench_and_the_processes_it_starts_to_that_many_cores():
+    allowed = sorted(os.sched_getaffinity(0))
+
+    def pinned(threads: int) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", PINNED_CHILD, str(threads)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.strip()
+
+    assert pinned(1) == f"{allowed[:1]} {allowed[:1]}"
+    # No more cores than there are: every core stays.
+    assert pinned(len(allowed)) == f"{allowed} {allowed}"
