@@ -57,7 +57,9 @@ READABLE_CURATION_VERSIONS = (1,)
 RUN_CONFIG_JSON = "run_config.json"
 # A Hugging Face model directory (`lmshards export --output`): its config.json and one of its weights files.
 MODEL_CONFIG_JSON = "config.json"
-MODEL_WEIGHTS_FILES = ("model.safetensors", "pytorch_model.bin")
+MODEL_SAFETENSORS = "model.safetensors"
+MODEL_PYTORCH_BIN = "pytorch_model.bin"
+MODEL_WEIGHTS_FILES = (MODEL_SAFETENSORS, MODEL_PYTORCH_BIN)  # in the order a reader prefers them
 
 TOKENIZER_JSON = "tokenizer.json"
 # transformers' settings of a tokenizer, beside its tokenizer.json.

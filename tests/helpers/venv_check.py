@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers.text_corpus import tree_bytes
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -90,15 +92,6 @@ def python_at_least(minor: int) -> str | None:
     return None
 
 
-def files_of(directory: Path) -> dict[str, bytes]:
-    """Every file under directory, by its relative path, with its bytes."""
-    return {
-        str(path.relative_to(directory)): path.read_bytes()
-        for path in sorted(directory.rglob("*"))
-        if path.is_file()
-    }
-
-
 def check_torch_free_export(venv: Path, run: Path, out: Path) -> None:
     """`lmshards export` of run in venv, which has no torch, writes the same files, byte for byte, as this
     checkout's (whose torch loads the model back: it loads cleanly)."""
@@ -132,11 +125,11 @@ def check_torch_free_export(venv: Path, run: Path, out: Path) -> None:
         timeout=600,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    exported = files_of(venv_export)
+    exported = tree_bytes(venv_export)
     assert sorted(exported) == [
         "config.json",
         "model.safetensors",
         "tokenizer.json",
         "tokenizer_config.json",
     ]
-    assert exported == files_of(checkout_export)
+    assert exported == tree_bytes(checkout_export)

@@ -23,7 +23,7 @@ import numpy as np
 from plumbing import fs
 from plumbing.errors import LmshardsError, TokenizerError
 from plumbing.outputs import check_writable
-from schemas.constants import TOKENIZER_DIR_NAME
+from schemas.constants import MODEL_SAFETENSORS, TOKENIZER_DIR_NAME
 from schemas.hf_tokenizer import wrap_fast_tokenizer
 from schemas.tokenizer_info import TokenizerSource, checked_tokenizer, locate_tokenizer
 from train.divergence import DivergenceError, describe_non_finite, non_finite_names
@@ -35,8 +35,7 @@ _CHECKPOINT_STEP = re.compile(r"ckpt-(\d+)")
 logger = logging.getLogger(__name__)
 
 EXPORT_EXTRA_HINT = "Install the export extra: pip install 'lmshards[export]'."
-# What transformers' save_pretrained writes for a float32 model.
-SAFETENSORS_FILE = "model.safetensors"
+# What transformers' save_pretrained writes for a float32 model (in MODEL_SAFETENSORS).
 SAFETENSORS_METADATA = {"format": "pt"}
 SAVED_DTYPE = "float32"
 # Roles every exported masked LM needs: padding (and position numbering) and the mask token.
@@ -144,7 +143,7 @@ def save_hf_model(
     config.save_pretrained(output_dir)
     state = hf_state_dict(weights, spec, pad_token_id=special_token_ids["pad"])
     saved = {name: value for name, value in state.items() if name not in family.hf_head.tied}
-    save_file(saved, os.path.join(output_dir, SAFETENSORS_FILE), metadata=SAFETENSORS_METADATA)
+    save_file(saved, os.path.join(output_dir, MODEL_SAFETENSORS), metadata=SAFETENSORS_METADATA)
     check_loads_cleanly(output_dir, spec)
 
 

@@ -27,7 +27,13 @@ import numpy as np
 
 from plumbing import fs
 from plumbing.errors import LmshardsError, TokenizerError
-from schemas.constants import RUN_CONFIG_JSON
+from schemas.constants import (
+    MODEL_CONFIG_JSON,
+    MODEL_PYTORCH_BIN,
+    MODEL_SAFETENSORS,
+    MODEL_WEIGHTS_FILES,
+    RUN_CONFIG_JSON,
+)
 from schemas.layouts import CHECKPOINTS_DIR
 from schemas.manifest import Manifest
 from schemas.tokenizer_info import TokenizerSource, fingerprint, locate_tokenizer, special_token_ids
@@ -52,9 +58,6 @@ from train.run_dir import RunDir, read_json_object
 
 log = logging.getLogger(__name__)
 
-HF_CONFIG_JSON = "config.json"
-SAFETENSORS_FILE = "model.safetensors"
-PYTORCH_FILE = "pytorch_model.bin"
 SHARDED_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 HUGGING_FACE = "huggingface"
 RUN = "run"
@@ -128,18 +131,18 @@ def inspect_init_source(path: str) -> InitSource:
         )
     if fs.exists(fs.join(path, RUN_CONFIG_JSON)):
         return _inspect_run(path)
-    if fs.exists(fs.join(path, HF_CONFIG_JSON)):
+    if fs.exists(fs.join(path, MODEL_CONFIG_JSON)):
         return _inspect_hf(path)
     raise _refused(
         path,
-        f"is neither a Hugging Face model directory (no {HF_CONFIG_JSON}) nor an lmshards run directory "
+        f"is neither a Hugging Face model directory (no {MODEL_CONFIG_JSON}) nor an lmshards run directory "
         f"(no {RUN_CONFIG_JSON})",
         "Pass the directory `save_pretrained` or `lmshards export` wrote, or an `lmshards train --output`.",
     )
 
 
 def _inspect_hf(path: str) -> InitSource:
-    config_path = fs.join(path, HF_CONFIG_JSON)
+    config_path = fs.join(path, MODEL_CONFIG_JSON)
     config = read_json_object(config_path, fix="Pass a directory `save_pretrained` wrote.")
     try:
         model_config = model_config_from_dict(model_fields_from_hf(config), source=config_path)
@@ -158,7 +161,7 @@ def _inspect_hf(path: str) -> InitSource:
     except UnsupportedHfModel as e:
         raise _refused(
             path,
-            f"has weights that do not fit its {HF_CONFIG_JSON}: {e}",
+            f"has weights that do not fit its {MODEL_CONFIG_JSON}: {e}",
             "Re-save the model with transformers' save_pretrained.",
         ) from e
     if not has_hf_head(state, family):
@@ -219,12 +222,12 @@ def _weights_file(path: str) -> str:
                 f"holds sharded weights ({index})",
                 "Save the model as one file: model.save_pretrained(DIR, max_shard_size='100GB').",
             )
-    for name in (SAFETENSORS_FILE, PYTORCH_FILE):
+    for name in MODEL_WEIGHTS_FILES:
         if fs.exists(fs.join(path, name)):
             return fs.join(path, name)
     raise _refused(
         path,
-        f"has {HF_CONFIG_JSON} but no weights ({SAFETENSORS_FILE} or {PYTORCH_FILE})",
+        f"has {MODEL_CONFIG_JSON} but no weights ({MODEL_SAFETENSORS} or {MODEL_PYTORCH_BIN})",
         "Copy the weights file beside config.json, or save the model again with save_pretrained.",
     )
 
