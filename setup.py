@@ -65,7 +65,7 @@ def pinned_per_python(name: str) -> list[str]:
     ]
 
 
-# Exactly what preprocess/, plumbing/ and schemas/ import (tests/lmshards/test_packaging.py checks both ways).
+# Exactly what preprocess/, plumbing/ and schemas/ import (tests/command/test_packaging.py checks both ways).
 # numpy, pyarrow, google-crc32c and protobuf also come with apache-beam[gcp], but worker code imports
 # them itself, so they are pinned here rather than left to Beam's ranges. gcsfs is never imported by
 # name: fsspec loads it for gs:// paths. [gcp] is Beam's own gs:// IO, which workers write shards with.
@@ -77,7 +77,7 @@ WORKER = [
     pinned("protobuf"),
     pinned(
         "tensorflow-metadata"
-    ),  # schema.pbtxt's proto (schemas/tfmd.py); needs protobuf and absl-py, no TensorFlow
+    ),  # schema.pbtxt's proto (lmshards/schemas/tfmd.py); needs protobuf and absl-py, no TensorFlow
     pinned("tokenizers"),
     pinned("fsspec"),
     pinned("gcsfs"),
@@ -98,7 +98,7 @@ EXTRAS = {
     # `lmshards train --backend jax` (with `train`: its input pipeline is tf.data on the host). CPU jaxlib
     # comes with it; accelerators add `jax[tpu]` or `jax[cuda12]` at the same version (docs/accelerators.md).
     "jax": [*pinned_per_python("jax"), pinned("keras"), pinned("keras-hub")],
-    # `lmshards stats` and the TF Metadata schema (schemas/tfmd.py): tensorflow-transform's analyzers,
+    # `lmshards stats` and the TF Metadata schema (lmshards/schemas/tfmd.py): tensorflow-transform's analyzers,
     # schema utilities and tfx-bsl's Example decoder.
     "stats": [
         pinned("tensorflow"),
@@ -125,14 +125,23 @@ EXTRAS = {
 }
 EXTRAS["all"] = sorted({req for name, reqs in EXTRAS.items() if name != "test" for req in reqs})
 
-# The Dataflow worker distribution: preprocess/ + plumbing/ + schemas/ and the WORKER pins only (no trainer, corpus
+# The Dataflow worker distribution: lmshards.preprocess + lmshards.plumbing + lmshards.schemas and the WORKER pins only (no trainer, corpus
 # tools, CLI, extras or console script). Asked for with LMSHARDS_WORKER_PACKAGE=1 (Beam's stager runs
 # `setup.py sdist` in a subprocess that inherits it); a worker rebuilding that sdist knows it by the
 # name in its PKG-INFO. Its own name also keeps its egg-info apart from a full build's file list.
 WORKER_PACKAGE_ENV = "LMSHARDS_WORKER_PACKAGE"
 WORKER_DIST_NAME = "lmshards-worker"
-WORKER_PACKAGES = ["preprocess", "preprocess.*", "plumbing", "plumbing.*", "schemas", "schemas.*"]
-FULL_PACKAGES = [*WORKER_PACKAGES, "corpus_tools", "corpus_tools.*", "lmshards", "train", "train.*"]
+# Everything installs under the one import name `lmshards`; the worker gets `lmshards` (its __init__ only) and the
+# three packages a worker imports.
+WORKER_PACKAGES = [
+    "lmshards",
+    *(
+        f"lmshards.{name}{tail}"
+        for name in ("preprocess", "plumbing", "schemas")
+        for tail in ("", ".*")
+    ),
+]
+FULL_PACKAGES = ["lmshards", "lmshards.*"]
 _PKG_INFO = Path(__file__).with_name("PKG-INFO")
 WORKER_ONLY = os.environ.get(WORKER_PACKAGE_ENV) == "1" or (
     _PKG_INFO.is_file() and f"\nName: {WORKER_DIST_NAME}\n" in _PKG_INFO.read_text(encoding="utf-8")
@@ -140,7 +149,7 @@ WORKER_ONLY = os.environ.get(WORKER_PACKAGE_ENV) == "1" or (
 
 VERSION = re.search(
     r'__version__ = "([^"]+)"',
-    Path(__file__).with_name("schemas").joinpath("version.py").read_text(),
+    Path(__file__).parent.joinpath("lmshards", "schemas", "version.py").read_text(),
 )[1]
 
 setup(
@@ -155,5 +164,7 @@ setup(
     packages=find_packages(include=WORKER_PACKAGES if WORKER_ONLY else FULL_PACKAGES),
     install_requires=WORKER,
     extras_require={} if WORKER_ONLY else EXTRAS,
-    entry_points={} if WORKER_ONLY else {"console_scripts": ["lmshards = lmshards.cli:main"]},
+    entry_points={}
+    if WORKER_ONLY
+    else {"console_scripts": ["lmshards = lmshards.command.cli:main"]},
 )

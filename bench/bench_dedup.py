@@ -149,8 +149,8 @@ def quality(corpus: Corpus, removed: set[int]) -> dict[str, Any]:
 def signature_mb_s(texts: list[str]) -> float:
     """MinHash signatures of texts on this one core, MB of UTF-8 text per CPU second of this process
     (CPU time, not wall: on a loaded machine the wall clock also counts other processes' turns)."""
-    from preprocess.curation.minhash import hash_family, signature
-    from preprocess.curation.text import shingles
+    from lmshards.preprocess.curation.minhash import hash_family, signature
+    from lmshards.preprocess.curation.text import shingles
 
     offsets = hash_family(BANDS * ROWS)
     start = time.process_time()

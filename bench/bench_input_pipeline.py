@@ -19,14 +19,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tensorflow as tf  # noqa: E402
 
-import train  # noqa: E402,F401  (chooses Keras's backend, which importing TensorFlow already reads)
+import lmshards.train  # noqa: E402,F401  (chooses Keras's backend, which importing TensorFlow already reads)
 from bench.common import GENERATED_TOKENIZER  # noqa: E402
 from bench.reference_input_baseline import run_all as run_reference  # noqa: E402
-from plumbing import fs  # noqa: E402
-from schemas.manifest import manifest_path  # noqa: E402
-from train.inputs import mixture  # noqa: E402
-from train.inputs.input_plan import InputPlan, masking_for  # noqa: E402
-from train.inputs.masking import mask_batch  # noqa: E402
+from lmshards.plumbing import fs  # noqa: E402
+from lmshards.schemas.manifest import manifest_path  # noqa: E402
+from lmshards.train.inputs import mixture  # noqa: E402
+from lmshards.train.inputs.input_plan import InputPlan, masking_for  # noqa: E402
+from lmshards.train.inputs.masking import mask_batch  # noqa: E402
 
 MASKING_BATCHES = 200
 

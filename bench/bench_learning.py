@@ -64,11 +64,11 @@ from bench.common import (
     report_header,
     run_lmshards,
 )
-from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
-from schemas.manifest import Manifest, read_manifest, require_concatenated
-from schemas.reading import read_split
-from train.config import TrainConfig
-from train.run_dir import RunDir
+from lmshards.schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
+from lmshards.schemas.manifest import Manifest, read_manifest, require_concatenated
+from lmshards.schemas.reading import read_split
+from lmshards.train.config import TrainConfig
+from lmshards.train.run_dir import RunDir
 
 # The code a learning run executes: an uncommitted change there makes the report's commit not the whole story.
 CODE_DIRS = ("train", "schemas", "preprocess", "corpus_tools", "lmshards", "bench")

@@ -84,10 +84,10 @@ def bench_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
     import jax
     import numpy as np
 
-    from train.backends import jax_step
-    from train.config import preset_config
-    from train.masking_recipes import max_predictions_for
-    from train.optim import WarmupDecay
+    from lmshards.train.backends import jax_step
+    from lmshards.train.config import preset_config
+    from lmshards.train.masking_recipes import max_predictions_for
+    from lmshards.train.optim import WarmupDecay
 
     mesh = jax_step.Mesh.over()
     platform = jax.devices()[0].platform

@@ -68,7 +68,7 @@ def make_sets(
 
 def padding_stats(shards: str) -> dict[str, Any]:
     """The train split's padding share, segments per block and documents split, from the manifest."""
-    from schemas.manifest import read_manifest
+    from lmshards.schemas.manifest import read_manifest
 
     manifest = read_manifest(shards)
     t = manifest.split("train").totals
@@ -92,10 +92,10 @@ def train_run(shards: str, run: Path, *, steps: int) -> None:
 
 def whole_document_loss(run: Path, packed_set: str) -> float:
     """Masked-token cross-entropy of a run's model on the packed set's validation documents, each alone."""
-    from train.backends.tensorflow import masked_lm_sums
-    from train.backends.weights import load_model_from_run
-    from train.inputs import data, mixture
-    from train.network.model import build_masked_lm
+    from lmshards.train.backends.tensorflow import masked_lm_sums
+    from lmshards.train.backends.weights import load_model_from_run
+    from lmshards.train.inputs import data, mixture
+    from lmshards.train.network.model import build_masked_lm
 
     trained, model_config = load_model_from_run(str(run))
     model = build_masked_lm(model_config, packed=True)
@@ -120,9 +120,9 @@ def step_times(seq_len: int, *, timed_steps: int) -> dict[str, float]:
     import keras
     import tensorflow as tf
 
-    from train.config import ModelConfig
-    from train.families.base import PACKED_POSITIONS_INPUT, PACKED_SEGMENTS_INPUT
-    from train.network.model import build_masked_lm
+    from lmshards.train.config import ModelConfig
+    from lmshards.train.families.base import PACKED_POSITIONS_INPUT, PACKED_SEGMENTS_INPUT
+    from lmshards.train.network.model import build_masked_lm
 
     config = ModelConfig(vocabulary_size=8000, max_sequence_length=seq_len, **SPEED_PRESET_DIMS)
     rng = np.random.default_rng(0)

@@ -55,8 +55,8 @@ from bench.common import (
     take_subset,
     train_tokenizer,
 )
-from schemas.constants import DEFAULT_SEQ_LEN
-from schemas.manifest import read_manifest
+from lmshards.schemas.constants import DEFAULT_SEQ_LEN
+from lmshards.schemas.manifest import read_manifest
 
 BENCH_DIR = Path(__file__).resolve().parent
 # The code a preprocessing run executes: an uncommitted change there makes the report's commit not the whole story.

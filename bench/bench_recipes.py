@@ -47,7 +47,7 @@ from bench.common import (
     report_header,
     run_lmshards,
 )
-from train.run_dir import RunDir
+from lmshards.train.run_dir import RunDir
 
 # The code a recipe run executes: an uncommitted change there makes the report's commit not the whole story.
 CODE_DIRS = ("train", "schemas", "preprocess", "corpus_tools", "lmshards", "bench")
@@ -98,8 +98,8 @@ def train_args(config: Config, *, shards: str, recipe: str, run_dir: Path) -> li
 
 def fixed_masks(shards: str, recipe: str, mlm_probability: float) -> list[dict[str, Any]]:
     """The validation split masked by `recipe` with the trainer's fixed evaluation seed: the same batches for every model."""
-    from train.inputs import data, mixture
-    from train.inputs.shard_set_tokenizer import run_tokenizer
+    from lmshards.train.inputs import data, mixture
+    from lmshards.train.inputs.shard_set_tokenizer import run_tokenizer
 
     mix = mixture.open_mixture([shards])
     masking = data.masking_spec(
@@ -122,7 +122,7 @@ def token_frequencies(shards: str) -> np.ndarray:
     """float64 [vocab]: each id's share of the train split's tokens, add-one smoothed."""
     import tensorflow as tf
 
-    from train.inputs import mixture
+    from lmshards.train.inputs import mixture
 
     mix = mixture.open_mixture([shards])
     spec = {"input_ids": tf.io.FixedLenFeature([mix.manifest.seq_len], tf.int64)}
@@ -140,7 +140,7 @@ def context_free_loss(frequencies: np.ndarray, batches: Sequence[dict[str, Any]]
 
 
 def score(model: Any, batches: Sequence[dict[str, Any]]) -> Score:
-    from train.backends.tensorflow import masked_lm_sums
+    from lmshards.train.backends.tensorflow import masked_lm_sums
 
     loss = tokens = correct = 0.0
     for batch in batches:
@@ -248,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from train.backends.weights import load_model_from_run
+    from lmshards.train.backends.weights import load_model_from_run
 
     masks = {name: fixed_masks(shards, name, config.mlm_probability) for name in RECIPES}
     frequencies = token_frequencies(shards)

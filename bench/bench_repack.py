@@ -40,8 +40,8 @@ from bench.common import (
     shards_digest,
     train_tokenizer,
 )
-from schemas.constants import TOKENS_DIR_NAME
-from schemas.manifest import read_manifest
+from lmshards.schemas.constants import TOKENS_DIR_NAME
+from lmshards.schemas.manifest import read_manifest
 
 CODE_DIRS = ("preprocess", "schemas", "plumbing", "bench")
 DEFAULT_STORE_SEQ_LEN = 128  # BERT's first phase: the run that keeps the tokens

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import MB, load_average, run_checked
-from corpus_tools.tokenizer.config import DEFAULT_VOCAB_SIZE, MODELS
-from plumbing.units import parse_size
+from lmshards.corpus_tools.tokenizer.config import DEFAULT_VOCAB_SIZE, MODELS
+from lmshards.plumbing.units import parse_size
 
 DEFAULT_SIZES = ("10MB", "100MB")
 DEFAULT_MODELS = MODELS

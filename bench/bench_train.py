@@ -3,7 +3,7 @@
 Usage: python bench/bench_train.py [--steps 60] [--per_replica_batch 32] [--seq_len 128] [--presets tiny small]
        [--steps_per_execution 1] [--precision float32] [--workdir DIR]
 Writes random 128-token shards (25k vocabulary) once, trains each preset from scratch through
-train.loop.trainer.train, and reads the speed from its metrics.jsonl, leaving out the first logging window
+lmshards.train.loop.trainer.train, and reads the speed from its metrics.jsonl, leaving out the first logging window
 (tracing and start-up). With a GPU it also reports MFU: model FLOPs per token ~ 6 x parameters +
 12 x layers x hidden x seq_len (attention), against the chip's dense bf16 peak. Prints `RESULT {json}`.
 """
@@ -20,16 +20,16 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tensorflow as tf  # noqa: E402
 
-import train  # noqa: E402,F401  (chooses Keras's backend, which importing TensorFlow already reads)
+import lmshards.train  # noqa: E402,F401  (chooses Keras's backend, which importing TensorFlow already reads)
 from bench.common import GENERATED_TOKENIZER  # noqa: E402
-from plumbing import fs  # noqa: E402
-from schemas.manifest import manifest_path  # noqa: E402
-from train.commands.cli import parse_config  # noqa: E402
-from train.config import preset_config  # noqa: E402
-from train.families import DEFAULT_FAMILY  # noqa: E402
-from train.loop.trainer import train  # noqa: E402,F811  (the package import above only chose the backend)
-from train.network.model import build_masked_lm  # noqa: E402
-from train.run_dir import RunDir  # noqa: E402
+from lmshards.plumbing import fs  # noqa: E402
+from lmshards.schemas.manifest import manifest_path  # noqa: E402
+from lmshards.train.commands.cli import parse_config  # noqa: E402
+from lmshards.train.config import preset_config  # noqa: E402
+from lmshards.train.families import DEFAULT_FAMILY  # noqa: E402
+from lmshards.train.loop.trainer import train  # noqa: E402,F811  (the package import above only chose the backend)
+from lmshards.train.network.model import build_masked_lm  # noqa: E402
+from lmshards.train.run_dir import RunDir  # noqa: E402
 
 RECORDS = 20_000
 WINDOWS = 5

@@ -38,8 +38,8 @@ from typing import Any
 
 import psutil
 
-from schemas.manifest import Manifest, TokenizerInfo
-from schemas.metrics_log import read_metrics
+from lmshards.schemas.manifest import Manifest, TokenizerInfo
+from lmshards.schemas.metrics_log import read_metrics
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_CORPUS = REPO_ROOT / "data" / "sample" / "en"  # the bundled English sample

@@ -12,7 +12,7 @@ import time
 
 import tensorflow as tf
 
-from schemas.manifest import read_manifest
+from lmshards.schemas.manifest import read_manifest
 
 
 def make_pipelines(shards_dir):

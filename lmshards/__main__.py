@@ -1,5 +1,5 @@
 import sys
 
-from lmshards.cli import main
+from lmshards.command.cli import main
 
 sys.exit(main())

@@ -4,7 +4,7 @@
     python scripts/import_graph.py --edges    # also every folder-to-folder edge with one example import
 
 Every import counts, those inside functions and under `if TYPE_CHECKING:` included: an import hidden in a
-function still ties the two modules together. A folder is a package (`train/`, `train/backends/`); a
+function still ties the two modules together. A folder is a package (`train/`, `lmshards/train/backends/`); a
 folder circle is two folders each importing the other, directly or through others (a package's
 `__main__` counts as a folder of its own: an entry point nothing imports). The floor of a folder
 is the length of the longest chain of folders below it (0 imports no project folder).
@@ -22,18 +22,11 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The project's own top-level packages (tests are not part of the graph: they may import anything).
-PACKAGES = (
-    "bench",
-    "corpus_tools",
-    "dataflow_templates",
-    "lmshards",
-    "plumbing",
-    "preprocess",
-    "schemas",
-    "train",
-)
-# (importer, imported) top-level packages that must never meet: Dataflow workers must not need the
-# training stack, training never needs Beam, and the mechanisms know nothing of the contract.
+PACKAGES = ("bench", "dataflow_templates", "lmshards")
+# The installed package whose sub-packages are the project's areas (`lmshards.train` is the area `train`).
+INSTALLED = "lmshards"
+# (importer, imported) areas that must never meet: Dataflow workers must not need the training stack, training
+# never needs Beam, and the mechanisms know nothing of the contract.
 FORBIDDEN = (
     ("preprocess", "train"),
     ("train", "preprocess"),
@@ -41,6 +34,12 @@ FORBIDDEN = (
     ("schemas", "preprocess"),
     ("schemas", "train"),
 )
+
+
+def area_of(module: str) -> str:
+    """The area a module belongs to: `lmshards.train.loop` -> `train`, `bench.common` -> `bench`."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == INSTALLED and len(parts) > 1 else parts[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +113,7 @@ def all_edges(root: Path = REPO_ROOT) -> list[Edge]:
 def folder_of(module: str, root: Path = REPO_ROOT) -> str:
     """The package a module lives in (a package is its own folder).
 
-    A `__main__` module is an entry point that nothing imports (`python -m train`): it stands above
+    A `__main__` module is an entry point that nothing imports (`python -m lmshards.train`): it stands above
     every folder as a node of its own, so it may import its package's commands.
     """
     if (
@@ -207,11 +206,7 @@ def check(root: Path = REPO_ROOT) -> Report:
             folders[src].add(dst)
             folder_edges.setdefault((src, dst), edge)
     forbidden = sorted(
-        {
-            edge
-            for edge in edges
-            if (edge.source.split(".")[0], edge.target.split(".")[0]) in FORBIDDEN
-        },
+        {edge for edge in edges if (area_of(edge.source), area_of(edge.target)) in FORBIDDEN},
         key=lambda edge: (edge.path, edge.line, edge.target),
     )
     return Report(circles(modules), circles(folders), forbidden, folder_edges)

@@ -37,13 +37,13 @@ def test_an_import_inside_a_function_closes_a_module_circle(tmp_path):
     root = _tree(
         tmp_path,
         {
-            "train/__init__.py": "",
-            "train/a.py": "from train.b import f\n",
-            "train/b.py": "def f():\n    from train import a\n    return a\n",
+            "lmshards/train/__init__.py": "",
+            "lmshards/train/a.py": "from lmshards.train.b import f\n",
+            "lmshards/train/b.py": "def f():\n    from lmshards.train import a\n    return a\n",
         },
     )
     report = graph.check(root)
-    assert report.module_circles == [["train.a", "train.b"]]
+    assert report.module_circles == [["lmshards.train.a", "lmshards.train.b"]]
     assert not report.ok
 
 
@@ -51,41 +51,44 @@ def test_a_sub_folder_importing_its_parent_that_imports_it_is_a_folder_circle(tm
     root = _tree(
         tmp_path,
         {
-            "train/__init__.py": "",
-            "train/config.py": "X = 1\n",
-            "train/loop.py": "from train.backends.jax import B\n",
-            "train/backends/__init__.py": "",
-            "train/backends/jax.py": "from ..config import X\nB = X\n",
+            "lmshards/train/__init__.py": "",
+            "lmshards/train/config.py": "X = 1\n",
+            "lmshards/train/loop.py": "from lmshards.train.backends.jax import B\n",
+            "lmshards/train/backends/__init__.py": "",
+            "lmshards/train/backends/jax.py": "from ..config import X\nB = X\n",
         },
     )
     report = graph.check(root)
     assert report.module_circles == []
-    assert report.folder_circles == [["train", "train.backends"]]
+    assert report.folder_circles == [["lmshards.train", "lmshards.train.backends"]]
     lines = graph.render(report)
-    assert "  train.backends -> train: train/backends/jax.py:1 imports train.config" in lines
+    assert (
+        "  lmshards.train.backends -> lmshards.train: lmshards/train/backends/jax.py:1 imports lmshards.train.config"
+        in lines
+    )
 
 
 def test_a_layered_tree_passes_and_gets_its_floors(tmp_path):
     root = _tree(
         tmp_path,
         {
-            "schemas/__init__.py": "",
-            "schemas/names.py": "N = 1\n",
-            "train/__init__.py": "",
-            "train/base/__init__.py": "",
-            "train/base/config.py": "from schemas.names import N\n",
-            "train/backends/__init__.py": "",
-            "train/backends/jax.py": "import train.base.config\n",
-            "train/loop.py": "from train.backends import jax\nfrom train.base import config\n",
+            "lmshards/schemas/__init__.py": "",
+            "lmshards/schemas/names.py": "N = 1\n",
+            "lmshards/train/__init__.py": "",
+            "lmshards/train/base/__init__.py": "",
+            "lmshards/train/base/config.py": "from lmshards.schemas.names import N\n",
+            "lmshards/train/backends/__init__.py": "",
+            "lmshards/train/backends/jax.py": "import lmshards.train.base.config\n",
+            "lmshards/train/loop.py": "from lmshards.train.backends import jax\nfrom lmshards.train.base import config\n",
         },
     )
     report = graph.check(root)
     assert report.ok, graph.render(report)
     assert graph.floors(graph._folder_graph(report)) == {
-        "schemas": 0,
-        "train": 3,
-        "train.backends": 2,
-        "train.base": 1,
+        "lmshards.schemas": 0,
+        "lmshards.train": 3,
+        "lmshards.train.backends": 2,
+        "lmshards.train.base": 1,
     }
 
 
@@ -97,15 +100,16 @@ def test_packages_that_must_never_meet(tmp_path, importer, imported):
     root = _tree(
         tmp_path,
         {
-            f"{importer}/__init__.py": "",
-            f"{importer}/user.py": f"import {imported}.thing\n",
-            f"{imported}/__init__.py": "",
-            f"{imported}/thing.py": "",
+            "lmshards/__init__.py": "",
+            f"lmshards/{importer}/__init__.py": "",
+            f"lmshards/{importer}/user.py": f"import lmshards.{imported}.thing\n",
+            f"lmshards/{imported}/__init__.py": "",
+            f"lmshards/{imported}/thing.py": "",
         },
     )
     report = graph.check(root)
     assert [(e.source, e.target) for e in report.forbidden] == [
-        (f"{importer}.user", f"{imported}.thing")
+        (f"lmshards.{importer}.user", f"lmshards.{imported}.thing")
     ]
 
 
@@ -113,11 +117,11 @@ def test_a_packages_main_may_import_its_commands(tmp_path):
     root = _tree(
         tmp_path,
         {
-            "train/__init__.py": "",
-            "train/__main__.py": "from train.commands.cli import main\n",
-            "train/config.py": "",
-            "train/commands/__init__.py": "",
-            "train/commands/cli.py": "from train import config\n",
+            "lmshards/train/__init__.py": "",
+            "lmshards/train/__main__.py": "from lmshards.train.commands.cli import main\n",
+            "lmshards/train/config.py": "",
+            "lmshards/train/commands/__init__.py": "",
+            "lmshards/train/commands/cli.py": "from lmshards.train import config\n",
         },
     )
     report = graph.check(root)

@@ -14,8 +14,8 @@ import torch
 from transformers import RobertaConfig, RobertaForMaskedLM, get_linear_schedule_with_warmup
 
 from bench import bench_learning as bl
-from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT
-from schemas.manifest import TokenizerInfo
+from lmshards.schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT
+from lmshards.schemas.manifest import TokenizerInfo
 from tests.helpers.shard_factory import write_shards
 
 REPO = Path(__file__).resolve().parents[2]

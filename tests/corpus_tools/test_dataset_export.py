@@ -9,10 +9,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from corpus_tools.dataset import export as de
-from lmshards.cli import main as lmshards_main
-from plumbing import fs
-from preprocess import sources
+from lmshards.command.cli import main as lmshards_main
+from lmshards.corpus_tools.dataset import export as de
+from lmshards.plumbing import fs
+from lmshards.preprocess import sources
 
 ROWS = 1037  # not a multiple of any shard count used here
 

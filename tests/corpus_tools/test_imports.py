@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import corpus_tools
+import lmshards.corpus_tools
 
 
 def _imported_packages(path: Path) -> set[str]:
@@ -20,7 +20,7 @@ def _imported_packages(path: Path) -> set[str]:
 
 
 def test_corpus_tools_never_imports_train():
-    root = Path(corpus_tools.__file__).parent
+    root = Path(lmshards.corpus_tools.__file__).parent
     offenders = [
         str(path.relative_to(root))
         for path in sorted(root.rglob("*.py"))

@@ -10,10 +10,10 @@ import shutil
 import numpy as np
 import pytest
 
-from corpus_tools.stats import cli
-from corpus_tools.stats.figures import top_tokens, vocabulary_figures
-from corpus_tools.stats.page import rank_frequency_svg, sampled_ranks
-from corpus_tools.stats.stats import (
+from lmshards.corpus_tools.stats import cli
+from lmshards.corpus_tools.stats.figures import top_tokens, vocabulary_figures
+from lmshards.corpus_tools.stats.page import rank_frequency_svg, sampled_ranks
+from lmshards.corpus_tools.stats.stats import (
     AnalyzerCounts,
     StatsConfig,
     StatsError,
@@ -22,11 +22,11 @@ from corpus_tools.stats.stats import (
     plan_stats,
     run_stats,
 )
-from corpus_tools.tokenizer.corpus_report import byte_fallback_ids
-from plumbing.errors import ManifestError, TokenizerError
-from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
-from schemas.manifest import read_manifest
-from schemas.records import parse_spec, read_records
+from lmshards.corpus_tools.tokenizer.corpus_report import byte_fallback_ids
+from lmshards.plumbing.errors import ManifestError, TokenizerError
+from lmshards.schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
+from lmshards.schemas.manifest import read_manifest
+from lmshards.schemas.records import parse_spec, read_records
 from tests.helpers.shard_factory import write_sample_shards
 
 SEQ_LEN = 32
@@ -312,8 +312,8 @@ def test_dataflow_dry_run_builds_the_job_and_writes_nothing(shards, tmp_path):
 
 def test_the_default_output_belongs_to_the_shard_set_for_overwrite(shards, cli_run):
     """`preprocess --overwrite` once refused 'files lmshards did not write' after a default `lmshards stats`."""
-    from plumbing.outputs import owned_entries
-    from schemas.layouts import PREPROCESS_OUTPUT
+    from lmshards.plumbing.outputs import owned_entries
+    from lmshards.schemas.layouts import PREPROCESS_OUTPUT
 
     owned, foreign = owned_entries(str(shards), kind=PREPROCESS_OUTPUT)
     assert "stats" in owned and not [f for f in foreign if f.startswith("stats")], foreign

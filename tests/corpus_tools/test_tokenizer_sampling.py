@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from corpus_tools.tokenizer.cli import MAX_BYTES_TYPE
-from corpus_tools.tokenizer.sampling import iter_sample, sample_key, sample_limit
+from lmshards.corpus_tools.tokenizer.cli import MAX_BYTES_TYPE
+from lmshards.corpus_tools.tokenizer.sampling import iter_sample, sample_key, sample_limit
 
 
 def _docs(n: int) -> list[str]:

@@ -10,23 +10,23 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from corpus_tools.tokenizer.config import (
+from lmshards.command.cli import main as lmshards_main
+from lmshards.corpus_tools.tokenizer.config import (
     DEFAULT_PRESET,
     MODEL_MAX_LENGTH,
     MODELS,
     PRESETS,
     TrainConfig,
 )
-from corpus_tools.tokenizer.corpus_report import (
+from lmshards.corpus_tools.tokenizer.corpus_report import (
     DEFAULT_INSPECT_DOCUMENTS,
     corpus_report,
     load_tokenizer,
 )
-from corpus_tools.tokenizer.training import train
-from lmshards.cli import main as lmshards_main
-from plumbing import fs
-from schemas.constants import SPECIAL_ROLES, TOKENIZER_INFO_JSON, TOKENIZER_JSON
-from schemas.tokenizer_info import fingerprint, locate_tokenizer, special_token_ids
+from lmshards.corpus_tools.tokenizer.training import train
+from lmshards.plumbing import fs
+from lmshards.schemas.constants import SPECIAL_ROLES, TOKENIZER_INFO_JSON, TOKENIZER_JSON
+from lmshards.schemas.tokenizer_info import fingerprint, locate_tokenizer, special_token_ids
 
 VOCAB_SIZE = 8000
 # Unigram training is the slow one (~10x BPE per byte); a 700 kB sample keeps this file fast while
@@ -372,7 +372,10 @@ def test_non_empty_output_needs_overwrite_and_only_an_earlier_tokenizer_is_repla
     captured = capsys.readouterr()
     # The summary on stdout, logs on stderr.
     assert captured.out.startswith("Sampled ") and "Fingerprint: sha256:" in captured.out
-    assert "INFO" not in captured.out and "corpus_tools.tokenizer.training: Sample:" in captured.err
+    assert (
+        "INFO" not in captured.out
+        and "lmshards.corpus_tools.tokenizer.training: Sample:" in captured.err
+    )
     info = json.loads((out / TOKENIZER_INFO_JSON).read_text())
     assert info["options"]["overwrite"] is True
     assert {p.name for p in out.iterdir()} == {
@@ -480,7 +483,7 @@ def test_byte_fallback_pieces_are_counted_beside_unknown_tokens():
     """A Unigram vocabulary without CJK pieces spells 中 as three byte pieces: 0% unknown, 100% bytes."""
     from tokenizers import models
 
-    from corpus_tools.tokenizer.corpus_report import corpus_report
+    from lmshards.corpus_tools.tokenizer.corpus_report import corpus_report
 
     vocab = [("<unk>", 0.0), ("a", -1.0)] + [(f"<0x{b:02X}>", -5.0) for b in range(256)]
     tok = Tokenizer(models.Unigram(vocab, unk_id=0, byte_fallback=True))

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from train import backend_names
-from train.backends.base import Backend, BuildSpec, Restored, Topology
-from train.evaluation import EvalSums
+from lmshards.train import backend_names
+from lmshards.train.backends.base import Backend, BuildSpec, Restored, Topology
+from lmshards.train.evaluation import EvalSums
 
 NAME = "fake"
 EVENTS: list[tuple[str, object]] = []

@@ -118,12 +118,12 @@ def keras_outputs(masked_lm: Any, ids: np.ndarray, mask: np.ndarray) -> dict[str
 def initial_model(source: str, *, backend: str, checkpoint_dir: str) -> Any:
     """The model a new `--init_from source` run of `backend` trains from, before its first update
     (preflight's reading of the source, the trainer's load and build_model, on this machine's CPU)."""
-    from train.backends.base import BuildSpec
-    from train.backends.registry import load_backend
-    from train.config import TrainConfig
-    from train.export.init_source import inspect_init_source, load_init_weights
-    from train.loop.trainer import build_model
-    from train.optim import WarmupDecay
+    from lmshards.train.backends.base import BuildSpec
+    from lmshards.train.backends.registry import load_backend
+    from lmshards.train.config import TrainConfig
+    from lmshards.train.export.init_source import inspect_init_source, load_init_weights
+    from lmshards.train.loop.trainer import build_model
+    from lmshards.train.optim import WarmupDecay
 
     init = inspect_init_source(source)
     weights = load_init_weights(init, backend=backend)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from train.families import get_family
-from train.network.model import keras_hub_classes
+from lmshards.train.families import get_family
+from lmshards.train.network.model import keras_hub_classes
 
 SEQ_LEN = 16
 BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

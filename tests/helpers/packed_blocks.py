@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from lmshards.train.config import ModelConfig
+from lmshards.train.families import get_family
+from lmshards.train.families.base import PACKED_POSITIONS_INPUT, PACKED_SEGMENTS_INPUT
+from lmshards.train.network.model import build_masked_lm
 from tests.helpers.masked_lm_factory import perturb
-from train.config import ModelConfig
-from train.families import get_family
-from train.families.base import PACKED_POSITIONS_INPUT, PACKED_SEGMENTS_INPUT
-from train.network.model import build_masked_lm
 
 PAD_ID = 1
 # Two blocks of 32: three documents and padding, and two documents (one ending the block exactly).

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from schemas import manifest as mf
-from schemas import tokenizer_info
-from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
-from schemas.manifest import TOKENIZER_RELPATH
-from schemas.shards import shard_relpath
-from schemas.version import __version__
+from lmshards.schemas import manifest as mf
+from lmshards.schemas import tokenizer_info
+from lmshards.schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
+from lmshards.schemas.manifest import TOKENIZER_RELPATH
+from lmshards.schemas.shards import shard_relpath
+from lmshards.schemas.version import __version__
 
 # Every VALIDATION_EVERY-th block goes to the validation split.
 VALIDATION_EVERY = 20

@@ -6,7 +6,13 @@ import codecs
 import random
 from pathlib import Path
 
-from preprocess.sources import ReadOptions, ReadStats, expand_inputs, plan_ranges, read_range
+from lmshards.preprocess.sources import (
+    ReadOptions,
+    ReadStats,
+    expand_inputs,
+    plan_ranges,
+    read_range,
+)
 
 BOM = codecs.BOM_UTF8
 WS = b" \t\r\n\f\v\x00"  # bytes of a blank line

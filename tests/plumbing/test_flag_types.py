@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from lmshards.cli import main as lmshards_main
-from plumbing.flag_types import COUNT, SEED, FlagRangeError, real, whole
-from preprocess.options import PreprocessConfig
-from preprocess.stages.shard import ShardCountError, check_shard_count
-from train.config import TrainConfig
+from lmshards.command.cli import main as lmshards_main
+from lmshards.plumbing.flag_types import COUNT, SEED, FlagRangeError, real, whole
+from lmshards.preprocess.options import PreprocessConfig
+from lmshards.preprocess.stages.shard import ShardCountError, check_shard_count
+from lmshards.train.config import TrainConfig
 
 
 @pytest.mark.parametrize(

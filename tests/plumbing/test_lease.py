@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from plumbing import fs, lease
-from plumbing.outputs import clear_owned_output, owned_entries
-from schemas.constants import MANIFEST_FORMAT
-from schemas.layouts import PREPROCESS_OUTPUT
+from lmshards.plumbing import fs, lease
+from lmshards.plumbing.outputs import clear_owned_output, owned_entries
+from lmshards.schemas.constants import MANIFEST_FORMAT
+from lmshards.schemas.layouts import PREPROCESS_OUTPUT
 
 
 def _dead_pid() -> int:
@@ -62,7 +62,7 @@ def test_a_lease_of_a_dead_process_on_this_host_is_taken_over_with_a_warning(out
     _write_lease(
         lease.lease_path(output), host=socket.gethostname(), pid=_dead_pid(), renewed_at=time.time()
     )
-    with caplog.at_level(logging.WARNING, logger="plumbing.lease"):
+    with caplog.at_level(logging.WARNING, logger="lmshards.plumbing.lease"):
         taken = lease.acquire(output, command="train")
     assert "Taking over the lease" in caplog.text and "has exited" in caplog.text
     assert taken.holder.pid == os.getpid()
@@ -74,7 +74,7 @@ def test_a_lease_of_a_dead_process_on_this_host_is_taken_over_with_a_warning(out
 def test_an_expired_lease_of_another_host_is_taken_over(output, caplog):
     old = time.time() - lease.STALE_AFTER_S - 10
     _write_lease(lease.lease_path(output), host="another-host", pid=os.getpid(), renewed_at=old)
-    with caplog.at_level(logging.WARNING, logger="plumbing.lease"):
+    with caplog.at_level(logging.WARNING, logger="lmshards.plumbing.lease"):
         lease.acquire(output, command="train").release()
     assert "last renewed" in caplog.text and "another-host" in caplog.text
 

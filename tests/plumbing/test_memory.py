@@ -7,7 +7,7 @@ import platform
 
 import pytest
 
-from plumbing.memory import release_free_memory
+from lmshards.plumbing.memory import release_free_memory
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 

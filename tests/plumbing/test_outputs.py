@@ -13,18 +13,18 @@ from pathlib import Path
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 
-from plumbing import fs
-from plumbing.errors import OutputError, disk_error_message
-from plumbing.outputs import (
+from lmshards.plumbing import fs
+from lmshards.plumbing.errors import OutputError, disk_error_message
+from lmshards.plumbing.outputs import (
     WRITE_PROBE_PREFIX,
     check_no_overlap,
     check_writable,
     clear_owned_output,
     owned_entries,
 )
-from schemas.constants import MANIFEST_FORMAT
-from schemas.directory_kind import is_lmshards_output
-from schemas.layouts import DATASET_EXPORT_OUTPUT, PREPROCESS_OUTPUT, TOKENIZER_OUTPUT
+from lmshards.schemas.constants import MANIFEST_FORMAT
+from lmshards.schemas.directory_kind import is_lmshards_output
+from lmshards.schemas.layouts import DATASET_EXPORT_OUTPUT, PREPROCESS_OUTPUT, TOKENIZER_OUTPUT
 
 REPO = Path(__file__).resolve().parents[2]
 OUR_MANIFEST = json.dumps({"format": MANIFEST_FORMAT}).encode()
@@ -474,8 +474,8 @@ _READ_ONLY_BIND = (
 )
 _CHECK_WRITABLE = """
 import sys
-from plumbing.errors import OutputError
-from plumbing.outputs import check_writable
+from lmshards.plumbing.errors import OutputError
+from lmshards.plumbing.outputs import check_writable
 for location in sys.argv[1:]:
     try:
         check_writable(location)

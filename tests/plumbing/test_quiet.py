@@ -16,7 +16,7 @@ pytest.importorskip("tensorflow")
 # discovery write that line on first use, as it does there.
 PROGRAM = """
 import os, sys
-from plumbing.quiet import load_tensorflow_quietly, native_stderr_discarded
+from lmshards.plumbing.quiet import load_tensorflow_quietly, native_stderr_discarded
 with native_stderr_discarded(verbose=False):
     import tensorflow as tf
 real, found = tf.config.list_physical_devices, []

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from plumbing import cli
-from preprocess import inspect_cli
+from lmshards.plumbing import cli
+from lmshards.preprocess import inspect_cli
 
 REPO = Path(__file__).resolve().parents[2]
 _BOUND_S = 3

@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from plumbing.progress import Pacer, bytes_progress
-from plumbing.units import format_duration, format_eta, format_size, parse_size, size_flag
+from lmshards.plumbing.progress import Pacer, bytes_progress
+from lmshards.plumbing.units import format_duration, format_eta, format_size, parse_size, size_flag
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from preprocess.cli import main
+from lmshards.preprocess.cli import main
 
 REQUIRED = ["--input", "in.txt", "--tokenizer", "tok.json", "--output", "out"]
 
@@ -102,7 +102,7 @@ def test_the_old_batch_size_flag_names_its_new_name(capsys):
 
 
 def test_beam_options_and_their_values_pass_through():
-    from preprocess.cli import build_parser, check_flags
+    from lmshards.preprocess.cli import build_parser, check_flags
 
     parser = build_parser()
     argv = [*REQUIRED, "--runner", "DirectRunner", "--direct_num_workers", "2", "--experiments=a"]
@@ -113,8 +113,8 @@ def test_beam_options_and_their_values_pass_through():
 
 @pytest.mark.parametrize("value, expected", [("", True), ("=true", True), ("=false", False)])
 def test_overwrite_and_verbose_are_switches_as_in_every_command(value, expected):
-    from plumbing.cli import normalize_switches
-    from preprocess.cli import build_parser
+    from lmshards.plumbing.cli import normalize_switches
+    from lmshards.preprocess.cli import build_parser
 
     parser = build_parser()
     args, _ = parser.parse_known_args([*REQUIRED, f"--overwrite{value}", f"--verbose{value}"])

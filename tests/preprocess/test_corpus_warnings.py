@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from preprocess.cli import main
-from preprocess.corpus_warnings import corpus_warnings
-from preprocess.options import PreprocessConfig
-from schemas.manifest import Manifest, SplitInfo, SplitTotals, TokenizerInfo
+from lmshards.preprocess.cli import main
+from lmshards.preprocess.corpus_warnings import corpus_warnings
+from lmshards.preprocess.options import PreprocessConfig
+from lmshards.schemas.manifest import Manifest, SplitInfo, SplitTotals, TokenizerInfo
 
 CONFIG = PreprocessConfig(inputs=("in.txt",), tokenizer="tok.json", output="out")
 
@@ -72,7 +72,7 @@ def test_the_command_logs_the_warnings_on_stderr(tmp_path, sample_tokenizer, cap
     argv += [str(tmp_path / "out"), "--seq_len", "16", "--tokenizer_threads", "1"]
     assert main(argv) == 0
     captured = capsys.readouterr()
-    assert "WARNING preprocess.cli: 198 of 498 documents (40%) are empty" in captured.err
+    assert "WARNING lmshards.preprocess.cli: 198 of 498 documents (40%) are empty" in captured.err
     assert "most are one short line" in captured.err
     assert "the validation split has" in captured.err
     assert "WARNING" not in captured.out

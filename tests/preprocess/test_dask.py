@@ -11,12 +11,12 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from lmshards.cli import main as lmshards_main
+from lmshards.command.cli import main as lmshards_main
 
 distributed = pytest.importorskip("dask.distributed")
 pytestmark = pytest.mark.slow
 
-from preprocess.dask_runner import LOCALHOST, local_cluster  # noqa: E402  (needs dask)
+from lmshards.preprocess.dask_runner import LOCALHOST, local_cluster  # noqa: E402  (needs dask)
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 # Several packing groups and read ranges (so both workers read, pack and write), pad, JSON Lines and text.
@@ -131,7 +131,7 @@ def test_each_step_runs_once_and_finish_bundle_outputs_arrive(cluster, tmp_path)
     options = PipelineOptions(
         [
             "--runner",
-            "preprocess.dask_runner.DaskRunner",
+            "lmshards.preprocess.dask_runner.DaskRunner",
             "--dask_client_address",
             cluster.scheduler_address,
         ]
@@ -152,7 +152,7 @@ def test_each_step_runs_once_and_finish_bundle_outputs_arrive(cluster, tmp_path)
 
 def test_tagged_outputs_are_refused_before_any_cluster_starts():
     pipeline = beam.Pipeline(
-        options=PipelineOptions(["--runner", "preprocess.dask_runner.DaskRunner"])
+        options=PipelineOptions(["--runner", "lmshards.preprocess.dask_runner.DaskRunner"])
     )
     _ = pipeline | beam.Create([1, 2]) | beam.Map(lambda x: x).with_outputs("odd", main="all")
     with pytest.raises(NotImplementedError, match="has tagged outputs"):

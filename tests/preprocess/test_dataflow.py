@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from google.cloud import dataflow_v1beta3  # ships with apache-beam[gcp]
 
-from plumbing import fs
-from plumbing.flag_types import Number
-from plumbing.units import SizeFlag
-from preprocess import runners
-from preprocess.options import (
+from lmshards.plumbing import fs
+from lmshards.plumbing.flag_types import Number
+from lmshards.plumbing.units import SizeFlag
+from lmshards.preprocess import runners
+from lmshards.preprocess.options import (
     LmshardsPreprocessOptions,
     PreprocessConfig,
     config_from_options,
@@ -146,7 +146,7 @@ def _build_dry_run(argv: list[str]):
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from preprocess.pipeline import build_pipeline, plan_preprocess
+    from lmshards.preprocess.pipeline import build_pipeline, plan_preprocess
 
     plan = plan_preprocess(config_from_options(PipelineOptions(argv)))
     pipeline = beam.Pipeline(options=runners.pipeline_options(argv))
@@ -291,7 +291,7 @@ def test_dry_run_stages_the_worker_distribution_built_from_this_checkout(dry_run
 @pytest.mark.gcs
 @pytest.mark.slow
 def test_dry_run_graph_spreads_the_read_and_fuses_no_fan_out_into_one_worker(dry_run, sample_files):
-    from preprocess.sources import ReadOptions, expand_inputs, plan_ranges
+    from lmshards.preprocess.sources import ReadOptions, expand_inputs, plan_ranges
 
     job, argv, work = dry_run
     # The read is split: every sample file is larger than --range_mb, so there are more ranges than files.
@@ -324,7 +324,7 @@ def test_dry_run_graph_spreads_the_read_and_fuses_no_fan_out_into_one_worker(dry
 def test_cli_dry_run_writes_the_job_file_and_never_touches_the_output(
     dry_run, tmp_path, monkeypatch
 ):
-    from preprocess.cli import main
+    from lmshards.preprocess.cli import main
 
     _, argv, work = dry_run
     fs.write_text_atomic(f"{work}/out/keep.txt", "an existing output")
@@ -346,8 +346,8 @@ def test_flex_template_boolean_parameters_parse():
     """The launcher writes every switch as --name=true/false; preprocess reads them as plain switches."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from plumbing.cli import normalize_switches
-    from preprocess.cli import build_parser
+    from lmshards.plumbing.cli import normalize_switches
+    from lmshards.preprocess.cli import build_parser
 
     params = _metadata_params()
     paths = _launcher_argv(params, types={"GCS_READ_FILE", "GCS_WRITE_FOLDER"})

@@ -6,7 +6,7 @@ import hashlib
 
 import numpy as np
 
-from preprocess.stages.encode import TokenizedChunk, doc_hash, doc_hashes, encode_documents
+from lmshards.preprocess.stages.encode import TokenizedChunk, doc_hash, doc_hashes, encode_documents
 
 
 def chunk_of(docs: dict[int, list[int]]) -> TokenizedChunk:

@@ -11,16 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmshards.cli import main as lmshards_main
-from plumbing.errors import TokenizerError
-from preprocess import in_process
-from preprocess.options import PreprocessConfig
-from preprocess.pipeline import in_process_job, plan_preprocess
-from preprocess.sources import InputError
-from preprocess.stages.encode import TokenizedChunk
-from preprocess.stages.tokens import iter_store, read_store_manifest
-from schemas.layouts import SPILL_DIR_PREFIX, TEMP_DIR_NAME
-from schemas.records import read_records
+from lmshards.command.cli import main as lmshards_main
+from lmshards.plumbing.errors import TokenizerError
+from lmshards.preprocess import in_process
+from lmshards.preprocess.options import PreprocessConfig
+from lmshards.preprocess.pipeline import in_process_job, plan_preprocess
+from lmshards.preprocess.sources import InputError
+from lmshards.preprocess.stages.encode import TokenizedChunk
+from lmshards.preprocess.stages.tokens import iter_store, read_store_manifest
+from lmshards.schemas.layouts import SPILL_DIR_PREFIX, TEMP_DIR_NAME
+from lmshards.schemas.records import read_records
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 INPUTS = ["--input", str(GOLDEN / "docs.jsonl"), "--input", str(GOLDEN / "corpus" / "en.txt")]

@@ -11,11 +11,11 @@ import time
 import numpy as np
 import pytest
 
-from lmshards.cli import main as lmshards_main
-from preprocess import inspect_cli
-from schemas import manifest as mf
-from schemas.constants import TRAIN_SPLIT
-from schemas.manifest import read_manifest
+from lmshards.command.cli import main as lmshards_main
+from lmshards.preprocess import inspect_cli
+from lmshards.schemas import manifest as mf
+from lmshards.schemas.constants import TRAIN_SPLIT
+from lmshards.schemas.manifest import read_manifest
 from tests.helpers.shard_factory import write_sample_shards, write_shards
 
 PROGRESS_RE = re.compile(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from plumbing.cli import EXIT_FAILURE, EXIT_OK, error_line
-from plumbing.errors import LmshardsError
-from preprocess.failures import RunFailure
-from preprocess.launch import report_run
+from lmshards.plumbing.cli import EXIT_FAILURE, EXIT_OK, error_line
+from lmshards.plumbing.errors import LmshardsError
+from lmshards.preprocess.failures import RunFailure
+from lmshards.preprocess.launch import report_run
 
 
 def _summary(result: str, seconds: float) -> str:

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from plumbing import fs
-from plumbing.lease import LEASE_NAME, lease_path
-from preprocess import cli, inspect_cli, launch
-from schemas.manifest import read_manifest
+from lmshards.plumbing import fs
+from lmshards.plumbing.lease import LEASE_NAME, lease_path
+from lmshards.preprocess import cli, inspect_cli, launch
+from lmshards.schemas.manifest import read_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "data" / "golden"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from preprocess.stages.encode import TokenizedChunk
-from preprocess.stages.pack import (
+from lmshards.preprocess.stages.encode import TokenizedChunk
+from lmshards.preprocess.stages.pack import (
     best_fit_bins,
     num_groups,
     order_by_hash,
@@ -15,7 +15,7 @@ from preprocess.stages.pack import (
     pack_group,
     sum_totals,
 )
-from schemas.manifest import SplitTotals
+from lmshards.schemas.manifest import SplitTotals
 
 
 def test_num_groups_targets_group_tokens():

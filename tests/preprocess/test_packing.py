@@ -9,16 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmshards.cli import main as lmshards_main
-from plumbing.errors import ManifestError
-from preprocess.options import PreprocessConfig, PreprocessError
-from preprocess.pipeline import check_packing_options
-from preprocess.repack import RepackConfig, run_repack
-from preprocess.stages.encode import encode_documents
-from schemas.constants import PACKED_MANIFEST_FORMAT_VERSION
-from schemas.manifest import read_manifest, require_concatenated
-from schemas.records import decode_examples, read_records
-from schemas.tfmd import read_schema
+from lmshards.command.cli import main as lmshards_main
+from lmshards.plumbing.errors import ManifestError
+from lmshards.preprocess.options import PreprocessConfig, PreprocessError
+from lmshards.preprocess.pipeline import check_packing_options
+from lmshards.preprocess.repack import RepackConfig, run_repack
+from lmshards.preprocess.stages.encode import encode_documents
+from lmshards.schemas.constants import PACKED_MANIFEST_FORMAT_VERSION
+from lmshards.schemas.manifest import read_manifest, require_concatenated
+from lmshards.schemas.records import decode_examples, read_records
+from lmshards.schemas.tfmd import read_schema
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 IN_PROCESS = ["--direct_running_mode=in_memory"]
@@ -199,9 +199,9 @@ def test_inspect_reports_padding_share_segments_and_split_documents(packed_set, 
 
 def test_a_reader_of_versions_1_and_2_only_refuses_a_packed_set(packed_set, monkeypatch):
     """What an older lmshards does with a packed set: it stops, naming the version, never trains across documents."""
-    import schemas.manifest
+    import lmshards.schemas.manifest
 
-    monkeypatch.setattr(schemas.manifest, "READABLE_MANIFEST_VERSIONS", (1, 2))
+    monkeypatch.setattr(lmshards.schemas.manifest, "READABLE_MANIFEST_VERSIONS", (1, 2))
     with pytest.raises(
         ManifestError,
         match=r"Manifest format version 3 is not supported by this version \(reads \[1, 2\]\)",

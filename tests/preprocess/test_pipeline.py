@@ -14,17 +14,27 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-import preprocess
-from preprocess.launch import write_known_files
-from preprocess.options import PreprocessConfig
-from preprocess.pipeline import build_pipeline, plan_preprocess, shard_set
-from preprocess.stages.encode import EncodeDocuments, EncodeSettings, TokenizedChunk, doc_hash
-from preprocess.stages.pack import PackedGroup, PackGroups, pack_blocks
-from preprocess.stages.shard import ShardBatch, WriteShards
-from preprocess.stages.split import SplitDocuments, SplitSettings, split_of, validation_threshold
-from schemas.manifest import ShardInfo, SplitTotals
-from schemas.records import read_records
-from schemas.shards import parse_shard_name
+import lmshards.preprocess
+from lmshards.preprocess.launch import write_known_files
+from lmshards.preprocess.options import PreprocessConfig
+from lmshards.preprocess.pipeline import build_pipeline, plan_preprocess, shard_set
+from lmshards.preprocess.stages.encode import (
+    EncodeDocuments,
+    EncodeSettings,
+    TokenizedChunk,
+    doc_hash,
+)
+from lmshards.preprocess.stages.pack import PackedGroup, PackGroups, pack_blocks
+from lmshards.preprocess.stages.shard import ShardBatch, WriteShards
+from lmshards.preprocess.stages.split import (
+    SplitDocuments,
+    SplitSettings,
+    split_of,
+    validation_threshold,
+)
+from lmshards.schemas.manifest import ShardInfo, SplitTotals
+from lmshards.schemas.records import read_records
+from lmshards.schemas.shards import parse_shard_name
 
 DOCS = [f"Document number {i} says {'hello ' * (i % 7)}and goodbye." for i in range(60)]
 GROUPS = {"train": 2, "validation": 3}
@@ -320,7 +330,7 @@ def test_no_transform_has_tagged_outputs(small_plan):
 
 def test_no_preprocess_module_uses_tagged_outputs():
     """The same, for code not on the default path (e.g. a branch only some inputs take)."""
-    root = Path(preprocess.__file__).parent
+    root = Path(lmshards.preprocess.__file__).parent
     offenders = []
     for path in sorted(root.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

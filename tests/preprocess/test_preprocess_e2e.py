@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 import zstandard
 
-from plumbing import fs
-from preprocess.cli import main as preprocess_main
-from preprocess.options import PreprocessConfig
-from preprocess.pipeline import run_pipeline
-from preprocess.sources import InputError, ReadOptions, iter_documents
-from preprocess.stages.encode import doc_hash
-from preprocess.stages.split import split_of, validation_threshold
-from schemas.manifest import read_manifest
-from schemas.records import read_records
-from schemas.shards import parse_shard_name
+from lmshards.plumbing import fs
+from lmshards.preprocess.cli import main as preprocess_main
+from lmshards.preprocess.options import PreprocessConfig
+from lmshards.preprocess.pipeline import run_pipeline
+from lmshards.preprocess.sources import InputError, ReadOptions, iter_documents
+from lmshards.preprocess.stages.encode import doc_hash
+from lmshards.preprocess.stages.split import split_of, validation_threshold
+from lmshards.schemas.manifest import read_manifest
+from lmshards.schemas.records import read_records
+from lmshards.schemas.shards import parse_shard_name
 
 IN_PROCESS = ["--direct_running_mode=in_memory"]
 VALIDATION_FRACTION = 0.05
@@ -363,7 +363,7 @@ def test_gcs_inputs_tokenizer_and_output(gcs_emulator, sample_dir, sample_tokeni
 def test_worker_log_lines_of_ours_are_kept_and_shortened_beam_chatter_dropped():
     import logging
 
-    from preprocess.cli import _from_preprocess_or_error
+    from lmshards.preprocess.cli import _from_preprocess_or_error
 
     def record(level: int, entry: str) -> logging.LogRecord:
         return logging.LogRecord("beam", level, __file__, 1, "Worker: %s", (entry,), None)

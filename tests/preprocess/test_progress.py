@@ -9,11 +9,17 @@ from pathlib import Path
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 
-from preprocess.sources import ReadOptions, ReadRange, ReadStats, expand_inputs, plan_ranges
-from preprocess.sources.core.ranges import TO_END
-from preprocess.stages import metrics
-from preprocess.stages.read import ReadProgress, SizedRange, progress_line, size_ranges
-from schemas.manifest import (
+from lmshards.preprocess.sources import (
+    ReadOptions,
+    ReadRange,
+    ReadStats,
+    expand_inputs,
+    plan_ranges,
+)
+from lmshards.preprocess.sources.core.ranges import TO_END
+from lmshards.preprocess.stages import metrics
+from lmshards.preprocess.stages.read import ReadProgress, SizedRange, progress_line, size_ranges
+from lmshards.schemas.manifest import (
     InputFileInfo,
     Manifest,
     ShardInfo,
@@ -47,7 +53,7 @@ def test_read_progress_counts_live_ranges_as_read_and_others_when_finished(caplo
     progress = ReadProgress(total_bytes=10_000_000, every_s=0.0)
     text = SizedRange(ReadRange("a.txt", 0, 6_000_000), input_bytes=6_000_000, live=True)
     packed = SizedRange(ReadRange("b.txt.gz", 0, TO_END), input_bytes=4_000_000, live=False)
-    with caplog.at_level(logging.INFO, logger="preprocess.stages.read"):
+    with caplog.at_level(logging.INFO, logger="lmshards.preprocess.stages.read"):
         progress.report(text, ReadStats(documents=3, bytes_read=2_500_000))
         progress.report(text, ReadStats(documents=9, bytes_read=6_000_000), finished=True)
         progress.report(
@@ -71,7 +77,7 @@ def test_read_progress_counts_live_ranges_as_read_and_others_when_finished(caplo
 
 def test_read_progress_logs_at_most_every_interval(caplog):
     progress = ReadProgress(total_bytes=10, every_s=3600.0)
-    with caplog.at_level(logging.INFO, logger="preprocess.stages.read"):
+    with caplog.at_level(logging.INFO, logger="lmshards.preprocess.stages.read"):
         progress.report(
             SizedRange(ReadRange("a", 0, 10), 10, live=True),
             ReadStats(bytes_read=10),
@@ -81,7 +87,7 @@ def test_read_progress_logs_at_most_every_interval(caplog):
 
 
 def test_stage_progress_logs_the_last_item_and_what_a_bundle_left(caplog):
-    with caplog.at_level(logging.INFO, logger="preprocess.stages.metrics"):
+    with caplog.at_level(logging.INFO, logger="lmshards.preprocess.stages.metrics"):
         shards = metrics.StageProgress("wrote", "shards", every_s=3600.0)
         for records in (10, 11, 10):
             shards.add(records, total=3)
@@ -149,10 +155,10 @@ def test_finished_line():
 
 
 def test_a_run_logs_each_stage_and_counts_under_the_same_names(tmp_path, caplog):
-    from preprocess import pipeline as pipeline_module
-    from preprocess.launch import write_known_files
-    from preprocess.options import PreprocessConfig
-    from schemas.manifest import read_manifest
+    from lmshards.preprocess import pipeline as pipeline_module
+    from lmshards.preprocess.launch import write_known_files
+    from lmshards.preprocess.options import PreprocessConfig
+    from lmshards.schemas.manifest import read_manifest
 
     output = tmp_path / "out"
     config = PreprocessConfig(

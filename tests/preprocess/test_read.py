@@ -12,9 +12,9 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from preprocess.sources import InputError, ReadOptions, ReadStats, expand_inputs
-from preprocess.stages.metrics import METRICS_NAMESPACE
-from preprocess.stages.read import COUNTERS, INPUT_BYTES_COUNTER, ReadDocuments
+from lmshards.preprocess.sources import InputError, ReadOptions, ReadStats, expand_inputs
+from lmshards.preprocess.stages.metrics import METRICS_NAMESPACE
+from lmshards.preprocess.stages.read import COUNTERS, INPUT_BYTES_COUNTER, ReadDocuments
 
 LINES = (
     b"\xef\xbb\xbf" + b"alpha one\r\n\r\nbeta \xff two\r\ngamma\x00 three\n   \ndelta four\n" * 3
@@ -146,7 +146,7 @@ def test_read_documents_checks_inputs_while_building(tmp_path):
 
 def check_numbered(files, options: ReadOptions, range_bytes: int, expected) -> None:
     """Checks the (file name, document index, record, text) of every document of a numbered read."""
-    from preprocess.curation.stage import NumberDocuments
+    from lmshards.preprocess.curation.stage import NumberDocuments
 
     with test_pipeline.TestPipeline(runner="FnApiRunner") as p:
         docs = (

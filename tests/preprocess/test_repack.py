@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from lmshards.cli import main as lmshards_main
-from plumbing.errors import OutputError
-from plumbing.flag_types import FlagRangeError
-from plumbing.outputs import owned_entries
-from preprocess.failures import RunFailure
-from preprocess.options import PreprocessConfig
-from preprocess.pipeline import run_pipeline
-from preprocess.repack import RepackConfig, run_repack
-from preprocess.stages.tokens import TokenStoreError, read_store_manifest
-from schemas.layouts import PREPROCESS_OUTPUT
-from schemas.manifest import read_manifest
+from lmshards.command.cli import main as lmshards_main
+from lmshards.plumbing.errors import OutputError
+from lmshards.plumbing.flag_types import FlagRangeError
+from lmshards.plumbing.outputs import owned_entries
+from lmshards.preprocess.failures import RunFailure
+from lmshards.preprocess.options import PreprocessConfig
+from lmshards.preprocess.pipeline import run_pipeline
+from lmshards.preprocess.repack import RepackConfig, run_repack
+from lmshards.preprocess.stages.tokens import TokenStoreError, read_store_manifest
+from lmshards.schemas.layouts import PREPROCESS_OUTPUT
+from lmshards.schemas.manifest import read_manifest
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 IN_PROCESS = ["--direct_running_mode=in_memory"]
@@ -214,12 +214,12 @@ def test_a_part_damaged_in_place_fails_the_run_naming_it_and_leaves_no_output(st
 def test_a_run_interrupted_by_a_full_disk_leaves_no_manifest(store_run, tmp_path, monkeypatch):
     import errno
 
-    import preprocess.stages.shard
+    import lmshards.preprocess.stages.shard
 
     def full_disk(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(preprocess.stages.shard, "write_shard", full_disk)
+    monkeypatch.setattr(lmshards.preprocess.stages.shard, "write_shard", full_disk)
     out = tmp_path / "out"
     with pytest.raises(RunFailure, match="the disk is full"):
         run_repack(RepackConfig(tokens=str(store_run), output=str(out)), IN_PROCESS)
@@ -335,7 +335,7 @@ def test_other_runners_write_a_store_in_several_parts_and_repack_the_same_bytes(
 ):
     """A store written by 2 worker processes (one part per bundle), repacked on them and on Dask."""
     distributed = pytest.importorskip("dask.distributed")
-    from preprocess.dask_runner import LOCALHOST
+    from lmshards.preprocess.dask_runner import LOCALHOST
 
     workers = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
     config = PreprocessConfig(
@@ -366,7 +366,7 @@ def test_other_runners_write_a_store_in_several_parts_and_repack_the_same_bytes(
 
 
 def test_a_store_on_gcs_repacks_to_gcs(gcs_emulator, tmp_path):
-    from plumbing import fs
+    from lmshards.plumbing import fs
 
     bucket = gcs_emulator
     for path in sorted((GOLDEN / "corpus").glob("*.txt")):
@@ -393,7 +393,7 @@ def test_a_store_on_gcs_repacks_to_gcs(gcs_emulator, tmp_path):
 
 
 def test_repack_refuses_an_output_another_live_writer_holds(store_run, tmp_path, capsys):
-    from plumbing import lease
+    from lmshards.plumbing import lease
 
     output = tmp_path / "out"
     run_repack(RepackConfig(tokens=str(store_run), output=str(output)), IN_PROCESS)

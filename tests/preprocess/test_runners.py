@@ -8,8 +8,8 @@ import sys
 import pytest
 from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
 
-from preprocess import runners
-from preprocess.options import PreprocessError
+from lmshards.preprocess import runners
+from lmshards.preprocess.options import PreprocessError
 
 UNKNOWN = (
     "--runner 'Foo' is not a known runner; use one of DirectRunner, DataflowRunner, DaskRunner, FlinkRunner, "
@@ -56,7 +56,7 @@ def test_a_class_path_that_does_not_import_names_the_module():
 def _without_dask(monkeypatch) -> None:
     """As if dask were not installed: its modules fail to import."""
     for name in list(sys.modules):
-        if name in ("dask", "preprocess.dask_runner") or name.startswith(
+        if name in ("dask", "lmshards.preprocess.dask_runner") or name.startswith(
             ("dask.", "distributed", "apache_beam.runners.dask")
         ):
             monkeypatch.delitem(sys.modules, name)
@@ -82,7 +82,7 @@ def test_dask_names_map_to_our_dask_runner(name):
     assert (
         options.view_as(StandardOptions).runner
         == runners.DASK_RUNNER
-        == "preprocess.dask_runner.DaskRunner"
+        == "lmshards.preprocess.dask_runner.DaskRunner"
     )
     assert runners.tokenizer_threads(0, options) == 1  # one worker process per core
 
@@ -108,7 +108,7 @@ def test_dataflow_without_the_gcp_libraries_names_what_to_install(monkeypatch):
 
 
 def test_runner_errors_exit_2_with_one_line(capsys, monkeypatch):
-    from preprocess.cli import main
+    from lmshards.preprocess.cli import main
 
     _without_dask(monkeypatch)
     golden = "tests/data/golden"

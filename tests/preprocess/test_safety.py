@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from plumbing import fs
-from plumbing.errors import ManifestError
-from plumbing.outputs import WRITE_PROBE_PREFIX
-from preprocess.cli import main
-from preprocess.failures import RunFailure, is_reported_failure, run_failure, user_error
-from preprocess.sources import InputError
-from schemas.layouts import TEMP_DIR_NAME
-from schemas.manifest import TOKENIZER_RELPATH, manifest_from_dict, read_manifest
-from schemas.tokenizer_info import fingerprint
+from lmshards.plumbing import fs
+from lmshards.plumbing.errors import ManifestError
+from lmshards.plumbing.outputs import WRITE_PROBE_PREFIX
+from lmshards.preprocess.cli import main
+from lmshards.preprocess.failures import RunFailure, is_reported_failure, run_failure, user_error
+from lmshards.preprocess.sources import InputError
+from lmshards.schemas.layouts import TEMP_DIR_NAME
+from lmshards.schemas.manifest import TOKENIZER_RELPATH, manifest_from_dict, read_manifest
+from lmshards.schemas.tokenizer_info import fingerprint
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 TOKENIZER = GOLDEN / "tokenizer.json"  # vocabulary 400: fast to load
@@ -339,7 +339,7 @@ def test_a_manifest_naming_a_file_outside_the_output_is_refused(
     with pytest.raises(ManifestError, match=f"Manifest {field} {value!r}"):
         read_manifest(str(out_dir))
 
-    from preprocess.inspect_cli import main as inspect_main
+    from lmshards.preprocess.inspect_cli import main as inspect_main
 
     assert inspect_main([str(out_dir)]) == 2
     assert f"Manifest {field} {value!r}" in _error_line_of(capsys.readouterr().err, "inspect")
@@ -359,13 +359,13 @@ def test_worker_errors_are_traced_back_to_what_the_user_can_fix():
     # Worker processes, Dask, Dataflow: the worker's traceback as text.
     remote = RuntimeError(
         'Traceback (most recent call last):\n  File "/w/preprocess/read.py", line 1, in process\n'
-        "preprocess.sources.core.options.InputError: '/data/x.gz': truncated; re-create it. "
+        "lmshards.preprocess.sources.core.options.InputError: '/data/x.gz': truncated; re-create it. "
         "[while running 'Read/ReadRanges']\n"
     )
     error = user_error(remote)
     assert type(error) is InputError and str(error) == "'/data/x.gz': truncated; re-create it."
     assert (
-        type(user_error(RuntimeError("plumbing.errors.ManifestError: bad manifest")))
+        type(user_error(RuntimeError("lmshards.plumbing.errors.ManifestError: bad manifest")))
         is ManifestError
     )
     # Disk errors, as an exception or as text.
@@ -404,7 +404,7 @@ def test_beams_log_records_of_reported_failures_are_recognised():
         record("apache_beam.runners.common", logging.ERROR, "a bug", ValueError("bug"))
     )
     assert not is_reported_failure(
-        record("preprocess.stages.read", logging.ERROR, "InputError", InputError("x"))
+        record("lmshards.preprocess.stages.read", logging.ERROR, "InputError", InputError("x"))
     )
     assert not is_reported_failure(
         record("apache_beam.runners.common", logging.WARNING, "", InputError("x"))
@@ -454,7 +454,7 @@ def test_the_output_carries_its_tokenizer_and_schema(capsys, corpus, tmp_path, t
         == manifest.tokenizer.fingerprint
     )
 
-    from schemas.tfmd import parse_spec_from_schema, read_schema
+    from lmshards.schemas.tfmd import parse_spec_from_schema, read_schema
 
     schema = read_schema(str(out_dir))
     ids = next(f for f in schema.feature if f.name == "input_ids")

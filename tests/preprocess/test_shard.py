@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from preprocess.stages.pack import PackedGroup, pack_blocks
-from preprocess.stages.shard import (
+from lmshards.preprocess.stages.pack import PackedGroup, pack_blocks
+from lmshards.preprocess.stages.shard import (
     GroupSize,
     ShardBatch,
     layout_splits,
@@ -16,7 +16,7 @@ from preprocess.stages.shard import (
     shard_of,
     write_shard,
 )
-from schemas.records import frame_record, read_records
+from lmshards.schemas.records import frame_record, read_records
 
 MB = 1 << 20
 

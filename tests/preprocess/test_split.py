@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from preprocess.stages.encode import TokenizedChunk, doc_hash
-from preprocess.stages.split import (
+from lmshards.preprocess.stages.encode import TokenizedChunk, doc_hash
+from lmshards.preprocess.stages.split import (
     SplitSettings,
     _RouteFn,
     route_documents,

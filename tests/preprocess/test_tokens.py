@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from preprocess.stages.encode import TokenizedChunk
-from preprocess.stages.tokens import (
+from lmshards.preprocess.stages.encode import TokenizedChunk
+from lmshards.preprocess.stages.tokens import (
     UINT16,
     UINT32,
     TokenStoreError,
@@ -26,7 +26,7 @@ from preprocess.stages.tokens import (
     read_store_manifest,
     write_part,
 )
-from schemas.manifest import InputFileInfo, TokenizerInfo
+from lmshards.schemas.manifest import InputFileInfo, TokenizerInfo
 
 
 def _chunk(max_id: int, documents: int = 50, seed: int = 0) -> TokenizedChunk:
@@ -159,9 +159,9 @@ def test_pieces_cut_between_documents_and_keep_every_one_in_order(max_tokens):
 
 
 def test_a_part_is_read_a_row_group_at_a_time_and_still_whole(tmp_path, monkeypatch):
-    import preprocess.stages.tokens
+    import lmshards.preprocess.stages.tokens
 
-    monkeypatch.setattr(preprocess.stages.tokens, "ROW_GROUP_TOKENS", 2000)
+    monkeypatch.setattr(lmshards.preprocess.stages.tokens, "ROW_GROUP_TOKENS", 2000)
     chunk = _chunk(399, documents=200)
     info = write_part(str(tmp_path), chunk, UINT16)
     groups = list(decode_pieces((tmp_path / info.path).read_bytes(), info, info.path))

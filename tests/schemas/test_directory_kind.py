@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from lmshards.cli import main as lmshards_main
-from schemas import directory_kind as kinds
-from schemas.constants import MANIFEST_FORMAT, TOKENS_FORMAT
+from lmshards.command.cli import main as lmshards_main
+from lmshards.schemas import directory_kind as kinds
+from lmshards.schemas.constants import MANIFEST_FORMAT, TOKENS_FORMAT
 
 
 def _make(root, kind):

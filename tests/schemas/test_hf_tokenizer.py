@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from schemas.hf_tokenizer import wrap_fast_tokenizer
+from lmshards.schemas.hf_tokenizer import wrap_fast_tokenizer
 
 # role -> token, listed in id order
 BERT_ROLES = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}

@@ -1,12 +1,12 @@
-"""The files each kind of output owns: token store part names, and layouts plumbing.outputs applies."""
+"""The files each kind of output owns: token store part names, and layouts lmshards.plumbing.outputs applies."""
 
 from __future__ import annotations
 
 import json
 
-from plumbing.outputs import owned_entries
-from schemas import layouts
-from schemas.constants import TOKENS_FORMAT
+from lmshards.plumbing.outputs import owned_entries
+from lmshards.schemas import layouts
+from lmshards.schemas.constants import TOKENS_FORMAT
 
 
 def test_token_part_names_are_made_and_recognised_in_one_place():

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from plumbing import fs
-from plumbing.errors import ManifestError, TokenizerError
-from schemas.manifest import (
+from lmshards.plumbing import fs
+from lmshards.plumbing.errors import ManifestError, TokenizerError
+from lmshards.schemas.manifest import (
     InputFileInfo,
     Manifest,
     ShardInfo,
@@ -20,8 +20,8 @@ from schemas.manifest import (
     read_manifest,
     write_manifest,
 )
-from schemas.shards import parse_shard_name, shard_name
-from schemas.tokenizer_info import fingerprint, locate_tokenizer, special_token_ids
+from lmshards.schemas.shards import parse_shard_name, shard_name
+from lmshards.schemas.tokenizer_info import fingerprint, locate_tokenizer, special_token_ids
 
 HF_RUN_MLM_RE = re.compile(r"-\d+-(\d+)\.tfrecord")  # what run_mlm.py counts samples with
 
@@ -132,7 +132,7 @@ def test_manifest_on_gcs(gcs_emulator):
 
 
 def test_never_masked_ids_are_the_special_and_role_ids_once_each_sorted():
-    from schemas.manifest import TokenizerInfo
+    from lmshards.schemas.manifest import TokenizerInfo
 
     info = TokenizerInfo(
         fingerprint="sha256:0",
@@ -144,7 +144,7 @@ def test_never_masked_ids_are_the_special_and_role_ids_once_each_sorted():
 
 
 def test_a_tokenizer_of_another_fingerprint_is_refused_naming_both(sample_tokenizer):
-    from schemas.tokenizer_info import checked_tokenizer
+    from lmshards.schemas.tokenizer_info import checked_tokenizer
 
     right = fingerprint(sample_tokenizer.read_text())
     source = checked_tokenizer(

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from plumbing.errors import LmshardsError
-from preprocess import inspect_cli
-from schemas.manifest import TOKENIZER_RELPATH, read_manifest
+from lmshards.plumbing.errors import LmshardsError
+from lmshards.preprocess import inspect_cli
+from lmshards.schemas.manifest import TOKENIZER_RELPATH, read_manifest
+from lmshards.train.inputs import mixture
 from tests.helpers.shard_factory import carry_tokenizer, write_sample_shards
-from train.inputs import mixture
 
 ERROR = "lmshards inspect: error: "
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from lmshards.cli import main as lmshards_main
-from plumbing.errors import ManifestError
-from schemas.manifest import (
+from lmshards.command.cli import main as lmshards_main
+from lmshards.plumbing.errors import ManifestError
+from lmshards.schemas.manifest import (
     Manifest,
     ShardInfo,
     SplitInfo,
@@ -19,7 +19,7 @@ from schemas.manifest import (
     read_manifest,
     write_manifest,
 )
-from schemas.shards import shard_relpath
+from lmshards.schemas.shards import shard_relpath
 
 SEQ_LEN = 8
 RECORDS = 3

@@ -6,9 +6,9 @@ import os
 
 import numpy as np
 
-from schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
-from schemas.manifest import TokenizerInfo
-from schemas.reading import read_split
+from lmshards.schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
+from lmshards.schemas.manifest import TokenizerInfo
+from lmshards.schemas.reading import read_split
 from tests.helpers.shard_factory import write_shards
 
 TOKENIZER = TokenizerInfo(

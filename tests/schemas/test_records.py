@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from schemas.constants import FEATURE_NAMES
-from schemas.records import (
+from lmshards.schemas.constants import FEATURE_NAMES
+from lmshards.schemas.records import (
     CorruptRecordError,
     MalformedExampleError,
     decode_examples,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lmshards.cli import main as lmshards_main
+from lmshards.command.cli import main as lmshards_main
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 CASES = json.loads((GOLDEN / "cases.json").read_text(encoding="utf-8"))
@@ -92,7 +92,7 @@ def test_shards_are_byte_identical_to_0_1_0(case, runner, tmp_path):
 
 
 def test_a_0_1_0_manifest_still_reads(tmp_path):
-    from schemas.manifest import read_manifest
+    from lmshards.schemas.manifest import read_manifest
 
     manifest = dict(EXPECTED["lines_default"]["manifest"], created_at="", tool_version="0.1.0")
     (tmp_path / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")

@@ -14,11 +14,17 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 from tensorflow_transform.tf_metadata import schema_utils
 from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
 
-from plumbing import fs
-from plumbing.errors import ManifestError
-from schemas.constants import ATTENTION_MASK, INPUT_IDS, SCHEMA_NAME
-from schemas.records import encode_examples, feature_spec, frame_record, parse_spec, read_records
-from schemas.tfmd import (
+from lmshards.plumbing import fs
+from lmshards.plumbing.errors import ManifestError
+from lmshards.schemas.constants import ATTENTION_MASK, INPUT_IDS, SCHEMA_NAME
+from lmshards.schemas.records import (
+    encode_examples,
+    feature_spec,
+    frame_record,
+    parse_spec,
+    read_records,
+)
+from lmshards.schemas.tfmd import (
     feature_domains,
     parse_spec_from_schema,
     read_schema,
@@ -37,8 +43,8 @@ class NotInTheImage(importlib.abc.MetaPathFinder):
         if name.split(".")[0] in {"tensorflow", "tensorflow_transform", "tfx_bsl"}:
             raise ImportError(name + " is not in the Dataflow image")
 sys.meta_path.insert(0, NotInTheImage())
-from schemas.records import feature_spec
-from schemas.tfmd import schema_for, write_schema
+from lmshards.schemas.records import feature_spec
+from lmshards.schemas.tfmd import schema_for, write_schema
 write_schema(sys.argv[1], schema_for(feature_spec(int(sys.argv[2])), vocab_size=int(sys.argv[3])))
 """
 

@@ -9,8 +9,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from plumbing.errors import LmshardsError  # noqa: E402
-from train.backends.tensorflow_checkpoint import RunCheckpoints, complete_checkpoints  # noqa: E402
+from lmshards.plumbing.errors import LmshardsError  # noqa: E402
+from lmshards.train.backends.tensorflow_checkpoint import RunCheckpoints, complete_checkpoints  # noqa: E402
 
 # Large enough that the data file is mostly tensor bytes, so a flipped byte lands inside a tensor.
 SIZE = 50_000

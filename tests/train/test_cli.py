@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from train.commands import cli, export_cli, fill_mask_cli
+from lmshards.train.commands import cli, export_cli, fill_mask_cli
 
 COMMANDS = {"train": cli, "export": export_cli, "fill-mask": fill_mask_cli}
 

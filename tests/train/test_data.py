@@ -11,15 +11,15 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from plumbing.errors import LmshardsError  # noqa: E402
-from schemas.manifest import read_manifest  # noqa: E402
-from schemas.records import parse_spec  # noqa: E402
-from schemas.tokenizer_info import locate_tokenizer  # noqa: E402
+from lmshards.plumbing.errors import LmshardsError  # noqa: E402
+from lmshards.schemas.manifest import read_manifest  # noqa: E402
+from lmshards.schemas.records import parse_spec  # noqa: E402
+from lmshards.schemas.tokenizer_info import locate_tokenizer  # noqa: E402
+from lmshards.train.backends.tensorflow_checkpoint import RunCheckpoints  # noqa: E402
+from lmshards.train.commands import cli  # noqa: E402
+from lmshards.train.inputs import data, mixture  # noqa: E402
+from lmshards.train.masking_recipes import MASKING_RECIPES, WORD_RECIPES  # noqa: E402
 from tests.helpers.shard_factory import write_sample_shards  # noqa: E402
-from train.backends.tensorflow_checkpoint import RunCheckpoints  # noqa: E402
-from train.commands import cli  # noqa: E402
-from train.inputs import data, mixture  # noqa: E402
-from train.masking_recipes import MASKING_RECIPES, WORD_RECIPES  # noqa: E402
 
 SEQ_LEN = 32
 BATCH = 16

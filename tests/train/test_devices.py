@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from plumbing.errors import LmshardsError
-from train import devices
-from train.devices import (
+from lmshards.plumbing.errors import LmshardsError
+from lmshards.train import devices
+from lmshards.train.devices import (
     GpuInfo,
     call_sizes,
     check_tpu_batch,
@@ -297,7 +297,7 @@ class FakeInit:
 
 @pytest.fixture(scope="module")
 def strategy_module():
-    from train.backends import tensorflow_strategy
+    from lmshards.train.backends import tensorflow_strategy
 
     return tensorflow_strategy
 
@@ -319,7 +319,7 @@ def test_auto_with_a_signal_falls_back_with_a_warning_naming_it(strategy_module,
     import tensorflow as tf
 
     init = FakeInit(error)
-    with caplog.at_level(logging.WARNING, logger="train.backends.tensorflow_strategy"):
+    with caplog.at_level(logging.WARNING, logger="lmshards.train.backends.tensorflow_strategy"):
         strategy = strategy_module.make_strategy(
             "auto", tpu=None, signals=["device /dev/vfio/0"], init_tpu=init
         )

@@ -9,7 +9,12 @@ import importlib
 import pytest
 
 # Without TensorFlow or Keras: these run in a second.
-MODULES = ["train.backend_names", "train.backends.base", "train.families", "train.families.base"]
+MODULES = [
+    "lmshards.train.backend_names",
+    "lmshards.train.backends.base",
+    "lmshards.train.families",
+    "lmshards.train.families.base",
+]
 
 
 def run_doctests(name: str) -> None:
@@ -25,4 +30,4 @@ def test_the_examples_run(name):
 
 def test_the_input_plan_examples_run():
     pytest.importorskip("tensorflow")
-    run_doctests("train.inputs.input_plan")
+    run_doctests("lmshards.train.inputs.input_plan")

@@ -16,8 +16,8 @@ import pytest
 
 pytest.importorskip("keras_hub")
 
+from lmshards.train.backends.tensorflow_checkpoint import complete_checkpoints  # noqa: E402
 from tests.helpers.shard_factory import write_sample_shards  # noqa: E402
-from train.backends.tensorflow_checkpoint import complete_checkpoints  # noqa: E402
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -99,8 +99,8 @@ def train_losses(run: Path) -> dict[int, float]:
 @pytest.fixture(scope="module")
 def uninterrupted(shards, sample_tokenizer, tmp_path_factory) -> Path:
     """The reference run, in this process (saves a TensorFlow start-up); the others run as subprocesses."""
-    from train.commands.cli import parse_config
-    from train.loop.trainer import train
+    from lmshards.train.commands.cli import parse_config
+    from lmshards.train.loop.trainer import train
 
     run = tmp_path_factory.mktemp("uninterrupted") / "run"
     train(parse_config(train_cmd(shards, run, "--tokenizer", str(sample_tokenizer))[4:]))
@@ -140,9 +140,9 @@ def test_loss_falls_and_eval_is_reported(uninterrupted):
 def test_load_model_from_run_restores_the_trained_weights(uninterrupted):
     import numpy as np
 
-    from plumbing.errors import LmshardsError
-    from train.backends.weights import load_model_from_run
-    from train.network.model import build_masked_lm
+    from lmshards.plumbing.errors import LmshardsError
+    from lmshards.train.backends.weights import load_model_from_run
+    from lmshards.train.network.model import build_masked_lm
 
     latest, config = load_model_from_run(str(uninterrupted))
     named, _ = load_model_from_run(
@@ -218,7 +218,7 @@ MIRRORED = """
 import sys, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from train.commands.cli import main
+from lmshards.train.commands.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 

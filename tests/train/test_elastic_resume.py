@@ -20,10 +20,10 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from plumbing.errors import LmshardsError  # noqa: E402
+from lmshards.plumbing.errors import LmshardsError  # noqa: E402
+from lmshards.train.inputs import data, mixture  # noqa: E402
+from lmshards.train.inputs.input_plan import InputPlan  # noqa: E402
 from tests.helpers.shard_factory import write_sample_shards  # noqa: E402
-from train.inputs import data, mixture  # noqa: E402
-from train.inputs.input_plan import InputPlan  # noqa: E402
 
 SEQ_LEN = 32
 GLOBAL_BATCH = 8
@@ -76,7 +76,7 @@ def test_every_replica_count_gives_each_step_the_same_rows_and_masks(shards):
 
 
 def test_word_recipes_mask_the_same_words_on_every_replica_count(shards, sample_tokenizer):
-    from schemas.tokenizer_info import locate_tokenizer
+    from lmshards.schemas.tokenizer_info import locate_tokenizer
 
     tokenizer = locate_tokenizer(str(sample_tokenizer))
     one = train_steps(plan(shards, 1, recipe="span", tokenizer=tokenizer), start_step=0, steps=3)
@@ -194,7 +194,7 @@ TF_DEVICES = """
 import sys, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * {devices})
-from train.commands.cli import main
+from lmshards.train.commands.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -267,7 +267,7 @@ import numpy as np, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 4)
 import keras
-from train.backends import tensorflow_dropout
+from lmshards.train.backends import tensorflow_dropout
 one_replica = {}
 for shape in ([8, 5, 3], [8, 3, 3]):  # replica draws that start on and inside a counter block
     one_replica[str(shape)] = keras.random.dropout(tf.ones(shape), 0.3, seed=keras.random.SeedGenerator(5)).numpy()

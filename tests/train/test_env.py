@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from schemas.version import __version__
-from train import devices
-from train.commands import runtime_check
-from train.commands.env_cli import STACK, main
-from train.commands.runtime_check import RuntimeProbe
-from train.devices import TPU_ENV_VARS
+from lmshards.schemas.version import __version__
+from lmshards.train import devices
+from lmshards.train.commands import runtime_check
+from lmshards.train.commands.env_cli import STACK, main
+from lmshards.train.commands.runtime_check import RuntimeProbe
+from lmshards.train.devices import TPU_ENV_VARS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -125,7 +125,7 @@ def test_unknown_flag_is_one_error_line_with_a_hint(capsys):
 def test_lmshards_env_runs_without_importing_tensorflow():
     """The real command, in its own process and on this machine's /dev, with every GPU hidden."""
     code = (
-        "import sys; from lmshards.cli import main; rc = main(['env', '--json']); "
+        "import sys; from lmshards.command.cli import main; rc = main(['env', '--json']); "
         "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'; sys.exit(rc)"
     )
     environ = {k: v for k, v in os.environ.items() if k not in TPU_ENV_VARS}

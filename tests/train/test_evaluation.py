@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from train.evaluation import EvalSums, eval_record, final_eval_record, is_final_eval, total
+from lmshards.train.evaluation import EvalSums, eval_record, final_eval_record, is_final_eval, total
 
 
 def test_eval_record_is_per_set_plus_the_weighted_mean():

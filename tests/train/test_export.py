@@ -14,8 +14,19 @@ import transformers
 from safetensors.numpy import load_file, save_file
 from tokenizers import Tokenizer
 
-from plumbing.errors import LmshardsError, TokenizerError
-from schemas.tokenizer_info import locate_tokenizer, special_token_ids
+from lmshards.plumbing.errors import LmshardsError, TokenizerError
+from lmshards.schemas.tokenizer_info import locate_tokenizer, special_token_ids
+from lmshards.train.commands import export_cli
+from lmshards.train.divergence import DivergenceError
+from lmshards.train.export.hf_export import check_loads_cleanly, export_masked_lm, push_to_hub
+from lmshards.train.families import FAMILIES, family_names, get_family
+from lmshards.train.network.hf_mapping import (
+    MaskedLMSpec,
+    hf_config,
+    hf_state_dict,
+    keras_weight_names,
+)
+from lmshards.train.network.keras_weights import keras_weights, masked_lm_spec
 from tests.helpers.masked_lm_factory import (
     SEQ_LEN,
     perturb,
@@ -23,12 +34,6 @@ from tests.helpers.masked_lm_factory import (
     train_bert_tokenizer,
     transformers_tokenizer_dir,
 )
-from train.commands import export_cli
-from train.divergence import DivergenceError
-from train.export.hf_export import check_loads_cleanly, export_masked_lm, push_to_hub
-from train.families import FAMILIES, family_names, get_family
-from train.network.hf_mapping import MaskedLMSpec, hf_config, hf_state_dict, keras_weight_names
-from train.network.keras_weights import keras_weights, masked_lm_spec
 
 TEXTS = [
     "The capital of France is Paris.",
@@ -210,8 +215,8 @@ def test_bert_export_gives_keras_encoder_states_and_close_logits(bert_export):
 @pytest.mark.parametrize("family", family_names())
 def test_export_of_the_trainers_model_gives_its_logits(family, tmp_path, sample_tokenizer):
     """The trainer builds each family's head as its transformers head computes, so every family exports exactly."""
-    from train.config import ModelConfig
-    from train.network.model import build_masked_lm
+    from lmshards.train.config import ModelConfig
+    from lmshards.train.network.model import build_masked_lm
 
     vocabulary_size = Tokenizer.from_file(str(sample_tokenizer)).get_vocab_size()
     masked_lm = build_masked_lm(
@@ -433,8 +438,8 @@ def test_push_to_hub_offline_or_unreachable_names_the_local_export(roberta_expor
 
 def train_tiny_run(tmp_path: Path, *, tokenizer_json: Path, files: list[Path]) -> Path:
     """A real `lmshards train` run (4 steps, checkpoints at 2 and 4) on shards of the sample corpus."""
+    from lmshards.train.commands import cli as train_cli
     from tests.helpers.shard_factory import write_sample_shards
-    from train.commands import cli as train_cli
 
     write_sample_shards(
         tmp_path / "shards",
@@ -512,7 +517,7 @@ def test_export_checks_its_output_and_the_run_config_before_any_work(tmp_path, c
 def test_export_cli_exports_a_training_run_at_its_latest_or_a_chosen_checkpoint(
     tmp_path, sample_tokenizer, sample_files, bert_tokenizer_dir, capfd
 ):
-    from train.backends.weights import load_model_from_run
+    from lmshards.train.backends.weights import load_model_from_run
 
     run_dir = train_tiny_run(tmp_path, tokenizer_json=sample_tokenizer, files=sample_files)
     specials = special_token_ids(locate_tokenizer(str(sample_tokenizer)))
@@ -551,7 +556,7 @@ def test_export_cli_exports_a_training_run_at_its_latest_or_a_chosen_checkpoint(
 def test_export_copies_a_transformers_tokenizer_directory_from_gcs(
     gcs_emulator, bert_export, bert_tokenizer_dir, tmp_path
 ):
-    from plumbing import fs
+    from lmshards.plumbing import fs
 
     remote = f"{gcs_emulator}/export-test/tokenizer"
     for path in bert_tokenizer_dir.iterdir():
@@ -589,8 +594,8 @@ def test_export_refuses_non_finite_weights_and_writes_nothing(sample_tokenizer, 
 
 
 def test_export_names_the_step_and_warns_when_the_run_has_not_finished(tmp_path, caplog):
-    from train.export.hf_export import checkpoint_step, log_exported_step
-    from train.run_dir import RunDir
+    from lmshards.train.export.hf_export import checkpoint_step, log_exported_step
+    from lmshards.train.run_dir import RunDir
 
     assert checkpoint_step(str(tmp_path / "checkpoints" / "ckpt-4")) == 4
     assert checkpoint_step("runs/a/checkpoints/ckpt-12.npz") == 12
@@ -604,7 +609,7 @@ def test_export_names_the_step_and_warns_when_the_run_has_not_finished(tmp_path,
             "extensions": [],
         }
     }
-    caplog.set_level("INFO", logger="train.export.hf_export")
+    caplog.set_level("INFO", logger="lmshards.train.export.hf_export")
     log_exported_step(run, config, str(tmp_path / "checkpoints" / "ckpt-4"))
     (record,) = caplog.records
     assert record.levelname == "WARNING"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from plumbing.errors import LmshardsError
-from train.config import ModelConfig, model_config_from_dict
-from train.families import DEFAULT_FAMILY, FAMILIES, family_names, get_family
+from lmshards.plumbing.errors import LmshardsError
+from lmshards.train.config import ModelConfig, model_config_from_dict
+from lmshards.train.families import DEFAULT_FAMILY, FAMILIES, family_names, get_family
 
 
 def test_an_unknown_family_is_an_error_listing_the_known_ones():
@@ -47,7 +47,7 @@ def test_position_offset_and_token_aliases_follow_each_familys_transformers_form
 
 
 def test_model_family_choices_come_from_the_registry(capsys):
-    from train.commands.cli import build_parser, parse_config
+    from lmshards.train.commands.cli import build_parser, parse_config
 
     (action,) = [a for a in build_parser()._actions if a.dest == "model_family"]
     assert tuple(action.choices) == family_names()

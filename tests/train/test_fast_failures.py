@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from lmshards.train.commands.cli import parse_config
+from lmshards.train.config import preset_config
 from tests.helpers.shard_factory import write_sample_shards
-from train.commands.cli import parse_config
-from train.config import preset_config
 
 REPO = Path(__file__).resolve().parents[2]
 SEQ_LEN = 32
@@ -36,7 +36,7 @@ ARGS = [
 # Runs `lmshards ARGV` in a fresh interpreter and says, as the last stdout line, whether TensorFlow was imported.
 PROBE = """
 import sys
-from lmshards.cli import main
+from lmshards.command.cli import main
 try:
     code = main(sys.argv[1:])
 except SystemExit as exited:  # argparse's errors
@@ -237,7 +237,7 @@ def test_a_finished_run_prints_its_summary_and_exits_0_without_tensorflow(shards
 
 @pytest.mark.slow
 def test_ids_beyond_the_manifests_vocabulary_are_one_error_line(shards, tmp_path, capsys):
-    from train.commands import cli
+    from lmshards.train.commands import cli
 
     copy = tmp_path / "shards"
     shutil.copytree(shards, copy)
@@ -261,8 +261,8 @@ def test_a_full_disk_during_the_run_is_one_error_line_and_exit_1(
 ):
     import tensorflow as tf
 
-    from train.backends.tensorflow_checkpoint import RunCheckpoints
-    from train.commands import cli
+    from lmshards.train.backends.tensorflow_checkpoint import RunCheckpoints
+    from lmshards.train.commands import cli
 
     def full_disk(self, step):
         raise tf.errors.ResourceExhaustedError(
@@ -281,12 +281,12 @@ def test_a_full_disk_during_the_run_is_one_error_line_and_exit_1(
 
 
 def test_an_os_error_of_the_disk_is_exit_1(shards, tmp_path, capsys, monkeypatch):
-    from train.commands import cli
+    from lmshards.train.commands import cli
 
     def read_only(*args, **kwargs):
         raise OSError(errno.EROFS, "Read-only file system")
 
-    monkeypatch.setattr("train.loop.preflight.check_writable", read_only)
+    monkeypatch.setattr("lmshards.train.loop.preflight.check_writable", read_only)
     assert cli.main(["--shards", shards, "--output", str(tmp_path / "run"), *ARGS]) == 1
     err = capsys.readouterr().err
     assert err.endswith(
@@ -304,7 +304,7 @@ def tree(root: Path) -> dict[str, bytes]:
 def test_train_refuses_an_output_that_is_not_a_run_directory_and_leaves_it_as_it_was(
     shards, tmp_path, capsys
 ):
-    from train.commands import cli
+    from lmshards.train.commands import cli
 
     other = tmp_path / "other_shards"
     shutil.copytree(shards, other)
@@ -328,7 +328,7 @@ def test_train_refuses_an_output_that_is_not_a_run_directory_and_leaves_it_as_it
 
 
 def test_restart_never_deletes_a_users_file_in_the_run_directory(shards, tmp_path, capsys):
-    from train.commands import cli
+    from lmshards.train.commands import cli
 
     run = tmp_path / "run"
     recorded_run(shards, run, ARGS)

@@ -12,14 +12,14 @@ import pytest
 import transformers
 from tokenizers import Tokenizer
 
-from schemas.tokenizer_info import locate_tokenizer, special_token_ids
+from lmshards.schemas.tokenizer_info import locate_tokenizer, special_token_ids
+from lmshards.train.commands import fill_mask_cli
+from lmshards.train.export.hf_export import export_masked_lm
 from tests.helpers.masked_lm_factory import (
     tiny_masked_lm,
     train_bert_tokenizer,
     transformers_tokenizer_dir,
 )
-from train.commands import fill_mask_cli
-from train.export.hf_export import export_masked_lm
 
 TEXT = "The capital of France is <mask>."
 
@@ -202,8 +202,8 @@ def test_a_text_longer_than_the_models_positions_is_refused_before_the_model_loa
 @pytest.fixture(scope="module")
 def unigram_model(tmp_path_factory, sample_files):
     """A tiny RoBERTa exported with the default `lmshards tokenizer train` tokenizer (Unigram, Metaspace)."""
-    from corpus_tools.tokenizer.config import TrainConfig
-    from corpus_tools.tokenizer.training import train
+    from lmshards.corpus_tools.tokenizer.config import TrainConfig
+    from lmshards.corpus_tools.tokenizer.training import train
 
     base = tmp_path_factory.mktemp("fm_unigram")
     english = tuple(str(f) for f in sample_files if f.parent.name == "en")

@@ -14,15 +14,15 @@ import pytest
 pytest.importorskip("keras_hub")
 pytest.importorskip("transformers")
 
-from plumbing.cli import EXIT_USAGE  # noqa: E402
+from lmshards.plumbing.cli import EXIT_USAGE  # noqa: E402
+from lmshards.train.commands import cli  # noqa: E402
+from lmshards.train.export.init_source import _mapping_spec, inspect_init_source  # noqa: E402
+from lmshards.train.network.config_files import read_model_config  # noqa: E402
+from lmshards.train.network.hf_mapping import hf_state_dict, keras_weights_from_hf  # noqa: E402
 from tests.helpers import hf_source  # noqa: E402
 from tests.helpers.hf_source import HF_CLASSES, hf_outputs, keras_outputs, sample_batch  # noqa: E402
 from tests.helpers.jax_subprocess import run_jax  # noqa: E402
 from tests.helpers.shard_factory import write_sample_shards  # noqa: E402
-from train.commands import cli  # noqa: E402
-from train.export.init_source import _mapping_spec, inspect_init_source  # noqa: E402
-from train.network.config_files import read_model_config  # noqa: E402
-from train.network.hf_mapping import hf_state_dict, keras_weights_from_hf  # noqa: E402
 
 TOLERANCE = 1e-4
 SEQ_LEN = 32
@@ -73,7 +73,7 @@ def train(argv: list[str], capsys) -> tuple[int, str]:
 
 def test_the_inverse_mapping_undoes_the_export_mapping(hf_dirs):
     """transformers -> Keras names -> transformers gives back every encoder and head weight."""
-    from train.export.init_source import read_hf_state_dict
+    from lmshards.train.export.init_source import read_hf_state_dict
 
     for name in ("RobertaForMaskedLM", "BertForMaskedLM"):
         source = inspect_init_source(str(hf_dirs[name]))
@@ -109,8 +109,8 @@ def test_the_new_model_exports_back_to_the_same_transformers_logits(
     hf_dirs, sample_tokenizer, tmp_path
 ):
     """transformers -> --init_from -> lmshards export -> transformers: the same logits."""
-    from schemas.tokenizer_info import locate_tokenizer, special_token_ids
-    from train.export.hf_export import export_masked_lm
+    from lmshards.schemas.tokenizer_info import locate_tokenizer, special_token_ids
+    from lmshards.train.export.hf_export import export_masked_lm
 
     ids, mask = sample_batch()
     specials = special_token_ids(locate_tokenizer(str(sample_tokenizer)))
@@ -156,7 +156,7 @@ def long_shards(tmp_path_factory, sample_tokenizer, sample_files) -> str:
 
 @pytest.mark.slow
 def test_a_run_arrives_exactly_from_its_newest_checkpoint(source_run, tmp_path):
-    from train.backends.weights import load_model_from_run
+    from lmshards.train.backends.weights import load_model_from_run
 
     ids, mask = sample_batch()
     trained, _ = load_model_from_run(str(source_run))
@@ -227,7 +227,7 @@ def _no_weights(path: Path, hf_dirs) -> Path:
 
 def _damaged_run(path: Path) -> Path:
     """A run directory whose only checkpoint is not one (damaged, or of a version that wrote another layout)."""
-    from train.config import ModelConfig
+    from lmshards.train.config import ModelConfig
 
     (path / "checkpoints").mkdir(parents=True)
     run_config = {
@@ -329,7 +329,7 @@ def test_continuing_an_exported_run_starts_at_its_eval_loss_and_ends_lower(
 ):
     """On the bundled corpus's held-out blocks: the source run's last evaluation, its export's evaluation
     before the first update of the new run (the same batches and masks), then lower after training on."""
-    from train.export.hf_export import export_run
+    from lmshards.train.export.hf_export import export_run
 
     def evals(run: Path) -> dict[int, float]:
         lines = (run / "metrics.jsonl").read_text().splitlines()
@@ -382,8 +382,8 @@ def test_a_source_carrying_another_tokenizer_is_refused(
 
 
 def test_a_rerun_before_the_first_checkpoint_refuses_a_source_that_changed(tmp_path):
-    from plumbing.errors import LmshardsError
-    from train.export.init_source import (
+    from lmshards.plumbing.errors import LmshardsError
+    from lmshards.train.export.init_source import (
         InitWeights,
         check_same_source,
         weights_fingerprint,
@@ -416,7 +416,7 @@ def test_on_the_jax_backend_transformers_models_and_a_jax_run_arrive_exactly(
 ):
     """One JAX process: every transformers class, then a JAX run (which the TensorFlow backend reads too); a
     TensorFlow run is refused by the JAX backend with the way round it."""
-    from train.backends.weights import load_model_from_run
+    from lmshards.train.backends.weights import load_model_from_run
 
     ids, mask = sample_batch()
     references = {name: hf_outputs(path, ids, mask) for name, path in hf_dirs.items()}
@@ -434,10 +434,10 @@ def test_on_the_jax_backend_transformers_models_and_a_jax_run_arrive_exactly(
     ]
     code = f"""
 import json
-from plumbing.errors import LmshardsError
+from lmshards.plumbing.errors import LmshardsError
 from tests.helpers import hf_source
-from train.commands import cli
-from train.backends.weights import load_model_from_run
+from lmshards.train.commands import cli
+from lmshards.train.backends.weights import load_model_from_run
 ids, mask = hf_source.sample_batch()
 out = {{}}
 for name, path in {json.dumps({k: str(v) for k, v in hf_dirs.items()})}.items():
@@ -508,7 +508,7 @@ def test_a_transformers_source_is_checked_without_importing_tensorflow(shards, h
     from tests.helpers.jax_subprocess import REPO
 
     probe = (
-        "import sys\nfrom lmshards.cli import main\ncode = main(sys.argv[1:])\n"
+        "import sys\nfrom lmshards.command.cli import main\ncode = main(sys.argv[1:])\n"
         "print('TENSORFLOW', 'tensorflow' in sys.modules)\nsys.exit(code)\n"
     )
     source = str(hf_dirs["BertForMaskedLM"])

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("jax")
 
-from plumbing.cli import EXIT_PREEMPTED  # noqa: E402
+from lmshards.plumbing.cli import EXIT_PREEMPTED  # noqa: E402
 from tests.helpers.jax_subprocess import REPO, jax_env, run_jax  # noqa: E402
 from tests.helpers.shard_factory import write_sample_shards  # noqa: E402
 
@@ -143,7 +143,7 @@ def test_sigterm_then_rerun_equals_an_uninterrupted_run(shards, whole_run, tmp_p
 LOGITS_PROGRAM = """
 import json, sys
 import numpy as np
-from train.backends.weights import load_model_from_run
+from lmshards.train.backends.weights import load_model_from_run
 model, _ = load_model_from_run(sys.argv[1])
 ids = np.load(sys.argv[2])
 positions = np.tile(np.arange(ids.shape[1], dtype="int32"), (ids.shape[0], 1))
@@ -158,7 +158,7 @@ def test_export_and_fill_mask_from_a_jax_run(whole_run, sample_tokenizer, tmp_pa
     import torch
     import transformers
 
-    from train.commands import export_cli, fill_mask_cli
+    from lmshards.train.commands import export_cli, fill_mask_cli
 
     ids = np.random.default_rng(0).integers(5, 500, (2, 16)).astype("int32")
     np.save(tmp_path / "ids.npy", ids)

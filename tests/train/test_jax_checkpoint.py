@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from plumbing.errors import LmshardsError
-from train.backends import jax_checkpoint as ckpt
+from lmshards.plumbing.errors import LmshardsError
+from lmshards.train.backends import jax_checkpoint as ckpt
 
 
 def arrays(step: int) -> ckpt.Arrays:

@@ -16,9 +16,9 @@ GLOBAL_BATCH = 8
 PROGRAM = f"""
 import json, sys
 import jax, keras, numpy as np
-from train.backends import jax_step as js
-from train.config import preset_config
-from train.optim import WarmupDecay
+from lmshards.train.backends import jax_step as js
+from lmshards.train.config import preset_config
+from lmshards.train.optim import WarmupDecay
 
 config = preset_config("tiny", family="roberta", vocabulary_size=300)
 rng = np.random.default_rng(0)

@@ -21,8 +21,8 @@ def recording(devices, device_type=None):
     hidden.append([len(devices), device_type])
     return set_visible(devices, device_type)
 tf.config.set_visible_devices = recording
-from train.backends.jax import JaxBackend
-from train.config import TrainConfig
+from lmshards.train.backends.jax import JaxBackend
+from lmshards.train.config import TrainConfig
 topology = JaxBackend().connect(TrainConfig(shards=("s",), output="o", strategy="cpu"))
 tf.data.Dataset.range(3).reduce(tf.constant(0, tf.int64), lambda a, b: a + b)  # the input pipeline's first op
 print(json.dumps({

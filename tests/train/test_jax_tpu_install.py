@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from lmshards.train.commands.runtime_check import JAX_FOR_PYTHON_3_12, TENSORFLOW_DISTRIBUTIONS
 from tests.helpers.shard_factory import write_sample_shards
 from tests.helpers.venv_check import (
     REPO,
@@ -27,7 +28,6 @@ from tests.helpers.venv_check import (
     python_at_least,
     tracked_copy,
 )
-from train.commands.runtime_check import JAX_FOR_PYTHON_3_12, TENSORFLOW_DISTRIBUTIONS
 
 pytestmark = pytest.mark.slow
 SCRIPT = REPO / "scripts" / "setup_tpu_env.sh"

@@ -13,10 +13,10 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from schemas.manifest import TokenizerInfo  # noqa: E402
+from lmshards.schemas.manifest import TokenizerInfo  # noqa: E402
+from lmshards.train.config import TrainConfig  # noqa: E402
 from tests.helpers import fake_backend  # noqa: E402
 from tests.helpers.shard_factory import write_shards  # noqa: E402
-from train.config import TrainConfig  # noqa: E402
 
 TOKENIZER = TokenizerInfo(
     fingerprint="sha256:" + "0" * 64,
@@ -74,7 +74,7 @@ def config(shards: str, run: Path, **options) -> TrainConfig:
 
 
 def run_train(cfg: TrainConfig) -> dict:
-    from train.loop.trainer import train
+    from lmshards.train.loop.trainer import train
 
     return train(cfg)
 
@@ -90,7 +90,7 @@ def events(name: str) -> list[object]:
 def test_the_first_step_is_logged_at_once_then_every_log_every_with_the_epoch(
     shards, tmp_path, caplog
 ):
-    with caplog.at_level(logging.INFO, logger="train.loop.trainer"):
+    with caplog.at_level(logging.INFO, logger="lmshards.train.loop.trainer"):
         run_train(config(shards, tmp_path / "run"))
     # One step first, then calls up to each logging step: 1, 3, 6.
     assert events("train_steps") == [1, 2, 3]
@@ -129,7 +129,7 @@ def test_the_final_evaluation_reads_everything_when_the_last_one_did_not(shards,
 
 
 def cli_train(shards: str, run: Path, *extra: str) -> int:
-    from train.commands import cli
+    from lmshards.train.commands import cli
 
     return cli.main(
         ["--shards", shards, "--output", str(run), "--backend", fake_backend.NAME, "--steps", "6",
@@ -148,7 +148,7 @@ def test_a_signal_at_any_moment_exits_75_and_the_rerun_finishes_like_an_uninterr
 ):
     assert cli_train(shards, tmp_path / "reference") == 0
     if moment == "preflight":
-        from train.commands import cli
+        from lmshards.train.commands import cli
 
         checks = cli.preflight
 

@@ -17,8 +17,8 @@ tf = pytest.importorskip("tensorflow")
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
 
-from plumbing.errors import LmshardsError  # noqa: E402
-from train.inputs.masking import (  # noqa: E402
+from lmshards.plumbing.errors import LmshardsError  # noqa: E402
+from lmshards.train.inputs.masking import (  # noqa: E402
     MASKING_RECIPES,
     SPAN,
     TOKEN,
@@ -29,8 +29,8 @@ from train.inputs.masking import (  # noqa: E402
     mask_batch,
     max_predictions_for,
 )
-from train.inputs.word_starts import WordStartTables, word_start_tables  # noqa: E402
-from train.masking_recipes import SPAN_MAX_WORDS  # noqa: E402
+from lmshards.train.inputs.word_starts import WordStartTables, word_start_tables  # noqa: E402
+from lmshards.train.masking_recipes import SPAN_MAX_WORDS  # noqa: E402
 
 SEQ_LEN = 128
 PROBABILITIES = (0.15, 0.3, 0.5)

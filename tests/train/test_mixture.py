@@ -13,14 +13,14 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from plumbing.errors import LmshardsError  # noqa: E402
-from schemas.manifest import read_manifest, write_manifest  # noqa: E402
-from schemas.records import parse_spec  # noqa: E402
+from lmshards.plumbing.errors import LmshardsError  # noqa: E402
+from lmshards.schemas.manifest import read_manifest, write_manifest  # noqa: E402
+from lmshards.schemas.records import parse_spec  # noqa: E402
+from lmshards.train.commands import cli  # noqa: E402
+from lmshards.train.commands.preview_cli import unmasked_rows  # noqa: E402
+from lmshards.train.inputs import data, mixture  # noqa: E402
 from tests.conftest import SAMPLE_DIR  # noqa: E402
 from tests.helpers.shard_factory import write_sample_shards  # noqa: E402
-from train.commands import cli  # noqa: E402
-from train.commands.preview_cli import unmasked_rows  # noqa: E402
-from train.inputs import data, mixture  # noqa: E402
 
 SEQ_LEN = 32
 BATCH = 16
@@ -249,7 +249,7 @@ def test_each_input_pipeline_reads_only_its_own_files_of_every_set(sets, origin)
 
 @pytest.mark.slow
 def test_a_mixture_run_reports_sequences_and_eval_per_set(sets, tmp_path):
-    from train.loop.trainer import train
+    from lmshards.train.loop.trainer import train
 
     run = tmp_path / "run"
     steps, batch = 40, 8

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from plumbing import fs, lease
+from lmshards.plumbing import fs, lease
 from tests.helpers.shard_factory import write_sample_shards
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,7 +81,7 @@ def _assert_refused(second: subprocess.CompletedProcess, *, pid: int, output: st
 def test_a_second_train_is_refused_while_the_first_finishes_after_taking_over_a_dead_lease(
     shards, tmp_path, monkeypatch, capsys
 ):
-    from train.commands import cli
+    from lmshards.train.commands import cli
 
     run = tmp_path / "run"
     run.mkdir()
@@ -119,7 +119,7 @@ def test_a_train_on_a_gcs_output_held_by_another_process_is_refused_and_writes_n
         [
             sys.executable,
             "-c",
-            "import sys; from plumbing.lease import output_lease\n"
+            "import sys; from lmshards.plumbing.lease import output_lease\n"
             f"with output_lease({output!r}, command='train'):\n"
             "    print('held', flush=True); sys.stdin.read()",
         ],

@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("keras_hub")
 
-from train.config import preset_config  # noqa: E402
-from train.network.model import build_masked_lm  # noqa: E402
-from train.optim import WarmupDecay, make_optimizer, warmup_steps_for  # noqa: E402
+from lmshards.train.config import preset_config  # noqa: E402
+from lmshards.train.network.model import build_masked_lm  # noqa: E402
+from lmshards.train.optim import WarmupDecay, make_optimizer, warmup_steps_for  # noqa: E402
 
 
 def test_weight_decay_skips_layer_norm_and_biases():

@@ -14,15 +14,15 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from lmshards.cli import main as lmshards_main  # noqa: E402
-from plumbing.errors import LmshardsError  # noqa: E402
-from schemas.constants import POSITIONS, SEGMENT_IDS  # noqa: E402
+from lmshards.command.cli import main as lmshards_main  # noqa: E402
+from lmshards.plumbing.errors import LmshardsError  # noqa: E402
+from lmshards.schemas.constants import POSITIONS, SEGMENT_IDS  # noqa: E402
+from lmshards.train.config import ModelConfig  # noqa: E402
+from lmshards.train.families import check_packed_support, family_names, get_family  # noqa: E402
+from lmshards.train.families.base import PACKED_POSITIONS_INPUT, PACKED_SEGMENTS_INPUT  # noqa: E402
+from lmshards.train.inputs import data, mixture  # noqa: E402
 from tests.helpers.jax_subprocess import REPO, jax_env, run_jax  # noqa: E402
 from tests.helpers.packed_blocks import alone_inputs, packed_vs_alone  # noqa: E402
-from train.config import ModelConfig  # noqa: E402
-from train.families import check_packed_support, family_names, get_family  # noqa: E402
-from train.families.base import PACKED_POSITIONS_INPUT, PACKED_SEGMENTS_INPUT  # noqa: E402
-from train.inputs import data, mixture  # noqa: E402
 
 SEQ_LEN = 32
 # fp32 logits of a packed block equal each document's alone to this (the same sums, in another order).
@@ -67,10 +67,10 @@ def test_a_packed_block_gives_each_document_its_logits_alone_jax():
 
 def test_without_segments_the_block_s_documents_would_see_each_other():
     """The check above can fail: the plain model on the same block differs from the documents alone."""
+    from lmshards.train.config import ModelConfig
+    from lmshards.train.network.model import build_masked_lm
     from tests.helpers.masked_lm_factory import perturb
     from tests.helpers.packed_blocks import BLOCKS, packed_block_inputs
-    from train.config import ModelConfig
-    from train.network.model import build_masked_lm
 
     config = ModelConfig(vocabulary_size=300, dropout=0.0, max_sequence_length=SEQ_LEN)
     plain = build_masked_lm(config)
@@ -140,8 +140,8 @@ def test_a_run_on_packed_blocks_exports_a_model_with_the_trainer_s_logits(family
     import torch
     import transformers
 
-    from train.backends.weights import load_model_from_run
-    from train.commands import export_cli
+    from lmshards.train.backends.weights import load_model_from_run
+    from lmshards.train.commands import export_cli
 
     run = tmp_path / "run"
     done = subprocess.run(
@@ -219,8 +219,8 @@ def test_a_family_that_cannot_take_an_attention_mask_is_refused():
 def test_each_family_s_packed_backbone_is_its_keras_hub_backbone_with_the_same_variables(family):
     import keras_hub
 
-    from train.families import packed
-    from train.network.model import build_masked_lm
+    from lmshards.train.families import packed
+    from lmshards.train.network.model import build_masked_lm
 
     declared = get_family(family)
     cls = getattr(packed, str(declared.keras_packed_backbone))

@@ -13,13 +13,13 @@ tf = pytest.importorskip("tensorflow")
 
 from tokenizers import Tokenizer  # noqa: E402
 
-from schemas.constants import TOKENIZER_JSON  # noqa: E402
-from schemas.tokenizer_info import locate_tokenizer  # noqa: E402
+from lmshards.schemas.constants import TOKENIZER_JSON  # noqa: E402
+from lmshards.schemas.tokenizer_info import locate_tokenizer  # noqa: E402
+from lmshards.train.commands import preview_cli  # noqa: E402
+from lmshards.train.inputs import data, mixture  # noqa: E402
+from lmshards.train.inputs.shard_set_tokenizer import run_tokenizer  # noqa: E402
 from tests.conftest import REPO, SAMPLE_DIR  # noqa: E402
 from tests.helpers.shard_factory import carry_tokenizer, write_sample_shards  # noqa: E402
-from train.commands import preview_cli  # noqa: E402
-from train.inputs import data, mixture  # noqa: E402
-from train.inputs.shard_set_tokenizer import run_tokenizer  # noqa: E402
 
 SEQ_LEN = 32
 BATCH = 8
@@ -70,7 +70,7 @@ def preview_json(capsys, *argv: str) -> list[dict]:
 def trainer_batches(
     shards: list[str], weights: tuple[float, ...], *, recipe: str, p: float, seed: int
 ) -> list[dict]:
-    """What the trainer's input pipeline yields on one host for these options, built as train/loop/trainer.py builds it."""
+    """What the trainer's input pipeline yields on one host for these options, built as lmshards/train/loop/trainer.py builds it."""
     mix = mixture.open_mixture(shards, weights)
     passes = mixture.pass_records(mix, num_pipelines=1, unit=BATCH)
     masking = data.masking_spec(
@@ -210,7 +210,7 @@ def test_a_word_recipe_needs_a_tokenizer(capsys, sample_tokenizer, tmp_path):
 
 CHECK_WITHOUT_TENSORFLOW = """
 import sys
-from train.commands import preview_cli
+from lmshards.train.commands import preview_cli
 code = preview_cli.main(sys.argv[1:])
 assert "tensorflow" not in sys.modules, "TensorFlow was imported"
 sys.exit(code)

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("keras_hub")
 
-from schemas.manifest import read_manifest  # noqa: E402
+from lmshards.schemas.manifest import read_manifest  # noqa: E402
 from tests.helpers.shard_factory import write_sample_shards  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -55,7 +55,7 @@ def shards(tmp_path_factory, sample_tokenizer, sample_files) -> str:
 
 
 def train(shards: str, run: Path, *extra: str, steps: int = 6) -> int:
-    from train.commands import cli
+    from lmshards.train.commands import cli
 
     return cli.main(["--shards", shards, "--output", str(run), *args(steps), *extra])
 
@@ -84,7 +84,7 @@ def reference(shards, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def preempted(shards, tmp_path_factory) -> Path:
     """The same command, stopped by SIGINT right after step 4."""
-    from train import run_dir
+    from lmshards.train import run_dir
 
     add = run_dir.MetricsLog.add
 
@@ -185,7 +185,7 @@ def test_sigint_saves_exits_75_and_the_rerun_continues_like_an_uninterrupted_run
 
 
 def test_the_preemption_is_logged_with_the_step_and_what_to_do(shards, tmp_path, capsys):
-    from train import run_dir
+    from lmshards.train import run_dir
 
     add = run_dir.MetricsLog.add
 
@@ -303,8 +303,8 @@ def test_when_no_checkpoint_restores_the_run_stops_until_restart(
 def test_loading_the_latest_model_skips_a_damaged_checkpoint_too(reference, tmp_path):
     import numpy as np
 
-    from plumbing.errors import LmshardsError
-    from train.backends.weights import load_model_from_run
+    from lmshards.plumbing.errors import LmshardsError
+    from lmshards.train.backends.weights import load_model_from_run
 
     run = copy_run(reference, tmp_path)
     # Loading a model reads only the model's tensors (each checked against its CRC32C); they come first in the file.

@@ -8,11 +8,11 @@ import math
 
 import pytest
 
-from plumbing.errors import LmshardsError, OutputError
-from schemas.constants import MANIFEST_FORMAT, TOKENS_FORMAT
-from schemas.manifest import Manifest, TokenizerInfo
-from train.config import ModelConfig, TrainConfig
-from train.run_dir import (
+from lmshards.plumbing.errors import LmshardsError, OutputError
+from lmshards.schemas.constants import MANIFEST_FORMAT, TOKENS_FORMAT
+from lmshards.schemas.manifest import Manifest, TokenizerInfo
+from lmshards.train.config import ModelConfig, TrainConfig
+from lmshards.train.run_dir import (
     REFUSE,
     RUN_OPTIONS,
     RunDir,
@@ -93,7 +93,7 @@ def test_extend_lets_only_the_length_and_the_rate_change(tmp_path):
 
 
 def test_data_options_only_warn(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="train.run_dir"):
+    with caplog.at_level(logging.WARNING, logger="lmshards.train.run_dir"):
         found = check_continuation(
             recorded(tmp_path), config(tmp_path, seed=7, shards=("a", "b")), MODEL
         )
@@ -276,8 +276,8 @@ def test_summary_lines(tmp_path):
 
 
 def test_a_damaged_metrics_log_keeps_its_complete_lines_and_warns(tmp_path, caplog):
-    from schemas.metrics_log import read_metrics
-    from train.run_dir import MetricsLog
+    from lmshards.schemas.metrics_log import read_metrics
+    from lmshards.train.run_dir import MetricsLog
 
     path = tmp_path / "metrics.jsonl"
     good = [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}, {"step": 3, "eval_loss": 1.4}]

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from plumbing.errors import LmshardsError
-from schemas.constants import TOKENIZER_JSON
-from schemas.manifest import TOKENIZER_RELPATH, read_manifest, write_manifest
+from lmshards.plumbing.errors import LmshardsError
+from lmshards.schemas.constants import TOKENIZER_JSON
+from lmshards.schemas.manifest import TOKENIZER_RELPATH, read_manifest, write_manifest
+from lmshards.train.inputs import mixture, shard_set_tokenizer
 from tests.conftest import SAMPLE_DIR
 from tests.helpers.shard_factory import carry_tokenizer, write_sample_shards
-from train.inputs import mixture, shard_set_tokenizer
 
 SEQ_LEN = 32
 
@@ -117,7 +117,7 @@ def test_a_replaced_copy_or_another_given_tokenizer_is_refused(
 
 @pytest.mark.slow
 def test_train_export_and_fill_mask_need_no_tokenizer_flag(carrying, tmp_path, capsys):
-    from train.commands import cli, export_cli, fill_mask_cli
+    from lmshards.train.commands import cli, export_cli, fill_mask_cli
 
     run, model = tmp_path / "run", tmp_path / "model"
     assert (

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from plumbing.errors import LmshardsError
-from train.inputs.shards_flag import ShardSource, parse_shards_flag
+from lmshards.plumbing.errors import LmshardsError
+from lmshards.train.inputs.shards_flag import ShardSource, parse_shards_flag
 
 
 @pytest.mark.parametrize(
@@ -86,7 +86,7 @@ def test_bad_values_are_refused_naming_them(text, match):
 
 
 def test_train_refuses_an_ambiguous_shards_value_in_one_line_before_writing(tmp_path, capsys):
-    from train.commands import cli
+    from lmshards.train.commands import cli
 
     run = tmp_path / "run"
     code = cli.main(["--shards", f"{tmp_path}/a:b:0.5", "--output", str(run), "--steps", "1"])

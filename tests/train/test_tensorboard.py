@@ -6,7 +6,7 @@ import pytest
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.util.tensor_util import make_ndarray
 
-from train.loop.tensorboard import Scalar, TensorBoardWriter, scalars
+from lmshards.train.loop.tensorboard import Scalar, TensorBoardWriter, scalars
 
 TRAIN_RECORD = {
     "step": 10,

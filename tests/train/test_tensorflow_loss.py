@@ -1,4 +1,4 @@
-"""The TensorFlow backend's masked-LM loss (train.backends.tensorflow.masked_lm_sums).
+"""The TensorFlow backend's masked-LM loss (lmshards.train.backends.tensorflow.masked_lm_sums).
 
 On a CPU the step runs the head on the predicted positions only (compact=True) instead of on every one of
 the batch's max_predictions slots; both must give the same sums, gradients and dropout masks, and the
@@ -15,11 +15,11 @@ pytest.importorskip("keras_hub")
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from lmshards.train.backends.tensorflow import masked_lm_sums  # noqa: E402
+from lmshards.train.config import preset_config  # noqa: E402
+from lmshards.train.families import family_names, get_family  # noqa: E402
+from lmshards.train.network.model import build_masked_lm  # noqa: E402
 from tests.helpers.packed_blocks import packed_block_inputs  # noqa: E402
-from train.backends.tensorflow import masked_lm_sums  # noqa: E402
-from train.config import preset_config  # noqa: E402
-from train.families import family_names, get_family  # noqa: E402
-from train.network.model import build_masked_lm  # noqa: E402
 
 VOCAB = 300
 ROWS, SEQ_LEN, SLOTS = 4, 32, 8

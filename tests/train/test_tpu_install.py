@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from lmshards.train.commands.runtime_check import TENSORFLOW_DISTRIBUTIONS
 from tests.helpers.shard_factory import write_sample_shards
 from tests.helpers.tpu_constraints import tpu_pins
 from tests.helpers.venv_check import (
@@ -26,7 +27,6 @@ from tests.helpers.venv_check import (
     network_namespace_reason,
     tracked_copy,
 )
-from train.commands.runtime_check import TENSORFLOW_DISTRIBUTIONS
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

@@ -7,12 +7,12 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from plumbing.errors import LmshardsError  # noqa: E402
+from lmshards.plumbing.errors import LmshardsError  # noqa: E402
+from lmshards.train.inputs import data, mixture  # noqa: E402
+from lmshards.train.inputs.input_plan import InputPlan  # noqa: E402
+from lmshards.train.loop.trainer import check_precision_change  # noqa: E402
+from lmshards.train.optim import WarmupDecay, continue_schedule  # noqa: E402
 from tests.helpers.shard_factory import tokenizer_info_for, write_shards  # noqa: E402
-from train.inputs import data, mixture  # noqa: E402
-from train.inputs.input_plan import InputPlan  # noqa: E402
-from train.loop.trainer import check_precision_change  # noqa: E402
-from train.optim import WarmupDecay, continue_schedule  # noqa: E402
 
 SCHEDULE = WarmupDecay(peak=1e-3, warmup_steps=10, total_steps=100)
 

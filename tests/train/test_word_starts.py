@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from plumbing.errors import TokenizerError
-from train.inputs.word_starts import WordStartTables, word_start_tables
+from lmshards.plumbing.errors import TokenizerError
+from lmshards.train.inputs.word_starts import WordStartTables, word_start_tables
 
 BYTE_LEVEL = pre_tokenizers.ByteLevel(add_prefix_space=False)
 

@@ -1,8 +1,8 @@
 """The train step compiles with XLA (jit_compile=True) for every model family and masking recipe.
 
 A TPU compiles every step with XLA, so an op XLA cannot compile would first fail there. This compiles
-on the CPU what the trainer runs: the model from train.network.model, the optimizer from train.optim, the loss
-from train.backends.tensorflow.masked_lm_sums, a batch from real shards through train.inputs.data's input pipeline, in the
+on the CPU what the trainer runs: the model from lmshards.train.network.model, the optimizer from lmshards.train.optim, the loss
+from lmshards.train.backends.tensorflow.masked_lm_sums, a batch from real shards through lmshards.train.inputs.data's input pipeline, in the
 TPUs' precision (mixed_bfloat16), and runs it once.
 """
 
@@ -18,18 +18,18 @@ pytest.importorskip("keras_hub")
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from schemas.constants import TRAIN_SPLIT  # noqa: E402
-from schemas.manifest import read_manifest  # noqa: E402
-from schemas.tokenizer_info import locate_tokenizer  # noqa: E402
+from lmshards.schemas.constants import TRAIN_SPLIT  # noqa: E402
+from lmshards.schemas.manifest import read_manifest  # noqa: E402
+from lmshards.schemas.tokenizer_info import locate_tokenizer  # noqa: E402
+from lmshards.train.backends.tensorflow import masked_lm_sums  # noqa: E402
+from lmshards.train.config import preset_config  # noqa: E402
+from lmshards.train.devices import MIXED_BFLOAT16  # noqa: E402
+from lmshards.train.families import family_names, get_family  # noqa: E402
+from lmshards.train.inputs import data, mixture  # noqa: E402
+from lmshards.train.masking_recipes import MASKING_RECIPES  # noqa: E402
+from lmshards.train.network.model import build_masked_lm  # noqa: E402
+from lmshards.train.optim import WarmupDecay, make_optimizer  # noqa: E402
 from tests.helpers.shard_factory import write_sample_shards  # noqa: E402
-from train.backends.tensorflow import masked_lm_sums  # noqa: E402
-from train.config import preset_config  # noqa: E402
-from train.devices import MIXED_BFLOAT16  # noqa: E402
-from train.families import family_names, get_family  # noqa: E402
-from train.inputs import data, mixture  # noqa: E402
-from train.masking_recipes import MASKING_RECIPES  # noqa: E402
-from train.network.model import build_masked_lm  # noqa: E402
-from train.optim import WarmupDecay, make_optimizer  # noqa: E402
 
 pytestmark = pytest.mark.slow
 SEQ_LEN = 32
@@ -55,7 +55,7 @@ def tpu_precision():
 
 
 def first_batch(shards: str, *, recipe: str, family: str, tokenizer: str) -> dict[str, tf.Tensor]:
-    """One masked batch of the train split, as train.inputs.data reads, parses and masks it."""
+    """One masked batch of the train split, as lmshards.train.inputs.data reads, parses and masks it."""
     manifest = read_manifest(shards)
     masking = data.masking_spec(
         manifest, recipe=recipe, mlm_probability=0.15, tokenizer=locate_tokenizer(tokenizer)

@@ -9,7 +9,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from preprocess.curation.components import ConnectedComponents
+from lmshards.preprocess.curation.components import ConnectedComponents
 
 
 def test_components_of_a_shuffled_chain_and_a_star_with_duplicate_edges():

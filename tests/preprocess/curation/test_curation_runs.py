@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from lmshards.cli import main as lmshards_main
-from preprocess.stages.tokens import read_store_manifest
-from schemas.manifest import read_manifest
+from lmshards.command.cli import main as lmshards_main
+from lmshards.preprocess.stages.tokens import read_store_manifest
+from lmshards.schemas.manifest import read_manifest
 
 GOLDEN = Path(__file__).resolve().parents[2] / "data" / "golden"
 TOKENIZER = str(GOLDEN / "tokenizer.json")

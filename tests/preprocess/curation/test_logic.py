@@ -10,29 +10,29 @@ import random
 import numpy as np
 import pytest
 
-from preprocess.curation.components import (
+from lmshards.preprocess.curation.components import (
     COMPONENT_ROUNDS,
     large_star,
     small_star,
     star_problem,
 )
-from preprocess.curation.decontaminate import contamination, document_ngrams
-from preprocess.curation.dedup import bucket_edges, exact_verdicts, verdict
-from preprocess.curation.minhash import (
+from lmshards.preprocess.curation.decontaminate import contamination, document_ngrams
+from lmshards.preprocess.curation.dedup import bucket_edges, exact_verdicts, verdict
+from lmshards.preprocess.curation.minhash import (
     band_keys,
     catch_probability,
     hash_family,
     signature,
     threshold,
 )
-from preprocess.curation.records import (
+from lmshards.preprocess.curation.records import (
     CurationDoc,
     Removal,
     node_key,
     removal_from_line,
 )
-from preprocess.curation.text import exact_form, ngram_hashes, shingles, word_hashes, words
-from preprocess.stages.read import RangeCount, range_offsets
+from lmshards.preprocess.curation.text import exact_form, ngram_hashes, shingles, word_hashes, words
+from lmshards.preprocess.stages.read import RangeCount, range_offsets
 
 
 def test_exact_form_is_nfc_with_whitespace_collapsed():

@@ -14,8 +14,8 @@ import tarfile
 import pytest
 import zstandard
 
-from plumbing import fs
-from preprocess.sources import (
+from lmshards.plumbing import fs
+from lmshards.preprocess.sources import (
     InputError,
     ReadOptions,
     ReadRange,
@@ -25,8 +25,8 @@ from preprocess.sources import (
     iter_documents,
     plan_ranges,
 )
-from preprocess.sources.formats import jsonl
-from preprocess.stages.read import read_batches
+from lmshards.preprocess.sources.formats import jsonl
+from lmshards.preprocess.stages.read import read_batches
 from tests.helpers.text_corpus import expected_documents, random_corpus, read_in_ranges, write
 
 TEXT = random_corpus(11, lines=400, crlf=False, bom=False)

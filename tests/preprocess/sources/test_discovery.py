@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from preprocess import cli
-from preprocess.sources import InputError
-from preprocess.sources.files import discover_inputs
-from preprocess.stages import read
+from lmshards.preprocess import cli
+from lmshards.preprocess.sources import InputError
+from lmshards.preprocess.sources.files import discover_inputs
+from lmshards.preprocess.stages import read
 
 GOLDEN = Path(__file__).resolve().parents[2] / "data" / "golden"
 TOKENIZER = GOLDEN / "tokenizer.json"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from preprocess.sources.core import documents
+from lmshards.preprocess.sources.core import documents
 
 
 def testutf8_boundary_keeps_decoding_identical():

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from preprocess.sources import ReadOptions, ReadStats, iter_documents
-from preprocess.sources.core import documents
-from preprocess.sources.core import lines as line_reading
+from lmshards.preprocess.sources import ReadOptions, ReadStats, iter_documents
+from lmshards.preprocess.sources.core import documents
+from lmshards.preprocess.sources.core import lines as line_reading
 from tests.helpers.text_corpus import random_corpus, read_in_ranges, tree_bytes, write
 
 WIDE = [  # (codec, byte-order mark, ReadStats counter)
@@ -121,7 +121,7 @@ def test_a_bom_alone_is_an_empty_file_and_utf32_le_wins_over_utf16_le(tmp_path):
 
 @pytest.mark.gcs
 def test_gcs_wide_file_in_many_ranges(gcs_emulator):
-    from plumbing import fs
+    from lmshards.plumbing import fs
 
     text = corpus_text(3)
     fs.write_bytes_atomic(f"{gcs_emulator}/utf8.txt", text.encode("utf-8"))

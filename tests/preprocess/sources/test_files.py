@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from preprocess.sources import (
+from lmshards.preprocess.sources import (
     InputDiscovery,
     InputError,
     ReadOptions,
@@ -20,8 +20,8 @@ from preprocess.sources import (
     iter_documents,
     no_documents_message,
 )
-from schemas.manifest import InputFileInfo
-from schemas.shards import shard_relpath
+from lmshards.schemas.manifest import InputFileInfo
+from lmshards.schemas.shards import shard_relpath
 from tests.helpers.text_corpus import tree_bytes, write
 
 SHARD_BYTES = b"\x0c\x00\x00\x00\x00\x00\x00\x00\xa1\xb2\xc3\xd4\n\x0bline\x00\xff"  # a TFRecord frame, roughly
@@ -115,7 +115,7 @@ def test_directory_input_skips_earlier_outputs_and_reads_only_the_text(tmp_path,
     done = earlier_output(corpus / "out", complete=True)
     killed = earlier_output(corpus / "sub" / "out2", complete=False)
     before = tree_bytes(tmp_path)
-    with caplog.at_level("WARNING", logger="preprocess.sources.files"):
+    with caplog.at_level("WARNING", logger="lmshards.preprocess.sources.files"):
         discovery = discover_inputs([str(corpus)])
     # Hidden names (.lmshards-tmp/...) are never inputs; everything else in an output is skipped.
     skipped = len([f for f in done if not f.startswith(".")]) + len(
@@ -238,7 +238,7 @@ def test_no_documents_message_names_the_inputs_and_the_reasons(tmp_path):
 
 @pytest.mark.gcs
 def test_gcs_outputs_are_skipped_or_refused(gcs_emulator):
-    from plumbing import fs
+    from lmshards.plumbing import fs
 
     root = f"{gcs_emulator}/outputs"
     fs.write_bytes_atomic(f"{root}/corpus/a.txt", b"one\n")
@@ -276,7 +276,7 @@ def test_gcs_outputs_are_skipped_or_refused(gcs_emulator):
 
 @pytest.mark.gcs
 def test_gcs_glob_and_gzip(gcs_emulator):
-    from plumbing import fs
+    from lmshards.plumbing import fs
 
     data = b"one\r\ntwo\n\nthree\n"
     fs.write_bytes_atomic(f"{gcs_emulator}/corpus/b.txt.gz", gzip.compress(data))

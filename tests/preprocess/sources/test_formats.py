@@ -6,9 +6,9 @@ import doctest
 
 import pytest
 
-from preprocess.sources import ReadOptions, detect_format
-from preprocess.sources.core.options import TEXT_READERS
-from preprocess.sources.formats import (
+from lmshards.preprocess.sources import ReadOptions, detect_format
+from lmshards.preprocess.sources.core.options import TEXT_READERS
+from lmshards.preprocess.sources.formats import (
     FORMATS,
     base,
     blank_lines,

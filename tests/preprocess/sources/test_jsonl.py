@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from preprocess.sources import ReadOptions, ReadStats, iter_documents
-from preprocess.sources.core import lines as line_reading
-from preprocess.sources.formats import jsonl
+from lmshards.preprocess.sources import ReadOptions, ReadStats, iter_documents
+from lmshards.preprocess.sources.core import lines as line_reading
+from lmshards.preprocess.sources.formats import jsonl
 from tests.helpers.text_corpus import BOM, read_in_ranges, write
 
 

@@ -6,8 +6,13 @@ import argparse
 
 import pytest
 
-from plumbing.cli import CommandParser
-from preprocess.sources import InputError, ReadOptions, add_reading_arguments, read_options_from
+from lmshards.plumbing.cli import CommandParser
+from lmshards.preprocess.sources import (
+    InputError,
+    ReadOptions,
+    add_reading_arguments,
+    read_options_from,
+)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import gzip
 
 import pytest
 
-from preprocess.sources import (
+from lmshards.preprocess.sources import (
     InputError,
     ReadOptions,
     ReadRange,

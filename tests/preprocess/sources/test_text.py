@@ -8,11 +8,11 @@ import tracemalloc
 
 import pytest
 
-from preprocess.sources import ReadOptions, ReadStats, iter_documents
-from preprocess.sources.core import documents
-from preprocess.sources.core import lines as line_reading
-from preprocess.sources.core.options import MAX_DOCUMENT_CHARS
-from preprocess.sources.formats import blank_lines
+from lmshards.preprocess.sources import ReadOptions, ReadStats, iter_documents
+from lmshards.preprocess.sources.core import documents
+from lmshards.preprocess.sources.core import lines as line_reading
+from lmshards.preprocess.sources.core.options import MAX_DOCUMENT_CHARS
+from lmshards.preprocess.sources.formats import blank_lines
 from tests.helpers.text_corpus import BOM, expected_documents, random_corpus, read_in_ranges, write
 
 

@@ -1,6 +1,0 @@
-"""Tools around the corpus and the shards that no Dataflow worker runs: tokenizer training and
-inspection (tokenizer/), dataset export (dataset/), one subpackage per command family.
-
-Not part of the worker distribution. May import preprocess/ (e.g. preprocess.sources to read a
-corpus) and schemas/; never imports train/.
-"""

@@ -1,0 +1,1 @@
+"""The `lmshards` command: its entry point, the demo and the report page."""

@@ -1,0 +1,251 @@
+"""Filesystem helpers over fsspec, so local paths and gs:// behave the same on both sides."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import re
+import shutil
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+# gcsfs probes every bucket over gRPC first; against an emulator each open then waits 60 s.
+if os.environ.get("STORAGE_EMULATOR_HOST"):
+    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+
+import fsspec  # noqa: E402  (must follow the environment set-up above)
+import fsspec.exceptions  # noqa: E402
+
+from lmshards.plumbing.errors import OutputError, StorageError  # noqa: E402
+
+# How long a command waits for a gs:// bucket's first answer before it stops with one error line (gcsfs
+# alone retries for about a minute). LMSHARDS_GCS_TIMEOUT_S overrides it.
+GCS_REACH_TIMEOUT_S = float(os.environ.get("LMSHARDS_GCS_TIMEOUT_S", "20"))
+_GCS_SCHEMES = ("gs://", "gcs://")
+_ANSWERED: set[tuple[str, str]] = set()  # (endpoint, bucket) that answered once in this process
+# A bucket in a gcsfs error's text: `b/BUCKET/o/...` or `gs://BUCKET/...`.
+_BUCKET_IN_TEXT_RE = re.compile(r"(?:\bb/|gs://)([a-z0-9][a-z0-9._-]{1,221})")
+
+# The lease a writing command holds on its output (lmshards.plumbing.lease): inside it, or `.{name}.lmshards-lease`
+# beside an output that is renamed into place; `.gone-{uuid4 hex}` while it is being removed.
+LEASE_NAME = ".lmshards-lease"
+_LEASE_NAME_RE = re.compile(r"^(?:\.[^/]+)?\.lmshards-lease(?:\.gone-[0-9a-f]{32})?$")
+
+
+def is_lease_name(name: str) -> bool:
+    """True for a lease file's base name (lmshards.plumbing.lease): never output data, never an input."""
+    return bool(_LEASE_NAME_RE.match(name))
+
+
+def is_remote(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def filesystem(path: str) -> tuple[Any, str]:
+    """Returns (fsspec filesystem, path without protocol for it).
+
+    The first time a process touches a gs:// bucket, one bounded request checks that it answers.
+
+    Raises:
+      StorageError: the bucket cannot be reached within GCS_REACH_TIMEOUT_S, does not exist, or refuses
+        these credentials; the message names the bucket and what to check.
+    """
+    fs, stripped = fsspec.core.url_to_fs(path, **_storage_options(path))
+    if path.startswith(_GCS_SCHEMES):
+        _check_bucket(fs, stripped.split("/", 1)[0], fs._location)
+    return fs, stripped
+
+
+def _check_bucket(filesystem: Any, bucket: str, endpoint: str) -> None:
+    if (endpoint, bucket) in _ANSWERED:
+        return
+    try:
+        filesystem.call(
+            "GET", "b/{}/o", bucket, maxResults="1", json_out=True, timeout=GCS_REACH_TIMEOUT_S
+        )
+    except FileNotFoundError as e:
+        raise StorageError(
+            f"bucket {bucket!r} does not exist or your credentials cannot see it. Check the bucket name, "
+            "or create the bucket first."
+        ) from e
+    except Exception as e:  # gcsfs, aiohttp and google-auth each raise their own classes
+        raise StorageError(storage_problem(e, bucket)) from e
+    _ANSWERED.add((endpoint, bucket))
+
+
+def storage_problem(exc: BaseException, bucket: str | None = None) -> str:
+    """One line on a failed gs:// request: what happened to which bucket, and what to check."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    bucket = bucket or _bucket_in(exc) or "?"
+    if _status(exc) in (401, 403) or text.startswith("Forbidden"):
+        return (
+            f"permission denied on bucket {bucket!r} ({text[:200]}). Check that your credentials "
+            "(`gcloud auth application-default login`, or the VM's service account) may read and write "
+            "objects there (e.g. roles/storage.objectAdmin)."
+        )
+    what = (
+        f"no answer within {GCS_REACH_TIMEOUT_S:.0f} s"
+        if isinstance(exc, fsspec.exceptions.FSTimeoutError)
+        else f"{type(exc).__name__}: {text[:200]}"
+    )
+    return (
+        f"cannot reach bucket {bucket!r} ({what}). Check the network, the endpoint "
+        f"({endpoint_hint()}) and your credentials (`gcloud auth application-default login`)."
+    )
+
+
+def is_storage_failure(exc: BaseException) -> bool:
+    """True for a gs:// request that failed on the network or on permissions (gcsfs / aiohttp / google-auth)."""
+    current: BaseException | None = exc
+    while current is not None:
+        module = type(current).__module__ or ""
+        if module.startswith(("gcsfs", "aiohttp", "google.auth")) or isinstance(
+            current, fsspec.exceptions.FSTimeoutError
+        ):
+            return True
+        if isinstance(current, OSError) and str(current).startswith("Forbidden"):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def endpoint_hint() -> str:
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+    return f"STORAGE_EMULATOR_HOST={emulator}" if emulator else "https://storage.googleapis.com"
+
+
+def _status(exc: BaseException) -> int | None:
+    code = getattr(exc, "code", None) or getattr(exc, "status", None)
+    return code if isinstance(code, int) else None
+
+
+def _bucket_in(exc: BaseException) -> str | None:
+    match = _BUCKET_IN_TEXT_RE.search(str(exc))
+    return match[1] if match else None
+
+
+def _storage_options(path: str) -> dict[str, Any]:
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+    if path.startswith("gs://") and emulator:
+        endpoint = emulator if "://" in emulator else f"http://{emulator}"
+        return {"endpoint_url": endpoint, "token": "anon"}
+    return {}
+
+
+def join(base: str, *parts: str) -> str:
+    if is_remote(base):
+        return posixpath.join(base, *parts)
+    return os.path.join(base, *parts)
+
+
+def exists(path: str) -> bool:
+    fs, p = filesystem(path)
+    return fs.exists(p)
+
+
+def isdir(path: str) -> bool:
+    fs, p = filesystem(path)
+    return fs.isdir(p)
+
+
+def open_file(path: str, mode: str = "rb"):
+    """Opens a local or remote file; text modes decode as UTF-8."""
+    fs, p = filesystem(path)
+    if "b" in mode:
+        return fs.open(p, mode)
+    return fs.open(p, mode, encoding="utf-8")
+
+
+def read_text(path: str) -> str:
+    with open_file(path, "r") as f:
+        return f.read()
+
+
+def read_bytes(path: str) -> bytes:
+    with open_file(path, "rb") as f:
+        return f.read()
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+    """Writes data so that readers never see half a file.
+
+    Locally: a temporary name, then rename. On object stores an object only appears once its
+    upload is finalized, so a direct write is already atomic (and GCS has no cheap rename).
+    """
+    fs, p = filesystem(path)
+    if is_remote(path):
+        with fs.open(p, "wb") as f:
+            f.write(data)
+        return
+    parent = os.path.dirname(p)
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    with atomic_local_path(p) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
+
+
+@contextlib.contextmanager
+def atomic_local_path(final: str) -> Iterator[str]:
+    """Yields a temporary sibling path of `final` to fill (a file or a directory), renamed to `final` on success.
+
+    On an error the temporary path is removed, so `final` is either absent or complete.
+    """
+    tmp = f"{final.rstrip(os.sep)}.tmp-{uuid.uuid4().hex}"
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    except BaseException:
+        if os.path.isdir(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif os.path.lexists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def size(path: str) -> int:
+    fs, p = filesystem(path)
+    return int(fs.size(p))
+
+
+def listdir(path: str) -> list[str]:
+    """Full paths (with protocol for remote) of the entries directly under path."""
+    fs, p = filesystem(path)
+    entries = fs.ls(p, detail=False)
+    if is_remote(path):
+        protocol = path.split("://", 1)[0]
+        return [f"{protocol}://{e}" for e in entries]
+    return list(entries)
+
+
+def makedirs(path: str) -> None:
+    fs, p = filesystem(path)
+    fs.makedirs(p, exist_ok=True)
+
+
+def check_output_dir(path: str, *, overwrite: bool, flag: str = "--output") -> bool:
+    """Checks that `path` can receive a new output: absent, an empty directory, or (with overwrite) a directory.
+
+    Returns True when the directory exists and is not empty (so the caller will replace its content).
+    The command's own lease file does not count.
+
+    Raises:
+      OutputError: path is a file, or a non-empty directory without overwrite.
+    """
+    if not exists(path):
+        return False
+    if not isdir(path):
+        raise OutputError(f"{flag} {path!r} is a file; pass a directory path.")
+    if not [e for e in listdir(path) if not is_lease_name(posixpath.basename(e.rstrip("/")))]:
+        return False
+    if not overwrite:
+        raise OutputError(
+            f"{flag} {path!r} is not empty; pass --overwrite to replace it, or choose a new directory."
+        )
+    return True

@@ -1,0 +1,146 @@
+"""`lmshards preprocess`: flags -> PreprocessConfig -> run_pipeline -> a short summary."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from collections.abc import Sequence
+
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from lmshards.plumbing.cli import (
+    CommandParser,
+    normalize_switches,
+    run_command,
+    setup_logging,
+)
+from lmshards.plumbing.units import format_duration
+from lmshards.preprocess import runners
+from lmshards.preprocess.corpus_warnings import corpus_warnings
+from lmshards.preprocess.failures import is_reported_failure
+from lmshards.preprocess.options import (
+    RENAMED_FLAGS,
+    REQUIRED_FLAGS,
+    LmshardsPreprocessOptions,
+    config_from_options,
+)
+from lmshards.schemas.manifest import Manifest
+
+COMMAND = "preprocess"
+log = logging.getLogger(__name__)
+DESCRIPTION = (
+    "Text corpus -> tokenized, packed, shuffled, balanced TFRecord shards + manifest.json.\n\n"
+    "Any Apache Beam pipeline option (--runner, --project, --region, --temp_location, --direct_num_workers, ...) "
+    f"passes through to the runner. --runner: {', '.join(runners.SUGGESTED_RUNNERS)} or a runner's class path; "
+    "without it, Beam's FnApiRunner in this process."
+)
+# multi_processing workers' log lines (our progress lines among them) reach the launcher through this logger.
+WORKER_LOGGER = "apache_beam.runners.portability.local_job_service"
+_WORKER_MESSAGE = re.compile(r'message: "(.*?)" (?:instruction_id|transform_id|log_location):')
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    # Beam parses argv again (here and on every worker): it gets `--overwrite`, never `--overwrite=true`.
+    argv = normalize_switches(argv, parser.switches(), command=COMMAND)
+    args, others = parser.parse_known_args(
+        argv
+    )  # --help, missing required flags, bad values of ours
+    # Writing schema.pbtxt imports TensorFlow here; its C++ INFO lines (CPU features, ...) are not for users.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    setup_preprocess_logging(verbose=args.verbose)
+    return run_command(COMMAND, lambda: _preprocess(parser, argv, others))
+
+
+def setup_preprocess_logging(*, verbose: bool = False) -> None:
+    """Our progress lines, workers' included; a failure reported in one line is not also Beam's traceback."""
+    setup_logging(verbose=verbose, packages=["preprocess"])
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(lambda record: not is_reported_failure(record))
+    worker_logs = logging.getLogger(WORKER_LOGGER)
+    worker_logs.setLevel(logging.INFO)
+    worker_logs.addFilter(_from_preprocess_or_error)
+
+
+def _preprocess(parser: CommandParser, argv: list[str], others: list[str]) -> int:
+    # The runner first: resolving it imports its module, which declares its own flags (Dask's).
+    runners.resolve_runner(
+        PipelineOptions(argv).view_as(StandardOptions).runner or runners.FNAPI_RUNNER
+    )
+    check_flags(parser, others)
+    config = config_from_options(PipelineOptions(argv))
+    # Beam graph code, after the cheap checks
+    from lmshards.preprocess.launch import report_run
+    from lmshards.preprocess.pipeline import run_pipeline
+
+    def finished(manifest: Manifest, seconds: float) -> str:
+        for warning in corpus_warnings(manifest, config):
+            log.warning("%s", warning)
+        return summary(manifest, config.output, seconds)
+
+    return report_run(
+        COMMAND,
+        lambda: run_pipeline(config, argv),
+        summary=finished,
+        job_file=runners.dry_run_job_file(PipelineOptions(argv)),
+    )
+
+
+def build_parser() -> CommandParser:
+    """Our flags, for --help and their checks; typo hints also draw on every Beam flag."""
+    parser = CommandParser(
+        COMMAND,
+        extra_flags=runners.beam_flags(),
+        renamed=RENAMED_FLAGS,
+        description=DESCRIPTION,
+        allow_abbrev=False,
+    )
+    LmshardsPreprocessOptions._add_argparse_args(parser)
+    for action in parser._actions:
+        if set(action.option_strings) & set(REQUIRED_FLAGS):
+            action.required = True
+    return parser
+
+
+def check_flags(parser: CommandParser, others: Sequence[str]) -> None:
+    """Exits 2 on any word that neither our flags nor a Beam option declares (--max_seq_length, --runer),
+    with a hint drawn from both; Beam's own options pass through to the runner."""
+    parser.extra_flags = tuple(
+        runners.beam_flags()
+    )  # now with the flags of the runner's own options
+    parser.reject_unknown(runners.unknown_beam_args(others))
+
+
+def _from_preprocess_or_error(record: logging.LogRecord) -> bool:
+    """Keeps worker lines logged by our code (progress, bad-file warnings) and errors not reported in one line
+    at the end (see lmshards.preprocess.failures); drops Beam's chatter.
+
+    Kept lines of ours are shortened to their message ("worker: read 1200 documents, ...").
+    """
+    if is_reported_failure(record):  # judged on the whole text, before it is shortened
+        return False
+    text = record.getMessage()
+    if "/preprocess/" in text:
+        match = _WORKER_MESSAGE.search(text)
+        if match:
+            record.msg, record.args = f"worker: {match[1]}", ()
+        return True
+    return record.levelno >= logging.ERROR
+
+
+def summary(manifest: Manifest, output: str, seconds: float, *, command: str = COMMAND) -> str:
+    lines = [
+        f"lmshards {command}: wrote {output} in {format_duration(seconds)} (seq_len {manifest.seq_len})"
+    ]
+    for name, split in manifest.splits.items():
+        t = split.totals
+        lines.append(
+            f"  {name:<10} {t.records:>10,} records in {len(split.shards)} shards | documents {t.documents:,} | "
+            f"tokens in {t.tokens_in:,}, written {t.tokens_written:,}, dropped {t.tokens_dropped:,}, "
+            f"padding {t.padding_tokens:,} ({t.padding_share(manifest.seq_len):.2%})"
+            + (f", {t.segments_per_block:.2f} segments per block" if manifest.packed else "")
+        )
+    return "\n".join(lines)

@@ -1,0 +1,243 @@
+"""The audit (curation/*.jsonl: one JSON line per removed document) and the manifest's curation counts.
+
+Audit files are named by their source file and a block of its record numbers (the audit's `index`,
+see records.py), each holding the removals of that block sorted by record, so the files and their
+bytes are the same on every runner, and no worker sorts more than AUDIT_BLOCK lines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import posixpath
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import apache_beam as beam
+
+from lmshards.plumbing import fs
+from lmshards.preprocess.curation.records import REASONS, CurationDoc, Removal, removal_from_line
+from lmshards.schemas.constants import CURATION_DIR_NAME
+from lmshards.schemas.manifest import CurationInfo, Manifest
+
+AUDIT_BLOCK = 1_000_000  # record numbers per audit file
+AUDIT_PREFIX = "removed-"
+AUDIT_SUFFIX = ".jsonl"
+_SOURCE_TAG_BYTES = 8
+
+AuditKey = tuple[str, int]  # (source, index // AUDIT_BLOCK)
+
+
+# ---------------------------------------------------------------- logic
+
+
+@dataclasses.dataclass
+class CurationCounts:
+    """What curation saw and removed; add two with `a += b`."""
+
+    documents_in: int = 0
+    bytes_in: int = 0
+    removed: dict[str, list[int]] = dataclasses.field(
+        default_factory=dict
+    )  # reason -> [docs, bytes]
+    by_eval_file: dict[str, int] = dataclasses.field(default_factory=dict)  # eval file -> removed
+
+    def merge(self, other: CurationCounts) -> CurationCounts:
+        self.documents_in += other.documents_in
+        self.bytes_in += other.bytes_in
+        for reason, (docs, nbytes) in other.removed.items():
+            mine = self.removed.setdefault(reason, [0, 0])
+            mine[0] += docs
+            mine[1] += nbytes
+        for path, count in other.by_eval_file.items():
+            self.by_eval_file[path] = self.by_eval_file.get(path, 0) + count
+        return self
+
+    __iadd__ = merge
+
+
+def counts_of_document(doc: CurationDoc) -> CurationCounts:
+    return CurationCounts(documents_in=1, bytes_in=doc.utf8_bytes())
+
+
+def counts_of_removal(removal: Removal) -> CurationCounts:
+    counts = CurationCounts(removed={removal.reason: [1, removal.bytes]})
+    if removal.eval is not None:
+        counts.by_eval_file[removal.eval[0]] = 1
+    return counts
+
+
+def sum_counts(parts: Iterable[CurationCounts]) -> CurationCounts:
+    total = CurationCounts()
+    for part in parts:
+        total += part
+    return total
+
+
+def audit_key(removal: Removal) -> AuditKey:
+    return removal.source, removal.index // AUDIT_BLOCK
+
+
+def audit_relpath(key: AuditKey) -> str:
+    """curation/removed-<source tag>-<block>.jsonl; the tag is a hash of the source's path."""
+    source, block = key
+    tag = hashlib.blake2b(source.encode("utf-8"), digest_size=_SOURCE_TAG_BYTES).hexdigest()
+    return posixpath.join(CURATION_DIR_NAME, f"{AUDIT_PREFIX}{tag}-{block:06d}{AUDIT_SUFFIX}")
+
+
+def audit_text(removals: Iterable[Removal]) -> str:
+    """The removals' audit lines, sorted by record (the pieces of one record by their lines)."""
+    lines = sorted((r.index, r.audit_line()) for r in removals)
+    return "".join(line + "\n" for _, line in lines)
+
+
+def write_audit_file(output: str, key: AuditKey, removals: Iterable[Removal]) -> dict[str, Any]:
+    """Writes one audit file atomically; returns its manifest entry {"path", "lines"}."""
+    removals = list(removals)
+    relpath = audit_relpath(key)
+    fs.write_text_atomic(fs.join(output, relpath), audit_text(removals))
+    return {"path": relpath, "lines": len(removals)}
+
+
+def curation_info(
+    *,
+    dedup: str,
+    options: dict[str, Any],
+    counts: CurationCounts,
+    clusters: int,
+    eval_files: Sequence[str],
+    eval_documents: dict[str, int],
+    audit: Iterable[dict[str, Any]],
+) -> CurationInfo:
+    """The manifest's curation section from what the run counted."""
+    return CurationInfo(
+        dedup=dedup,
+        options=options,
+        documents_in=counts.documents_in,
+        bytes_in=counts.bytes_in,
+        removed={
+            reason: {
+                "documents": counts.removed.get(reason, [0, 0])[0],
+                "bytes": counts.removed.get(reason, [0, 0])[1],
+            }
+            for reason in REASONS
+        },
+        clusters=clusters,
+        eval_files=tuple(
+            {
+                "path": path,
+                "documents": eval_documents.get(path, 0),
+                "removed": counts.by_eval_file.get(path, 0),
+            }
+            for path in eval_files
+        ),
+        audit=tuple(sorted(audit, key=lambda entry: entry["path"])),
+    )
+
+
+def audit_problems(manifest: Manifest, output: str) -> list[str]:
+    """Where the audit files and the manifest's curation section disagree (none without curation).
+
+    Checks each listed file is there with its line count, every line parses, names a listed input
+    file, and the lines per reason (documents and bytes) and per eval file add up to the manifest's.
+    """
+    curation = manifest.curation
+    if curation is None:
+        return []
+    problems: list[str] = []
+    inputs = {info.path for info in manifest.inputs}
+    removed: dict[str, list[int]] = {reason: [0, 0] for reason in REASONS}
+    by_eval: dict[str, int] = {}
+    for entry in curation.audit:
+        path = fs.join(output, entry["path"])
+        try:
+            lines = fs.read_text(path).splitlines()
+        except FileNotFoundError:
+            problems.append(f"{path}: audit file named by the manifest is missing")
+            continue
+        if len(lines) != entry["lines"]:
+            problems.append(f"{path}: {len(lines)} audit lines, the manifest says {entry['lines']}")
+        for number, line in enumerate(lines, 1):
+            try:
+                removal = removal_from_line(line)
+            except (ValueError, KeyError, TypeError) as e:
+                problems.append(f"{path}:{number}: not an audit line ({e})")
+                continue
+            if removal.source not in inputs:
+                problems.append(
+                    f"{path}:{number}: source {removal.source!r} is not an input of this shard set"
+                )
+            removed[removal.reason][0] += 1
+            removed[removal.reason][1] += removal.bytes
+            if removal.eval is not None:
+                by_eval[removal.eval[0]] = by_eval.get(removal.eval[0], 0) + 1
+    for reason in REASONS:
+        expected = curation.removed.get(reason, {"documents": 0, "bytes": 0})
+        found = removed[reason]
+        if [expected["documents"], expected["bytes"]] != found:
+            problems.append(
+                f"{output}: the audit holds {found[0]:,} {reason} removals ({found[1]:,} bytes), the "
+                f"manifest says {expected['documents']:,} ({expected['bytes']:,} bytes)"
+            )
+    for entry in curation.eval_files:
+        if by_eval.get(entry["path"], 0) != entry["removed"]:
+            problems.append(
+                f"{output}: the audit names eval file {entry['path']!r} {by_eval.get(entry['path'], 0):,} "
+                f"times, the manifest says {entry['removed']:,}"
+            )
+    return problems
+
+
+def describe_curation(curation: CurationInfo) -> list[str]:
+    """Readable lines for `lmshards inspect`: the funnel and the options."""
+    kept = curation.documents_in - curation.documents_removed
+    options = ", ".join(f"{k} {v}" for k, v in sorted(curation.options.items()))
+    lines = [
+        f"  curation (--dedup {curation.dedup}; {options}):",
+        f"    documents in {curation.documents_in:,} ({curation.bytes_in:,} bytes), kept {kept:,}, "
+        f"removed {curation.documents_removed:,} ({curation.bytes_removed:,} bytes)",
+    ]
+    for reason in REASONS:
+        r = curation.removed.get(reason, {"documents": 0, "bytes": 0})
+        lines.append(f"    {reason}: {r['documents']:,} documents, {r['bytes']:,} bytes")
+    lines.append(f"    duplicate clusters: {curation.clusters:,}")
+    for entry in curation.eval_files:
+        lines.append(
+            f"    eval {entry['path']}: {entry['documents']:,} documents, "
+            f"{entry['removed']:,} training documents removed"
+        )
+    lines.append(
+        f"    audit: {len(curation.audit)} files in {CURATION_DIR_NAME}/, "
+        f"{sum(a['lines'] for a in curation.audit):,} lines"
+    )
+    return lines
+
+
+# ---------------------------------------------------------------- Beam
+
+
+class WriteAudit(beam.PTransform):
+    """Removal -> {"path", "lines"} of each audit file written under output."""
+
+    def __init__(self, output: str):
+        super().__init__()
+        self._output = output
+
+    def expand(self, removals):
+        return (
+            removals
+            | "Key" >> beam.Map(lambda r: (audit_key(r), r))  # (AuditKey, Removal)
+            | "Group" >> beam.GroupByKey()  # (AuditKey, [Removal])
+            | "Write" >> beam.ParDo(_WriteAuditFn(self._output))
+        )  # {"path", "lines"}
+
+
+class _WriteAuditFn(beam.DoFn):
+    """(AuditKey, [Removal]) -> the audit file's {"path", "lines"}, once it is written."""
+
+    def __init__(self, output: str):
+        self._output = output
+
+    def process(self, item: tuple[AuditKey, Iterable[Removal]]) -> Iterable[dict[str, Any]]:
+        key, removals = item
+        yield write_audit_file(self._output, key, removals)

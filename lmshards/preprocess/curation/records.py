@@ -1,0 +1,97 @@
+"""What flows through curation: documents with their identity, removals, and the audit's lines.
+
+A document's identity is (source, index): its input file as listed in the manifest's `inputs`,
+and its 0-based number among the documents read from that file (see lmshards.preprocess.stages.read). The audit
+names a document by (source, record) instead: the 0-based number of the raw record it came from,
+the line of a line-document or JSON Lines file (every line counts, empty and skipped ones too), the
+row of a Parquet file, the document of a blank-line or marker file. The pieces of a record split
+for --max_document_chars share its record, hence the identity by index.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from lmshards.preprocess.curation.text import digest, exact_form
+
+EXACT = "exact"
+NEAR = "near"
+CONTAMINATED = "contaminated"
+REASONS = (CONTAMINATED, EXACT, NEAR)  # the order curation applies them in
+
+DocRef = tuple[str, int]  # (source file, 0-based document index in it), or its record's number
+# How a cluster's documents are ordered; its smallest is kept: the longest normalized text first,
+# then the smallest digest of it, then (source, index) among exact copies (record last: the
+# audit's name of the document, decided by index).
+NodeKey = tuple[int, bytes, str, int, int]  # (-len(exact_form), digest, source, index, record)
+
+
+@dataclasses.dataclass(frozen=True)
+class CurationDoc:
+    source: str
+    index: int
+    text: str
+    record: int  # the raw record it came from (what the audit names it by)
+
+    @property
+    def ref(self) -> DocRef:
+        return self.source, self.index
+
+    @property
+    def record_ref(self) -> DocRef:
+        return self.source, self.record
+
+    def utf8_bytes(self) -> int:
+        return len(self.text.encode("utf-8", "surrogatepass"))
+
+
+def node_key(doc: CurationDoc) -> NodeKey:
+    """The document's place in the keep order (the smallest of a cluster is kept)."""
+    form = exact_form(doc.text)
+    return -len(form), digest(form), doc.source, doc.index, doc.record
+
+
+@dataclasses.dataclass(frozen=True)
+class Removal:
+    """One removed document (named by its record): why, and which kept document or eval record
+    (named by theirs) caused it."""
+
+    source: str
+    index: int  # the document's record
+    reason: str  # one of REASONS
+    bytes: int  # UTF-8 bytes of the document as read
+    kept: DocRef | None = None  # exact / near: the document kept in its place
+    eval: DocRef | None = None  # contaminated: the eval record it shares an n-gram with
+
+    def audit_line(self) -> str:
+        """The JSON line the audit holds for this removal (sorted keys: the same bytes everywhere)."""
+        data: dict[str, Any] = {
+            "source": self.source,
+            "index": self.index,
+            "reason": self.reason,
+            "bytes": self.bytes,
+        }
+        if self.kept is not None:
+            data["kept"] = {"source": self.kept[0], "index": self.kept[1]}
+        if self.eval is not None:
+            data["eval"] = {"source": self.eval[0], "index": self.eval[1]}
+        return json.dumps(data, sort_keys=True, ensure_ascii=False)
+
+
+def removal_from_line(line: str) -> Removal:
+    """Parses one audit line. Raises ValueError (or KeyError/TypeError) on a malformed one."""
+    data = json.loads(line)
+    kept, eval_ = data.get("kept"), data.get("eval")
+    removal = Removal(
+        source=str(data["source"]),
+        index=int(data["index"]),
+        reason=str(data["reason"]),
+        bytes=int(data["bytes"]),
+        kept=(str(kept["source"]), int(kept["index"])) if kept else None,
+        eval=(str(eval_["source"]), int(eval_["index"])) if eval_ else None,
+    )
+    if removal.reason not in REASONS:
+        raise ValueError(f"reason {removal.reason!r} is not one of {list(REASONS)}")
+    return removal

@@ -1,0 +1,258 @@
+"""The curation stage: numbered documents in, the kept documents' batches, the audit and the counts out.
+
+Order: decontamination first (a contaminated document is gone before it could be kept for a
+cluster), then exact or near deduplication of what is left. Removals are decided on small keys
+(digests, band keys, NodeKeys) and joined back to the documents by (source, index), so no step
+holds more than one cluster's or one bucket's keys, and no step holds every signature.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, NamedTuple
+
+import apache_beam as beam
+
+from lmshards.preprocess.curation.audit import (
+    CurationCounts,
+    WriteAudit,
+    counts_of_document,
+    counts_of_removal,
+    curation_info,
+    sum_counts,
+)
+from lmshards.preprocess.curation.decontaminate import Decontaminate, EvalIndex
+from lmshards.preprocess.curation.dedup import ExactVerdicts, MinHashSettings, NearVerdicts
+from lmshards.preprocess.curation.records import CurationDoc, DocRef, Removal
+from lmshards.preprocess.sources import ReadOptions
+from lmshards.preprocess.stages.read import (
+    NumberedBatch,
+    NumberedReadOutputs,
+    ReadDocuments,
+    range_offsets,
+)
+from lmshards.schemas.manifest import CurationInfo, InputFileInfo
+
+DEDUP_NONE = "none"
+DEDUP_EXACT = "exact"
+DEDUP_NEAR = "near"
+DEDUP_CHOICES = (DEDUP_NONE, DEDUP_EXACT, DEDUP_NEAR)
+DEFAULT_DECONTAMINATE_NGRAM = 13
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSets:
+    """The eval sets to decontaminate against: their files (listed while planning) and reading."""
+
+    files: tuple[InputFileInfo, ...]
+    options: ReadOptions
+
+
+@dataclasses.dataclass(frozen=True)
+class CurationSettings:
+    dedup: str
+    minhash: MinHashSettings
+    decontaminate_ngram: int
+    eval_sets: EvalSets | None
+    batch_size: int  # documents per batch handed to the tokenizer
+    range_bytes: int
+
+    def manifest_options(self) -> dict[str, Any]:
+        """The options that decide what is removed (the manifest's curation.options)."""
+        options: dict[str, Any] = {}
+        if self.dedup == DEDUP_NEAR:
+            options |= {
+                "minhash_ngram": self.minhash.ngram,
+                "minhash_bands": self.minhash.bands,
+                "minhash_rows": self.minhash.rows,
+            }
+        if self.eval_sets is not None:
+            options["decontaminate_ngram"] = self.decontaminate_ngram
+        return options
+
+
+class CurationOutputs(NamedTuple):
+    batches: beam.PCollection  # list[str]: the kept documents
+    info: beam.PCollection  # CurationInfo, one
+    audit: beam.PCollection  # {"path", "lines"} of each audit file written
+
+
+# ---------------------------------------------------------------- logic
+
+
+def number_documents(
+    batch: NumberedBatch, offsets: Mapping[tuple[str, int], tuple[int, int]]
+) -> Iterator[CurationDoc]:
+    """Each document of a batch with its index in its file and its record's number."""
+    documents, records = offsets[batch.source, batch.range_number]
+    first = documents + batch.first
+    for i, (text, record) in enumerate(zip(batch.texts, batch.records, strict=True)):
+        yield CurationDoc(batch.source, first + i, text, records + record)
+
+
+def apply_verdicts(
+    ref: DocRef, grouped: Mapping[str, Iterable[Any]]
+) -> Iterator[CurationDoc | Removal]:
+    """One document and the verdicts about it (at most one) -> the document, or its Removal."""
+    docs = list(grouped["docs"])
+    verdicts = list(grouped["verdicts"])
+    for doc in docs:
+        if verdicts:
+            reason, kept = verdicts[0]
+            yield Removal(doc.source, doc.record, reason, doc.utf8_bytes(), kept=kept)
+        else:
+            yield doc
+
+
+def is_doc(element: CurationDoc | Removal) -> bool:
+    return isinstance(element, CurationDoc)
+
+
+def is_removal(element: CurationDoc | Removal) -> bool:
+    return isinstance(element, Removal)
+
+
+def _keyed(doc: CurationDoc) -> tuple[DocRef, CurationDoc]:
+    return doc.ref, doc
+
+
+def _text(doc: CurationDoc) -> str:
+    return doc.text
+
+
+def _kept_ref(removal: Removal) -> Iterator[DocRef]:
+    if removal.kept is not None:
+        yield removal.kept
+
+
+def _info(
+    _: None,
+    counts: CurationCounts,
+    clusters: int,
+    eval_documents: Iterable[tuple[str, int]],
+    audit: Iterable[dict[str, Any]],
+    *,
+    settings: CurationSettings,
+) -> CurationInfo:
+    eval_files = [f.path for f in settings.eval_sets.files] if settings.eval_sets else []
+    return curation_info(
+        dedup=settings.dedup,
+        options=settings.manifest_options(),
+        counts=counts,
+        clusters=clusters,
+        eval_files=eval_files,
+        eval_documents=dict(eval_documents),
+        audit=audit,
+    )
+
+
+# ---------------------------------------------------------------- Beam
+
+
+class NumberDocuments(beam.PTransform):
+    """NumberedReadOutputs of ReadDocuments(numbered=True) -> CurationDoc."""
+
+    def expand(self, read: NumberedReadOutputs):
+        offsets = (
+            read.counts
+            | "Ranges" >> beam.combiners.ToList()  # [RangeCount]
+            | "Offsets"
+            >> beam.Map(range_offsets)  # {(source, range number): (first index, first record)}
+        )
+        return read.documents | "Number" >> beam.FlatMap(
+            number_documents, beam.pvalue.AsSingleton(offsets)
+        )  # CurationDoc
+
+
+class _Deduplicate(beam.PTransform):
+    """CurationDoc -> CurationDoc | Removal, by exact or near verdicts joined on (source, index)."""
+
+    def __init__(self, settings: CurationSettings):
+        super().__init__()
+        self._settings = settings
+
+    def expand(self, docs):
+        if self._settings.dedup == DEDUP_NEAR:
+            verdicts = docs | "Near" >> NearVerdicts(self._settings.minhash)  # Verdict
+        else:
+            verdicts = docs | "Exact" >> ExactVerdicts()  # Verdict
+        keyed = docs | "KeyDocs" >> beam.Map(_keyed)  # (DocRef, CurationDoc)
+        return (
+            {"docs": keyed, "verdicts": verdicts}
+            | "Join" >> beam.CoGroupByKey()  # (DocRef, {"docs": [...], "verdicts": [...]})
+            | "Apply" >> beam.FlatMapTuple(apply_verdicts)  # CurationDoc | Removal
+        )
+
+
+class CurateDocuments(beam.PTransform):
+    """NumberedReadOutputs (numbered) -> CurationOutputs; the audit files are written under output."""
+
+    def __init__(self, settings: CurationSettings, output: str):
+        super().__init__()
+        self._settings = settings
+        self._output = output
+
+    def expand(self, read: NumberedReadOutputs) -> CurationOutputs:
+        settings = self._settings
+        pipeline = read.documents.pipeline
+        docs = read | "NumberDocuments" >> NumberDocuments()  # CurationDoc
+        counted_in = docs | "CountIn" >> beam.Map(counts_of_document)  # CurationCounts
+        removals: list[beam.PCollection] = []
+        eval_documents = pipeline | "NoEvalSets" >> beam.Create([])  # (eval file, documents)
+        if settings.eval_sets is not None:
+            eval_read = pipeline | "ReadEvalSets" >> ReadDocuments(
+                list(settings.eval_sets.files),
+                settings.eval_sets.options,
+                range_bytes=settings.range_bytes,
+                numbered=True,
+            )
+            eval_docs = eval_read | "NumberEvalDocuments" >> NumberDocuments()  # CurationDoc
+            eval_documents = (
+                eval_docs
+                | "EvalSource" >> beam.Map(lambda d: d.source)
+                | "CountEval" >> beam.combiners.Count.PerElement()
+            )  # (eval file, documents)
+            index = eval_docs | "EvalIndex" >> EvalIndex(settings.decontaminate_ngram)
+            checked = docs | "Decontaminate" >> Decontaminate(settings.decontaminate_ngram, index)
+            docs = checked | "Clean" >> beam.Filter(is_doc)  # CurationDoc
+            removals.append(checked | "Contaminated" >> beam.Filter(is_removal))  # Removal
+        if settings.dedup != DEDUP_NONE:
+            decided = docs | "Deduplicate" >> _Deduplicate(settings)  # CurationDoc | Removal
+            docs = decided | "Unique" >> beam.Filter(is_doc)  # CurationDoc
+            removals.append(decided | "Duplicates" >> beam.Filter(is_removal))  # Removal
+        removed = removals | "Removals" >> beam.Flatten()  # Removal
+        audit = removed | "Audit" >> WriteAudit(self._output)  # {"path", "lines"}
+        counts = (
+            (counted_in, removed | "CountRemoved" >> beam.Map(counts_of_removal))
+            | "AllCounts" >> beam.Flatten()
+            | "SumCounts" >> beam.CombineGlobally(sum_counts)
+        )  # CurationCounts, one
+        clusters = (
+            removed
+            | "KeptRefs" >> beam.FlatMap(_kept_ref)  # DocRef of a kept document, per removal
+            | "Clusters" >> beam.Distinct()
+            | "CountClusters" >> beam.combiners.Count.Globally()
+        )  # int, one
+        info = (
+            pipeline
+            | "Once" >> beam.Create([None])
+            | "Info"
+            >> beam.Map(
+                _info,
+                beam.pvalue.AsSingleton(counts),
+                beam.pvalue.AsSingleton(clusters),
+                beam.pvalue.AsList(eval_documents),
+                beam.pvalue.AsList(audit),
+                settings=settings,
+            )
+        )  # CurationInfo, one
+        batches = (
+            docs
+            | "Texts" >> beam.Map(_text)  # str
+            | "Batch"
+            >> beam.BatchElements(
+                min_batch_size=settings.batch_size, max_batch_size=settings.batch_size
+            )
+        )  # list[str]
+        return CurationOutputs(batches=batches, info=info, audit=audit)

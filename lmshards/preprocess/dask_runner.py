@@ -1,0 +1,296 @@
+"""Beam's DaskRunner with the gaps that change lmshards' output or cost closed.
+
+`--runner DaskRunner` runs on this subclass: lmshards.preprocess.runners maps the short name and Beam's own
+class path to it. Beam 2.77's DaskRunner turns every primitive transform into a Dask bag step and
+runs each ParDo bundle (one bag partition) with a DoFnInvoker. Changed here:
+
+- ParDo outputs: Beam collects them in one list that belongs to the task graph and is never
+  emptied, so a bundle also returns what earlier bundles in the same worker process emitted (the
+  shard stage's layout saw each packing group several times); and it takes that list before
+  finish_bundle runs, so what finish_bundle emits is lost. Here every bundle gets its own receivers
+  and invoker, and returns what finish_bundle emitted too. Each worker thread sets up its own copy
+  of a DoFn once and reuses it, as Beam's workers do (Beam's DaskRunner sets the DoFn up again for
+  every bundle, and shares one instance between a worker's threads).
+- Side inputs: Beam hands a ParDo its side input as a bag computed inside every task that reads it,
+  so the side input's whole upstream runs again in each such task (and the pipeline's final step,
+  the manifest, ran the whole pipeline that way). Here a side input is a dependency in the graph,
+  computed once, and every leaf of the pipeline is computed, not only the last one visited.
+- Create: Beam puts up to 128 elements in one partition, so every read range would be read by one
+  task; here each element is its own partition unless --dask_npartitions or --dask_partition_size
+  says otherwise.
+- The cluster: without --dask_client_address or --dask_scheduler_file, a local cluster of one
+  single-threaded worker process per core, listening on 127.0.0.1 only (Beam's bare `Client()`
+  serves its dashboard on every interface). The workers' `preprocess` log records (progress lines)
+  reach this process, and the client (with a local cluster, the cluster too) is closed when the
+  job ends.
+
+A ParDo with tagged outputs is refused while the graph is built: Beam's DaskRunner would deliver
+them into the main output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+import threading
+from typing import Any
+
+import dask
+import dask.bag as db
+import dask.distributed as ddist
+from apache_beam import pvalue
+from apache_beam.internal import pickler
+from apache_beam.pipeline import AppliedPTransform, PipelineVisitor
+from apache_beam.runners.common import DoFnContext, DoFnInvoker, DoFnSignature, _OutputHandler
+from apache_beam.runners.dask import dask_runner, transform_evaluator
+from apache_beam.runners.dask.overrides import _Create, dask_overrides
+from apache_beam.transforms.core import DoFn, ParDo
+from apache_beam.transforms.sideinputs import SideInputMap
+from distributed.diagnostics.plugin import WorkerPlugin
+
+LOCALHOST = "127.0.0.1"
+# The logger whose worker-side records (our progress lines) reach the launcher.
+FORWARDED_LOGGER = "preprocess"
+DEFAULT_ELEMENTS_PER_PARTITION = 1
+TASK_SHUFFLE = (
+    "tasks"  # how a GroupByKey moves data: between workers, through the scheduler's tasks
+)
+# Set-up DoFns a worker process keeps (per thread and DoFn); more than one job's worth.
+SET_UP_FNS_PER_PROCESS = 64
+
+
+# ---------------------------------------------------------------- ParDo: fresh receivers per bundle
+
+
+@dataclasses.dataclass(frozen=True)
+class _SideInputView:
+    """How a bundle turns a side input's computed values back into what the DoFn receives."""
+
+    view_class: type
+    view_options: dict
+    window_fn: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class _BundleSpec:
+    """Everything one ParDo bundle needs besides its elements and side input values (all picklable)."""
+
+    label: str
+    pickled_fn: bytes
+    args: tuple
+    kwargs: dict
+    window_fn: Any
+    side_inputs: tuple[_SideInputView, ...]
+
+
+@functools.lru_cache(maxsize=SET_UP_FNS_PER_PROCESS)
+def _set_up_fn(pickled_fn: bytes, thread: int) -> DoFn:
+    """The DoFn, unpickled and set up once per worker thread and reused by the thread's later bundles,
+    as Beam's own workers do: heavy objects (a tokenizer) are built once, a progress count goes on."""
+    fn = pickler.loads(pickled_fn)
+    fn.setup()
+    return fn
+
+
+def _process_bundle(elements, spec: _BundleSpec, *side_values: list) -> list:
+    """Runs one bundle through this thread's DoFn; returns its outputs, finish_bundle's included.
+
+    side_values: every value of each side input.
+    """
+    receivers = transform_evaluator.OneReceiver()
+    handler = _OutputHandler(
+        window_fn=spec.window_fn,
+        main_receivers=receivers[None],
+        tagged_receivers=receivers,
+        per_element_output_counter=None,
+        output_batch_converter=None,
+        process_yields_batches=False,
+        process_batch_yields_elements=False,
+    )
+    side_inputs = [
+        SideInputMap(
+            view.view_class,
+            view.view_options,
+            [transform_evaluator.get_windowed_value(v, view.window_fn) for v in values],
+        )
+        for view, values in zip(spec.side_inputs, side_values)
+    ]
+    fn = _set_up_fn(spec.pickled_fn, threading.get_ident())
+    invoker = DoFnInvoker.create_invoker(
+        DoFnSignature(fn),
+        handler,
+        context=DoFnContext(spec.label, state=None),
+        side_inputs=side_inputs,
+        input_args=list(spec.args),
+        input_kwargs=dict(spec.kwargs),
+        user_state_context=None,
+        bundle_finalizer_param=DoFn.BundleFinalizerParam(),
+    )
+    invoker.invoke_start_bundle()
+    for element in elements:
+        invoker.invoke_process(element)
+    invoker.invoke_finish_bundle()
+    return [output.value for output in receivers.values]
+
+
+def _concat(parts: list[list]) -> list:
+    return [value for part in parts for value in part]
+
+
+def _all_values(bag: db.Bag):
+    """Every value of `bag` as one Delayed that refers to the bag's own tasks.
+
+    Handing a ParDo the bag itself (or dask.delayed of it) would give the ParDo a renamed copy of
+    the bag's whole upstream graph, computed again; a Delayed passed as an argument is used as is.
+    """
+    return bag.reduction(list, _concat).to_delayed(optimize_graph=False)
+
+
+@dataclasses.dataclass
+class _ParDo(transform_evaluator.DaskBagOp):
+    """A ParDo whose side inputs are graph dependencies (the op gets (side input, bag) pairs)."""
+
+    def apply(self, input_bag: db.Bag, side_inputs=None) -> db.Bag:
+        transform = self.transform
+        main_input = next(iter(self.applied.main_inputs.values()))
+        window_fn = main_input.windowing.windowfn
+        side_inputs = side_inputs or []
+        spec = _BundleSpec(
+            label=transform.label,
+            pickled_fn=pickler.dumps(transform.fn),
+            args=tuple(transform.args),
+            kwargs=dict(transform.kwargs),
+            window_fn=window_fn,
+            side_inputs=tuple(
+                _SideInputView(type(si), si._view_options(), si.pvalue.windowing.windowfn)
+                for si, _ in side_inputs
+            ),
+        )
+        side_values = [_all_values(bag) for _, bag in side_inputs]
+        return input_bag.map(transform_evaluator.get_windowed_value, window_fn).map_partitions(
+            _process_bundle, spec, *side_values
+        )
+
+
+@dataclasses.dataclass
+class _CreateOp(transform_evaluator.Create):
+    """Beam's Create, with DEFAULT_ELEMENTS_PER_PARTITION unless the user sized the partitions."""
+
+    def apply(self, input_bag=None, side_inputs=None) -> db.Bag:
+        if not (self.bag_kwargs.get("npartitions") or self.bag_kwargs.get("partition_size")):
+            self.bag_kwargs = dict(self.bag_kwargs, partition_size=DEFAULT_ELEMENTS_PER_PARTITION)
+        return super().apply(input_bag, side_inputs)
+
+
+TRANSLATIONS = {**transform_evaluator.TRANSLATIONS, ParDo: _ParDo, _Create: _CreateOp}
+
+
+# ---------------------------------------------------------------- the pipeline as bags
+
+
+class _BagBuilder(PipelineVisitor):
+    """Visits the pipeline's primitive transforms in order and builds the Dask bag of each."""
+
+    def __init__(self, bag_kwargs: dict):
+        self._bag_kwargs = bag_kwargs
+        self._bags: dict[AppliedPTransform, db.Bag] = {}
+        self._consumed: set[AppliedPTransform] = set()
+
+    def visit_transform(self, node: AppliedPTransform) -> None:
+        if len(node.outputs) > 1:
+            raise NotImplementedError(
+                f"DaskRunner: step {node.full_label!r} has tagged outputs, which this runner does not keep apart."
+            )
+        op_class = TRANSLATIONS.get(type(node.transform), transform_evaluator.NoOp)
+        producers = [i.producer for i in node.inputs if not isinstance(i, pvalue.PBegin)]
+        sides = [(si, self._bags[si.pvalue.producer]) for si in node.side_inputs]
+        self._consumed.update(producers, (si.pvalue.producer for si in node.side_inputs))
+        inputs = [self._bags[p] for p in producers if p in self._bags]
+        if not inputs and op_class is not _CreateOp:
+            raise NotImplementedError(
+                f"DaskRunner: step {node.full_label!r} ({type(node.transform).__name__}) "
+                "starts a pipeline branch, which this runner cannot translate."
+            )
+        op = op_class(node, bag_kwargs=self._bag_kwargs)
+        if op_class is transform_evaluator.Flatten:
+            self._bags[node] = op.apply(inputs)
+        elif op_class is _ParDo:
+            self._bags[node] = op.apply(inputs[0], sides)
+        else:
+            self._bags[node] = op.apply(inputs[0] if inputs else None)
+
+    def leaves(self) -> list[db.Bag]:
+        """The bags nothing else reads: computing them computes the whole pipeline."""
+        return [bag for node, bag in self._bags.items() if node not in self._consumed]
+
+
+# ---------------------------------------------------------------- client and result
+
+
+class _InfoLogs(WorkerPlugin):
+    """Lets a worker's FORWARDED_LOGGER emit INFO records (a worker's loggers start at WARNING)."""
+
+    name = "lmshards-info-logs"
+
+    def setup(self, worker) -> None:
+        logging.getLogger(FORWARDED_LOGGER).setLevel(logging.INFO)
+
+
+def local_cluster(workers: int) -> ddist.LocalCluster:
+    """`workers` single-threaded worker processes; the scheduler, workers and the scheduler's HTTP
+    endpoint (a dashboard, with bokeh installed) listen on 127.0.0.1 only, on free ports."""
+    return ddist.LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        host=LOCALHOST,
+        dashboard_address=f"{LOCALHOST}:0",
+    )
+
+
+@dataclasses.dataclass
+class DaskRunnerResult(dask_runner.DaskRunnerResult):
+    """Closes the client, and a cluster started for this job, once the job has ended."""
+
+    cluster: ddist.LocalCluster | None = None
+
+    def wait_until_finish(self, duration=None) -> str:
+        try:
+            return super().wait_until_finish(duration)
+        finally:
+            if self.cluster is None:  # a shared cluster outlives the job: take our plugins off it
+                self.client.unforward_logging(FORWARDED_LOGGER)
+                self.client.unregister_worker_plugin(_InfoLogs.name)
+            self.client.close()
+            if self.cluster is not None:
+                self.cluster.close()
+
+
+class DaskRunner(dask_runner.DaskRunner):
+    """Beam's DaskRunner with fresh ParDo bundles, side inputs computed once and a local-only cluster."""
+
+    def run_pipeline(self, pipeline, options):
+        client_options = options.view_as(dask_runner.DaskOptions).get_all_options(
+            drop_default=True, current_only=True
+        )
+        bag_kwargs = dask_runner.DaskOptions._extract_bag_kwargs(client_options)
+        # distributed logs every worker and connection at INFO; that would drown the progress lines.
+        logging.getLogger("distributed").setLevel(logging.WARNING)
+        pipeline.replace_all(dask_overrides())
+        builder = _BagBuilder(bag_kwargs)
+        # Without a client yet, dask would plan each GroupByKey as a shuffle through one machine's disk.
+        with dask.config.set({"dataframe.shuffle.method": TASK_SHUFFLE}):
+            pipeline.visit(builder)
+        # One collection: dask computes each collection handed to it with its own copy of the shared graph.
+        graph = db.concat(builder.leaves())
+
+        cluster = None
+        if not (client_options.get("address") or client_options.get("scheduler_file")):
+            cluster = local_cluster(os.cpu_count() or 1)
+            client_options["address"] = cluster
+        client = ddist.Client(**client_options)
+        client.register_plugin(_InfoLogs())
+        client.forward_logging(FORWARDED_LOGGER, level=logging.INFO)
+        return DaskRunnerResult(client, [client.compute(graph)], cluster)

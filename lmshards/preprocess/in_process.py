@@ -1,0 +1,654 @@
+"""The default runner's path: the whole preprocess as one Beam step, streaming in this process.
+
+On Beam's in-process FnApiRunner every stage ran in one Python process anyway, but through Beam's
+data plane: each batch became an element (pickled, buffered, handed on), and both GroupByKeys held
+the whole corpus in memory (tokens before packing, framed records before the shard files), about 9x
+the shard bytes at peak. Here the same stage functions run without that:
+
+  read -> encode -> route: a reader thread, the tokenizer (its Rust threads; the GIL released) and a
+      thread turning encodings into arrays run at once, through short queues; each packing group's
+      documents are appended to its own file;
+  pack: group by group from those files; each group's blocks to a file;
+  shard: the layout from every group's size, then each group's blocks to the files of the shards
+      they are shuffled into, and each shard's records sorted by position, framed and written.
+
+Memory is a fixed working set (a few batches, one group, one shard's rows: its records are written
+as they are serialized), not the corpus: the heap's free pages go back to the system as the run goes
+(lmshards.plumbing.memory). The files are local, under the output's temporary directory, and removed on every
+exit. The shard bytes are the Beam path's (the same layout, permutation, packing and encoding
+functions), as tests check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import queue
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+import apache_beam as beam
+import numpy as np
+
+from lmshards.plumbing import fs
+from lmshards.plumbing.errors import TokenizerError
+from lmshards.plumbing.memory import release_free_memory
+from lmshards.plumbing.progress import PROGRESS_EVERY_S
+from lmshards.plumbing.units import MIB
+from lmshards.preprocess.options import PreprocessConfig
+from lmshards.preprocess.sources import ReadOptions, ReadStats
+from lmshards.preprocess.stages.encode import TokenizedChunk, chunk_of, limit_tokenizer_threads
+from lmshards.preprocess.stages.manifest import (
+    build_manifest,
+    check_documents_read,
+    finish_output,
+    utc_timestamp,
+)
+from lmshards.preprocess.stages.metrics import StageProgress, counter
+from lmshards.preprocess.stages.pack import PackedGroup, pack_group, split_totals
+from lmshards.preprocess.stages.read import ReadProgress, SizedRange, count_read, read_sized_range
+from lmshards.preprocess.stages.shard import (
+    GroupSize,
+    SplitLayout,
+    layout_splits,
+    permute,
+    shard_of,
+    write_shard_bytes,
+)
+from lmshards.preprocess.stages.split import GroupKey, route_documents, validation_threshold
+from lmshards.preprocess.stages.tokens import (
+    PART_FLUSH_TOKENS,
+    TokenFileInfo,
+    TokenStoreManifest,
+    write_part,
+    write_store_manifest,
+)
+from lmshards.schemas.constants import SPLITS, TOKENS_DIR_NAME
+from lmshards.schemas.layouts import SPILL_DIR_PREFIX, TEMP_DIR_NAME
+from lmshards.schemas.manifest import Manifest, ShardInfo, SplitTotals
+from lmshards.schemas.records import encode_examples, frame_record
+
+_LOG = logging.getLogger(__name__)
+
+# Characters of text per tokenizer call: large enough that the tokenizer's threads stay busy to the
+# end of each call (a call waits for its slowest document), small enough that the call's Encodings
+# (about 100 bytes a token, held until they are turned into arrays) stay a few MB.
+ENCODE_BATCH_CHARS = 256 << 10
+# Batches waiting between the threads: enough to ride out a slow batch, few enough to bound memory.
+QUEUE_DEPTH = 2
+# Tokens routed before the packing groups' buffers are appended to their files.
+ROUTE_FLUSH_TOKENS = 1 << 20
+# Records serialized and written at once: bounds the varint buffers and what is held of a shard.
+SERIALIZE_ROWS = 4096
+_HEADER = np.dtype("<i8")
+
+
+# ---------------------------------------------------------------- logic: spill files
+
+
+def narrow_dtype(vocab_size: int, seq_len: int) -> np.dtype:
+    """The smallest unsigned dtype holding every feature value (ids, masks, segment ids, positions)."""
+    return np.dtype("<u2") if max(vocab_size, seq_len + 1) <= 1 << 16 else np.dtype("<i4")
+
+
+def append_chunk(path: str, chunk: TokenizedChunk, dtype: np.dtype) -> None:
+    """Appends a chunk to a group's file: [documents, tokens], hashes, lengths, tokens (as dtype)."""
+    with open(path, "ab") as f:
+        f.write(np.array([chunk.num_documents, chunk.num_tokens], _HEADER).tobytes())
+        f.write(chunk.hashes.astype("<u8").tobytes())
+        f.write(chunk.lengths.astype("<i4").tobytes())
+        f.write(chunk.tokens.astype(dtype).tobytes())
+
+
+def read_chunks(path: str, dtype: np.dtype) -> TokenizedChunk:
+    """Every chunk append_chunk wrote to path, as one chunk (tokens widened to int32)."""
+    with open(path, "rb") as f:
+        data = memoryview(f.read())
+    hashes, lengths, tokens = [], [], []
+    at = 0
+    while at < len(data):
+        n, m = np.frombuffer(data, _HEADER, 2, at).tolist()
+        at += 2 * _HEADER.itemsize
+        hashes.append(np.frombuffer(data, "<u8", n, at))
+        at += 8 * n
+        lengths.append(np.frombuffer(data, "<i4", n, at))
+        at += 4 * n
+        tokens.append(np.frombuffer(data, dtype, m, at))
+        at += dtype.itemsize * m
+    return TokenizedChunk(
+        hashes=np.concatenate(hashes),
+        lengths=np.concatenate(lengths),
+        tokens=np.concatenate(tokens).astype(np.int32),
+    )
+
+
+def append_rows(path: str, positions: np.ndarray, rows: np.ndarray) -> None:
+    """Appends records to a shard's file: [records], their shuffled positions, their feature rows."""
+    with open(path, "ab") as f:
+        f.write(np.array([positions.size], _HEADER).tobytes())
+        f.write(positions.astype("<i8").tobytes())
+        f.write(np.ascontiguousarray(rows).tobytes())
+
+
+def read_rows(
+    path: str, dtype: np.dtype, row_shape: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(positions int64 [n], rows [n, features, seq_len]) of every append_rows to path, in order."""
+    if not os.path.exists(path):
+        return np.zeros(0, np.int64), np.zeros((0, *row_shape), dtype)
+    with open(path, "rb") as f:
+        data = memoryview(f.read())
+    positions, rows = [], []
+    row_values = row_shape[0] * row_shape[1]
+    at = 0
+    while at < len(data):
+        (n,) = np.frombuffer(data, _HEADER, 1, at).tolist()
+        at += _HEADER.itemsize
+        positions.append(np.frombuffer(data, "<i8", n, at))
+        at += 8 * n
+        rows.append(np.frombuffer(data, dtype, n * row_values, at).reshape(n, *row_shape))
+        at += dtype.itemsize * n * row_values
+    return np.concatenate(positions), np.concatenate(rows)
+
+
+def shard_bytes(rows: np.ndarray, order: np.ndarray, names: Sequence[str]) -> Iterator[bytes]:
+    """The framed records of rows[order] ([n, features, seq_len], features in `names` order),
+    SERIALIZE_ROWS records a piece: the shard is written as it is serialized, never held whole."""
+    for lo in range(0, order.size, SERIALIZE_ROWS):
+        part = rows[order[lo : lo + SERIALIZE_ROWS]]
+        records = encode_examples({name: part[:, i] for i, name in enumerate(names)})
+        yield b"".join(map(frame_record, records))
+
+
+# ---------------------------------------------------------------- logic: the stages
+
+
+@dataclasses.dataclass(frozen=True)
+class InProcessJob:
+    """Everything the in-process run needs; small and picklable (the tokenizer is built when it runs).
+
+    The tokenizer travels as its path, not its text: Beam compresses every pickled step with bz2, and a
+    tokenizer.json is MBs.
+    """
+
+    config: PreprocessConfig
+    ranges: tuple[SizedRange, ...]
+    read_options: ReadOptions
+    total_bytes: int
+    tokenizer_path: (
+        str  # the tokenizer.json the plan read; its text is read again when the job runs
+    )
+    tokenizer_sha256: str  # of that text: the job refuses a tokenizer changed since it was planned
+    vocab_size: int
+    groups: dict[str, int]  # split -> packing groups
+    pad_id: int | None
+    record_bytes: int
+    header: Manifest
+    store_header: TokenStoreManifest | None  # --keep_tokens
+
+
+class _Relay:
+    """Runs producer functions on threads linked by bounded queues; the first error stops them all."""
+
+    _END = object()
+
+    def __init__(self) -> None:
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
+
+    def put(self, q: queue.Queue, item) -> None:
+        while not self._stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+        raise _Stopped
+
+    def items(self, q: queue.Queue) -> Iterator:
+        while True:
+            try:
+                item = q.get(timeout=0.1)
+            except queue.Empty:
+                if self._stop.is_set():
+                    raise _Stopped from None
+                continue
+            if item is self._END:
+                return
+            yield item
+
+    def start(self, target: Callable[[], None], out: queue.Queue | None) -> threading.Thread:
+        def run() -> None:
+            try:
+                target()
+                if out is not None:
+                    self.put(out, self._END)
+            except _Stopped:
+                pass
+            except BaseException as e:  # handed to the caller's thread by check()
+                self._error = self._error or e
+                self._stop.set()
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    def check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class _Stopped(Exception):
+    """Another thread failed: this one stops."""
+
+
+def merged_batches(batches: Iterable[list[str]], max_chars: int) -> Iterator[list[str]]:
+    """The documents of `batches`, regrouped into lists of about max_chars characters (plus one document)."""
+    out: list[str] = []
+    chars = 0
+    for batch in batches:
+        out.extend(batch)
+        chars += sum(map(len, batch))
+        if chars >= max_chars:
+            yield out
+            out, chars = [], 0
+    if out:
+        yield out
+
+
+def group_path(directory: str, key: GroupKey) -> str:
+    """The file of a packing group's documents under the spill directory."""
+    split, group = key
+    return os.path.join(directory, f"group-{split}-{group:06d}")
+
+
+def shard_spill_path(directory: str, split: str, shard: int) -> str:
+    """The file of a shard's shuffled blocks under the spill directory."""
+    return os.path.join(directory, f"shard-{split}-{shard:06d}")
+
+
+class _GroupFiles:
+    """Routes chunks to their packing groups' files, buffering ROUTE_FLUSH_TOKENS between appends."""
+
+    def __init__(self, directory: str, job: InProcessJob, dtype: np.dtype):
+        self._directory, self._dtype = directory, dtype
+        self._groups = job.groups
+        self._threshold = validation_threshold(job.config.validation_fraction)
+        self._buffer: dict[GroupKey, list[TokenizedChunk]] = {}
+        self._buffered = 0
+        self.keys: set[GroupKey] = set()
+
+    def path(self, key: GroupKey) -> str:
+        return group_path(self._directory, key)
+
+    def add(self, chunk: TokenizedChunk) -> None:
+        for key, piece in route_documents(chunk, threshold=self._threshold, groups=self._groups):
+            self._buffer.setdefault(key, []).append(piece)
+        self._buffered += chunk.num_tokens
+        if self._buffered >= ROUTE_FLUSH_TOKENS:
+            self.flush()
+
+    def flush(self) -> None:
+        for key, pieces in sorted(self._buffer.items()):
+            append_chunk(self.path(key), TokenizedChunk.concat(pieces), self._dtype)
+            self.keys.add(key)
+        self._buffer, self._buffered = {}, 0
+        # The freed Encodings and arrays of the last batches leave free pages all over the heap:
+        # handed back here, peak RSS stays flat in the corpus size instead of creeping up.
+        release_free_memory()
+
+
+class _TokenParts:
+    """--keep_tokens: the tokenized documents as token store parts, PART_FLUSH_TOKENS each."""
+
+    def __init__(self, store: str, id_dtype: str):
+        self._store, self._id_dtype = store, id_dtype
+        self._buffer: list[TokenizedChunk] = []
+        self._buffered = 0
+        self.files: list[TokenFileInfo] = []
+
+    def add(self, chunk: TokenizedChunk) -> None:
+        self._buffer.append(chunk)
+        self._buffered += chunk.num_tokens
+        if self._buffered >= PART_FLUSH_TOKENS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._buffer:
+            self.files.append(
+                write_part(self._store, TokenizedChunk.concat(self._buffer), self._id_dtype)
+            )
+        self._buffer, self._buffered = [], 0
+
+
+@dataclasses.dataclass
+class TokenizeResult:
+    reading: ReadStats
+    documents: int
+    tokens: int
+    group_keys: set[GroupKey]
+    token_files: list[TokenFileInfo]
+
+
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def tokenizer_text(job: InProcessJob) -> str:
+    """The planned tokenizer's JSON text, read again.
+
+    Raises:
+      TokenizerError: the file changed since the run was planned.
+    """
+    text = fs.read_text(job.tokenizer_path)
+    if text_sha256(text) != job.tokenizer_sha256:
+        raise TokenizerError(
+            f"Tokenizer file {job.tokenizer_path!r} changed while the run started; run the command again."
+        )
+    return text
+
+
+def tokenize_to_groups(job: InProcessJob, directory: str, dtype: np.dtype) -> TokenizeResult:
+    """Reads, encodes and routes every document to its packing group's file under directory.
+
+    Three threads at once: reading (Python), encoding (the tokenizer's own threads, without the GIL)
+    and turning encodings into arrays and routing them (Python, numpy).
+    """
+    limit_tokenizer_threads(job.config.tokenizer_threads)
+    from tokenizers import Tokenizer  # after the thread limit, so the pool starts with it
+
+    tokenizer = Tokenizer.from_str(tokenizer_text(job))
+    relay = _Relay()
+    texts: queue.Queue = queue.Queue(QUEUE_DEPTH)
+    encoded: queue.Queue = queue.Queue(QUEUE_DEPTH)
+    reading = ReadStats()
+    groups = _GroupFiles(directory, job, dtype)
+    store = (
+        _TokenParts(fs.join(job.config.output, TOKENS_DIR_NAME), job.store_header.id_dtype)
+        if job.store_header is not None
+        else None
+    )
+    counts = {"documents": 0, "tokens": 0}
+
+    def read() -> None:
+        progress = ReadProgress(job.total_bytes, PROGRESS_EVERY_S)
+
+        def batches() -> Iterator[list[str]]:
+            for sized in job.ranges:
+                stats = ReadStats()
+                yield from read_sized_range(
+                    sized,
+                    job.read_options,
+                    batch_size=job.config.documents_per_tokenizer_call,
+                    stats=stats,
+                    progress=progress,
+                )
+                reading.merge(stats)
+
+        for batch in merged_batches(batches(), ENCODE_BATCH_CHARS):
+            relay.put(texts, batch)
+
+    def route() -> None:
+        for batch, encodings in relay.items(encoded):
+            chunk = chunk_of(batch, encodings)
+            counts["documents"] += chunk.num_documents
+            counts["tokens"] += chunk.num_tokens
+            groups.add(chunk)
+            if store is not None:
+                store.add(chunk)
+        groups.flush()
+        if store is not None:
+            store.flush()
+
+    threads = [relay.start(read, texts), relay.start(route, None)]
+    try:
+        for batch in relay.items(texts):
+            relay.put(encoded, (batch, tokenizer.encode_batch_fast(batch, add_special_tokens=True)))
+        relay.put(encoded, _Relay._END)
+        threads[1].join()
+    except _Stopped:
+        pass
+    finally:
+        relay.stop()
+        for thread in threads:
+            thread.join()
+    relay.check()
+    return TokenizeResult(
+        reading=reading,
+        documents=counts["documents"],
+        tokens=counts["tokens"],
+        group_keys=groups.keys,
+        token_files=store.files if store is not None else [],
+    )
+
+
+def pack_to_files(
+    job: InProcessJob,
+    keys: Iterable[GroupKey],
+    group_path: Callable[[GroupKey], str],
+    dtype: np.dtype,
+) -> Iterator[tuple[PackedGroup, str]]:
+    """Each packing group packed (in key order), its features written to a file beside its documents'
+    (rows [blocks, features, seq_len], features in name order); yields the group and that file."""
+    config = job.config
+    for key in sorted(keys):
+        path = group_path(key)
+        packed = pack_group(
+            key,
+            [read_chunks(path, dtype)],
+            seq_len=config.seq_len,
+            remainder=config.remainder,
+            pad_id=job.pad_id,
+            packing=config.packing,
+        )
+        os.remove(path)
+        release_free_memory()
+        features = packed.blocks.features()
+        rows = np.stack([features[name] for name in sorted(features)], axis=1).astype(dtype)
+        blocks_path = f"{path}.blocks"
+        with open(blocks_path, "wb") as f:
+            f.write(rows.tobytes())
+        yield packed, blocks_path
+
+
+def shuffle_to_shards(
+    blocks: Iterable[tuple[GroupSize, str]],
+    layouts: dict[str, SplitLayout],
+    *,
+    seed: int,
+    shard_path: Callable[[str, int], str],
+    dtype: np.dtype,
+    row_shape: tuple[int, int],
+) -> None:
+    """Each group's blocks appended to the files of the shards they are shuffled into, with their
+    positions: the permutation and shard ranges of lmshards.preprocess.stages.shard.serialize_group."""
+    for size, path in blocks:
+        layout = layouts[size.split]
+        rows = np.fromfile(path, dtype).reshape(size.blocks, *row_shape)
+        os.remove(path)
+        indices = np.arange(size.blocks, dtype=np.int64) + layout.group_offsets[size.group]
+        positions = permute(indices, layout.num_records, seed)
+        shards = shard_of(positions, layout.num_records, layout.num_shards)
+        order = np.argsort(shards, kind="stable")
+        keys, firsts = np.unique(shards[order], return_index=True)
+        for shard, mine in zip(keys.tolist(), np.split(order, firsts[1:])):
+            append_rows(shard_path(size.split, shard), positions[mine], rows[mine])
+
+
+def write_shard_file(
+    output: str,
+    split: str,
+    shard: int,
+    *,
+    spill: str,
+    names: Sequence[str],
+    num_shards: int,
+    dtype: np.dtype,
+    row_shape: tuple[int, int],
+) -> ShardInfo:
+    """One shard's records from its file, in position order, framed and written."""
+    positions, rows = read_rows(spill, dtype, row_shape)
+    if os.path.exists(spill):
+        os.remove(spill)
+    order = np.argsort(positions, kind="stable")
+    info = write_shard_bytes(
+        output,
+        (split, shard),
+        shard_bytes(rows, order, names),
+        records=positions.size,
+        num_shards=num_shards,
+    )
+    release_free_memory()
+    return info
+
+
+def run_in_process(job: InProcessJob) -> str:
+    """The whole preprocess of `job`; returns the manifest's path. Counts in Beam counters when run
+    in a DoFn (call it from the DoFn's thread)."""
+    config = job.config
+    dtype = narrow_dtype(job.vocab_size, config.seq_len)
+    spill = fs.join(config.output, TEMP_DIR_NAME, f"{SPILL_DIR_PREFIX}{uuid.uuid4().hex}")
+    os.makedirs(spill)
+    try:
+        return _run(job, spill, dtype)
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
+
+
+def _run(job: InProcessJob, spill: str, dtype: np.dtype) -> str:
+    config = job.config
+    phases = _Phases()
+    tokenized = tokenize_to_groups(job, spill, dtype)
+    count_read(tokenized.reading, job.total_bytes)
+    counter("documents_tokenized").inc(tokenized.documents)
+    counter("tokens").inc(tokenized.tokens)
+    phases.done("read, encode, route")
+
+    packed_files: list[tuple[GroupSize, str]] = []
+    totals: list[tuple[str, SplitTotals]] = []
+    progress = StageProgress("packed", "groups")
+    names: list[str] = []
+    for packed, path in pack_to_files(
+        job, tokenized.group_keys, lambda key: group_path(spill, key), dtype
+    ):
+        packed_files.append((GroupSize.of(packed), path))
+        totals.append(split_totals(packed))
+        names = sorted(packed.blocks.features())
+        counter("groups_packed").inc()
+        counter("blocks").inc(packed.blocks.num_blocks)
+        counter("tokens_dropped").inc(packed.blocks.tokens_dropped)
+        counter("padding_tokens").inc(packed.blocks.padding_tokens)
+        progress.add(packed.blocks.num_blocks)
+    progress.flush()
+    phases.done("pack")
+
+    layouts = layout_splits(
+        [size for size, _ in packed_files],
+        record_bytes=job.record_bytes,
+        target_shard_bytes=config.target_shard_mb * MIB,
+        multiple=config.shard_multiple,
+        num_shards=config.num_shards,
+    )
+    row_shape = (len(names), config.seq_len)
+
+    def shard_path(split: str, shard: int) -> str:
+        return shard_spill_path(spill, split, shard)
+
+    shuffle_to_shards(
+        packed_files,
+        layouts,
+        seed=config.seed,
+        shard_path=shard_path,
+        dtype=dtype,
+        row_shape=row_shape,
+    )
+    phases.done("shuffle")
+
+    shards: list[tuple[str, ShardInfo]] = []
+    total = sum(layout.num_shards for layout in layouts.values())
+    progress = StageProgress("wrote", "shards")
+    for split in SPLITS:
+        layout = layouts[split]
+        for shard in range(layout.num_shards):
+            info = write_shard_file(
+                config.output,
+                split,
+                shard,
+                spill=shard_path(split, shard),
+                names=names,
+                num_shards=layout.num_shards,
+                dtype=dtype,
+                row_shape=row_shape,
+            )
+            shards.append((split, info))
+            counter("shards_written").inc()
+            counter("records_written").inc(info.records)
+            progress.add(info.records, total=total)
+    progress.flush()
+    phases.done("serialize, write")
+
+    if job.store_header is not None:
+        write_store_manifest(
+            fs.join(config.output, TOKENS_DIR_NAME),
+            job.store_header,
+            files=tokenized.token_files,
+            reading=tokenized.reading,
+        )
+    manifest = build_manifest(
+        job.header,
+        shards=shards,
+        totals=totals,
+        reading=tokenized.reading,
+        created_at=utc_timestamp(),
+    )
+    check_documents_read(config.inputs, ReadStats(**manifest.reading))
+    path = finish_output(config.output, manifest)
+    phases.done("manifest")
+    return path
+
+
+class _Phases:
+    """Logs (at DEBUG: --verbose) how long each phase took, the profile the docs quote."""
+
+    def __init__(self) -> None:
+        self._last = time.monotonic(), time.process_time()
+
+    def done(self, name: str) -> None:
+        now = time.monotonic(), time.process_time()
+        wall, cpu = (b - a for a, b in zip(self._last, now))
+        _LOG.debug("in-process %s: %.1f s, %.1f CPU s", name, wall, cpu)
+        self._last = now
+
+
+# ---------------------------------------------------------------- Beam
+
+
+class _RunFn(beam.DoFn):
+    def __init__(self, job: InProcessJob):
+        self._job = job
+
+    def process(self, _) -> Iterable[str]:
+        yield run_in_process(self._job)
+
+
+class PreprocessInProcess(beam.PTransform):
+    """PBegin -> the manifest's path (one element): the whole job in one DoFn (see the module doc)."""
+
+    def __init__(self, job: InProcessJob):
+        super().__init__()
+        self._job = job
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "Once" >> beam.Create([None])  # one element: the job runs once
+            | "Run" >> beam.ParDo(_RunFn(self._job))  # str: the manifest's path
+        )

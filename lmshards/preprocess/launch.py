@@ -1,0 +1,296 @@
+"""Launching a Beam command: build its pipeline, dry-run or run it under the output rules, report the end.
+
+A command is its plan and its wiring; everything around them is here, once:
+
+- `build_job`: a planned `Job` -> its Beam pipeline, built (the worker package staged for Dataflow), or
+  only dry-run with Dataflow's `--dry_run=True` (preprocess, repack, stats).
+- `run_shard_set`: the one-writer lease, the plan, the build, then `launch`: --output checked writable,
+  --overwrite's clearing, the files known before the run (tokenizer copy, schema.pbtxt), the run, and a
+  failure reported in one line with the partial output removed (preprocess, repack).
+- `report_run`: the command's tail on stdout: its summary, the dry run's line, or exit 1 for a
+  RunFailure (every command that runs a pipeline).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Protocol, TypeVar
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
+
+from lmshards.plumbing import fs
+from lmshards.plumbing.cli import EXIT_FAILURE, EXIT_OK, print_error
+from lmshards.plumbing.errors import LmshardsError
+from lmshards.plumbing.lease import output_lease
+from lmshards.plumbing.outputs import check_writable, clear_owned_output
+from lmshards.preprocess import runners
+from lmshards.preprocess.failures import RunFailure, run_failure
+from lmshards.preprocess.options import PreprocessConfig
+from lmshards.preprocess.stages import metrics
+from lmshards.preprocess.stages.manifest import write_schema_file, write_tokenizer_copy
+from lmshards.schemas.constants import (
+    PACKED_MANIFEST_FORMAT_VERSION,
+    PACKING_CONCAT,
+    SCHEMA_NAME,
+    TOKENS_DIR_NAME,
+)
+from lmshards.schemas.layouts import PREPROCESS_OUTPUT
+from lmshards.schemas.manifest import InputFileInfo, Manifest, TokenizerInfo, read_manifest
+from lmshards.schemas.tokenizer_info import TokenizerSource
+from lmshards.schemas.version import __version__
+
+_LOG = logging.getLogger(__name__)
+
+Result = TypeVar("Result")
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """A planned command's pipeline, as the launcher builds it.
+
+    wire: adds the command's stages to a pipeline (the reader checks every input file there).
+    input_bytes: what the dry run's cost estimate is for; None: no estimate (the cost model was
+      measured on preprocess's pipeline only).
+    worker_package: with --setup_file, stage the worker-only distribution (preprocess and schemas);
+      False for a pipeline whose workers run other packages' code.
+    """
+
+    wire: Callable[[beam.Pipeline], object]
+    input_bytes: int | None
+    worker_package: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardSet:
+    """A planned shard-set command (preprocess, repack): its job and what the output holds before the run.
+
+    config: the equivalent preprocess run's config (output, --overwrite, --keep_tokens).
+    tokenizer: copied into the output (and into its token store with --keep_tokens) before the run.
+    header: the manifest as known before the run; schema.pbtxt is written from it.
+    start_line: logged when the run starts (not for a dry run).
+    """
+
+    config: PreprocessConfig
+    tokenizer: TokenizerSource
+    header: Manifest
+    job: Job
+    start_line: str | None = None
+
+
+# ---------------------------------------------------------------- the manifest's header
+
+
+def packing_fields(config: PreprocessConfig) -> dict:
+    """The manifest fields a packed set adds (its packing, format version 3); none for concat."""
+    if config.packing == PACKING_CONCAT:
+        return {}
+    return {"packing": config.packing, "format_version": PACKED_MANIFEST_FORMAT_VERSION}
+
+
+def manifest_header(
+    config: PreprocessConfig,
+    *,
+    tokenizer: TokenizerInfo,
+    inputs: tuple[InputFileInfo, ...],
+    reading: dict[str, int],
+    repacked_from: str | None = None,
+) -> Manifest:
+    """The manifest's fields known before the run; the manifest stage fills in the rest.
+
+    reading: what reading the text counted (a repack's are its store's); repacked_from: the token store
+    a repack read, None for preprocess.
+    """
+    return Manifest(
+        tool_version=__version__,
+        seq_len=config.seq_len,
+        tokenizer=tokenizer,
+        splits={},
+        inputs=inputs,
+        seed=config.seed,
+        options=config.manifest_options(),
+        reading=reading,
+        schema=SCHEMA_NAME,
+        tokens=TOKENS_DIR_NAME if config.keep_tokens else None,
+        repacked_from=repacked_from,
+        **packing_fields(config),
+    )
+
+
+# ---------------------------------------------------------------- build, dry run
+
+
+def build_job(job: Job, options: PipelineOptions) -> beam.Pipeline | None:
+    """The job's pipeline, built and ready to run; None after a Dataflow `--dry_run=True`, which builds
+    the job offline, writes it to --dataflow_job_file and prints its estimated cost (see runners.dry_run)."""
+    pipeline = beam.Pipeline(options=options)
+    job.wire(pipeline)
+    if job.worker_package:
+        runners.prepare_staging(options)
+    if runners.is_dry_run(options):
+        runners.dry_run(pipeline, options, input_bytes=job.input_bytes)
+        return None
+    return pipeline
+
+
+# ---------------------------------------------------------------- shard sets: lease, files, run
+
+
+class WritesOutput(Protocol):
+    """A command's settings as the launcher reads them: where it writes, and when its lease goes stale."""
+
+    @property
+    def output(self) -> str: ...
+
+    @property
+    def lease_stale_s(self) -> float: ...
+
+
+def run_shard_set(
+    command: str, options: PipelineOptions, settings: WritesOutput, plan: Callable[[], ShardSet]
+) -> Manifest | None:
+    """Plans, builds and runs a shard-set command; returns the manifest it wrote, None for a dry run.
+
+    One writer per output (a dry run writes nothing, so takes no lease): a second command into the same
+    --output stops here, naming the first, before its plan reads or deletes anything. The caller has
+    checked, without I/O, that settings.output overlaps no input (the lease file goes into it).
+
+    Raises:
+      LmshardsError: from plan (bad input, found before any work), another live writer (LeaseHeldError),
+        or, during the run, an input found bad on a worker (reported here with its own message).
+      RunFailure: the output could not be written during the run (full disk, lost permission).
+    """
+    lease = (
+        contextlib.nullcontext()
+        if runners.is_dry_run(options)
+        else output_lease(
+            settings.output,
+            command=command,
+            stale_after_s=settings.lease_stale_s,
+            partial_kind=PREPROCESS_OUTPUT,
+        )
+    )
+    with lease:
+        shard_set = plan()
+        pipeline = build_job(shard_set.job, options)
+        if pipeline is None:
+            return None
+        if shard_set.start_line:
+            _LOG.info("%s", shard_set.start_line)
+        return launch(pipeline, options, shard_set)
+
+
+def launch(pipeline: beam.Pipeline, options: PipelineOptions, shard_set: ShardSet) -> Manifest:
+    """Runs a built pipeline under the output rules preprocess and repack share; returns its manifest.
+
+    Checks the output is writable, clears an earlier output with --overwrite (refusing before deleting
+    anything that is not ours), writes the files known before the run, runs, and on a failure removes
+    the partial output locally and reports the failure in one line.
+    """
+    config = shard_set.config
+    preflight(config, options)
+    if config.overwrite:
+        with _reported_failures(config.output, remove_partial=False):
+            removed = clear_owned_output(
+                config.output, kind=PREPROCESS_OUTPUT
+            )  # refuses before deleting anything
+        _LOG.info("--overwrite: removed %s from %s", ", ".join(removed) or "nothing", config.output)
+    started = time.monotonic()
+    with _reported_failures(config.output, remove_partial=not fs.is_remote(config.output)):
+        write_known_files(shard_set)
+        pipeline.run().wait_until_finish()
+    manifest = read_manifest(config.output)
+    _LOG.info("%s", metrics.finished_line(manifest, time.monotonic() - started))
+    return manifest
+
+
+def write_known_files(shard_set: ShardSet) -> None:
+    """Writes the output's files that are known before the run: the tokenizer's copy and schema.pbtxt.
+
+    Here in the launcher, not in a pipeline stage: they need no data. The manifest stage checks that
+    they are there.
+    """
+    output = shard_set.config.output
+    write_tokenizer_copy(shard_set.tokenizer, output)
+    if shard_set.config.keep_tokens:  # the store carries its own copy, so that it stands alone
+        write_tokenizer_copy(shard_set.tokenizer, fs.join(output, TOKENS_DIR_NAME))
+    write_schema_file(output, shard_set.header)
+
+
+def preflight(config: PreprocessConfig, options: PipelineOptions) -> None:
+    """Checks, before any work, that the run can write where it will write.
+
+    Raises:
+      OutputError: --output (or Dataflow's gs:// --temp_location) is not writable; the message says why.
+    """
+    check_writable(config.output)
+    temp_location = options.view_as(GoogleCloudOptions).temp_location
+    if (
+        runners.runner_path(options) == runners.DATAFLOW_RUNNER
+        and temp_location
+        and fs.is_remote(temp_location)
+    ):
+        check_writable(temp_location, flag="--temp_location")
+
+
+@contextlib.contextmanager
+def _reported_failures(output: str, *, remove_partial: bool) -> Iterator[None]:
+    """Turns a failure into the error it reports (see lmshards.preprocess.failures), first removing the partial
+    output if asked (locally: cheap, and a rerun then starts clean; on gs:// it has no manifest either)."""
+    try:
+        yield
+    except Exception as e:
+        if remove_partial:
+            remove_partial_output(output)
+        failure = run_failure(e, output)
+        if failure is None:
+            raise
+        raise failure from e
+
+
+def remove_partial_output(output: str) -> None:
+    """Deletes what a failed run wrote to output (it held nothing else when the run began); logs what is left."""
+    try:
+        clear_owned_output(output, kind=PREPROCESS_OUTPUT)
+    except (OSError, LmshardsError) as e:
+        _LOG.warning(
+            "The failed run's partial output in %s was left as it is (%s); it has no manifest.",
+            output,
+            e,
+        )
+
+
+# ---------------------------------------------------------------- the command's tail
+
+
+def report_run(
+    command: str,
+    run: Callable[[], Result | None],
+    *,
+    summary: Callable[[Result, float], str],
+    job_file: str | None = None,
+) -> int:
+    """Runs a command's work and prints its end on stdout; returns the exit code.
+
+    run returns the result summary(result, seconds) describes, or None for a dry run. job_file: the
+    --dataflow_job_file the dry run's line names. A RunFailure (full disk, lost permission) is one
+    error line and exit 1; a user error propagates (lmshards.plumbing.cli.run_command: exit 2).
+    """
+    started = time.monotonic()
+    try:
+        result = run()
+    except RunFailure as e:
+        print_error(command, str(e))
+        return EXIT_FAILURE
+    if result is None:
+        print(
+            f"lmshards {command}: dry run, nothing submitted or written"
+            + (f"; Dataflow job written to {job_file}" if job_file else "")
+        )
+    else:
+        print(summary(result, time.monotonic() - started))
+    return EXIT_OK

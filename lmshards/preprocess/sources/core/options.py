@@ -1,0 +1,199 @@
+"""The reading options: how files turn into documents, their flags, and the error for bad input."""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import dataclasses
+import re
+from typing import Any
+
+from lmshards.plumbing.errors import LmshardsError
+
+LINE = "line"
+BLANK_LINE = "blank_line"
+DOC_SEPARATORS = (LINE, BLANK_LINE)
+# What picks the reader of a text file: one of DOC_SEPARATORS, or this when --doc_marker or
+# --doc_marker_regex is given (documents are the runs of lines between marker lines).
+MARKER_LINE = "marker_line"
+TEXT_READERS = (*DOC_SEPARATORS, MARKER_LINE)
+# A marker line is at most this long (bytes, without its line end): a longer line is always text, so
+# that a range starting mid-file can tell whether the line before it is a marker with one small read.
+MAX_MARKER_LINE_BYTES = 4096
+UTF8 = "utf-8"
+DEFAULT_TEXT_FIELD = "text"
+DEFAULT_TEXT_COLUMN = "text"
+# Longer documents are split into pieces of at most this many characters, so that no tokenizer
+# call ever sees a giant string (a 1M-character piece is a few hundred thousand tokens).
+MAX_DOCUMENT_CHARS = 1_000_000
+
+
+class InputError(LmshardsError):
+    """An input pattern, file or read option that cannot be used."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    """How files turn into documents.
+
+    doc_separator: text files only: "line" (one document per line) or "blank_line" (documents are
+      runs of non-blank lines; their lines are joined with "\\n").
+    text_field: the JSON Lines field holding the text.
+    text_column: the Parquet column holding the text (string or binary).
+    max_document_chars: longer documents are split into pieces of at most this many characters.
+    encoding: text and JSON Lines files without a UTF-16/32 byte-order mark are decoded from this
+      encoding (any Python codec name; normalized, e.g. "latin-1" -> "iso8859-1").
+    doc_marker: text files only: documents are the runs of lines between lines that are exactly this
+      text (surrounding whitespace ignored), e.g. "%" between fortunes; the marker lines are dropped.
+    doc_marker_regex: the same, for lines that match this regular expression whole.
+    """
+
+    doc_separator: str = LINE
+    text_field: str = DEFAULT_TEXT_FIELD
+    text_column: str = DEFAULT_TEXT_COLUMN
+    max_document_chars: int = MAX_DOCUMENT_CHARS
+    encoding: str = UTF8
+    doc_marker: str | None = None
+    doc_marker_regex: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.doc_separator not in DOC_SEPARATORS:
+            raise InputError(
+                f"--doc_separator {self.doc_separator!r} is not supported; use one of {', '.join(DOC_SEPARATORS)}."
+            )
+        if not self.text_field:
+            raise InputError(
+                "--text_field is empty; give the JSON Lines field holding the text (default 'text')."
+            )
+        if not self.text_column:
+            raise InputError(
+                "--text_column is empty; give the Parquet column holding the text (default 'text')."
+            )
+        if self.max_document_chars < 1:
+            raise InputError(f"max_document_chars must be >= 1, got {self.max_document_chars}.")
+        object.__setattr__(self, "encoding", _codec_name(self.encoding))
+        _check_marker(self)
+
+    @property
+    def text_reader(self) -> str:
+        """Which text reader splits plain-text files: MARKER_LINE, or doc_separator."""
+        return (
+            MARKER_LINE
+            if self.doc_marker is not None or self.doc_marker_regex is not None
+            else self.doc_separator
+        )
+
+    @property
+    def is_utf8(self) -> bool:
+        return self.encoding == UTF8
+
+    def is_marker(self, line: str) -> bool:
+        """Whether a line (its line end removed) is a document marker line."""
+        if self.doc_marker is not None:
+            return line.strip() == self.doc_marker.strip()
+        assert self.doc_marker_regex is not None, "only the marker reader asks"
+        return (
+            re.fullmatch(self.doc_marker_regex, line) is not None
+        )  # re caches the compiled pattern
+
+
+def _codec_name(encoding: str) -> str:
+    try:
+        name = codecs.lookup(encoding).name
+    except LookupError:
+        raise InputError(
+            f"--encoding {encoding!r} is not an encoding Python knows; use a codec name such as "
+            "utf-8 (the default), latin-1, cp1252 or shift_jis."
+        ) from None
+    # A UTF-8 byte-order mark is skipped anyway: utf-8-sig reads as utf-8.
+    return UTF8 if name in (UTF8, "utf-8-sig") else name
+
+
+def _check_marker(options: ReadOptions) -> None:
+    marker, regex = options.doc_marker, options.doc_marker_regex
+    if marker is not None and regex is not None:
+        raise InputError("Pass --doc_marker or --doc_marker_regex, not both.")
+    if (marker is not None or regex is not None) and options.doc_separator != LINE:
+        raise InputError(
+            f"--doc_marker/--doc_marker_regex replace --doc_separator {options.doc_separator}; pass only one of them."
+        )
+    if marker is not None and (not marker.strip() or "\n" in marker or "\r" in marker):
+        raise InputError(
+            f"--doc_marker {marker!r} must be one line of visible text, e.g. --doc_marker %."
+        )
+    if marker is not None and len(marker.encode("utf-8")) > MAX_MARKER_LINE_BYTES:
+        raise InputError(
+            f"--doc_marker is longer than {MAX_MARKER_LINE_BYTES} bytes; give a short marker line."
+        )
+    if regex is not None:
+        try:
+            pattern = re.compile(regex)
+        except re.error as e:
+            raise InputError(
+                f"--doc_marker_regex {regex!r} is not a regular expression ({e})."
+            ) from None
+        if pattern.fullmatch("") is not None:
+            raise InputError(
+                f"--doc_marker_regex {regex!r} matches an empty line, so every blank line would end a "
+                "document; make it match the marker only (or use --doc_separator blank_line)."
+            )
+
+
+def add_reading_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declares --doc_separator, --doc_marker, --doc_marker_regex, --text_field, --text_column and
+    --encoding, the reading flags of every command.
+
+    Works on any argparse parser, including the one Beam hands to PipelineOptions._add_argparse_args;
+    read_options_from turns the parsed values into ReadOptions.
+    """
+    parser.add_argument(
+        "--doc_separator",
+        choices=DOC_SEPARATORS,
+        default=LINE,
+        help="plain-text files: one document per line, or documents separated by blank lines",
+    )
+    parser.add_argument(
+        "--text_field", default=DEFAULT_TEXT_FIELD, help="JSON Lines field holding the text"
+    )
+    parser.add_argument(
+        "--doc_marker",
+        default=None,
+        help="plain-text files: documents are separated by lines that are exactly this text "
+        "(e.g. %% between fortunes); the marker lines are dropped",
+    )
+    parser.add_argument(
+        "--doc_marker_regex",
+        default=None,
+        help="plain-text files: documents are separated by lines that match this regular "
+        "expression whole (e.g. '-{3,}'); the marker lines are dropped",
+    )
+    parser.add_argument(
+        "--text_column", default=DEFAULT_TEXT_COLUMN, help="Parquet column holding the text"
+    )
+    parser.add_argument(
+        "--encoding",
+        default=UTF8,
+        help="encoding of text and JSON Lines files (default utf-8; e.g. latin-1 or cp1252 for "
+        "legacy text); a file that starts with a UTF-16/32 byte-order mark is decoded as its mark says",
+    )
+
+
+def read_options_from(values: Any) -> ReadOptions:
+    """ReadOptions from anything holding the reading flags as attributes (an argparse namespace, a
+    PipelineOptions view, a config dataclass).
+
+    Raises:
+      InputError: a value ReadOptions rejects.
+    """
+    return ReadOptions(**{name: getattr(values, name) for name in READING_FLAGS})
+
+
+# The ReadOptions fields that the reading flags set, as attribute names of what carries them.
+READING_FLAGS = (
+    "doc_separator",
+    "text_field",
+    "text_column",
+    "encoding",
+    "doc_marker",
+    "doc_marker_regex",
+)

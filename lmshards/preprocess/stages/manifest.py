@@ -1,0 +1,214 @@
+"""Stage 6, manifest: written last, once every shard is in place; the only sign the output is complete.
+
+A complete output also holds the tokenizer it was made with (tokenizer/) and the records' TF
+Metadata schema (schema.pbtxt). Both are known before the run, so the launcher writes them before
+the pipeline starts (write_tokenizer_copy, write_schema_file), and the manifest, which lists them,
+still comes last.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import posixpath
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+import apache_beam as beam
+
+from lmshards.plumbing import fs
+from lmshards.plumbing.errors import OutputError
+from lmshards.preprocess.sources import InputError, ReadStats, no_documents_message, sum_stats
+from lmshards.preprocess.stages.pack import sum_totals
+from lmshards.schemas.constants import (
+    MANIFEST_NAME,
+    SPLITS,
+    TOKENIZER_CONFIG_JSON,
+    TOKENIZER_DIR_NAME,
+    TOKENIZER_INFO_JSON,
+    TOKENIZER_JSON,
+)
+from lmshards.schemas.layouts import SPECIAL_TOKENS_MAP_JSON, TEMP_DIR_NAME
+from lmshards.schemas.manifest import (
+    CurationInfo,
+    Manifest,
+    ShardInfo,
+    SplitInfo,
+    SplitTotals,
+    write_manifest,
+)
+from lmshards.schemas.tfmd import schema_for, write_schema
+from lmshards.schemas.tokenizer_info import TokenizerSource
+
+# Files copied from a tokenizer directory beside its tokenizer.json, when there: transformers' and lmshards'.
+TOKENIZER_COMPANIONS = (TOKENIZER_CONFIG_JSON, SPECIAL_TOKENS_MAP_JSON, TOKENIZER_INFO_JSON)
+
+
+# ---------------------------------------------------------------- logic: before the run (launcher)
+
+
+def write_tokenizer_copy(source: TokenizerSource, output: str) -> None:
+    """Writes the tokenizer into `{output}/tokenizer/`: the tokenizer.json text the run uses and, for a
+    tokenizer directory, the TOKENIZER_COMPANIONS beside it.
+
+    Only what the run read is copied: a tokenizer given as a file has no companions (its special
+    tokens and model_max_length were taken from the file alone).
+    """
+    directory = fs.join(output, TOKENIZER_DIR_NAME)
+    fs.write_text_atomic(fs.join(directory, TOKENIZER_JSON), source.json_text)
+    if source.json_path == source.path:
+        return
+    for name in TOKENIZER_COMPANIONS:
+        path = fs.join(source.path, name)
+        if fs.exists(path):
+            fs.write_bytes_atomic(fs.join(directory, name), fs.read_bytes(path))
+
+
+def write_schema_file(output: str, header: Manifest) -> None:
+    """Writes `{output}/schema.pbtxt`, the TF Metadata schema of the records header describes."""
+    write_schema(output, schema_for(header.features(), vocab_size=header.tokenizer.vocab_size))
+
+
+# ---------------------------------------------------------------- logic: the manifest
+
+
+def utc_timestamp() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def check_documents_read(patterns: Sequence[str], reading: ReadStats) -> None:
+    """Raises InputError, naming the inputs and what reading found instead, when no document was read."""
+    if not reading.documents:
+        raise InputError(no_documents_message(patterns, reading))
+
+
+def build_manifest(
+    header: Manifest,
+    *,
+    shards: Iterable[tuple[str, ShardInfo]],
+    totals: Iterable[tuple[str, SplitTotals]],
+    reading: ReadStats,
+    created_at: str,
+    curation: CurationInfo | None = None,
+) -> Manifest:
+    """`header` (everything known before the run) completed with what the run found.
+
+    shards: (split, ShardInfo) of every shard written; totals: (split, SplitTotals), any number per split;
+    reading: what the readers counted, added to what planning counted (header.reading);
+    curation: what curation removed, when it ran.
+    """
+    shards, totals = list(shards), list(totals)
+    splits = {}
+    for split in SPLITS:
+        infos = tuple(
+            sorted((info for s, info in shards if s == split), key=lambda info: info.path)
+        )
+        splits[split] = SplitInfo(
+            shards=infos, totals=sum_totals(t for s, t in totals if s == split)
+        )
+    reading = sum_stats([ReadStats(**header.reading), reading])
+    return dataclasses.replace(
+        header,
+        splits=splits,
+        reading=reading.as_dict(),
+        created_at=created_at,
+        curation=curation,
+    )
+
+
+def finish_output(output: str, manifest: Manifest) -> str:
+    """Removes the shard writers' temporary directory, then writes the manifest. Returns its path.
+
+    Raises:
+      OutputError: a file the manifest lists besides the shards (written before the run) is gone.
+    """
+    store_manifest = manifest.tokens and posixpath.join(manifest.tokens, MANIFEST_NAME)
+    for relpath in (manifest.tokenizer.path, manifest.schema, store_manifest):
+        if relpath and not fs.exists(fs.join(output, relpath)):
+            raise OutputError(
+                f"{fs.join(output, relpath)!r} was removed while the run wrote {output!r}; "
+                "run the command again."
+            )
+    temp = fs.join(output, TEMP_DIR_NAME)
+    if fs.exists(temp):
+        filesystem, stripped = fs.filesystem(temp)
+        filesystem.rm(stripped, recursive=True)
+    return write_manifest(output, manifest)
+
+
+# ---------------------------------------------------------------- Beam
+
+
+class ManifestInputs(NamedTuple):
+    shards: beam.PCollection  # (split, ShardInfo), every shard written
+    totals: beam.PCollection  # (split, SplitTotals)
+    reading: beam.PCollection  # ReadStats, one
+
+
+class _WriteManifestFn(beam.DoFn):
+    """Writes the manifest when it runs: once, after its side inputs (every shard's info) are complete."""
+
+    def __init__(self, header: Manifest, output: str, patterns: Sequence[str]):
+        self._header, self._output, self._patterns = header, output, tuple(patterns)
+
+    def process(
+        self,
+        _,
+        shards: list[tuple[str, ShardInfo]],
+        totals: list[tuple[str, SplitTotals]],
+        reading: ReadStats,
+        *before,  # the paths written before, when WriteManifest has them (unused: only the wait counts)
+        curation: CurationInfo | None = None,  # when curation ran
+    ) -> Iterable[str]:
+        manifest = build_manifest(
+            self._header,
+            shards=shards,
+            totals=totals,
+            reading=reading,
+            created_at=utc_timestamp(),
+            curation=curation,
+        )
+        check_documents_read(self._patterns, ReadStats(**manifest.reading))
+        yield finish_output(self._output, manifest)
+
+
+class WriteManifest(beam.PTransform):
+    """ManifestInputs -> the manifest's path (one element), written once every shard is in place.
+
+    patterns: the --input values, named in the error when no document was read (then no manifest is written).
+    before: paths written before the manifest when given (the token store's manifest, --keep_tokens).
+    curation: CurationInfo, one, when a curation stage ran (the manifest's curation section).
+    """
+
+    def __init__(
+        self,
+        header: Manifest,
+        output: str,
+        *,
+        patterns: Sequence[str],
+        before: beam.PCollection | None = None,
+        curation: beam.PCollection | None = None,
+    ):
+        super().__init__()
+        self._fn = _WriteManifestFn(header, output, patterns)
+        self._before = before
+        self._curation = curation
+
+    def expand(self, inputs: ManifestInputs):
+        return (
+            inputs.shards.pipeline
+            | "Once" >> beam.Create([None])  # None: one element, to run the write once
+            | "Write"
+            >> beam.ParDo(
+                self._fn,
+                beam.pvalue.AsList(inputs.shards),
+                beam.pvalue.AsList(inputs.totals),
+                beam.pvalue.AsSingleton(inputs.reading),
+                *([beam.pvalue.AsList(self._before)] if self._before is not None else []),
+                **(
+                    {"curation": beam.pvalue.AsSingleton(self._curation)}
+                    if self._curation is not None
+                    else {}
+                ),
+            )  # str: the manifest's path
+        )

@@ -1,0 +1,77 @@
+"""What a running preprocess job shows: Beam counters and progress lines.
+
+Counters live in one namespace, so the Dataflow monitoring page (Job metrics > Custom counters)
+lists them together, under the names the progress lines use: bytes_read, input_bytes_read,
+documents_read, groups_packed, shards_written, records_written. Progress lines are logged by each
+worker for its own share of the work (on the default runner: the whole job's), at most every
+PROGRESS_EVERY_S seconds, and once more when a stage's work in that worker ends.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from apache_beam.metrics import Metrics
+
+from lmshards.plumbing.progress import PROGRESS_EVERY_S, Pacer
+from lmshards.plumbing.units import format_duration, megabytes
+from lmshards.schemas.manifest import Manifest
+
+logger = logging.getLogger(__name__)
+
+METRICS_NAMESPACE = "lmshards"
+
+
+def counter(name: str):
+    """The Beam counter `name` in METRICS_NAMESPACE (create it in a DoFn's __init__, increment it in process)."""
+    return Metrics.counter(METRICS_NAMESPACE, name)
+
+
+class StageProgress:
+    """One worker's count of a stage's finished items, logged as "<verb> k [of N] <items>, R records".
+
+    add() logs at most every `every_s` seconds, and always when k reaches the total; flush() (from
+    finish_bundle) logs a count not logged yet. On the default runner a stage is one bundle, so its
+    last line is the stage's result.
+    """
+
+    def __init__(self, verb: str, items: str, every_s: float = PROGRESS_EVERY_S):
+        self._verb, self._items = verb, items
+        self._pacer = Pacer(every_s)
+        self._done = self._records = 0
+        self._total: int | None = None
+        self._logged = True
+
+    def add(self, records: int, *, total: int | None = None) -> None:
+        """One item finished, holding `records` records; total: the stage's item count, when known."""
+        self._done += 1
+        self._records += records
+        self._total = total
+        self._logged = False
+        if self._pacer.due() or self._done == total:
+            self._log()
+
+    def flush(self) -> None:
+        if not self._logged:
+            self._log()
+
+    def line(self) -> str:
+        of = f" of {self._total:,}" if self._total is not None else ""
+        return f"{self._verb} {self._done:,}{of} {self._items}, {self._records:,} records"
+
+    def _log(self) -> None:
+        self._logged = True
+        logger.info("%s", self.line())
+
+
+def finished_line(manifest: Manifest, seconds: float) -> str:
+    """The launcher's closing line: the input read, its rate, and what was written."""
+    input_bytes = sum(info.bytes for info in manifest.inputs)
+    shards = sum(len(split.shards) for split in manifest.splits.values())
+    records = sum(split.totals.records for split in manifest.splits.values())
+    rate = megabytes(input_bytes) / seconds if seconds > 0 else 0.0
+    return (
+        f"preprocess finished in {format_duration(seconds)}: read {megabytes(input_bytes):.1f} MB "
+        f"({rate:.2f} MB/s), {manifest.reading.get('documents', 0):,} documents; "
+        f"wrote {shards:,} shards, {records:,} records"
+    )

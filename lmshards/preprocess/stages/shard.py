@@ -1,0 +1,348 @@
+"""Stage 5, shard: a seeded global shuffle of each split's blocks into balanced TFRecord shards.
+
+The shuffle needs no sort: block i of N (numbered group by group) goes to position permute(i) of a
+seeded bijection of [0, N), and position p to shard p * S // N, so shards hold N // S or N // S + 1
+records whatever the runner, worker count or bundle sizes. Each shard is written in position order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import os
+import uuid
+from collections.abc import Iterable, Iterator
+
+import apache_beam as beam
+import numpy as np
+
+from lmshards.plumbing import fs
+from lmshards.plumbing.errors import LmshardsError
+from lmshards.preprocess.stages.metrics import StageProgress, counter
+from lmshards.preprocess.stages.pack import PackedGroup
+from lmshards.schemas.constants import SPLITS, TRAIN_SPLIT
+from lmshards.schemas.layouts import TEMP_DIR_NAME
+from lmshards.schemas.manifest import ShardInfo
+from lmshards.schemas.records import encode_examples, frame_record
+from lmshards.schemas.shards import shard_relpath
+
+DEFAULT_TARGET_SHARD_MB = 128.0  # MiB, as --target_shard_mb reads a bare number
+DEFAULT_SHARD_MULTIPLE = 8
+
+_FEISTEL_ROUNDS = 4
+_U64 = np.uint64
+
+ShardKey = tuple[str, int]  # (split, shard index)
+
+
+# ---------------------------------------------------------------- logic: shard counts and layout
+
+
+def num_shards_for(
+    total_bytes: int, *, target_shard_bytes: float, multiple: int, num_shards: int | None = None
+) -> int:
+    """Shards for a split: `num_shards` if given, else ceil(total_bytes / target), rounded up to `multiple`.
+
+    A split with no bytes gets no shards.
+    """
+    if total_bytes <= 0:
+        return 0
+    count = num_shards if num_shards else math.ceil(total_bytes / target_shard_bytes)
+    return max(multiple, math.ceil(count / multiple) * multiple)
+
+
+class ShardCountError(LmshardsError):
+    """--num_shards asks for more shards than the records can fill."""
+
+
+def check_shard_count(num_shards: int | None, *, records: int, split: str) -> None:
+    """Refuses, before any shard is written, a --num_shards larger than the train split's records: every
+    shard past them would be an empty file. (A small validation split may keep empty shards.)
+
+    Raises:
+      ShardCountError: naming the count, the records and the fix.
+    """
+    if num_shards and split == TRAIN_SPLIT and 0 < records < num_shards:
+        raise ShardCountError(
+            f"--num_shards {num_shards} is more than the {records} records of the {split} split: "
+            f"{num_shards - records} shards would be empty. Pass --num_shards {records} or fewer, "
+            "or size shards by --target_shard_mb."
+        )
+
+
+def shard_of(positions: np.ndarray, num_records: int, num_shards: int) -> np.ndarray:
+    """Shard of each shuffled position: contiguous ranges whose sizes differ by at most 1."""
+    return (positions.astype(np.int64) * num_shards) // num_records
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupSize:
+    """How many blocks one packing group holds: all the layout needs to know of it."""
+
+    split: str
+    group: int
+    blocks: int
+
+    @staticmethod
+    def of(packed: PackedGroup) -> GroupSize:
+        return GroupSize(split=packed.split, group=packed.group, blocks=packed.blocks.num_blocks)
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitLayout:
+    """Where a split's blocks go: N records, S shards, and each packing group's first global index."""
+
+    num_records: int
+    num_shards: int
+    group_offsets: dict[int, int]
+
+
+def layout_splits(
+    sizes: Iterable[GroupSize],
+    *,
+    record_bytes: int,
+    target_shard_bytes: float,
+    multiple: int,
+    num_shards: int | None,
+) -> dict[str, SplitLayout]:
+    """Every packing group's size -> each split's SplitLayout (all splits present)."""
+    by_split: dict[str, dict[int, int]] = {split: {} for split in SPLITS}
+    for size in sizes:
+        by_split[size.split][size.group] = size.blocks
+    layouts = {}
+    for split, counts in by_split.items():
+        offsets, total = {}, 0
+        for group in sorted(counts):
+            offsets[group] = total
+            total += counts[group]
+        check_shard_count(num_shards, records=total, split=split)
+        shards = num_shards_for(
+            total * record_bytes,
+            target_shard_bytes=target_shard_bytes,
+            multiple=multiple,
+            num_shards=num_shards,
+        )
+        layouts[split] = SplitLayout(num_records=total, num_shards=shards, group_offsets=offsets)
+    return layouts
+
+
+# ---------------------------------------------------------------- logic: the permutation
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64 finalizer on uint64 arrays (wrapping arithmetic)."""
+    x = (x ^ (x >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> _U64(27))) * _U64(0x94D049BB133111EB)
+    return x ^ (x >> _U64(31))
+
+
+def _feistel(x: np.ndarray, *, half_bits: int, keys: np.ndarray) -> np.ndarray:
+    mask = _U64((1 << half_bits) - 1)
+    left, right = x >> _U64(half_bits), x & mask
+    for key in keys:
+        left, right = right, left ^ (_mix64(right ^ key) & mask)
+    return (left << _U64(half_bits)) | right
+
+
+def permute(indices: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """A seeded bijection of [0, n) applied to `indices` (a Feistel network with cycle walking).
+
+    Pure and O(1) in memory: any subset of indices can be permuted independently, on any worker.
+    """
+    indices = np.asarray(indices, dtype=np.uint64)
+    if n <= 1:
+        return indices.astype(np.int64)
+    half_bits = max(1, math.ceil((n - 1).bit_length() / 2))
+    with np.errstate(over="ignore"):
+        keys = _mix64(
+            np.arange(_FEISTEL_ROUNDS, dtype=np.uint64)
+            + _U64(seed % (1 << 64)) * _U64(_FEISTEL_ROUNDS + 1)
+        )
+        out = _feistel(indices, half_bits=half_bits, keys=keys)
+        # Cycle walking: the network permutes [0, 4^half_bits); re-apply until inside [0, n).
+        outside = out >= _U64(n)
+        while outside.any():
+            out[outside] = _feistel(out[outside], half_bits=half_bits, keys=keys)
+            outside = out >= _U64(n)
+    return out.astype(np.int64)
+
+
+# ---------------------------------------------------------------- logic: records into shards
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ShardBatch:
+    """Some records of one shard: their framed bytes, and their positions in the split's shuffled order.
+
+    Records travel in per-shard batches, not one element each: Beam's cost is per element.
+    """
+
+    positions: np.ndarray  # int64 [records]
+    frames: list[bytes]  # TFRecord-framed tf.train.Example, one per position
+
+    @staticmethod
+    def empty() -> ShardBatch:
+        return ShardBatch(positions=np.zeros(0, dtype=np.int64), frames=[])
+
+
+def serialize_group(
+    packed: PackedGroup, layout: SplitLayout, seed: int
+) -> Iterator[tuple[ShardKey, ShardBatch]]:
+    """A packed group's blocks as framed records, one ShardBatch per shard they are shuffled into."""
+    indices = (
+        np.arange(packed.blocks.num_blocks, dtype=np.int64) + layout.group_offsets[packed.group]
+    )
+    positions = permute(indices, layout.num_records, seed)
+    shards = shard_of(positions, layout.num_records, layout.num_shards)
+    records = encode_examples(packed.blocks.features())
+    order = np.argsort(shards, kind="stable")
+    keys, firsts = np.unique(shards[order], return_index=True)
+    for shard, mine in zip(keys.tolist(), np.split(order, firsts[1:])):
+        frames = [frame_record(records[i]) for i in mine.tolist()]
+        yield (packed.split, shard), ShardBatch(positions=positions[mine], frames=frames)
+
+
+def empty_shards(layouts: dict[str, SplitLayout]) -> Iterator[tuple[ShardKey, ShardBatch]]:
+    """An empty batch for every shard, so that a shard no group feeds is written too."""
+    for split, layout in layouts.items():
+        for shard in range(layout.num_shards):
+            yield (split, shard), ShardBatch.empty()
+
+
+def write_shard(
+    output: str, key: ShardKey, batches: Iterable[ShardBatch], *, num_shards: int
+) -> ShardInfo:
+    """Writes one shard's records in position order; returns its ShardInfo once the file is complete."""
+    batches = list(batches)
+    positions = np.concatenate([b.positions for b in batches])
+    frames = [frame for b in batches for frame in b.frames]
+    order = np.argsort(positions, kind="stable").tolist()
+    return write_shard_bytes(
+        output, key, (frames[i] for i in order), records=len(frames), num_shards=num_shards
+    )
+
+
+def write_shard_bytes(
+    output: str, key: ShardKey, data: Iterable[bytes], *, records: int, num_shards: int
+) -> ShardInfo:
+    """Writes one shard of `records` framed records from `data` (their bytes, in file order, in
+    pieces of any size); returns its ShardInfo once the file is complete.
+
+    Locally the shard is written under a temporary name, then renamed. On an object store it is
+    written under its final name: an object only appears once its upload is finalized, and a rename
+    there is a copy (gcsfs also first tries an API that emulators lack, with long retries).
+    A retried writer rewrites the same bytes, so either way readers never see half a shard.
+    """
+    split, shard = key
+    relpath = shard_relpath(split, shard, num_shards, records)
+    final = fs.join(output, relpath)
+    remote = fs.is_remote(final)
+    target = (
+        final
+        if remote
+        else fs.join(output, TEMP_DIR_NAME, f"{split}-{shard:05d}-{uuid.uuid4().hex}")
+    )
+    if not remote:
+        fs.makedirs(fs.join(output, TEMP_DIR_NAME))
+        fs.makedirs(fs.join(output, split))
+    digest, size = hashlib.sha256(), 0
+    with fs.open_file(target, "wb") as f:
+        for piece in data:
+            f.write(piece)
+            digest.update(piece)
+            size += len(piece)
+    if not remote:
+        os.replace(target, final)
+    return ShardInfo(path=relpath, records=records, bytes=size, sha256=digest.hexdigest())
+
+
+# ---------------------------------------------------------------- Beam
+
+
+class _SerializeFn(beam.DoFn):
+    """PackedGroup -> (ShardKey, ShardBatch) per shard the group feeds."""
+
+    def __init__(self, seed: int):
+        self._seed = seed
+
+    def process(
+        self, packed: PackedGroup, layouts: dict[str, SplitLayout]
+    ) -> Iterable[tuple[ShardKey, ShardBatch]]:
+        yield from serialize_group(packed, layouts[packed.split], self._seed)
+
+
+class _WriteShardFn(beam.DoFn):
+    """(ShardKey, Iterable[ShardBatch]) -> (split, ShardInfo), the file complete under its name; logs
+    "wrote k of N shards" as they finish."""
+
+    def __init__(self, output: str):
+        self._output = output
+        self._shards = counter("shards_written")
+        self._records = counter("records_written")
+
+    def setup(self) -> None:
+        self._progress = StageProgress("wrote", "shards")
+
+    def process(
+        self, element: tuple[ShardKey, Iterable[ShardBatch]], layouts: dict[str, SplitLayout]
+    ) -> Iterable[tuple[str, ShardInfo]]:
+        (split, shard), batches = element
+        info = write_shard(
+            self._output, (split, shard), batches, num_shards=layouts[split].num_shards
+        )
+        self._shards.inc()
+        self._records.inc(info.records)
+        self._progress.add(
+            info.records, total=sum(layout.num_shards for layout in layouts.values())
+        )
+        yield split, info
+
+    def finish_bundle(self) -> None:
+        self._progress.flush()
+
+
+class WriteShards(beam.PTransform):
+    """PackedGroup -> (split, ShardInfo): a seeded global shuffle into balanced shards."""
+
+    def __init__(
+        self,
+        *,
+        output: str,
+        seed: int,
+        record_bytes: int,
+        target_shard_bytes: float,
+        shard_multiple: int,
+        num_shards: int | None,
+    ):
+        super().__init__()
+        self._output, self._seed = output, seed
+        self._layout_args = dict(
+            record_bytes=record_bytes,
+            target_shard_bytes=target_shard_bytes,
+            multiple=shard_multiple,
+            num_shards=num_shards,
+        )
+
+    def expand(self, packed):
+        layouts = (
+            packed
+            | "GroupSizes" >> beam.Map(GroupSize.of)  # GroupSize
+            | "AllGroupSizes" >> beam.combiners.ToList()  # list[GroupSize], one element
+            | "Layout"
+            >> beam.Map(layout_splits, **self._layout_args)  # {split: SplitLayout}, one element
+        )
+        layouts_side = beam.pvalue.AsSingleton(layouts)
+        records = packed | "Serialize" >> beam.ParDo(
+            _SerializeFn(self._seed), layouts_side
+        )  # (ShardKey, ShardBatch)
+        every_shard = layouts | "EveryShard" >> beam.FlatMap(
+            empty_shards
+        )  # (ShardKey, ShardBatch), empty
+        return (
+            (records, every_shard)
+            | "WithEmptyShards" >> beam.Flatten()  # (ShardKey, ShardBatch)
+            | "GroupByShard" >> beam.GroupByKey()  # (ShardKey, Iterable[ShardBatch])
+            | "WriteShard"
+            >> beam.ParDo(_WriteShardFn(self._output), layouts_side)  # (split, ShardInfo)
+        )

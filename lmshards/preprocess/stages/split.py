@@ -1,0 +1,124 @@
+"""Stage 3, split: each document to the train or validation split, and to a packing group of it.
+
+Both follow from the document's text hash alone: a document goes to validation when its hash falls
+below validation_fraction x 2^64 (so identical texts always share a split), and to packing group
+hash % groups of its split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.transforms.window import GlobalWindows
+
+from lmshards.preprocess.stages.encode import TokenizedChunk
+from lmshards.schemas.constants import SPLITS, TRAIN_SPLIT, VALIDATION_SPLIT
+
+# Tokens a worker buffers before emitting its chunks (int32: 4 bytes each).
+FLUSH_TOKENS = 4 << 20
+
+_HASH_SPACE = 1 << 64
+
+GroupKey = tuple[str, int]  # (split, packing group)
+
+
+# ---------------------------------------------------------------- logic
+
+
+def validation_threshold(validation_fraction: float) -> int:
+    """Documents whose hash is below this go to validation: about `validation_fraction` of them."""
+    return min(int(validation_fraction * _HASH_SPACE), _HASH_SPACE - 1)
+
+
+def split_of(hashes: np.ndarray, threshold: int) -> np.ndarray:
+    """Boolean array: True where the document (by uint64 hash) belongs to the validation split."""
+    return hashes < np.uint64(threshold)
+
+
+def route_documents(
+    chunk: TokenizedChunk, *, threshold: int, groups: dict[str, int]
+) -> Iterator[tuple[GroupKey, TokenizedChunk]]:
+    """Splits one chunk into per-(split, group) chunks, in key order (train groups, then validation's).
+
+    groups: split -> number of packing groups.
+    """
+    is_validation = split_of(chunk.hashes, threshold)
+    num_train = groups[TRAIN_SPLIT]
+    group = np.where(
+        is_validation,
+        chunk.hashes % np.uint64(groups[VALIDATION_SPLIT]),
+        chunk.hashes % np.uint64(num_train),
+    ).astype(np.int64)
+    key = group + is_validation * num_train  # one number per (split, group): validation after train
+    order = np.argsort(key, kind="stable")
+    keys, firsts = np.unique(key[order], return_index=True)
+    pieces = chunk.take(order).split([*firsts.tolist(), chunk.num_documents])
+    for k, piece in zip(keys.tolist(), pieces):
+        yield ((VALIDATION_SPLIT, k - num_train) if k >= num_train else (TRAIN_SPLIT, k)), piece
+
+
+# ---------------------------------------------------------------- Beam
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitSettings:
+    validation_fraction: float
+    groups: dict[str, int]  # split -> number of packing groups
+    # Tokens buffered across a bundle before emitting; 0 emits each chunk's pieces as it comes.
+    flush_tokens: int = FLUSH_TOKENS
+
+
+class _RouteFn(beam.DoFn):
+    """TokenizedChunk -> (GroupKey, TokenizedChunk), a few large chunks per group and bundle.
+
+    Chunks are buffered per group across the bundle (up to flush_tokens tokens) because Beam's cost
+    is per element: one element per group and batch would be tens of thousands of tiny elements on
+    a large corpus.
+    """
+
+    def __init__(self, settings: SplitSettings):
+        self._settings = settings
+
+    def setup(self) -> None:
+        self._threshold = validation_threshold(self._settings.validation_fraction)
+
+    def start_bundle(self) -> None:
+        self._buffer: dict[GroupKey, list[TokenizedChunk]] = {}
+        self._buffered_tokens = 0
+
+    def process(self, chunk: TokenizedChunk) -> Iterable[tuple[GroupKey, TokenizedChunk]]:
+        for key, piece in route_documents(
+            chunk, threshold=self._threshold, groups=self._settings.groups
+        ):
+            self._buffer.setdefault(key, []).append(piece)
+        self._buffered_tokens += chunk.num_tokens
+        if self._buffered_tokens >= self._settings.flush_tokens:
+            yield from self._flush()
+
+    def finish_bundle(self):
+        for element in self._flush():
+            yield GlobalWindows.windowed_value(element)
+
+    def _flush(self) -> Iterator[tuple[GroupKey, TokenizedChunk]]:
+        buffer, self._buffer, self._buffered_tokens = self._buffer, {}, 0
+        for key in sorted(buffer):
+            yield key, TokenizedChunk.concat(buffer[key])
+
+
+class SplitDocuments(beam.PTransform):
+    """PCollection[TokenizedChunk] -> PCollection[(GroupKey, TokenizedChunk)]."""
+
+    def __init__(self, settings: SplitSettings):
+        super().__init__()
+        missing = set(SPLITS) - set(settings.groups)
+        if missing:
+            raise ValueError(f"no packing group count for splits {sorted(missing)}")
+        self._settings = settings
+
+    def expand(self, chunks):
+        return chunks | "Route" >> beam.ParDo(
+            _RouteFn(self._settings)
+        )  # (GroupKey, TokenizedChunk)

@@ -1,0 +1,138 @@
+"""Which entries each kind of lmshards output owns in its directory: their names and their layouts.
+
+The names are the contract's: a command writes them, another recognises, reads or replaces them
+(`inspect`, `report`, `--overwrite`, `train --restart`). lmshards.plumbing.outputs applies a layout (what may be
+replaced, what an interrupted run leaves); it knows no names itself.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from lmshards.plumbing.outputs import OutputKind
+from lmshards.schemas.constants import (
+    CURATION_DIR_NAME,
+    MANIFEST_FORMAT,
+    MANIFEST_NAME,
+    RUN_CONFIG_JSON,
+    SCHEMA_NAME,
+    SPLITS,
+    TOKENIZER_CONFIG_JSON,
+    TOKENIZER_DIR_NAME,
+    TOKENIZER_INFO_JSON,
+    TOKENIZER_JSON,
+    TOKENS_DIR_NAME,
+    TOKENS_FORMAT,
+)
+from lmshards.schemas.shards import parse_shard_name
+
+# Under a preprocess output (and its token store) while it is written; removed before the manifest is written.
+TEMP_DIR_NAME = ".lmshards-tmp"
+# Under TEMP_DIR_NAME: a default-runner preprocess's local spill files (one directory per run).
+SPILL_DIR_PREFIX = "spill-"
+# Written by transformers releases before 5 beside tokenizer_config.json.
+SPECIAL_TOKENS_MAP_JSON = "special_tokens_map.json"
+# Written last by `lmshards dataset export`: the sign of a complete export.
+EXPORT_SUCCESS_JSON = "_SUCCESS.json"
+# `{split}-{index:05d}-of-{count:05d}.{parquet|jsonl}`, the shards of `lmshards dataset export`.
+EXPORT_SHARD_RE = re.compile(r"^.+-\d{5,}-of-\d{5,}\.(?:parquet|jsonl)$")
+# `lmshards stats` writes these into SHARDS_DIR/stats by default: part of the shard set's output, so
+# `preprocess --overwrite` replaces them with the shards they describe.
+STATS_DIR_NAME = "stats"
+STATS_JSON = "stats.json"
+STATS_HTML = "stats.html"
+
+# A token store's part files: `part-{uuid4 hex}.parquet` (their rows: lmshards.preprocess.stages.tokens).
+_TOKEN_PART_PREFIX, _TOKEN_PART_SUFFIX = "part-", ".parquet"
+_TOKEN_PART_RE = re.compile(
+    rf"^{re.escape(_TOKEN_PART_PREFIX)}[0-9a-f]{{32}}{re.escape(_TOKEN_PART_SUFFIX)}$"
+)
+
+# A training run directory (`lmshards train --output`), marked by RUN_CONFIG_JSON; its tokenizer copy is
+# in TOKENIZER_DIR_NAME.
+RUN_SUMMARY_JSON = "run_summary.json"  # written when the run finishes
+METRICS_JSONL = "metrics.jsonl"
+CHECKPOINTS_DIR = "checkpoints"
+TENSORBOARD_DIR = "tensorboard"
+REPORT_HTML = "report.html"  # `lmshards report`'s page, by default in the run directory
+# What both backends save under RUN_DIR/checkpoints (lmshards.train.backends.tensorflow_checkpoint, lmshards.train.backends.jax_checkpoint), half-written
+# saves included: TensorFlow's state file and PREFIX_temp/ shards, ckpt-N.index/.data-*, JAX's ckpt-N.npz(.tmp-*).
+_CHECKPOINT_FILE_RE = re.compile(
+    r"^(?:checkpoint(?:\.tmp[0-9a-f]*|\.unreadable)?"
+    r"|ckpt-\d+(?:\.index|\.data-\d+-of-\d+|\.npz(?:\.tmp-[0-9a-f]+)?|_temp/.+))$"
+)
+# TensorBoard's event files, under one directory per writer (train/, eval/).
+_EVENTS_FILE_RE = re.compile(r"^(?:[\w.-]+/)*events\.out\.tfevents\.[^/]+$")
+
+
+def new_token_part_name() -> str:
+    """A fresh part file name: unique, so that retried and parallel writers never collide."""
+    return f"{_TOKEN_PART_PREFIX}{uuid.uuid4().hex}{_TOKEN_PART_SUFFIX}"
+
+
+def is_token_part_name(name: str) -> bool:
+    """Whether `name` (no directory) is a part file name of a token store."""
+    return bool(_TOKEN_PART_RE.match(name))
+
+
+def _shard_split(name: str) -> str | None:
+    try:
+        return parse_shard_name(name)[0]
+    except ValueError:
+        return None
+
+
+def _manifest_shards(manifest: Any) -> Iterator[str]:
+    """The shard paths a shard set's manifest.json lists (raw JSON: read before it is checked)."""
+    for split in manifest["splits"].values():
+        for shard in split["shards"]:
+            yield shard["path"]
+
+
+TOKENIZER_OUTPUT = OutputKind(
+    "tokenizer",
+    marker=TOKENIZER_INFO_JSON,
+    files=frozenset({TOKENIZER_JSON, TOKENIZER_CONFIG_JSON, SPECIAL_TOKENS_MAP_JSON}),
+)
+STATS_OUTPUT = OutputKind("stats", marker=STATS_JSON, files=frozenset({STATS_HTML}))
+TOKENS_OUTPUT = OutputKind(
+    "tokens",
+    marker=MANIFEST_NAME,
+    marker_format=TOKENS_FORMAT,
+    file_pattern=_TOKEN_PART_RE,
+    scratch_dirs=frozenset({TEMP_DIR_NAME}),
+    nested=((TOKENIZER_DIR_NAME, TOKENIZER_OUTPUT),),
+)
+PREPROCESS_OUTPUT = OutputKind(
+    "preprocess",
+    marker=MANIFEST_NAME,
+    marker_format=MANIFEST_FORMAT,
+    files=frozenset({SCHEMA_NAME}),
+    # curation/ holds only the audit files a curated run writes.
+    scratch_dirs=frozenset({TEMP_DIR_NAME, CURATION_DIR_NAME}),
+    shard_dirs=frozenset(SPLITS),
+    shard_split=_shard_split,
+    listed_shards=_manifest_shards,
+    nested=(
+        (TOKENIZER_DIR_NAME, TOKENIZER_OUTPUT),
+        (STATS_DIR_NAME, STATS_OUTPUT),
+        (TOKENS_DIR_NAME, TOKENS_OUTPUT),
+    ),
+)
+DATASET_EXPORT_OUTPUT = OutputKind(
+    "dataset_export", marker=EXPORT_SUCCESS_JSON, file_pattern=EXPORT_SHARD_RE
+)
+# Everything a training command (and `lmshards report`) writes in a run directory, and nothing else: what
+# `--restart` may delete, and what a run directory may hold (anything else there is the user's, and refused).
+TRAIN_RUN_OUTPUT = OutputKind(
+    "train_run",
+    marker=RUN_SUMMARY_JSON,
+    files=frozenset({RUN_CONFIG_JSON, METRICS_JSONL, REPORT_HTML}),
+    scratch_dirs=frozenset(
+        {TOKENIZER_DIR_NAME}
+    ),  # the copy of the run's tokenizer, every file of it
+    pattern_dirs=((CHECKPOINTS_DIR, _CHECKPOINT_FILE_RE), (TENSORBOARD_DIR, _EVENTS_FILE_RE)),
+)

@@ -1,0 +1,93 @@
+"""`lmshards export RUN_DIR --output DIR`: a training run -> Hugging Face transformers model directory."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Sequence
+
+from lmshards.plumbing import fs
+from lmshards.plumbing.cli import (
+    CommandParser,
+    add_overwrite_flag,
+    add_verbose_flag,
+    run_command,
+    run_writing,
+    setup_logging,
+)
+from lmshards.plumbing.lease import add_lease_flag, output_lease, sibling_lease_path
+from lmshards.plumbing.quiet import hide_third_party_progress_bars, load_tensorflow_quietly
+from lmshards.train.export.hf_export import export_run, push_to_hub
+from lmshards.train.families import FAMILIES
+
+COMMAND = "export"
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    architectures = " / ".join(family.hf_masked_lm_class for family in FAMILIES.values())
+    parser = CommandParser(
+        COMMAND,
+        description=f"Write a {architectures} directory (config.json, model.safetensors, "
+        "tokenizer files) from a training run, for transformers' pipeline('fill-mask') and from_pretrained.",
+    )
+    parser.add_argument(
+        "run_dir", help="the --output directory of `lmshards train` (local or gs://)"
+    )
+    parser.add_argument(
+        "--output", required=True, help="new or empty local directory for the model"
+    )
+    add_overwrite_flag(
+        parser, help="replace a non-empty --output (once the new export is complete)"
+    )
+    parser.add_argument(
+        "--checkpoint",
+        help="checkpoint prefix, e.g. RUN_DIR/checkpoints/ckpt-3 (default: the latest)",
+    )
+    parser.add_argument(
+        "--tokenizer", help="tokenizer.json or tokenizer directory (default: RUN_DIR/tokenizer)"
+    )
+    parser.add_argument(
+        "--push_to_hub", metavar="REPO", help="also upload the export to this Hugging Face Hub repo"
+    )
+    add_verbose_flag(parser)
+    add_lease_flag(parser)
+    return parser.parse_args(list(argv))
+
+
+def _export(argv: Sequence[str]) -> int | None:
+    args = parse_args(argv)
+    setup_logging(verbose=args.verbose, packages=["train"])
+    load_tensorflow_quietly(verbose=args.verbose)
+    if not args.verbose:
+        hide_third_party_progress_bars()
+    return run_writing(COMMAND, args.output, lambda: _write(args))
+
+
+def _write(args: argparse.Namespace) -> None:
+    # The export is built beside --output and renamed into place, so its lease lies beside it too.
+    # (A gs:// --output is refused by export_run itself.)
+    lease = (
+        contextlib.nullcontext()
+        if fs.is_remote(args.output)
+        else output_lease(
+            args.output,
+            command=COMMAND,
+            path=sibling_lease_path(args.output),
+            stale_after_s=args.lease_stale_s,
+        )
+    )
+    with lease:
+        output = export_run(
+            args.run_dir,
+            output_dir=args.output,
+            checkpoint=args.checkpoint,
+            tokenizer=args.tokenizer,
+            overwrite=args.overwrite,
+        )
+    print(f"Exported {args.run_dir} to {output}")
+    if args.push_to_hub:
+        print(f"Pushed to {push_to_hub(output, args.push_to_hub)}")
+
+
+def main(argv: Sequence[str]) -> int:
+    return run_command(COMMAND, lambda: _export(argv))

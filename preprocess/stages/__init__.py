@@ -1,6 +1,0 @@
-"""The preprocess pipeline's stages, one module each: logic first, its thin PTransform after it.
-
-read -> encode -> split -> pack -> shard, the manifest written last, and the token store
-(`tokens.py`, for --keep_tokens). `metrics.py` holds the counters every stage reports. Stages import
-only `preprocess.sources`, `schemas` and `plumbing`; `preprocess.pipeline` wires them.
-"""

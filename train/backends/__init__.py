@@ -1,1 +1,0 @@
-"""Training backends: one module per backend, named in train.backends.registry (train.backends.base is the seam)."""
