@@ -42,16 +42,16 @@ class MinHashSettings:
 
 
 def node_ref(node: NodeKey) -> DocRef:
-    return node[2], node[3]
+    return node.source, node.index
 
 
 def node_record(node: NodeKey) -> DocRef:
-    return node[2], node[4]
+    return node.source, node.record
 
 
 def verdict(node: NodeKey, root: NodeKey) -> Verdict:
     """The removal of `node` from the cluster whose kept document is `root`."""
-    reason = EXACT if node[1] == root[1] else NEAR  # equal digests: the same exact_form
+    reason = EXACT if node.digest == root.digest else NEAR  # equal digests: the same exact_form
     return node_ref(node), (reason, node_record(root))
 
 
@@ -81,7 +81,7 @@ def document_band_keys(
 
 def _exact_entry(doc: CurationDoc) -> tuple[bytes, NodeKey]:
     node = node_key(doc)
-    return node[1], node
+    return node.digest, node
 
 
 class ExactVerdicts(beam.PTransform):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 from lmshards.preprocess.curation.text import digest, exact_form
 
@@ -22,10 +22,19 @@ CONTAMINATED = "contaminated"
 REASONS = (CONTAMINATED, EXACT, NEAR)  # the order curation applies them in
 
 DocRef = tuple[str, int]  # (source file, 0-based document index in it), or its record's number
+
+
 # How a cluster's documents are ordered; its smallest is kept: the longest normalized text first,
 # then the smallest digest of it, then (source, index) among exact copies (record last: the
 # audit's name of the document, decided by index).
-NodeKey = tuple[int, bytes, str, int, int]  # (-len(exact_form), digest, source, index, record)
+class NodeKey(NamedTuple):
+    """A document's place in its cluster's keep order; the fields compare in this order."""
+
+    neg_length: int  # -len(exact_form): the longest normalized text sorts first
+    digest: bytes  # of the exact form: equal digests are exact copies
+    source: str
+    index: int
+    record: int  # the raw record it came from (what the audit names it by)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +59,7 @@ class CurationDoc:
 def node_key(doc: CurationDoc) -> NodeKey:
     """The document's place in the keep order (the smallest of a cluster is kept)."""
     form = exact_form(doc.text)
-    return -len(form), digest(form), doc.source, doc.index, doc.record
+    return NodeKey(-len(form), digest(form), doc.source, doc.index, doc.record)
 
 
 @dataclasses.dataclass(frozen=True)
