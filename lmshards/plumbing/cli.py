@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn
 
 from lmshards.plumbing import fs, stopping
-from lmshards.plumbing.errors import LmshardsError, disk_error_message
+from lmshards.plumbing.errors import FailedRunError, LmshardsError, disk_error_message
 from lmshards.plumbing.flag_types import Number
 
 EXIT_OK = 0
@@ -216,7 +216,7 @@ def run_command(command: str, body: Callable[[], int | None]) -> int:
             return EXIT_INTERRUPTED
         if isinstance(e, LmshardsError):
             print_error(command, str(e))
-            return EXIT_USAGE
+            return EXIT_FAILURE if isinstance(e, FailedRunError) else EXIT_USAGE
         # A gs:// request that failed mid-run (network, permissions): one line, not gcsfs' traceback.
         if isinstance(e, Exception) and fs.is_storage_failure(e):
             print_error(command, fs.storage_problem(e))

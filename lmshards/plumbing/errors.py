@@ -28,6 +28,10 @@ class OutputError(LmshardsError):
     """The output location is a file, not empty, not writable, or overlaps an input."""
 
 
+class FailedRunError(LmshardsError):
+    """The run could not give what was asked of valid input (e.g. it removed every document): one line, exit 1."""
+
+
 # errno -> (what happened, how to fix it)
 _DISK_ERRORS = {
     errno.ENOSPC: ("the disk is full", "free some space or choose another location"),

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import apache_beam as beam
 
 from lmshards.plumbing import fs
-from lmshards.plumbing.errors import OutputError
+from lmshards.plumbing.errors import FailedRunError, OutputError
 from lmshards.preprocess.sources import InputError, ReadStats, no_documents_message, sum_stats
 from lmshards.preprocess.stages.pack import sum_totals
 from lmshards.schemas.constants import (
@@ -82,6 +82,55 @@ def check_documents_read(patterns: Sequence[str], reading: ReadStats) -> None:
         raise InputError(no_documents_message(patterns, reading))
 
 
+class NothingLeftError(FailedRunError):
+    """Documents were read, but every one was removed before a record was written."""
+
+
+# What each curation reason means, in the line that reports a run left with no record.
+_REMOVED_AS = {
+    "contaminated": "removed by --decontaminate",
+    "exact": "exact duplicates (--dedup)",
+    "near": "near duplicates (--dedup near)",
+}
+
+
+def removal_counts(manifest: Manifest) -> list[str]:
+    """Each reason documents were left out of the records, with its count: skipped while reading,
+    removed by curation, or too short to fill one record (their tokens dropped by --remainder drop)."""
+    reasons = [
+        f"{count:,} skipped as {name.removeprefix('documents_').replace('_', ' ')}"
+        for name, count in sorted(manifest.reading.items())
+        if name.startswith("documents_") and name != "documents_split" and count
+    ]
+    if manifest.curation is not None:
+        reasons += [
+            f"{counts['documents']:,} {_REMOVED_AS.get(reason, reason)}"
+            for reason, counts in manifest.curation.removed.items()
+            if counts["documents"]
+        ]
+    tokenized = sum(split.totals.documents for split in manifest.splits.values())
+    dropped = sum(split.totals.tokens_dropped for split in manifest.splits.values())
+    if tokenized:
+        reasons.append(
+            f"{tokenized:,} too short to fill one {manifest.seq_len}-token record (their {dropped:,} "
+            "tokens dropped by --remainder drop)"
+        )
+    return reasons
+
+
+def check_records_written(manifest: Manifest) -> None:
+    """Raises NothingLeftError, naming what removed every document, when no split holds a record: an
+    empty set would look complete and verify, and train on nothing.
+    """
+    if any(split.totals.records for split in manifest.splits.values()):
+        return
+    raise NothingLeftError(
+        f"every document was removed, so no record was written and no manifest: "
+        f"{'; '.join(removal_counts(manifest)) or 'no document reached the records'}. Pass a smaller "
+        "--seq_len or --remainder pad for short documents, or check --dedup, --decontaminate and the inputs."
+    )
+
+
 def build_manifest(
     header: Manifest,
     *,
@@ -120,8 +169,10 @@ def finish_output(output: str, manifest: Manifest) -> str:
     """Removes the shard writers' temporary directory, then writes the manifest. Returns its path.
 
     Raises:
+      NothingLeftError: no split holds a record (check_records_written).
       OutputError: a file the manifest lists besides the shards (written before the run) is gone.
     """
+    check_records_written(manifest)
     store_manifest = manifest.tokens and posixpath.join(manifest.tokens, MANIFEST_NAME)
     for relpath in (manifest.tokenizer.path, manifest.schema, store_manifest):
         if relpath and not fs.exists(fs.join(output, relpath)):
