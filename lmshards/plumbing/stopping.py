@@ -1,11 +1,17 @@
 """SIGTERM and SIGINT for every command: stop, release the output's lease, remove its partial files, one line.
 
-lmshards.plumbing.cli.run_command holds StopSignals around a command's body. The first signal raises Stopped
-(a KeyboardInterrupt) in the main thread and silences logging, so that what a library logs while it
+lmshards.plumbing.cli.stop_handling holds StopSignals around a command's body. A signal is recorded first
+(`requested()`, which the work may check at its safe points with `check()`), then raised as Stopped (a
+KeyboardInterrupt) in the main thread, and logging is silenced, so that what a library logs while it
 unwinds (Beam's traceback of the interrupted step) never reaches the user; lmshards.plumbing.lease.output_lease
-then removes the partial output and the lease, and run_command prints one line and returns
-EXIT_INTERRUPTED. Later signals are ignored until the cleanup is done. `lmshards train` installs its own
-handlers for its block (lmshards.train.loop.preemption: save a checkpoint, exit 75).
+then removes the partial output and the lease, and stop_handling prints one line and exits
+EXIT_INTERRUPTED. Later signals are ignored until the cleanup is done.
+
+A raise can land where Python cannot propagate it: in a garbage-collection callback (JAX's), a finalizer
+or a `__del__`, where Python only prints "Exception ignored" and goes on. Such a Stopped is caught by
+sys.unraisablehook and raised again at the next place the main thread runs, so no signal is lost.
+`lmshards train` installs its own handlers for its whole command (lmshards.train.loop.preemption: save a
+checkpoint, exit 75).
 """
 
 from __future__ import annotations
@@ -13,12 +19,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _state: dict[str, int | None] = {"signal": None}
+# True while a raised Stopped is on its way out; False again when Python swallowed it (see _swallowed).
+_raised = [False]
+_in_hook = [False]  # True inside the unraisable hook
+AGAIN_AFTER_S = 0.01  # a swallowed stop is delivered again this long after (see _deliver_again)
 # > 0 inside deferred(): a native library's set-up (`import tensorflow`) that an exception raised in the
 # middle of would abort the process instead of stopping it.
 _deferring = [0]
@@ -44,13 +55,60 @@ def signal_name() -> str:
 
 
 def _handle(signum: int, frame: Any) -> None:
+    if _state["signal"] is None:
+        _state["signal"] = signum
+        logging.disable(
+            logging.CRITICAL
+        )  # a library's traceback of the interrupted work is noise now
+        threading.excepthook = lambda args: None  # and so is a worker thread's
+    if _in_hook[0]:  # a raise here would be swallowed too: deliver it again once the hook is done
+        _deliver_again()
+    elif not _deferring[0]:
+        _raise_once()
+
+
+def _raise_once() -> None:
+    """Raises Stopped for the recorded signal unless one is already on its way out (the cleanup runs)."""
+    signum = _state["signal"]
+    if signum is None or _raised[0]:
+        return
+    _raised[0] = True
+    raise Stopped(signum)
+
+
+def check() -> None:
+    """A safe point: raises Stopped if a signal asked to stop and its Stopped was not raised yet."""
+    if _installed[0] and not _deferring[0]:
+        _raise_once()
+
+
+def _swallowed(previous: Any) -> Any:
+    """An unraisable hook: a Stopped that Python could not propagate (raised inside a gc callback, a
+    finalizer, a `__del__`) is delivered again, to land where it can, instead of printed and lost."""
+
+    def hook(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, Stopped):
+            previous(unraisable)
+            return
+        _in_hook[0] = True
+        try:
+            _raised[0] = False
+            _deliver_again()
+        finally:
+            _in_hook[0] = False
+
+    return hook
+
+
+def _deliver_again() -> None:
+    """Delivers the recorded stop again in AGAIN_AFTER_S, through SIGALRM (_handle_again): by then the main
+    thread has left the hook (it goes on where it was), and a raise lands where it can propagate."""
+    signal.setitimer(signal.ITIMER_REAL, AGAIN_AFTER_S)
+
+
+def _handle_again(signum: int, frame: Any) -> None:
     if _state["signal"] is not None:
-        return  # already stopping: let the cleanup finish
-    _state["signal"] = signum
-    logging.disable(logging.CRITICAL)  # a library's traceback of the interrupted work is noise now
-    threading.excepthook = lambda args: None  # and so is a worker thread's
-    if not _deferring[0]:
-        raise Stopped(signum)
+        _handle(_state["signal"], frame)
 
 
 @contextlib.contextmanager
@@ -61,9 +119,7 @@ def deferred() -> Iterator[None]:
         yield
     finally:
         _deferring[0] -= 1
-    signum = _state["signal"]
-    if not _deferring[0] and signum is not None and _installed[0]:
-        raise Stopped(signum)
+    check()
 
 
 @contextlib.contextmanager
@@ -73,15 +129,21 @@ def stop_signals() -> Iterator[None]:
         yield
         return
     _state["signal"] = None
+    _raised[0] = False
     hook = threading.excepthook
+    unraisable_hook = sys.unraisablehook
+    sys.unraisablehook = _swallowed(unraisable_hook)
     previous = {s: signal.signal(s, _handle) for s in SIGNALS}
+    previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, _handle_again)
     _installed[0] += 1
     try:
         yield
     finally:
         _installed[0] -= 1
+        signal.setitimer(signal.ITIMER_REAL, 0)
         for s, handler in previous.items():
             signal.signal(s, handler)
+        sys.unraisablehook = unraisable_hook
         if _state["signal"] is not None:  # what ran next in this process logs again
             logging.disable(logging.NOTSET)
             threading.excepthook = hook
