@@ -24,8 +24,11 @@ from lmshards.preprocess.options import (
     RENAMED_FLAGS,
     REQUIRED_FLAGS,
     LmshardsPreprocessOptions,
+    check_dependent_flags,
     config_from_options,
+    preprocess_flags,
 )
+from lmshards.preprocess.stages.metrics import skipped_line
 from lmshards.schemas.manifest import Manifest
 
 COMMAND = "preprocess"
@@ -72,6 +75,7 @@ def _preprocess(parser: CommandParser, argv: list[str], others: list[str]) -> in
     )
     check_flags(parser, others)
     config = config_from_options(PipelineOptions(argv))
+    check_dependent_flags(config)
     # Beam graph code, after the cheap checks
     from lmshards.preprocess.launch import report_run
     from lmshards.preprocess.pipeline import run_pipeline
@@ -114,6 +118,22 @@ def check_flags(parser: CommandParser, others: Sequence[str]) -> None:
     parser.reject_unknown(runners.unknown_beam_args(others))
 
 
+def check_other_beam_command_flags(parser: CommandParser, others: Sequence[str]) -> None:
+    """check_flags for a Beam command other than preprocess (stats, repack): a preprocess flag it does not
+    declare itself (--num_shards to stats, --text_field to repack) exits 2 naming the command that takes it,
+    where Beam's parser would take it and the command ignore it."""
+    own = {opt for action in parser._actions for opt in action.option_strings}
+    foreign = preprocess_flags() - own
+    for arg in others:
+        flag = arg.split("=", 1)[0]
+        if flag in foreign:
+            parser.error(
+                f"{flag} is a flag of `lmshards {COMMAND}`; `{parser.prog}` does not take it"
+            )
+    parser.extra_flags = tuple(flag for flag in runners.beam_flags() if flag not in foreign)
+    parser.reject_unknown(runners.unknown_beam_args(others))
+
+
 def _from_preprocess_or_error(record: logging.LogRecord) -> bool:
     """Keeps worker lines logged by our code (progress, bad-file warnings) and errors not reported in one line
     at the end (see lmshards.preprocess.failures); drops Beam's chatter.
@@ -143,4 +163,7 @@ def summary(manifest: Manifest, output: str, seconds: float, *, command: str = C
             f"padding {t.padding_tokens:,} ({t.padding_share(manifest.seq_len):.2%})"
             + (f", {t.segments_per_block:.2f} segments per block" if manifest.packed else "")
         )
+    skipped = skipped_line(manifest.reading)
+    if skipped:
+        lines.append(f"  {skipped}")
     return "\n".join(lines)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -29,6 +30,7 @@ from lmshards.plumbing.units import size_flag
 from lmshards.preprocess.curation.minhash import DEFAULT_BANDS, DEFAULT_NGRAM, DEFAULT_ROWS
 from lmshards.preprocess.curation.stage import (
     DEDUP_CHOICES,
+    DEDUP_NEAR,
     DEDUP_NONE,
     DEFAULT_DECONTAMINATE_NGRAM,
 )
@@ -188,6 +190,13 @@ class LmshardsPreprocessOptions(PipelineOptions):
         )
         # --doc_separator, --doc_marker(_regex), --text_field, --text_column, --encoding
         add_reading_arguments(parser)
+        parser.add_argument(
+            "--skip_binary",
+            action="store_true",
+            help="Skip input files that are not text (images, archives, PDF, compressed bytes whose "
+            "name does not end in .gz/.bz2/.zst/.xz, ...) and count them (files_skipped_binary) "
+            "instead of refusing the run.",
+        )
         # The Flex Template launcher's `--overwrite=true` is rewritten `--overwrite` by lmshards.preprocess.cli.
         add_overwrite_flag(
             parser,
@@ -232,6 +241,14 @@ class LmshardsPreprocessOptions(PipelineOptions):
             "one partial block.",
         )
         add_curation_arguments(parser)
+
+
+def preprocess_flags() -> frozenset[str]:
+    """Every flag LmshardsPreprocessOptions declares. Beam's parser declares them for every Beam command
+    (stats, repack), which would take them and ignore them; those commands refuse them instead."""
+    parser = argparse.ArgumentParser(add_help=False)
+    LmshardsPreprocessOptions._add_argparse_args(parser)
+    return frozenset(opt for action in parser._actions for opt in action.option_strings)
 
 
 def add_curation_arguments(parser: argparse.ArgumentParser) -> None:
@@ -303,6 +320,7 @@ class PreprocessConfig:
     encoding: str = UTF8
     doc_marker: str | None = None
     doc_marker_regex: str | None = None
+    skip_binary: bool = False
     overwrite: bool = False
     keep_tokens: bool = False
     tokenizer_threads: int = DEFAULT_TOKENIZER_THREADS
@@ -356,7 +374,7 @@ class PreprocessConfig:
 
 
 # Reading flags the manifest records only when they differ from their defaults.
-NEWER_READING_OPTIONS = ("encoding", "doc_marker", "doc_marker_regex")
+NEWER_READING_OPTIONS = ("encoding", "doc_marker", "doc_marker_regex", "skip_binary")
 
 
 def validate(config: PreprocessConfig) -> None:
@@ -394,6 +412,48 @@ def validate_curation(config: PreprocessConfig) -> None:
         raise PreprocessError(
             "--decontaminate_text_field is empty; give the eval sets' JSON field or Parquet column."
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class DependentFlag:
+    """A flag that means something only when `applies` holds of the config; set otherwise it would be
+    ignored, so it is refused: `{flag} is ignored {when}: {fix} or leave {flag} out.`"""
+
+    when: str
+    fix: str
+    applies: Callable[[PreprocessConfig], bool]
+
+
+_NEAR = DependentFlag("without --dedup near", "add --dedup near", lambda c: c.dedup == DEDUP_NEAR)
+_DECONTAMINATE = DependentFlag(
+    "without --decontaminate", "add --decontaminate EVAL_SET", lambda c: bool(c.decontaminate)
+)
+DEPENDENT_FLAGS: dict[str, DependentFlag] = {
+    "--minhash_ngram": _NEAR,
+    "--minhash_bands": _NEAR,
+    "--minhash_rows": _NEAR,
+    "--decontaminate_ngram": _DECONTAMINATE,
+    "--decontaminate_text_field": _DECONTAMINATE,
+    "--target_shard_mb": DependentFlag(
+        "with --num_shards, which fixes the count", "drop --num_shards", lambda c: not c.num_shards
+    ),
+}
+
+
+def check_dependent_flags(config: PreprocessConfig) -> None:
+    """Refuses a flag of DEPENDENT_FLAGS set to other than its default where it does not apply. (Its
+    default is let through: the Flex Template launcher passes every parameter's default.)
+
+    Raises:
+      PreprocessError: naming the flag, why it would be ignored and the fix.
+    """
+    defaults = {f.name: f.default for f in dataclasses.fields(PreprocessConfig)}
+    for flag, dependent in DEPENDENT_FLAGS.items():
+        name = flag.removeprefix("--")
+        if getattr(config, name) != defaults[name] and not dependent.applies(config):
+            raise PreprocessError(
+                f"{flag} is ignored {dependent.when}: {dependent.fix} or leave {flag} out."
+            )
 
 
 def config_from_options(options: PipelineOptions) -> PreprocessConfig:

@@ -19,7 +19,11 @@ from lmshards.plumbing.flag_types import whole
 from lmshards.plumbing.lease import add_lease_flag
 from lmshards.plumbing.units import size_flag
 from lmshards.preprocess import runners
-from lmshards.preprocess.cli import check_flags, setup_preprocess_logging, summary
+from lmshards.preprocess.cli import (
+    check_other_beam_command_flags,
+    setup_preprocess_logging,
+    summary,
+)
 from lmshards.preprocess.options import CURATION_FLAGS, MAX_NUM_SHARDS, PREPROCESS_RANGES
 from lmshards.preprocess.stages.pack import REMAINDER_CHOICES
 from lmshards.schemas.constants import PACKING_CHOICES
@@ -136,7 +140,7 @@ def _repack(parser: CommandParser, args: argparse.Namespace, beam_args: list[str
         PipelineOptions(beam_args).view_as(StandardOptions).runner or runners.FNAPI_RUNNER
     )
     refuse_curation_flags(parser, beam_args)
-    check_flags(parser, beam_args)
+    check_other_beam_command_flags(parser, beam_args)
     # Beam graph code, after the cheap checks
     from lmshards.preprocess.launch import report_run
     from lmshards.preprocess.repack import RepackConfig, run_repack

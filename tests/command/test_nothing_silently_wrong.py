@@ -3,9 +3,20 @@ never a traceback, never a wrong result that looks complete."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import pytest
+
 from lmshards.preprocess.cli import main as preprocess_main
+from lmshards.preprocess.options import (
+    CURATION_FLAGS,
+    DEPENDENT_FLAGS,
+    PreprocessConfig,
+    PreprocessError,
+    check_dependent_flags,
+    preprocess_flags,
+)
 
 SHORT_LINES = "a b c\nd e f\ng h\n"
 REPEATED = "the cat sat on the mat today\n"
@@ -70,3 +81,96 @@ def test_preprocess_whose_curation_removes_everything_names_each_reason(
         "8-token record (their 4 tokens dropped by --remainder drop). "
     ) in line
     assert not (output / "manifest.json").exists()
+
+
+# ---------------------------------------------------------------- flags a command does not use
+
+
+def _own_flags(parser) -> set[str]:
+    return {opt for action in parser._actions for opt in action.option_strings}
+
+
+def _refused(main, argv: list[str], capsys, command: str) -> str:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    return _error_line(captured.err, command)
+
+
+def test_stats_refuses_every_preprocess_flag_naming_the_command_that_takes_it(tmp_path, capsys):
+    from lmshards.corpus_tools.stats.cli import build_parser
+    from lmshards.corpus_tools.stats.cli import main as stats_main
+
+    foreign = sorted(preprocess_flags() - _own_flags(build_parser()))
+    assert {"--num_shards", "--keep_tokens", "--text_field", "--seq_len", "--dedup"} <= set(foreign)
+    for flag in foreign:
+        line = _refused(stats_main, [str(tmp_path), flag, "1"], capsys, "stats")
+        assert line == (
+            f"lmshards stats: error: {flag} is a flag of `lmshards preprocess`; `lmshards stats` does "
+            "not take it (see `lmshards stats --help`)"
+        )
+
+
+def test_repack_refuses_every_preprocess_flag_it_does_not_declare(tmp_path, capsys):
+    from lmshards.preprocess.repack_cli import build_parser
+    from lmshards.preprocess.repack_cli import main as repack_main
+
+    own = _own_flags(build_parser())
+    foreign = sorted(preprocess_flags() - own - set(CURATION_FLAGS))  # curation: its own message
+    assert {"--keep_tokens", "--text_field", "--encoding", "--input"} <= set(foreign)
+    assert "--num_shards" in own  # a repack flag too: parsed as repack's
+    required = ["--tokens", str(tmp_path / "store"), "--output", str(tmp_path / "new")]
+    for flag in foreign:
+        line = _refused(repack_main, [*required, flag, "1"], capsys, "repack")
+        assert line == (
+            f"lmshards repack: error: {flag} is a flag of `lmshards preprocess`; `lmshards repack` does "
+            "not take it (see `lmshards repack --help`)"
+        )
+    assert not (tmp_path / "new").exists()
+
+
+# Every flag that applies only with another option, and a value that differs from its default.
+DEPENDENT = [
+    (["--minhash_ngram", "3"], "--minhash_ngram is ignored without --dedup near: add --dedup near"),
+    (
+        ["--minhash_bands", "4", "--dedup", "exact"],
+        "--minhash_bands is ignored without --dedup near",
+    ),
+    (["--minhash_rows", "2"], "--minhash_rows is ignored without --dedup near"),
+    (
+        ["--decontaminate_ngram", "5"],
+        "--decontaminate_ngram is ignored without --decontaminate: add --decontaminate EVAL_SET",
+    ),
+    (["--decontaminate_text_field", "q"], "--decontaminate_text_field is ignored without"),
+    (
+        ["--target_shard_mb", "5", "--num_shards", "2"],
+        "--target_shard_mb is ignored with --num_shards, which fixes the count: drop --num_shards",
+    ),
+]
+
+
+def test_the_dependent_flags_listed_here_are_all_there_are():
+    assert sorted(flags[0] for flags, _ in DEPENDENT) == sorted(DEPENDENT_FLAGS)
+
+
+@pytest.mark.parametrize(("flags", "message"), DEPENDENT)
+def test_a_flag_without_the_option_it_needs_is_refused(tmp_path, capsys, flags, message):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(REPEATED, encoding="utf-8")
+    argv = ["--input", str(corpus), "--tokenizer", "tok.json", "--output", str(tmp_path / "out")]
+    assert preprocess_main([*argv, *flags]) == 2
+    line = _error_line(capsys.readouterr().err, "preprocess")
+    assert line.startswith(f"lmshards preprocess: error: {message}")
+    assert line.endswith(f" or leave {flags[0]} out.")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_dependent_flag_at_its_default_passes_as_the_flex_template_sends_it(tmp_path):
+    config = PreprocessConfig(
+        inputs=("in.txt",), tokenizer="tok.json", output="out", minhash_rows=8, num_shards=2
+    )
+    check_dependent_flags(config)  # --minhash_rows 8 and --target_shard_mb 128 are the defaults
+    with pytest.raises(PreprocessError, match="--minhash_rows is ignored without --dedup near"):
+        check_dependent_flags(dataclasses.replace(config, minhash_rows=9))

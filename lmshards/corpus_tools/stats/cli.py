@@ -95,6 +95,7 @@ def parse_args(parser: CommandParser, argv: Sequence[str]) -> tuple[argparse.Nam
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
     from lmshards.preprocess import runners
+    from lmshards.preprocess.cli import check_other_beam_command_flags
 
     args, rest = parser.parse_known_args(list(argv))
     try:
@@ -103,8 +104,7 @@ def parse_args(parser: CommandParser, argv: Sequence[str]) -> tuple[argparse.Nam
         )  # imports the runner's module, which declares its own flags (Dask's)
     except LmshardsError as e:
         parser.error(str(e))
-    parser.extra_flags = tuple(runners.beam_flags())
-    parser.reject_unknown(runners.unknown_beam_args(rest))
+    check_other_beam_command_flags(parser, rest)
     return args, rest
 
 
