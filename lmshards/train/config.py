@@ -49,6 +49,12 @@ class ModelConfig:
     # layer_norm_eps), so it computes exactly as there: "gelu" (exact) or "gelu_approximate" (tanh).
     activation: str | None = None
     layer_norm_epsilon: float | None = None
+    # Rotary attention (ModernBERT): RoPE thetas of the global and the local layers, the local layers' window
+    # in tokens (half on each side) and every how many layers one is global (the first is). None elsewhere.
+    rope_theta_global: float | None = None
+    rope_theta_local: float | None = None
+    local_window: int | None = None
+    global_every: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The fields, without the optional ones left at None (so runs recorded before they existed still match)."""
@@ -59,7 +65,14 @@ class ModelConfig:
         }
 
 
-_OPTIONAL_MODEL_FIELDS = ("activation", "layer_norm_epsilon")
+_OPTIONAL_MODEL_FIELDS = (
+    "activation",
+    "layer_norm_epsilon",
+    "rope_theta_global",
+    "rope_theta_local",
+    "local_window",
+    "global_every",
+)
 # ModelConfig.activation: exact GELU, or keras-hub's tanh approximation (lmshards.train.network.hf_mapping.HF_ACTIVATIONS).
 MODEL_ACTIVATIONS = ("gelu", "gelu_approximate")
 
@@ -79,7 +92,9 @@ def preset_config(name: str, *, family: str, vocabulary_size: int) -> ModelConfi
     """A preset's ModelConfig for `family`, with the vocabulary taken from the manifest."""
     if name not in _PRESET_DIMS:
         raise LmshardsError(f"Unknown --model_preset {name!r}; choose one of {list(PRESETS)}.")
-    get_family(family)
+    own = dict(get_family(family).presets)
+    if own:  # a family with presets of its own (lmshards.train.families.base.ModelFamily.presets)
+        return ModelConfig(family=family, vocabulary_size=vocabulary_size, **dict(own[name]))
     return ModelConfig(
         family=family,
         vocabulary_size=vocabulary_size,

@@ -11,12 +11,13 @@ from lmshards.train.families import DEFAULT_FAMILY, FAMILIES, family_names, get_
 
 def test_an_unknown_family_is_an_error_listing_the_known_ones():
     with pytest.raises(
-        LmshardsError, match=r"Unknown model family 'robert'; choose one of \['roberta', 'bert'\]"
+        LmshardsError,
+        match=r"Unknown model family 'robert'; choose one of \['roberta', 'bert', 'modernbert'\]",
     ):
         get_family("robert")
     with pytest.raises(LmshardsError, match="Unknown model family 'gpt2'"):
         model_config_from_dict({"family": "gpt2"}, source="model.json")
-    assert family_names() == tuple(FAMILIES) == ("roberta", "bert")
+    assert family_names() == tuple(FAMILIES) == ("roberta", "bert", "modernbert")
     assert all(get_family(name).name == name for name in family_names())
     assert ModelConfig().family == DEFAULT_FAMILY == "roberta"
 
@@ -25,13 +26,12 @@ def test_every_family_names_real_keras_hub_and_transformers_classes():
     import keras_hub
     import transformers
 
-    for family in FAMILIES.values():
-        assert issubclass(
-            getattr(keras_hub.models, family.keras_backbone), keras_hub.models.Backbone
-        )
-        assert issubclass(
-            getattr(keras_hub.models, family.keras_masked_lm), keras_hub.models.MaskedLM
-        )
+    from lmshards.train.network.model import keras_hub_classes
+
+    for family in FAMILIES.values():  # keras-hub's classes, or those of the family's own network
+        backbone_cls, masked_lm_cls = keras_hub_classes(family)
+        assert issubclass(backbone_cls, keras_hub.models.Backbone)
+        assert issubclass(masked_lm_cls, keras_hub.models.MaskedLM)
         model_cls = getattr(transformers, family.hf_masked_lm_class)
         assert model_cls.config_class is getattr(transformers, family.hf_config_class)
 

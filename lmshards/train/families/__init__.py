@@ -3,7 +3,7 @@
 Adding a family is one module beside these (defining FAMILY) and its name in `_FAMILY_MODULES`.
 
 >>> family_names()
-('roberta', 'bert')
+('roberta', 'bert', 'modernbert')
 >>> roberta = get_family("roberta")
 >>> roberta.keras_masked_lm, roberta.hf_masked_lm_class
 ('RobertaMaskedLM', 'RobertaForMaskedLM')
@@ -19,7 +19,7 @@ from lmshards.plumbing.errors import LmshardsError
 from lmshards.train.families.base import HfHeadNames, ModelFamily
 
 # Modules of this package, one per family, in the order --model_family lists them.
-_FAMILY_MODULES = ("roberta", "bert")
+_FAMILY_MODULES = ("roberta", "bert", "modernbert")
 
 FAMILIES: dict[str, ModelFamily] = {
     family.name: family

@@ -7,6 +7,7 @@ or torch; the shared code (lmshards/train/network/model.py, lmshards/train/expor
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 # The inputs a packed backbone (lmshards.train.families.packed) takes besides token_ids: each token's segment
 # in its block (0 for padding) and its position within the segment, from the records' segment_ids and
@@ -25,10 +26,13 @@ class HfHeadNames:
     decoder: str  # tied to the word embeddings
 
     @property
-    def tied(self) -> tuple[str, str]:
+    def tied(self) -> tuple[str, ...]:
         """The decoder's state-dict names: tied to the word embeddings and the head bias, so a saved model
-        (transformers' save_pretrained) stores them once, under the names they are tied to."""
-        return (f"{self.decoder}.weight", f"{self.decoder}.bias")
+        (transformers' save_pretrained) stores them once, under the names they are tied to. A decoder bias
+        that is the head bias itself (ModernBERT's `decoder.bias`) is stored under its own name."""
+        return tuple(
+            n for n in (f"{self.decoder}.weight", f"{self.decoder}.bias") if n != self.bias
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +97,15 @@ class ModelFamily:
     # within each segment, positions restarting per segment); None: the family cannot take a
     # [batch, seq, seq] attention mask, and packed sets are refused.
     keras_packed_backbone: str | None = None
+    # A module of lmshards.train.network that builds the family's Keras model itself (`<network>`) and maps its
+    # weights (`<network>_mapping`, numpy only), for a family keras-hub has no backbone of; None: keras-hub's
+    # TransformerEncoder families, built and mapped by the shared code. keras_backbone and keras_masked_lm
+    # then name classes of that module.
+    network: str | None = None
+    # Presets of this family (name -> ModelConfig fields) in place of lmshards.train.config's shared ones.
+    presets: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+    # The masking rate when --mlm_probability is not given (the family's recipe).
+    mlm_probability: float = 0.15
 
     def hf_position_offset(self, pad_token_id: int) -> int:
         """First row of the transformers position table that a real token uses.

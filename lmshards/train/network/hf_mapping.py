@@ -15,6 +15,8 @@ Shapes on the Keras side (H hidden, I intermediate, N heads, D = H / N, V vocabu
 from __future__ import annotations
 
 import dataclasses
+import importlib
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -43,6 +45,11 @@ class MaskedLMSpec:
     layer_norm_epsilon: float  # embeddings and encoder layer norms
     head_activation: str  # MLM head dense activation, a key of HF_ACTIVATIONS
     head_layer_norm_epsilon: float
+    # Rotary attention (ModernBERT; lmshards.train.config.ModelConfig's fields of the same names), None elsewhere.
+    rope_theta_global: float | None = None
+    rope_theta_local: float | None = None
+    local_window: int | None = None
+    global_every: int | None = None
 
     def __post_init__(self) -> None:
         if self.family not in family_names():
@@ -58,8 +65,23 @@ class MaskedLMSpec:
         return get_family(self.family)
 
 
+def network_mapping(family: ModelFamily) -> ModuleType | None:
+    """The weight mapping of a family that builds its own network (ModelFamily.network), None for keras-hub's."""
+    if family.network is None:
+        return None
+    return importlib.import_module(f"{__name__.rsplit('.', 1)[0]}.{family.network}_mapping")
+
+
+def own_network(family: ModelFamily) -> ModuleType:
+    """The Keras module of a family that builds its own network (imported when called: it imports Keras)."""
+    return importlib.import_module(f"{__name__.rsplit('.', 1)[0]}.{family.network}")
+
+
 def keras_weight_names(spec: MaskedLMSpec) -> list[str]:
     """The names `hf_state_dict` expects, one per Keras variable of the masked LM (pooler excluded)."""
+    own = network_mapping(spec.model_family)
+    if own is not None:
+        return own.keras_weight_names(spec)
     names = [
         "token_embedding",
         "position_embedding",
@@ -95,6 +117,9 @@ def hf_state_dict(
       ValueError: a weight is missing, unexpected, or of the wrong shape.
     """
     expected = set(keras_weight_names(spec))
+    own = network_mapping(spec.model_family)
+    if own is not None and set(weights) == expected:
+        return own.hf_state_dict(weights, spec)
     if set(weights) != expected:
         raise ValueError(
             f"Keras weights do not match the {spec.family} layout: missing {sorted(expected - set(weights))}, "
@@ -175,6 +200,9 @@ def hf_config(spec: MaskedLMSpec, special_token_ids: dict[str, int]) -> dict[str
       KeyError: special_token_ids has no 'pad' (a family's position numbering may depend on it).
     """
     family = spec.model_family
+    own = network_mapping(family)
+    if own is not None:
+        return own.hf_config(spec, special_token_ids)
     pad = special_token_ids["pad"]
     return {
         "architectures": [family.hf_masked_lm_class],
@@ -262,6 +290,9 @@ def model_fields_from_hf(config: dict[str, Any]) -> dict[str, Any]:
         (relative positions, a decoder, an activation without a keras-hub twin, other token-type counts).
     """
     family = family_of_hf_config(config)
+    own = network_mapping(family)
+    if own is not None:
+        return own.model_fields_from_hf(config)
     problems = []
     if config.get("position_embedding_type", "absolute") != "absolute":
         problems.append(
@@ -338,6 +369,9 @@ def keras_weights_from_hf(
     """
     s = {_modern_name(name): np.asarray(value, dtype=np.float32) for name, value in state.items()}
     family = spec.model_family
+    own = network_mapping(family)
+    if own is not None:
+        return own.keras_weights_from_hf(s, spec)
     base = hf_base_prefix_of(s, family)
     H, V, L, N = spec.hidden_dim, spec.vocabulary_size, spec.max_sequence_length, spec.num_heads  # noqa: N806
 

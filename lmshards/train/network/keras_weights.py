@@ -9,7 +9,7 @@ import numpy as np
 
 from lmshards.plumbing.errors import LmshardsError
 from lmshards.train.families import get_family
-from lmshards.train.network.hf_mapping import MaskedLMSpec
+from lmshards.train.network.hf_mapping import MaskedLMSpec, own_network
 
 
 def masked_lm_spec(masked_lm: Any, *, family: str) -> MaskedLMSpec:
@@ -18,13 +18,16 @@ def masked_lm_spec(masked_lm: Any, *, family: str) -> MaskedLMSpec:
     Raises:
       LmshardsError: the family is unknown, or the model is not that family's keras-hub model.
     """
-    expected = get_family(family).keras_backbone
+    model_family = get_family(family)
+    expected = model_family.keras_backbone
     backbone = masked_lm.backbone
     # A packed backbone (lmshards.train.families.packed) is its family's backbone with other inputs, same weights.
     if expected not in (cls.__name__ for cls in type(backbone).__mro__[:2]):
         raise LmshardsError(
             f"Family {family!r} expects a keras-hub {expected}, got {type(backbone).__name__}."
         )
+    if model_family.network is not None:
+        return own_network(model_family).masked_lm_spec(masked_lm, family=family)
     encoder = backbone.transformer_layers[0]
     head = masked_lm.masked_lm_head
     return MaskedLMSpec(
@@ -79,6 +82,8 @@ def assign_keras_weights(masked_lm: Any, weights: dict[str, np.ndarray], *, fami
 
 def keras_variables(masked_lm: Any, spec: MaskedLMSpec) -> dict[str, Any]:
     """The masked LM's Keras variables, named as hf_mapping.keras_weight_names lists them."""
+    if spec.model_family.network is not None:
+        return own_network(spec.model_family).keras_variables(masked_lm)
     backbone = masked_lm.backbone
     if getattr(backbone.token_embedding, "tie_weights", True) is False:
         raise LmshardsError(

@@ -6,13 +6,13 @@ import keras_hub
 
 from lmshards.train.config import ModelConfig
 from lmshards.train.families import ModelFamily, check_packed_support, get_family
+from lmshards.train.network.hf_mapping import own_network
 
 
 def keras_hub_classes(family: ModelFamily) -> tuple[type, type]:
-    """(backbone class, masked LM class) that `family` names in keras_hub.models."""
-    return getattr(keras_hub.models, family.keras_backbone), getattr(
-        keras_hub.models, family.keras_masked_lm
-    )
+    """(backbone class, masked LM class) that `family` names in keras_hub.models (or in its own network module)."""
+    module = keras_hub.models if family.network is None else own_network(family)
+    return getattr(module, family.keras_backbone), getattr(module, family.keras_masked_lm)
 
 
 def packed_backbone_class(family: ModelFamily) -> type:
@@ -35,6 +35,8 @@ def build_masked_lm(
     (lmshards.train.families.packed); the variables are the same as without.
     """
     family = get_family(model_config.family)
+    if family.network is not None:
+        return own_network(family).build_masked_lm(model_config, packed=packed)
     backbone_cls, masked_lm_cls = keras_hub_classes(family)
     if packed:
         backbone_cls = packed_backbone_class(family)

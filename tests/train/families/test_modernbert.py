@@ -1,0 +1,350 @@
+"""ModernBERT: the Keras model computes what transformers' ModernBertForMaskedLM computes, on both backends.
+
+The export loads as ModernBertForMaskedLM with every parameter filled; `--init_from` reads a directory transformers
+itself wrote (either config.json form); a packed block's documents are computed as if alone; variants lmshards does
+not build are refused naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from tokenizers import Tokenizer
+
+from lmshards.plumbing.errors import LmshardsError
+from lmshards.schemas.tokenizer_info import locate_tokenizer, special_token_ids
+from lmshards.train.config import ModelConfig, preset_config
+from lmshards.train.export.hf_export import export_masked_lm
+from lmshards.train.export.init_source import inspect_init_source
+from lmshards.train.network.config_files import model_config_from_hf
+from lmshards.train.network.hf_mapping import hf_state_dict, keras_weights_from_hf
+from lmshards.train.network.keras_weights import assign_keras_weights, keras_weights, masked_lm_spec
+from lmshards.train.network.model import build_masked_lm
+from tests.helpers.jax_subprocess import run_jax
+from tests.helpers.masked_lm_factory import perturb
+
+VOCAB = 300
+# A tiny ModernBERT with all three of its layer kinds: global, local, local; a 16-token window.
+TINY = ModelConfig(
+    family="modernbert",
+    vocabulary_size=VOCAB,
+    num_layers=3,
+    num_heads=2,
+    hidden_dim=32,
+    intermediate_dim=48,
+    dropout=0.0,
+    max_sequence_length=2048,
+    activation="gelu",
+    layer_norm_epsilon=1e-5,
+    rope_theta_global=160_000.0,
+    rope_theta_local=10_000.0,
+    local_window=16,
+    global_every=3,
+)
+SPECIALS = {"pad": 0, "cls": 1, "sep": 2, "mask": 3}
+
+
+def hf_model_config(**overrides) -> transformers.ModernBertConfig:
+    """TINY as transformers' own config (eager attention: the reference computation)."""
+    config = transformers.ModernBertConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        max_position_embeddings=2048,
+        local_attention=16,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        cls_token_id=1,
+        sep_token_id=2,
+        **overrides,
+    )
+    config._attn_implementation = "eager"
+    return config
+
+
+def torch_logits(
+    model, ids: np.ndarray, mask: np.ndarray | None = None, positions=None
+) -> np.ndarray:
+    with torch.no_grad():
+        return model(
+            input_ids=torch.tensor(ids, dtype=torch.long),
+            attention_mask=None if mask is None else torch.tensor(mask, dtype=torch.long),
+            position_ids=None if positions is None else torch.tensor(positions, dtype=torch.long),
+        ).logits.numpy()
+
+
+def keras_logits(masked_lm, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    every = np.tile(np.arange(ids.shape[1], dtype="int32"), (ids.shape[0], 1))
+    inputs = {"token_ids": ids, "padding_mask": mask, "mask_positions": every}
+    return np.asarray(masked_lm(inputs, training=False))
+
+
+def random_ids(rows: int, length: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(4, VOCAB, (rows, length)).astype("int32")
+
+
+@pytest.fixture(scope="module")
+def trained_like():
+    """TINY with every weight moved off its initial value (norm gammas off 1, the head bias off 0)."""
+    masked_lm = build_masked_lm(TINY)
+    perturb(masked_lm, seed=5)
+    return masked_lm
+
+
+def test_keras_weights_map_to_the_state_dict_and_back_unchanged(trained_like):
+    spec = masked_lm_spec(trained_like, family="modernbert")
+    weights = keras_weights(trained_like, spec)
+    state = hf_state_dict(weights, spec, pad_token_id=0)
+    model = transformers.ModernBertForMaskedLM(hf_model_config())
+    assert set(state) == set(model.state_dict())
+    assert all(tuple(model.state_dict()[k].shape) == v.shape for k, v in state.items())
+    back = keras_weights_from_hf(state, spec, pad_token_id=0)
+    assert set(back) == set(weights)
+    for name, value in weights.items():
+        np.testing.assert_array_equal(back[name], value, err_msg=name)
+
+
+@pytest.mark.parametrize("length", [128, 1024])
+def test_export_loads_as_modernbert_and_gives_the_trainers_logits(
+    trained_like, tmp_path, sample_tokenizer, length
+):
+    vocabulary_size = Tokenizer.from_file(str(sample_tokenizer)).get_vocab_size()
+    masked_lm = build_masked_lm(dataclasses.replace(TINY, vocabulary_size=vocabulary_size))
+    perturb(masked_lm, seed=7)
+    specials = special_token_ids(locate_tokenizer(str(sample_tokenizer)))
+    out = tmp_path / "model"
+    export_masked_lm(
+        masked_lm,
+        family="modernbert",
+        tokenizer_dir_or_json=str(sample_tokenizer),
+        special_token_ids=specials,
+        output_dir=str(out),
+    )
+    model, info = transformers.AutoModelForMaskedLM.from_pretrained(out, output_loading_info=True)
+    assert type(model).__name__ == "ModernBertForMaskedLM"
+    assert {k: list(v) for k, v in info.items() if k != "error_msgs"} == {
+        "missing_keys": [],
+        "unexpected_keys": [],
+        "mismatched_keys": [],
+    }
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["layer_types"] == ["full_attention", "sliding_attention", "sliding_attention"]
+    assert saved["rope_parameters"]["full_attention"]["rope_theta"] == 160_000.0
+    assert saved["rope_parameters"]["sliding_attention"]["rope_theta"] == 10_000.0
+    assert (saved["local_attention"], saved["max_position_embeddings"]) == (16, 2048)
+    model.config._attn_implementation = "eager"
+    ids = np.random.default_rng(length).integers(5, vocabulary_size, (2, length)).astype("int32")
+    mask = np.ones_like(ids)
+    mask[1, length // 2 :] = 0  # a padded row: its real tokens must not see the padding
+    ids[mask == 0] = specials["pad"]
+    expected = torch_logits(model, ids, mask)
+    got = keras_logits(masked_lm, ids, mask)
+    assert np.abs(got[mask == 1] - expected[mask == 1]).max() < 1e-4
+    assert np.abs(expected).max() > 0.5  # logits of a real scale
+
+
+def save_transformers_model(
+    directory: Path, *, old_form: bool, seed: int
+) -> transformers.ModernBertForMaskedLM:
+    """A random ModernBertForMaskedLM saved by transformers; old_form: its config.json rewritten as transformers 4
+    wrote it (global_attn_every_n_layers, global_rope_theta, local_rope_theta; no layer_types, rope_parameters)."""
+    torch.manual_seed(seed)
+    config = hf_model_config(
+        rope_parameters={
+            "full_attention": {"rope_type": "default", "rope_theta": 80_000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 5_000.0},
+        }
+    )
+    model = transformers.ModernBertForMaskedLM(config).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    model.save_pretrained(directory)
+    if old_form:
+        path = directory / "config.json"
+        data = json.loads(path.read_text())
+        del data["layer_types"], data["rope_parameters"]
+        data.update(
+            global_attn_every_n_layers=3, global_rope_theta=80_000.0, local_rope_theta=5_000.0
+        )
+        path.write_text(json.dumps(data))
+    return model
+
+
+@pytest.mark.parametrize("old_form", [False, True])
+def test_init_from_a_directory_transformers_wrote_gives_its_logits(tmp_path, old_form):
+    reference = save_transformers_model(tmp_path / "hf", old_form=old_form, seed=3)
+    source = inspect_init_source(str(tmp_path / "hf"))
+    config = source.model_config
+    assert (config.family, config.num_layers, config.hidden_dim, config.intermediate_dim) == (
+        "modernbert",
+        3,
+        32,
+        48,
+    )
+    assert (
+        config.rope_theta_global,
+        config.rope_theta_local,
+        config.local_window,
+        config.global_every,
+    ) == (
+        80_000.0,
+        5_000.0,
+        16,
+        3,
+    )
+    assert source.weights is not None and source.weights.has_head
+    masked_lm = build_masked_lm(config)
+    assign_keras_weights(masked_lm, source.weights.arrays, family="modernbert")
+    ids = random_ids(2, 200, seed=9)
+    mask = np.ones_like(ids)
+    reference.config._attn_implementation = "eager"
+    assert (
+        np.abs(keras_logits(masked_lm, ids, mask) - torch_logits(reference, ids, mask)).max() < 1e-4
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"hidden_activation": "silu"}, "hidden_activation 'silu'"),
+        ({"mlp_bias": True}, "mlp_bias True"),
+        ({"attention_bias": True}, "attention_bias True"),
+        ({"norm_bias": True}, "norm_bias True"),
+        ({"decoder_bias": False}, "decoder_bias False"),
+        ({"layer_types": ["full_attention", "full_attention", "sliding_attention"]}, "layer_types"),
+    ],
+)
+def test_a_variant_lmshards_does_not_build_is_refused_naming_the_field(overrides, named):
+    data = hf_model_config(**overrides).to_dict()
+    with pytest.raises(LmshardsError) as e:
+        model_config_from_hf(data, source="config.json")
+    assert named in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_the_presets_are_modernbert_base_and_a_tiny_one():
+    base = preset_config("base", family="modernbert", vocabulary_size=50368)
+    assert (base.num_layers, base.hidden_dim, base.num_heads, base.intermediate_dim) == (
+        22,
+        768,
+        12,
+        1152,
+    )
+    assert (
+        base.rope_theta_global,
+        base.rope_theta_local,
+        base.local_window,
+        base.global_every,
+    ) == (
+        160_000.0,
+        10_000.0,
+        128,
+        3,
+    )
+    assert (base.max_sequence_length, base.dropout, base.layer_norm_epsilon) == (8192, 0.0, 1e-5)
+    # The other families' presets are unchanged.
+    assert preset_config("base", family="bert", vocabulary_size=100).max_sequence_length == 512
+    assert (
+        preset_config("tiny", family="roberta", vocabulary_size=100).to_dict()
+        == ModelConfig(family="roberta", vocabulary_size=100, max_sequence_length=512).to_dict()
+    )
+
+
+def packed_case(seed: int) -> dict[str, np.ndarray]:
+    """Two documents (40 and 90 tokens, longer than the 16-token window) packed into one 160-token block."""
+    rng = np.random.default_rng(seed)
+    lengths = (40, 90)
+    ids = np.zeros((1, 160), "int32")
+    segments = np.zeros_like(ids)
+    positions = np.zeros_like(ids)
+    start = 0
+    for segment, length in enumerate(lengths, start=1):
+        ids[0, start : start + length] = rng.integers(4, VOCAB, length)
+        segments[0, start : start + length] = segment
+        positions[0, start : start + length] = np.arange(length)
+        start += length
+    return {"token_ids": ids, "attention_segment_ids": segments, "position_ids": positions}
+
+
+PACKED_CHECK = """
+import json
+import numpy as np
+from lmshards.train.config import ModelConfig
+from lmshards.train.network.model import build_masked_lm
+from lmshards.train.network.keras_weights import assign_keras_weights
+
+arrays = dict(np.load("{npz}"))
+ids, expected = arrays.pop("check_ids"), arrays.pop("expected")
+block = {{k: arrays.pop(k) for k in ("token_ids", "attention_segment_ids", "position_ids")}}
+models = []
+for packed in (False, True):
+    models.append(build_masked_lm(ModelConfig(**{config!r}), packed=packed))
+    assign_keras_weights(models[-1], arrays, family="modernbert")
+plain, packed = models
+
+
+def logits(ids):
+    every = np.arange(ids.shape[1], dtype="int32")[None]
+    inputs = {{"token_ids": ids, "padding_mask": np.ones_like(ids), "mask_positions": every}}
+    return np.asarray(plain(inputs, training=False))
+
+
+got = np.asarray(packed({{**block, "mask_positions": np.arange(160, dtype="int32")[None]}}, training=False))
+worst = 0.0
+for segment in (1, 2):
+    where = np.flatnonzero(block["attention_segment_ids"][0] == segment)
+    worst = max(worst, float(np.abs(got[0, where] - logits(block["token_ids"][:, where])[0]).max()))
+print(json.dumps({{"plain": float(np.abs(logits(ids) - expected).max()), "packed": worst}}))
+"""
+
+
+def packed_worst(masked_lm, block) -> float:
+    """The largest difference between a packed block's logits and each of its documents' alone."""
+    packed = build_masked_lm(TINY, packed=True)
+    assign_keras_weights(
+        packed,
+        keras_weights(masked_lm, masked_lm_spec(masked_lm, family="modernbert")),
+        family="modernbert",
+    )
+    every = np.arange(block["token_ids"].shape[1], dtype="int32")[None]
+    got = np.asarray(packed({**block, "mask_positions": every}, training=False))
+    worst = 0.0
+    for segment in (1, 2):
+        where = np.flatnonzero(block["attention_segment_ids"][0] == segment)
+        ids = block["token_ids"][:, where]
+        alone = keras_logits(masked_lm, ids, np.ones_like(ids))
+        worst = max(worst, float(np.abs(got[0, where] - alone[0]).max()))
+    return worst
+
+
+def test_a_packed_blocks_documents_are_computed_as_if_alone(trained_like):
+    assert packed_worst(trained_like, packed_case(seed=2)) < 1e-5
+
+
+@pytest.mark.slow
+def test_the_jax_backend_computes_the_same_logits_and_packs_the_same_way(trained_like, tmp_path):
+    """One JAX process: transformers' logits on a 1,024-token sequence, and a packed block against its documents."""
+    spec = masked_lm_spec(trained_like, family="modernbert")
+    weights = keras_weights(trained_like, spec)
+    model = transformers.ModernBertForMaskedLM(hf_model_config()).eval()
+    model.load_state_dict(
+        {k: torch.from_numpy(v) for k, v in hf_state_dict(weights, spec, pad_token_id=0).items()}
+    )
+    ids = random_ids(1, 1024, seed=11)
+    npz = tmp_path / "case.npz"
+    np.savez(
+        npz, **weights, **packed_case(seed=4), check_ids=ids, expected=torch_logits(model, ids)
+    )
+    worst = run_jax(PACKED_CHECK.format(npz=npz, config=dataclasses.asdict(TINY)), devices=1)
+    assert worst["plain"] < 1e-4
+    assert worst["packed"] < 1e-5
