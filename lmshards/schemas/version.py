@@ -1,3 +1,3 @@
 """The tool version recorded in every manifest and run summary."""
 
-__version__ = "0.1.0"
+__version__ = "0.6.0"

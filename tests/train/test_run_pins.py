@@ -2,13 +2,14 @@
 inside train/ must not change what a run computes or writes.
 
 Each run is a fresh `python -m lmshards train` process (Keras fixes its backend once per process). Pinned exactly:
-run_config.json with the run's two paths replaced; every checkpoint's variable names, dtypes and shapes, and the
-values of its integer ones; every metrics record's fields (without wall-clock ones) and integer values. Pinned to
-rounding (RTOL): every float variable's sum, L2 norm and projection on a fixed random vector, each within RTOL of
-its norm, and every float metric within RTOL of itself. Bit-exact digests of the values pinned the machine as well
-as the code: the same code, with oneDNN and XLA capped at AVX2, computed other low bits on an AVX-512 machine than
-on an AVX2-only one (the last step's loss 7.60622478 and 7.60622430 on one machine, oneDNN capped and not); a
-change of the code that changes what a run computes moves these figures by orders of magnitude more than RTOL.
+run_config.json with the run's two paths and its tool_version (checked to be this release's) replaced; every
+checkpoint's variable names, dtypes and shapes, and the values of its integer ones; every metrics record's fields
+(without wall-clock ones) and integer values. Pinned to rounding (RTOL): every float variable's sum, L2 norm and
+projection on a fixed random vector, each within RTOL of its norm, and every float metric within RTOL of itself.
+Bit-exact digests of the values pinned the machine as well as the code: the same code, with oneDNN and XLA capped
+at AVX2, computed other low bits on an AVX-512 machine than on an AVX2-only one (the last step's loss 7.60622478
+and 7.60622430 on one machine, oneDNN capped and not); a change of the code that changes what a run computes
+moves these figures by orders of magnitude more than RTOL.
 A deliberate change records them again, in the same commit: RECORD_ENV=1 rewrites PINS_FILE.
 """
 
@@ -30,6 +31,7 @@ import pytest
 
 pytest.importorskip("keras_hub")
 
+from lmshards.schemas.version import __version__  # noqa: E402
 from tests.helpers.jax_subprocess import REPO, jax_env  # noqa: E402
 from tests.helpers.shard_factory import write_sample_shards  # noqa: E402
 
@@ -39,12 +41,16 @@ TIMEOUT_S = 400
 PINNED_ISA = "AVX2"
 # Metrics fields that hold wall-clock time or rates measured with it: they differ from run to run.
 WALL_CLOCK_FIELDS = ("step_time_s", "sequences_per_second", "tokens_per_second")
+# run_config.json's tool_version names the release that wrote it, so it changes with every release: it is
+# checked against this one's __version__ and pinned as this placeholder.
+TOOL_VERSION_PIN = "VERSION"
 
 # What the runs computed, recorded by RECORD_ENV=1 (see the module docstring before recording again). Recorded
 # again on purpose: when a CPU run's default steps per host call went from 1 to 10 (its run config only); when
 # TensorFlow's CPU step began to run the head on the predicted positions only, to take the cross-entropy as
-# log-sum-exp minus the label's logit, and to use oneDNN's kernels (the same loss, other low bits); and when
-# the values were first pinned to rounding rather than bytes.
+# log-sum-exp minus the label's logit, and to use oneDNN's kernels (the same loss, other low bits); when
+# the values were first pinned to rounding rather than bytes; and when run_config.json's tool_version began to be
+# pinned as TOOL_VERSION_PIN (its digest only).
 PINS_FILE = REPO / "tests" / "data" / "run_pins.json"
 RECORD_ENV = "LMSHARDS_RECORD_RUN_PINS"
 # Rounding moved a figure by up to 1.3e-6 of its variable's norm (an Adam moment; oneDNN's kernels uncapped
@@ -147,8 +153,12 @@ def variable_figures(name: str, value: np.ndarray) -> dict[str, Any]:
 
 
 def run_figures(run: Path, shards: str) -> dict[str, Any]:
+    text = (run / "run_config.json").read_text()
+    assert json.loads(text)["tool_version"] == __version__
     config = (
-        (run / "run_config.json").read_text().replace(str(run), "RUN").replace(shards, "SHARDS")
+        text.replace(str(run), "RUN")
+        .replace(shards, "SHARDS")
+        .replace(f'"tool_version": "{__version__}"', f'"tool_version": "{TOOL_VERSION_PIN}"')
     )
     return {
         "run_config.json": hashlib.sha256(config.encode()).hexdigest(),
@@ -267,3 +277,24 @@ def test_the_comparison_takes_rounding_and_refuses_a_change():
     assert differences({"loss": 7.6062247}, {"loss": 7.6062243}) == []
     assert differences({"loss": 7.61}, {"loss": 7.6}) == ["/loss: 7.61 != 7.6"]
     assert differences({"loss": 1}, {"loss": 1.0}) == ["/loss: 1 != 1.0"]
+
+
+def test_the_run_config_is_pinned_with_this_release_as_its_tool_version(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("")
+    shards = "/data/shards"
+
+    def write_config(tool_version: str) -> None:
+        config = {"tool_version": tool_version, "train": {"output": str(run), "shards": [shards]}}
+        (run / "run_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+    write_config(__version__)
+    pinned = {"tool_version": TOOL_VERSION_PIN, "train": {"output": "RUN", "shards": ["SHARDS"]}}
+    pinned_text = json.dumps(pinned, indent=2, sort_keys=True) + "\n"
+    figures = run_figures(run, shards)
+    assert figures["run_config.json"] == hashlib.sha256(pinned_text.encode()).hexdigest()
+    # A run written by another release is not this code's run.
+    write_config("0.0.1")
+    with pytest.raises(AssertionError):
+        run_figures(run, shards)
