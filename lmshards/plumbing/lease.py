@@ -88,6 +88,16 @@ def sibling_lease_path(output: str) -> str:
     return os.path.join(parent, f".{name}{LEASE_NAME}")
 
 
+def live_holder(output: str) -> Holder | None:
+    """Who is writing output now: the holder of its lease while that lease is live; None without one
+    (no lease, or a stale one)."""
+    found = _store(lease_path(output)).read()
+    if found is None:
+        return None
+    holder = found[0]
+    return None if stale_reason(holder, now=time.time(), host=socket.gethostname()) else holder
+
+
 def stale_reason(holder: Holder, *, now: float, host: str, pid_alive: Any = None) -> str | None:
     """Why holder's lease may be taken over (its process is gone, or it expired); None while it is live."""
     alive = pid_alive or _pid_alive

@@ -182,7 +182,7 @@ def _parse_repack(argv: list[str]) -> None:
     runners.resolve_runner(
         PipelineOptions(others).view_as(StandardOptions).runner or runners.FNAPI_RUNNER
     )
-    repack_cli.check_flags(parser, others)
+    repack_cli.check_other_beam_command_flags(parser, others)
     RepackConfig(**{k: v for k, v in vars(args).items() if k != "verbose"})
 
 

@@ -4,6 +4,7 @@ never a traceback, never a wrong result that looks complete."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,91 @@ def test_a_dependent_flag_at_its_default_passes_as_the_flex_template_sends_it(tm
     check_dependent_flags(config)  # --minhash_rows 8 and --target_shard_mb 128 are the defaults
     with pytest.raises(PreprocessError, match="--minhash_rows is ignored without --dedup near"):
         check_dependent_flags(dataclasses.replace(config, minhash_rows=9))
+
+
+# ---------------------------------------------------------------- reading a run that is training
+
+
+def _run_whose_checkpoint_is_gone(run: Path, tokenizer: Path) -> Path:
+    """A TensorFlow run's directory whose only checkpoint lost its data file, as rotation leaves it."""
+    from lmshards.train.config import preset_config
+
+    model = preset_config("tiny", family="roberta", vocabulary_size=2000).to_dict()
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "tokenizer").mkdir()
+    (run / "tokenizer" / "tokenizer.json").write_bytes(tokenizer.read_bytes())
+    (run / "run_config.json").write_text(
+        json.dumps({"train": {"backend": "tensorflow"}, "model": model})
+    )
+    (run / "checkpoints" / "ckpt-1.index").write_bytes(b"rotated away")
+    return run
+
+
+@pytest.mark.parametrize("live", [True, False])
+def test_export_of_a_run_whose_checkpoint_rotated_away(tmp_path, sample_tokenizer, capsys, live):
+    from lmshards.plumbing.lease import acquire
+    from lmshards.train.commands.export_cli import main as export_main
+
+    run = _run_whose_checkpoint_is_gone(tmp_path / "run", sample_tokenizer)
+    lease = acquire(str(run), command="train") if live else None
+    try:
+        code = export_main([str(run), "--output", str(tmp_path / "model")])
+    finally:
+        if lease is not None:
+            lease.release()
+    assert code == 2
+    line = _error_line(capsys.readouterr().err, "export")
+    if live:
+        assert line.startswith(
+            f"lmshards export: error: {str(run)!r} is a live run: `lmshards train` on host "
+        )
+        assert line.endswith(
+            "is training it (its lease says so), and it removed the checkpoint this command was "
+            "reading as it keeps only its newest ones. Run this command again (it reads the newest "
+            "checkpoint), or once the run has finished."
+        )
+        assert "--restart" not in line
+    else:  # nobody trains it: the checkpoint is damaged, and the run's own fixes apply
+        assert line.startswith(
+            f"lmshards export: error: No checkpoint in {str(run / 'checkpoints')!r}"
+        )
+    assert not (tmp_path / "model").exists()
+
+
+def _init_source(run: Path, backend: str):
+    from lmshards.train.config import preset_config
+    from lmshards.train.export.init_source import RUN, InitSource
+
+    model = preset_config("tiny", family="roberta", vocabulary_size=2000)
+    return InitSource(str(run), RUN, model, {}, None, backend=backend)
+
+
+def test_init_from_a_run_whose_checkpoint_rotated_away_says_it_is_live(tmp_path, sample_tokenizer):
+    from lmshards.plumbing.errors import LmshardsError
+    from lmshards.plumbing.lease import acquire
+    from lmshards.train.export.init_source import load_init_weights
+
+    run = _run_whose_checkpoint_is_gone(tmp_path / "run", sample_tokenizer)
+    lease = acquire(str(run), command="train")
+    try:
+        with pytest.raises(LmshardsError) as refused:
+            load_init_weights(_init_source(run, "tensorflow"), backend="tensorflow")
+    finally:
+        lease.release()
+    message = str(refused.value)
+    assert message.startswith(f"{str(run)!r} is a live run: `lmshards train` on host ")
+    assert message.endswith(
+        "Run this command again (it reads the newest checkpoint), or once the run has finished."
+    )
+    assert "--restart" not in message
+
+
+def test_jax_from_a_tensorflow_run_names_exports_own_command_line(tmp_path):
+    from lmshards.plumbing.errors import LmshardsError
+    from lmshards.train.export.init_source import load_init_weights
+
+    with pytest.raises(LmshardsError) as refused:
+        load_init_weights(_init_source(tmp_path / "run", "tensorflow"), backend="jax")
+    message = str(refused.value)
+    assert f"Export it (`lmshards export {tmp_path / 'run'} --output DIR`)" in message
+    assert "--run" not in message

@@ -11,11 +11,25 @@ import importlib
 import keras_hub
 
 from lmshards.plumbing.errors import LmshardsError
+from lmshards.plumbing.lease import Holder, live_holder
 from lmshards.schemas.constants import SEGMENT_IDS
 from lmshards.train.backend_names import BACKENDS, TENSORFLOW
 from lmshards.train.config import ModelConfig, model_config_from_dict
 from lmshards.train.network.model import build_masked_lm
 from lmshards.train.run_dir import RunDir
+
+
+class LiveRunError(LmshardsError):
+    """A checkpoint of a run being trained was removed (rotated) while this command read it."""
+
+
+def live_run_error(run_dir: str, holder: Holder) -> LiveRunError:
+    """The error of reading a live run's checkpoint that its rotation removed: retry, never --restart."""
+    return LiveRunError(
+        f"{run_dir!r} is a live run: {holder.describe()} is training it (its lease says so), and it "
+        "removed the checkpoint this command was reading as it keeps only its newest ones. Run this "
+        "command again (it reads the newest checkpoint), or once the run has finished."
+    )
 
 
 def load_model_from_run(
@@ -36,6 +50,7 @@ def restore_model_from_run(
     `ckpt-3.npz`); None means the newest one that restores (a damaged newer one is skipped with a warning).
 
     Raises:
+      LiveRunError: the checkpoint read was removed by the run that is training (checkpoint rotation).
       LmshardsError: not a run directory, a damaged run_config.json, no checkpoint that restores, or a
         named checkpoint that is missing or does not restore.
     """
@@ -50,5 +65,13 @@ def restore_model_from_run(
         raise LmshardsError(
             f"{run_dir!r} was trained with --backend {name}, whose checkpoints this lmshards cannot read."
         )
-    path = importlib.import_module(checkpoints).restore_weights(model, run.checkpoints, checkpoint)
+    try:
+        path = importlib.import_module(checkpoints).restore_weights(
+            model, run.checkpoints, checkpoint
+        )
+    except LmshardsError as e:
+        holder = live_holder(run_dir)
+        if holder is None:  # nobody writes the run: its checkpoints are damaged or missing
+            raise
+        raise live_run_error(run_dir, holder) from e
     return model, model_config, path

@@ -465,7 +465,7 @@ def load_init_weights(source: InitSource, *, backend: str) -> InitWeights:
     """
     if source.weights is not None:
         return source.weights
-    from lmshards.train.backends.weights import restore_model_from_run
+    from lmshards.train.backends.weights import LiveRunError, restore_model_from_run
     from lmshards.train.network.keras_weights import keras_weights, masked_lm_spec
 
     # Runs recorded before the JAX backend existed name no backend: they are TensorFlow's.
@@ -475,10 +475,12 @@ def load_init_weights(source: InitSource, *, backend: str) -> InitWeights:
         raise _refused(
             source.path,
             f"is a run of the {title(trained_by)} backend, whose checkpoints the {title(backend)} backend cannot read",
-            f"Export it (`lmshards export --run {source.path} --output DIR`) and pass --init_from DIR.",
+            f"Export it (`lmshards export {source.path} --output DIR`) and pass --init_from DIR.",
         )
     try:
         masked_lm, model_config, checkpoint = restore_model_from_run(source.path)
+    except LiveRunError:  # its checkpoints rotated while read: the run is fine, retry
+        raise
     except LmshardsError as e:  # each checkpoint that failed was named in a warning
         raise _refused(
             source.path,
