@@ -4,7 +4,6 @@ of the run with the demo's own scores beside the trainer's).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -19,6 +18,7 @@ from lmshards.command.demo_scoring import (
 from lmshards.command.demo_steps import CORPUS_GLOB, FILL_MASK_PROMPT, TOKENIZER_MODEL, DemoConfig
 from lmshards.command.report import Reference, masking_description, read_run, render_report
 from lmshards.command.report import write_report as write_page
+from lmshards.plumbing import bounded
 from lmshards.plumbing.units import format_duration
 from lmshards.schemas.layouts import RUN_SUMMARY_JSON
 from lmshards.schemas.manifest import read_manifest
@@ -40,7 +40,7 @@ def trainer_eval(run_dir: Path) -> dict[str, float]:
     Its masks differ from the demo's: --mlm_probability of the tokens, of which 10% stay unchanged and 10%
     become random tokens, so its accuracy counts copied tokens too and is higher.
     """
-    summary = json.loads((run_dir / RUN_SUMMARY_JSON).read_text())
+    summary = bounded.read_json(str(run_dir / RUN_SUMMARY_JSON), what="run summary")
     return {"loss": summary["eval_loss"], "accuracy": summary["eval_accuracy"]}
 
 

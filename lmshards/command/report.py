@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from lmshards.plumbing import fs
+from lmshards.plumbing import bounded, fs
 from lmshards.plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from lmshards.plumbing.errors import LmshardsError
 from lmshards.schemas.constants import (
@@ -68,6 +68,19 @@ class RunData:
     manifests: dict[str, Manifest]  # shard set path -> its manifest
 
 
+def _run_file(path: str) -> dict[str, Any]:
+    """The JSON object of a run file. Raises LmshardsError naming it when it is damaged or over a read limit."""
+    try:
+        data = bounded.read_json(path, what="run file")
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise LmshardsError(f"{path!r} is damaged: not valid JSON ({e}).") from e
+    if not isinstance(data, dict):
+        raise LmshardsError(
+            f"{path!r} is damaged: it holds a JSON {type(data).__name__}, not an object."
+        )
+    return data
+
+
 def read_run(run_dir: str) -> RunData:
     """Raises LmshardsError when run_dir holds no run_config.json (not a training run)."""
     config_path = fs.join(run_dir, RUN_CONFIG_JSON)
@@ -76,11 +89,11 @@ def read_run(run_dir: str) -> RunData:
             f"No {RUN_CONFIG_JSON} in {run_dir!r}: not a training run directory; pass the --output "
             "of `lmshards train`."
         )
-    run_config = json.loads(fs.read_text(config_path))
+    run_config = _run_file(config_path)
     metrics_path = fs.join(run_dir, METRICS_JSONL)
     metrics = read_metrics(metrics_path)  # the reader a resumed run starts from
     summary_path = fs.join(run_dir, RUN_SUMMARY_JSON)
-    summary = json.loads(fs.read_text(summary_path)) if fs.exists(summary_path) else None
+    summary = _run_file(summary_path) if fs.exists(summary_path) else None
     manifests = {}
     for path in run_config.get("train", {}).get("shards", ()):
         if fs.exists(fs.join(path, MANIFEST_NAME)):

@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from lmshards.plumbing import fs, stopping
+from lmshards.plumbing import bounded, fs, stopping
 from lmshards.plumbing.cli import EXIT_FAILURE, error_line
 from lmshards.plumbing.errors import OutputError
 from lmshards.plumbing.flag_types import whole
@@ -124,9 +124,10 @@ def _encode(holder: Holder) -> bytes:
 
 
 def _decode(data: bytes, *, modified: float) -> Holder:
-    """The holder a lease file names; a damaged one counts as an unknown holder last renewed at `modified`."""
+    """The holder a lease file names; a damaged one (or one over the JSON limits) counts as an unknown holder
+    last renewed at `modified`."""
     try:
-        fields = json.loads(data)
+        fields = bounded.load_json(data, what="lease file", max_bytes=bounded.MAX_JSON_BYTES)
         return Holder(
             host=str(fields["host"]),
             pid=int(fields["pid"]),
@@ -208,7 +209,9 @@ class _LocalStore:
 
 def _read_local(path: str) -> tuple[Holder, str]:
     with open(path, "rb") as f:
-        holder = _decode(f.read(), modified=os.fstat(f.fileno()).st_mtime)
+        # A lease is a few hundred bytes: one over the limit is damaged whatever follows.
+        data = f.read(bounded.MAX_JSON_BYTES + 1)
+        holder = _decode(data, modified=os.fstat(f.fileno()).st_mtime)
     return holder, holder.token
 
 

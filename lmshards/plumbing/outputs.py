@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import posixpath
@@ -22,7 +21,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from lmshards.plumbing import fs
+from lmshards.plumbing import bounded, fs
 from lmshards.plumbing.errors import OutputError, StorageError, describe_disk_error, disk_errno
 
 WRITE_PROBE_PREFIX = ".lmshards-write-probe-"
@@ -231,7 +230,11 @@ def _listed_shards(filesystem: Any, path: str, layout: OutputKind) -> frozenset[
     if not layout.shard_dirs:
         return None
     try:
-        data = json.loads(filesystem.cat_file(posixpath.join(path, layout.marker)))
+        data = bounded.load_json(
+            filesystem.cat_file(posixpath.join(path, layout.marker)),
+            what=f"{layout.marker} in {path!r}",
+            max_bytes=bounded.MAX_MANIFEST_BYTES,
+        )
         if data.get("format") != layout.marker_format:
             return None
         return frozenset(layout.listed_shards(data)) if layout.listed_shards else None
@@ -243,9 +246,9 @@ def json_format(data: bytes) -> str | None:
     """The "format" value of a JSON object; None for any other JSON.
 
     Raises:
-      ValueError: data is not JSON (UnicodeDecodeError included).
+      ValueError: data is not JSON, or over a read limit (UnicodeDecodeError, ReadLimitError included).
     """
-    parsed = json.loads(data)
+    parsed = bounded.load_json(data, what="a marker file", max_bytes=bounded.MAX_MANIFEST_BYTES)
     value = parsed.get("format") if isinstance(parsed, dict) else None
     return value if isinstance(value, str) else None
 

@@ -15,7 +15,7 @@ from typing import BinaryIO, cast
 
 import numpy as np
 
-from lmshards.plumbing import fs
+from lmshards.plumbing import bounded, fs
 from lmshards.plumbing.cli import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -351,6 +351,7 @@ def _check_shard(
     """Problems of one shard against its manifest entry, from one read: framing, counts, sha256, input ids."""
     if not fs.exists(path):
         return ["missing"]
+    bounded.check_regular_file(path, "shard file")  # a FIFO or /dev/zero would never end
     problems: list[str] = []
     shard_ids = ShardIds(rule)
     records = 0

@@ -8,9 +8,7 @@ e.g. "a token store: `lmshards repack` it first", rather than "no manifest.json"
 
 from __future__ import annotations
 
-import json
-
-from lmshards.plumbing import fs
+from lmshards.plumbing import bounded, fs
 from lmshards.plumbing.outputs import json_format
 from lmshards.schemas.constants import (
     MANIFEST_FORMAT,
@@ -110,8 +108,10 @@ def directory_kind(path: str) -> str:
     manifest = fs.join(path, MANIFEST_NAME)
     if fs.exists(manifest):
         try:
-            data = json.loads(fs.read_text(manifest))
-        except (OSError, ValueError):  # UnicodeDecodeError included
+            data = bounded.read_json(
+                manifest, what="manifest", max_bytes=bounded.MAX_MANIFEST_BYTES
+            )
+        except (OSError, ValueError):  # UnicodeDecodeError and the read limits included
             return SHARD_SET
         found = data.get("format") if isinstance(data, dict) else None
         if found == MANIFEST_FORMAT:
@@ -165,6 +165,7 @@ def is_lmshards_output(directory: str) -> bool:
     if not fs.exists(manifest):
         return False
     try:
-        return json_format(fs.read_bytes(manifest)) == MANIFEST_FORMAT
-    except ValueError:
+        data = bounded.read_bytes(manifest, what="manifest", max_bytes=bounded.MAX_MANIFEST_BYTES)
+        return json_format(data) == MANIFEST_FORMAT
+    except ValueError:  # the read limits included
         return True

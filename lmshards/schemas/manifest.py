@@ -13,7 +13,7 @@ import posixpath
 import re
 from typing import Any
 
-from lmshards.plumbing import fs
+from lmshards.plumbing import bounded, fs
 from lmshards.plumbing.errors import ManifestError
 from lmshards.schemas.constants import (
     ATTENTION_MASK,
@@ -344,10 +344,13 @@ def tokenizer_copy_problem(manifest: Manifest, output_dir: str) -> str | None:
     if path is None:
         return None
     try:
-        actual = fingerprint(fs.read_text(path))
+        text = bounded.read_text(
+            path, what="tokenizer file", max_bytes=bounded.MAX_TOKENIZER_JSON_BYTES
+        )
+        actual = fingerprint(text)
     except FileNotFoundError:
         return f"the tokenizer copy {path!r} named by the manifest is missing"
-    except (OSError, ValueError) as e:  # ValueError: not UTF-8 or not JSON
+    except (OSError, ValueError) as e:  # ValueError: not UTF-8, not JSON, over a read limit
         return f"the tokenizer copy {path!r} cannot be read as tokenizer JSON ({e})"
     if actual != manifest.tokenizer.fingerprint:
         return (
@@ -558,7 +561,9 @@ def read_manifest(output_dir: str) -> Manifest:
             "Run `lmshards preprocess ... --output DIR` to completion (the manifest is written last)."
         )
     try:
-        data = json.loads(fs.read_text(path))
+        data = bounded.read_json(path, what="manifest", max_bytes=bounded.MAX_MANIFEST_BYTES)
+    except bounded.ReadLimitError as e:
+        raise ManifestError(str(e)) from e
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ManifestError(
             f"{path!r} is not valid JSON ({e}); re-run `lmshards preprocess`."

@@ -5,11 +5,10 @@ Without TensorFlow: `lmshards report` reads a run with no training stack.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
-from lmshards.plumbing import fs
+from lmshards.plumbing import bounded, fs
 
 log = logging.getLogger(__name__)
 
@@ -23,12 +22,15 @@ def read_metrics(path: str) -> list[dict[str, Any]]:
     if not fs.exists(path):
         return []
     records, damaged = [], []
-    for number, line in enumerate(fs.read_text(path).splitlines(), start=1):
+    text = bounded.read_text(path, what="metrics file", max_bytes=bounded.MAX_JSONL_BYTES)
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+            record = bounded.load_json(
+                line, what=f"{path}:{number}", max_bytes=bounded.MAX_JSON_LINE_BYTES
+            )
+        except ValueError:  # not JSON, or over a read limit
             record = None
         if isinstance(record, dict) and isinstance(record.get("step"), int):
             records.append(record)

@@ -11,7 +11,7 @@ from collections.abc import Generator, Sequence
 
 import numpy as np
 
-from lmshards.plumbing import fs
+from lmshards.plumbing import bounded, fs
 from lmshards.schemas.constants import FEATURE_NAMES
 from lmshards.schemas.manifest import Manifest
 from lmshards.schemas.records import decode_examples, read_records
@@ -20,6 +20,7 @@ from lmshards.schemas.records import decode_examples, read_records
 def split_records(manifest: Manifest, shards_dir: str, split: str) -> Generator[bytes, None, None]:
     """The serialized tf.train.Examples of a split, shard by shard in manifest order."""
     for path in manifest.shard_paths(shards_dir, split):
+        bounded.check_regular_file(path, "shard file")
         with fs.open_file(path, "rb") as f:
             yield from read_records(f)
 

@@ -11,7 +11,7 @@ import hashlib
 import json
 from typing import Any
 
-from lmshards.plumbing import fs
+from lmshards.plumbing import bounded, fs
 from lmshards.plumbing.errors import TokenizerError
 from lmshards.schemas.constants import (
     FINGERPRINT_PREFIX,
@@ -61,12 +61,8 @@ def locate_tokenizer(path: str) -> TokenizerSource:
             )
         config_path = fs.join(path, TOKENIZER_CONFIG_JSON)
         if fs.exists(config_path):
-            config = _parse_json(fs.read_text(config_path), config_path)
-    try:
-        text = fs.read_text(json_path)
-    except UnicodeDecodeError as e:
-        raise TokenizerError(f"Tokenizer file {json_path!r} is not UTF-8 JSON ({e}).") from e
-    parsed = _parse_json(text, json_path)
+            config = _parse_json(config_path, max_bytes=bounded.MAX_JSON_BYTES)[1]
+    text, parsed = _parse_json(json_path, max_bytes=bounded.MAX_TOKENIZER_JSON_BYTES)
     if "model" not in parsed:
         raise TokenizerError(
             f"{json_path!r} is JSON but not a Hugging Face tokenizers file (no 'model' key)."
@@ -74,9 +70,15 @@ def locate_tokenizer(path: str) -> TokenizerSource:
     return TokenizerSource(path=path, json_path=json_path, json_text=text, config=config)
 
 
-def _parse_json(text: str, path: str) -> dict[str, Any]:
+def _parse_json(path: str, *, max_bytes: int) -> tuple[str, dict[str, Any]]:
+    """The text of a tokenizer's JSON file and the object it holds, read within the bounded limits."""
     try:
-        parsed = json.loads(text)
+        text = bounded.read_text(path, what="tokenizer file", max_bytes=max_bytes)
+        parsed = bounded.load_json(text, what=f"Tokenizer file {path!r}", max_bytes=max_bytes)
+    except bounded.ReadLimitError as e:
+        raise TokenizerError(str(e)) from e
+    except UnicodeDecodeError as e:
+        raise TokenizerError(f"Tokenizer file {path!r} is not UTF-8 JSON ({e}).") from e
     except json.JSONDecodeError as e:
         raise TokenizerError(
             f"Tokenizer file {path!r} is corrupt: {e}. Re-save it or retrain the tokenizer."
@@ -85,7 +87,7 @@ def _parse_json(text: str, path: str) -> dict[str, Any]:
         raise TokenizerError(
             f"Tokenizer file {path!r} holds JSON {type(parsed).__name__}, not an object."
         )
-    return parsed
+    return text, parsed
 
 
 def fingerprint(json_text: str) -> str:
@@ -93,9 +95,10 @@ def fingerprint(json_text: str) -> str:
 
     Canonical, so re-saving the same tokenizer with other formatting keeps the fingerprint.
     """
-    canonical = json.dumps(
-        json.loads(json_text), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    parsed = bounded.load_json(
+        json_text, what="tokenizer JSON", max_bytes=bounded.MAX_TOKENIZER_JSON_BYTES
     )
+    canonical = json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return FINGERPRINT_PREFIX + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from lmshards.plumbing import fs
+from lmshards.plumbing import bounded, fs
 from lmshards.plumbing.errors import LmshardsError, OutputError
 from lmshards.plumbing.outputs import check_no_overlap, clear_owned_output, owned_entries
 from lmshards.schemas.constants import RUN_CONFIG_JSON, TOKENIZER_DIR_NAME
@@ -111,7 +111,9 @@ def read_json_object(path: str, *, fix: str) -> dict[str, Any]:
       LmshardsError: the file cannot be read, is not JSON or not an object; the message names it and `fix`.
     """
     try:
-        data = json.loads(fs.read_text(path))
+        data = bounded.read_json(path, what="run file")
+    except bounded.ReadLimitError as e:
+        raise LmshardsError(f"{e} {fix}") from e
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise LmshardsError(f"{path!r} is damaged: not valid JSON ({e}). {fix}") from e
     except OSError as e:

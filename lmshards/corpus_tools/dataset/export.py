@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from lmshards.plumbing import fs
+from lmshards.plumbing import bounded, fs
 from lmshards.plumbing.errors import LmshardsError
 from lmshards.plumbing.flag_types import whole
 from lmshards.plumbing.outputs import check_replaceable, prepare_output
@@ -286,4 +286,4 @@ def read_summary(output: str) -> dict[str, Any]:
         raise DatasetExportError(
             f"No {EXPORT_SUCCESS_JSON} in {output!r}: the export did not finish; run it again."
         )
-    return json.loads(fs.read_text(path))
+    return bounded.read_json(path, what="export summary")

@@ -15,7 +15,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from lmshards.plumbing import fs
+from lmshards.plumbing import bounded, fs
 from lmshards.preprocess.curation.records import REASONS, CurationDoc, Removal, removal_from_line
 from lmshards.schemas.constants import CURATION_DIR_NAME
 from lmshards.schemas.manifest import CurationInfo, Manifest
@@ -151,9 +151,14 @@ def audit_problems(manifest: Manifest, output: str) -> list[str]:
     for entry in curation.audit:
         path = fs.join(output, entry["path"])
         try:
-            lines = fs.read_text(path).splitlines()
+            lines = bounded.read_text(
+                path, what="audit file", max_bytes=bounded.MAX_JSONL_BYTES
+            ).splitlines()
         except FileNotFoundError:
             problems.append(f"{path}: audit file named by the manifest is missing")
+            continue
+        except bounded.ReadLimitError as e:
+            problems.append(str(e))
             continue
         if len(lines) != entry["lines"]:
             problems.append(f"{path}: {len(lines)} audit lines, the manifest says {entry['lines']}")

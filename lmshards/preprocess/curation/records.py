@@ -14,6 +14,7 @@ import dataclasses
 import json
 from typing import Any, NamedTuple
 
+from lmshards.plumbing import bounded
 from lmshards.preprocess.curation.text import digest, exact_form
 
 EXACT = "exact"
@@ -73,6 +74,7 @@ class Removal:
     bytes: int  # UTF-8 bytes of the document as read
     kept: DocRef | None = None  # exact / near: the document kept in its place
     eval: DocRef | None = None  # contaminated: the eval record it shares an n-gram with
+    similarity: float | None = None  # near: estimated Jaccard similarity to the kept document
 
     def audit_line(self) -> str:
         """The JSON line the audit holds for this removal (sorted keys: the same bytes everywhere)."""
@@ -86,12 +88,14 @@ class Removal:
             data["kept"] = {"source": self.kept[0], "index": self.kept[1]}
         if self.eval is not None:
             data["eval"] = {"source": self.eval[0], "index": self.eval[1]}
+        if self.similarity is not None:
+            data["similarity"] = self.similarity
         return json.dumps(data, sort_keys=True, ensure_ascii=False)
 
 
 def removal_from_line(line: str) -> Removal:
     """Parses one audit line. Raises ValueError (or KeyError/TypeError) on a malformed one."""
-    data = json.loads(line)
+    data = bounded.load_json(line, what="audit line", max_bytes=bounded.MAX_JSON_LINE_BYTES)
     kept, eval_ = data.get("kept"), data.get("eval")
     removal = Removal(
         source=str(data["source"]),
@@ -100,6 +104,7 @@ def removal_from_line(line: str) -> Removal:
         bytes=int(data["bytes"]),
         kept=(str(kept["source"]), int(kept["index"])) if kept else None,
         eval=(str(eval_["source"]), int(eval_["index"])) if eval_ else None,
+        similarity=float(data["similarity"]) if "similarity" in data else None,
     )
     if removal.reason not in REASONS:
         raise ValueError(f"reason {removal.reason!r} is not one of {list(REASONS)}")

@@ -29,7 +29,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
-from lmshards.plumbing import fs
+from lmshards.plumbing import bounded, fs
 from lmshards.plumbing.errors import LmshardsError
 from lmshards.preprocess.sources import ReadStats, sum_stats
 from lmshards.preprocess.stages.encode import TokenizedChunk
@@ -161,8 +161,8 @@ def store_manifest_from_dict(data: dict[str, Any], path: str) -> TokenStoreManif
 
 def _json_format(path: str) -> str | None:
     try:
-        data = json.loads(fs.read_text(path))
-    except (ValueError, OSError):
+        data = bounded.read_json(path, what="manifest", max_bytes=bounded.MAX_MANIFEST_BYTES)
+    except (ValueError, OSError):  # not JSON, over a read limit, unreadable
         return None
     return data.get("format") if isinstance(data, dict) else None
 
@@ -204,7 +204,9 @@ def read_store_manifest(store: str) -> TokenStoreManifest:
             f"No {MANIFEST_NAME} in token store {store!r}: it is incomplete; {_REPACK_HINT}"
         )
     try:
-        data = json.loads(fs.read_text(path))
+        data = bounded.read_json(path, what="manifest", max_bytes=bounded.MAX_MANIFEST_BYTES)
+    except bounded.ReadLimitError as e:
+        raise TokenStoreError(f"{e} {_REPACK_HINT}") from e
     except (ValueError, UnicodeDecodeError) as e:
         raise TokenStoreError(f"{path!r} is not valid JSON ({e}); {_REPACK_HINT}") from e
     if not isinstance(data, dict):
@@ -220,7 +222,7 @@ def check_store_files(store: str, manifest: TokenStoreManifest) -> None:
         path = fs.join(store, info.path)
         if not fs.exists(path):
             raise TokenStoreError(f"Token store file {path!r} is missing; {_REPACK_HINT}")
-        size = fs.size(path)
+        size = bounded.check_regular_file(path, "token store file")
         if size != info.bytes:
             raise TokenStoreError(
                 f"Token store file {path!r} holds {size} bytes, its manifest says {info.bytes}: "
@@ -355,6 +357,7 @@ def read_pieces(store: str, info: TokenFileInfo) -> Iterator[TokenizedChunk]:
     """The documents of one part file, read and checked, a row group at a time."""
     path = fs.join(store, info.path)
     try:
+        bounded.check_regular_file(path, "token store file")
         data = fs.read_bytes(path)
     except FileNotFoundError as e:
         raise TokenStoreError(f"Token store file {path!r} is missing; {_REPACK_HINT}") from e

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import keras
 import numpy as np
 
-from lmshards.plumbing import fs
+from lmshards.plumbing import bounded, fs
 from lmshards.plumbing.errors import LmshardsError
 from lmshards.train.backends import base
 
@@ -88,7 +88,7 @@ def decode(data: bytes, *, like: Specs) -> Arrays:
       ValueError, zipfile.BadZipFile, ...: damaged bytes (a CRC mismatch, a short file) or arrays that do not fit.
     """
     with np.load(io.BytesIO(data), allow_pickle=False) as z:
-        meta = json.loads(z[_META].tobytes())
+        meta = bounded.load_json(z[_META].tobytes(), what="checkpoint metadata")
         if meta.get("format") != FORMAT:
             raise ValueError(f"format {meta.get('format')!r}, expected {FORMAT!r}")
         out = {}
@@ -153,6 +153,7 @@ def warn_incomplete(directory: str) -> None:
 
 def load(path: str, *, like: Specs) -> Arrays:
     """The arrays of the checkpoint file at path, checked against like (see decode)."""
+    bounded.check_regular_file(path, "checkpoint file", bounded.MAX_WEIGHTS_BYTES)
     return decode(fs.read_bytes(path), like=like)
 
 

@@ -8,6 +8,7 @@ by the tokenizer's own mask token.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pickle
@@ -15,11 +16,17 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from lmshards.plumbing import bounded
 from lmshards.plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from lmshards.plumbing.errors import LmshardsError
 from lmshards.plumbing.flag_types import whole
 from lmshards.plumbing.quiet import hide_third_party_progress_bars
-from lmshards.schemas.constants import ROLE_SPELLINGS, TOKENIZER_JSON
+from lmshards.schemas.constants import (
+    MODEL_CONFIG_JSON,
+    MODEL_WEIGHTS_FILES,
+    ROLE_SPELLINGS,
+    TOKENIZER_JSON,
+)
 from lmshards.schemas.directory_kind import MODEL_EXPORT, wrong_kind_message
 
 COMMAND = "fill-mask"
@@ -64,12 +71,33 @@ def with_mask_token(text: str, mask_token: str) -> str:
 def saved_mask_token(model_dir: str) -> str | None:
     """The mask token that model_dir's tokenizer_config.json names, read without loading anything."""
     try:
-        with open(os.path.join(model_dir, TOKENIZER_CONFIG), encoding="utf-8") as f:
-            token = json.load(f).get("mask_token")
-    except (OSError, ValueError):
+        config = bounded.read_json(
+            os.path.join(model_dir, TOKENIZER_CONFIG), what="tokenizer config"
+        )
+        token = config.get("mask_token")
+    except (OSError, ValueError, AttributeError):  # ValueError: not JSON, or over a read limit
         return None
     # Older tokenizer configs write an AddedToken as {"content": "<mask>", ...}.
     return token.get("content") if isinstance(token, dict) else token
+
+
+def check_export_files(model_dir: str) -> None:
+    """Checks the export's files before transformers opens them: each a regular file within the read limits.
+
+    Raises:
+      LmshardsError: a file is a FIFO, a device or a directory, too large, or its JSON is over a limit.
+    """
+    for name in (MODEL_CONFIG_JSON, TOKENIZER_CONFIG):
+        path = os.path.join(model_dir, name)
+        if os.path.lexists(path):
+            # Not JSON: the model load says what is wrong with it.
+            with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError):
+                bounded.read_json(path, what=name)
+    if os.path.lexists(path := os.path.join(model_dir, TOKENIZER_JSON)):
+        bounded.check_regular_file(path, "tokenizer file", bounded.MAX_TOKENIZER_JSON_BYTES)
+    for name in MODEL_WEIGHTS_FILES:
+        if os.path.lexists(path := os.path.join(model_dir, name)):
+            bounded.check_regular_file(path, "weights file", bounded.MAX_WEIGHTS_BYTES)
 
 
 def check_has_mask(text: str, model_dir: str) -> None:
@@ -113,8 +141,7 @@ def _exported_tokenizer(model_dir: str) -> tuple[Any, int, str] | None:
     from tokenizers import Tokenizer
 
     try:
-        with open(config_path, encoding="utf-8") as f:
-            limit = int(json.load(f)["model_max_length"])
+        limit = int(bounded.read_json(config_path, what="tokenizer config")["model_max_length"])
         return Tokenizer.from_file(tokenizer_path), limit, mask_token
     except Exception:  # noqa: BLE001  (not an lmshards export's tokenizer: the model load says what is wrong)
         return None
@@ -131,6 +158,7 @@ def fill_mask(
     wrong = wrong_kind_message(model_dir, wanted=MODEL_EXPORT)
     if wrong:
         raise LmshardsError(wrong)
+    check_export_files(model_dir)
     check_has_mask(text, model_dir)
     check_text_fits(model_dir, text)  # before torch and the model load (seconds)
     try:

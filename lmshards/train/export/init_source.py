@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from lmshards.plumbing import fs
+from lmshards.plumbing import bounded, fs
 from lmshards.plumbing.errors import LmshardsError, TokenizerError
 from lmshards.schemas.constants import (
     MODEL_CONFIG_JSON,
@@ -241,8 +241,9 @@ def read_hf_state_dict(weights_file: str) -> dict[str, np.ndarray]:
     """The tensors of a model.safetensors (safetensors) or pytorch_model.bin (torch) as float32 numpy arrays.
 
     Raises:
-      LmshardsError: the reader is not installed, or the file is damaged.
+      LmshardsError: the reader is not installed, or the file is damaged, not a regular file or too large.
     """
+    bounded.check_regular_file(weights_file, "weights file", bounded.MAX_WEIGHTS_BYTES)
     data = fs.read_bytes(weights_file)
     try:
         if weights_file.endswith(".safetensors"):

@@ -28,7 +28,7 @@ import math
 import posixpath
 from collections.abc import Sequence
 
-from lmshards.plumbing import fs
+from lmshards.plumbing import bounded, fs
 from lmshards.plumbing.errors import LmshardsError
 from lmshards.schemas.constants import TRAIN_SPLIT, VALIDATION_SPLIT
 from lmshards.schemas.manifest import Manifest, check_tokenizer_copy, read_manifest
@@ -78,7 +78,7 @@ def check_shard_sizes(manifest: Manifest, shards_dir: str, split: str) -> None:
             raise LmshardsError(
                 f"Shard {path!r} listed in the manifest is missing; re-run `lmshards preprocess`."
             )
-        actual = fs.size(path)
+        actual = bounded.check_regular_file(path, "shard file")  # a FIFO or a device never reads
         if actual != shard.bytes:
             raise LmshardsError(
                 f"Shard {path!r} is {actual} bytes but the manifest says {shard.bytes}: truncated or replaced. "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from lmshards.plumbing import fs
+from lmshards.plumbing import bounded, fs
 from lmshards.plumbing.errors import LmshardsError
 from lmshards.train.config import ModelConfig, model_config_from_dict
 from lmshards.train.network.hf_mapping import UnsupportedHfModel, model_fields_from_hf
@@ -24,8 +24,8 @@ def read_model_config(path: str) -> ModelConfig:
             f"--model_config {path!r} does not exist; pass a JSON file with the ModelConfig fields."
         )
     try:
-        data = json.loads(fs.read_text(path))
-    except json.JSONDecodeError as e:
+        data = bounded.read_json(path, what="--model_config")
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise LmshardsError(f"--model_config {path!r} is not valid JSON: {e}.") from e
     if not isinstance(data, dict):
         raise LmshardsError(f"--model_config {path!r} must hold a JSON object.")
