@@ -42,7 +42,13 @@ from lmshards.plumbing.progress import PROGRESS_EVERY_S
 from lmshards.plumbing.units import MIB
 from lmshards.preprocess.options import PreprocessConfig
 from lmshards.preprocess.sources import ReadOptions, ReadStats
-from lmshards.preprocess.stages.encode import TokenizedChunk, chunk_of, limit_tokenizer_threads
+from lmshards.preprocess.stages.encode import (
+    TokenizedChunk,
+    encode_accepted,
+    encoded_chunk,
+    limit_tokenizer_threads,
+    log_rejected,
+)
 from lmshards.preprocess.stages.manifest import (
     build_manifest,
     check_documents_read,
@@ -376,7 +382,7 @@ def tokenize_to_groups(job: InProcessJob, directory: str, dtype: np.dtype) -> To
         if job.store_header is not None
         else None
     )
-    counts = {"documents": 0, "tokens": 0}
+    counts = {"documents": 0, "tokens": 0, "rejected": 0}
 
     def read() -> None:
         progress = ReadProgress(job.total_bytes, PROGRESS_EVERY_S)
@@ -397,10 +403,11 @@ def tokenize_to_groups(job: InProcessJob, directory: str, dtype: np.dtype) -> To
             relay.put(texts, batch)
 
     def route() -> None:
-        for batch, encodings in relay.items(encoded):
-            chunk = chunk_of(batch, encodings)
+        for batch in relay.items(encoded):
+            chunk = encoded_chunk(batch)
             counts["documents"] += chunk.num_documents
             counts["tokens"] += chunk.num_tokens
+            counts["rejected"] += chunk.rejected
             groups.add(chunk)
             if store is not None:
                 store.add(chunk)
@@ -409,9 +416,12 @@ def tokenize_to_groups(job: InProcessJob, directory: str, dtype: np.dtype) -> To
             store.flush()
 
     threads = [relay.start(read, texts), relay.start(route, None)]
+    logged = 0  # batches whose rejected documents were logged
     try:
         for batch in relay.items(texts):
-            relay.put(encoded, (batch, tokenizer.encode_batch_fast(batch, add_special_tokens=True)))
+            result = encode_accepted(tokenizer, batch)
+            logged = log_rejected(result, logged)
+            relay.put(encoded, result)
         relay.put(encoded, _Relay._END)
         threads[1].join()
     except _Stopped:
@@ -421,6 +431,7 @@ def tokenize_to_groups(job: InProcessJob, directory: str, dtype: np.dtype) -> To
         for thread in threads:
             thread.join()
     relay.check()
+    reading.documents_tokenizer_error += counts["rejected"]  # the threads have ended
     return TokenizeResult(
         reading=reading,
         documents=counts["documents"],

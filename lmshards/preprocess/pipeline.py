@@ -37,8 +37,10 @@ from lmshards.preprocess.sources import (
     discover_inputs,
     is_compressed,
     read_options_from,
+    skip_binary_files,
+    sum_stats,
 )
-from lmshards.preprocess.stages.encode import EncodeDocuments, EncodeSettings
+from lmshards.preprocess.stages.encode import CountRejected, EncodeDocuments, EncodeSettings
 from lmshards.preprocess.stages.manifest import (
     ManifestInputs,
     WriteManifest,
@@ -152,23 +154,28 @@ def plan_preprocess(config: PreprocessConfig) -> PreprocessPlan:
     read_options_from(config)  # checks the reading flags
     discovery = discover_inputs(config.inputs)
     check_not_empty(discovery.files)
+    files, binary = (
+        skip_binary_files(discovery.files, read_options_from(config))
+        if config.skip_binary
+        else (list(discovery.files), 0)
+    )
     curation = plan_curation(
         config,
         batch_size=config.documents_per_tokenizer_call,
         range_bytes=int(config.range_mb * MIB),
     )  # reads the eval sets, to check them
     fs.check_output_dir(config.output, overwrite=config.overwrite)
-    total_bytes = sum(f.bytes for f in discovery.files)
+    total_bytes = sum(f.bytes for f in files)
     groups = packing_groups(total_bytes, config.validation_fraction, config.packing_group_tokens)
     return PreprocessPlan(
         config=config,
-        files=discovery.files,
+        files=tuple(files),
         tokenizer_source=source,
         tokenizer=info,
         pad_id=pad_id,
         groups=groups,
         record_bytes=record_bytes_for(config, info.vocab_size),
-        reading=ReadStats(**discovery.counts()),
+        reading=ReadStats(**discovery.counts(), files_skipped_binary=binary),
         curation=curation,
     )
 
@@ -243,10 +250,16 @@ def build_pipeline(pipeline: beam.Pipeline, plan: PreprocessPlan) -> beam.PColle
             tokenizer_json=plan.tokenizer_source.json_text, threads=config.tokenizer_threads
         )
     )  # TokenizedChunk
+    rejected = chunks | "TokenizerErrors" >> CountRejected()  # ReadStats, one
+    reading = (
+        (read.stats, rejected)
+        | "ReadingAndRejected" >> beam.Flatten()  # ReadStats, two
+        | "Reading" >> beam.CombineGlobally(sum_stats)  # ReadStats, one
+    )
     store = None
     if config.keep_tokens:
         store = chunks | "KeepTokens" >> WriteTokenStore(
-            plan.store_header(), fs.join(config.output, TOKENS_DIR_NAME), reading=read.stats
+            plan.store_header(), fs.join(config.output, TOKENS_DIR_NAME), reading=reading
         )  # str: the token store manifest's path
     return add_shard_stages(
         chunks,
@@ -255,7 +268,7 @@ def build_pipeline(pipeline: beam.Pipeline, plan: PreprocessPlan) -> beam.PColle
         pad_id=plan.pad_id,
         record_bytes=plan.record_bytes,
         header=plan.manifest_header(),
-        reading=read.stats,
+        reading=reading,
         before=store,
         curation=curated,
     )

@@ -288,16 +288,24 @@ def check_accounting(manifest: Manifest) -> None:
     check_curation_accounting(manifest)
 
 
+# The reading counter of documents the tokenizer raised an error on (skipped after curation kept them).
+TOKENIZER_REJECTED = "documents_tokenizer_error"
+
+
 def check_curation_accounting(manifest: Manifest) -> None:
-    """Raises ManifestError unless curation's documents in == removed + the documents of every split."""
+    """Raises ManifestError unless curation's documents in == removed + the documents of every split
+    + the kept documents the tokenizer then rejected (reading's TOKENIZER_REJECTED)."""
     curation = manifest.curation
     if curation is None:
         return
     written = sum(split.totals.documents for split in manifest.splits.values())
-    if curation.documents_in != curation.documents_removed + written:
+    rejected = manifest.reading.get(TOKENIZER_REJECTED, 0)
+    if curation.documents_in != curation.documents_removed + written + rejected:
         raise ManifestError(
             f"Curation: documents_in {curation.documents_in} != removed {curation.documents_removed} "
-            f"+ written {written}. {_REWRITE_HINT}"
+            f"+ written {written}"
+            + (f" + rejected by the tokenizer {rejected}" if rejected else "")
+            + f". {_REWRITE_HINT}"
         )
 
 

@@ -353,8 +353,13 @@ def test_flex_template_boolean_parameters_parse():
     paths = _launcher_argv(params, types={"GCS_READ_FILE", "GCS_WRITE_FOLDER"})
     switches = build_parser().switches()
     booleans = _launcher_argv(params, types={"BOOLEAN"})
-    assert booleans == ["--overwrite=true", "--verbose=true", "--keep_tokens=true"]
-    for name in ("overwrite", "keep_tokens"):
+    assert booleans == [
+        "--overwrite=true",
+        "--verbose=true",
+        "--keep_tokens=true",
+        "--skip_binary=true",
+    ]
+    for name in ("overwrite", "keep_tokens", "skip_binary"):
         for value, expected in (("true", True), ("false", False)):
             argv = normalize_switches([*paths, f"--{name}={value}"], switches)
             assert argv == paths + ([f"--{name}"] if expected else [])

@@ -32,6 +32,11 @@ READING_ADDED_IN_V2 = (
     "files_duplicate",
     "entries_skipped_hidden",
     "directories_empty",
+    "documents_json_too_long",
+    "documents_json_too_deep",
+    "documents_lone_surrogate",
+    "documents_tokenizer_error",
+    "files_skipped_binary",
 )
 # Files a format_version 2 output holds beside its shards, as the manifest lists them.
 TOKENIZER_COPY = "tokenizer/tokenizer.json"

@@ -25,14 +25,20 @@ logged with the file's name.
 - Documents longer than ReadOptions.max_document_chars: split into consecutive pieces, each ending
   at whitespace where possible (documents_split).
 - JSON Lines: a line that is not a JSON object (documents_invalid_json), has no text field
-  (documents_missing_field) or a text field that is not a string (documents_non_string_text) is
+  (documents_missing_field), a text field that is not a string (documents_non_string_text) or that
+  holds a lone surrogate (documents_lone_surrogate), is longer than jsonl.MAX_JSON_LINE_BYTES
+  (documents_json_too_long) or nested deeper than jsonl.MAX_JSON_DEPTH (documents_json_too_deep) is
   skipped.
+- Compressed data is decompressed in bounded memory whatever its ratio (a decompression bomb too).
 - Corrupt or truncated compressed data: InputError naming the file, where it is found.
 
 Inputs that can give nothing are refused: check_not_empty (every file 0 bytes) at planning, and
-no_documents_message says why a run read no document at all.
+no_documents_message says why a run read no document at all. Binary files (images, archives,
+compressed bytes under a name that does not say so, ...) are refused naming what they are
+(BinaryFileError); skip_binary_files leaves them out instead.
 """
 
+from lmshards.preprocess.sources.content import skip_binary_files
 from lmshards.preprocess.sources.core.compression import is_compressed
 from lmshards.preprocess.sources.core.documents import ReadStats, RecordNumbers, sum_stats
 from lmshards.preprocess.sources.core.options import (
@@ -43,6 +49,7 @@ from lmshards.preprocess.sources.core.options import (
     LINE,
     MARKER_LINE,
     UTF8,
+    BinaryFileError,
     InputError,
     ReadOptions,
     add_reading_arguments,
@@ -72,6 +79,7 @@ __all__ = [
     "LINE",
     "MARKER_LINE",
     "UTF8",
+    "BinaryFileError",
     "InputDiscovery",
     "InputError",
     "ReadOptions",
@@ -89,5 +97,6 @@ __all__ = [
     "plan_ranges",
     "read_options_from",
     "read_range",
+    "skip_binary_files",
     "sum_stats",
 ]

@@ -29,7 +29,11 @@ _NO_DOCUMENT_REASONS = (
     ("documents_invalid_json", "lines that are not JSON objects"),
     ("documents_missing_field", "JSON objects without the text field"),
     ("documents_non_string_text", "JSON text fields that are not strings"),
+    ("documents_json_too_long", "JSON lines too long to parse"),
+    ("documents_json_too_deep", "JSON lines nested too deep"),
+    ("documents_lone_surrogate", "JSON text fields holding a lone surrogate"),
     ("files_skipped_lmshards_output", "files skipped inside lmshards outputs"),
+    ("files_skipped_binary", "binary files skipped (--skip_binary)"),
 )
 # Counters worth a warning when a range finds them (documents_empty only alongside another).
 _PROBLEMS = (
@@ -40,6 +44,9 @@ _PROBLEMS = (
     "documents_invalid_json",
     "documents_missing_field",
     "documents_non_string_text",
+    "documents_json_too_long",
+    "documents_json_too_deep",
+    "documents_lone_surrogate",
     "documents_empty",
 )
 

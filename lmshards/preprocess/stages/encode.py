@@ -3,6 +3,9 @@
 A document's hash (of its text alone) is its identity for the rest of the pipeline: it decides the
 document's split and packing group, and its place inside the group, so the output never depends on
 the order documents arrive in.
+
+A document the tokenizer raises an error on is skipped and counted (documents_tokenizer_error, in the
+manifest's reading), never fatal: see encode_accepted.
 """
 
 from __future__ import annotations
@@ -10,14 +13,20 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import logging
 import os
 from collections.abc import Iterable, Sequence
 
 import apache_beam as beam
 import numpy as np
 
+from lmshards.preprocess.sources import ReadStats, sum_stats
 from lmshards.preprocess.stages.metrics import counter
 
+logger = logging.getLogger(__name__)
+
+# Each encoder logs the first few documents the tokenizer rejects; all are counted.
+MAX_LOGGED_REJECTED = 3
 # ---------------------------------------------------------------- logic
 
 
@@ -28,11 +37,14 @@ class TokenizedChunk:
     hashes: uint64 [documents], the doc_hash of each text; lengths: int32 [documents];
     tokens: int32 [sum(lengths)], each document's ids (special tokens included) one after another
     (uint16 or uint32 when read from a token store: packing widens them to int32).
+    rejected: documents of the encoded batch that the tokenizer raised on, left out of the chunk
+    (set by the encode stage only; the chunks other stages make from it carry 0).
     """
 
     hashes: np.ndarray
     lengths: np.ndarray
     tokens: np.ndarray
+    rejected: int = 0
 
     @property
     def num_documents(self) -> int:
@@ -99,9 +111,75 @@ def limit_tokenizer_threads(threads: int) -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if threads > 1 else "false"
 
 
+@dataclasses.dataclass(frozen=True)
+class Encoded:
+    """What encode_accepted made of a batch: the texts the tokenizer took, in order, and their Encodings;
+    rejected: the texts it raised on (left out), with the first one's error."""
+
+    texts: list[str]
+    encodings: list
+    rejected: int = 0
+    error: str = ""
+
+
+def encode_accepted(tokenizer, texts: list[str]) -> Encoded:
+    """The texts encoded with special tokens (a `tokenizers.Tokenizer`), those it raises on left out.
+
+    A batch the tokenizer raises on is encoded again text by text: one bad document costs its batch
+    a second pass, never the run. A text's ids are the same alone as in a batch.
+    """
+    try:
+        return Encoded(texts, tokenizer.encode_batch_fast(texts, add_special_tokens=True))
+    except BaseException as e:
+        if not _rejects(e):
+            raise
+    kept, encodings, errors = [], [], []
+    for text in texts:
+        try:
+            encodings += tokenizer.encode_batch_fast([text], add_special_tokens=True)
+        except BaseException as e:
+            if not _rejects(e):
+                raise
+            errors.append(f"{type(e).__name__}: {e}")
+            continue
+        kept.append(text)
+    return Encoded(kept, encodings, rejected=len(errors), error=errors[0] if errors else "")
+
+
+def _rejects(error: BaseException) -> bool:
+    """Whether the tokenizer raised `error` on its input: any Exception, or a panic of its Rust code
+    (pyo3's PanicException, a BaseException); never KeyboardInterrupt or SystemExit."""
+    return isinstance(error, Exception) or type(error).__name__ == "PanicException"
+
+
+def log_rejected(encoded: Encoded, logged: int) -> int:
+    """Logs a batch's rejected documents while fewer than MAX_LOGGED_REJECTED were; returns the new count."""
+    if encoded.rejected and logged < MAX_LOGGED_REJECTED:
+        logger.warning(
+            "%d document(s) skipped: the tokenizer raised an error on them (%s)",
+            encoded.rejected,
+            encoded.error,
+        )
+        return logged + 1
+    return logged
+
+
 def encode_documents(tokenizer, texts: list[str]) -> TokenizedChunk:
-    """The texts hashed and encoded (a `tokenizers.Tokenizer`; special tokens added by its post-processor)."""
-    return chunk_of(texts, tokenizer.encode_batch_fast(texts, add_special_tokens=True))
+    """The texts hashed and encoded (a `tokenizers.Tokenizer`; special tokens added by its
+    post-processor); the texts it raises on are left out and counted in `rejected`."""
+    return encoded_chunk(encode_accepted(tokenizer, texts))
+
+
+def encoded_chunk(encoded: Encoded) -> TokenizedChunk:
+    """The accepted texts of a batch with their Encodings as a TokenizedChunk, its rejected count kept."""
+    return dataclasses.replace(
+        chunk_of(encoded.texts, encoded.encodings), rejected=encoded.rejected
+    )
+
+
+def rejected_stats(chunks: Iterable[TokenizedChunk]) -> ReadStats:
+    """The documents the tokenizer rejected in `chunks`, as the reading counter that reports them."""
+    return ReadStats(documents_tokenizer_error=sum(chunk.rejected for chunk in chunks))
 
 
 def chunk_of(texts: list[str], encodings: Sequence) -> TokenizedChunk:
@@ -133,6 +211,8 @@ class _EncodeFn(beam.DoFn):
         self._settings = settings
         self._documents = counter("documents_tokenized")
         self._tokens = counter("tokens")
+        self._rejected = counter("documents_tokenizer_error")
+        self._logged = 0
 
     def setup(self) -> None:
         limit_tokenizer_threads(self._settings.threads)
@@ -143,14 +223,29 @@ class _EncodeFn(beam.DoFn):
     def process(self, texts: list[str]) -> Iterable[TokenizedChunk]:
         if not texts:
             return
-        chunk = encode_documents(self._tokenizer, texts)
+        encoded = encode_accepted(self._tokenizer, texts)
+        self._logged = log_rejected(encoded, self._logged)
+        chunk = encoded_chunk(encoded)
         self._documents.inc(chunk.num_documents)
         self._tokens.inc(chunk.num_tokens)
-        yield chunk
+        self._rejected.inc(chunk.rejected)
+        yield chunk  # with no documents when the tokenizer rejected them all: it still counts them
+
+
+class CountRejected(beam.PTransform):
+    """PCollection[TokenizedChunk] -> PCollection[ReadStats], exactly one: the documents the tokenizer
+    rejected (documents_tokenizer_error), to add to what reading counted."""
+
+    def expand(self, chunks):
+        return (
+            chunks
+            | "Rejected" >> beam.Map(lambda chunk: rejected_stats([chunk]))  # ReadStats
+            | "SumRejected" >> beam.CombineGlobally(sum_stats)  # ReadStats, one
+        )
 
 
 class EncodeDocuments(beam.PTransform):
-    """PCollection[list[str]] -> PCollection[TokenizedChunk], one per batch."""
+    """PCollection[list[str]] -> PCollection[TokenizedChunk], one per batch (see CountRejected)."""
 
     def __init__(self, settings: EncodeSettings):
         super().__init__()

@@ -20,6 +20,20 @@ from lmshards.schemas.manifest import Manifest
 logger = logging.getLogger(__name__)
 
 METRICS_NAMESPACE = "lmshards"
+# The reading counters (ReadStats fields, the manifest's `reading`) of what was skipped, never fatal,
+# with what the closing summary calls each.
+SKIPPED_COUNTERS = {
+    "documents_empty": "empty",
+    "documents_invalid_json": "invalid JSON",
+    "documents_missing_field": "without the text field",
+    "documents_non_string_text": "text not a string",
+    "documents_json_too_long": "JSON line too long",
+    "documents_json_too_deep": "JSON nested too deep",
+    "documents_lone_surrogate": "lone surrogate",
+    "documents_tokenizer_error": "tokenizer error",
+    "files_skipped_binary": "binary files",
+    "files_skipped_lmshards_output": "files inside lmshards outputs",
+}
 
 
 def counter(name: str):
@@ -62,6 +76,15 @@ class StageProgress:
     def _log(self) -> None:
         self._logged = True
         logger.info("%s", self.line())
+
+
+def skipped_line(reading: dict[str, int]) -> str | None:
+    """ "skipped: 2 invalid JSON, 1 tokenizer error" from the manifest's reading counters, each
+    SKIPPED_COUNTERS reason that counted any; None when none did."""
+    found = [
+        f"{reading[name]:,} {what}" for name, what in SKIPPED_COUNTERS.items() if reading.get(name)
+    ]
+    return f"skipped: {', '.join(found)}" if found else None
 
 
 def finished_line(manifest: Manifest, seconds: float) -> str:

@@ -125,8 +125,8 @@ def test_compressed_json_lines_and_ndjson_are_json_lines(tmp_path, name, make):
         ("table.csv", b"id,text\n1,hello\n", r"is CSV.*Convert it to JSON Lines"),
         ("table.tsv.zst", _zstd_frames(b"id\ttext\n", 1), r"is TSV"),
         ("data.txt", b"PAR1" + b"\x00" * 64, r"holds Parquet data.*end in .parquet"),
-        ("corpus.zip", b"PK\x03\x04" + b"\x00" * 64, r"holds a zip archive.*extract its files"),
-        ("corpus.tar.gz", gzip.compress(_tar_of(TEXT)), r"holds a tar archive.*extract its files"),
+        ("corpus.zip", b"PK\x03\x04" + b"\x00" * 64, r"is a zip archive.*extract its files"),
+        ("corpus.tar.gz", gzip.compress(_tar_of(TEXT)), r"is a tar archive.*extract its files"),
     ],
 )
 def test_content_that_its_name_does_not_say_is_refused_at_planning(tmp_path, name, data, said):
@@ -231,11 +231,15 @@ def test_marker_options_are_checked():
         ReadOptions(doc_marker="%", doc_separator="blank_line")
 
 
-def test_a_json_line_longer_than_the_limit_is_refused_with_bounded_memory(tmp_path, monkeypatch):
+def test_a_json_line_longer_than_the_limit_is_skipped_and_counted(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(jsonl, "MAX_JSON_LINE_BYTES", 3 * 1024 * 1024)
-    path = write(tmp_path / "huge.jsonl", b'{"text": "' + b"x" * (5 * 1024 * 1024) + b'"}\n')
-    with pytest.raises(InputError, match=r"huge.jsonl.*line at byte 0 is longer than 3,145,728"):
-        _docs(path)
+    huge = b'{"text": "' + b"x" * (5 * 1024 * 1024) + b'"}\n'
+    path = write(tmp_path / "huge.jsonl", b'{"text": "before"}\n' + huge + b'{"text": "after"}\n')
+    stats = ReadStats()
+    assert _docs(path, stats=stats) == ["before", "after"]
+    assert stats.documents_json_too_long == 1 and stats.documents == 2
+    assert stats.bytes_read == path.stat().st_size
+    assert "huge.jsonl: line at byte 19 skipped: longer than 3,145,728 bytes" in caplog.text
 
 
 def test_batches_of_one_giant_line_are_bounded_in_characters(tmp_path):

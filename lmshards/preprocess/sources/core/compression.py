@@ -22,11 +22,13 @@ from typing import BinaryIO, cast
 import zstandard
 
 from lmshards.plumbing import fs
-from lmshards.preprocess.sources.core.options import InputError
+from lmshards.preprocess.sources.core.options import BinaryFileError, InputError
 
-# Compressed bytes fed to the zstandard decompressor at a time: what one call can expand is bounded
-# by this times the data's compression ratio.
-ZSTD_INPUT_BYTES = 64 * 1024
+# Compressed bytes fed to the zstandard decompressor at a time, which bounds what one call can
+# expand to: a block holds at most 128 KiB and takes at least 4 bytes (an RLE block), so 256 bytes of
+# input gives at most about 8 MiB, even from a decompression bomb. (A zstandard decompressobj takes
+# no output limit, unlike zlib's, bz2's and lzma's, whose readers the other codecs use.)
+ZSTD_INPUT_BYTES = 256
 # The first 4 bytes of a zstandard frame; a skippable frame's are 0x50-0x5F followed by these 3.
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _ZSTD_SKIPPABLE_TAIL = b"\x2a\x4d\x18"
@@ -169,6 +171,7 @@ def check_magic(path: str, head: bytes | None = None) -> None:
     ends in .gz/.bz2/.zst/.xz, no codec's otherwise. head: the file's first bytes, when already read.
 
     Raises:
+      BinaryFileError: compressed bytes under a name without their codec's ending.
       InputError: naming the file, what its bytes are and the rename that fixes it.
     """
     if head is None:
@@ -180,7 +183,7 @@ def check_magic(path: str, head: bytes | None = None) -> None:
     if named is None:
         assert found is not None
         codec = _CODECS[found]
-        raise InputError(
+        raise BinaryFileError(
             f"{path!r} holds {codec.name}-compressed data, but its name does not end in {found}; "
             f"rename it to {path.rsplit('/', 1)[-1]}{found} (it is then decompressed) or decompress it."
         )

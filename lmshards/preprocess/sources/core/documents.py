@@ -30,8 +30,13 @@ class ReadStats:
 
     JSON Lines: documents_invalid_json counts lines that are not JSON or not a JSON object,
     documents_missing_field objects without the text field, documents_non_string_text objects whose
-    text field is a number, boolean, array or object. files_utf16 / files_utf32 count text and JSON
+    text field is a number, boolean, array or object, documents_json_too_long lines longer than
+    jsonl.MAX_JSON_LINE_BYTES, documents_json_too_deep lines nested deeper than jsonl.MAX_JSON_DEPTH,
+    documents_lone_surrogate text fields holding a lone UTF-16 surrogate ("\\ud800": not Unicode
+    text). Each such line is skipped. files_utf16 / files_utf32 count text and JSON
     Lines files decoded from UTF-16 / UTF-32 (they start with its byte-order mark).
+    documents_tokenizer_error counts documents the tokenizer raised an error on, skipped (set by the
+    encode stage); files_skipped_binary binary inputs left out with --skip_binary (set while planning).
     files_skipped_lmshards_output counts input files left out because they lie inside an lmshards
     output (set by whoever discovers the inputs, see files.discover_inputs; reading never sets it), as
     are files_found, files_duplicate (reached twice: read once), entries_skipped_hidden and
@@ -56,6 +61,11 @@ class ReadStats:
     files_duplicate: int = 0
     entries_skipped_hidden: int = 0
     directories_empty: int = 0
+    documents_json_too_long: int = 0
+    documents_json_too_deep: int = 0
+    documents_lone_surrogate: int = 0
+    documents_tokenizer_error: int = 0
+    files_skipped_binary: int = 0
 
     def merge(self, other: ReadStats) -> ReadStats:
         for field in dataclasses.fields(self):

@@ -32,6 +32,11 @@ class InputError(LmshardsError):
     """An input pattern, file or read option that cannot be used."""
 
 
+class BinaryFileError(InputError):
+    """An input file that is not text: an image, an archive, compressed bytes its name does not say
+    (`lmshards preprocess --skip_binary` leaves such files out instead)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ReadOptions:
     """How files turn into documents.

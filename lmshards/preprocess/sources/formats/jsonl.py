@@ -1,12 +1,15 @@
 """JSON Lines (.jsonl, .ndjson, .json): one JSON object per line, its ReadOptions.text_field the document.
 
-Lines that give no document are skipped and counted by kind: not JSON or not a JSON object
-(documents_invalid_json), an object without the text field (documents_missing_field), a text field
-that is a number, boolean, array or object (documents_non_string_text). A null text field is an
-empty document. The first few skipped lines of a range are logged with the file and the line's byte
-offset (for a UTF-16/32 file: its offset in the file's UTF-8 text). A JSON line is parsed whole, so
-it is held in memory whole (its text is then split like any long document); a line longer than
-MAX_JSON_LINE_BYTES is refused, naming the file and the line's offset, once that many bytes are held.
+Lines that give no document are skipped and counted by kind, never fatal: not JSON or not a JSON
+object (documents_invalid_json), an object without the text field (documents_missing_field), a text
+field that is a number, boolean, array or object (documents_non_string_text), nested more than
+MAX_JSON_DEPTH deep (documents_json_too_deep), a text field holding a lone UTF-16 surrogate such as
+"\\ud800", which is not Unicode text and no tokenizer takes (documents_lone_surrogate). A null text
+field is an empty document. The first few skipped lines of a range are logged with the file and the
+line's byte offset (for a UTF-16/32 file: its offset in the file's UTF-8 text). A JSON line is parsed
+whole, so it is held in memory whole (its text is then split like any long document); a line longer
+than MAX_JSON_LINE_BYTES is skipped and counted (documents_json_too_long): what was held of it is
+dropped at that size and the rest of it is read past, never held.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
@@ -24,7 +28,7 @@ from lmshards.preprocess.sources.core.documents import (
     text_document,
 )
 from lmshards.preprocess.sources.core.lines import CONTENT_BYTE, LineRecords, read_lines
-from lmshards.preprocess.sources.core.options import InputError, ReadOptions
+from lmshards.preprocess.sources.core.options import ReadOptions
 from lmshards.preprocess.sources.core.ranges import DEFAULT_RANGE_BYTES, ReadRange, byte_ranges
 from lmshards.preprocess.sources.formats.base import Format
 
@@ -32,8 +36,16 @@ logger = logging.getLogger(__name__)
 
 # Per range, the first few skipped lines are logged with their location; all are counted.
 MAX_LOGGED_BAD_LINES = 3
-# A JSON line is held whole to be parsed: a longer one is refused rather than held.
+# A JSON line is held whole to be parsed: a longer one is skipped rather than held.
 MAX_JSON_LINE_BYTES = DEFAULT_RANGE_BYTES
+# Python's JSON parser recurses once per level of nesting, and fails where the interpreter's
+# recursion limit (1000, less the caller's own stack) runs out: a line nested deeper than this is
+# skipped before it is parsed, so that what is read never depends on the depth of the caller's stack.
+MAX_JSON_DEPTH = 500
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKET = re.compile(r"[\[\]{}]")
+# Surrogate pairs are joined by the parser: a surrogate left in its result stands alone.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 # strict=False: raw control characters (tabs, NULs) inside JSON strings are accepted.
 _JSON = json.JSONDecoder(strict=False)
 
@@ -53,10 +65,28 @@ def _json_type(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
+def nested_deeper_than(line: str, limit: int) -> bool:
+    """Whether the JSON text `line` nests arrays and objects more than `limit` deep (brackets inside
+    strings do not count); cheap unless the line holds more than `limit` opening brackets."""
+    if line.count("[") + line.count("{") <= limit:
+        return False
+    depth = 0
+    for bracket in _BRACKET.findall(_JSON_STRING.sub("", line)):
+        depth += 1 if bracket in "[{" else -1
+        if depth > limit:
+            return True
+    return False
+
+
 def _text_field(line: str, field: str) -> str | _Skipped:
     """The text of one JSON line's `field` ("" for null), or why the line gives no document."""
+    too_deep = _Skipped("documents_json_too_deep", f"JSON nested more than {MAX_JSON_DEPTH} deep")
+    if nested_deeper_than(line, MAX_JSON_DEPTH):
+        return too_deep
     try:
         value = _JSON.decode(line)
+    except RecursionError:  # only when the caller's own stack is deep: counted the same
+        return too_deep
     except ValueError as e:
         return _Skipped("documents_invalid_json", f"not valid JSON: {e}")
     if not isinstance(value, dict):
@@ -68,6 +98,11 @@ def _text_field(line: str, field: str) -> str | _Skipped:
         return _Skipped(
             "documents_non_string_text",
             f"field {field!r} is a JSON {_json_type(text)}, not a string",
+        )
+    if text and "\\u" in line and (lone := _SURROGATE.search(text)):
+        return _Skipped(
+            "documents_lone_surrogate",
+            f"field {field!r} holds a lone surrogate \\u{ord(lone[0]):04x}, which is not Unicode text",
         )
     return text or ""
 
@@ -89,21 +124,26 @@ class _JsonLines(LineRecords):
     def part(self, start: int, part: bytes, first: bool, last: bool) -> list[str]:
         if first:
             self._raw, self._start, self._held = [], start, 0
-        self._raw.append(part)
         self._held += len(part)
-        if self._held > MAX_JSON_LINE_BYTES:
-            raise InputError(
-                f"{self._path!r}: the JSON line at byte {self._start:,} is longer than "
-                f"{MAX_JSON_LINE_BYTES:,} bytes, too long to parse as one record. Split that record, "
-                "or pass its text as a plain-text file."
-            )
+        # Past the limit the line is skipped: what is held of it goes, and the rest is never kept.
+        if self._held <= MAX_JSON_LINE_BYTES:
+            self._raw.append(part)
+        else:
+            self._raw = []
         if not last:
             return []
         raw, self._raw = b"".join(self._raw), []
+        if self._held > MAX_JSON_LINE_BYTES:
+            too_long = (
+                f"longer than {MAX_JSON_LINE_BYTES:,} bytes ({self._held:,}), too long to parse"
+            )
+            return self._record(_Skipped("documents_json_too_long", too_long), self._start)
         return self._record(raw, self._start)
 
-    def _record(self, raw: bytes, line_start: int) -> list[str]:
-        documents = self._documents(raw, line_start)
+    def _record(self, raw: bytes | _Skipped, line_start: int) -> list[str]:
+        documents = self._documents(raw, line_start) if isinstance(raw, bytes) else []
+        if isinstance(raw, _Skipped):
+            self._skip(raw, line_start)
         if self.numbers is not None:
             self.numbers.add(len(documents))
         return documents
@@ -116,14 +156,18 @@ class _JsonLines(LineRecords):
         line, invalid_utf8 = decode_utf8(raw)
         text = _text_field(line, self._options.text_field)
         if isinstance(text, _Skipped):
-            self._stats.count(text.counter)
-            if self._logged < MAX_LOGGED_BAD_LINES:
-                self._logged += 1
-                logger.warning(
-                    "%s: line at byte %d skipped: %s.", self._path, line_start, text.problem
-                )
+            self._skip(text, line_start)
             return []
         return text_document(text, self._options, self._stats, invalid_utf8=invalid_utf8)
+
+    def _skip(self, skipped: _Skipped, line_start: int) -> None:
+        """Counts a skipped line; logs the first few of the range."""
+        self._stats.count(skipped.counter)
+        if self._logged < MAX_LOGGED_BAD_LINES:
+            self._logged += 1
+            logger.warning(
+                "%s: line at byte %d skipped: %s.", self._path, line_start, skipped.problem
+            )
 
 
 def _read_range(
