@@ -12,10 +12,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import difflib
 import logging
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NoReturn
 
 from lmshards.plumbing import fs, stopping
@@ -196,42 +198,73 @@ def setup_logging(*, verbose: bool = False, packages: Sequence[str] = ()) -> Non
         logging.getLogger(package).setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
-def run_command(command: str, body: Callable[[], int | None]) -> int:
-    """Runs a subcommand's body; a user error becomes the one error line and exit 2.
+@dataclasses.dataclass
+class Failure:
+    """The exit code of a command whose body an error ended (see one_line_errors); EXIT_OK while none has."""
 
-    SIGTERM or SIGINT (lmshards.plumbing.stopping) stops it: its output's lease and partial files are removed on the
-    way out (lmshards.plumbing.lease.output_lease), then one line and exit 130, whatever a library raised meanwhile.
+    code: int = EXIT_OK
+
+
+@contextlib.contextmanager
+def one_line_errors(command: str) -> Iterator[Failure]:
+    """Ends the block on a user error, a stop or a gs:// failure with its one error line, and records the
+    exit code in the Failure it yields; a bug propagates with its traceback.
+
+    A body returns its own code; after the block, the Failure's code is the command's:
+
+        with one_line_errors(COMMAND) as failed, stopping.stop_signals():
+            ...
+            return EXIT_OK
+        return failed.code
+
+    A stop (SIGTERM or SIGINT, lmshards.plumbing.stopping): its output's lease and partial files were removed on
+    the way out (lmshards.plumbing.lease.output_lease); one line and exit 130, whatever a library raised meanwhile.
+    A user error: exit 2 (a FailedRunError: 1).
     """
+    failed = Failure()
     try:
-        with stopping.stop_signals():
-            return int(body() or EXIT_OK)
+        yield failed
     except BaseException as e:
-        # Once a stop is asked for, whatever the unwinding raised (Beam wraps the interrupt) is the stop.
-        if stopping.requested() is not None or isinstance(e, KeyboardInterrupt):
-            print_error(
-                command,
-                f"stopped by {stopping.signal_name()}; its lease and partial output were removed. "
-                "Run the command again to start over.",
-            )
-            return EXIT_INTERRUPTED
-        if isinstance(e, LmshardsError):
-            print_error(command, str(e))
-            return EXIT_FAILURE if isinstance(e, FailedRunError) else EXIT_USAGE
-        # A gs:// request that failed mid-run (network, permissions): one line, not gcsfs' traceback.
-        if isinstance(e, Exception) and fs.is_storage_failure(e):
-            print_error(command, fs.storage_problem(e))
-            return EXIT_USAGE
-        raise
+        failed.code = _error_exit(command, e)
 
 
-def run_writing(command: str, output: str, body: Callable[[], int | None]) -> int:
-    """Runs the part of a command that writes `output`: a disk error there (full, quota, read-only,
-    lost permission) becomes one line naming it and exit 1, not a traceback.
+def _error_exit(command: str, e: BaseException) -> int:
+    """Prints e's one line and returns its exit code; raises e again when it is a bug."""
+    # Once a stop is asked for, whatever the unwinding raised (Beam wraps the interrupt) is the stop.
+    if stopping.requested() is not None or isinstance(e, KeyboardInterrupt):
+        print_error(
+            command,
+            f"stopped by {stopping.signal_name()}; its lease and partial output were removed. "
+            "Run the command again to start over.",
+        )
+        return EXIT_INTERRUPTED
+    if isinstance(e, LmshardsError):
+        print_error(command, str(e))
+        return EXIT_FAILURE if isinstance(e, FailedRunError) else EXIT_USAGE
+    # A gs:// request that failed mid-run (network, permissions): one line, not gcsfs' traceback.
+    if isinstance(e, Exception) and fs.is_storage_failure(e):
+        print_error(command, fs.storage_problem(e))
+        return EXIT_USAGE
+    raise e
 
-    User errors and bugs propagate (run_command reports the first; a bug keeps its traceback).
-    """
-    try:
+
+def run_command(command: str, body: Callable[[], int | None]) -> int:
+    """Runs a subcommand's body under stop signals and one_line_errors; returns its exit code."""
+    with one_line_errors(command) as failed, stopping.stop_signals():
         return int(body() or EXIT_OK)
+    return failed.code
+
+
+@contextlib.contextmanager
+def disk_errors(command: str, output: str) -> Iterator[Failure]:
+    """Ends the block that writes `output` on a disk error there (full, quota, read-only, lost permission)
+    with one line naming it, and records exit 1 in the Failure it yields, not a traceback.
+
+    User errors and bugs propagate (one_line_errors reports the first; a bug keeps its traceback).
+    """
+    failed = Failure()
+    try:
+        yield failed
     except LmshardsError:
         raise
     except Exception as e:
@@ -239,4 +272,11 @@ def run_writing(command: str, output: str, body: Callable[[], int | None]) -> in
         if message is None:
             raise
         print_error(command, message)
-        return EXIT_FAILURE
+        failed.code = EXIT_FAILURE
+
+
+def run_writing(command: str, output: str, body: Callable[[], int | None]) -> int:
+    """Runs the part of a command that writes `output` under disk_errors; returns its exit code."""
+    with disk_errors(command, output) as failed:
+        return int(body() or EXIT_OK)
+    return failed.code

@@ -1,4 +1,4 @@
-"""`lmshards preprocess`: flags -> PreprocessConfig -> run_pipeline -> a short summary."""
+"""`lmshards preprocess`: flags -> PreprocessConfig -> run_pipeline (lease, plan, build, run) -> a short summary."""
 
 from __future__ import annotations
 
@@ -6,24 +6,30 @@ import logging
 import os
 import re
 import sys
+import time
 from collections.abc import Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from lmshards.plumbing import stopping
 from lmshards.plumbing.cli import (
+    EXIT_FAILURE,
+    EXIT_OK,
     CommandParser,
     normalize_switches,
-    run_command,
+    one_line_errors,
+    print_error,
     setup_logging,
 )
 from lmshards.plumbing.units import format_duration
 from lmshards.preprocess import runners
 from lmshards.preprocess.corpus_warnings import corpus_warnings
-from lmshards.preprocess.failures import is_reported_failure
+from lmshards.preprocess.failures import RunFailure, is_reported_failure
 from lmshards.preprocess.options import (
     RENAMED_FLAGS,
     REQUIRED_FLAGS,
     LmshardsPreprocessOptions,
+    PreprocessConfig,
     check_dependent_flags,
     config_from_options,
     preprocess_flags,
@@ -55,12 +61,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Writing schema.pbtxt imports TensorFlow here; its C++ INFO lines (CPU features, ...) are not for users.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     setup_preprocess_logging(verbose=args.verbose)
-    return run_command(COMMAND, lambda: _preprocess(parser, argv, others))
+    with one_line_errors(COMMAND) as failed, stopping.stop_signals():
+        config = checked_config(parser, argv, others)
+        # Beam graph code, after the cheap checks
+        from lmshards.preprocess.launch import dry_run_line
+        from lmshards.preprocess.pipeline import run_pipeline
+
+        started = time.monotonic()
+        try:
+            manifest = run_pipeline(config, argv)  # the lease, the plan, the build, the run
+        except RunFailure as e:  # the machine's side: a full disk, a lost permission
+            print_error(COMMAND, str(e))
+            return EXIT_FAILURE
+        if manifest is None:
+            print(dry_run_line(COMMAND, runners.dry_run_job_file(PipelineOptions(argv))))
+            return EXIT_OK
+        for warning in corpus_warnings(manifest, config):
+            log.warning("%s", warning)
+        print(summary(manifest, config.output, time.monotonic() - started))
+        return EXIT_OK
+    return failed.code
 
 
 def setup_preprocess_logging(*, verbose: bool = False) -> None:
     """Our progress lines, workers' included; a failure reported in one line is not also Beam's traceback."""
-    setup_logging(verbose=verbose, packages=["preprocess"])
+    setup_logging(verbose=verbose, packages=["lmshards.preprocess"])
     for handler in logging.getLogger().handlers:
         handler.addFilter(lambda record: not is_reported_failure(record))
     worker_logs = logging.getLogger(WORKER_LOGGER)
@@ -68,7 +93,12 @@ def setup_preprocess_logging(*, verbose: bool = False) -> None:
     worker_logs.addFilter(_from_preprocess_or_error)
 
 
-def _preprocess(parser: CommandParser, argv: list[str], others: list[str]) -> int:
+def checked_config(parser: CommandParser, argv: list[str], others: list[str]) -> PreprocessConfig:
+    """The run's config from the command line; exits 2 on a flag no one declares.
+
+    Raises:
+      LmshardsError: an unknown runner, or a flag's value wrong alone or with another flag.
+    """
     # The runner first: resolving it imports its module, which declares its own flags (Dask's).
     runners.resolve_runner(
         PipelineOptions(argv).view_as(StandardOptions).runner or runners.FNAPI_RUNNER
@@ -76,21 +106,7 @@ def _preprocess(parser: CommandParser, argv: list[str], others: list[str]) -> in
     check_flags(parser, others)
     config = config_from_options(PipelineOptions(argv))
     check_dependent_flags(config)
-    # Beam graph code, after the cheap checks
-    from lmshards.preprocess.launch import report_run
-    from lmshards.preprocess.pipeline import run_pipeline
-
-    def finished(manifest: Manifest, seconds: float) -> str:
-        for warning in corpus_warnings(manifest, config):
-            log.warning("%s", warning)
-        return summary(manifest, config.output, seconds)
-
-    return report_run(
-        COMMAND,
-        lambda: run_pipeline(config, argv),
-        summary=finished,
-        job_file=runners.dry_run_job_file(PipelineOptions(argv)),
-    )
+    return config
 
 
 def build_parser() -> CommandParser:

@@ -2,13 +2,14 @@
 
 A command is its plan and its wiring; everything around them is here, once:
 
-- `build_job`: a planned `Job` -> its Beam pipeline, built (the worker package staged for Dataflow), or
-  only dry-run with Dataflow's `--dry_run=True` (preprocess, repack, stats).
-- `run_shard_set`: the one-writer lease, the plan, the build, then `launch`: --output checked writable,
-  --overwrite's clearing, the files known before the run (tokenizer copy, schema.pbtxt), the run, and a
-  failure reported in one line with the partial output removed (preprocess, repack).
-- `report_run`: the command's tail on stdout: its summary, the dry run's line, or exit 1 for a
-  RunFailure (every command that runs a pipeline).
+- `writer_lease`: the one-writer lease on a shard set's --output (none for a dry run).
+- `ready_to_run`: a wired pipeline with the worker package staged for Dataflow, or only dry-run with
+  Dataflow's `--dry_run=True`; `build_job` wires a planned `Job` and does the same (repack, stats).
+- `launch`: --output checked writable, --overwrite's clearing, the files known before the run (tokenizer
+  copy, schema.pbtxt), the run, and a failure reported in one line with the partial output removed
+  (preprocess, repack); `run_shard_set` is lease, plan, build and launch for a planned `ShardSet` (repack).
+- `dry_run_line`, `report_run`: the command's tail on stdout: its summary, the dry run's line, or exit 1
+  for a RunFailure.
 """
 
 from __future__ import annotations
@@ -72,13 +73,14 @@ class ShardSet:
     config: the equivalent preprocess run's config (output, --overwrite, --keep_tokens).
     tokenizer: copied into the output (and into its token store with --keep_tokens) before the run.
     header: the manifest as known before the run; schema.pbtxt is written from it.
+    job: the pipeline run_shard_set builds; None when the command builds its own (preprocess).
     start_line: logged when the run starts (not for a dry run).
     """
 
     config: PreprocessConfig
     tokenizer: TokenizerSource
     header: Manifest
-    job: Job
+    job: Job | None = None
     start_line: str | None = None
 
 
@@ -129,12 +131,28 @@ def build_job(job: Job, options: PipelineOptions) -> beam.Pipeline | None:
     the job offline, writes it to --dataflow_job_file and prints its estimated cost (see runners.dry_run)."""
     pipeline = beam.Pipeline(options=options)
     job.wire(pipeline)
-    if job.worker_package:
+    ready = ready_to_run(
+        pipeline, options, input_bytes=job.input_bytes, worker_package=job.worker_package
+    )
+    return pipeline if ready else None
+
+
+def ready_to_run(
+    pipeline: beam.Pipeline,
+    options: PipelineOptions,
+    *,
+    input_bytes: int | None,
+    worker_package: bool = True,
+) -> bool:
+    """Readies a wired pipeline: stages the worker package (see Job); False after a Dataflow
+    `--dry_run=True`, which builds the job offline, writes it to --dataflow_job_file and prints its
+    estimated cost (see runners.dry_run), so there is nothing to run."""
+    if worker_package:
         runners.prepare_staging(options)
     if runners.is_dry_run(options):
-        runners.dry_run(pipeline, options, input_bytes=job.input_bytes)
-        return None
-    return pipeline
+        runners.dry_run(pipeline, options, input_bytes=input_bytes)
+        return False
+    return True
 
 
 # ---------------------------------------------------------------- shard sets: lease, files, run
@@ -164,24 +182,33 @@ def run_shard_set(
         or, during the run, an input found bad on a worker (reported here with its own message).
       RunFailure: the output could not be written during the run (full disk, lost permission).
     """
-    lease = (
-        contextlib.nullcontext()
-        if runners.is_dry_run(options)
-        else output_lease(
-            settings.output,
-            command=command,
-            stale_after_s=settings.lease_stale_s,
-            partial_kind=PREPROCESS_OUTPUT,
-        )
-    )
-    with lease:
+    with writer_lease(command, settings, options):
         shard_set = plan()
+        assert shard_set.job is not None, "run_shard_set builds the ShardSet's job"
         pipeline = build_job(shard_set.job, options)
         if pipeline is None:
             return None
         if shard_set.start_line:
             _LOG.info("%s", shard_set.start_line)
         return launch(pipeline, options, shard_set)
+
+
+def writer_lease(
+    command: str, settings: WritesOutput, options: PipelineOptions
+) -> contextlib.AbstractContextManager:
+    """The one-writer lease on settings.output while the block runs (a dry run writes nothing: none).
+
+    A second command into the same --output stops here, naming the first, before its plan reads or
+    deletes anything; a stop inside the block removes the partial shard set with the lease.
+    """
+    if runners.is_dry_run(options):
+        return contextlib.nullcontext()
+    return output_lease(
+        settings.output,
+        command=command,
+        stale_after_s=settings.lease_stale_s,
+        partial_kind=PREPROCESS_OUTPUT,
+    )
 
 
 def launch(pipeline: beam.Pipeline, options: PipelineOptions, shard_set: ShardSet) -> Manifest:
@@ -287,10 +314,14 @@ def report_run(
         print_error(command, str(e))
         return EXIT_FAILURE
     if result is None:
-        print(
-            f"lmshards {command}: dry run, nothing submitted or written"
-            + (f"; Dataflow job written to {job_file}" if job_file else "")
-        )
+        print(dry_run_line(command, job_file))
     else:
         print(summary(result, time.monotonic() - started))
     return EXIT_OK
+
+
+def dry_run_line(command: str, job_file: str | None) -> str:
+    """The line a dry run ends with on stdout; job_file: the --dataflow_job_file it wrote, if any."""
+    return f"lmshards {command}: dry run, nothing submitted or written" + (
+        f"; Dataflow job written to {job_file}" if job_file else ""
+    )

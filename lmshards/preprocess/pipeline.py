@@ -29,7 +29,13 @@ from lmshards.preprocess import runners
 from lmshards.preprocess.curation.stage import CurateDocuments, CurationOutputs, CurationSettings
 from lmshards.preprocess.curation_plan import plan_curation
 from lmshards.preprocess.in_process import InProcessJob, PreprocessInProcess, text_sha256
-from lmshards.preprocess.launch import Job, ShardSet, manifest_header, run_shard_set
+from lmshards.preprocess.launch import (
+    ShardSet,
+    launch,
+    manifest_header,
+    ready_to_run,
+    writer_lease,
+)
 from lmshards.preprocess.options import PreprocessConfig, PreprocessError
 from lmshards.preprocess.sources import (
     ReadStats,
@@ -388,17 +394,17 @@ def run_pipeline(config: PreprocessConfig, beam_args: Sequence[str] = ()) -> Man
         config, tokenizer_threads=runners.tokenizer_threads(config.tokenizer_threads, options)
     )
     check_locations(config)  # before the lease file is written into --output
-    return run_shard_set("preprocess", options, config, lambda: shard_set(plan_preprocess(config)))
+    with writer_lease("preprocess", config, options):
+        plan = plan_preprocess(config)
+        pipeline = beam.Pipeline(options=options)
+        build_pipeline(pipeline, plan)
+        if not ready_to_run(pipeline, options, input_bytes=sum(f.bytes for f in plan.files)):
+            return None  # a dry run
+        return launch(pipeline, options, shard_set(plan))
 
 
 def shard_set(plan: PreprocessPlan) -> ShardSet:
     """The plan as the launcher runs it."""
     return ShardSet(
-        config=plan.config,
-        tokenizer=plan.tokenizer_source,
-        header=plan.manifest_header(),
-        job=Job(
-            wire=lambda pipeline: build_pipeline(pipeline, plan),
-            input_bytes=sum(f.bytes for f in plan.files),
-        ),
+        config=plan.config, tokenizer=plan.tokenizer_source, header=plan.manifest_header()
     )

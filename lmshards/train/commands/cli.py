@@ -15,8 +15,8 @@ from lmshards.plumbing.cli import (
     EXIT_PREEMPTED,
     CommandParser,
     add_verbose_flag,
-    run_command,
-    run_writing,
+    disk_errors,
+    one_line_errors,
     setup_logging,
 )
 from lmshards.plumbing.known_names import name_hints
@@ -234,49 +234,42 @@ def model_defaults(args: argparse.Namespace) -> dict[str, str | None]:
     }
 
 
-def _train(argv: Sequence[str]) -> int:
-    config = parse_config(argv)
-    setup_logging(verbose=config.verbose, packages=["train"])
-    quiet_tensorflow(verbose=config.verbose)
-    use_fast_cpu_kernels()
-    return run_writing(COMMAND, config.output, lambda: _run(config))
-
-
-def _run(config: TrainConfig) -> int:
-    # Installed first: a signal while the lease is taken, the checks run or the training stack loads
-    # still ends in exit 75. One writer per run directory: a second `train` on it (a restarted job whose
-    # old process still runs) stops at the lease instead of resuming from a checkpoint the first one keeps
-    # writing.
-    with (
-        PreemptionFlag.current() as preemption,
-        output_lease(config.output, command=COMMAND, stale_after_s=config.lease_stale_s),
-    ):
-        return _checked_run(config, preemption)
-
-
-def _checked_run(config: TrainConfig, preemption: PreemptionFlag) -> int:
-    checked = preflight(config)
-    if preemption.raised:
-        log.warning("stopped before training started; rerun the same command to start")
-        return EXIT_PREEMPTED
-    if checked.finished is not None:
-        log.info(
-            "%s has finished; nothing to train (pass --extend with a larger --steps to train it longer).",
-            config.output,
-        )
-        print(format_summary(checked.finished, config.output))
-        return EXIT_OK
-    # Keras reads its backend once, and importing TensorFlow (the host input pipeline) imports Keras.
-    select_keras_backend(config.backend)
-    with native_stderr_discarded(verbose=config.verbose):
-        # the training stack loads only once every cheap check has passed
-        from lmshards.train.loop.trainer import train
-    summary = train(config, checked)
-    if summary.get("preempted") is not None:
-        return EXIT_PREEMPTED
-    print(format_summary(summary, config.output))
-    return EXIT_OK
-
-
 def main(argv: Sequence[str]) -> int:
-    return run_command(COMMAND, lambda: _train(argv))
+    """parse, plan (preflight), lease, build (the training stack), run (trainer.train), report."""
+    # The flag first: a signal at any moment, start-up included, ends the command with exit 75 (a
+    # second SIGINT stops at once: one line, exit 130).
+    with PreemptionFlag.current() as preemption, one_line_errors(COMMAND) as failed:
+        config = parse_config(argv)
+        setup_logging(verbose=config.verbose, packages=["lmshards.train"])
+        quiet_tensorflow(verbose=config.verbose)
+        use_fast_cpu_kernels()
+        # One writer per run directory: a second `train` on it (a restarted job whose old process still
+        # runs) stops at the lease instead of resuming from a checkpoint the first one keeps writing.
+        with (
+            disk_errors(COMMAND, config.output) as failed_writing,
+            output_lease(config.output, command=COMMAND, stale_after_s=config.lease_stale_s),
+        ):
+            checked = preflight(config)
+            if preemption.raised:
+                log.warning("stopped before training started; rerun the same command to start")
+                return EXIT_PREEMPTED
+            if checked.finished is not None:
+                log.info(
+                    "%s has finished; nothing to train (pass --extend with a larger --steps to train "
+                    "it longer).",
+                    config.output,
+                )
+                print(format_summary(checked.finished, config.output))
+                return EXIT_OK
+            # Keras reads its backend once, and importing TensorFlow (the host input pipeline) imports Keras.
+            select_keras_backend(config.backend)
+            with native_stderr_discarded(verbose=config.verbose):
+                # the training stack loads only once every cheap check has passed
+                from lmshards.train.loop.trainer import train
+            summary = train(config, checked)
+            if summary.get("preempted") is not None:
+                return EXIT_PREEMPTED
+            print(format_summary(summary, config.output))
+            return EXIT_OK
+        return failed_writing.code
+    return failed.code
