@@ -140,6 +140,13 @@ class OutputKind:
     nested: tuple[tuple[str, OutputKind], ...] = ()  # (directory name, kind of the output it holds)
     # (directory name, pattern): owned while every file below it matches, by its path relative to it
     pattern_dirs: tuple[tuple[str, re.Pattern[str]], ...] = ()
+    # What it is, as a refusal names it: "a training run (written by `lmshards train`)".
+    what: str = ""
+    # Entries whose presence says a directory is (or is becoming) this kind of output; the marker when
+    # empty. A marker of marker_format counts only when its "format" says so.
+    signs: tuple[str, ...] = ()
+    # Directories inside it that another command writes into (`lmshards stats` into a shard set's stats/).
+    open_dirs: frozenset[str] = frozenset()
 
 
 class OwnedEntries(NamedTuple):
@@ -329,21 +336,91 @@ def _refuse_foreign(directory: str, foreign: Sequence[str], *, kind: OutputKind,
         )
 
 
+def _has_sign(filesystem: Any, path: str, kind: OutputKind) -> bool:
+    for sign in kind.signs or (kind.marker,):
+        if not filesystem.exists(posixpath.join(path, sign)):
+            continue
+        if sign != kind.marker or kind.marker_format is None:
+            return True
+        if _is_ours(filesystem, path, sign, kind):
+            return True
+    return False
+
+
+def _kind_at(filesystem: Any, path: str, kinds: Sequence[OutputKind]) -> OutputKind | None:
+    """The first of kinds that the directory at path is an output of, by its signs; None for none."""
+    return next((kind for kind in kinds if _has_sign(filesystem, path, kind)), None)
+
+
+def _ancestors(directory: str) -> list[tuple[str, str]]:
+    """(ancestor, name of the entry below it on the way to directory), nearest first: every ancestor
+    locally (symlinks resolved), the parent only on an object store (each look costs requests)."""
+    if fs.is_remote(directory):
+        scheme, _, rest = directory.partition("://")
+        parent, name = posixpath.split(rest.rstrip("/"))
+        return [(f"{scheme}://{parent}", name)] if parent and name else []
+    path = os.path.realpath(directory.removeprefix("file://"))
+    found: list[tuple[str, str]] = []
+    while True:
+        parent, name = os.path.split(path)
+        if not name:
+            return found
+        found.append((parent, name))
+        path = parent
+
+
+def _refuse_inside_output(directory: str, *, kinds: Sequence[OutputKind], flag: str) -> None:
+    """Refuses a directory inside another lmshards output, but a directory its layout opens to other
+    commands (a shard set's stats/), directly below it."""
+    for depth, (ancestor, name) in enumerate(_ancestors(directory)):
+        filesystem, path = fs.filesystem(ancestor)
+        if not filesystem.isdir(path):
+            continue
+        outer = _kind_at(filesystem, path, kinds)
+        if outer is not None and not (depth == 0 and name in outer.open_dirs):
+            raise OutputError(
+                f"{flag} {directory!r} is inside {ancestor!r}, which holds {outer.what}: writing there would "
+                f"mix files into it. Choose a {flag} outside it."
+            )
+
+
 def check_replaceable(
-    directory: str, *, kind: OutputKind, overwrite: bool, flag: str = "--output"
-) -> None:
+    directory: str,
+    *,
+    kind: OutputKind,
+    overwrite: bool,
+    flag: str = "--output",
+    others: Sequence[OutputKind] = (),
+) -> bool:
     """Refuses, before any work starts, an output directory that a new `kind` output may not replace.
 
-    Absent or empty directories are fine; a non-empty one needs `overwrite` and must hold nothing
-    but an earlier lmshards `kind` output.
+    Absent or empty directories are fine; a non-empty one needs `overwrite` and must hold nothing but an
+    earlier lmshards `kind` output. Never replaced, with or without `overwrite`: a directory that is
+    (by its signs) or lies inside one of the `others` outputs (e.g. lmshards.schemas.layouts.OUTPUT_KINDS),
+    or that holds entries `kind` does not own. Returns True when an earlier output will be replaced.
 
     Raises:
-      OutputError: directory is a file, is not empty and overwrite is False, or holds foreign entries.
+      OutputError: naming the directory, what it holds and the fix.
     """
-    if fs.check_output_dir(directory, overwrite=overwrite, flag=flag):
-        _refuse_foreign(
-            directory, owned_entries(directory, kind=kind, flag=flag).foreign, kind=kind, flag=flag
+    _refuse_inside_output(directory, kinds=(kind, *others), flag=flag)
+    found = _existing_directory(directory, flag)
+    if found is None or not _list(*found):
+        return False
+    filesystem, path = found
+    if not _has_sign(filesystem, path, kind):
+        other = _kind_at(filesystem, path, [o for o in others if o.name != kind.name])
+        if other is not None:
+            raise OutputError(
+                f"{flag} {directory!r} holds {other.what}, which this command never replaces. "
+                f"Choose a new or empty {flag}."
+            )
+    _refuse_foreign(directory, _classify(filesystem, path, kind).foreign, kind=kind, flag=flag)
+    if not overwrite:
+        raise OutputError(
+            f"{flag} {directory!r} is not empty; pass --overwrite to replace what it holds "
+            f"({kind.what or f'an earlier lmshards {kind.name} output'}), or choose a new directory."
         )
+    return True
 
 
 def prepare_output(
@@ -354,7 +431,7 @@ def prepare_output(
     Raises:
       OutputError: as check_replaceable.
     """
-    if fs.check_output_dir(directory, overwrite=overwrite, flag=flag):
+    if check_replaceable(directory, kind=kind, overwrite=overwrite, flag=flag):
         clear_owned_output(directory, kind=kind, flag=flag)
     fs.makedirs(directory)
 

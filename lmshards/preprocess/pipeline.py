@@ -23,7 +23,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from lmshards.plumbing import fs
 from lmshards.plumbing.errors import TokenizerError
-from lmshards.plumbing.outputs import check_no_overlap
+from lmshards.plumbing.outputs import check_no_overlap, check_replaceable
 from lmshards.plumbing.units import MIB
 from lmshards.preprocess import runners
 from lmshards.preprocess.curation.stage import CurateDocuments, CurationOutputs, CurationSettings
@@ -63,6 +63,7 @@ from lmshards.schemas.constants import (
     TRAIN_SPLIT,
     VALIDATION_SPLIT,
 )
+from lmshards.schemas.layouts import OUTPUT_KINDS, PREPROCESS_OUTPUT
 from lmshards.schemas.manifest import (
     TOKENIZER_RELPATH,
     InputFileInfo,
@@ -170,7 +171,9 @@ def plan_preprocess(config: PreprocessConfig) -> PreprocessPlan:
         batch_size=config.documents_per_tokenizer_call,
         range_bytes=int(config.range_mb * MIB),
     )  # reads the eval sets, to check them
-    fs.check_output_dir(config.output, overwrite=config.overwrite)
+    check_replaceable(
+        config.output, kind=PREPROCESS_OUTPUT, overwrite=config.overwrite, others=OUTPUT_KINDS
+    )
     total_bytes = sum(f.bytes for f in files)
     groups = packing_groups(total_bytes, config.validation_fraction, config.packing_group_tokens)
     return PreprocessPlan(

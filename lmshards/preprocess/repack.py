@@ -18,7 +18,7 @@ import apache_beam as beam
 from lmshards.plumbing import fs
 from lmshards.plumbing.errors import LmshardsError
 from lmshards.plumbing.lease import STALE_AFTER_S
-from lmshards.plumbing.outputs import check_no_overlap
+from lmshards.plumbing.outputs import check_no_overlap, check_replaceable
 from lmshards.preprocess import runners
 from lmshards.preprocess.launch import Job, ShardSet, manifest_header, run_shard_set
 from lmshards.preprocess.options import LAYOUT_OPTIONS, PreprocessConfig, default_remainder
@@ -39,6 +39,7 @@ from lmshards.preprocess.stages.tokens import (
     read_store_manifest,
 )
 from lmshards.schemas.constants import TOKENIZER_DIR_NAME
+from lmshards.schemas.layouts import OUTPUT_KINDS, PREPROCESS_OUTPUT
 from lmshards.schemas.manifest import TOKENIZER_RELPATH, Manifest
 from lmshards.schemas.tokenizer_info import TokenizerSource, fingerprint, locate_tokenizer
 
@@ -166,7 +167,9 @@ def plan_repack(config: RepackConfig) -> RepackPlan:
     check_packing_options(
         preprocess_config, model_max_length=tokenizer.model_max_length, pad_id=pad_id
     )
-    fs.check_output_dir(config.output, overwrite=config.overwrite)
+    check_replaceable(
+        config.output, kind=PREPROCESS_OUTPUT, overwrite=config.overwrite, others=OUTPUT_KINDS
+    )
     header = manifest_header(
         preprocess_config,
         tokenizer=tokenizer,

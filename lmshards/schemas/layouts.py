@@ -17,6 +17,10 @@ from lmshards.schemas.constants import (
     CURATION_DIR_NAME,
     MANIFEST_FORMAT,
     MANIFEST_NAME,
+    MODEL_CONFIG_JSON,
+    MODEL_PYTORCH_BIN,
+    MODEL_SAFETENSORS,
+    MODEL_WEIGHTS_FILES,
     RUN_CONFIG_JSON,
     SCHEMA_NAME,
     SPLITS,
@@ -35,6 +39,21 @@ TEMP_DIR_NAME = ".lmshards-tmp"
 SPILL_DIR_PREFIX = "spill-"
 # Written by transformers releases before 5 beside tokenizer_config.json.
 SPECIAL_TOKENS_MAP_JSON = "special_tokens_map.json"
+# The tokenizer files a transformers tokenizer directory may hold (`save_pretrained` writes some of them;
+# `lmshards export` copies a run's transformers tokenizer directory as it is).
+HF_TOKENIZER_FILES = (
+    TOKENIZER_JSON,
+    TOKENIZER_CONFIG_JSON,
+    SPECIAL_TOKENS_MAP_JSON,
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tokenizer.model",
+    "chat_template.jinja",
+)
 # Written last by `lmshards dataset export`: the sign of a complete export.
 EXPORT_SUCCESS_JSON = "_SUCCESS.json"
 # `{split}-{index:05d}-of-{count:05d}.{parquet|jsonl}`, the shards of `lmshards dataset export`.
@@ -96,8 +115,15 @@ TOKENIZER_OUTPUT = OutputKind(
     "tokenizer",
     marker=TOKENIZER_INFO_JSON,
     files=frozenset({TOKENIZER_JSON, TOKENIZER_CONFIG_JSON, SPECIAL_TOKENS_MAP_JSON}),
+    what="a tokenizer (written by `lmshards tokenizer train`)",
 )
-STATS_OUTPUT = OutputKind("stats", marker=STATS_JSON, files=frozenset({STATS_HTML}))
+STATS_OUTPUT = OutputKind(
+    "stats",
+    marker=STATS_JSON,
+    files=frozenset({STATS_HTML}),
+    what="corpus statistics (written by `lmshards stats`)",
+    signs=(STATS_JSON, STATS_HTML),
+)
 TOKENS_OUTPUT = OutputKind(
     "tokens",
     marker=MANIFEST_NAME,
@@ -105,6 +131,7 @@ TOKENS_OUTPUT = OutputKind(
     file_pattern=_TOKEN_PART_RE,
     scratch_dirs=frozenset({TEMP_DIR_NAME}),
     nested=((TOKENIZER_DIR_NAME, TOKENIZER_OUTPUT),),
+    what="a token store (written by `lmshards preprocess --keep_tokens`)",
 )
 PREPROCESS_OUTPUT = OutputKind(
     "preprocess",
@@ -121,9 +148,16 @@ PREPROCESS_OUTPUT = OutputKind(
         (STATS_DIR_NAME, STATS_OUTPUT),
         (TOKENS_DIR_NAME, TOKENS_OUTPUT),
     ),
+    what="a shard set (written by `lmshards preprocess` or `lmshards repack`)",
+    # An unfinished one has no manifest yet, only its temporary directory.
+    signs=(MANIFEST_NAME, TEMP_DIR_NAME),
+    open_dirs=frozenset({STATS_DIR_NAME}),
 )
 DATASET_EXPORT_OUTPUT = OutputKind(
-    "dataset_export", marker=EXPORT_SUCCESS_JSON, file_pattern=EXPORT_SHARD_RE
+    "dataset_export",
+    marker=EXPORT_SUCCESS_JSON,
+    file_pattern=EXPORT_SHARD_RE,
+    what="a dataset export (written by `lmshards dataset export`)",
 )
 # Everything a training command (and `lmshards report`) writes in a run directory, and nothing else: what
 # `--restart` may delete, and what a run directory may hold (anything else there is the user's, and refused).
@@ -135,4 +169,29 @@ TRAIN_RUN_OUTPUT = OutputKind(
         {TOKENIZER_DIR_NAME}
     ),  # the copy of the run's tokenizer, every file of it
     pattern_dirs=((CHECKPOINTS_DIR, _CHECKPOINT_FILE_RE), (TENSORBOARD_DIR, _EVENTS_FILE_RE)),
+    what="a training run (written by `lmshards train`)",
+    signs=(RUN_CONFIG_JSON, RUN_SUMMARY_JSON),
+)
+# `lmshards export`'s model directory: transformers' config and weights beside the tokenizer files, copied
+# from the run's transformers tokenizer directory or written by save_pretrained. Built elsewhere and renamed
+# into place, so it needs no marker of completion; its weights go first when it is replaced.
+MODEL_EXPORT_OUTPUT = OutputKind(
+    "export",
+    marker=MODEL_SAFETENSORS,
+    files=frozenset(
+        {MODEL_CONFIG_JSON, MODEL_PYTORCH_BIN, TOKENIZER_INFO_JSON, *HF_TOKENIZER_FILES}
+    ),
+    what="a model export (written by `lmshards export`)",
+    signs=MODEL_WEIGHTS_FILES,
+)
+# Every kind, in the order a directory is told apart by its signs (a model export may hold a tokenizer's
+# files, so it comes before the tokenizer): what a command's --output may not be, unless it is its own.
+OUTPUT_KINDS = (
+    PREPROCESS_OUTPUT,
+    TOKENS_OUTPUT,
+    TRAIN_RUN_OUTPUT,
+    MODEL_EXPORT_OUTPUT,
+    DATASET_EXPORT_OUTPUT,
+    TOKENIZER_OUTPUT,
+    STATS_OUTPUT,
 )

@@ -546,7 +546,9 @@ def test_export_cli_exports_a_training_run_at_its_latest_or_a_chosen_checkpoint(
     )
     assert code == 2
     assert "is not the one the run was trained with" in capfd.readouterr().err
-    code = export_cli.main([str(tmp_path), "--output", str(tmp_path / "other")])
+    not_a_run = tmp_path / "not-a-run"
+    not_a_run.mkdir()
+    code = export_cli.main([str(not_a_run), "--output", str(tmp_path / "other")])
     assert code == 2
     assert "run_config.json" in capfd.readouterr().err
     assert not (tmp_path / "other").exists()

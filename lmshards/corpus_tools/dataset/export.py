@@ -28,7 +28,7 @@ from lmshards.plumbing import bounded, fs
 from lmshards.plumbing.errors import LmshardsError
 from lmshards.plumbing.flag_types import whole
 from lmshards.plumbing.outputs import check_replaceable, prepare_output
-from lmshards.schemas.layouts import DATASET_EXPORT_OUTPUT, EXPORT_SUCCESS_JSON
+from lmshards.schemas.layouts import DATASET_EXPORT_OUTPUT, EXPORT_SUCCESS_JSON, OUTPUT_KINDS
 from lmshards.schemas.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -230,7 +230,9 @@ def export(config: ExportConfig) -> dict[str, Any]:
         non-empty output without overwrite (checked before loading; emptied only once the dataset loaded).
     """
     validate(config)
-    check_replaceable(config.output, kind=DATASET_EXPORT_OUTPUT, overwrite=config.overwrite)
+    check_replaceable(
+        config.output, kind=DATASET_EXPORT_OUTPUT, overwrite=config.overwrite, others=OUTPUT_KINDS
+    )
     start = time.monotonic()
     dataset = load(config)
     prepare_output(config.output, kind=DATASET_EXPORT_OUTPUT, overwrite=config.overwrite)

@@ -12,7 +12,13 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from lmshards.plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
+from lmshards.plumbing.cli import (
+    CommandParser,
+    add_overwrite_flag,
+    add_verbose_flag,
+    run_command,
+    setup_logging,
+)
 from lmshards.plumbing.errors import LmshardsError
 from lmshards.plumbing.flag_types import whole
 from lmshards.plumbing.lease import add_lease_flag, output_lease
@@ -81,6 +87,9 @@ def build_parser() -> CommandParser:
         help="the shards' tokenizer (tokenizer.json or its directory) to name the top tokens "
         f"(default SHARDS_DIR/{TOKENIZER_DIRNAME} if present, else ids only)",
     )
+    add_overwrite_flag(
+        parser, help="replace an earlier stats.json and stats.html in --output (nothing else there)"
+    )
     add_verbose_flag(parser)
     add_lease_flag(parser)
     return parser
@@ -118,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _stats(args: argparse.Namespace, beam_args: list[str]) -> int:
     log.info("stats: loading TensorFlow and tensorflow-transform")
     load_tensorflow_quietly(verbose=args.verbose, modules=TENSORFLOW_MODULES)
-    from lmshards.corpus_tools.stats.stats import StatsConfig, run_stats, stats_output
+    from lmshards.corpus_tools.stats.stats import StatsConfig, check_stats_output, run_stats
     from lmshards.preprocess.launch import report_run
 
     config = StatsConfig(
@@ -127,11 +136,13 @@ def _stats(args: argparse.Namespace, beam_args: list[str]) -> int:
         splits=tuple(args.split or ()),
         top_k=args.top_k,
         tokenizer=args.tokenizer,
+        overwrite=args.overwrite,
     )
+    output = check_stats_output(config)  # before the lease goes into it
 
     def run() -> StatsReport | None:
         with output_lease(
-            stats_output(config),
+            output,
             command=COMMAND,
             stale_after_s=args.lease_stale_s,
             partial_kind=STATS_OUTPUT,

@@ -35,12 +35,19 @@ from lmshards.corpus_tools.stats.figures import (
 from lmshards.corpus_tools.stats.page import stats_page
 from lmshards.corpus_tools.stats.token_store import token_store_stats
 from lmshards.plumbing import fs
-from lmshards.plumbing.errors import LmshardsError, OutputError
+from lmshards.plumbing.errors import LmshardsError
+from lmshards.plumbing.outputs import check_no_overlap, check_replaceable, prepare_output
 from lmshards.preprocess.launch import Job, build_job
 from lmshards.preprocess.runners import pipeline_options
 from lmshards.schemas.constants import ATTENTION_MASK, INPUT_IDS
 from lmshards.schemas.directory_kind import is_token_store
-from lmshards.schemas.layouts import STATS_DIR_NAME, STATS_HTML, STATS_JSON
+from lmshards.schemas.layouts import (
+    OUTPUT_KINDS,
+    STATS_DIR_NAME,
+    STATS_HTML,
+    STATS_JSON,
+    STATS_OUTPUT,
+)
 from lmshards.schemas.manifest import Manifest, ShardInfo, read_manifest
 from lmshards.schemas.shards import parse_shard_name
 from lmshards.schemas.tfmd import schema_for
@@ -85,6 +92,7 @@ class StatsConfig:
     splits: tuple[str, ...] = ()  # every split of the manifest
     top_k: int = DEFAULT_TOP_K
     tokenizer: str | None = None  # SHARDS_DIR/tokenizer when it exists, else ids only
+    overwrite: bool = False  # replace an earlier stats output (only stats.json and stats.html)
 
     def __post_init__(self) -> None:
         if self.top_k < 1:
@@ -143,12 +151,27 @@ def stats_output(config: StatsConfig) -> str:
     return fs.join(config.shards_dir.rstrip("/") or "/", DEFAULT_STATS_DIRNAME)
 
 
+def check_stats_output(config: StatsConfig) -> str:
+    """The output directory, once checked before any work: new, empty, or (with overwrite) an earlier
+    stats output and nothing else; never the shard set or store itself, one holding it, or another
+    lmshards output. SHARDS_DIR/stats, the default, is the one place inside a shard set it may write.
+
+    Raises:
+      LmshardsError: naming the directory, what it holds and the fix (OutputError), or as stats_output.
+    """
+    output = stats_output(config)
+    if config.output:
+        check_no_overlap([config.shards_dir], output, input_flag="SHARDS_DIR")
+    check_replaceable(output, kind=STATS_OUTPUT, overwrite=config.overwrite, others=OUTPUT_KINDS)
+    return output
+
+
 def plan_stats(config: StatsConfig) -> StatsPlan:
     """Reads the manifest and checks splits, output and tokenizer before any pipeline is built.
 
     Raises:
-      LmshardsError: no manifest, an unknown split, no shards, an output that is a file, or a
-        tokenizer that is missing or not the shards' own.
+      LmshardsError: no manifest, an unknown split, no shards, or a tokenizer that is missing or not
+        the shards' own. (run_stats checks the output first: check_stats_output.)
     """
     shards_dir = config.shards_dir.rstrip("/") or "/"
     manifest = read_manifest(shards_dir)
@@ -160,17 +183,15 @@ def plan_stats(config: StatsConfig) -> StatsPlan:
         raise StatsError(
             f"Splits {list(splits)} of {shards_dir!r} hold no shards; nothing to analyse."
         )
-    output = stats_output(config)
-    if fs.exists(output) and not fs.isdir(output):
-        raise OutputError(f"--output {output!r} is a file; pass a directory path.")
+    tokenizer = find_tokenizer(shards_dir, config.tokenizer, manifest)
     return StatsPlan(
         shards_dir=shards_dir,
-        output=output,
+        output=stats_output(config),
         manifest=manifest,
         splits=splits,
         shards=shards,
         top_k=config.top_k,
-        tokenizer=find_tokenizer(shards_dir, config.tokenizer, manifest),
+        tokenizer=tokenizer,
     )
 
 
@@ -455,16 +476,24 @@ def remove_tree(path: str) -> None:
         filesystem.rm(stripped, recursive=True)
 
 
-def write_stats(output: str, stats: dict[str, Any], frequencies: Sequence[int]) -> StatsReport:
-    """Writes stats.json and stats.html (with the rank-frequency plot of `frequencies`) atomically,
-    each manifest mismatch logged as a warning first."""
+def write_stats(
+    output: str, stats: dict[str, Any], frequencies: Sequence[int], *, overwrite: bool = False
+) -> StatsReport:
+    """Writes stats.html (with the rank-frequency plot of `frequencies`) and then stats.json, each
+    atomically, each manifest mismatch logged as a warning first. With overwrite, an earlier stats
+    output there is deleted first, stats.json first, so that old and new files never stand together.
+
+    Raises:
+      OutputError: output holds anything but an earlier stats output (see check_stats_output).
+    """
     for problem in stats["manifest_mismatches"]:
         logger.warning("stats: %s", problem)
     report = StatsReport(
         stats=stats, json_path=fs.join(output, STATS_JSON), html_path=fs.join(output, STATS_HTML)
     )
-    fs.write_text_atomic(report.json_path, json.dumps(stats, indent=2, ensure_ascii=False) + "\n")
+    prepare_output(output, kind=STATS_OUTPUT, overwrite=overwrite)
     fs.write_text_atomic(report.html_path, stats_page(stats, frequencies))
+    fs.write_text_atomic(report.json_path, json.dumps(stats, indent=2, ensure_ascii=False) + "\n")
     return report
 
 
@@ -475,15 +504,17 @@ def run_stats(config: StatsConfig, beam_args: Sequence[str] = ()) -> StatsReport
     `--dry_run=True` (DataflowRunner) the job is only built, nothing is written, and None is returned.
 
     Raises:
-      LmshardsError: a bad argument or runner, found before the pipeline is built (see plan_stats).
+      LmshardsError: a bad argument, output or runner, found before the pipeline is built (see
+        check_stats_output and plan_stats).
     """
     from tokenizers import Tokenizer
 
+    output = check_stats_output(config)
     if is_token_store(config.shards_dir):
         stats, frequencies = token_store_stats(
             config.shards_dir, top_k=config.top_k, tokenizer=config.tokenizer
         )
-        return write_stats(stats_output(config), stats, frequencies)
+        return write_stats(output, stats, frequencies, overwrite=config.overwrite)
     plan = plan_stats(config)
     options = pipeline_options(beam_args)
     work_dir = analysis_dir(options)
@@ -511,4 +542,6 @@ def run_stats(config: StatsConfig, beam_args: Sequence[str] = ()) -> StatsReport
         remove_tree(work_dir)
     tokenizer = Tokenizer.from_str(plan.tokenizer.json_text) if plan.tokenizer else None
     stats = corpus_stats(counts, plan=plan, tokenizer=tokenizer)
-    return write_stats(plan.output, stats, rank_frequency(counts.tokens))
+    return write_stats(
+        plan.output, stats, rank_frequency(counts.tokens), overwrite=config.overwrite
+    )

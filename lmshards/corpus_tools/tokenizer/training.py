@@ -25,7 +25,7 @@ from lmshards.corpus_tools.tokenizer.sampling import (
 from lmshards.corpus_tools.tokenizer.save import check_can_save, save_tokenizer
 from lmshards.plumbing.outputs import check_replaceable
 from lmshards.preprocess import sources
-from lmshards.schemas.layouts import TOKENIZER_OUTPUT
+from lmshards.schemas.layouts import OUTPUT_KINDS, TOKENIZER_OUTPUT
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,9 @@ def train(config: TrainConfig) -> TrainResult:
     """
     validate(config)
     check_can_save()
-    check_replaceable(config.output, kind=TOKENIZER_OUTPUT, overwrite=config.overwrite)
+    check_replaceable(
+        config.output, kind=TOKENIZER_OUTPUT, overwrite=config.overwrite, others=OUTPUT_KINDS
+    )
     start = time.monotonic()
     discovery = sources.discover_inputs(config.inputs)
     files = discovery.files

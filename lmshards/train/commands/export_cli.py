@@ -16,8 +16,9 @@ from lmshards.plumbing.cli import (
     setup_logging,
 )
 from lmshards.plumbing.lease import add_lease_flag, output_lease, sibling_lease_path
+from lmshards.plumbing.outputs import check_no_overlap
 from lmshards.plumbing.quiet import hide_third_party_progress_bars, load_tensorflow_quietly
-from lmshards.train.export.hf_export import export_run, push_to_hub
+from lmshards.train.export.hf_export import check_export_output, export_run, push_to_hub
 from lmshards.train.families import FAMILIES
 
 COMMAND = "export"
@@ -57,10 +58,23 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def _export(argv: Sequence[str]) -> int | None:
     args = parse_args(argv)
     setup_logging(verbose=args.verbose, packages=["train"])
+    check_output(args)
     load_tensorflow_quietly(verbose=args.verbose)
     if not args.verbose:
         hide_third_party_progress_bars()
     return run_writing(COMMAND, args.output, lambda: _write(args))
+
+
+def check_output(args: argparse.Namespace) -> None:
+    """Refuses, before TensorFlow loads, an --output that is, holds or lies inside the run or its
+    tokenizer, or that an export may not replace (see check_export_output).
+
+    Raises:
+      OutputError: naming --output, what it holds and the fix.
+    """
+    check_no_overlap([args.run_dir], args.output, input_flag="RUN_DIR")
+    check_no_overlap([args.tokenizer or ""], args.output, input_flag="--tokenizer")
+    check_export_output(args.output, overwrite=args.overwrite)
 
 
 def _write(args: argparse.Namespace) -> None:

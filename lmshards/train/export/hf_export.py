@@ -15,16 +15,16 @@ import logging
 import os
 import posixpath
 import re
-import shutil
 from typing import Any
 
 import numpy as np
 
 from lmshards.plumbing import fs
 from lmshards.plumbing.errors import LmshardsError, TokenizerError
-from lmshards.plumbing.outputs import check_writable
+from lmshards.plumbing.outputs import check_replaceable, check_writable, clear_owned_output
 from lmshards.schemas.constants import MODEL_SAFETENSORS, TOKENIZER_DIR_NAME
 from lmshards.schemas.hf_tokenizer import wrap_fast_tokenizer
+from lmshards.schemas.layouts import MODEL_EXPORT_OUTPUT, OUTPUT_KINDS
 from lmshards.schemas.tokenizer_info import TokenizerSource, checked_tokenizer, locate_tokenizer
 from lmshards.train.divergence import DivergenceError, describe_non_finite, non_finite_names
 from lmshards.train.network.hf_mapping import (
@@ -103,8 +103,8 @@ def export_masked_lm(
         check_tokenizer_matches(
             staging, special_token_ids=special_token_ids, vocabulary_size=spec.vocabulary_size
         )
-        if replace:
-            shutil.rmtree(output_dir)  # only now that the new export is complete
+        if replace:  # only now that the new export is complete; refuses files added since the check
+            clear_owned_output(output_dir, kind=MODEL_EXPORT_OUTPUT)
     logger.info("Exported %s model to %s", spec.family, output_dir)
     return output_dir
 
@@ -113,14 +113,17 @@ def check_export_output(output_dir: str, *, overwrite: bool) -> bool:
     """Checks, before any work, that output_dir can receive the export; True when it will replace a non-empty directory.
 
     Raises:
-      LmshardsError: output_dir is remote, a file, or not empty without overwrite, or its directory is not
-        writable (the export is built beside it, then renamed).
+      LmshardsError: output_dir is remote, a file, not empty without overwrite, anything but an earlier
+        export (another lmshards output, files lmshards did not write) or inside another lmshards output,
+        or its directory is not writable (the export is built beside it, then renamed).
     """
     if fs.is_remote(output_dir):
         raise LmshardsError(
             f"--output {output_dir!r} is remote; export to a local directory, then copy it or use --push_to_hub."
         )
-    replace = fs.check_output_dir(output_dir, overwrite=overwrite)
+    replace = check_replaceable(
+        output_dir, kind=MODEL_EXPORT_OUTPUT, overwrite=overwrite, others=OUTPUT_KINDS
+    )
     check_writable(os.path.dirname(os.path.abspath(output_dir)), flag="the directory of --output")
     return replace
 
