@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
+from lmshards.plumbing.bounded import json_depth
 from lmshards.preprocess.sources.core.documents import (
     ReadStats,
     RecordNumbers,
@@ -42,8 +43,6 @@ MAX_JSON_LINE_BYTES = DEFAULT_RANGE_BYTES
 # recursion limit (1000, less the caller's own stack) runs out: a line nested deeper than this is
 # skipped before it is parsed, so that what is read never depends on the depth of the caller's stack.
 MAX_JSON_DEPTH = 500
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_BRACKET = re.compile(r"[\[\]{}]")
 # Surrogate pairs are joined by the parser: a surrogate left in its result stands alone.
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # strict=False: raw control characters (tabs, NULs) inside JSON strings are accepted.
@@ -68,14 +67,7 @@ def _json_type(value: Any) -> str:
 def nested_deeper_than(line: str, limit: int) -> bool:
     """Whether the JSON text `line` nests arrays and objects more than `limit` deep (brackets inside
     strings do not count); cheap unless the line holds more than `limit` opening brackets."""
-    if line.count("[") + line.count("{") <= limit:
-        return False
-    depth = 0
-    for bracket in _BRACKET.findall(_JSON_STRING.sub("", line)):
-        depth += 1 if bracket in "[{" else -1
-        if depth > limit:
-            return True
-    return False
+    return line.count("[") + line.count("{") > limit and json_depth(line) > limit
 
 
 def _text_field(line: str, field: str) -> str | _Skipped:
