@@ -124,13 +124,13 @@ def skip_binary_files(
         try:
             check_content(f.path, options)
         except BinaryFileError as e:
-            return str(e)
+            return e.what
         return None
 
     found = _each_file(binary, [f for f in files if f.bytes])
     refused = {path: why for path, why in found.items() if why is not None}
-    for why in list(refused.values())[:MAX_LOGGED_SKIPPED]:
-        logger.warning("--skip_binary: skipped %s", why)
+    for path, what in list(refused.items())[:MAX_LOGGED_SKIPPED]:
+        logger.warning("--skip_binary: skipped %r, %s", path, what)
     if len(refused) > MAX_LOGGED_SKIPPED:
         logger.warning("--skip_binary: skipped %d binary files in all", len(refused))
     return [f for f in files if f.path not in refused], len(refused)
@@ -159,7 +159,7 @@ def check_content(path: str, options: ReadOptions) -> None:
     kind = binary_kind(head)
     if kind is not None:
         what, fix = kind
-        raise BinaryFileError(f"{path!r} is {what}, not text; {fix}.")
+        raise BinaryFileError(f"{path!r} is {what}, not text; {fix}.", what)
     if options.is_utf8 and not any(head.startswith(bom) for bom, _, _ in WIDE_BOMS):
         _check_mostly_utf8(path, head)
 

@@ -45,7 +45,11 @@ SPHINX_HEADER = (
 )
 # (file name, its bytes, what the refusal says the file is)
 BINARY = [
-    ("corpus.txt", gzip.compress(TEXT), "holds gzip-compressed data, but its name does not end in .gz"),
+    (
+        "corpus.txt",
+        gzip.compress(TEXT),
+        "holds gzip-compressed data, but its name does not end in .gz",
+    ),
     ("corpus", bz2.compress(TEXT), "holds bzip2-compressed data"),
     ("corpus.jsonl", lzma.compress(TEXT), "holds xz-compressed data"),
     ("corpus.txt", zstandard.ZstdCompressor().compress(TEXT), "holds zstd-compressed data"),
@@ -98,7 +102,7 @@ def test_text_that_starts_like_a_binary_header_is_read(tmp_path, text):
     assert docs == text.decode("latin-1").splitlines()
 
 
-def test_skip_binary_files_keeps_text_and_refuses_what_is_bad_for_another_reason(tmp_path):
+def test_skip_binary_files_keeps_text_and_refuses_what_is_bad_for_another_reason(tmp_path, caplog):
     (tmp_path / "a.txt").write_bytes(TEXT)
     (tmp_path / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + NOISE)
     (tmp_path / "empty.txt").write_bytes(b"")
@@ -106,6 +110,12 @@ def test_skip_binary_files_keeps_text_and_refuses_what_is_bad_for_another_reason
     kept, skipped = skip_binary_files(files, ReadOptions())
     assert [f.path for f in kept] == [str(tmp_path / "a.txt"), str(tmp_path / "empty.txt")]
     assert skipped == 1
+    (tmp_path / "zipped.txt").write_bytes(gzip.compress(TEXT))
+    assert skip_binary_files(expand_inputs([str(tmp_path)]), ReadOptions())[1] == 2
+    assert (
+        f"skipped {str(tmp_path / 'zipped.txt')!r}, gzip-compressed data, its name not ending in .gz"
+        in caplog.text
+    )
     (tmp_path / "table.csv").write_bytes(b"id,text\n1,hello\n")
     with pytest.raises(InputError, match="is CSV"):
         skip_binary_files(expand_inputs([str(tmp_path)]), ReadOptions())
@@ -133,4 +143,5 @@ def test_preprocess_skip_binary_counts_the_files_it_leaves_out(tmp_path, sample_
     assert manifest["options"]["skip_binary"] is True
     out = capsys.readouterr()
     assert "skipped: 2 binary files" in out.out
-    assert "is a PNG image" in out.err and "is a Sphinx inventory" in out.err
+    assert f"--skip_binary: skipped {str(corpus / 'logo.png')!r}, a PNG image" in out.err
+    assert f"skipped {str(corpus / 'objects.inv')!r}, a Sphinx inventory (objects.inv)" in out.err

@@ -185,7 +185,8 @@ def check_magic(path: str, head: bytes | None = None) -> None:
         codec = _CODECS[found]
         raise BinaryFileError(
             f"{path!r} holds {codec.name}-compressed data, but its name does not end in {found}; "
-            f"rename it to {path.rsplit('/', 1)[-1]}{found} (it is then decompressed) or decompress it."
+            f"rename it to {path.rsplit('/', 1)[-1]}{found} (it is then decompressed) or decompress it.",
+            f"{codec.name}-compressed data, its name not ending in {found}",
         )
     codec = _CODECS[named]
     what = f"{_CODECS[found].name} data" if found else f"not {codec.name} data"

@@ -34,7 +34,14 @@ class InputError(LmshardsError):
 
 class BinaryFileError(InputError):
     """An input file that is not text: an image, an archive, compressed bytes its name does not say
-    (`lmshards preprocess --skip_binary` leaves such files out instead)."""
+    (`lmshards preprocess --skip_binary` leaves such files out instead).
+
+    what: what the file is, e.g. "a PNG image".
+    """
+
+    def __init__(self, message: str, what: str = ""):
+        super().__init__(message)
+        self.what = what
 
 
 @dataclasses.dataclass(frozen=True)
