@@ -27,6 +27,7 @@ logger = logging.getLogger(__name__)
 
 # Each encoder logs the first few documents the tokenizer rejects; all are counted.
 MAX_LOGGED_REJECTED = 3
+
 # ---------------------------------------------------------------- logic
 
 
