@@ -27,7 +27,15 @@ from lmshards.plumbing.flag_types import (
 from lmshards.plumbing.known_names import name_hints
 from lmshards.plumbing.lease import STALE_AFTER_RANGE, STALE_AFTER_S, add_lease_flag
 from lmshards.plumbing.units import size_flag
-from lmshards.preprocess.curation.minhash import DEFAULT_BANDS, DEFAULT_NGRAM, DEFAULT_ROWS
+from lmshards.preprocess.curation.minhash import (
+    DEFAULT_BANDS,
+    DEFAULT_MIN_WORDS,
+    DEFAULT_NGRAM,
+    DEFAULT_ROWS,
+    MAX_HASHING_BYTES,
+    hashing_bytes,
+    max_permutations,
+)
 from lmshards.preprocess.curation.stage import (
     DEDUP_CHOICES,
     DEDUP_NEAR,
@@ -81,6 +89,7 @@ CURATION_FLAGS = (
     "--minhash_ngram",
     "--minhash_bands",
     "--minhash_rows",
+    "--minhash_min_words",
     "--decontaminate",
     "--decontaminate_ngram",
     "--decontaminate_text_field",
@@ -95,6 +104,7 @@ MAX_TOKENIZER_THREADS = 1024
 MAX_DOCUMENTS_PER_TOKENIZER_CALL = 10**6
 MAX_NGRAM = 1000  # words per shingle or n-gram
 MAX_MINHASH_BANDS_OR_ROWS = 10_000
+MAX_MINHASH_MIN_WORDS = 1_000_000
 # The range of every numeric flag: the argparse type of the flag and validate()'s check.
 PREPROCESS_RANGES: dict[str, Number] = {
     "seq_len": whole(MIN_SEQ_LEN, MAX_SEQ_LEN),
@@ -111,6 +121,7 @@ PREPROCESS_RANGES: dict[str, Number] = {
     "minhash_ngram": whole(1, MAX_NGRAM),
     "minhash_bands": whole(1, MAX_MINHASH_BANDS_OR_ROWS),
     "minhash_rows": whole(1, MAX_MINHASH_BANDS_OR_ROWS),
+    "minhash_min_words": whole(0, MAX_MINHASH_MIN_WORDS),
     "decontaminate_ngram": whole(1, MAX_NGRAM),
 }
 _R = PREPROCESS_RANGES
@@ -280,6 +291,13 @@ def add_curation_arguments(parser: argparse.ArgumentParser) -> None:
         help="--dedup near: MinHash values per band (more: fewer pairs caught at lower similarity).",
     )
     parser.add_argument(
+        "--minhash_min_words",
+        type=_R["minhash_min_words"],
+        default=DEFAULT_MIN_WORDS,
+        help="--dedup near: documents of fewer words are only exact-deduplicated, never near-removed "
+        "nor the kept document of a near removal (0: every document takes part).",
+    )
+    parser.add_argument(
         "--decontaminate",
         action="append",
         default=None,
@@ -333,6 +351,7 @@ class PreprocessConfig:
     minhash_ngram: int = DEFAULT_NGRAM
     minhash_bands: int = DEFAULT_BANDS
     minhash_rows: int = DEFAULT_ROWS
+    minhash_min_words: int = DEFAULT_MIN_WORDS
     decontaminate: tuple[str, ...] = ()
     decontaminate_ngram: int = DEFAULT_DECONTAMINATE_NGRAM
     decontaminate_text_field: str | None = None
@@ -412,6 +431,25 @@ def validate_curation(config: PreprocessConfig) -> None:
         raise PreprocessError(
             "--decontaminate_text_field is empty; give the eval sets' JSON field or Parquet column."
         )
+    if config.dedup == DEDUP_NEAR:
+        check_minhash_memory(bands=config.minhash_bands, rows=config.minhash_rows)
+
+
+def check_minhash_memory(*, bands: int, rows: int) -> None:
+    """Refuses --minhash_bands x --minhash_rows whose hashing needs more than MAX_HASHING_BYTES, each of
+    them in its range or not: each document's signature() would allocate that much.
+
+    Raises:
+      PreprocessError: with the estimate and the largest product that fits.
+    """
+    needed = hashing_bytes(bands * rows)
+    if needed > MAX_HASHING_BYTES:
+        raise PreprocessError(
+            f"--minhash_bands {bands} x --minhash_rows {rows} = {bands * rows:,} MinHash values per document "
+            f"need about {needed / 1e9:,.1f} GB of memory to hash a document, over the "
+            f"{MAX_HASHING_BYTES / 1e9:.1f} GB limit; lower --minhash_bands or --minhash_rows so that their "
+            f"product is at most {max_permutations():,} (the default is {DEFAULT_BANDS} x {DEFAULT_ROWS})."
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -432,6 +470,7 @@ DEPENDENT_FLAGS: dict[str, DependentFlag] = {
     "--minhash_ngram": _NEAR,
     "--minhash_bands": _NEAR,
     "--minhash_rows": _NEAR,
+    "--minhash_min_words": _NEAR,
     "--decontaminate_ngram": _DECONTAMINATE,
     "--decontaminate_text_field": _DECONTAMINATE,
     "--target_shard_mb": DependentFlag(

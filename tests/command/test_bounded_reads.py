@@ -282,3 +282,44 @@ def test_a_jax_checkpoint_that_is_a_fifo_is_refused_before_it_is_read(tmp_path):
     os.mkfifo(path)
     with pytest.raises(ReadLimitError, match="is a FIFO \\(named pipe\\), not a checkpoint file"):
         jax_checkpoint.load(str(path), like={})
+
+
+@pytest.mark.gcs
+def test_train_on_gs_shards_under_the_emulator_says_what_to_do_in_one_line(
+    gcs_emulator, shard_set, tmp_path, capsys
+):
+    from lmshards.plumbing import fs
+
+    remote = f"{gcs_emulator}/shards-{time.time_ns()}"
+    filesystem, stripped = fs.filesystem(remote)
+    filesystem.put(str(shard_set), stripped, recursive=True)
+    run = tmp_path / "run"
+    code, err = _run(["train", "--shards", remote, "--output", str(run), *TRAIN_ARGS], capsys)
+    emulator = os.environ["STORAGE_EMULATOR_HOST"]
+    assert (code, err) == (
+        2,
+        [
+            f"lmshards train: error: --shards {remote!r}: training reads gs:// shards with TensorFlow's "
+            f"own GCS client, which ignores STORAGE_EMULATOR_HOST={emulator} and would read "
+            f"storage.googleapis.com; copy the shard set to a local directory (`gcloud storage cp -r "
+            f"{remote} DIR`) and pass --shards DIR, or unset STORAGE_EMULATOR_HOST to train from GCS."
+        ],
+    )
+    assert not run.exists()
+
+
+def test_tensorflows_error_reading_a_gs_shard_is_one_line():
+    from lmshards.train.inputs.input_plan import remote_read_problem
+
+    message = (
+        "Error executing an HTTP request: libcurl code 6 meaning 'Could not resolve hostname', error "
+        "details: Could not resolve host: storage.googleapis.com\n\t when reading gs://b/s/train/t.tfrecord"
+    )
+    assert remote_read_problem(message) == (
+        "Cannot read gs://b/s/train/t.tfrecord (Error executing an HTTP request: libcurl code 6 meaning "
+        "'Could not resolve hostname', error details: Could not resolve host: storage.googleapis.com). "
+        "Training reads gs:// shards with TensorFlow's GCS client: check the network and your credentials "
+        "(`gcloud auth application-default login`), or copy the shard set to a local directory and pass "
+        "that to --shards."
+    )
+    assert remote_read_problem("Read less bytes than requested") is None

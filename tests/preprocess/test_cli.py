@@ -128,3 +128,58 @@ def test_overwrite_and_verbose_are_switches_as_in_every_command(value, expected)
 def test_a_switch_given_another_value_is_refused(capsys):
     err = _usage_error([*REQUIRED, "--overwrite=later"], capsys)
     assert err.startswith("lmshards preprocess: error: --overwrite is a switch")
+
+
+def _one_error_line(argv: list[str], tmp_path, capsys) -> str:
+    """The one stderr line of `lmshards preprocess ARGV` that exits 2 before reading any input."""
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "Traceback" not in captured.err
+    (line,) = captured.err.splitlines()
+    assert not (tmp_path / "out").exists()  # refused before the output was touched
+    return line
+
+
+@pytest.mark.parametrize(
+    "encoding, codec",
+    [("rot13", "rot-13"), ("base64", "base64"), ("zlib_codec", "zlib"), ("hex", "hex")],
+)
+def test_an_encoding_that_is_a_codec_but_not_a_text_encoding_is_one_line(
+    encoding, codec, tmp_path, sample_tokenizer, capsys
+):
+    (tmp_path / "in.txt").write_text("a line\n")
+    argv = ["--input", str(tmp_path / "in.txt"), "--tokenizer", str(sample_tokenizer)]
+    line = _one_error_line(
+        [*argv, "--output", str(tmp_path / "out"), "--encoding", encoding], tmp_path, capsys
+    )
+    assert line == (
+        f"lmshards preprocess: error: --encoding {encoding!r} is not a text encoding (Python's {codec!r} "
+        "codec does not decode bytes to text); use a text encoding such as utf-8 (the default), latin-1, "
+        "cp1252 or shift_jis."
+    )
+
+
+def test_minhash_bands_and_rows_whose_product_needs_gigabytes_are_one_line(
+    tmp_path, sample_tokenizer, capsys
+):
+    (tmp_path / "in.txt").write_text("a line\n")
+    argv = ["--input", str(tmp_path / "in.txt"), "--tokenizer", str(sample_tokenizer)]
+    argv += ["--output", str(tmp_path / "out"), "--dedup", "near"]
+    line = _one_error_line(
+        [*argv, "--minhash_bands", "100", "--minhash_rows", "100"], tmp_path, capsys
+    )
+    assert line == (
+        "lmshards preprocess: error: --minhash_bands 100 x --minhash_rows 100 = 10,000 MinHash values per "
+        "document need about 2.0 GB of memory to hash a document, over the 1.0 GB limit; lower "
+        "--minhash_bands or --minhash_rows so that their product is at most 5,086 (the default is 14 x 8)."
+    )
+
+
+def test_the_minhash_memory_limit_at_its_boundary():
+    from lmshards.preprocess.curation.minhash import MAX_HASHING_BYTES, hashing_bytes
+    from lmshards.preprocess.options import PreprocessError, check_minhash_memory
+
+    assert hashing_bytes(5086) <= MAX_HASHING_BYTES < hashing_bytes(5087)
+    check_minhash_memory(bands=2543, rows=2)  # 5,086 values: allowed
+    with pytest.raises(PreprocessError, match="= 5,087 MinHash values"):
+        check_minhash_memory(bands=5087, rows=1)

@@ -11,6 +11,9 @@ Banding: the signature's bands x rows values are cut into `bands` runs of `rows`
 whose values agree on a whole band share that band's key and become a candidate pair. For two
 documents whose shingle sets have Jaccard similarity s, one band agrees with probability s^rows, so
 they are caught with probability 1 - (1 - s^rows)^bands (catch_probability).
+
+The share of equal values of two signatures is an unbiased estimate of the Jaccard similarity of
+their shingle sets (estimated_similarity): the audit gives it for every near removal.
 """
 
 from __future__ import annotations
@@ -26,8 +29,18 @@ _MAX = np.uint64(np.iinfo(np.uint64).max)
 DEFAULT_NGRAM = 5
 DEFAULT_BANDS = 14
 DEFAULT_ROWS = 8
+# Documents of fewer words take no part in near dedup (only exact): a one-word change is a large
+# share of a handful of shingles, so near dedup removes short distinct texts (datatrove's sentence
+# dedup skips documents under 50 words). Chosen by bench/bench_near_dedup_floor.py (docs/preprocess.md).
+DEFAULT_MIN_WORDS = 0
+SIMILARITY_DIGITS = 2  # a signature of 112 values resolves the similarity to about 0.01
 # Shingles hashed per numpy block: bounds the [block, permutations] array (8192 x 112 x 8 B = 7 MB).
 SHINGLE_BLOCK = 8192
+# signature() holds three such arrays at once (x + offsets and two of mix64's steps; measured with
+# tracemalloc: 3.0 x SHINGLE_BLOCK x permutations x 8 bytes).
+HASHING_ARRAYS = 3
+# The most memory one signature() may need (decimal bytes): 5,086 permutations (14 x 8 needs 22 MB).
+MAX_HASHING_BYTES = 10**9
 BAND_KEY_BYTES = 8
 
 BandKey = tuple[int, int]  # (band, hash of the band's values)
@@ -50,6 +63,16 @@ def signature(shingle_hashes: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return result
 
 
+def hashing_bytes(permutations: int) -> int:
+    """Peak bytes signature() allocates for a family of `permutations` (bands x rows) offsets."""
+    return HASHING_ARRAYS * SHINGLE_BLOCK * permutations * 8
+
+
+def max_permutations() -> int:
+    """The largest bands x rows whose hashing_bytes stays within MAX_HASHING_BYTES."""
+    return MAX_HASHING_BYTES // hashing_bytes(1)
+
+
 def band_keys(sig: np.ndarray, *, bands: int, rows: int) -> list[BandKey]:
     """One key per band: (band, first 63 bits of BLAKE2b over the band's values)."""
     keys = []
@@ -68,3 +91,9 @@ def catch_probability(similarity: float, *, bands: int, rows: int) -> float:
 def threshold(*, bands: int, rows: int) -> float:
     """The similarity where catching becomes likely, (1/bands)^(1/rows) (0.72 for 14 x 8)."""
     return float((1.0 / bands) ** (1.0 / rows))
+
+
+def estimated_similarity(a: np.ndarray, b: np.ndarray) -> float:
+    """The share of equal values of two signatures of one hash family, rounded to SIMILARITY_DIGITS:
+    an estimate of the Jaccard similarity of the two documents' shingle sets."""
+    return round(float(np.count_nonzero(a == b)) / len(a), SIMILARITY_DIGITS)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -34,6 +35,8 @@ from lmshards.train.inputs.mixture import Mixture, SetProgress, ShardSet
 
 # run_config.json's "resolved" key for the input pipelines (hosts) that read the run's data.
 INPUT_PIPELINES_KEY = "input_pipelines"
+# TensorFlow's file system errors end with the object: "...\n\t when reading gs://b/x.tfrecord".
+_REMOTE_READ_RE = re.compile(r"\s*when reading ((?:gs|gcs)://\S+)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,7 +310,7 @@ class InputPlan:
     @contextlib.contextmanager
     def readable_errors(self, paths: Sequence[str]) -> Iterator[None]:
         """Turns the input pipeline's failures into LmshardsError: a corrupt shard (found among paths and
-        named), or a token id the manifests' vocabulary does not have."""
+        named), a token id the manifests' vocabulary does not have, or a gs:// shard TensorFlow cannot read."""
         try:
             yield
         except tf.errors.DataLossError as e:
@@ -322,6 +325,25 @@ class InputPlan:
                 f"{vocab}: the manifest does not describe these shards. Re-run `lmshards preprocess` "
                 "(`lmshards inspect --verify` checks the ids against the manifest)."
             ) from e
+        except tf.errors.OpError as e:
+            problem = remote_read_problem(e.message or "")
+            if problem is None:
+                raise
+            raise LmshardsError(problem) from e
+
+
+def remote_read_problem(message: str) -> str | None:
+    """One line for TensorFlow's error reading a gs:// shard (its message ends `when reading gs://...`);
+    None for any other error."""
+    match = _REMOTE_READ_RE.search(message)
+    if match is None:
+        return None
+    cause = " ".join(message[: match.start()].split())[:300]
+    return (
+        f"Cannot read {match[1]} ({cause}). Training reads gs:// shards with TensorFlow's GCS client: check "
+        "the network and your credentials (`gcloud auth application-default login`), or copy the shard set "
+        "to a local directory and pass that to --shards."
+    )
 
 
 def run_masking(

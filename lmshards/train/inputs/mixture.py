@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 import posixpath
 from collections.abc import Sequence
 
@@ -73,6 +74,7 @@ def check_shard_sizes(manifest: Manifest, shards_dir: str, split: str) -> None:
 
     A shard truncated at a record boundary reads without error, so sizes are checked up front.
     """
+    check_tensorflow_reaches(shards_dir)
     for shard, path in zip(manifest.split(split).shards, manifest.shard_paths(shards_dir, split)):
         if not fs.exists(path):
             raise LmshardsError(
@@ -84,6 +86,23 @@ def check_shard_sizes(manifest: Manifest, shards_dir: str, split: str) -> None:
                 f"Shard {path!r} is {actual} bytes but the manifest says {shard.bytes}: truncated or replaced. "
                 "Re-run `lmshards preprocess` (or `lmshards inspect --verify` to check every shard)."
             )
+
+
+def check_tensorflow_reaches(shards_dir: str) -> None:
+    """Refuses gs:// shards under STORAGE_EMULATOR_HOST: tf.data reads gs:// with TensorFlow's own GCS
+    client, which goes to storage.googleapis.com whatever that variable says, and fails mid-run.
+
+    Raises:
+      LmshardsError: naming the shard set and what to do instead.
+    """
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+    if emulator and fs.is_remote(shards_dir):
+        raise LmshardsError(
+            f"--shards {shards_dir!r}: training reads gs:// shards with TensorFlow's own GCS client, which "
+            f"ignores STORAGE_EMULATOR_HOST={emulator} and would read storage.googleapis.com; copy the "
+            f"shard set to a local directory (`gcloud storage cp -r {shards_dir} DIR`) and pass --shards DIR, "
+            "or unset STORAGE_EMULATOR_HOST to train from GCS."
+        )
 
 
 def pipeline_files(files: SplitFiles, *, num_pipelines: int, pipeline_id: int) -> SplitFiles:

@@ -117,6 +117,13 @@ def _codec_name(encoding: str) -> str:
             f"--encoding {encoding!r} is not an encoding Python knows; use a codec name such as "
             "utf-8 (the default), latin-1, cp1252 or shift_jis."
         ) from None
+    # rot13, base64, zlib_codec, hex...: codecs.lookup knows them, but they turn bytes into bytes (or
+    # str into str), and decoding a file with them fails inside the reader.
+    if not getattr(codecs.lookup(encoding), "_is_text_encoding", True):
+        raise InputError(
+            f"--encoding {encoding!r} is not a text encoding (Python's {name!r} codec does not decode "
+            "bytes to text); use a text encoding such as utf-8 (the default), latin-1, cp1252 or shift_jis."
+        )
     # A UTF-8 byte-order mark is skipped anyway: utf-8-sig reads as utf-8.
     return UTF8 if name in (UTF8, "utf-8-sig") else name
 
