@@ -221,9 +221,9 @@ TRAIN_STEPS = 4
 # its imports (TensorFlow, JAX, Beam) and its work. None: no signal, the run must complete.
 SWEEP_DELAYS = {
     "preprocess": (0.0, 1.0, 3.0),
-    "repack": (0.0, 1.0, 3.0),
-    "stats": (0.2, 2.0, 6.0),
-    "train": (1.0, 5.0, None),
+    "repack": (0.0, 2.0),
+    "stats": (0.5, 4.0),
+    "train": (2.0, None),
     "export": (0.5, 3.0, 8.0),
 }
 STOPPED_EXIT = {"train": 75}  # train saves and exits to be resumed; every other command exits 130
