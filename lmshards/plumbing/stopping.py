@@ -1,17 +1,18 @@
 """SIGTERM and SIGINT for every command: stop, release the output's lease, remove its partial files, one line.
 
-lmshards.plumbing.cli.stop_handling holds StopSignals around a command's body. A signal is recorded first
-(`requested()`, which the work may check at its safe points with `check()`), then raised as Stopped (a
-KeyboardInterrupt) in the main thread, and logging is silenced, so that what a library logs while it
-unwinds (Beam's traceback of the interrupted step) never reaches the user; lmshards.plumbing.lease.output_lease
-then removes the partial output and the lease, and stop_handling prints one line and exits
-EXIT_INTERRUPTED. Later signals are ignored until the cleanup is done.
+A command's main holds stop_signals() around its body, inside lmshards.plumbing.cli.one_line_errors. A
+signal is recorded first (`requested()`), then raised as Stopped (a KeyboardInterrupt) in the main
+thread, and logging is silenced, so that what a library logs while it unwinds (Beam's traceback of the
+interrupted step) never reaches the user; lmshards.plumbing.lease.output_lease then removes the partial
+output and the lease, and one_line_errors prints one line and gives EXIT_INTERRUPTED. Later signals are
+ignored until the cleanup is done. Inside deferred() (loading native code) the raise waits for the
+block's end, its safe point (`check()`).
 
 A raise can land where Python cannot propagate it: in a garbage-collection callback (JAX's), a finalizer
 or a `__del__`, where Python only prints "Exception ignored" and goes on. Such a Stopped is caught by
-sys.unraisablehook and raised again at the next place the main thread runs, so no signal is lost.
-`lmshards train` installs its own handlers for its whole command (lmshards.train.loop.preemption: save a
-checkpoint, exit 75).
+sys.unraisablehook and delivered again a moment later, where the main thread runs on, so no signal is
+lost. `lmshards train` installs its own handlers for its whole command (lmshards.train.loop.preemption:
+save a checkpoint, exit 75).
 """
 
 from __future__ import annotations
