@@ -28,9 +28,22 @@ from lmshards.plumbing.flag_types import whole
 from lmshards.plumbing.progress import bytes_progress
 from lmshards.plumbing.units import format_duration, megabytes
 from lmshards.preprocess.curation.audit import audit_problems, describe_curation
-from lmshards.schemas.constants import INPUT_IDS, MANIFEST_NAME
+from lmshards.schemas.constants import (
+    ATTENTION_MASK,
+    INPUT_IDS,
+    MANIFEST_NAME,
+    PACKED_FEATURE_NAMES,
+    POSITIONS,
+    SEGMENT_IDS,
+)
 from lmshards.schemas.directory_kind import is_token_store
-from lmshards.schemas.manifest import Manifest, ShardInfo, read_manifest, tokenizer_copy_problem
+from lmshards.schemas.manifest import (
+    Manifest,
+    ShardInfo,
+    continued_positions,
+    read_manifest,
+    tokenizer_copy_problem,
+)
 from lmshards.schemas.records import (
     CorruptRecordError,
     MalformedExampleError,
@@ -59,7 +72,7 @@ def build_parser() -> CommandParser:
         "--verify",
         action="store_true",
         help="re-read every shard: record count (TFRecord framing and CRCs), bytes, sha256, "
-        "and input ids within the tokenizer's vocabulary",
+        "input ids within the tokenizer's vocabulary, and a packed set's segments and positions",
     )
     parser.add_argument(
         "--threads",
@@ -114,9 +127,10 @@ def _inspect(args: argparse.Namespace) -> int:
         print(f"verify: {len(problems)} problem(s) in {shards} shards, {took}", file=sys.stderr)
         return EXIT_MISMATCH
     audited = " and the curation audit" if manifest.curation is not None else ""
+    packing = ", segments and positions" if manifest.packed else ""
     print(
         f"verify: OK, {shards} shards{audited} match the manifest (records, bytes, sha256, input ids "
-        f"< vocab_size {manifest.tokenizer.vocab_size:,}) {took}",
+        f"< vocab_size {manifest.tokenizer.vocab_size:,}{packing}) {took}",
         file=sys.stderr,
     )
     return EXIT_OK
@@ -161,6 +175,11 @@ def describe(manifest: Manifest, output: str) -> str:
                 f"    {manifest.packing}: {t.segments:,} segments, {t.segments_per_block:.2f} per block; "
                 f"{t.documents_split:,} documents longer than a block, cut into block-sized pieces"
             )
+    if continued_positions(manifest):
+        lines.append(
+            "  positions: a long document's pieces continue past seq_len (format_version "
+            f"{manifest.format_version}); `lmshards train` refuses this set until it is written again"
+        )
     return "\n".join(lines)
 
 
@@ -208,6 +227,7 @@ def verify(
         seq_len=manifest.seq_len,
         fix=f"re-run `lmshards preprocess --overwrite` into {output} with the manifest's tokenizer "
         f"({manifest.tokenizer.fingerprint})",
+        pad_id=manifest.tokenizer.special_token_ids.get("pad") if manifest.packed else None,
     )
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="verify")
     try:
@@ -274,15 +294,99 @@ class VerifyProgress:
 
 @dataclasses.dataclass(frozen=True)
 class IdRule:
-    """What every record's input_ids must be: seq_len values in [0, vocab_size)."""
+    """What every record's input_ids must be: seq_len values in [0, vocab_size).
+
+    pad_id: set for a packed set, whose records are also checked by packed_record_problem.
+    """
 
     vocab_size: int
     seq_len: int
     fix: str  # how to repair an output whose records break the rule
+    pad_id: int | None = None
+
+    @property
+    def packed(self) -> bool:
+        return self.pad_id is not None
+
+
+def _first(bad: np.ndarray) -> tuple[int, int] | None:
+    """(record, token) of the first True of a [records, seq_len] array, row by row; None if none."""
+    flat = np.flatnonzero(bad)
+    return divmod(int(flat[0]), bad.shape[1]) if flat.size else None
+
+
+def packed_record_problem(
+    features: dict[str, np.ndarray], *, seq_len: int, pad_id: int
+) -> tuple[int, str] | None:
+    """The first record of a batch of packed records that breaks the packing rule, and what it breaks.
+
+    The rule (lmshards.preprocess.stages.pack.pack_best_fit): segment ids are 1 at the first token and
+    rise by 1 from one segment to the next, padding (segment 0) only after the last; a segment's
+    positions are 0, 1, 2, ... (so below seq_len); a padding token is pad_id with attention_mask,
+    segment id and position 0, and every other token has attention_mask 1.
+    features: int64 [records, seq_len] arrays of PACKED_FEATURE_NAMES.
+    """
+    seg, pos = features[SEGMENT_IDS], features[POSITIONS]
+    mask, ids = features[ATTENTION_MASK], features[INPUT_IDS]
+    prev_seg = np.pad(seg[:, :-1], ((0, 0), (1, 0)))
+    prev_pos = np.pad(pos[:, :-1], ((0, 0), (1, 0)), constant_values=-1)
+    real, first = seg > 0, np.zeros(seg.shape, bool)
+    first[:, 0] = True
+    starts = real & (seg != prev_seg)
+    segment_ok = np.where(
+        first, seg == 1, (seg == 0) | (seg == prev_seg) | ((seg == prev_seg + 1) & (prev_seg > 0))
+    )
+    checks = (
+        (
+            real & ((pos < 0) | (pos >= seq_len)),
+            lambda r, t: f"position {pos[r, t]} at token {t} is not in [0, seq_len {seq_len})",
+        ),
+        (
+            ~segment_ok,
+            lambda r, t: (
+                f"segment id {seg[r, t]} at token {t} (after {prev_seg[r, t]}): segment "
+                "ids run 1, 2, ... from the first token, padding (0) only after the last"
+            ),
+        ),
+        (
+            starts & (pos != 0),
+            lambda r, t: (
+                f"segment {seg[r, t]} starts at token {t} with position {pos[r, t]}, not 0"
+            ),
+        ),
+        (
+            real & ~starts & (pos != prev_pos + 1),
+            lambda r, t: (
+                f"position {pos[r, t]} at token {t} does not follow {prev_pos[r, t]} "
+                f"within segment {seg[r, t]}"
+            ),
+        ),
+        (
+            ~real & ((pos != 0) | (mask != 0) | (ids != pad_id)),
+            lambda r, t: (
+                f"padding token {t} holds position {pos[r, t]}, {ATTENTION_MASK} "
+                f"{mask[r, t]}, {INPUT_IDS} {ids[r, t]}; padding is position 0, {ATTENTION_MASK} 0, "
+                f"the pad id {pad_id}"
+            ),
+        ),
+        (
+            real & (mask != 1),
+            lambda r, t: (
+                f"token {t} of segment {seg[r, t]} has {ATTENTION_MASK} {mask[r, t]}, not 1"
+            ),
+        ),
+    )
+    found = [(where, describe) for bad, describe in checks if (where := _first(bad)) is not None]
+    if not found:
+        return None
+    # The first bad record; of its problems, the first check's.
+    (record, token), describe = min(found, key=lambda f: f[0][0])
+    return record, describe(record, token)
 
 
 class ShardIds:
-    """The input_ids of one shard's records, checked batch by batch against an IdRule."""
+    """The input_ids of one shard's records (and a packed set's segments and positions), checked batch
+    by batch against an IdRule."""
 
     def __init__(self, rule: IdRule):
         self.rule = rule
@@ -290,15 +394,19 @@ class ShardIds:
         self.low: int | None = None
         self.high: int | None = None
         self.problem = ""  # a record that cannot be checked; nothing more is checked after it
+        self.packing_problem = ""  # the first packed record that breaks the packing rule
+        self.records = 0  # records checked so far: the index of the next batch's first
 
     def add(self, records: list[bytes]) -> None:
         if self.problem or not records:
             return
+        names = PACKED_FEATURE_NAMES if self.rule.packed else (INPUT_IDS,)
         try:
-            ids = decode_examples(records, (INPUT_IDS,))[INPUT_IDS]
+            features = decode_examples(records, names)
         except MalformedExampleError as e:
             self.problem = f"a record is not a tf.train.Example of the manifest's features ({e})"
             return
+        ids = features[INPUT_IDS]
         if ids.shape[1] != self.rule.seq_len:
             self.problem = (
                 f"{INPUT_IDS} hold {ids.shape[1]} values per record, the manifest's seq_len is "
@@ -309,17 +417,30 @@ class ShardIds:
         low, high = int(ids.min()), int(ids.max())  # records hold seq_len >= 1 ids each
         self.low = low if self.low is None else min(self.low, low)
         self.high = high if self.high is None else max(self.high, high)
+        if self.rule.pad_id is not None and not self.packing_problem:
+            found = packed_record_problem(
+                features, seq_len=self.rule.seq_len, pad_id=self.rule.pad_id
+            )
+            if found is not None:
+                record, what = found
+                self.packing_problem = f"record {self.records + record}: {what}"
+        self.records += len(records)
 
     def problems(self) -> list[str]:
         if self.problem:
             return [f"{self.problem}; {self.rule.fix}"]
+        problems = []
         if self.outside:
-            return [
+            problems.append(
                 f"{self.outside:,} input ids outside [0, vocab_size {self.rule.vocab_size:,}) "
                 f"(lowest {self.low:,}, highest {self.high:,}): not written with the manifest's tokenizer; "
                 f"{self.rule.fix}"
-            ]
-        return []
+            )
+        if self.packing_problem:
+            problems.append(
+                f"{self.packing_problem} (the first such record of the shard); {self.rule.fix}"
+            )
+        return problems
 
 
 class _HashingReader:

@@ -39,9 +39,17 @@ MANIFEST_FORMAT_VERSION = 2
 # 3: a packed set (`packing` says how; records carry SEGMENT_IDS and POSITIONS). Concatenated sets are
 # still written as version 2, so their manifests and shards are unchanged; a reader that reads only
 # versions 1 and 2 refuses a packed set rather than train across its documents.
-PACKED_MANIFEST_FORMAT_VERSION = 3
+# 4: a packed set whose every piece of a document longer than a block restarts its positions at 0.
+# Version 3 sets numbered a piece's positions from its document's start (up to the document's length,
+# past the model's position table); `train` refuses those that cut a document (a `documents_split`).
+PACKED_MANIFEST_FORMAT_VERSION = 4
+CONTINUED_POSITIONS_MANIFEST_FORMAT_VERSION = 3
+PACKED_MANIFEST_VERSIONS = (
+    CONTINUED_POSITIONS_MANIFEST_FORMAT_VERSION,
+    PACKED_MANIFEST_FORMAT_VERSION,
+)
 # Versions this release reads; older ones are upgraded on reading (their shards are unchanged).
-READABLE_MANIFEST_VERSIONS = (1, 2, 3)
+READABLE_MANIFEST_VERSIONS = (1, 2, 3, 4)
 
 # `preprocess --keep_tokens` keeps every document's token ids in this subdirectory of its output (the
 # token store `lmshards repack` reads); the store's own manifest.json carries this format.

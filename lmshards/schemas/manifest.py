@@ -17,13 +17,14 @@ from lmshards.plumbing import bounded, fs
 from lmshards.plumbing.errors import ManifestError
 from lmshards.schemas.constants import (
     ATTENTION_MASK,
+    CONTINUED_POSITIONS_MANIFEST_FORMAT_VERSION,
     CURATION_DIR_NAME,
     CURATION_FORMAT_VERSION,
     INPUT_IDS,
     MANIFEST_FORMAT,
     MANIFEST_FORMAT_VERSION,
     MANIFEST_NAME,
-    PACKED_MANIFEST_FORMAT_VERSION,
+    PACKED_MANIFEST_VERSIONS,
     PACKING_CHOICES,
     PACKING_CONCAT,
     READABLE_CURATION_VERSIONS,
@@ -506,18 +507,47 @@ def manifest_from_dict(data: dict[str, Any]) -> Manifest:
 
 
 def _checked_packing(packing: Any, version: int) -> str | None:
-    """The manifest's `packing`, which a packed set (and only a packed set) records, with version 3."""
+    """The manifest's `packing`, which a packed set (and only a packed set) records, with version 3 or 4."""
     if packing is not None and packing not in PACKING_CHOICES:
         raise ManifestError(
             f"Manifest packing {packing!r} is not one of {list(PACKING_CHOICES)}. {_REWRITE_HINT}"
         )
     packed = packing not in (None, PACKING_CONCAT)
-    if packed != (version == PACKED_MANIFEST_FORMAT_VERSION):
+    if packed != (version in PACKED_MANIFEST_VERSIONS):
         raise ManifestError(
             f"Manifest format version {version} with packing {packing!r}: packed sets, and only they, "
-            f"are format version {PACKED_MANIFEST_FORMAT_VERSION}. {_REWRITE_HINT}"
+            f"are format version {' or '.join(map(str, PACKED_MANIFEST_VERSIONS))}. {_REWRITE_HINT}"
         )
     return packing
+
+
+def continued_positions(manifest: Manifest) -> bool:
+    """Whether the set's records number a long document's later pieces from the document's start.
+
+    Packed sets of format version 3 did, and so hold positions of seq_len and more (past the model's
+    position table) wherever a document was longer than a block; those without such a document
+    (`documents_split` 0 in every split) hold the bytes version 4 writes.
+    """
+    return manifest.format_version == CONTINUED_POSITIONS_MANIFEST_FORMAT_VERSION and any(
+        split.totals.documents_split for split in manifest.splits.values()
+    )
+
+
+def check_packed_positions(manifest: Manifest, output_dir: str) -> None:
+    """Raises ManifestError, in one line saying how to rewrite it, for a set of continued_positions."""
+    if continued_positions(manifest):
+        split = sum(s.totals.documents_split for s in manifest.splits.values())
+        fix = (
+            f"`lmshards repack --tokens {output_dir} --output NEW_DIR`"
+            if manifest.tokens
+            else "`lmshards preprocess` again"
+        )
+        raise ManifestError(
+            f"{output_dir!r} is a packed set of manifest format_version {manifest.format_version}: its "
+            f"{split:,} documents longer than a block carry positions past seq_len {manifest.seq_len}, "
+            f"which this lmshards does not train on; write it again with positions restarting in every "
+            f"piece: run {fix}."
+        )
 
 
 def require_concatenated(manifest: Manifest, output_dir: str, *, reader: str, fix: str) -> None:
@@ -607,6 +637,8 @@ __all__ = [
     "curation_from_dict",
     "check_file_relpath",
     "check_listing",
+    "check_packed_positions",
+    "continued_positions",
     "check_tokenizer_copy",
     "check_shard",
     "check_shard_relpath",

@@ -17,8 +17,17 @@ import numpy as np
 
 from lmshards.schemas import manifest as mf
 from lmshards.schemas import tokenizer_info
-from lmshards.schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
+from lmshards.schemas.constants import (
+    ATTENTION_MASK,
+    INPUT_IDS,
+    PACKED_MANIFEST_FORMAT_VERSION,
+    PACKING_BEST_FIT,
+    SEGMENT_IDS,
+    TRAIN_SPLIT,
+    VALIDATION_SPLIT,
+)
 from lmshards.schemas.manifest import TOKENIZER_RELPATH
+from lmshards.schemas.records import encode_examples, frame_record
 from lmshards.schemas.shards import shard_relpath
 from lmshards.schemas.version import __version__
 
@@ -152,6 +161,62 @@ def write_shards(
         inputs=tuple(mf.InputFileInfo(path=str(p), bytes=Path(p).stat().st_size) for p in inputs),
         seed=0,
         options={"remainder": "pad", "written_by": "tests.helpers.shard_factory"},
+    )
+    mf.write_manifest(out_dir, manifest)
+    return manifest
+
+
+def write_packed_shards(
+    out_dir: str | Path,
+    features: dict[str, np.ndarray],
+    *,
+    seq_len: int,
+    tokenizer: mf.TokenizerInfo,
+    num_shards: int = 2,
+    format_version: int = PACKED_MANIFEST_FORMAT_VERSION,
+    documents_split: int = 0,
+) -> mf.Manifest:
+    """A best_fit packed set (train split only) of these records, as given: feature name -> int
+    [records, seq_len], rows split evenly between num_shards shards; the manifest (last) counts a
+    token real where its segment id is not 0. Writes bad records as faithfully as good ones."""
+    out_dir = str(out_dir)
+    rows = np.array_split(np.arange(len(features[INPUT_IDS])), num_shards)
+    shards = []
+    for index, mine in enumerate(rows):
+        rel = shard_relpath(TRAIN_SPLIT, index, num_shards, mine.size)
+        records = encode_examples({name: values[mine] for name, values in features.items()})
+        data = b"".join(map(frame_record, records))
+        os.makedirs(os.path.join(out_dir, TRAIN_SPLIT), exist_ok=True)
+        Path(out_dir, rel).write_bytes(data)
+        shards.append(
+            mf.ShardInfo(
+                path=rel,
+                records=mine.size,
+                bytes=len(data),
+                sha256=hashlib.sha256(data).hexdigest(),
+            )
+        )
+    segments = features[SEGMENT_IDS]
+    real = int((segments > 0).sum())
+    totals = mf.SplitTotals(
+        documents=int(segments.max(axis=1).sum()) - documents_split,
+        tokens_in=real,
+        tokens_written=real,
+        padding_tokens=int(segments.size - real),
+        records=len(segments),
+        documents_split=documents_split,
+        segments=int(segments.max(axis=1).sum()),
+    )
+    manifest = mf.Manifest(
+        tool_version=__version__,
+        seq_len=seq_len,
+        tokenizer=tokenizer,
+        splits={TRAIN_SPLIT: mf.SplitInfo(shards=tuple(shards), totals=totals)},
+        inputs=(),
+        seed=0,
+        options={"packing": PACKING_BEST_FIT, "remainder": "pad", "written_by": __name__},
+        format_version=format_version,
+        packing=PACKING_BEST_FIT,
     )
     mf.write_manifest(out_dir, manifest)
     return manifest

@@ -19,8 +19,10 @@ from lmshards.preprocess.pipeline import in_process_job, plan_preprocess
 from lmshards.preprocess.sources import InputError
 from lmshards.preprocess.stages.encode import TokenizedChunk
 from lmshards.preprocess.stages.tokens import iter_store, read_store_manifest
+from lmshards.schemas.constants import POSITIONS
 from lmshards.schemas.layouts import SPILL_DIR_PREFIX, TEMP_DIR_NAME
-from lmshards.schemas.records import read_records
+from lmshards.schemas.records import decode_examples, read_records
+from tests.helpers.long_documents import write_long_documents
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 INPUTS = ["--input", str(GOLDEN / "docs.jsonl"), "--input", str(GOLDEN / "corpus" / "en.txt")]
@@ -30,7 +32,10 @@ OPTION_SETS = {
     "concat_pad": ["--remainder", "pad", "--shard_multiple", "4", "--seed", "5"],
     "best_fit": ["--packing", "best_fit", "--shard_multiple", "2"],
     "keep_tokens": ["--keep_tokens", "--num_shards", "3", "--shard_multiple", "1"],
+    # With documents of 3 to 40 blocks (LONG_DOCUMENTS), every one cut into pieces.
+    "best_fit_long_documents": ["--packing", "best_fit", "--seq_len", "16", "--keep_tokens"],
 }
+LONG_DOCUMENTS = "best_fit_long_documents"
 
 
 def _preprocess(output: Path, flags: list[str]) -> dict:
@@ -51,9 +56,19 @@ def _shard_hashes(output: Path) -> dict[str, str]:
 @pytest.mark.parametrize("name", sorted(OPTION_SETS))
 def test_the_default_runner_writes_the_bytes_of_the_beam_stages(name, tmp_path):
     flags = OPTION_SETS[name]
+    if name == LONG_DOCUMENTS:
+        long = write_long_documents(tmp_path / "long.txt", GOLDEN / "tokenizer.json", seq_len=16)
+        flags = [*flags, "--input", str(long)]
     fast = _preprocess(tmp_path / "fast", flags)
     staged = _preprocess(tmp_path / "staged", [*flags, *BEAM_STAGES])
     assert fast == staged  # every shard's SHA-256, the totals, the reading counts
+    if name == LONG_DOCUMENTS:
+        assert sum(s["totals"]["documents_split"] for s in fast["splits"].values()) >= 38
+        positions = [
+            decode_examples(list(read_records(p.open("rb"))), (POSITIONS,))[POSITIONS]
+            for p in sorted((tmp_path / "fast").glob("*/*.tfrecord"))
+        ]
+        assert max(int(p.max()) for p in positions if p.size) == 15  # below seq_len 16
     assert _shard_hashes(tmp_path / "fast") == _shard_hashes(tmp_path / "staged")
     assert sum(s["totals"]["records"] for s in fast["splits"].values()) > 20
     assert not (tmp_path / "fast" / TEMP_DIR_NAME).exists()

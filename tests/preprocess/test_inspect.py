@@ -16,7 +16,7 @@ from lmshards.preprocess import inspect_cli
 from lmshards.schemas import manifest as mf
 from lmshards.schemas.constants import TRAIN_SPLIT
 from lmshards.schemas.manifest import read_manifest
-from tests.helpers.shard_factory import write_sample_shards, write_shards
+from tests.helpers.shard_factory import write_packed_shards, write_sample_shards, write_shards
 
 PROGRESS_RE = re.compile(
     r"verify: (\d+)/(\d+) shards, ([\d,.]+) of ([\d,.]+) MB \(\d+%\), ([\d,.]+) MB/s, ETA (.+)$"
@@ -300,3 +300,135 @@ def test_verify_refuses_a_manifest_whose_shard_path_escapes_the_shard_set(
     captured = capsys.readouterr()
     assert captured.err.startswith(f"lmshards inspect: error: Manifest shard path {bad_path!r} ")
     assert "re-run `lmshards preprocess`" in captured.err and captured.out == ""
+
+
+# ---------------------------------------------------------------- packed records
+
+PACKED_SEQ_LEN = 8
+PAD_ID = 1
+
+
+def _packed_features(records: int = 8) -> dict[str, np.ndarray]:
+    """Good packed records: two segments of 3 tokens, then 2 of padding."""
+    segments = np.tile([1, 1, 1, 2, 2, 2, 0, 0], (records, 1))
+    return {
+        "input_ids": np.where(segments > 0, 7, PAD_ID),
+        "attention_mask": (segments > 0).astype(np.int64),
+        "segment_ids": segments,
+        "positions": np.tile([0, 1, 2, 0, 1, 2, 0, 0], (records, 1)),
+    }
+
+
+def _packed_output(out, features, **kwargs) -> mf.Manifest:
+    tokenizer = mf.TokenizerInfo(
+        fingerprint="f" * 16,
+        vocab_size=100,
+        special_token_ids={"pad": PAD_ID},
+        all_special_ids=(PAD_ID,),
+    )
+    return write_packed_shards(out, features, seq_len=PACKED_SEQ_LEN, tokenizer=tokenizer, **kwargs)
+
+
+def test_verify_passes_a_packed_set_and_says_it_checked_segments_and_positions(tmp_path, capsys):
+    _packed_output(tmp_path / "out", _packed_features())
+    assert inspect_main([str(tmp_path / "out"), "--verify"]) == 0
+    assert "input ids < vocab_size 100, segments and positions)" in capsys.readouterr().err
+
+
+# Record 5 (shard 1's record 1) broken one way, and record 7 another: only the first is named.
+BAD_PACKED_RECORDS = {
+    "position past seq_len": (
+        ("positions", (slice(3, 6),), [8, 9, 10]),
+        "position 8 at token 3 is not in [0, seq_len 8)",
+    ),
+    "segment not restarting at 0": (
+        ("positions", (slice(3, 6),), [3, 4, 5]),
+        "segment 2 starts at token 3 with position 3, not 0",
+    ),
+    "positions not rising by 1": (
+        ("positions", (2,), 1),
+        "position 1 at token 2 does not follow 1 within segment 1",
+    ),
+    "segment ids skipping one": (
+        ("segment_ids", (slice(3, 6),), 3),
+        "segment id 3 at token 3 (after 1): segment ids run 1, 2, ... from the first token, "
+        "padding (0) only after the last",
+    ),
+    "a segment after padding": (
+        ("segment_ids", (7,), 3),
+        "segment id 3 at token 7 (after 0): segment ids run 1, 2, ... from the first token, "
+        "padding (0) only after the last",
+    ),
+    "padding with a position": (
+        ("positions", (7,), 4),
+        "padding token 7 holds position 4, attention_mask 0, input_ids 1; padding is position 0, "
+        "attention_mask 0, the pad id 1",
+    ),
+    "padding with another id": (
+        ("input_ids", (6,), 9),
+        "padding token 6 holds position 0, attention_mask 0, input_ids 9; padding is position 0, "
+        "attention_mask 0, the pad id 1",
+    ),
+    "a real token masked": (
+        ("attention_mask", (1,), 0),
+        "token 1 of segment 1 has attention_mask 0, not 1",
+    ),
+}
+
+
+@pytest.mark.parametrize("batch_records", [inspect_cli.DECODE_BATCH_RECORDS, 1])
+@pytest.mark.parametrize("case", sorted(BAD_PACKED_RECORDS))
+def test_verify_names_the_first_packed_record_that_breaks_the_packing_rule(
+    tmp_path, monkeypatch, case, batch_records
+):
+    monkeypatch.setattr(inspect_cli, "DECODE_BATCH_RECORDS", batch_records)
+    (name, where, value), what = BAD_PACKED_RECORDS[case]
+    features = _packed_features()
+    features[name][(5, *where)] = value
+    features["positions"][7, 1] = 5  # a later bad record of the same shard
+    manifest = _packed_output(tmp_path / "out", features)
+
+    problems = inspect_cli.verify(manifest, str(tmp_path / "out"))
+    path = tmp_path / "out" / manifest.split(TRAIN_SPLIT).shards[1].path
+    assert problems == [
+        f"{path}: record 1: {what} (the first such record of the shard); re-run `lmshards preprocess "
+        f"--overwrite` into {tmp_path / 'out'} with the manifest's tokenizer ({'f' * 16})"
+    ]
+
+
+def test_packed_record_problem_passes_full_blocks_and_one_segment_blocks():
+    segments = np.array([[1] * 8, [1, 2, 2, 2, 2, 2, 2, 2], [1, 0, 0, 0, 0, 0, 0, 0]])
+    positions = np.array([list(range(8)), [0, *range(7)], [0] * 8])
+    features = {
+        "input_ids": np.where(segments > 0, 7, PAD_ID),
+        "attention_mask": (segments > 0).astype(np.int64),
+        "segment_ids": segments,
+        "positions": positions,
+    }
+    assert inspect_cli.packed_record_problem(features, seq_len=8, pad_id=PAD_ID) is None
+
+
+def test_a_packed_set_of_the_old_positions_is_flagged_and_fails_verify(tmp_path, capsys):
+    """Format version 3 numbered a long document's later pieces on from the document's start."""
+    features = _packed_features(4)
+    features["segment_ids"][:] = 1
+    features["attention_mask"][:] = 1
+    features["input_ids"][:] = 7
+    features["positions"] = np.arange(32).reshape(4, 8)  # one document of 4 blocks
+    out = tmp_path / "old"
+    manifest = _packed_output(out, features, format_version=3, documents_split=1)
+    assert inspect_main([str(out), "--verify"]) == 1
+    captured = capsys.readouterr()
+    assert (
+        "  positions: a long document's pieces continue past seq_len (format_version 3); "
+        "`lmshards train` refuses this set until it is written again"
+    ) in captured.out.splitlines()
+    lines = [line for line in captured.err.splitlines() if line.startswith("MISMATCH")]
+    shards = [out / shard.path for shard in manifest.split(TRAIN_SPLIT).shards]
+    assert len(lines) == 2  # one per shard: records 0-1 and 2-3
+    assert lines[0].startswith(
+        f"MISMATCH {shards[0]}: record 1: position 8 at token 0 is not in [0, seq_len 8)"
+    )
+    assert lines[1].startswith(
+        f"MISMATCH {shards[1]}: record 0: position 16 at token 0 is not in [0, seq_len 8)"
+    )

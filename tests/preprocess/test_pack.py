@@ -168,16 +168,16 @@ def test_best_fit_keeps_whole_documents_cuts_long_ones_and_accounts_every_token(
     assert blocks.attention_masks().tolist() == (blocks.segment_ids > 0).astype(int).tolist()
     assert blocks.documents_split == 2  # 40 and 33 (16 fits one block exactly)
     assert blocks.segments == 300 + 1 + 3 + 3
-    # Every document comes back whole: short ones as one segment from position 0, long ones as pieces
-    # whose positions continue where the previous piece ended.
+    # Every segment's positions run 0, 1, ...: a short document whole, a long one in pieces.
     starts = np.cumsum(lengths) - lengths
-    documents = sorted(tokens[s : s + n].tolist() for s, n in zip(starts, lengths))
+    documents = [tokens[s : s + n].tolist() for s, n in zip(starts, lengths)]
     pieces = _documents_back(blocks)
-    whole = sorted(ids for first, ids in pieces if first == 0 and len(ids) < 16)
-    assert whole == sorted(d for d in documents if len(d) < 16)
-    long_pieces = [ids for first, ids in pieces if first > 0 or len(ids) == 16]
+    assert all(first == 0 for first, _ in pieces)
     # 16 -> 16; 40 -> 16 + 16 + 8; 33 -> 16 + 16 + 1.
-    assert sorted(map(len, long_pieces)) == [1, 8, 16, 16, 16, 16, 16]
+    expected = [d for d in documents if len(d) < 16] + [
+        d[i : i + 16] for d in documents if len(d) >= 16 for i in range(0, len(d), 16)
+    ]
+    assert sorted(ids for _, ids in pieces) == sorted(expected)
     # Best fit leaves little room: fewer blocks than concatenating with one document per block.
     assert blocks.padding_tokens / blocks.ids.size < 0.05
 
@@ -190,3 +190,52 @@ def test_best_fit_depends_only_on_the_documents_not_their_arrival_order():
         assert values.tolist() == b.blocks.features()[name].tolist(), name
     assert a.totals == b.totals and a.totals.segments == 4
     assert a.blocks.num_blocks == 2  # 3 + 1 and 2 + 2 tokens
+
+
+def _segments(blocks) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
+    """(block, segment id, positions, ids) of every segment, in block order."""
+    return [
+        (block, segment, positions[segments == segment], ids[segments == segment])
+        for block, (ids, segments, positions) in enumerate(
+            zip(blocks.ids, blocks.segment_ids, blocks.positions)
+        )
+        for segment in range(1, int(segments.max(initial=0)) + 1)
+    ]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_best_fit_restarts_positions_in_every_piece_of_documents_of_1_to_40_blocks(seed):
+    """A document of k blocks and a bit is k full pieces and a tail, each a segment from position 0;
+    every token is written once, in its document's order, and no position reaches seq_len."""
+    seq_len = 16
+    rng = np.random.default_rng(seed)
+    long = np.arange(1, 41) * seq_len + rng.integers(0, seq_len, 40)  # 1 to 40 blocks, some exact
+    lengths = rng.permutation(np.concatenate([long, rng.integers(1, seq_len, 60)]))
+    tokens = np.arange(int(lengths.sum()), dtype=np.int32) + 5  # each token its own id
+    blocks = pack_best_fit(tokens, lengths, seq_len=seq_len, pad_id=1)
+
+    assert blocks.positions.max() == seq_len - 1
+    segments = _segments(blocks)
+    for block, segment, positions, ids in segments:
+        assert positions.tolist() == list(range(ids.size)), (block, segment)
+        assert (np.diff(ids) == 1).all()  # a piece is a run of its document, in order
+    # Segment ids 1, 2, ... from a block's first token, padding after the last.
+    for segment_ids in blocks.segment_ids:
+        real = segment_ids[segment_ids > 0]
+        assert segment_ids[: real.size].tolist() == real.tolist() and real[0] == 1
+        assert set(np.diff(real).tolist()) <= {0, 1}
+    # Every token once: the pieces, joined by their first token, are the documents cut every seq_len.
+    written = np.sort(blocks.ids[blocks.segment_ids > 0])
+    assert written.tolist() == tokens.tolist()
+    starts = np.cumsum(lengths) - lengths
+    expected = sorted(
+        (int(tokens[start + i]), min(seq_len, int(n) - i))
+        for start, n in zip(starts, lengths)
+        for i in range(0, int(n), seq_len)
+    )
+    assert sorted((int(ids[0]), ids.size) for *_, ids in segments) == expected
+    cut = int((lengths > seq_len).sum())
+    assert blocks.documents_split == cut and blocks.segments == len(expected)
+    # A long document's full pieces fill consecutive blocks of their own, in order.
+    full = [(block, int(ids[0])) for block, _, _, ids in segments if ids.size == seq_len]
+    assert [first for _, first in sorted(full)] == sorted(first for _, first in full)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -16,7 +17,12 @@ from lmshards.preprocess.pipeline import check_packing_options
 from lmshards.preprocess.repack import RepackConfig, run_repack
 from lmshards.preprocess.stages.encode import encode_documents
 from lmshards.schemas.constants import PACKED_MANIFEST_FORMAT_VERSION
-from lmshards.schemas.manifest import read_manifest, require_concatenated
+from lmshards.schemas.manifest import (
+    check_packed_positions,
+    continued_positions,
+    read_manifest,
+    require_concatenated,
+)
 from lmshards.schemas.records import decode_examples, read_records
 from lmshards.schemas.tfmd import read_schema
 
@@ -66,9 +72,10 @@ def test_a_packed_set_holds_every_document_whole_in_segments_and_says_so(packed_
     assert sorted(schema) == ["attention_mask", "input_ids", "positions", "segment_ids"]
     assert schema["segment_ids"].int_domain.max == 64 and schema["positions"].int_domain.max == 63
     raw = json.loads((packed_set / "manifest.json").read_text())
-    assert raw["format_version"] == 3 and raw["packing"] == "best_fit"
+    assert raw["format_version"] == 4 and raw["packing"] == "best_fit"
 
-    # Every text of the corpus comes back as one segment (or, when longer than a block, consecutive pieces).
+    # Every text of the corpus comes back as one segment or, when longer than a block, as its
+    # block-sized pieces: each segment's positions run 0, 1, ..., below seq_len.
     tokenizer = Tokenizer.from_file(str(GOLDEN / "tokenizer.json"))
     texts = [
         line
@@ -79,10 +86,11 @@ def test_a_packed_set_holds_every_document_whole_in_segments_and_says_so(packed_
     chunk = encode_documents(tokenizer, texts)
     starts = np.cumsum(chunk.lengths) - chunk.lengths
     expected = sorted(
-        tuple(chunk.tokens[s : s + n].tolist())
+        tuple(chunk.tokens[s + i : s + min(n, i + 64)].tolist())
         for s, n in zip(starts.tolist(), chunk.lengths.tolist())
+        for i in range(0, n, 64)
     )
-    found, pieces = [], {}
+    found = []
     for split in ("train", "validation"):
         f = _records(packed_set, split)
         totals = manifest.split(split).totals
@@ -92,14 +100,12 @@ def test_a_packed_set_holds_every_document_whole_in_segments_and_says_so(packed_
         for ids, segments, positions in zip(f["input_ids"], f["segment_ids"], f["positions"]):
             for segment in range(1, int(segments.max()) + 1):
                 where = segments == segment
-                first = int(positions[where][0])
-                assert positions[where].tolist() == list(range(first, first + int(where.sum())))
-                pieces.setdefault(first, []).append(tuple(ids[where].tolist()))
-        found += pieces.pop(0)
-    # A document's later pieces start at multiples of the block; they are few on this corpus.
-    assert all(first % 64 == 0 for first in pieces)
-    whole = sorted(d for d in expected if len(d) <= 64)
-    assert sorted(d for d in found if len(d) < 64 or d in set(whole)) == whole
+                assert positions[where].tolist() == list(range(int(where.sum())))
+                found.append(tuple(ids[where].tolist()))
+    assert sorted(found) == expected
+    assert sum(s.totals.documents_split for s in manifest.splits.values()) == int(
+        (chunk.lengths > 64).sum()
+    )
     documents = sum(s.totals.documents for s in manifest.splits.values())
     assert documents == len(texts)
     assert all(s.totals.tokens_dropped == 0 for s in manifest.splits.values())
@@ -194,17 +200,19 @@ def test_inspect_reports_padding_share_segments_and_split_documents(packed_set, 
         f"{totals.documents_split:,} documents longer than a block" in out
     )
     assert "features input_ids, attention_mask, segment_ids, positions" in out
-    assert "lmshards.manifest v3" in out
+    assert "lmshards.manifest v4" in out
 
 
-def test_a_reader_of_versions_1_and_2_only_refuses_a_packed_set(packed_set, monkeypatch):
-    """What an older lmshards does with a packed set: it stops, naming the version, never trains across documents."""
+@pytest.mark.parametrize("readable", [(1, 2), (1, 2, 3)])
+def test_an_older_reader_refuses_a_packed_set(packed_set, monkeypatch, readable):
+    """What an older lmshards does with a packed set: it stops, naming the version, never trains across
+    documents (versions 1 and 2) nor on positions it numbered otherwise (version 3)."""
     import lmshards.schemas.manifest
 
-    monkeypatch.setattr(lmshards.schemas.manifest, "READABLE_MANIFEST_VERSIONS", (1, 2))
+    monkeypatch.setattr(lmshards.schemas.manifest, "READABLE_MANIFEST_VERSIONS", readable)
     with pytest.raises(
         ManifestError,
-        match=r"Manifest format version 3 is not supported by this version \(reads \[1, 2\]\)",
+        match=rf"Manifest format version 4 is not supported by this version \(reads \{list(readable)}\)",
     ):
         read_manifest(str(packed_set))
 
@@ -212,7 +220,9 @@ def test_a_reader_of_versions_1_and_2_only_refuses_a_packed_set(packed_set, monk
 def test_packing_and_format_version_must_agree(packed_set, tmp_path):
     data = json.loads((packed_set / "manifest.json").read_text())
     (tmp_path / "manifest.json").write_text(json.dumps({**data, "format_version": 2}))
-    with pytest.raises(ManifestError, match="packed sets, and only they, are format version 3"):
+    with pytest.raises(
+        ManifestError, match="packed sets, and only they, are format version 3 or 4"
+    ):
         read_manifest(str(tmp_path))
 
 
@@ -225,7 +235,26 @@ def test_a_reader_of_concatenated_records_only_refuses_a_packed_set_saying_what_
             manifest, str(packed_set), reader="this reader", fix="use a concat set."
         )
     assert str(e.value) == (
-        f"{str(packed_set)!r} is a best_fit packed set (manifest format_version 3: its records need "
+        f"{str(packed_set)!r} is a best_fit packed set (manifest format_version 4: its records need "
         "['input_ids', 'attention_mask', 'segment_ids', 'positions'], attention within each segment), which "
         "this reader cannot honour; use a concat set."
     )
+
+
+def test_only_a_version_3_set_that_cut_a_document_has_the_old_positions(packed_set):
+    manifest = read_manifest(str(packed_set))
+    assert sum(s.totals.documents_split for s in manifest.splits.values()) > 0
+    old = dataclasses.replace(manifest, format_version=3)
+    uncut = dataclasses.replace(
+        old,
+        splits={
+            name: dataclasses.replace(
+                split, totals=dataclasses.replace(split.totals, documents_split=0)
+            )
+            for name, split in old.splits.items()
+        },
+    )
+    assert [continued_positions(m) for m in (manifest, old, uncut)] == [False, True, False]
+    check_packed_positions(uncut, str(packed_set))
+    with pytest.raises(ManifestError, match="run `lmshards repack --tokens "):
+        check_packed_positions(old, str(packed_set))  # it keeps its tokens

@@ -170,10 +170,12 @@ def pack_best_fit(
 ) -> PackedBlocks:
     """Packs whole documents (token runs of `lengths`, in order) into padded blocks of seq_len tokens.
 
-    A document longer than a block is cut into block-sized pieces, each its own segment: its full
-    pieces fill blocks of their own, its last piece is packed like a short document. Blocks come in
-    a fixed order: the full pieces' blocks in document order, then the best-fit bins as opened; a
-    block's segments are numbered 1, 2, ... in the order they were placed. No token is dropped.
+    A document longer than a block is cut into block-sized pieces, each its own segment with
+    positions from 0 (so no position reaches seq_len, the size of the model's position table): its
+    full pieces fill blocks of their own, its last piece is packed like a short document.
+    Blocks come in a fixed order: the full pieces' blocks in document order, then the best-fit bins
+    as opened; a block's segments are numbered 1, 2, ... in the order they were placed. No token is
+    dropped.
     """
     tokens = np.asarray(tokens, dtype=np.int32)
     lengths = np.asarray(lengths, dtype=np.int64)
@@ -198,7 +200,6 @@ def pack_best_fit(
     piece_src = np.concatenate([full_src, starts[tail_docs] + full_pieces[tail_docs] * seq_len])
     piece_len = np.concatenate([np.full(full_docs.size, seq_len), tail_lengths])
     piece_block = np.concatenate([np.arange(full_docs.size), tail_bins])
-    piece_start_pos = np.concatenate([full_k * seq_len, full_pieces[tail_docs] * seq_len])
     placed = np.concatenate(
         [
             np.arange(full_docs.size),
@@ -207,7 +208,6 @@ def pack_best_fit(
     )
     order = np.lexsort((placed, piece_block))  # by block, then as placed
     piece_src, piece_len, piece_block = piece_src[order], piece_len[order], piece_block[order]
-    piece_start_pos = piece_start_pos[order]
     first_in_block = (
         np.r_[True, piece_block[1:] != piece_block[:-1]] if order.size else np.zeros(0, bool)
     )
@@ -228,7 +228,7 @@ def pack_best_fit(
     positions = np.zeros(num_blocks * seq_len, dtype=np.int32)
     ids[dest] = tokens[np.repeat(piece_src, piece_len) + within]
     segment_ids[dest] = np.repeat(segment + 1, piece_len)
-    positions[dest] = np.repeat(piece_start_pos, piece_len) + within
+    positions[dest] = within  # every piece is a segment of its own: positions restart at 0
     shape = (num_blocks, seq_len)
     return PackedBlocks(
         ids=ids.reshape(shape),

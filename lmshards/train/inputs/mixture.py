@@ -32,7 +32,12 @@ from collections.abc import Sequence
 from lmshards.plumbing import bounded, fs
 from lmshards.plumbing.errors import LmshardsError
 from lmshards.schemas.constants import TRAIN_SPLIT, VALIDATION_SPLIT
-from lmshards.schemas.manifest import Manifest, check_tokenizer_copy, read_manifest
+from lmshards.schemas.manifest import (
+    Manifest,
+    check_packed_positions,
+    check_tokenizer_copy,
+    read_manifest,
+)
 from lmshards.train.inputs.shards_flag import ShardSource, parse_shards_flag, source_weights
 
 __all__ = [
@@ -184,7 +189,7 @@ def open_mixture(paths: Sequence[str], weights: Sequence[float] = ()) -> Mixture
 
     Raises:
       LmshardsError: a manifest is missing or bad (shards listed twice, totals that disagree with the
-        shards, a tokenizer/ copy that is not the manifest's); two sets differ in tokenizer or seq_len; a weight
+        shards, a tokenizer/ copy that is not the manifest's, a packed set of the old positions); two sets differ in tokenizer or seq_len; a weight
         is so small that the set would never be drawn.
     """
     weights = tuple(weights) or (1.0,) * len(paths)
@@ -199,6 +204,8 @@ def open_mixture(paths: Sequence[str], weights: Sequence[float] = ()) -> Mixture
     )
     for s in sets:  # a set whose tokenizer/ was replaced would train and export under the wrong ids
         check_tokenizer_copy(s.manifest, s.path)
+        # A packed set whose pieces' positions run past seq_len would index past the position table.
+        check_packed_positions(s.manifest, s.path)
     first = sets[0]
     for other in sets[1:]:
         for what, a, b in (
