@@ -11,13 +11,14 @@ except the run's length under --extend; a WARN option that differs only draws a 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from lmshards.plumbing import bounded, fs
-from lmshards.plumbing.errors import LmshardsError, OutputError
+from lmshards.plumbing.errors import FailedRunError, LmshardsError, OutputError
 from lmshards.plumbing.outputs import check_no_overlap, clear_owned_output, owned_entries
 from lmshards.schemas.constants import RUN_CONFIG_JSON, TOKENIZER_DIR_NAME
 from lmshards.schemas.directory_kind import OTHER, RUN_DIRECTORY, WHAT, directory_kind
@@ -28,7 +29,7 @@ from lmshards.schemas.layouts import (
     TENSORBOARD_DIR,
     TRAIN_RUN_OUTPUT,
 )
-from lmshards.schemas.manifest import Manifest
+from lmshards.schemas.manifest import Manifest, read_manifest
 from lmshards.schemas.metrics_log import read_metrics
 from lmshards.schemas.tokenizer_info import TokenizerSource
 from lmshards.train.backend_names import DEFAULT_BACKEND
@@ -184,6 +185,71 @@ def check_same_shards(previous: dict[str, Any], manifest: Manifest, run_dir: str
         f"to a longer --seq_len), start a new run from it: --init_from {run_dir} --output NEW_DIR. To resume it, "
         f"pass the run's --shards; or {_RESTART_HINT}."
     )
+
+
+# run_config.json: each --shards path -> shard_set_digest of the set the run trains on.
+SHARD_DIGESTS = "shard_digests"
+
+
+class ShardSetChangedError(FailedRunError):
+    """A shard set changed (was overwritten) while the run trained on it: exit 1, one line."""
+
+
+def shard_set_digest(manifest: Manifest) -> str:
+    """The SHA-256 of what a shard set holds: every shard of every split (path, records, bytes, SHA-256), its
+    tokenizer's fingerprint and seq_len. A set written again from the same inputs keeps it (created_at and
+    the input paths are left out); a set with any other shard gets another."""
+    identity = {
+        "tokenizer_fingerprint": manifest.tokenizer.fingerprint,
+        "seq_len": manifest.seq_len,
+        "splits": {
+            name: [[s.path, s.records, s.bytes, s.sha256] for s in split.shards]
+            for name, split in manifest.splits.items()
+        },
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def shard_digests(sets: Mapping[str, Manifest]) -> dict[str, str]:
+    """{--shards path: shard_set_digest}, as run_config.json records it."""
+    return {path: shard_set_digest(manifest) for path, manifest in sets.items()}
+
+
+def check_same_shard_sets(previous: dict[str, Any], sets: Mapping[str, Manifest]) -> None:
+    """Refuses to continue a run on a shard set whose content changed since the run recorded it.
+
+    A path the run did not record (another --shards, a run of an older version) is not compared.
+    Raises:
+      LmshardsError: naming the set, the recorded and current digests, and the fix.
+    """
+    recorded = previous.get(SHARD_DIGESTS) or {}
+    for path, digest in shard_digests(sets).items():
+        if path in recorded and recorded[path] != digest:
+            raise LmshardsError(
+                f"--shards {path!r} changed since this run trained on it: its digest is {recorded[path]} in "
+                f"the run's {RUN_CONFIG_JSON} and {digest} now, so resuming would continue on other data. "
+                f"Restore the set as it was to resume, or train on it as a new run (a new --output, or "
+                "--restart)."
+            )
+
+
+def changed_shard_set(sets: Mapping[str, Manifest], *, step: int) -> ShardSetChangedError | None:
+    """The error to stop a run with when a set it trains on is not the one it started on any more (its
+    manifest gone or rewritten, as `preprocess --overwrite` does), else None. Reads every set's manifest."""
+    for path, manifest in sets.items():
+        was = shard_set_digest(manifest)
+        try:
+            now = shard_set_digest(read_manifest(path))
+        except LmshardsError:
+            now = "none (its manifest is missing or unreadable: being written again?)"
+        if now != was:
+            return ShardSetChangedError(
+                f"--shards {path!r} changed while this run trained on it (digest {was} when the run "
+                f"started, {now} now); training stopped at step {step}, and its checkpoints hold only "
+                "steps on the set as it was. Restore the set and rerun this command to resume, or train "
+                "on the new set as a new run (a new --output, or --restart)."
+            )
+    return None
 
 
 def _kinds(features: Any) -> Any:

@@ -3,8 +3,10 @@ never a traceback, never a wrong result that looks complete."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -140,6 +142,7 @@ DEPENDENT = [
         "--minhash_bands is ignored without --dedup near",
     ),
     (["--minhash_rows", "2"], "--minhash_rows is ignored without --dedup near"),
+    (["--minhash_min_words", "7"], "--minhash_min_words is ignored without --dedup near"),
     (
         ["--decontaminate_ngram", "5"],
         "--decontaminate_ngram is ignored without --decontaminate: add --decontaminate EVAL_SET",
@@ -263,3 +266,259 @@ def test_jax_from_a_tensorflow_run_names_exports_own_command_line(tmp_path):
     message = str(refused.value)
     assert f"Export it (`lmshards export {tmp_path / 'run'} --output DIR`)" in message
     assert "--run" not in message
+
+
+# ---------------------------------------------------------------- a shard set that changed under a run
+
+FAKE_TOKENIZER_IDS = {"cls": 0, "pad": 1, "sep": 2, "unk": 3, "mask": 4}
+
+
+def _write_set(out: Path, *, seed: int) -> str:
+    """A small shard set of random ids (train 40 records, validation 8, seq_len 16); seed picks its content."""
+    import numpy as np
+
+    from lmshards.schemas.manifest import TokenizerInfo
+    from tests.helpers.shard_factory import write_shards
+
+    tokenizer = TokenizerInfo(
+        fingerprint="sha256:" + "0" * 64,
+        vocab_size=100,
+        special_token_ids=FAKE_TOKENIZER_IDS,
+        all_special_ids=(0, 1, 2, 3, 4),
+    )
+    rng = np.random.default_rng(seed)
+
+    def split(records: int, num_shards: int):
+        ids = rng.integers(5, tokenizer.vocab_size, size=(records, 16), dtype=np.int64)
+        return ids, np.ones_like(ids), num_shards
+
+    for old in out.rglob("*.tfrecord*"):
+        old.unlink()
+    write_shards(
+        out,
+        {"train": split(40, 2), "validation": split(8, 1)},
+        seq_len=16,
+        tokenizer=tokenizer,
+        inputs=(),
+    )
+    return str(out)
+
+
+def _train(shards: str, run: Path) -> int:
+    from lmshards.train.commands import cli
+    from tests.helpers import fake_backend
+
+    return cli.main(
+        ["--shards", shards, "--output", str(run), "--backend", fake_backend.NAME, "--steps", "6",
+         "--per_replica_batch", "4", "--log_every", "3", "--eval_every", "6", "--checkpoint_every", "3",
+         "--shuffle_buffer", "8", "--steps_per_execution", "3"]
+    )  # fmt: skip
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    pytest.importorskip("tensorflow")
+    from tests.helpers import fake_backend
+
+    fake_backend.register(monkeypatch)
+    return fake_backend
+
+
+def test_train_records_the_sets_digest_and_refuses_to_resume_on_changed_content(
+    tmp_path, capsys, fake
+):
+    from lmshards.schemas.manifest import read_manifest
+    from lmshards.train.run_dir import shard_set_digest
+
+    shards, run = _write_set(tmp_path / "shards", seed=0), tmp_path / "run"
+    assert _train(shards, run) == 0
+    recorded = json.loads((run / "run_config.json").read_text())["shard_digests"]
+    before = shard_set_digest(read_manifest(shards))
+    assert recorded == {shards: before}
+    config_before = (run / "run_config.json").read_bytes()
+    capsys.readouterr()
+
+    _write_set(tmp_path / "shards", seed=1)  # the same path, other records
+    after = shard_set_digest(read_manifest(shards))
+    assert after != before
+    assert _train(shards, run) == 2
+    line = _error_line(capsys.readouterr().err, "train")
+    assert line == (
+        f"lmshards train: error: --shards {shards!r} changed since this run trained on it: its digest is "
+        f"{before} in the run's run_config.json and {after} now, so resuming would continue on other data. "
+        "Restore the set as it was to resume, or train on it as a new run (a new --output, or --restart)."
+    )
+    assert (run / "run_config.json").read_bytes() == config_before
+
+    _write_set(tmp_path / "shards", seed=0)  # restored: the same shards again, another created_at
+    assert _train(shards, run) == 0
+
+
+@pytest.mark.parametrize("with_read_error", [True, False], ids=["read-error", "silent"])
+def test_a_set_overwritten_during_training_ends_in_one_line(
+    tmp_path, capsys, fake, monkeypatch, with_read_error
+):
+    from lmshards.schemas.manifest import read_manifest
+    from lmshards.train.run_dir import shard_set_digest
+
+    shards, run = _write_set(tmp_path / "shards", seed=0), tmp_path / "run"
+    before = shard_set_digest(read_manifest(shards))
+    steps = fake.FakeBackend.train_steps
+
+    def overwritten_after_the_first_call(self, n):
+        if self.step == 0:
+            return steps(self, n)
+        _write_set(tmp_path / "shards", seed=1)
+        if with_read_error:  # tf.data meets a file that went away
+            raise FileNotFoundError(f"{shards}/train/train-00000-of-00002-20.tfrecord")
+        return steps(self, n)
+
+    monkeypatch.setattr(fake.FakeBackend, "train_steps", overwritten_after_the_first_call)
+    assert _train(shards, run) == 1
+    after = shard_set_digest(read_manifest(shards))
+    line = _error_line(capsys.readouterr().err, "train")
+    stopped_at = 1 if with_read_error else 3  # the first checkpoint step: nothing saved
+    assert line == (
+        f"lmshards train: error: --shards {shards!r} changed while this run trained on it (digest {before} "
+        f"when the run started, {after} now); training stopped at step {stopped_at}, and its checkpoints "
+        "hold only steps on the set as it was. Restore the set and rerun this command to resume, or train on "
+        "the new set as a new run (a new --output, or --restart)."
+    )
+    assert sorted(p.name for p in (run / "checkpoints").glob("ckpt-*")) == []
+
+
+# ---------------------------------------------------------------- every hint names a flag that exists
+
+# A flag in a `lmshards CMD ...` command line, and an `lmshards CMD` mention with its sentence.
+FLAG_RE = re.compile(r"(?<![\w-])--[a-z][a-z0-9_]*[a-z0-9]")
+COMMAND_LINE_RE = re.compile(r"`lmshards ((?:tokenizer |dataset )?[a-z][a-z-]*)([^`]*)`")
+COMMAND_SENTENCE_RE = re.compile(r"`lmshards ((?:tokenizer |dataset )?[a-z][a-z-]*)`([^.;`]*)")
+# The `lmshards` command's own flags (lmshards --help, lmshards --version).
+TOP_LEVEL_FLAGS = {"--help", "--version"}
+PACKAGE = Path(__file__).resolve().parents[2] / "lmshards"
+
+
+class _Parsed(Exception):
+    def __init__(self, parser):
+        super().__init__(parser.prog)
+        self.parser = parser
+
+
+def _parser_of(command: str, monkeypatch):
+    """The argparse parser `lmshards COMMAND` really parses with, caught as it starts parsing."""
+    from lmshards.command.cli import SUBCOMMANDS
+    from lmshards.plumbing.cli import CommandParser
+
+    def caught(self, args=None, namespace=None):
+        raise _Parsed(self)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(CommandParser, "parse_known_args", caught)
+        with pytest.raises(_Parsed) as parsed:
+            SUBCOMMANDS[command].main(["--help"])
+    return parsed.value.parser
+
+
+@pytest.fixture(scope="module")
+def command_flags() -> dict[str, set[str]]:
+    """Every subcommand's flags: its parser's, and for the Beam commands the Beam options they pass on
+    (Dask's included; stats and repack without preprocess's, which they refuse)."""
+    import lmshards.preprocess.dask_runner  # noqa: F401  (declares the Dask runner's options)
+    from lmshards.command.cli import SUBCOMMANDS
+    from lmshards.preprocess import runners
+
+    beam = set(runners.beam_flags())
+    flags = {}
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for command in SUBCOMMANDS:
+            parser = _parser_of(command, monkeypatch)
+            own = {opt for action in parser._actions for opt in action.option_strings}
+            extra = {"preprocess": beam, "stats": beam - preprocess_flags()}
+            extra["repack"] = extra["stats"]
+            flags[command] = own | extra.get(command, set())
+            flags[command + " renamed"] = set(parser.renamed)
+            flags[command + " hints"] = {*parser.renamed.values()}
+    return flags
+
+
+def _messages() -> list[tuple[str, int, str]]:
+    """(file, line, text) of every string in the package but docstrings; an f-string's fields read 'X'."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.JoinedStr):
+                text = "".join(v.value if isinstance(v, ast.Constant) else "X" for v in node.values)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if id(node) in docstrings:
+                    continue
+                text = node.value
+            else:
+                continue
+            found.append((str(path.relative_to(PACKAGE.parent)), node.lineno, text))
+    return found
+
+
+def _commands(flags: dict[str, set[str]]) -> list[str]:
+    return [name for name in flags if not name.endswith((" renamed", " hints"))]
+
+
+def test_every_flag_a_message_names_exists(command_flags):
+    """Each `lmshards CMD --flag ...` command line and each flag in the sentence after `lmshards CMD`
+    is one of CMD's flags; every other flag a message names is some command's."""
+    commands = _commands(command_flags)
+    anywhere = set().union(*(command_flags[c] for c in commands), TOP_LEVEL_FLAGS)
+    # The names people bring from run_mlm.py and the renamed flags: refused with a hint, so named.
+    anywhere |= set().union(*(command_flags[c + " renamed"] for c in commands))
+    wrong = []
+    for where, line, text in _messages():
+        for pattern in (COMMAND_LINE_RE, COMMAND_SENTENCE_RE):
+            for match in pattern.finditer(text):
+                command, rest = match[1], match[2]
+                if command not in commands:
+                    wrong += [f"{where}:{line}: `lmshards {command}` is no command"]
+                    continue
+                wrong += [
+                    f"{where}:{line}: {flag} is not a flag of `lmshards {command}`"
+                    for flag in FLAG_RE.findall(rest)
+                    if flag not in command_flags[command]
+                ]
+        wrong += [
+            f"{where}:{line}: {flag} is no command's flag"
+            for flag in FLAG_RE.findall(text)
+            if flag not in anywhere
+        ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_renamed_flag_hint_names_a_flag_of_the_command_it_names(command_flags):
+    """The run_mlm.py/Trainer names and renamed flags: each hint's flag is a flag of the command the hint
+    names (`lmshards preprocess --seq_len` given to train), else of the command refusing the old name, which
+    itself is no flag of that command."""
+    from lmshards.plumbing.known_names import name_hints
+    from lmshards.preprocess.options import RENAMED_FLAGS
+
+    checked = 0
+    for command in _commands(command_flags):
+        hints = {**name_hints(command), **(RENAMED_FLAGS if command == "preprocess" else {})}
+        assert set(hints) <= command_flags[command + " renamed"]
+        for old, hint in hints.items():
+            assert old not in command_flags[command], f"{old} is a flag of {command}: never hinted"
+            named = COMMAND_LINE_RE.search(hint)
+            target = named[1] if named else command
+            flags = [flag for flag in FLAG_RE.findall(hint) if flag != old]
+            # "--do_eval is not needed: ..." may name none; a renaming names the flag to use.
+            assert flags or hint.startswith(f"{old} is not needed"), f"{command} {old}: {hint!r}"
+            for flag in flags:
+                assert flag in command_flags[target], f"{command} {old}: {hint!r}"
+                checked += 1
+    # The tables of preprocess and train, and preprocess's renamed --batch_size.
+    assert checked >= 39

@@ -49,8 +49,9 @@ TOOL_VERSION_PIN = "VERSION"
 # again on purpose: when a CPU run's default steps per host call went from 1 to 10 (its run config only); when
 # TensorFlow's CPU step began to run the head on the predicted positions only, to take the cross-entropy as
 # log-sum-exp minus the label's logit, and to use oneDNN's kernels (the same loss, other low bits); when
-# the values were first pinned to rounding rather than bytes; and when run_config.json's tool_version began to be
-# pinned as TOOL_VERSION_PIN (its digest only).
+# the values were first pinned to rounding rather than bytes; when run_config.json's tool_version began to be
+# pinned as TOOL_VERSION_PIN (its digest only); and when run_config.json began to record each shard set's digest
+# (its digest only).
 PINS_FILE = REPO / "tests" / "data" / "run_pins.json"
 RECORD_ENV = "LMSHARDS_RECORD_RUN_PINS"
 # Rounding moved a figure by up to 1.3e-6 of its variable's norm (an Adam moment; oneDNN's kernels uncapped

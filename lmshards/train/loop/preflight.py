@@ -34,7 +34,13 @@ from lmshards.train.families import DEFAULT_FAMILY, check_packed_support, get_fa
 from lmshards.train.inputs import mixture
 from lmshards.train.inputs.shard_set_tokenizer import run_tokenizer
 from lmshards.train.network.config_files import read_model_config
-from lmshards.train.run_dir import RunDir, check_continuation, check_run_output, finished_summary
+from lmshards.train.run_dir import (
+    RunDir,
+    check_continuation,
+    check_run_output,
+    check_same_shard_sets,
+    finished_summary,
+)
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +100,7 @@ def preflight(config: TrainConfig) -> Preflight:
         check_packed_support(get_family(model_config.family), f"--shards {mix.sets[0].path!r}")
     finished = None
     if previous is not None:
+        check_same_shard_sets(previous, {s.path: s.manifest for s in mix.sets})
         finished = finished_summary(
             run, check_continuation(previous, config, model_config, manifest=mix.manifest)
         )

@@ -13,11 +13,12 @@ learning-rate schedule is fixed by the run's first command and kept in run_confi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from lmshards.plumbing.errors import LmshardsError
@@ -43,7 +44,14 @@ from lmshards.train.loop.preemption import PreemptionFlag
 from lmshards.train.loop.preflight import Preflight, preflight
 from lmshards.train.loop.tensorboard import TensorBoardWriter
 from lmshards.train.optim import WarmupDecay, continue_schedule, first_schedule
-from lmshards.train.run_dir import MetricsLog, RunDir, shard_identity
+from lmshards.train.run_dir import (
+    SHARD_DIGESTS,
+    MetricsLog,
+    RunDir,
+    changed_shard_set,
+    shard_digests,
+    shard_identity,
+)
 
 log = logging.getLogger(__name__)
 
@@ -115,10 +123,29 @@ def run_config_record(
         "schedule": schedule.get_config(),
         "model": model_config.to_dict(),
         **shard_identity(manifest),  # tokenizer_fingerprint, seq_len, features
+        SHARD_DIGESTS: shard_digests(set_manifests(inputs)),
         "special_token_ids": dict(manifest.tokenizer.special_token_ids),
         "all_special_ids": list(manifest.tokenizer.all_special_ids),
         "max_predictions": inputs.masking.max_predictions,
     }
+
+
+def set_manifests(inputs: InputPlan) -> dict[str, Any]:
+    """{--shards path: its manifest as the run read it when it started}."""
+    return {s.path: s.manifest for s in inputs.mixture.sets}
+
+
+@contextlib.contextmanager
+def stopped_if_shards_changed(inputs: InputPlan, step: int) -> Iterator[None]:
+    """A failure while reading the shards (a file gone, truncated or rewritten) that comes from a set being
+    written again under the run ends it in one line saying so (run_dir.changed_shard_set)."""
+    try:
+        yield
+    except Exception as e:
+        changed = changed_shard_set(set_manifests(inputs), step=step)
+        if changed is None:
+            raise
+        raise changed from e
 
 
 def keep_tokenizer(run: RunDir, tokenizer: TokenizerSource | None) -> None:
@@ -196,7 +223,10 @@ class Loop:
         read, progress, sums = 0, Pacer(EVAL_PROGRESS_SECONDS), {}
         for shard_set in self.inputs.eval_sets:
             totals = evaluation.ZERO
-            with self.inputs.readable_errors(shard_set.files(VALIDATION_SPLIT).paths):
+            with (
+                stopped_if_shards_changed(self.inputs, step),
+                self.inputs.readable_errors(shard_set.files(VALIDATION_SPLIT).paths),
+            ):
                 for batch in self.backend.eval_batches(self.inputs, shard_set, limit):
                     totals, read = totals + batch, read + 1
                     if stop():
@@ -255,7 +285,10 @@ class Loop:
     def train_call(self, n: int) -> float:
         """Runs n steps in one backend call; returns its seconds."""
         t0 = time.perf_counter()
-        with self.inputs.readable_errors(self.inputs.train_paths):
+        with (
+            stopped_if_shards_changed(self.inputs, self.step),
+            self.inputs.readable_errors(self.inputs.train_paths),
+        ):
             losses = self.backend.train_steps(n)
         dt = time.perf_counter() - t0
         self.step += n
@@ -315,6 +348,10 @@ class Loop:
         bad, total = self.backend.non_finite_weights()
         if bad:
             raise diverged(self.step, describe_non_finite(bad, total))
+        # Steps since the last checkpoint may have read a set written again under the run: not kept.
+        changed = changed_shard_set(set_manifests(self.inputs), step=self.step)
+        if changed is not None:
+            raise changed
         self.backend.save(self.step)
         self.saved_step = self.step
 
