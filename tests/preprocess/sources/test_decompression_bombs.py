@@ -1,8 +1,10 @@
 """Decompression is bounded by its output, for every codec: a small file that expands to far more than
 memory is read in flat memory, and its over-long record is counted and skipped, never held whole.
 
-Each bomb is read in a fresh Python process: its peak resident memory after the read (getrusage) less
-its resident memory just before it (/proc, so that the peak of its imports does not hide the read's).
+Each bomb is read in a fresh Python process, whose peak resident memory (VmHWM) is reset just before
+the read (/proc/self/clear_refs) and compared after it with its resident memory before. (getrusage's
+ru_maxrss would not do: a child started by exec carries its parent's peak over, and the imports' peak
+would hide the read's.)
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ JSON_LINE_LIMIT = 4 * MIB
 MEMBER_BYTES = 16 * MIB
 AFTER = "after the bomb"
 linux_only = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="reads /proc/self/statm"
+    not sys.platform.startswith("linux"), reason="reads /proc/self/status"
 )
 
 
@@ -65,18 +67,24 @@ def _bomb(suffix: str, head: bytes, tail: bytes) -> bytes:
 
 
 _READ = textwrap.dedent(
-    """
-    import json, os, resource, sys
+    r"""
+    import json, re, sys
     from lmshards.preprocess.sources import ReadOptions, ReadStats, iter_documents
     from lmshards.preprocess.sources.formats import jsonl
 
     jsonl.MAX_JSON_LINE_BYTES = int(sys.argv[2])
     stats = ReadStats()
-    with open("/proc/self/statm") as statm:
-        before = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def status(field):
+        with open("/proc/self/status") as f:
+            return int(re.search(field + r":\s+(\d+) kB", f.read())[1]) * 1024
+
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the peak resident memory starts again from now
+    before = status("VmRSS")
     documents = list(iter_documents([sys.argv[1]], ReadOptions(), stats))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-    print(json.dumps({"documents": documents, "stats": stats.as_dict(), "growth": peak - before}))
+    growth = status("VmHWM") - before
+    print(json.dumps({"documents": documents, "stats": stats.as_dict(), "growth": growth}))
     """
 )
 
