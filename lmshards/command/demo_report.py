@@ -20,10 +20,10 @@ from lmshards.command.report import Reference, masking_description, read_run, re
 from lmshards.command.report import write_report as write_page
 from lmshards.plumbing import bounded
 from lmshards.plumbing.units import format_duration
-from lmshards.schemas.layouts import RUN_SUMMARY_JSON
+from lmshards.schemas.layouts import DEMO_SUMMARY_JSON, RUN_SUMMARY_JSON
 from lmshards.schemas.manifest import read_manifest
 
-SUMMARY_JSON = "demo_summary.json"
+SUMMARY_JSON = DEMO_SUMMARY_JSON
 MIN_WORD_LENGTH = 2
 WORD_MARKERS = "Ġ▁"  # byte-level BPE and SentencePiece word-start markers
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -17,7 +16,9 @@ from pathlib import Path
 
 from lmshards.plumbing import fs
 from lmshards.plumbing.errors import LmshardsError, OutputError
+from lmshards.plumbing.outputs import check_replaceable, clear_owned_output
 from lmshards.plumbing.quiet import PROGRESS_ENVIRONMENT
+from lmshards.schemas.layouts import DEMO_MARKER, DEMO_OUTPUT, OUTPUT_KINDS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # English only: one domain (Austen novels, a software manual, speeches) that a tiny model learns within minutes.
@@ -25,7 +26,7 @@ CORPUS_GLOB = str(REPO_ROOT / "data" / "sample" / "en" / "*.txt")
 # A sentence in the style of Pride and Prejudice, one of the corpus's books, that fits in one record; a model that
 # learned from its neighbours fills in a name (Darcy, Bennet, ...), one that did not fills in punctuation.
 FILL_MASK_PROMPT = "Elizabeth smiled at Mr. <mask>."
-MARKER = ".lmshards_demo"
+MARKER = DEMO_MARKER
 
 # Byte-level BPE trains in seconds where Unigram takes minutes on this corpus.
 TOKENIZER_MODEL = "bpe"
@@ -59,18 +60,20 @@ class Step:
 
 
 def prepare_output(output: Path) -> None:
-    """Creates the demo directory; re-runs wipe only a directory this demo made (it holds MARKER).
+    """Creates the demo directory; a rerun deletes what an earlier demo wrote there (it holds MARKER), and
+    only that (DEMO_OUTPUT).
 
     Raises:
-      OutputError: output is a file, or a non-empty directory without MARKER.
+      OutputError: output is a file, a non-empty directory without MARKER, one holding files the demo did
+        not write, or inside another lmshards output.
     """
-    if fs.check_output_dir(str(output), overwrite=True):
-        if not (output / MARKER).exists():
-            raise OutputError(
-                f"--output {str(output)!r} is not empty and was not made by `lmshards demo`; "
-                "pass an empty or new directory."
-            )
-        shutil.rmtree(output)
+    if fs.check_output_dir(str(output), overwrite=True) and not (output / MARKER).exists():
+        raise OutputError(
+            f"--output {str(output)!r} is not empty and was not made by `lmshards demo`; "
+            "pass an empty or new directory."
+        )
+    if check_replaceable(str(output), kind=DEMO_OUTPUT, overwrite=True, others=OUTPUT_KINDS):
+        clear_owned_output(str(output), kind=DEMO_OUTPUT)
     output.mkdir(parents=True, exist_ok=True)
     (output / MARKER).write_text("made by lmshards demo; safe to delete\n")
 

@@ -12,6 +12,7 @@ import dataclasses
 import html
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ import numpy as np
 from lmshards.plumbing import bounded, fs
 from lmshards.plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
 from lmshards.plumbing.errors import LmshardsError
+from lmshards.plumbing.outputs import check_file_output
 from lmshards.schemas.constants import (
     ATTENTION_MASK,
     INPUT_IDS,
@@ -28,12 +30,14 @@ from lmshards.schemas.constants import (
     TRAIN_SPLIT,
     VALIDATION_SPLIT,
 )
-from lmshards.schemas.layouts import METRICS_JSONL, REPORT_HTML, RUN_SUMMARY_JSON
+from lmshards.schemas.layouts import METRICS_JSONL, OUTPUT_KINDS, REPORT_HTML, RUN_SUMMARY_JSON
 from lmshards.schemas.manifest import Manifest, read_manifest
 from lmshards.schemas.metrics_log import read_metrics
 from lmshards.schemas.reading import read_split
 
 COMMAND = "report"
+# In every page's head: how an existing --output file is told to be an earlier report (is_report).
+GENERATOR_META = "<meta name='generator' content='lmshards report'>"
 # Sequences of each split the most-frequent-token baseline reads (the first ones, in manifest order).
 BASELINE_RECORDS = 20_000
 # Room left above and below the accuracies on the accuracy chart, as a share of their spread (at least 0.01).
@@ -467,12 +471,17 @@ def render_report(
         *(funnel_table(m, name=path) for path, m in data.manifests.items() if m.curation),
     ]
     return (
-        "<!doctype html>\n<html><head><meta charset='utf-8'>"
+        f"<!doctype html>\n<html><head><meta charset='utf-8'>{GENERATOR_META}"
         f"<title>{html.escape(title)}</title><style>{STYLE}</style>"
         f"<script>{get_plotlyjs()}</script></head><body>\n"
         + "\n".join(sections)
         + "\n</body></html>\n"
     )
+
+
+def is_report(head: bytes) -> bool:
+    """Whether a file starting with `head` is a page this command wrote (one --output may replace)."""
+    return GENERATOR_META.encode() in head
 
 
 def write_report(html_text: str, path: str) -> str:
@@ -500,6 +509,9 @@ def main(argv: Sequence[str]) -> int:
 
 
 def _report(run_dir: str, output: str | None) -> int:
+    # The run's own report.html is the run's file; anywhere else only an earlier report is replaced.
+    if output and os.path.abspath(output) != os.path.abspath(fs.join(run_dir, REPORT_HTML)):
+        check_file_output(output, ours=is_report, kinds=OUTPUT_KINDS)
     data = read_run(run_dir)
     baseline = token_baseline(data, run_dir)
     path = write_report(

@@ -32,6 +32,8 @@ _GLOB_CHARS_RE = re.compile(r"[*?[]")
 # fsspec spells Google Cloud Storage both ways.
 _SCHEME_ALIASES = {"gcs": "gs"}
 _PROBE_BYTES = b"lmshards write probe\n"
+# How much of an existing one-file output is read to tell whether lmshards wrote it.
+FILE_HEAD_BYTES = 4096
 # How many foreign entries an error message names before "and N more".
 _FOREIGN_SHOWN = 5
 log = logging.getLogger(__name__)
@@ -369,9 +371,13 @@ def _ancestors(directory: str) -> list[tuple[str, str]]:
         path = parent
 
 
-def _refuse_inside_output(directory: str, *, kinds: Sequence[OutputKind], flag: str) -> None:
-    """Refuses a directory inside another lmshards output, but a directory its layout opens to other
-    commands (a shard set's stats/), directly below it."""
+def check_not_inside_output(directory: str, *, kinds: Sequence[OutputKind], flag: str) -> None:
+    """Refuses a directory that lies inside an output of one of `kinds`; a directory that output's layout
+    opens to other commands (open_dirs: a shard set's stats/) directly below it is fine.
+
+    Raises:
+      OutputError: naming the directory, the output it is inside and what that output is.
+    """
     for depth, (ancestor, name) in enumerate(_ancestors(directory)):
         filesystem, path = fs.filesystem(ancestor)
         if not filesystem.isdir(path):
@@ -402,7 +408,7 @@ def check_replaceable(
     Raises:
       OutputError: naming the directory, what it holds and the fix.
     """
-    _refuse_inside_output(directory, kinds=(kind, *others), flag=flag)
+    check_not_inside_output(directory, kinds=(kind, *others), flag=flag)
     found = _existing_directory(directory, flag)
     if found is None or not _list(*found):
         return False
@@ -421,6 +427,34 @@ def check_replaceable(
             f"({kind.what or f'an earlier lmshards {kind.name} output'}), or choose a new directory."
         )
     return True
+
+
+def check_file_output(
+    path: str,
+    *,
+    ours: Callable[[bytes], bool],
+    kinds: Sequence[OutputKind] = (),
+    flag: str = "--output",
+) -> None:
+    """Refuses, before any work starts, a one-file output that would replace a file lmshards did not write
+    (`ours` is given the file's first FILE_HEAD_BYTES), or go into one of the `kinds` outputs.
+
+    Raises:
+      OutputError: path is a directory, a file that is not ours, or inside another lmshards output.
+    """
+    check_not_inside_output(path, kinds=kinds, flag=flag)
+    filesystem, stripped = fs.filesystem(path)
+    if not filesystem.exists(stripped):
+        return
+    if filesystem.isdir(stripped):
+        raise OutputError(f"{flag} {path!r} is a directory; pass the path of the file to write.")
+    with filesystem.open(stripped, "rb") as f:
+        head = f.read(FILE_HEAD_BYTES)
+    if not ours(head):
+        raise OutputError(
+            f"{flag} {path!r} is a file lmshards did not write, which this command never replaces. "
+            f"Choose a new file name for {flag}, or move that file away."
+        )
 
 
 def prepare_output(

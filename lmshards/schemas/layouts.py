@@ -184,6 +184,30 @@ MODEL_EXPORT_OUTPUT = OutputKind(
     what="a model export (written by `lmshards export`)",
     signs=MODEL_WEIGHTS_FILES,
 )
+# `lmshards demo --output DIR`: each step's output in its own directory, which that step's command writes.
+DEMO_MARKER = ".lmshards_demo"  # written first: the demo's directory, which a rerun may clear
+DEMO_SUMMARY_JSON = "demo_summary.json"
+DEMO_LOGS_DIR = "logs"  # one log file per step
+DEMO_TOKENIZER_DIR, DEMO_SHARDS_DIR, DEMO_RUN_DIR, DEMO_MODEL_DIR = (
+    "tokenizer",
+    "shards",
+    "run",
+    "hf_model",
+)
+DEMO_OUTPUT = OutputKind(
+    "demo",
+    marker=DEMO_MARKER,
+    files=frozenset({DEMO_SUMMARY_JSON, REPORT_HTML}),
+    scratch_dirs=frozenset({DEMO_LOGS_DIR}),
+    nested=(
+        (DEMO_TOKENIZER_DIR, TOKENIZER_OUTPUT),
+        (DEMO_SHARDS_DIR, PREPROCESS_OUTPUT),
+        (DEMO_RUN_DIR, TRAIN_RUN_OUTPUT),
+        (DEMO_MODEL_DIR, MODEL_EXPORT_OUTPUT),
+    ),
+    what="the demo's output (written by `lmshards demo`)",
+    open_dirs=frozenset({DEMO_TOKENIZER_DIR, DEMO_SHARDS_DIR, DEMO_RUN_DIR, DEMO_MODEL_DIR}),
+)
 # Every kind, in the order a directory is told apart by its signs (a model export may hold a tokenizer's
 # files, so it comes before the tokenizer): what a command's --output may not be, unless it is its own.
 OUTPUT_KINDS = (
@@ -194,4 +218,5 @@ OUTPUT_KINDS = (
     DATASET_EXPORT_OUTPUT,
     TOKENIZER_OUTPUT,
     STATS_OUTPUT,
+    DEMO_OUTPUT,
 )

@@ -19,12 +19,18 @@ from typing import Any
 
 from lmshards.plumbing import bounded, fs
 from lmshards.plumbing.errors import FailedRunError, LmshardsError, OutputError
-from lmshards.plumbing.outputs import check_no_overlap, clear_owned_output, owned_entries
+from lmshards.plumbing.outputs import (
+    check_no_overlap,
+    check_not_inside_output,
+    clear_owned_output,
+    owned_entries,
+)
 from lmshards.schemas.constants import RUN_CONFIG_JSON, TOKENIZER_DIR_NAME
 from lmshards.schemas.directory_kind import OTHER, RUN_DIRECTORY, WHAT, directory_kind
 from lmshards.schemas.layouts import (
     CHECKPOINTS_DIR,
     METRICS_JSONL,
+    OUTPUT_KINDS,
     RUN_SUMMARY_JSON,
     TENSORBOARD_DIR,
     TRAIN_RUN_OUTPUT,
@@ -514,12 +520,14 @@ class RunDir:
 
 def check_run_output(output: str, shards: tuple[str, ...]) -> None:
     """Refuses, before any work, an --output that is not this run's to write: a shard set or a token store,
-    a directory inside (or holding) a --shards set, or one holding files no training command wrote.
+    a directory inside (or holding) a --shards set or inside any lmshards output, or one holding files no
+    training command wrote.
 
     Raises:
       OutputError: naming the directory, what it is or the files that are not the run's, and the fix.
     """
     check_no_overlap(shards, output, output_flag="--output", input_flag="--shards")
+    check_not_inside_output(output, kinds=OUTPUT_KINDS, flag="--output")
     kind = directory_kind(output)
     if kind not in (RUN_DIRECTORY, OTHER):
         raise OutputError(
