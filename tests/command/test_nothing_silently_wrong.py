@@ -237,24 +237,36 @@ def _init_source(run: Path, backend: str):
     return InitSource(str(run), RUN, model, {}, None, backend=backend)
 
 
-def test_init_from_a_run_whose_checkpoint_rotated_away_says_it_is_live(tmp_path, sample_tokenizer):
-    from lmshards.plumbing.errors import LmshardsError
+def test_init_from_a_run_whose_checkpoint_rotated_away_says_it_is_live(tmp_path, capsys, fake):
     from lmshards.plumbing.lease import acquire
-    from lmshards.train.export.init_source import load_init_weights
+    from lmshards.train.commands import cli
+    from lmshards.train.config import preset_config
 
-    run = _run_whose_checkpoint_is_gone(tmp_path / "run", sample_tokenizer)
-    lease = acquire(str(run), command="train")
+    shards = _write_set(tmp_path / "shards", seed=0)
+    source = tmp_path / "source"
+    (source / "checkpoints").mkdir(parents=True)
+    model = preset_config("tiny", family="roberta", vocabulary_size=100).to_dict()
+    (source / "run_config.json").write_text(
+        json.dumps({"train": {"backend": "tensorflow"}, "model": model})
+    )
+    (source / "checkpoints" / "ckpt-1.index").write_bytes(b"rotated away")
+    new_run = tmp_path / "new"
+    argv = ["--shards", shards, "--output", str(new_run), "--backend", fake.NAME, "--steps", "3"]
+    lease = acquire(str(source), command="train")
     try:
-        with pytest.raises(LmshardsError) as refused:
-            load_init_weights(_init_source(run, "tensorflow"), backend="tensorflow")
+        code = cli.main([*argv, "--per_replica_batch", "4", "--init_from", str(source)])
     finally:
         lease.release()
-    message = str(refused.value)
-    assert message.startswith(f"{str(run)!r} is a live run: `lmshards train` on host ")
-    assert message.endswith(
+    assert code == 2
+    line = _error_line(capsys.readouterr().err, "train")
+    assert line.startswith(
+        f"lmshards train: error: {str(source)!r} is a live run: `lmshards train` on host "
+    )
+    assert line.endswith(
         "Run this command again (it reads the newest checkpoint), or once the run has finished."
     )
-    assert "--restart" not in message
+    assert "--restart" not in line
+    assert not (new_run / "checkpoints").exists()
 
 
 def test_jax_from_a_tensorflow_run_names_exports_own_command_line(tmp_path):
