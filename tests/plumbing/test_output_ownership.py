@@ -323,3 +323,17 @@ def test_an_earlier_report_is_told_by_its_head(tmp_path):
     page = _write(tmp_path, {"page.html": f"<!doctype html><head>{GENERATOR_META}".encode()})
     check_file_output(str(page / "page.html"), ours=is_report, kinds=OUTPUT_KINDS)
     assert not is_report(b"<!doctype html><head><title>mine</title>")
+
+
+def test_stats_replaces_its_earlier_output_only_with_overwrite(shard_set, tmp_path, capsys):
+    out = tmp_path / "store_stats"
+    argv = ["stats", str(shard_set / TOKENS_DIR_NAME), "--output", str(out)]
+    assert lmshards_main(argv) == 0
+    (out / STATS_JSON).write_text("{}\n")  # an earlier output, whatever it holds
+    before = tree_bytes(out)
+    err = _refused(argv, capsys)
+    assert f"--output {str(out)!r} {OWN}" in err, err
+    assert tree_bytes(out) == before
+    assert lmshards_main([*argv, "--overwrite"]) == 0
+    assert json.loads((out / STATS_JSON).read_text())["kind"] == "token_store"
+    assert sorted(tree_bytes(out)) == [STATS_HTML, STATS_JSON]
