@@ -27,8 +27,13 @@ BAD = {
     "documents_invalid_json": '{"text": "alpha beta',
     "documents_tokenizer_error": '{"text": "alpha unknownword beta"}',
 }
-# Runners: the default (one in-process step) and Beam's own stages on an in-process runner.
-RUNNERS = {"default": [], "beam_stages": ["--direct_running_mode=multi_threading"]}
+# Runners: the default (one in-process step), Beam's own stages on an in-process runner, and the
+# curation stage's path (its accounting: every document curation kept is written or counted).
+RUNNERS = {
+    "default": [],
+    "beam_stages": ["--direct_running_mode=multi_threading"],
+    "curated": ["--dedup", "exact"],
+}
 
 
 def _tokenizer_json() -> str:
