@@ -44,10 +44,13 @@ BASELINE_RECORDS = 20_000
 ACCURACY_PAD = 0.1
 NO_STEPS_YET = "no steps logged yet: the charts fill in once the run logs its first step"
 CHART_HEIGHT = 340
+# Between an axis title and its tick labels; automargin makes room for both, so they never overlap.
+TITLE_STANDOFF = 12
 SHARD_CHART_HEIGHT = 260
 TRAIN_COLOR, EVAL_COLOR, BASELINE_COLOR = "#4c78a8", "#e45756", "#72b7b2"
 STYLE = (
-    "body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;padding:0 1em;color:#222}"
+    # No max-width: the charts are responsive and fill the window.
+    "body{font-family:system-ui,sans-serif;margin:2em 1em;color:#222}"
     "th{text-align:left;padding:2px 1em 2px 0;vertical-align:top;white-space:nowrap}"
     "td{padding:2px 0}p.note{color:#555;font-size:0.9em}"
 )
@@ -242,8 +245,8 @@ def _points(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], 
 def _layout(title: str, y_title: str, **extra: Any) -> dict[str, Any]:
     return dict(
         title=dict(text=title, x=0, font=dict(size=15)),
-        xaxis=dict(title=dict(text="step")),
-        yaxis=dict(title=dict(text=y_title), automargin=True),
+        xaxis=dict(title=dict(text="step", standoff=TITLE_STANDOFF), automargin=True),
+        yaxis=dict(title=dict(text=y_title, standoff=TITLE_STANDOFF), automargin=True),
         height=CHART_HEIGHT,
         margin=dict(l=70, r=20, t=50, b=50),
         legend=dict(orientation="h", y=-0.25),
@@ -364,10 +367,15 @@ def shards_figure(manifest: Manifest, *, name: str):
             col=column,
         )
         fig.update_xaxes(
-            title_text="shard", dtick=1 if len(records) <= 16 else None, row=1, col=column
+            title=dict(text="shard", standoff=TITLE_STANDOFF),
+            automargin=True,
+            dtick=1 if len(records) <= 16 else None,
+            row=1,
+            col=column,
         )
         fig.update_yaxes(
-            title_text="records" if column == 1 else None,
+            title=dict(text="records" if column == 1 else None, standoff=TITLE_STANDOFF),
+            automargin=True,
             tickformat=",d",
             dtick=integer_dtick(max(records, default=1)),
             rangemode="tozero",

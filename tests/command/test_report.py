@@ -6,10 +6,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import struct
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import pytest
@@ -36,12 +34,9 @@ from lmshards.schemas.manifest import (
     write_manifest,
 )
 from lmshards.schemas.shards import shard_relpath
+from tests.helpers.chromium import chromium, layout, needs_chromium, overlaps, png_colors
 
 REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium is not installed (.ci/run installs it)"
-)
 
 
 def _split(name: str, records_per_shard: list[int]) -> SplitInfo:
@@ -176,73 +171,12 @@ def test_a_report_loads_no_training_stack(run_dir):
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
 
 
-def _png_colors(png: bytes) -> int:
-    """Distinct RGB(A) pixel values of a PNG (8-bit, non-interlaced, as Chromium writes it)."""
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, chunks = 8, {}
-    idat = b""
-    while pos < len(png):
-        (length,) = struct.unpack(">I", png[pos : pos + 4])
-        kind, data = png[pos + 4 : pos + 8], png[pos + 8 : pos + 8 + length]
-        idat += data if kind == b"IDAT" else b""
-        chunks.setdefault(kind, data)
-        pos += 12 + length
-    width, height, depth, color_type = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
-    assert depth == 8 and color_type in (2, 6)
-    channels = 3 if color_type == 2 else 4
-    raw = zlib.decompress(idat)
-    stride = width * channels
-    previous = bytearray(stride)
-    colors = set()
-    for row in range(height):
-        kind = raw[row * (stride + 1)]
-        line = bytearray(raw[row * (stride + 1) + 1 : (row + 1) * (stride + 1)])
-        for i in range(stride):
-            left = line[i - channels] if i >= channels else 0
-            up, up_left = previous[i], previous[i - channels] if i >= channels else 0
-            if kind == 1:
-                line[i] = (line[i] + left) & 0xFF
-            elif kind == 2:
-                line[i] = (line[i] + up) & 0xFF
-            elif kind == 3:
-                line[i] = (line[i] + (left + up) // 2) & 0xFF
-            elif kind == 4:
-                p = left + up - up_left
-                pa, pb, pc = abs(p - left), abs(p - up), abs(p - up_left)
-                pred = left if pa <= pb and pa <= pc else up if pb <= pc else up_left
-                line[i] = (line[i] + pred) & 0xFF
-        colors.update(bytes(line[i : i + channels]) for i in range(0, stride, channels * 7))
-        previous = line
-    return len(colors)
-
-
-def _chromium(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-extensions",
-            "--enable-logging=stderr",
-            "--v=0",
-            "--virtual-time-budget=10000",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
 @needs_chromium
 @pytest.mark.slow
 def test_the_page_renders_in_headless_chromium_without_script_errors(run_dir, tmp_path):
     assert lmshards_main(["report", str(run_dir)]) == 0
     page = (run_dir / "report.html").as_uri()
-    dom = _chromium("--dump-dom", page)
+    dom = chromium("--dump-dom", page)
     errors = [
         line
         for line in dom.stderr.splitlines()
@@ -252,8 +186,35 @@ def test_the_page_renders_in_headless_chromium_without_script_errors(run_dir, tm
     # Plotly marks each chart it has drawn; 5 charts: loss, accuracy, lr, throughput, shards.
     assert dom.stdout.count('class="plot-container plotly"') == 5, dom.stdout[-2000:]
     shot = tmp_path / "shot.png"
-    _chromium(f"--screenshot={shot}", "--window-size=1000,1600", page)
-    assert _png_colors(shot.read_bytes()) > 20  # charts, not a blank page
+    chromium(f"--screenshot={shot}", "--window-size=1000,1600", page)
+    assert png_colors(shot.read_bytes()) > 20  # charts, not a blank page
+
+
+# Plotly's chart boxes, tick labels and axis titles.
+CHART, Y_TICKS, Y_TITLES = ".svg-container", ".ytick text", ".g-ytitle text"
+X_TICKS, X_TITLES = ".xtick text", ".g-xtitle text"
+
+
+@needs_chromium
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [1400, 800])
+def test_the_charts_fill_the_window_and_no_tick_label_meets_an_axis_title(run_dir, tmp_path, width):
+    assert lmshards_main(["report", str(run_dir)]) == 0
+    page = run_dir / "report.html"
+    found = layout(page, width=width, selectors=[CHART, Y_TICKS, Y_TITLES, X_TICKS, X_TITLES])
+    boxes = found["boxes"]
+    charts = boxes[CHART]
+    assert len(charts) == 5  # loss, accuracy, learning rate, throughput, shards
+    # Each chart spans the window but the page's margins (and a scrollbar).
+    assert all(c["right"] - c["left"] >= found["window"] - 100 for c in charts), charts
+    assert all(c["right"] <= found["window"] for c in charts)
+    assert len(boxes[Y_TITLES]) == 5 and boxes[Y_TICKS]
+    for tick in boxes[Y_TICKS] + boxes[X_TICKS]:
+        assert tick["left"] >= 0 and tick["right"] <= found["window"], tick  # never clipped
+        assert not any(overlaps(tick, title) for title in boxes[Y_TITLES] + boxes[X_TITLES]), tick
+    shot = tmp_path / f"report-{width}.png"
+    chromium(f"--screenshot={shot}", f"--window-size={width},1600", page.as_uri())
+    assert png_colors(shot.read_bytes()) > 20  # charts, not a blank page
 
 
 def test_the_accuracy_axis_fits_the_accuracies_and_the_baseline(run_dir):

@@ -12,7 +12,12 @@ import pytest
 
 from lmshards.corpus_tools.stats import cli
 from lmshards.corpus_tools.stats.figures import top_tokens, vocabulary_figures
-from lmshards.corpus_tools.stats.page import rank_frequency_svg, sampled_ranks
+from lmshards.corpus_tools.stats.page import (
+    decade_label,
+    rank_frequency_svg,
+    sampled_ranks,
+    stats_page,
+)
 from lmshards.corpus_tools.stats.stats import (
     AnalyzerCounts,
     StatsConfig,
@@ -27,6 +32,7 @@ from lmshards.plumbing.errors import ManifestError, TokenizerError
 from lmshards.schemas.constants import ATTENTION_MASK, INPUT_IDS, TRAIN_SPLIT, VALIDATION_SPLIT
 from lmshards.schemas.manifest import read_manifest
 from lmshards.schemas.records import parse_spec, read_records
+from tests.helpers.chromium import chromium, layout, needs_chromium, overlaps, png_colors
 from tests.helpers.shard_factory import write_sample_shards
 
 SEQ_LEN = 32
@@ -276,10 +282,70 @@ def test_rank_frequency_svg_is_log_log_and_sampled():
     assert ranks[0] == 1 and ranks[-1] == 50_000 and len(ranks) <= 400
     svg = rank_frequency_svg([10_000 // r for r in range(1, 1001)])
     assert svg.startswith("<svg") and svg.endswith("</svg>")
-    assert ">1,000</text>" in svg and ">10,000</text>" in svg  # decade ticks on both axes
+    assert ">1k</text>" in svg and ">10k</text>" in svg  # decade ticks on both axes
     xs = [float(p.split(",")[0]) for p in re.search(r'points="([^"]+)"', svg)[1].split()]
     assert xs == sorted(xs) and len(xs) == len(sampled_ranks(1000))
     assert "no tokens counted" in rank_frequency_svg([])
+
+
+def test_decade_labels_are_at_most_five_characters():
+    exponents = (0, 1, 2, 3, 5, 6, 8, 9, 11, 12, -1)
+    labels = ["1", "10", "100", "1k", "100k", "1M", "100M", "1G", "100G", "1e12", "1e-1"]
+    assert [decade_label(e) for e in exponents] == labels
+
+
+# A token store's stats.json as the page reads it: counts up to 10 M, so the y ticks run to "10M".
+STORE_STATS = {
+    "kind": "token_store",
+    "shards_dir": "/data/out/tokens",
+    "documents": 20_000,
+    "tokens": 48_500_000,
+    "tokens_per_document": {
+        "mean": 2425.0,
+        "min": 3,
+        "max": 91_000,
+        "longer_than": {"128": 19_000, "512": 12_000},
+        "histogram": [],
+        "longest": [
+            {"file": "part-0a1b.parquet", "record": 1234, "tokens": 91_000},
+            {"file": "part-9f8e.parquet", "record": 7, "tokens": 88_000},
+        ],
+    },
+    "vocab_size": 32_000,
+    "vocab_unused_fraction": 0.1,
+    "unk_rate": 0.0,
+    "byte_fallback_rate": None,
+    "top_tokens": [{"id": 4, "count": 9_000_000, "share": 0.19}],
+    "manifest_mismatches": [],
+}
+PLOT, Y_TICKS, Y_TITLE, X_TICKS, X_TITLE = "svg.plot", ".ytick", ".ytitle", ".xtick", ".xtitle"
+
+
+@needs_chromium
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [1400, 800])
+def test_the_page_fills_the_window_and_no_tick_label_meets_an_axis_title(tmp_path, width):
+    page = tmp_path / "stats.html"
+    page.write_text(stats_page(STORE_STATS, [9_000_000 // r for r in range(1, 30_001)]))
+    found = layout(page, width=width, selectors=[PLOT, Y_TICKS, Y_TITLE, X_TICKS, X_TITLE])
+    boxes = found["boxes"]
+    (plot,) = boxes[PLOT]
+    assert (
+        plot["right"] - plot["left"] >= found["window"] - 100
+    )  # the page's margins (and a scrollbar)
+    assert [t["text"] for t in boxes[Y_TICKS]] == ["100", "1k", "10k", "100k", "1M", "10M"]
+    titles = boxes[Y_TITLE] + boxes[X_TITLE]
+    for tick in boxes[Y_TICKS] + boxes[X_TICKS]:
+        assert plot["left"] <= tick["left"] and tick["right"] <= plot["right"], tick  # not clipped
+        assert not any(overlaps(tick, title) for title in titles), tick
+    assert all(plot["left"] <= t["left"] for t in titles)
+    shot = tmp_path / f"stats-{width}.png"
+    chromium(f"--screenshot={shot}", f"--window-size={width},1200", page.as_uri())
+    assert png_colors(shot.read_bytes()) > 20  # a plot, not a blank page
+    # The longest documents are named by part file and row.
+    assert '<td>91,000</td><td class="l"><code>part-0a1b.parquet</code></td><td>1,234</td>' in (
+        page.read_text()
+    )
 
 
 @pytest.mark.gcs

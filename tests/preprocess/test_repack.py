@@ -326,7 +326,18 @@ def test_stats_of_a_token_store_counts_its_documents_and_every_token(store_run, 
     assert (per_doc["min"], per_doc["max"]) == (int(lengths.min()), int(lengths.max()))
     assert per_doc["longer_than"]["128"] == int((lengths > 128).sum())
     assert sum(c for _, c in per_doc["histogram"]) == manifest.documents
-    assert "documents longer than 128 tokens" in (tmp_path / "st" / "stats.html").read_text()
+    page = (tmp_path / "st" / "stats.html").read_text()
+    assert "documents longer than 128 tokens" in page
+    # The longest documents, named by part file and row, longest first (ties: file, then row).
+    named = [
+        (-len(ids), info.path, row)
+        for info, table in zip(manifest.files, tables, strict=True)
+        for row, ids in enumerate(table["input_ids"].to_pylist())
+    ]
+    longest = [{"file": f, "record": r, "tokens": -n} for n, f, r in sorted(named)[:5]]
+    assert per_doc["longest"] == longest and longest[0]["tokens"] == int(lengths.max())
+    first = longest[0]
+    assert f"<code>{first['file']}</code></td><td>{first['record']:,}</td>" in page
 
 
 @pytest.mark.slow

@@ -20,13 +20,14 @@ from lmshards.corpus_tools.stats.figures import (
     vocabulary_figures,
 )
 from lmshards.plumbing import fs
-from lmshards.preprocess.stages.tokens import check_store_files, iter_store, read_store_manifest
+from lmshards.preprocess.stages.tokens import check_store_files, read_pieces, read_store_manifest
 from lmshards.schemas.constants import TOKENIZER_DIR_NAME
 from lmshards.schemas.tokenizer_info import TokenizerSource, checked_tokenizer
 from lmshards.schemas.version import __version__
 
 # Record lengths for which the page says how many documents would not fit one record.
 RECORD_LENGTHS = (128, 512)
+LONGEST_SHOWN = 5  # the longest documents named (part file and row), longest first
 
 
 def store_tokenizer(store: str, given: str | None, expected: str) -> TokenizerSource | None:
@@ -47,8 +48,21 @@ def store_tokenizer(store: str, given: str | None, expected: str) -> TokenizerSo
     )
 
 
-def document_figures(lengths: np.ndarray) -> dict[str, Any]:
-    """Tokens per document: mean, min, max, a histogram, and how many exceed each of RECORD_LENGTHS."""
+def longest_in(lengths: np.ndarray, *, file: str, first: int, k: int) -> list[dict[str, Any]]:
+    """The k longest of a run of documents whose first is row `first` of part `file`:
+    [{"file", "record" (its 0-based row in the part), "tokens"}], longest first, then by row."""
+    order = np.argsort(-lengths.astype(np.int64), kind="stable")[:k]
+    return [{"file": file, "record": first + int(i), "tokens": int(lengths[i])} for i in order]
+
+
+def longest_documents(candidates: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
+    """The k longest of the candidates: longest first, ties by file and record."""
+    return sorted(candidates, key=lambda d: (-d["tokens"], d["file"], d["record"]))[:k]
+
+
+def document_figures(lengths: np.ndarray, longest: list[dict[str, Any]]) -> dict[str, Any]:
+    """Tokens per document: mean, min, max, a histogram, how many exceed each of RECORD_LENGTHS, and
+    the longest documents (see longest_in)."""
     histogram = np.bincount(lengths) if lengths.size else np.zeros(0, dtype=np.int64)
     return {
         "mean": float(lengths.mean()) if lengths.size else 0.0,
@@ -56,6 +70,7 @@ def document_figures(lengths: np.ndarray) -> dict[str, Any]:
         "max": int(lengths.max()) if lengths.size else 0,
         "longer_than": {str(n): int((lengths > n).sum()) for n in RECORD_LENGTHS},
         "histogram": [[int(n), int(c)] for n, c in enumerate(histogram) if c],
+        "longest": longest,
     }
 
 
@@ -77,12 +92,17 @@ def token_store_stats(
     counts = np.zeros(vocab_size, dtype=np.int64)
     out_of_vocab: Counter[int] = Counter()  # id -> occurrences, for ids past the vocabulary
     lengths: list[np.ndarray] = []
-    for chunk in iter_store(store, manifest):
-        ids = chunk.tokens.astype(np.int64)
-        counts += np.bincount(ids[ids < vocab_size], minlength=vocab_size)
-        past, found = np.unique(ids[ids >= vocab_size], return_counts=True)
-        out_of_vocab.update(dict(zip(past.tolist(), found.tolist())))
-        lengths.append(chunk.lengths.astype(np.int64))
+    longest: list[dict[str, Any]] = []  # each piece's longest documents, named by part and row
+    for info in manifest.files:
+        row = 0
+        for chunk in read_pieces(store, info):  # a row group at a time, in manifest order
+            ids = chunk.tokens.astype(np.int64)
+            counts += np.bincount(ids[ids < vocab_size], minlength=vocab_size)
+            past, found = np.unique(ids[ids >= vocab_size], return_counts=True)
+            out_of_vocab.update(dict(zip(past.tolist(), found.tolist())))
+            lengths.append(chunk.lengths.astype(np.int64))
+            longest += longest_in(chunk.lengths, file=info.path, first=row, k=LONGEST_SHOWN)
+            row += chunk.num_documents
     doc_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
     token_counts = {int(i): int(counts[i]) for i in np.flatnonzero(counts)}  # in the vocabulary
     tokens = sum(token_counts.values()) + out_of_vocab.total()
@@ -108,7 +128,9 @@ def token_store_stats(
             unk_id=manifest.tokenizer.special_token_ids.get("unk"),
             tokenizer=loaded,
         ),
-        "tokens_per_document": document_figures(doc_lengths),
+        "tokens_per_document": document_figures(
+            doc_lengths, longest_documents(longest, LONGEST_SHOWN)
+        ),
         **top_token_figures(
             token_counts,
             top_k=top_k,
