@@ -24,7 +24,18 @@ from lmshards.train.devices import AUTO, STRATEGY_AUTO
 from lmshards.train.families import DEFAULT_FAMILY, get_family
 from lmshards.train.masking_recipes import TOKEN
 
-LR_SCHEDULES = ("linear", "cosine")
+# --lr_schedule: after the warmup, linear or cosine decay to 0, or wsd (warmup, stable, decay: the rate stays at
+# its peak, then the last --decay_fraction of the steps decay with --decay_shape).
+LINEAR = "linear"
+WSD = "wsd"
+LR_SCHEDULES = (LINEAR, "cosine", WSD)
+ONE_MINUS_SQRT = "1-sqrt"
+DECAY_SHAPES = (LINEAR, ONE_MINUS_SQRT)
+DEFAULT_DECAY_FRACTION = 0.1
+# --optimizer: AdamW, or StableAdamW (AdamW with update clipping per tensor; lmshards.train.optim.StableAdamW).
+ADAMW = "adamw"
+STABLE_ADAMW = "stable_adamw"
+OPTIMIZERS = (ADAMW, STABLE_ADAMW)
 # What the end of training evaluates: one pass over the whole validation split, or nothing more.
 FINAL_EVAL_FULL = "full"
 FINAL_EVAL_NONE = "none"
@@ -137,6 +148,8 @@ TRAIN_RANGES: dict[str, Number] = {
     "weight_decay": NON_NEGATIVE,
     "warmup_steps": NON_NEGATIVE_COUNT,
     "clip_norm": POSITIVE,
+    "decay_fraction": real(0.0, 1.0, low_open=True),
+    "rope_theta_global": POSITIVE,
     # Any finite number here: its range depends on --masking, and check_recipe states and checks it.
     "mlm_probability": real(),
     "shuffle_buffer": whole(1, MAX_SHUFFLE_BUFFER),
@@ -175,6 +188,12 @@ class TrainConfig:
     warmup_steps: int | None = None
     lr_schedule: str = "linear"
     clip_norm: float | None = None
+    # Left None unless given, so runs that do not use them record what they always did (to_dict).
+    decay_fraction: float | None = None  # --lr_schedule wsd: the share of the steps that decay
+    decay_shape: str | None = None  # --lr_schedule wsd: linear (default) or 1-sqrt
+    optimizer: str | None = None  # None: adamw
+    # The RoPE theta of a rotary family's global layers, in place of the model's (a long-context phase).
+    rope_theta_global: float | None = None
     shard_weights: tuple[float, ...] = ()
     masking: str = TOKEN
     mlm_probability: float = 0.15
@@ -201,4 +220,11 @@ class TrainConfig:
         check_ranges(self, TRAIN_RANGES)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {
+            k: v
+            for k, v in dataclasses.asdict(self).items()
+            if v is not None or k not in _OPTIONAL_TRAIN_FIELDS
+        }
+
+
+_OPTIONAL_TRAIN_FIELDS = ("decay_fraction", "decay_shape", "optimizer", "rope_theta_global")

@@ -13,7 +13,14 @@ from typing import Any
 import keras
 
 from lmshards.plumbing.errors import LmshardsError
-from lmshards.train.config import TrainConfig
+from lmshards.train.config import (
+    DEFAULT_DECAY_FRACTION,
+    LINEAR,
+    ONE_MINUS_SQRT,
+    STABLE_ADAMW,
+    WSD,
+    TrainConfig,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +68,17 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         total_steps: int,
         decay: str = "linear",
         extensions: Sequence[Mapping[str, Any]] = (),
+        decay_fraction: float = DEFAULT_DECAY_FRACTION,
+        decay_shape: str = LINEAR,
     ):
         self.peak = peak
         self.warmup_steps = warmup_steps
         self.total_steps = total_steps
         self.decay = decay
         self.extensions = tuple(ScheduleExtension(**e) for e in extensions)
+        # WSD only (decay "wsd"): the last decay_fraction of the steps decay, linearly or as 1 - sqrt.
+        self.decay_fraction = decay_fraction
+        self.decay_shape = decay_shape
 
     @property
     def end_step(self) -> int:
@@ -76,10 +88,17 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
     def __call__(self, step):
         step = keras.ops.cast(step, "float32")
         warmup = self.peak * step / max(self.warmup_steps, 1)
-        progress = keras.ops.clip(
-            (step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 0.0, 1.0
+        decay_start = (
+            wsd_decay_start(self.total_steps, self.warmup_steps, self.decay_fraction)
+            if self.decay == WSD
+            else self.warmup_steps
         )
-        if self.decay == "cosine":
+        progress = keras.ops.clip(
+            (step - decay_start) / max(self.total_steps - decay_start, 1), 0.0, 1.0
+        )
+        if self.decay == WSD and self.decay_shape == ONE_MINUS_SQRT:
+            decayed = self.peak * (1.0 - keras.ops.sqrt(progress))
+        elif self.decay == "cosine":
             decayed = self.peak * 0.5 * (1.0 + keras.ops.cos(math.pi * progress))
         else:
             decayed = self.peak * (1.0 - progress)
@@ -115,13 +134,22 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         return WarmupDecay(**config)
 
     def get_config(self):
-        return {
+        config: dict[str, Any] = {
             "peak": self.peak,
             "warmup_steps": self.warmup_steps,
             "total_steps": self.total_steps,
             "decay": self.decay,
             "extensions": [dataclasses.asdict(e) for e in self.extensions],
         }
+        if self.decay == WSD:  # only then, so the other schedules' records stay as they were
+            config.update(decay_fraction=self.decay_fraction, decay_shape=self.decay_shape)
+        return config
+
+
+def wsd_decay_start(total_steps: int, warmup_steps: int, decay_fraction: float) -> int:
+    """The step a warmup-stable-decay schedule starts to decay at: the last decay_fraction of the steps
+    (rounded), never before the warmup ends."""
+    return max(warmup_steps, total_steps - round(decay_fraction * total_steps))
 
 
 def first_schedule(
@@ -136,6 +164,8 @@ def first_schedule(
         warmup_steps=warmup_steps_for(total_steps, config.warmup_steps),
         total_steps=total_steps,
         decay=config.lr_schedule,
+        decay_fraction=config.decay_fraction or DEFAULT_DECAY_FRACTION,
+        decay_shape=config.decay_shape or LINEAR,
     )
 
 
@@ -207,22 +237,77 @@ def continue_schedule(
     return extended
 
 
+@keras.saving.register_keras_serializable(package="lmshards")
+class StableAdamW(keras.optimizers.AdamW):
+    """AdamW with update clipping per tensor (Wortsman et al. 2023, "Stable and low-precision training for
+    large-scale vision-language models"; the optimizer of ModernBERT, Warner et al. 2024).
+
+    Each tensor's learning rate is divided by max(1, RMS), RMS = sqrt(mean(g^2 / max(v_hat, eps^2))) over the
+    tensor, v_hat the bias-corrected second moment after this step's update: a gradient far larger than its
+    running estimate (a spike) moves the weights no more than Adam's usual step. Weight decay is fully decoupled
+    as in the paper: each step multiplies a weight by 1 - weight_decay * lr / peak_lr (the schedule's fraction of
+    its peak), independent of the learning rate's size.
+    """
+
+    def __init__(self, *, peak_learning_rate: float, **kwargs):
+        super().__init__(**kwargs)
+        self.peak_learning_rate = peak_learning_rate
+
+    def update_step(self, gradient, variable, learning_rate):
+        dtype = variable.dtype
+        lr = keras.ops.cast(learning_rate, dtype)
+        gradient = keras.ops.cast(gradient, dtype)
+        step = keras.ops.cast(self.iterations + 1, dtype)
+        beta_1_power = keras.ops.power(keras.ops.cast(self.beta_1, dtype), step)
+        beta_2_power = keras.ops.power(keras.ops.cast(self.beta_2, dtype), step)
+        m = self._momentums[self._get_variable_index(variable)]
+        v = self._velocities[self._get_variable_index(variable)]
+        self.assign_add(m, (gradient - m) * (1 - self.beta_1))
+        self.assign_add(v, (keras.ops.square(gradient) - v) * (1 - self.beta_2))
+        v_hat = v / (1 - beta_2_power)
+        rms = keras.ops.sqrt(
+            keras.ops.mean(keras.ops.square(gradient) / keras.ops.maximum(v_hat, self.epsilon**2))
+        )
+        alpha = (
+            lr / keras.ops.maximum(1.0, rms) * keras.ops.sqrt(1 - beta_2_power) / (1 - beta_1_power)
+        )
+        self.assign_sub(variable, m * alpha / (keras.ops.sqrt(v) + self.epsilon))
+
+    def _apply_weight_decay(self, variables):
+        if self.weight_decay is None:
+            return
+        for variable in variables:
+            if self._use_weight_decay(variable):
+                fraction = (
+                    keras.ops.cast(self.learning_rate, variable.dtype) / self.peak_learning_rate
+                )
+                variable.assign(variable - variable * self.weight_decay * fraction)
+
+    def get_config(self):
+        return {**super().get_config(), "peak_learning_rate": self.peak_learning_rate}
+
+
 def make_optimizer(
     *,
     schedule: WarmupDecay,
     weight_decay: float,
     clip_norm: float | None,
     loss_scaling: bool,
+    optimizer: str | None = None,
 ) -> keras.optimizers.Optimizer:
-    """AdamW (wrapped in a LossScaleOptimizer for float16). Call before the optimizer is built."""
-    optimizer = keras.optimizers.AdamW(
+    """AdamW, or StableAdamW (optimizer STABLE_ADAMW), wrapped in a LossScaleOptimizer for float16. Call before
+    the optimizer is built. Both with beta_2 0.98 and epsilon 1e-6 (RoBERTa's, and ModernBERT's)."""
+    stable = {"peak_learning_rate": schedule.peak} if optimizer == STABLE_ADAMW else {}
+    optimizer_class = StableAdamW if stable else keras.optimizers.AdamW
+    built = optimizer_class(
+        **stable,
         learning_rate=schedule,
         weight_decay=weight_decay,
         beta_2=ADAM_BETA_2,
         epsilon=ADAM_EPSILON,
         global_clipnorm=clip_norm,
     )
-    optimizer.exclude_from_weight_decay(var_names=NO_DECAY_NAMES)
+    built.exclude_from_weight_decay(var_names=NO_DECAY_NAMES)
     if loss_scaling:
-        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    return optimizer
+        return keras.optimizers.LossScaleOptimizer(built)
+    return built

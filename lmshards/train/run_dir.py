@@ -78,9 +78,13 @@ RUN_OPTIONS = (
     RunOption("learning_rate", REFUSE, restarts_rate=True),
     RunOption("warmup_steps", REFUSE, restarts_rate=True),
     RunOption("lr_schedule", REFUSE),
+    RunOption("decay_fraction", REFUSE),
+    RunOption("decay_shape", REFUSE),
     # What each update does: another value would train another model than the one recorded.
     RunOption("weight_decay", REFUSE, recorded_default=TrainConfig.weight_decay),
     RunOption("clip_norm", REFUSE),
+    RunOption("optimizer", REFUSE),
+    RunOption("rope_theta_global", REFUSE),
     # The masking recipe: another one would train another objective.
     RunOption("masking", REFUSE),
     RunOption("mlm_probability", REFUSE),

@@ -71,3 +71,107 @@ def test_a_second_extension_takes_over_from_its_start_and_the_config_round_trips
         float(second(s)) for s in range(0, 320, 7)
     ]
     assert again.end_step == 300
+
+
+@pytest.mark.parametrize("shape", ["linear", "1-sqrt"])
+def test_wsd_warms_up_holds_the_peak_then_decays_over_the_last_fraction(shape):
+    s = WarmupDecay(
+        peak=1e-3,
+        warmup_steps=10,
+        total_steps=110,
+        decay="wsd",
+        decay_fraction=0.2,
+        decay_shape=shape,
+    )
+    # Decay starts at 110 - 0.2 * 110 = 88; at 99 a half of it has passed.
+    left = 0.5 if shape == "linear" else 1 - 0.5**0.5
+    assert [float(s(x)) for x in (0, 5, 10, 50, 88, 99, 110, 200)] == pytest.approx(
+        [0, 0.5e-3, 1e-3, 1e-3, 1e-3, 1e-3 * left, 0, 0], abs=1e-9
+    )
+    # The record of a run keeps the fraction and shape, and rebuilds the same schedule.
+    config = json.loads(json.dumps(s.get_config()))
+    assert (config["decay_fraction"], config["decay_shape"]) == (0.2, shape)
+    assert float(WarmupDecay.from_config(config)(99)) == pytest.approx(float(s(99)))
+    # The other schedules' records are what they were.
+    assert set(WarmupDecay(peak=1e-3, warmup_steps=1, total_steps=10).get_config()) == {
+        "peak",
+        "warmup_steps",
+        "total_steps",
+        "decay",
+        "extensions",
+    }
+
+
+def stable_adamw_reference(grads, *, lr, beta_1=0.9, beta_2=0.98, eps=1e-6):
+    """The weights after StableAdamW's updates of one tensor from 0 (Wortsman et al. 2023, Algorithm 2), without
+    weight decay, in numpy; epsilon where Keras' Adam puts it (sqrt(v) + eps before the bias correction)."""
+    import numpy as np
+
+    m = v = np.zeros_like(grads[0])
+    weight = np.zeros_like(grads[0])
+    for t, g in enumerate(grads, start=1):
+        m = beta_1 * m + (1 - beta_1) * g
+        v = beta_2 * v + (1 - beta_2) * g * g
+        v_hat = v / (1 - beta_2**t)
+        rms = np.sqrt(np.mean(g * g / np.maximum(v_hat, eps**2)))
+        step_lr = lr / max(1.0, rms)
+        alpha = step_lr * np.sqrt(1 - beta_2**t) / (1 - beta_1**t)
+        weight = weight - alpha * m / (np.sqrt(v) + eps)
+    return weight
+
+
+def test_stable_adamw_clips_a_spikes_update_per_tensor():
+    import keras
+    import numpy as np
+
+    lr = 1e-2
+    schedule = WarmupDecay(
+        peak=lr, warmup_steps=0, total_steps=10**6, decay="wsd", decay_fraction=0.0
+    )
+    rng = np.random.default_rng(0)
+    small = [rng.normal(0, 1e-3, (4, 3)).astype("float32") for _ in range(3)]
+    spike = rng.normal(0, 1.0, (4, 3)).astype("float32")  # 1,000 times the gradients before it
+    steps = {}
+    for name in ("adamw", "stable_adamw"):
+        variable = keras.Variable(np.zeros((4, 3), "float32"), name="kernel")
+        optimizer = make_optimizer(
+            schedule=schedule, weight_decay=0.0, clip_norm=None, loss_scaling=False, optimizer=name
+        )
+        optimizer.build([variable])
+        for g in small:
+            optimizer.apply_gradients([(keras.ops.convert_to_tensor(g), variable)])
+        before = variable.numpy().copy()
+        optimizer.apply_gradients([(keras.ops.convert_to_tensor(spike), variable)])
+        steps[name] = (before, variable.numpy() - before)
+    before, stable_step = steps["stable_adamw"]
+    # Every step is Adam's divided by max(1, its tensor's RMS).
+    np.testing.assert_allclose(before, stable_adamw_reference(small, lr=lr), rtol=1e-4, atol=1e-9)
+    expected = stable_adamw_reference([*small, spike], lr=lr) - stable_adamw_reference(small, lr=lr)
+    np.testing.assert_allclose(stable_step, expected, rtol=1e-3, atol=1e-9)
+    # The spike's RMS is about 2 (g^2 / v_hat ~ 1 / (0.02 / (1 - 0.98^4))): its step is about half of Adam's.
+    assert np.abs(stable_step).max() < 0.6 * np.abs(steps["adamw"][1]).max()
+
+
+def test_stable_adamw_decays_weights_by_the_schedules_fraction_of_its_peak():
+    import keras
+    import numpy as np
+
+    schedule = WarmupDecay(
+        peak=1e-2, warmup_steps=0, total_steps=2
+    )  # at step 1 the rate is half its peak
+    variable = keras.Variable(np.ones((2,), "float32"), name="kernel")
+    optimizer = make_optimizer(
+        schedule=schedule,
+        weight_decay=0.1,
+        clip_norm=None,
+        loss_scaling=False,
+        optimizer="stable_adamw",
+    )
+    optimizer.build([variable])
+    optimizer.apply_gradients(
+        [(keras.ops.zeros((2,)), variable)]
+    )  # step 0: rate 1e-2, decay 0.1 * 1
+    optimizer.apply_gradients(
+        [(keras.ops.zeros((2,)), variable)]
+    )  # step 1: rate 0.5e-2, decay 0.1 * 0.5
+    np.testing.assert_allclose(variable.numpy(), [0.9 * 0.95] * 2, rtol=1e-6)

@@ -81,6 +81,7 @@ class BuildSpec:
     keep: int  # checkpoints kept
     # The shards are packed blocks: the family's packed backbone (lmshards.train.families.packed).
     packed: bool = False
+    optimizer: str | None = None  # TrainConfig.optimizer (None: AdamW)
 
     @classmethod
     def for_run(
@@ -101,6 +102,7 @@ class BuildSpec:
             checkpoint_dir=checkpoint_dir,
             keep=config.keep,
             packed=packed,
+            optimizer=config.optimizer,
         )
 
 

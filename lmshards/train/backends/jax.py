@@ -140,6 +140,7 @@ class JaxBackend(Backend):
             precision=self.precision,
             seed=spec.seed,
             packed=spec.packed,
+            optimizer=spec.optimizer,
         )
         restored = jax_checkpoint.restore_newest(
             spec.checkpoint_dir,

@@ -133,19 +133,21 @@ def build(
     precision: str,
     seed: int,
     packed: bool = False,
+    optimizer: str | None = None,
 ) -> tuple[keras.Model, keras.optimizers.Optimizer]:
     """The masked LM and its optimizer, built under the current distribution (call Mesh.over first)."""
     keras.utils.set_random_seed(seed)  # weight initialisation and dropout
     keras.mixed_precision.set_dtype_policy(precision)
     model = build_masked_lm(model_config, packed=packed)
-    optimizer = make_optimizer(
+    built = make_optimizer(
         schedule=schedule,
         weight_decay=weight_decay,
         clip_norm=clip_norm,
         loss_scaling=precision == MIXED_FLOAT16,
+        optimizer=optimizer,
     )
-    optimizer.build(model.trainable_variables)
-    return model, optimizer
+    built.build(model.trainable_variables)
+    return model, built
 
 
 def state_of(model: keras.Model, optimizer: keras.optimizers.Optimizer) -> TrainState:

@@ -137,6 +137,7 @@ class TensorFlowBackend(Backend):
                 weight_decay=spec.weight_decay,
                 clip_norm=spec.clip_norm,
                 loss_scaling=self.precision == MIXED_FLOAT16,
+                optimizer=spec.optimizer,
             )
             self.optimizer.build(self.model.trainable_variables)
             self.checkpoints = RunCheckpoints(

@@ -25,9 +25,18 @@ from lmshards.plumbing.quiet import native_stderr_discarded, quiet_tensorflow
 from lmshards.train.backend_names import backend_names, backends_help
 from lmshards.train.backends.registry import select_keras_backend
 from lmshards.train.commands.input_flags import add_input_flags
-from lmshards.train.config import FINAL_EVALS, LR_SCHEDULES, PRESETS, TRAIN_RANGES, TrainConfig
+from lmshards.train.config import (
+    DECAY_SHAPES,
+    DEFAULT_DECAY_FRACTION,
+    FINAL_EVALS,
+    LR_SCHEDULES,
+    OPTIMIZERS,
+    PRESETS,
+    TRAIN_RANGES,
+    TrainConfig,
+)
 from lmshards.train.devices import PRECISIONS, STRATEGIES, use_fast_cpu_kernels
-from lmshards.train.families import family_names
+from lmshards.train.families import DEFAULT_FAMILY, family_names, get_family
 from lmshards.train.inputs.shards_flag import parse_shards_flag, source_weights
 from lmshards.train.loop.preemption import PreemptionFlag
 from lmshards.train.loop.preflight import preflight
@@ -127,7 +136,34 @@ def build_parser() -> CommandParser:
         help="linear warmup steps (default: 5%% of the total steps)",
     )
     p.add_argument(
-        "--lr_schedule", choices=LR_SCHEDULES, default=d.lr_schedule, help="decay after warmup"
+        "--lr_schedule",
+        "--schedule",
+        choices=LR_SCHEDULES,
+        default=d.lr_schedule,
+        help="decay after warmup; wsd: warmup, stable at the peak rate, then decay over the last --decay_fraction "
+        "of the steps",
+    )
+    p.add_argument(
+        "--decay_fraction",
+        type=TRAIN_RANGES["decay_fraction"],
+        help=f"--lr_schedule wsd: the share of the steps that decay (default: {DEFAULT_DECAY_FRACTION})",
+    )
+    p.add_argument(
+        "--decay_shape",
+        choices=DECAY_SHAPES,
+        help="--lr_schedule wsd: how the rate falls to 0 (default: linear)",
+    )
+    p.add_argument(
+        "--optimizer",
+        choices=OPTIMIZERS,
+        help="adamw (default), or stable_adamw: AdamW with update clipping per tensor and fully decoupled "
+        "weight decay (ModernBERT's)",
+    )
+    p.add_argument(
+        "--rope_theta_global",
+        type=TRAIN_RANGES["rope_theta_global"],
+        help="a rotary family's (modernbert) RoPE theta of its global layers, in place of the model's: the "
+        "long-context phase",
     )
     p.add_argument(
         "--clip_norm",
@@ -135,6 +171,7 @@ def build_parser() -> CommandParser:
         help="clip gradients to this global norm; fixed by the run's first command",
     )
     add_input_flags(p, d)
+    p.set_defaults(mlm_probability=None)  # the family's rate unless given (parse_config)
     p.add_argument(
         "--backend",
         choices=backend_names(),
@@ -217,6 +254,8 @@ def parse_config(argv: Sequence[str]) -> TrainConfig:
             "shards": tuple(s.path for s in sources),
             "shard_weights": source_weights(sources),
             **model_defaults(args),
+            "mlm_probability": args.mlm_probability
+            or get_family(args.model_family or DEFAULT_FAMILY).mlm_probability,
         }
     )
     check_recipe(config.masking, config.mlm_probability)

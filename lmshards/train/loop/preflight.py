@@ -96,6 +96,8 @@ def preflight(config: TrainConfig) -> Preflight:
         model_config = model_config_from_dict(previous["model"], source=run.config_path)
     else:
         model_config = resolve_model_config(config, mix.manifest)
+    if config.rope_theta_global is not None:
+        model_config = with_rope_theta_global(model_config, config.rope_theta_global)
     if mix.manifest.packed:
         check_packed_support(get_family(model_config.family), f"--shards {mix.sets[0].path!r}")
     finished = None
@@ -128,6 +130,20 @@ def warn_without_validation(mix: mixture.Mixture) -> None:
                 "evaluate.",
                 shard_set.path,
             )
+
+
+def with_rope_theta_global(model_config: ModelConfig, theta: float) -> ModelConfig:
+    """The model with its global layers' RoPE theta set to `theta` (--rope_theta_global: a long-context phase).
+
+    Raises:
+      LmshardsError: the family has no rotary positions.
+    """
+    if model_config.family != "modernbert" and model_config.rope_theta_global is None:
+        raise LmshardsError(
+            f"--rope_theta_global {theta:g}: the {model_config.family} model has no rotary positions; drop the "
+            "flag, or train --model_family modernbert."
+        )
+    return dataclasses.replace(model_config, rope_theta_global=theta)
 
 
 def resolve_model_config(config: TrainConfig, manifest: Manifest) -> ModelConfig:

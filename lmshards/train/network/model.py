@@ -20,7 +20,8 @@ def packed_backbone_class(family: ModelFamily) -> type:
     check_packed_support(family, "the shard set")
     from lmshards.train.families import packed
 
-    return getattr(packed, str(family.keras_packed_backbone))
+    module = packed if family.network is None else own_network(family)
+    return getattr(module, str(family.keras_packed_backbone))
 
 
 def build_masked_lm(

@@ -348,3 +348,110 @@ def test_the_jax_backend_computes_the_same_logits_and_packs_the_same_way(trained
     worst = run_jax(PACKED_CHECK.format(npz=npz, config=dataclasses.asdict(TINY)), devices=1)
     assert worst["plain"] < 1e-4
     assert worst["packed"] < 1e-5
+
+
+def test_the_masking_rate_defaults_to_the_familys():
+    from lmshards.train.commands.cli import parse_config
+
+    base = ["--shards", "s", "--output", "o", "--steps", "1"]
+    assert parse_config([*base, "--model_family", "modernbert"]).mlm_probability == 0.3
+    assert parse_config([*base, "--model_family", "bert"]).mlm_probability == 0.15
+    assert parse_config(base).mlm_probability == 0.15
+    given = [*base, "--model_family", "modernbert", "--mlm_probability", "0.2"]
+    assert parse_config(given).mlm_probability == 0.2
+
+
+def test_rope_theta_global_sets_a_rotary_models_theta_and_is_refused_elsewhere():
+    from lmshards.train.loop.preflight import with_rope_theta_global
+
+    assert with_rope_theta_global(TINY, 320_000.0).rope_theta_global == 320_000.0
+    with pytest.raises(LmshardsError) as e:
+        with_rope_theta_global(ModelConfig(family="bert"), 320_000.0)
+    assert str(e.value) == (
+        "--rope_theta_global 320000: the bert model has no rotary positions; drop the flag, or train "
+        "--model_family modernbert."
+    )
+
+
+E2E_ARGS = [
+    "--per_replica_batch",
+    "4",
+    "--log_every",
+    "1",
+    "--eval_every",
+    "3",
+    "--eval_batches",
+    "1",
+]
+
+
+def run_train(*args: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers.jax_subprocess import REPO
+
+    done = subprocess.run(
+        [sys.executable, "-m", "lmshards", "train", *E2E_ARGS, *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_a_modernbert_run_trains_exports_and_starts_a_long_context_phase(
+    backend, tmp_path, sample_tokenizer, sample_files
+):
+    """Phase 1 at 32 tokens with ModernBERT's recipe options, its export, then phase 2 from it at 64 tokens with
+    another global RoPE theta."""
+    from tests.helpers.shard_factory import write_sample_shards
+
+    short, long = tmp_path / "short", tmp_path / "long"
+    for out, seq_len in ((short, 32), (long, 64)):
+        write_sample_shards(
+            out, sample_tokenizer, sample_files, seq_len=seq_len, max_lines_per_file=40
+        )
+    run = tmp_path / "run"
+    recipe = ["--lr_schedule", "wsd", "--decay_shape", "1-sqrt", "--optimizer", "stable_adamw"]
+    run_train(
+        *("--shards", str(short), "--output", str(run), "--backend", backend, "--steps", "4"),
+        *(
+            "--model_family",
+            "modernbert",
+            "--checkpoint_every",
+            "2",
+            "--tokenizer",
+            str(sample_tokenizer),
+        ),
+        *recipe,
+    )
+    recorded = json.loads((run / "run_config.json").read_text())
+    assert recorded["model"]["family"] == "modernbert"
+    assert recorded["model"]["rope_theta_global"] == 160_000.0
+    assert recorded["train"]["mlm_probability"] == 0.3
+    assert (recorded["train"]["optimizer"], recorded["schedule"]["decay"]) == (
+        "stable_adamw",
+        "wsd",
+    )
+    from lmshards.train.export.hf_export import export_run
+
+    export_run(str(run), output_dir=str(tmp_path / "export"))
+    _, info = transformers.AutoModelForMaskedLM.from_pretrained(
+        tmp_path / "export", output_loading_info=True
+    )
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys"))
+
+    second = tmp_path / "second"
+    run_train(
+        *("--shards", str(long), "--output", str(second), "--backend", backend, "--steps", "2"),
+        *("--init_from", str(run), "--model_family", "modernbert", "--rope_theta_global", "320000"),
+    )
+    recorded = json.loads((second / "run_config.json").read_text())
+    assert recorded["model"]["rope_theta_global"] == 320_000.0
+    assert recorded["init_from"]["kind"] == "run"
