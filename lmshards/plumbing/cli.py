@@ -192,8 +192,10 @@ def typo_hint(arg: str, known: Sequence[str]) -> str:
 def setup_logging(*, verbose: bool = False, packages: Sequence[str] = ()) -> None:
     """Logs on stderr: WARNING for libraries, INFO for our packages (DEBUG with verbose)."""
     logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT, stream=sys.stderr, force=True)
-    # gcsfs logs each failed retry with its traceback; the command reports the failure in one line.
-    logging.getLogger("gcsfs").setLevel(logging.DEBUG if verbose else logging.CRITICAL)
+    # gcsfs logs each failed retry with its traceback, and fsspec's read-ahead each failed read; the
+    # command reports the failure in one line.
+    for library in ("gcsfs", "fsspec.prefetcher"):
+        logging.getLogger(library).setLevel(logging.DEBUG if verbose else logging.CRITICAL)
     for package in packages:
         logging.getLogger(package).setLevel(logging.DEBUG if verbose else logging.INFO)
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import posixpath
 import re
 import shutil
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -23,10 +25,21 @@ from lmshards.plumbing.errors import OutputError, StorageError  # noqa: E402
 # How long a command waits for a gs:// bucket's first answer before it stops with one error line (gcsfs
 # alone retries for about a minute). LMSHARDS_GCS_TIMEOUT_S overrides it.
 GCS_REACH_TIMEOUT_S = float(os.environ.get("LMSHARDS_GCS_TIMEOUT_S", "20"))
+# Every gs:// request (a read above all) fails once it goes this long without a byte: a stalled
+# connection, or a body that stops short of its Content-Length, would otherwise wait forever (aiohttp
+# sets no read timeout). LMSHARDS_GCS_READ_TIMEOUT_S overrides it.
+GCS_READ_TIMEOUT_S = float(os.environ.get("LMSHARDS_GCS_READ_TIMEOUT_S", "60"))
+# The retry budget of one request that failed on the network or with a 5xx/408/429: this many attempts
+# in all, waiting GCS_BACKOFF_S, then twice as long each time (at most GCS_MAX_BACKOFF_S), in between.
+GCS_ATTEMPTS = 6
+GCS_BACKOFF_S = 1.0
+GCS_MAX_BACKOFF_S = 16.0
 _GCS_SCHEMES = ("gs://", "gcs://")
 _ANSWERED: set[tuple[str, str]] = set()  # (endpoint, bucket) that answered once in this process
 # A bucket in a gcsfs error's text: `b/BUCKET/o/...` or `gs://BUCKET/...`.
 _BUCKET_IN_TEXT_RE = re.compile(r"(?:\bb/|gs://)([a-z0-9][a-z0-9._-]{1,221})")
+# The bucket and object of a JSON API path or URL: .../b/BUCKET/o/OBJECT?...
+_OBJECT_IN_URL_RE = re.compile(r"(?:^|/)b/([^/?]+)(?:/o/?([^?]*))?")
 
 # The lease a writing command holds on its output (lmshards.plumbing.lease): inside it, or `.{name}.lmshards-lease`
 # beside an output that is renamed into place; `.gone-{uuid4 hex}` while it is being removed.
@@ -54,8 +67,67 @@ def filesystem(path: str) -> tuple[Any, str]:
     """
     fs, stripped = fsspec.core.url_to_fs(path, **_storage_options(path))
     if path.startswith(_GCS_SCHEMES):
+        _bound_requests(fs)
         _check_bucket(fs, stripped.split("/", 1)[0], fs._location)
     return fs, stripped
+
+
+def _bound_requests(filesystem: Any) -> None:
+    """Gives a gcsfs filesystem our retry budget (GCS_ATTEMPTS) in place of gcsfs' own, and a request that
+    fails through it a StorageError naming the object. Once per (cached) filesystem instance."""
+    # gcsfs' request without its retries
+    raw = getattr(type(filesystem)._request, "__wrapped__", None)
+    if raw is None or "_request" in vars(filesystem):
+        return
+
+    async def request(method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        return await _retried(filesystem, raw, method, path, *args, **kwargs)
+
+    filesystem._request = request
+
+
+async def _retried(
+    filesystem: Any, raw: Any, method: str, path: str, *args: Any, **kwargs: Any
+) -> Any:
+    from gcsfs.retry import is_retriable
+
+    for attempt in range(1, GCS_ATTEMPTS + 1):
+        try:
+            return await raw(filesystem, method, path, *args, **kwargs)
+        except Exception as e:
+            if not (is_retriable(e) or isinstance(e, asyncio.TimeoutError)):
+                raise
+            if attempt == GCS_ATTEMPTS:
+                raise StorageError(request_failure(method, _object_of(path, args), e)) from e
+        await asyncio.sleep(min(GCS_BACKOFF_S * 2 ** (attempt - 1), GCS_MAX_BACKOFF_S))
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def request_failure(method: str, target: str, exc: BaseException) -> str:
+    """One line on a gs:// request that failed every attempt of the retry budget, naming the object."""
+    import aiohttp
+
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        what = "its body was shorter than the size the answer promised (Content-Length)"
+    elif isinstance(exc, asyncio.TimeoutError):  # aiohttp's read timeouts are TimeoutErrors too
+        what = f"no data for {GCS_READ_TIMEOUT_S:g} s"
+    else:
+        what = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+    verb = {"GET": "Reading", "DELETE": "Deleting"}.get(method.upper(), "Writing")
+    return (
+        f"{verb} {target} failed {GCS_ATTEMPTS} times ({what}). Check the network and the endpoint "
+        f"({endpoint_hint()}), then run the command again."
+    )
+
+
+def _object_of(path: str, args: tuple[Any, ...]) -> str:
+    """gs://BUCKET/OBJECT of a gcsfs request path ('b/{}/o/{}' with its args, or a download URL)."""
+    if args and "{}" in path:
+        path = path.format(*args)
+    match = _OBJECT_IN_URL_RE.search(path)
+    if match is None:
+        return path
+    return f"gs://{match[1]}/{urllib.parse.unquote(match[2])}" if match[2] else f"gs://{match[1]}"
 
 
 def _check_bucket(filesystem: Any, bucket: str, endpoint: str) -> None:
@@ -128,10 +200,19 @@ def _bucket_in(exc: BaseException) -> str | None:
 
 def _storage_options(path: str) -> dict[str, Any]:
     emulator = os.environ.get("STORAGE_EMULATOR_HOST")
-    if path.startswith("gs://") and emulator:
+    if not path.startswith(_GCS_SCHEMES):
+        return {}
+    import aiohttp
+
+    options: dict[str, Any] = {
+        "requests_timeout": aiohttp.ClientTimeout(
+            total=None, sock_connect=GCS_REACH_TIMEOUT_S, sock_read=GCS_READ_TIMEOUT_S
+        )
+    }
+    if emulator:
         endpoint = emulator if "://" in emulator else f"http://{emulator}"
-        return {"endpoint_url": endpoint, "token": "anon"}
-    return {}
+        options.update(endpoint_url=endpoint, token="anon")
+    return options
 
 
 def join(base: str, *parts: str) -> str:

@@ -4,17 +4,22 @@ exist (the emulator's 404) and a permission error (gcsfs' 403; the emulator has 
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from lmshards.plumbing import cli
+from lmshards.plumbing import cli, fs
+from lmshards.plumbing.errors import StorageError
 from lmshards.preprocess import inspect_cli
+from tests.helpers.gcs_emulator import emulator_env
 
 REPO = Path(__file__).resolve().parents[2]
 _BOUND_S = 3
@@ -102,3 +107,99 @@ def test_other_errors_keep_their_traceback():
 
     with pytest.raises(OSError, match="some local failure"):
         cli.run_command("inspect", body)
+
+
+class _LyingGcs(http.server.BaseHTTPRequestHandler):
+    """Just enough of GCS's JSON API for gcsfs to read gs://bkt/obj: its listing and metadata answer
+    honestly; its media download promises OBJECT_BYTES bytes (Content-Length) and sends SENT_BYTES,
+    then closes the connection (`stall` False) or keeps it open without a byte more."""
+
+    OBJECT_BYTES, SENT_BYTES = 1000, 10
+    stall = False
+    downloads = 0
+
+    def do_GET(self):
+        if "/download/" in self.path:
+            type(self).downloads += 1
+            self.send_response(200)
+            self.send_header("Content-Length", str(self.OBJECT_BYTES))
+            self.end_headers()
+            self.wfile.write(b"x" * self.SENT_BYTES)
+            self.wfile.flush()
+            if self.stall:
+                time.sleep(5)
+            self.close_connection = True
+            return
+        if "/o/" in self.path:
+            body = {
+                "name": "obj",
+                "bucket": "bkt",
+                "size": str(self.OBJECT_BYTES),
+                "generation": "1",
+            }
+        else:
+            body = {"kind": "storage#objects", "items": []}
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):  # quiet
+        pass
+
+
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):  # the client hung up on a lie: expected
+        pass
+
+
+@pytest.fixture
+def lying_gcs(monkeypatch):
+    """gs:// pointed at a _LyingGcs on 127.0.0.1, with a retry budget of 2 attempts 10 ms apart."""
+    server = _QuietServer(("127.0.0.1", 0), _LyingGcs)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    for name, value in emulator_env(f"http://127.0.0.1:{server.server_port}").items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(fs, "GCS_ATTEMPTS", 2)
+    monkeypatch.setattr(fs, "GCS_BACKOFF_S", 0.01)
+    monkeypatch.setattr(fs, "GCS_READ_TIMEOUT_S", 0.5)
+    _LyingGcs.downloads = 0
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_body_shorter_than_its_content_length_is_an_error_naming_the_object(lying_gcs):
+    with pytest.raises(StorageError) as e:
+        fs.read_bytes("gs://bkt/obj")
+    assert str(e.value) == (
+        "Reading gs://bkt/obj failed 2 times (its body was shorter than the size the answer promised "
+        f"(Content-Length)). Check the network and the endpoint (STORAGE_EMULATOR_HOST={lying_gcs}), "
+        "then run the command again."
+    )
+    assert _LyingGcs.downloads == 2  # the whole retry budget, no more
+
+
+def test_a_read_that_stalls_ends_after_the_read_timeout_of_each_attempt(lying_gcs, monkeypatch):
+    monkeypatch.setattr(_LyingGcs, "stall", True)
+    started = time.monotonic()
+    with pytest.raises(StorageError) as e:
+        fs.read_bytes("gs://bkt/obj")
+    assert time.monotonic() - started < 4  # 2 attempts of 0.5 s, never the server's 5 s stall
+    assert str(e.value).startswith("Reading gs://bkt/obj failed 2 times (no data for 0.5 s).")
+
+
+def test_a_request_failure_is_one_line_from_any_command(lying_gcs, capsys):
+    assert inspect_cli.main(["gs://bkt"]) == 2  # the manifest read fails like any object
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines() == [
+        "lmshards inspect: error: Reading gs://bkt/manifest.json failed 2 times (its body was shorter than "
+        "the size the answer promised (Content-Length)). Check the network and the endpoint "
+        f"(STORAGE_EMULATOR_HOST={lying_gcs}), then run the command again."
+    ]
