@@ -20,6 +20,7 @@ from lmshards.plumbing.outputs import check_no_overlap
 from lmshards.plumbing.quiet import hide_third_party_progress_bars, load_tensorflow_quietly
 from lmshards.train.export.hf_export import check_export_output, export_run, push_to_hub
 from lmshards.train.families import FAMILIES
+from lmshards.train.run_dir import RunDir
 
 COMMAND = "export"
 
@@ -66,15 +67,16 @@ def _export(argv: Sequence[str]) -> int | None:
 
 
 def check_output(args: argparse.Namespace) -> None:
-    """Refuses, before TensorFlow loads, an --output that is, holds or lies inside the run or its
-    tokenizer, or that an export may not replace (see check_export_output).
+    """Refuses, before TensorFlow loads, an --output that an export may not replace (see
+    check_export_output: the run, a folder holding it, a folder inside any lmshards output, ...), a
+    RUN_DIR that is not a run, and an --output that is, holds or lies inside the --tokenizer.
 
     Raises:
-      OutputError: naming --output, what it holds and the fix.
+      LmshardsError: naming the bad path, what it holds and the fix.
     """
-    check_no_overlap([args.run_dir], args.output, input_flag="RUN_DIR")
-    check_no_overlap([args.tokenizer or ""], args.output, input_flag="--tokenizer")
     check_export_output(args.output, overwrite=args.overwrite)
+    RunDir(args.run_dir).read_config()
+    check_no_overlap([args.tokenizer or ""], args.output, input_flag="--tokenizer")
 
 
 def _write(args: argparse.Namespace) -> None:
