@@ -1,6 +1,9 @@
 """Guards on the locations a command reads and writes, local and gs://.
 
 - check_no_overlap: an output must not equal, lie inside, or contain an input.
+- check_replaceable / check_file_output: before any work, a command's output must be new, empty, or an
+  earlier output of its own kind (replaced only with --overwrite); never another kind's output (told by its
+  signs), a directory inside one, or a directory holding anything the kind does not own.
 - owned_entries / clear_owned_output: --overwrite (and `train --restart`) delete only what an earlier
   lmshards run wrote: what its OutputKind names and, where the output has a manifest, the shards it lists.
   A file whose name only looks like a shard is the user's when the manifest does not list it.
