@@ -15,8 +15,10 @@ the shard bytes at peak. Here the same stage functions run without that:
 Memory is a fixed working set (a few batches, one group, one shard's rows: its records are written
 as they are serialized), not the corpus: the heap's free pages go back to the system as the run goes
 (lmshards.plumbing.memory). The files are local, under the output's temporary directory, and removed on every
-exit. The shard bytes are the Beam path's (the same layout, permutation, packing and encoding
-functions), as tests check.
+exit. Every step but the files is the staged pipeline's own: its router (GroupRouter), token store
+writer (TokenPartWriter), packer and counters (Packer), shard assignment (assign_to_shards), shard
+writer and counters (ShardWriter) and manifest (finish_shard_set); so the shard bytes, the counters
+and the manifest are the staged pipeline's, as tests check.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
@@ -49,35 +51,36 @@ from lmshards.preprocess.stages.encode import (
     limit_tokenizer_threads,
     log_rejected,
 )
-from lmshards.preprocess.stages.manifest import (
-    build_manifest,
-    check_documents_read,
-    finish_output,
-    utc_timestamp,
+from lmshards.preprocess.stages.manifest import finish_shard_set
+from lmshards.preprocess.stages.metrics import (
+    DOCUMENTS_TOKENIZED,
+    DOCUMENTS_TOKENIZER_ERROR,
+    TOKENS,
+    counter,
 )
-from lmshards.preprocess.stages.metrics import StageProgress, counter
-from lmshards.preprocess.stages.pack import PackedGroup, pack_group, split_totals
+from lmshards.preprocess.stages.pack import PackedGroup, Packer, split_totals
 from lmshards.preprocess.stages.read import ReadProgress, SizedRange, count_read, read_sized_range
 from lmshards.preprocess.stages.shard import (
     GroupSize,
+    ShardBatch,
+    ShardWriter,
     SplitLayout,
+    assign_to_shards,
+    feature_rows,
     layout_splits,
-    permute,
-    shard_of,
-    write_shard_bytes,
+    narrow_dtype,
 )
-from lmshards.preprocess.stages.split import GroupKey, route_documents, validation_threshold
+from lmshards.preprocess.stages.split import GroupKey, GroupRouter
 from lmshards.preprocess.stages.tokens import (
-    PART_FLUSH_TOKENS,
     TokenFileInfo,
+    TokenPartWriter,
     TokenStoreManifest,
-    write_part,
+    count_parts,
     write_store_manifest,
 )
 from lmshards.schemas.constants import SPLITS, TOKENS_DIR_NAME
 from lmshards.schemas.layouts import SPILL_DIR_PREFIX, TEMP_DIR_NAME
 from lmshards.schemas.manifest import Manifest, ShardInfo, SplitTotals
-from lmshards.schemas.records import encode_examples, frame_record
 
 _LOG = logging.getLogger(__name__)
 
@@ -87,19 +90,10 @@ _LOG = logging.getLogger(__name__)
 ENCODE_BATCH_CHARS = 256 << 10
 # Batches waiting between the threads: enough to ride out a slow batch, few enough to bound memory.
 QUEUE_DEPTH = 2
-# Tokens routed before the packing groups' buffers are appended to their files.
-ROUTE_FLUSH_TOKENS = 1 << 20
-# Records serialized and written at once: bounds the varint buffers and what is held of a shard.
-SERIALIZE_ROWS = 4096
 _HEADER = np.dtype("<i8")
 
 
 # ---------------------------------------------------------------- logic: spill files
-
-
-def narrow_dtype(vocab_size: int, seq_len: int) -> np.dtype:
-    """The smallest unsigned dtype holding every feature value (ids, masks, segment ids, positions)."""
-    return np.dtype("<u2") if max(vocab_size, seq_len + 1) <= 1 << 16 else np.dtype("<i4")
 
 
 def append_chunk(path: str, chunk: TokenizedChunk, dtype: np.dtype) -> None:
@@ -160,15 +154,6 @@ def read_rows(
         rows.append(np.frombuffer(data, dtype, n * row_values, at).reshape(n, *row_shape))
         at += dtype.itemsize * n * row_values
     return np.concatenate(positions), np.concatenate(rows)
-
-
-def shard_bytes(rows: np.ndarray, order: np.ndarray, names: Sequence[str]) -> Iterator[bytes]:
-    """The framed records of rows[order] ([n, features, seq_len], features in `names` order),
-    SERIALIZE_ROWS records a piece: the shard is written as it is serialized, never held whole."""
-    for lo in range(0, order.size, SERIALIZE_ROWS):
-        part = rows[order[lo : lo + SERIALIZE_ROWS]]
-        records = encode_examples({name: part[:, i] for i, name in enumerate(names)})
-        yield b"".join(map(frame_record, records))
 
 
 # ---------------------------------------------------------------- logic: the stages
@@ -282,57 +267,30 @@ def shard_spill_path(directory: str, split: str, shard: int) -> str:
 
 
 class _GroupFiles:
-    """Routes chunks to their packing groups' files, buffering ROUTE_FLUSH_TOKENS between appends."""
+    """The staged pipeline's router (GroupRouter), its flushes appended to the packing groups' files."""
 
     def __init__(self, directory: str, job: InProcessJob, dtype: np.dtype):
         self._directory, self._dtype = directory, dtype
-        self._groups = job.groups
-        self._threshold = validation_threshold(job.config.validation_fraction)
-        self._buffer: dict[GroupKey, list[TokenizedChunk]] = {}
-        self._buffered = 0
+        self._router = GroupRouter(
+            validation_fraction=job.config.validation_fraction, groups=job.groups
+        )
         self.keys: set[GroupKey] = set()
 
-    def path(self, key: GroupKey) -> str:
-        return group_path(self._directory, key)
-
     def add(self, chunk: TokenizedChunk) -> None:
-        for key, piece in route_documents(chunk, threshold=self._threshold, groups=self._groups):
-            self._buffer.setdefault(key, []).append(piece)
-        self._buffered += chunk.num_tokens
-        if self._buffered >= ROUTE_FLUSH_TOKENS:
-            self.flush()
+        self._append(self._router.add(chunk))
 
     def flush(self) -> None:
-        for key, pieces in sorted(self._buffer.items()):
-            append_chunk(self.path(key), TokenizedChunk.concat(pieces), self._dtype)
+        self._append(self._router.flush())
+
+    def _append(self, routed: list[tuple[GroupKey, TokenizedChunk]]) -> None:
+        if not routed:
+            return
+        for key, chunk in routed:  # (GroupKey, TokenizedChunk), one per group
+            append_chunk(group_path(self._directory, key), chunk, self._dtype)
             self.keys.add(key)
-        self._buffer, self._buffered = {}, 0
         # The freed Encodings and arrays of the last batches leave free pages all over the heap:
         # handed back here, peak RSS stays flat in the corpus size instead of creeping up.
         release_free_memory()
-
-
-class _TokenParts:
-    """--keep_tokens: the tokenized documents as token store parts, PART_FLUSH_TOKENS each."""
-
-    def __init__(self, store: str, id_dtype: str):
-        self._store, self._id_dtype = store, id_dtype
-        self._buffer: list[TokenizedChunk] = []
-        self._buffered = 0
-        self.files: list[TokenFileInfo] = []
-
-    def add(self, chunk: TokenizedChunk) -> None:
-        self._buffer.append(chunk)
-        self._buffered += chunk.num_tokens
-        if self._buffered >= PART_FLUSH_TOKENS:
-            self.flush()
-
-    def flush(self) -> None:
-        if self._buffer:
-            self.files.append(
-                write_part(self._store, TokenizedChunk.concat(self._buffer), self._id_dtype)
-            )
-        self._buffer, self._buffered = [], 0
 
 
 @dataclasses.dataclass
@@ -378,10 +336,11 @@ def tokenize_to_groups(job: InProcessJob, directory: str, dtype: np.dtype) -> To
     reading = ReadStats()
     groups = _GroupFiles(directory, job, dtype)
     store = (
-        _TokenParts(fs.join(job.config.output, TOKENS_DIR_NAME), job.store_header.id_dtype)
+        TokenPartWriter(fs.join(job.config.output, TOKENS_DIR_NAME), job.store_header.id_dtype)
         if job.store_header is not None
         else None
     )
+    token_files: list[TokenFileInfo] = []
     counts = {"documents": 0, "tokens": 0, "rejected": 0}
 
     def read() -> None:
@@ -410,10 +369,10 @@ def tokenize_to_groups(job: InProcessJob, directory: str, dtype: np.dtype) -> To
             counts["rejected"] += chunk.rejected
             groups.add(chunk)
             if store is not None:
-                store.add(chunk)
+                token_files.extend(store.add(chunk))
         groups.flush()
         if store is not None:
-            store.flush()
+            token_files.extend(store.flush())
 
     threads = [relay.start(read, texts), relay.start(route, None)]
     logged = 0  # batches whose rejected documents were logged
@@ -437,33 +396,25 @@ def tokenize_to_groups(job: InProcessJob, directory: str, dtype: np.dtype) -> To
         documents=counts["documents"],
         tokens=counts["tokens"],
         group_keys=groups.keys,
-        token_files=store.files if store is not None else [],
+        token_files=token_files,
     )
 
 
 def pack_to_files(
-    job: InProcessJob,
+    packer: Packer,
     keys: Iterable[GroupKey],
     group_path: Callable[[GroupKey], str],
     dtype: np.dtype,
 ) -> Iterator[tuple[PackedGroup, str]]:
-    """Each packing group packed (in key order), its features written to a file beside its documents'
-    (rows [blocks, features, seq_len], features in name order); yields the group and that file."""
-    config = job.config
+    """Each packing group packed (in key order), its feature rows ([blocks, features, seq_len],
+    features in name order: lmshards.preprocess.stages.shard.feature_rows) written to a file beside
+    its documents'; yields the group and that file."""
     for key in sorted(keys):
         path = group_path(key)
-        packed = pack_group(
-            key,
-            [read_chunks(path, dtype)],
-            seq_len=config.seq_len,
-            remainder=config.remainder,
-            pad_id=job.pad_id,
-            packing=config.packing,
-        )
+        packed = packer.pack(key, [read_chunks(path, dtype)])
         os.remove(path)
         release_free_memory()
-        features = packed.blocks.features()
-        rows = np.stack([features[name] for name in sorted(features)], axis=1).astype(dtype)
+        _, rows = feature_rows(packed.blocks, dtype)
         blocks_path = f"{path}.blocks"
         with open(blocks_path, "wb") as f:
             f.write(rows.tobytes())
@@ -477,46 +428,35 @@ def shuffle_to_shards(
     seed: int,
     shard_path: Callable[[str, int], str],
     dtype: np.dtype,
-    row_shape: tuple[int, int],
+    names: tuple[str, ...],
+    seq_len: int,
 ) -> None:
     """Each group's blocks appended to the files of the shards they are shuffled into, with their
-    positions: the permutation and shard ranges of lmshards.preprocess.stages.shard.serialize_group."""
+    positions (lmshards.preprocess.stages.shard.assign_to_shards, as the staged pipeline)."""
     for size, path in blocks:
         layout = layouts[size.split]
-        rows = np.fromfile(path, dtype).reshape(size.blocks, *row_shape)
+        rows = np.fromfile(path, dtype).reshape(size.blocks, len(names), seq_len)
         os.remove(path)
-        indices = np.arange(size.blocks, dtype=np.int64) + layout.group_offsets[size.group]
-        positions = permute(indices, layout.num_records, seed)
-        shards = shard_of(positions, layout.num_records, layout.num_shards)
-        order = np.argsort(shards, kind="stable")
-        keys, firsts = np.unique(shards[order], return_index=True)
-        for shard, mine in zip(keys.tolist(), np.split(order, firsts[1:])):
-            append_rows(shard_path(size.split, shard), positions[mine], rows[mine])
+        first = layout.group_offsets[size.group]
+        for shard, batch in assign_to_shards(rows, names, first=first, layout=layout, seed=seed):
+            append_rows(shard_path(size.split, shard), batch.positions, batch.rows)
 
 
 def write_shard_file(
-    output: str,
-    split: str,
-    shard: int,
+    writer: ShardWriter,
+    key: tuple[str, int],
+    layouts: dict[str, SplitLayout],
     *,
     spill: str,
-    names: Sequence[str],
-    num_shards: int,
+    names: tuple[str, ...],
     dtype: np.dtype,
-    row_shape: tuple[int, int],
+    seq_len: int,
 ) -> ShardInfo:
-    """One shard's records from its file, in position order, framed and written."""
-    positions, rows = read_rows(spill, dtype, row_shape)
+    """One shard's records from its file, written by the staged pipeline's ShardWriter."""
+    positions, rows = read_rows(spill, dtype, (len(names), seq_len))
     if os.path.exists(spill):
         os.remove(spill)
-    order = np.argsort(positions, kind="stable")
-    info = write_shard_bytes(
-        output,
-        (split, shard),
-        shard_bytes(rows, order, names),
-        records=positions.size,
-        num_shards=num_shards,
-    )
+    info = writer.write(key, [ShardBatch(positions=positions, rows=rows, names=names)], layouts)
     release_free_memory()
     return info
 
@@ -539,28 +479,29 @@ def _run(job: InProcessJob, spill: str, dtype: np.dtype) -> str:
     phases = _Phases()
     tokenized = tokenize_to_groups(job, spill, dtype)
     count_read(tokenized.reading, job.total_bytes)
-    counter("documents_tokenized").inc(tokenized.documents)
-    counter("tokens").inc(tokenized.tokens)
+    counter(DOCUMENTS_TOKENIZED).inc(tokenized.documents)
+    counter(TOKENS).inc(tokenized.tokens)
+    counter(DOCUMENTS_TOKENIZER_ERROR).inc(tokenized.reading.documents_tokenizer_error)
+    count_parts(tokenized.token_files)  # here: the routing thread that wrote them has no counters
     phases.done("read, encode, route")
 
+    packer = Packer(
+        seq_len=config.seq_len,
+        remainder=config.remainder,
+        pad_id=job.pad_id,
+        packing=config.packing,
+    )
     packed_files: list[tuple[GroupSize, str]] = []
     totals: list[tuple[str, SplitTotals]] = []
-    progress = StageProgress("packed", "groups")
-    names: list[str] = []
     for packed, path in pack_to_files(
-        job, tokenized.group_keys, lambda key: group_path(spill, key), dtype
+        packer, tokenized.group_keys, lambda key: group_path(spill, key), dtype
     ):
         packed_files.append((GroupSize.of(packed), path))
         totals.append(split_totals(packed))
-        names = sorted(packed.blocks.features())
-        counter("groups_packed").inc()
-        counter("blocks").inc(packed.blocks.num_blocks)
-        counter("tokens_dropped").inc(packed.blocks.tokens_dropped)
-        counter("padding_tokens").inc(packed.blocks.padding_tokens)
-        progress.add(packed.blocks.num_blocks)
-    progress.flush()
+    packer.counters.flush()
     phases.done("pack")
 
+    names = tuple(sorted(job.header.features()))  # as feature_rows orders them
     layouts = layout_splits(
         [size for size, _ in packed_files],
         record_bytes=job.record_bytes,
@@ -568,7 +509,6 @@ def _run(job: InProcessJob, spill: str, dtype: np.dtype) -> str:
         multiple=config.shard_multiple,
         num_shards=config.num_shards,
     )
-    row_shape = (len(names), config.seq_len)
 
     def shard_path(split: str, shard: int) -> str:
         return shard_spill_path(spill, split, shard)
@@ -579,31 +519,29 @@ def _run(job: InProcessJob, spill: str, dtype: np.dtype) -> str:
         seed=config.seed,
         shard_path=shard_path,
         dtype=dtype,
-        row_shape=row_shape,
+        names=names,
+        seq_len=config.seq_len,
     )
     phases.done("shuffle")
 
-    shards: list[tuple[str, ShardInfo]] = []
-    total = sum(layout.num_shards for layout in layouts.values())
-    progress = StageProgress("wrote", "shards")
-    for split in SPLITS:
-        layout = layouts[split]
-        for shard in range(layout.num_shards):
-            info = write_shard_file(
-                config.output,
-                split,
-                shard,
+    writer = ShardWriter(config.output)
+    shards = [
+        (
+            split,
+            write_shard_file(
+                writer,
+                (split, shard),
+                layouts,
                 spill=shard_path(split, shard),
                 names=names,
-                num_shards=layout.num_shards,
                 dtype=dtype,
-                row_shape=row_shape,
-            )
-            shards.append((split, info))
-            counter("shards_written").inc()
-            counter("records_written").inc(info.records)
-            progress.add(info.records, total=total)
-    progress.flush()
+                seq_len=config.seq_len,
+            ),
+        )
+        for split in SPLITS
+        for shard in range(layouts[split].num_shards)
+    ]
+    writer.counters.flush()
     phases.done("serialize, write")
 
     if job.store_header is not None:
@@ -613,15 +551,14 @@ def _run(job: InProcessJob, spill: str, dtype: np.dtype) -> str:
             files=tokenized.token_files,
             reading=tokenized.reading,
         )
-    manifest = build_manifest(
+    path = finish_shard_set(
+        config.output,
         job.header,
+        patterns=config.inputs,
         shards=shards,
         totals=totals,
         reading=tokenized.reading,
-        created_at=utc_timestamp(),
     )
-    check_documents_read(config.inputs, ReadStats(**manifest.reading))
-    path = finish_output(config.output, manifest)
     phases.done("manifest")
     return path
 

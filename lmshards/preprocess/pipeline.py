@@ -53,7 +53,7 @@ from lmshards.preprocess.stages.manifest import (
 )
 from lmshards.preprocess.stages.pack import REMAINDER_PAD, PackGroups, num_groups
 from lmshards.preprocess.stages.read import ReadDocuments, plan_sized_ranges
-from lmshards.preprocess.stages.shard import WriteShards
+from lmshards.preprocess.stages.shard import WriteShards, narrow_dtype
 from lmshards.preprocess.stages.split import SplitDocuments, SplitSettings
 from lmshards.preprocess.stages.tokens import TokenStoreManifest, WriteTokenStore, id_dtype_for
 from lmshards.schemas.constants import (
@@ -345,6 +345,7 @@ def add_shard_stages(
     shards = packed.groups | "Shard" >> WriteShards(
         output=config.output,
         seed=config.seed,
+        dtype=narrow_dtype(header.tokenizer.vocab_size, config.seq_len),
         record_bytes=record_bytes,
         target_shard_bytes=config.target_shard_mb * MIB,
         shard_multiple=config.shard_multiple,

@@ -8,19 +8,26 @@ import json
 import threading
 from pathlib import Path
 
+import apache_beam as beam
 import numpy as np
 import pytest
+from apache_beam.metrics.metric import MetricsFilter
 
 from lmshards.command.cli import main as lmshards_main
 from lmshards.plumbing.errors import TokenizerError
-from lmshards.preprocess import in_process
+from lmshards.preprocess import in_process, runners
+from lmshards.preprocess.cli import summary
+from lmshards.preprocess.launch import write_known_files
 from lmshards.preprocess.options import PreprocessConfig
-from lmshards.preprocess.pipeline import in_process_job, plan_preprocess
+from lmshards.preprocess.pipeline import build_pipeline, in_process_job, plan_preprocess, shard_set
 from lmshards.preprocess.sources import InputError
+from lmshards.preprocess.stages import shard as shard_stage
 from lmshards.preprocess.stages.encode import TokenizedChunk
+from lmshards.preprocess.stages.metrics import METRICS_NAMESPACE, finished_line
 from lmshards.preprocess.stages.tokens import iter_store, read_store_manifest
 from lmshards.schemas.constants import POSITIONS
 from lmshards.schemas.layouts import SPILL_DIR_PREFIX, TEMP_DIR_NAME
+from lmshards.schemas.manifest import read_manifest
 from lmshards.schemas.records import decode_examples, read_records
 from tests.helpers.long_documents import write_long_documents
 
@@ -115,7 +122,7 @@ def test_a_failing_write_removes_the_spill_files(tmp_path, monkeypatch):
         written.append(list((Path(job.config.output) / TEMP_DIR_NAME).rglob("shard-*")))
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(in_process, "write_shard_bytes", failing_write)
+    monkeypatch.setattr(shard_stage, "write_shard_bytes", failing_write)
     with pytest.raises(OSError, match="No space left"):
         in_process.run_in_process(job)
     assert written and written[0]  # the shards' spill files were there when the write failed
@@ -126,14 +133,14 @@ def test_each_shard_is_written_as_it_is_serialized_never_held_whole(tmp_path, mo
     flags = OPTION_SETS["concat_pad"]
     whole = _preprocess(tmp_path / "whole", flags)
     pieces: dict[tuple[str, int], list[bytes]] = {}
-    write = in_process.write_shard_bytes
+    write = shard_stage.write_shard_bytes
 
     def recording_write(output, key, data, **kwargs):
         mine = pieces.setdefault(key, [])
         return write(output, key, (mine.append(bytes(p)) or p for p in data), **kwargs)
 
-    monkeypatch.setattr(in_process, "SERIALIZE_ROWS", 3)
-    monkeypatch.setattr(in_process, "write_shard_bytes", recording_write)
+    monkeypatch.setattr(shard_stage, "SERIALIZE_ROWS", 3)
+    monkeypatch.setattr(shard_stage, "write_shard_bytes", recording_write)
     assert _preprocess(tmp_path / "streamed", flags) == whole  # the same shards, byte for byte
     shards = {
         (split, i): tmp_path / "streamed" / shard["path"]
@@ -221,3 +228,59 @@ def test_a_tokenizer_changed_after_planning_is_refused(tmp_path):
     with pytest.raises(TokenizerError, match="changed while the run started"):
         in_process.run_in_process(job)
     assert _spills(job) == []
+
+
+# Both paths on the same inputs: the same counters, closing lines and manifest, not only bytes.
+PATH_CASES = {
+    "concat_drop": {},
+    "concat_pad_keep_tokens": {"remainder": "pad", "keep_tokens": True},
+    "best_fit_keep_tokens": {"packing": "best_fit", "remainder": "pad", "keep_tokens": True},
+}
+
+
+def _run_path(output: Path, options: dict, beam_args: list[str]) -> tuple[dict, dict, list[str]]:
+    """(manifest JSON without created_at, counters, closing lines) of a run on the given runner."""
+    config = PreprocessConfig(
+        inputs=tuple(INPUTS[1::2]),
+        tokenizer=str(GOLDEN / "tokenizer.json"),
+        output=str(output),
+        seq_len=48,
+        validation_fraction=0.1,
+        packing_group_tokens=1500,
+        shard_multiple=2,
+        **options,
+    )
+    plan = plan_preprocess(config)
+    pipeline = beam.Pipeline(options=runners.pipeline_options(beam_args))
+    build_pipeline(pipeline, plan)
+    write_known_files(shard_set(plan))
+    result = pipeline.run()
+    result.wait_until_finish()
+    query = result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))
+    counters = {c.key.metric.name: c.committed for c in query["counters"] if c.committed}
+    manifest = read_manifest(str(output))
+    lines = [summary(manifest, "OUT", 1.0), finished_line(manifest, 1.0)]
+    data = json.loads((output / "manifest.json").read_text(encoding="utf-8"))
+    data.pop("created_at")
+    return data, counters, lines
+
+
+@pytest.mark.parametrize("case", sorted(PATH_CASES))
+def test_both_paths_count_report_and_record_the_same(case, tmp_path):
+    in_process_run = _run_path(tmp_path / "fast", PATH_CASES[case], [])
+    staged_run = _run_path(tmp_path / "staged", PATH_CASES[case], BEAM_STAGES)
+    manifest, counters, lines = in_process_run
+    assert staged_run == in_process_run
+    records = sum(s["totals"]["records"] for s in manifest["splits"].values())
+    shards = sum(len(s["shards"]) for s in manifest["splits"].values())
+    assert counters["records_written"] == counters["blocks"] == records > 20
+    assert counters["shards_written"] == shards
+    assert counters["groups_packed"] >= 2
+    padding = sum(s["totals"]["padding_tokens"] for s in manifest["splits"].values())
+    assert counters.get("padding_tokens", 0) == padding
+    if PATH_CASES[case].get("keep_tokens"):
+        store = read_store_manifest(str(tmp_path / "fast" / "tokens"))
+        assert counters["token_parts_written"] == len(store.files) >= 1
+    else:
+        assert "token_parts_written" not in counters
+    assert f"wrote {shards:,} shards, {records:,} records" in lines[1]

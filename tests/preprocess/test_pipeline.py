@@ -302,7 +302,7 @@ def test_elements_between_stages_are_typed(small_plan):
         "Split": f"((str, int), {TokenizedChunk.__name__})",
         "Pack/Pack": PackedGroup.__name__,
         "Pack/SumTotals": "(str, SplitTotals)",
-        "Shard/Serialize": f"((str, int), {ShardBatch.__name__})",
+        "Shard/AssignShards": f"((str, int), {ShardBatch.__name__})",
         "Shard": f"(str, {ShardInfo.__name__})",
         "Manifest": "str",
     }

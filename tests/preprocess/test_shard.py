@@ -9,14 +9,14 @@ from lmshards.preprocess.stages.pack import PackedGroup, pack_blocks
 from lmshards.preprocess.stages.shard import (
     GroupSize,
     ShardBatch,
+    group_to_shards,
     layout_splits,
     num_shards_for,
     permute,
-    serialize_group,
     shard_of,
     write_shard,
 )
-from lmshards.schemas.records import frame_record, read_records
+from lmshards.schemas.records import decode_examples, encode_examples, frame_record, read_records
 
 MB = 1 << 20
 
@@ -73,7 +73,7 @@ def test_layout_numbers_groups_in_order_and_sizes_shards():
     assert (empty["validation"].num_records, empty["validation"].num_shards) == (0, 0)
 
 
-def test_serialized_groups_cover_every_position_once():
+def test_assigned_groups_cover_every_position_once():
     groups = [
         PackedGroup(
             split="train",
@@ -90,20 +90,28 @@ def test_serialized_groups_cover_every_position_once():
         multiple=1,
         num_shards=3,
     )["train"]
-    batches = [item for g in groups for item in serialize_group(g, layout, seed=1)]
+    dtype = np.dtype("<u2")
+    batches = [item for g in groups for item in group_to_shards(g, layout, seed=1, dtype=dtype)]
     positions = np.concatenate([batch.positions for _, batch in batches])
     assert sorted(positions.tolist()) == list(range(9))
     for (split, shard), batch in batches:
-        assert split == "train" and len(batch.frames) == batch.positions.size
+        assert split == "train" and batch.rows.shape == (batch.positions.size, 2, 8)
+        assert batch.names == ("attention_mask", "input_ids") and batch.rows.dtype == dtype
         assert (shard_of(batch.positions, 9, 3) == shard).all()
+    # Every block's ids once, whatever shard it went to.
+    ids = np.concatenate([batch.rows[:, 1] for _, batch in batches])
+    assert sorted(ids[:, 0].tolist()) == sorted(8 * b for g in range(3) for b in range(g + 2))
 
 
 def test_write_shard_orders_records_by_position_whatever_the_batches(tmp_path):
-    frames = [frame_record(f"record {i}".encode()) for i in range(5)]
+    names = ("attention_mask", "input_ids")
+    rows = np.stack([np.ones((5, 3)), np.arange(15).reshape(5, 3)], axis=1).astype("<u2")
+    records = encode_examples({name: rows[:, i] for i, name in enumerate(names)})
+    frames = [frame_record(r) for r in records]
     batches = [
-        ShardBatch(positions=np.array([13, 10]), frames=[frames[3], frames[0]]),
+        ShardBatch(positions=np.array([13, 10]), rows=rows[[3, 0]], names=names),
         ShardBatch.empty(),
-        ShardBatch(positions=np.array([12, 11, 14]), frames=[frames[2], frames[1], frames[4]]),
+        ShardBatch(positions=np.array([12, 11, 14]), rows=rows[[2, 1, 4]], names=names),
     ]
     info = write_shard(str(tmp_path / "a"), ("train", 1), batches, num_shards=4)
     again = write_shard(str(tmp_path / "b"), ("train", 1), list(reversed(batches)), num_shards=4)
@@ -113,6 +121,7 @@ def test_write_shard_orders_records_by_position_whatever_the_batches(tmp_path):
     data = (tmp_path / "a" / info.path).read_bytes()
     assert data == b"".join(frames) and info.bytes == len(data)
     with open(tmp_path / "a" / info.path, "rb") as f:
-        assert list(read_records(f)) == [f"record {i}".encode() for i in range(5)]
+        read = decode_examples(list(read_records(f)), names)
+    assert read["input_ids"].tolist() == np.arange(15).reshape(5, 3).tolist()
     empty = write_shard(str(tmp_path / "a"), ("validation", 0), [ShardBatch.empty()], num_shards=1)
     assert (empty.records, empty.bytes) == (0, 0)

@@ -21,7 +21,12 @@ import apache_beam as beam
 import numpy as np
 
 from lmshards.preprocess.sources import ReadStats, sum_stats
-from lmshards.preprocess.stages.metrics import counter
+from lmshards.preprocess.stages.metrics import (
+    DOCUMENTS_TOKENIZED,
+    DOCUMENTS_TOKENIZER_ERROR,
+    TOKENS,
+    counter,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -210,9 +215,9 @@ class _EncodeFn(beam.DoFn):
 
     def __init__(self, settings: EncodeSettings):
         self._settings = settings
-        self._documents = counter("documents_tokenized")
-        self._tokens = counter("tokens")
-        self._rejected = counter("documents_tokenizer_error")
+        self._documents = counter(DOCUMENTS_TOKENIZED)
+        self._tokens = counter(TOKENS)
+        self._rejected = counter(DOCUMENTS_TOKENIZER_ERROR)
         self._logged = 0
 
     def setup(self) -> None:

@@ -187,6 +187,30 @@ def finish_output(output: str, manifest: Manifest) -> str:
     return write_manifest(output, manifest)
 
 
+def finish_shard_set(
+    output: str,
+    header: Manifest,
+    *,
+    patterns: Sequence[str],
+    shards: Iterable[tuple[str, ShardInfo]],
+    totals: Iterable[tuple[str, SplitTotals]],
+    reading: ReadStats,
+    curation: CurationInfo | None = None,
+) -> str:
+    """The run's last step on both preprocess paths: the manifest built (build_manifest), checked
+    (check_documents_read, naming `patterns`) and written (finish_output). Returns its path."""
+    manifest = build_manifest(
+        header,
+        shards=shards,
+        totals=totals,
+        reading=reading,
+        created_at=utc_timestamp(),
+        curation=curation,
+    )
+    check_documents_read(patterns, ReadStats(**manifest.reading))
+    return finish_output(output, manifest)
+
+
 # ---------------------------------------------------------------- Beam
 
 
@@ -211,16 +235,15 @@ class _WriteManifestFn(beam.DoFn):
         *before,  # the paths written before, when WriteManifest has them (unused: only the wait counts)
         curation: CurationInfo | None = None,  # when curation ran
     ) -> Iterable[str]:
-        manifest = build_manifest(
+        yield finish_shard_set(
+            self._output,
             self._header,
+            patterns=self._patterns,
             shards=shards,
             totals=totals,
             reading=reading,
-            created_at=utc_timestamp(),
             curation=curation,
         )
-        check_documents_read(self._patterns, ReadStats(**manifest.reading))
-        yield finish_output(self._output, manifest)
 
 
 class WriteManifest(beam.PTransform):

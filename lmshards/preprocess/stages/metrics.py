@@ -36,9 +36,66 @@ SKIPPED_COUNTERS = {
 }
 
 
+# The counters of the stages after reading (reading's are the ReadStats fields), counted alike on both
+# preprocess paths: the staged Beam pipeline and the default runner's one step (in_process).
+DOCUMENTS_TOKENIZED = "documents_tokenized"
+TOKENS = "tokens"
+DOCUMENTS_TOKENIZER_ERROR = "documents_tokenizer_error"
+DOCUMENTS_READ = "documents_read"  # documents read from a token store (repack)
+TOKEN_PARTS_WRITTEN = "token_parts_written"
+GROUPS_PACKED = "groups_packed"
+BLOCKS = "blocks"
+TOKENS_DROPPED = "tokens_dropped"
+PADDING_TOKENS = "padding_tokens"
+SHARDS_WRITTEN = "shards_written"
+RECORDS_WRITTEN = "records_written"
+
+
 def counter(name: str):
     """The Beam counter `name` in METRICS_NAMESPACE (create it in a DoFn's __init__, increment it in process)."""
     return Metrics.counter(METRICS_NAMESPACE, name)
+
+
+class PackCounters:
+    """The pack stage's counters and its "packed k groups" line, for one worker (or the whole job)."""
+
+    def __init__(self) -> None:
+        self._groups, self._blocks = counter(GROUPS_PACKED), counter(BLOCKS)
+        self._dropped, self._padding = counter(TOKENS_DROPPED), counter(PADDING_TOKENS)
+        self._progress: StageProgress | None = None  # made where it runs: loggers do not pickle
+
+    def add(self, *, blocks: int, tokens_dropped: int, padding_tokens: int) -> None:
+        """One packing group packed into `blocks` blocks."""
+        self._groups.inc()
+        self._blocks.inc(blocks)
+        self._dropped.inc(tokens_dropped)
+        self._padding.inc(padding_tokens)
+        self._progress = self._progress or StageProgress("packed", "groups")
+        self._progress.add(blocks)
+
+    def flush(self) -> None:
+        """Logs the count not logged yet (at the end of a bundle, or of the stage)."""
+        if self._progress is not None:
+            self._progress.flush()
+
+
+class ShardCounters:
+    """The shard stage's counters and its "wrote k of N shards" line."""
+
+    def __init__(self) -> None:
+        self._shards, self._records = counter(SHARDS_WRITTEN), counter(RECORDS_WRITTEN)
+        self._progress: StageProgress | None = None
+
+    def add(self, records: int, *, total: int) -> None:
+        """One shard of `records` records written, of `total` shards in all."""
+        self._shards.inc()
+        self._records.inc(records)
+        self._progress = self._progress or StageProgress("wrote", "shards")
+        self._progress.add(records, total=total)
+
+    def flush(self) -> None:
+        if self._progress is not None:
+            self._progress.flush()
 
 
 class StageProgress:

@@ -19,7 +19,7 @@ import apache_beam as beam
 import numpy as np
 
 from lmshards.preprocess.stages.encode import TokenizedChunk
-from lmshards.preprocess.stages.metrics import StageProgress, counter
+from lmshards.preprocess.stages.metrics import PackCounters
 from lmshards.preprocess.stages.split import GroupKey
 from lmshards.schemas.constants import (
     ATTENTION_MASK,
@@ -315,22 +315,16 @@ def sum_totals(totals: Iterable[SplitTotals]) -> SplitTotals:
 # ---------------------------------------------------------------- Beam
 
 
-class _PackFn(beam.DoFn):
-    """(GroupKey, Iterable[TokenizedChunk]) -> PackedGroup; logs "packed k groups" as they finish."""
+class Packer:
+    """pack_group with fixed settings, counting every group it packs (PackCounters): the pack step of
+    both preprocess paths (the staged pipeline's _PackFn, and lmshards.preprocess.in_process)."""
 
     def __init__(self, *, seq_len: int, remainder: str, pad_id: int | None, packing: str):
         self._seq_len, self._remainder, self._pad_id = seq_len, remainder, pad_id
         self._packing = packing
-        self._groups = counter("groups_packed")
-        self._blocks = counter("blocks")
-        self._dropped = counter("tokens_dropped")
-        self._padding = counter("padding_tokens")
+        self.counters = PackCounters()
 
-    def setup(self) -> None:
-        self._progress = StageProgress("packed", "groups")
-
-    def process(self, element: tuple[GroupKey, Iterable[TokenizedChunk]]) -> Iterable[PackedGroup]:
-        key, chunks = element
+    def pack(self, key: GroupKey, chunks: Iterable[TokenizedChunk]) -> PackedGroup:
         packed = pack_group(
             key,
             chunks,
@@ -339,15 +333,27 @@ class _PackFn(beam.DoFn):
             pad_id=self._pad_id,
             packing=self._packing,
         )
-        self._groups.inc()
-        self._blocks.inc(packed.blocks.num_blocks)
-        self._dropped.inc(packed.blocks.tokens_dropped)
-        self._padding.inc(packed.blocks.padding_tokens)
-        self._progress.add(packed.blocks.num_blocks)
-        yield packed
+        blocks = packed.blocks
+        self.counters.add(
+            blocks=blocks.num_blocks,
+            tokens_dropped=blocks.tokens_dropped,
+            padding_tokens=blocks.padding_tokens,
+        )
+        return packed
+
+
+class _PackFn(beam.DoFn):
+    """(GroupKey, Iterable[TokenizedChunk]) -> PackedGroup; logs "packed k groups" as they finish."""
+
+    def __init__(self, *, seq_len: int, remainder: str, pad_id: int | None, packing: str):
+        self._packer = Packer(seq_len=seq_len, remainder=remainder, pad_id=pad_id, packing=packing)
+
+    def process(self, element: tuple[GroupKey, Iterable[TokenizedChunk]]) -> Iterable[PackedGroup]:
+        key, chunks = element
+        yield self._packer.pack(key, chunks)
 
     def finish_bundle(self) -> None:
-        self._progress.flush()
+        self._packer.counters.flush()
 
 
 class PackOutputs(NamedTuple):

@@ -3,6 +3,11 @@
 The shuffle needs no sort: block i of N (numbered group by group) goes to position permute(i) of a
 seeded bijection of [0, N), and position p to shard p * S // N, so shards hold N // S or N // S + 1
 records whatever the runner, worker count or bundle sizes. Each shard is written in position order.
+
+Both preprocess paths run the same two steps: assign_to_shards (a group's blocks -> ShardBatch per
+shard) and ShardWriter (a shard's batches -> its file, sorted, serialized as written, counted). The
+staged pipeline hands the batches on through a GroupByKey; lmshards.preprocess.in_process through
+a file per shard.
 """
 
 from __future__ import annotations
@@ -12,15 +17,15 @@ import hashlib
 import math
 import os
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import apache_beam as beam
 import numpy as np
 
 from lmshards.plumbing import fs
 from lmshards.plumbing.errors import LmshardsError
-from lmshards.preprocess.stages.metrics import StageProgress, counter
-from lmshards.preprocess.stages.pack import PackedGroup
+from lmshards.preprocess.stages.metrics import ShardCounters
+from lmshards.preprocess.stages.pack import PackedBlocks, PackedGroup
 from lmshards.schemas.constants import SPLITS, TRAIN_SPLIT
 from lmshards.schemas.layouts import TEMP_DIR_NAME
 from lmshards.schemas.manifest import ShardInfo
@@ -29,6 +34,10 @@ from lmshards.schemas.shards import shard_relpath
 
 DEFAULT_TARGET_SHARD_MB = 128.0  # MiB, as --target_shard_mb reads a bare number
 DEFAULT_SHARD_MULTIPLE = 8
+# Records serialized and written at once: bounds the varint buffers and what is held of a shard.
+SERIALIZE_ROWS = 4096
+# The feature rows' dtypes between assigning and writing: narrow when every value fits 16 bits.
+NARROW_ROW_DTYPE, WIDE_ROW_DTYPE = np.dtype("<u2"), np.dtype("<i4")
 
 _FEISTEL_ROUNDS = 4
 _U64 = np.uint64
@@ -171,36 +180,58 @@ def permute(indices: np.ndarray, n: int, seed: int) -> np.ndarray:
 # ---------------------------------------------------------------- logic: records into shards
 
 
+def narrow_dtype(vocab_size: int, seq_len: int) -> np.dtype:
+    """The smallest unsigned dtype holding every feature value (ids, masks, segment ids, positions)."""
+    return NARROW_ROW_DTYPE if max(vocab_size, seq_len + 1) <= 1 << 16 else WIDE_ROW_DTYPE
+
+
+def feature_rows(blocks: PackedBlocks, dtype: np.dtype) -> tuple[tuple[str, ...], np.ndarray]:
+    """The blocks' records as (feature names, sorted; rows [blocks, features, seq_len] as dtype)."""
+    features = blocks.features()
+    names = tuple(sorted(features))
+    return names, np.stack([features[name] for name in names], axis=1).astype(dtype)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class ShardBatch:
-    """Some records of one shard: their framed bytes, and their positions in the split's shuffled order.
+    """Some records of one shard: their feature rows, and their positions in the split's shuffled order.
 
-    Records travel in per-shard batches, not one element each: Beam's cost is per element.
+    Records travel in per-shard batches, not one element each (Beam's cost is per element), and as
+    rows of the narrowest dtype, not serialized: the writer serializes a shard in position order as
+    it writes it, SERIALIZE_ROWS records at a time.
     """
 
     positions: np.ndarray  # int64 [records]
-    frames: list[bytes]  # TFRecord-framed tf.train.Example, one per position
+    rows: np.ndarray  # [records, features, seq_len], features in `names` order
+    names: tuple[str, ...]
 
     @staticmethod
     def empty() -> ShardBatch:
-        return ShardBatch(positions=np.zeros(0, dtype=np.int64), frames=[])
+        return ShardBatch(positions=np.zeros(0, dtype=np.int64), rows=np.zeros((0, 0, 0)), names=())
 
 
-def serialize_group(
-    packed: PackedGroup, layout: SplitLayout, seed: int
-) -> Iterator[tuple[ShardKey, ShardBatch]]:
-    """A packed group's blocks as framed records, one ShardBatch per shard they are shuffled into."""
-    indices = (
-        np.arange(packed.blocks.num_blocks, dtype=np.int64) + layout.group_offsets[packed.group]
-    )
+def assign_to_shards(
+    rows: np.ndarray, names: tuple[str, ...], *, first: int, layout: SplitLayout, seed: int
+) -> Iterator[tuple[int, ShardBatch]]:
+    """A packing group's records (rows, block `first` of its split onwards) -> (shard, ShardBatch) for
+    every shard they are shuffled into, in shard order."""
+    indices = np.arange(rows.shape[0], dtype=np.int64) + first
     positions = permute(indices, layout.num_records, seed)
     shards = shard_of(positions, layout.num_records, layout.num_shards)
-    records = encode_examples(packed.blocks.features())
     order = np.argsort(shards, kind="stable")
     keys, firsts = np.unique(shards[order], return_index=True)
     for shard, mine in zip(keys.tolist(), np.split(order, firsts[1:])):
-        frames = [frame_record(records[i]) for i in mine.tolist()]
-        yield (packed.split, shard), ShardBatch(positions=positions[mine], frames=frames)
+        yield shard, ShardBatch(positions=positions[mine], rows=rows[mine], names=names)
+
+
+def group_to_shards(
+    packed: PackedGroup, layout: SplitLayout, *, seed: int, dtype: np.dtype
+) -> Iterator[tuple[ShardKey, ShardBatch]]:
+    """A packed group's blocks, one ShardBatch per shard they are shuffled into."""
+    names, rows = feature_rows(packed.blocks, dtype)
+    first = layout.group_offsets[packed.group]
+    for shard, batch in assign_to_shards(rows, names, first=first, layout=layout, seed=seed):
+        yield (packed.split, shard), batch
 
 
 def empty_shards(layouts: dict[str, SplitLayout]) -> Iterator[tuple[ShardKey, ShardBatch]]:
@@ -210,17 +241,48 @@ def empty_shards(layouts: dict[str, SplitLayout]) -> Iterator[tuple[ShardKey, Sh
             yield (split, shard), ShardBatch.empty()
 
 
+def shard_bytes(rows: np.ndarray, order: np.ndarray, names: Sequence[str]) -> Iterator[bytes]:
+    """The framed records of rows[order] ([n, features, seq_len], features in `names` order),
+    SERIALIZE_ROWS records a piece: the shard is written as it is serialized, never held whole."""
+    for lo in range(0, order.size, SERIALIZE_ROWS):
+        part = rows[order[lo : lo + SERIALIZE_ROWS]]
+        records = encode_examples({name: part[:, i] for i, name in enumerate(names)})
+        yield b"".join(map(frame_record, records))
+
+
 def write_shard(
     output: str, key: ShardKey, batches: Iterable[ShardBatch], *, num_shards: int
 ) -> ShardInfo:
     """Writes one shard's records in position order; returns its ShardInfo once the file is complete."""
-    batches = list(batches)
-    positions = np.concatenate([b.positions for b in batches])
-    frames = [frame for b in batches for frame in b.frames]
-    order = np.argsort(positions, kind="stable").tolist()
+    full = [b for b in batches if b.positions.size]
+    if not full:
+        return write_shard_bytes(output, key, (), records=0, num_shards=num_shards)
+    positions = np.concatenate([b.positions for b in full])
+    rows = np.concatenate([b.rows for b in full])
+    order = np.argsort(positions, kind="stable")
     return write_shard_bytes(
-        output, key, (frames[i] for i in order), records=len(frames), num_shards=num_shards
+        output,
+        key,
+        shard_bytes(rows, order, full[0].names),
+        records=positions.size,
+        num_shards=num_shards,
     )
+
+
+class ShardWriter:
+    """write_shard, counting every shard it writes (ShardCounters): the write step of both paths."""
+
+    def __init__(self, output: str):
+        self._output = output
+        self.counters = ShardCounters()
+
+    def write(
+        self, key: ShardKey, batches: Iterable[ShardBatch], layouts: dict[str, SplitLayout]
+    ) -> ShardInfo:
+        split, _ = key
+        info = write_shard(self._output, key, batches, num_shards=layouts[split].num_shards)
+        self.counters.add(info.records, total=sum(layout.num_shards for layout in layouts.values()))
+        return info
 
 
 def write_shard_bytes(
@@ -260,16 +322,17 @@ def write_shard_bytes(
 # ---------------------------------------------------------------- Beam
 
 
-class _SerializeFn(beam.DoFn):
+class _AssignFn(beam.DoFn):
     """PackedGroup -> (ShardKey, ShardBatch) per shard the group feeds."""
 
-    def __init__(self, seed: int):
-        self._seed = seed
+    def __init__(self, seed: int, dtype: np.dtype):
+        self._seed, self._dtype = seed, dtype
 
     def process(
         self, packed: PackedGroup, layouts: dict[str, SplitLayout]
     ) -> Iterable[tuple[ShardKey, ShardBatch]]:
-        yield from serialize_group(packed, layouts[packed.split], self._seed)
+        layout = layouts[packed.split]
+        yield from group_to_shards(packed, layout, seed=self._seed, dtype=self._dtype)
 
 
 class _WriteShardFn(beam.DoFn):
@@ -277,29 +340,16 @@ class _WriteShardFn(beam.DoFn):
     "wrote k of N shards" as they finish."""
 
     def __init__(self, output: str):
-        self._output = output
-        self._shards = counter("shards_written")
-        self._records = counter("records_written")
-
-    def setup(self) -> None:
-        self._progress = StageProgress("wrote", "shards")
+        self._writer = ShardWriter(output)
 
     def process(
         self, element: tuple[ShardKey, Iterable[ShardBatch]], layouts: dict[str, SplitLayout]
     ) -> Iterable[tuple[str, ShardInfo]]:
-        (split, shard), batches = element
-        info = write_shard(
-            self._output, (split, shard), batches, num_shards=layouts[split].num_shards
-        )
-        self._shards.inc()
-        self._records.inc(info.records)
-        self._progress.add(
-            info.records, total=sum(layout.num_shards for layout in layouts.values())
-        )
-        yield split, info
+        key, batches = element
+        yield key[0], self._writer.write(key, batches, layouts)
 
     def finish_bundle(self) -> None:
-        self._progress.flush()
+        self._writer.counters.flush()
 
 
 class WriteShards(beam.PTransform):
@@ -310,13 +360,14 @@ class WriteShards(beam.PTransform):
         *,
         output: str,
         seed: int,
+        dtype: np.dtype = WIDE_ROW_DTYPE,
         record_bytes: int,
         target_shard_bytes: float,
         shard_multiple: int,
         num_shards: int | None,
     ):
         super().__init__()
-        self._output, self._seed = output, seed
+        self._output, self._seed, self._dtype = output, seed, dtype
         self._layout_args = dict(
             record_bytes=record_bytes,
             target_shard_bytes=target_shard_bytes,
@@ -333,8 +384,8 @@ class WriteShards(beam.PTransform):
             >> beam.Map(layout_splits, **self._layout_args)  # {split: SplitLayout}, one element
         )
         layouts_side = beam.pvalue.AsSingleton(layouts)
-        records = packed | "Serialize" >> beam.ParDo(
-            _SerializeFn(self._seed), layouts_side
+        records = packed | "AssignShards" >> beam.ParDo(
+            _AssignFn(self._seed, self._dtype), layouts_side
         )  # (ShardKey, ShardBatch)
         every_shard = layouts | "EveryShard" >> beam.FlatMap(
             empty_shards

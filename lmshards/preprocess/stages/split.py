@@ -17,7 +17,9 @@ from apache_beam.transforms.window import GlobalWindows
 from lmshards.preprocess.stages.encode import TokenizedChunk
 from lmshards.schemas.constants import SPLITS, TRAIN_SPLIT, VALIDATION_SPLIT
 
-# Tokens a worker buffers before emitting its chunks (int32: 4 bytes each).
+# Tokens routed before the packing groups' buffers are handed on (int32: 4 bytes each), on both
+# paths: as a few large elements per group (Beam's cost is per element), or appended to the groups'
+# files (lmshards.preprocess.in_process: one append per group and flush).
 FLUSH_TOKENS = 4 << 20
 
 _HASH_SPACE = 1 << 64
@@ -60,6 +62,35 @@ def route_documents(
         yield ((VALIDATION_SPLIT, k - num_train) if k >= num_train else (TRAIN_SPLIT, k)), piece
 
 
+class GroupRouter:
+    """Routes chunks to their packing groups, buffering them per group up to flush_tokens tokens: the
+    router of both preprocess paths (_RouteFn, and lmshards.preprocess.in_process)."""
+
+    def __init__(
+        self,
+        *,
+        validation_fraction: float,
+        groups: dict[str, int],
+        flush_tokens: int = FLUSH_TOKENS,
+    ):
+        self._threshold = validation_threshold(validation_fraction)
+        self._groups, self._flush_tokens = groups, flush_tokens
+        self._buffer: dict[GroupKey, list[TokenizedChunk]] = {}
+        self._buffered_tokens = 0
+
+    def add(self, chunk: TokenizedChunk) -> list[tuple[GroupKey, TokenizedChunk]]:
+        """Routes `chunk`; returns the buffered (GroupKey, TokenizedChunk) when they reach flush_tokens."""
+        for key, piece in route_documents(chunk, threshold=self._threshold, groups=self._groups):
+            self._buffer.setdefault(key, []).append(piece)
+        self._buffered_tokens += chunk.num_tokens
+        return self.flush() if self._buffered_tokens >= self._flush_tokens else []
+
+    def flush(self) -> list[tuple[GroupKey, TokenizedChunk]]:
+        """Every buffered group's documents as one chunk, in key order; the buffer is emptied."""
+        buffer, self._buffer, self._buffered_tokens = self._buffer, {}, 0
+        return [(key, TokenizedChunk.concat(buffer[key])) for key in sorted(buffer)]
+
+
 # ---------------------------------------------------------------- Beam
 
 
@@ -82,30 +113,19 @@ class _RouteFn(beam.DoFn):
     def __init__(self, settings: SplitSettings):
         self._settings = settings
 
-    def setup(self) -> None:
-        self._threshold = validation_threshold(self._settings.validation_fraction)
-
     def start_bundle(self) -> None:
-        self._buffer: dict[GroupKey, list[TokenizedChunk]] = {}
-        self._buffered_tokens = 0
+        self._router = GroupRouter(
+            validation_fraction=self._settings.validation_fraction,
+            groups=self._settings.groups,
+            flush_tokens=self._settings.flush_tokens,
+        )
 
     def process(self, chunk: TokenizedChunk) -> Iterable[tuple[GroupKey, TokenizedChunk]]:
-        for key, piece in route_documents(
-            chunk, threshold=self._threshold, groups=self._settings.groups
-        ):
-            self._buffer.setdefault(key, []).append(piece)
-        self._buffered_tokens += chunk.num_tokens
-        if self._buffered_tokens >= self._settings.flush_tokens:
-            yield from self._flush()
+        yield from self._router.add(chunk)
 
     def finish_bundle(self):
-        for element in self._flush():
+        for element in self._router.flush():
             yield GlobalWindows.windowed_value(element)
-
-    def _flush(self) -> Iterator[tuple[GroupKey, TokenizedChunk]]:
-        buffer, self._buffer, self._buffered_tokens = self._buffer, {}, 0
-        for key in sorted(buffer):
-            yield key, TokenizedChunk.concat(buffer[key])
 
 
 class SplitDocuments(beam.PTransform):

@@ -33,7 +33,7 @@ from lmshards.plumbing import bounded, fs
 from lmshards.plumbing.errors import LmshardsError
 from lmshards.preprocess.sources import ReadStats, sum_stats
 from lmshards.preprocess.stages.encode import TokenizedChunk
-from lmshards.preprocess.stages.metrics import counter
+from lmshards.preprocess.stages.metrics import DOCUMENTS_READ, TOKEN_PARTS_WRITTEN, TOKENS, counter
 from lmshards.schemas.constants import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,
@@ -415,6 +415,37 @@ def write_store_manifest(
     return finish_store(store, manifest) if manifest.documents else None
 
 
+def count_parts(files: Sequence[TokenFileInfo]) -> None:
+    """Counts part files written (TOKEN_PARTS_WRITTEN), from the thread Beam runs the step in (a
+    counter incremented on another thread is lost)."""
+    counter(TOKEN_PARTS_WRITTEN).inc(len(files))
+
+
+class TokenPartWriter:
+    """Buffers documents and writes them as part files of about flush_tokens tokens: the store
+    writer of both preprocess paths (_WritePartsFn, and lmshards.preprocess.in_process, whose
+    writer runs on its routing thread; each counts the parts with count_parts)."""
+
+    def __init__(self, store: str, id_dtype: str, flush_tokens: int = PART_FLUSH_TOKENS):
+        self._store, self._id_dtype, self._flush_tokens = store, id_dtype, flush_tokens
+        self._buffer: list[TokenizedChunk] = []
+        self._buffered = 0
+
+    def add(self, chunk: TokenizedChunk) -> list[TokenFileInfo]:
+        """Buffers `chunk`; returns the part written when the buffer reached flush_tokens, else []."""
+        self._buffer.append(chunk)
+        self._buffered += chunk.num_tokens
+        return self.flush() if self._buffered >= self._flush_tokens else []
+
+    def flush(self) -> list[TokenFileInfo]:
+        """Writes what is buffered as one part (none when nothing is); returns its info."""
+        if not self._buffer:
+            return []
+        chunk = TokenizedChunk.concat(self._buffer)
+        self._buffer, self._buffered = [], 0
+        return [write_part(self._store, chunk, self._id_dtype)]
+
+
 # ---------------------------------------------------------------- Beam
 
 
@@ -423,29 +454,20 @@ class _WritePartsFn(beam.DoFn):
 
     def __init__(self, store: str, id_dtype: str, flush_tokens: int):
         self._store, self._id_dtype, self._flush_tokens = store, id_dtype, flush_tokens
-        self._parts = counter("token_parts_written")
 
     def start_bundle(self) -> None:
-        self._buffer: list[TokenizedChunk] = []
-        self._buffered = 0
+        self._writer = TokenPartWriter(self._store, self._id_dtype, self._flush_tokens)
 
     def process(self, chunk: TokenizedChunk) -> Iterable[TokenFileInfo]:
-        self._buffer.append(chunk)
-        self._buffered += chunk.num_tokens
-        if self._buffered >= self._flush_tokens:
-            yield from self._flush()
+        written = self._writer.add(chunk)
+        count_parts(written)
+        yield from written
 
     def finish_bundle(self):
-        for info in self._flush():
+        written = self._writer.flush()
+        count_parts(written)
+        for info in written:
             yield GlobalWindows.windowed_value(info)
-
-    def _flush(self) -> Iterator[TokenFileInfo]:
-        if not self._buffer:
-            return
-        chunk = TokenizedChunk.concat(self._buffer)
-        self._buffer, self._buffered = [], 0
-        self._parts.inc()
-        yield write_part(self._store, chunk, self._id_dtype)
 
 
 class _WriteStoreManifestFn(beam.DoFn):
@@ -500,8 +522,8 @@ class _ReadPartFn(beam.DoFn):
 
     def __init__(self, store: str, piece_tokens: int = READ_PIECE_TOKENS):
         self._store, self._piece_tokens = store, piece_tokens
-        self._documents = counter("documents_read")
-        self._tokens = counter("tokens")
+        self._documents = counter(DOCUMENTS_READ)
+        self._tokens = counter(TOKENS)
 
     def process(self, info: TokenFileInfo) -> Iterable[TokenizedChunk]:
         for group in read_pieces(self._store, info):
