@@ -200,4 +200,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+    if argv is None:  # this process is the command line, and its command has ended
+        stopping.ignore_signals()
     return code

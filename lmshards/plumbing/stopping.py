@@ -123,6 +123,14 @@ def deferred() -> Iterator[None]:
     check()
 
 
+def ignore_signals() -> None:
+    """Ignores SIGTERM and SIGINT from now on: for a command-line process whose command has ended, so that
+    a signal while the interpreter shuts down (joining a library's threads) never turns a finished run,
+    its output whole and its result printed, into one killed by the signal."""
+    for s in SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+
+
 @contextlib.contextmanager
 def stop_signals() -> Iterator[None]:
     """Turns SIGTERM and SIGINT into Stopped in the main thread while the block runs (elsewhere: nothing)."""

@@ -213,6 +213,23 @@ def test_a_stop_inside_a_deferred_block_is_raised_when_it_ends():
     assert done == [True]
 
 
+ENDED = """
+import os, signal
+from lmshards.plumbing import stopping
+stopping.ignore_signals()  # as the command line does once its command has ended
+os.kill(os.getpid(), signal.SIGTERM)
+os.kill(os.getpid(), signal.SIGINT)
+print("exited on its own", flush=True)
+"""
+
+
+def test_a_signal_after_the_command_ended_leaves_its_exit_code():
+    done = subprocess.run(
+        [sys.executable, "-c", ENDED], cwd=REPO, env=environment(), capture_output=True, text=True
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "exited on its own\n", "")
+
+
 # ---------------------------------------------------------------- the sweep: SIGTERM at many moments
 
 SWEEP_LINES = 150  # lines of each sample file: every command still runs for seconds
