@@ -43,7 +43,7 @@ def test_help_marks_required_flags_and_shows_each_default_once(capsys):
     ):
         assert words in train, words
     assert "%(default)" not in train and "default: 32 (default" not in train
-    assert "{roberta,bert}" in train
+    assert "{roberta,bert,modernbert}" in train
 
     export = help_text(export_cli, capsys)
     assert export.startswith("usage: lmshards export ") and "--output OUTPUT (required)" in export

@@ -455,3 +455,58 @@ def test_a_modernbert_run_trains_exports_and_starts_a_long_context_phase(
     recorded = json.loads((second / "run_config.json").read_text())
     assert recorded["model"]["rope_theta_global"] == 320_000.0
     assert recorded["init_from"]["kind"] == "run"
+
+
+@pytest.fixture(scope="module")
+def shards_32(tmp_path_factory, sample_tokenizer, sample_files) -> Path:
+    from tests.helpers.shard_factory import write_sample_shards
+
+    out = tmp_path_factory.mktemp("shards_32")
+    write_sample_shards(out, sample_tokenizer, sample_files, seq_len=32, max_lines_per_file=20)
+    return out
+
+
+@pytest.fixture(scope="module")
+def other_vocab(tmp_path_factory) -> Path:
+    """A ModernBERT of VOCAB tokens, saved by transformers without a tokenizer."""
+    out = tmp_path_factory.mktemp("other_vocab")
+    save_transformers_model(out, old_form=False, seed=1)
+    return out
+
+
+def test_a_model_that_does_not_fit_the_shards_is_one_line_and_exit_2(
+    shards_32, other_vocab, sample_tokenizer, tmp_path, capsys
+):
+    from lmshards.train.commands import cli
+
+    vocab = Tokenizer.from_file(str(sample_tokenizer)).get_vocab_size()
+    assert vocab != VOCAB
+    config = tmp_path / "config.json"
+    cases = (
+        (
+            hf_model_config(),
+            None,
+            f"has vocabulary_size {VOCAB} but the shards' tokenizer has {vocab} tokens",
+        ),
+        (
+            dataclasses.replace(hf_model_config(), vocab_size=vocab, max_position_embeddings=16),
+            None,
+            "The shards hold sequences of 32 tokens but the modernbert model takes at most 16",
+        ),
+        (
+            None,
+            other_vocab,
+            f"has a vocabulary of {VOCAB} tokens, and the shards' tokenizer has {vocab}",
+        ),
+    )
+    for hf_config, init_from, expected in cases:
+        argv = ["--shards", str(shards_32), "--output", str(tmp_path / "run"), "--steps", "1"]
+        if hf_config is not None:
+            config.write_text(hf_config.to_json_string())
+            argv += ["--model_config", str(config)]
+        else:
+            argv += ["--init_from", str(init_from)]
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert expected in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "run" / "checkpoints").exists()
