@@ -56,7 +56,7 @@ def _first_shard(shards: Path) -> Path:
     return sorted((shards / "train").iterdir())[0]
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(300)  # a FIFO or a device read would never end
 def test_verify_of_a_shard_that_links_to_dev_zero_ends_at_once_in_one_line(shards, capsys):
     victim = _first_shard(shards)
     victim.unlink()
@@ -84,7 +84,7 @@ def test_verify_of_a_shard_that_is_a_directory_is_one_line(shards, capsys):
     )
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(300)  # a FIFO or a device read would never end
 def test_train_refuses_a_shard_that_is_a_fifo_before_reading_it(shards, tmp_path, capsys):
     victim = _first_shard(shards)
     victim.unlink()
@@ -110,7 +110,7 @@ def test_a_manifest_nested_100000_deep_is_one_line(shards, capsys):
     )
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(300)  # a FIFO or a device read would never end
 def test_a_manifest_that_is_a_fifo_is_one_line(shards, capsys):
     path = shards / MANIFEST_NAME
     path.unlink()
@@ -188,7 +188,7 @@ def test_a_tokenizer_json_over_a_limit_is_one_line(sample_tokenizer, tmp_path, c
     )
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(300)  # a FIFO or a device read would never end
 def test_fill_mask_refuses_an_export_whose_config_links_to_dev_urandom(tmp_path, capsys):
     export = tmp_path / "model"
     export.mkdir()
@@ -204,7 +204,7 @@ def test_fill_mask_refuses_an_export_whose_config_links_to_dev_urandom(tmp_path,
     )
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(300)  # a FIFO or a device read would never end
 def test_init_from_refuses_weights_that_are_a_fifo(tmp_path):
     from lmshards.train.export.init_source import read_hf_state_dict
 
@@ -274,7 +274,7 @@ def test_a_dataset_export_summary_over_a_limit_names_it(tmp_path):
         read_summary(str(tmp_path))
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(300)  # a FIFO or a device read would never end
 def test_a_jax_checkpoint_that_is_a_fifo_is_refused_before_it_is_read(tmp_path):
     from lmshards.train.backends import jax_checkpoint
 
@@ -323,3 +323,19 @@ def test_tensorflows_error_reading_a_gs_shard_is_one_line():
         "that to --shards."
     )
     assert remote_read_problem("Read less bytes than requested") is None
+
+
+@pytest.mark.slow  # stats imports Beam and tensorflow-transform
+@pytest.mark.timeout(300)  # a FIFO or a device read would never end
+def test_stats_refuses_a_shard_that_is_a_fifo_before_building_its_pipeline(
+    shards, tmp_path, capsys
+):
+    victim = _first_shard(shards)
+    victim.unlink()
+    os.mkfifo(victim)
+    code, err = _run(["stats", str(shards), "--output", str(tmp_path / "stats")], capsys)
+    assert (code, err) == (
+        2,
+        [f"lmshards stats: error: {str(victim)!r} is a FIFO (named pipe), not a shard file."],
+    )
+    assert not (tmp_path / "stats").exists()

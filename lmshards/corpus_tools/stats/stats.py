@@ -34,7 +34,7 @@ from lmshards.corpus_tools.stats.figures import (
 )
 from lmshards.corpus_tools.stats.page import stats_page
 from lmshards.corpus_tools.stats.token_store import token_store_stats
-from lmshards.plumbing import fs
+from lmshards.plumbing import bounded, fs
 from lmshards.plumbing.errors import LmshardsError
 from lmshards.plumbing.outputs import check_no_overlap, check_replaceable, prepare_output
 from lmshards.preprocess.launch import Job, build_job
@@ -183,6 +183,8 @@ def plan_stats(config: StatsConfig) -> StatsPlan:
         raise StatsError(
             f"Splits {list(splits)} of {shards_dir!r} hold no shards; nothing to analyse."
         )
+    for shard in shards:  # a FIFO or a device would hang the pipeline's reads
+        bounded.check_regular_file(fs.join(shards_dir, shard.path), "shard file")
     tokenizer = find_tokenizer(shards_dir, config.tokenizer, manifest)
     return StatsPlan(
         shards_dir=shards_dir,
