@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _stats(args: argparse.Namespace, beam_args: list[str]) -> int:
     log.info("stats: loading TensorFlow and tensorflow-transform")
     load_tensorflow_quietly(verbose=args.verbose, modules=TENSORFLOW_MODULES)
-    from lmshards.corpus_tools.stats.stats import StatsConfig, check_stats_output, run_stats
+    from lmshards.corpus_tools.stats.stats import StatsConfig, run_stats, stats_output
     from lmshards.preprocess.launch import report_run
 
     config = StatsConfig(
@@ -138,11 +138,11 @@ def _stats(args: argparse.Namespace, beam_args: list[str]) -> int:
         tokenizer=args.tokenizer,
         overwrite=args.overwrite,
     )
-    output = check_stats_output(config)  # before the lease goes into it
 
     def run() -> StatsReport | None:
+        # The lease first: a second writer stops here, naming the first; then run_stats checks the output.
         with output_lease(
-            output,
+            stats_output(config),
             command=COMMAND,
             stale_after_s=args.lease_stale_s,
             partial_kind=STATS_OUTPUT,

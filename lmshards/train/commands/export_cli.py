@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from lmshards.plumbing import fs
 from lmshards.plumbing.cli import (
+    EXIT_OK,
     CommandParser,
     add_overwrite_flag,
     add_verbose_flag,
@@ -15,6 +16,7 @@ from lmshards.plumbing.cli import (
     run_writing,
     setup_logging,
 )
+from lmshards.plumbing.known_names import name_hints
 from lmshards.plumbing.lease import add_lease_flag, output_lease, sibling_lease_path
 from lmshards.plumbing.outputs import check_no_overlap
 from lmshards.plumbing.quiet import hide_third_party_progress_bars, load_tensorflow_quietly
@@ -29,6 +31,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     architectures = " / ".join(family.hf_masked_lm_class for family in FAMILIES.values())
     parser = CommandParser(
         COMMAND,
+        renamed=name_hints(COMMAND),
         description=f"Write a {architectures} directory (config.json, model.safetensors, "
         "tokenizer files) from a training run, for transformers' pipeline('fill-mask') and from_pretrained.",
     )
@@ -59,11 +62,30 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def _export(argv: Sequence[str]) -> int | None:
     args = parse_args(argv)
     setup_logging(verbose=args.verbose, packages=["train"])
-    check_output(args)
-    load_tensorflow_quietly(verbose=args.verbose)
-    if not args.verbose:
-        hide_third_party_progress_bars()
-    return run_writing(COMMAND, args.output, lambda: _write(args))
+    with _lease(args):  # first: a second export into --output stops here, naming the first
+        check_output(args)
+        load_tensorflow_quietly(verbose=args.verbose)
+        if not args.verbose:
+            hide_third_party_progress_bars()
+        code = run_writing(COMMAND, args.output, lambda: _write(args))
+    if code == EXIT_OK and args.push_to_hub:
+        print(f"Pushed to {push_to_hub(args.output, args.push_to_hub)}")
+    return code
+
+
+def _lease(args: argparse.Namespace) -> contextlib.AbstractContextManager[object]:
+    """The lease on --output: beside it, as the export is built there and renamed into place.
+
+    (A gs:// --output takes none: check_export_output refuses it.)
+    """
+    if fs.is_remote(args.output):
+        return contextlib.nullcontext()
+    return output_lease(
+        args.output,
+        command=COMMAND,
+        path=sibling_lease_path(args.output),
+        stale_after_s=args.lease_stale_s,
+    )
 
 
 def check_output(args: argparse.Namespace) -> None:
@@ -80,29 +102,14 @@ def check_output(args: argparse.Namespace) -> None:
 
 
 def _write(args: argparse.Namespace) -> None:
-    # The export is built beside --output and renamed into place, so its lease lies beside it too.
-    # (A gs:// --output is refused by export_run itself.)
-    lease = (
-        contextlib.nullcontext()
-        if fs.is_remote(args.output)
-        else output_lease(
-            args.output,
-            command=COMMAND,
-            path=sibling_lease_path(args.output),
-            stale_after_s=args.lease_stale_s,
-        )
+    output = export_run(
+        args.run_dir,
+        output_dir=args.output,
+        checkpoint=args.checkpoint,
+        tokenizer=args.tokenizer,
+        overwrite=args.overwrite,
     )
-    with lease:
-        output = export_run(
-            args.run_dir,
-            output_dir=args.output,
-            checkpoint=args.checkpoint,
-            tokenizer=args.tokenizer,
-            overwrite=args.overwrite,
-        )
     print(f"Exported {args.run_dir} to {output}")
-    if args.push_to_hub:
-        print(f"Pushed to {push_to_hub(output, args.push_to_hub)}")
 
 
 def main(argv: Sequence[str]) -> int:
