@@ -77,7 +77,10 @@ def plan_curation(
     return CurationSettings(
         dedup=config.dedup,
         minhash=MinHashSettings(
-            ngram=config.minhash_ngram, bands=config.minhash_bands, rows=config.minhash_rows
+            ngram=config.minhash_ngram,
+            bands=config.minhash_bands,
+            rows=config.minhash_rows,
+            min_words=config.minhash_min_words,
         ),
         decontaminate_ngram=config.decontaminate_ngram,
         eval_sets=eval_sets,

@@ -66,6 +66,7 @@ class CurationSettings:
                 "minhash_ngram": self.minhash.ngram,
                 "minhash_bands": self.minhash.bands,
                 "minhash_rows": self.minhash.rows,
+                "minhash_min_words": self.minhash.min_words,
             }
         if self.eval_sets is not None:
             options["decontaminate_ngram"] = self.decontaminate_ngram
@@ -99,8 +100,15 @@ def apply_verdicts(
     verdicts = list(grouped["verdicts"])
     for doc in docs:
         if verdicts:
-            reason, kept = verdicts[0]
-            yield Removal(doc.source, doc.record, reason, doc.utf8_bytes(), kept=kept)
+            decision = verdicts[0]
+            yield Removal(
+                doc.source,
+                doc.record,
+                decision.reason,
+                doc.utf8_bytes(),
+                kept=decision.kept,
+                similarity=decision.similarity,
+            )
         else:
             yield doc
 

@@ -139,15 +139,16 @@ def test_near_run_audits_each_planted_removal_exactly(corpus, near_run):
         {"source": a, "index": 4, "reason": "exact", "bytes": len(_line(a, 4)),
          "kept": {"source": a, "index": 0}},
         {"source": a, "index": 5, "reason": "near", "bytes": len(_line(a, 5)),
-         "kept": {"source": a, "index": 1}},
+         "kept": {"source": a, "index": 1}, "similarity": 0.86},
         {"source": a, "index": 6, "reason": "contaminated", "bytes": len(_line(a, 6)),
          "eval": {"source": ev, "index": 2}},
         {"source": b, "index": 2, "reason": "exact", "bytes": len(_line(a, 2)),
          "kept": {"source": a, "index": 2}},
         {"source": b, "index": 4, "reason": "near",
          "bytes": len(json.loads(_line(b, 4))["text"]),
-         "kept": {"source": a, "index": 1}},
+         "kept": {"source": a, "index": 1}, "similarity": 0.85},
     ]  # fmt: skip
+    # Each near copy lost one word of 60: 51 of the kept document's 60 5-grams shared (Jaccard 0.85).
     assert _line(ev, 2).startswith('{"question": "Q: ')
 
 
@@ -173,6 +174,7 @@ def test_the_manifest_counts_the_funnel_and_inspect_verify_checks_the_audit(
         "minhash_ngram": 5,
         "minhash_bands": 14,
         "minhash_rows": 8,
+        "minhash_min_words": 0,
         "decontaminate_ngram": 13,
     }
     written = sum(s.totals.documents for s in manifest.splits.values())
@@ -230,6 +232,45 @@ def test_exact_removes_only_exact_copies(corpus, tmp_path):
         (corpus["b"], 2, "exact", 2),
     ]
     assert read_manifest(str(output)).curation.options == {}
+
+
+# Two short distinct texts whose signatures share a band key (found by trying words in the last
+# place: they share one 5-gram of three, Jaccard 1/3), and a short text with an exact copy.
+SHORT_PAIR = ("field of the signal mask real", "field of the signal mask debug")
+SHORT_COPY = "sigignore: ignored signals"
+
+
+@pytest.mark.slow
+def test_a_floor_keeps_short_distinct_texts_and_still_removes_short_exact_copies(tmp_path):
+    from lmshards.preprocess.curation.minhash import band_keys, hash_family, signature
+    from lmshards.preprocess.curation.text import shingles
+
+    offsets = hash_family(14 * 8)
+    keys = [
+        set(band_keys(signature(shingles(t, 5), offsets), bands=14, rows=8)) for t in SHORT_PAIR
+    ]
+    assert keys[0] & keys[1]  # a candidate pair for near dedup
+    rng = random.Random(11)
+    lines = [" ".join(_doc(rng)) for _ in range(12)]  # 0..11: long fillers
+    lines += [*SHORT_PAIR, SHORT_COPY, "  sigignore:  ignored signals"]  # 12, 13, 14, 15
+    source = tmp_path / "short.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def audit(min_words: str) -> list[tuple[int, str, int]]:
+        output = tmp_path / f"floor{min_words}"
+        argv = ["preprocess", "--input", str(source), "--tokenizer", TOKENIZER]
+        argv += ["--output", str(output), *SHARD_FLAGS, "--dedup", "near"]
+        assert lmshards_main([*argv, "--minhash_min_words", min_words]) == 0
+        options = read_manifest(str(output)).curation.options
+        assert options["minhash_min_words"] == int(min_words)
+        return [(x["index"], x["reason"], x["kept"]["index"]) for x in _audit(output)]
+
+    # Without a floor the two distinct texts are one cluster (the one of the larger digest goes).
+    removed = audit("0")
+    assert removed[1] == (15, "exact", 14)
+    assert removed[0][1:2] == ("near",) and {removed[0][0], removed[0][2]} == {12, 13}
+    # Under 10 words they take no part in near dedup; the exact copy still goes.
+    assert audit("10") == [(15, "exact", 14)]
 
 
 def test_dedup_none_writes_no_curation(corpus, tmp_path):

@@ -17,10 +17,19 @@ from lmshards.preprocess.curation.components import (
     star_problem,
 )
 from lmshards.preprocess.curation.decontaminate import contamination, document_ngrams
-from lmshards.preprocess.curation.dedup import bucket_edges, exact_verdicts, verdict
+from lmshards.preprocess.curation.dedup import (
+    Decision,
+    bucket_edges,
+    exact_verdicts,
+    near_verdicts_of,
+    signature_bytes,
+    takes_part_in_near,
+    verdict,
+)
 from lmshards.preprocess.curation.minhash import (
     band_keys,
     catch_probability,
+    estimated_similarity,
     hash_family,
     signature,
     threshold,
@@ -75,6 +84,36 @@ def test_signature_agreement_estimates_jaccard():
     assert abs(estimate - true) < 0.1
 
 
+def test_estimated_similarity_is_the_share_of_equal_values_rounded_to_two_digits():
+    a = np.arange(112, dtype=np.uint64)
+    b = a.copy()
+    b[:19] += np.uint64(1000)  # 93 of 112 values equal
+    assert estimated_similarity(a, b) == 0.83  # 93 / 112 = 0.8303...
+    assert estimated_similarity(a, a) == 1.0
+    assert estimated_similarity(a, a + np.uint64(1)) == 0.0
+    # The verdict of a near pair carries it; exact copies carry none.
+    long, short = (
+        CurationDoc("b.txt", 7, "a b c d e f", 17),
+        CurationDoc("a.txt", 0, "a b c d e", 2),
+    )
+    grouped = {"signatures": [signature_bytes(b)], "roots": [(node_key(long), signature_bytes(a))]}
+    assert list(near_verdicts_of(node_key(short), grouped)) == [
+        (("a.txt", 0), Decision("near", ("b.txt", 17), 0.83))
+    ]
+    copy = CurationDoc("c.txt", 1, "a  b c d e f", 5)  # the kept text, whitespace aside
+    assert list(near_verdicts_of(node_key(copy), grouped)) == [
+        (("c.txt", 1), Decision("exact", ("b.txt", 17)))
+    ]
+
+
+def test_documents_under_the_floor_take_no_part_in_near_dedup():
+    four, five = CurationDoc("a", 0, "Sig-ignore: 4 words.", 0), CurationDoc("a", 1, "a b c d e", 1)
+    assert [takes_part_in_near(four, n) for n in (0, 4, 5)] == [True, True, False]
+    assert [takes_part_in_near(five, n) for n in (0, 5, 6)] == [True, True, False]
+    assert not takes_part_in_near(CurationDoc("a", 2, "!!!", 2), 1)  # no word at all
+    assert takes_part_in_near(CurationDoc("a", 2, "!!!", 2), 0)
+
+
 def test_hash_family_and_band_keys_are_fixed():
     assert hash_family(4).tolist() == hash_family(4).tolist()
     assert len(set(hash_family(112).tolist())) == 112
@@ -99,13 +138,16 @@ def test_the_longest_document_is_kept_then_the_smallest_digest_then_source_and_i
     second = CurationDoc("a.txt", 9, "same text", 90)
     (v,) = exact_verdicts([node_key(first), node_key(second)])
     # Decided on (source, index), joined back on it; the kept one is named by its record.
-    assert v == (("b.txt", 3), ("exact", ("a.txt", 90)))
-    assert verdict(node_key(short), node_key(long)) == (("a.txt", 0), ("near", ("b.txt", 17)))
+    assert v == (("b.txt", 3), Decision("exact", ("a.txt", 90)))
+    assert verdict(node_key(short), node_key(long), 0.8) == (
+        ("a.txt", 0),
+        Decision("near", ("b.txt", 17), 0.8),
+    )
     # The record never decides: of two exact copies the smaller index is kept, whatever their records.
     a, b = CurationDoc("a.txt", 1, "x", 9), CurationDoc("a.txt", 2, "x", 3)
     assert next(exact_verdicts([node_key(a), node_key(b)])) == (
         ("a.txt", 2),
-        ("exact", ("a.txt", 9)),
+        Decision("exact", ("a.txt", 9)),
     )
 
 
