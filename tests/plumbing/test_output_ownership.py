@@ -335,3 +335,23 @@ def test_stats_replaces_its_earlier_output_only_with_overwrite(shard_set, tmp_pa
     assert lmshards_main([*argv, "--overwrite"]) == 0
     assert json.loads((out / STATS_JSON).read_text())["kind"] == "token_store"
     assert sorted(tree_bytes(out)) == [STATS_HTML, STATS_JSON]
+
+
+def test_a_demo_rerun_deletes_only_what_the_demo_wrote(shard_set, tmp_path):
+    from lmshards.command.demo_steps import prepare_output
+
+    demo = _write(
+        tmp_path / "demo",
+        {
+            DEMO_MARKER: b"made by lmshards demo\n",
+            "demo_summary.json": b"{}\n",
+            "report.html": b"<html></html>\n",
+            "logs/01-tokenizer.log": b"log\n",
+            **{f"hf_model/{name}": data for name, data in OWN_FILES["export"].items()},
+            **{f"tokenizer/{name}": data for name, data in OWN_FILES["tokenizer train"].items()},
+        },
+    )
+    fake_run(demo / "run")
+    copy_of(shard_set, demo / "shards")
+    prepare_output(demo)
+    assert tree_bytes(demo) == {DEMO_MARKER: b"made by lmshards demo; safe to delete\n"}
