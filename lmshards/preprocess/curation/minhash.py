@@ -31,7 +31,8 @@ DEFAULT_BANDS = 14
 DEFAULT_ROWS = 8
 # Documents of fewer words take no part in near dedup (only exact): a one-word change is a large
 # share of a handful of shingles, so near dedup removes short distinct texts (datatrove's sentence
-# dedup skips documents under 50 words). Chosen by bench/bench_near_dedup_floor.py (docs/preprocess.md).
+# dedup skips documents under 50 words). 0 by default: on the benchmark corpus every floor let more true
+# copies through than it kept distinct texts (bench/bench_near_dedup_floor.py, docs/preprocess.md).
 DEFAULT_MIN_WORDS = 0
 SIMILARITY_DIGITS = 2  # a signature of 112 values resolves the similarity to about 0.01
 # Shingles hashed per numpy block: bounds the [block, permutations] array (8192 x 112 x 8 B = 7 MB).
