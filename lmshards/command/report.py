@@ -228,7 +228,10 @@ def _token_text(run_dir: str, token_id: int) -> str:
     try:
         from tokenizers import Tokenizer
 
-        text = Tokenizer.from_str(fs.read_text(path)).decode([token_id]).strip()
+        source = bounded.read_text(
+            path, what="tokenizer file", max_bytes=bounded.MAX_TOKENIZER_JSON_BYTES
+        )
+        text = Tokenizer.from_str(source).decode([token_id]).strip()
     except Exception:  # noqa: BLE001  (no copy, or not a tokenizers file: the id alone says enough)
         return f"token {token_id}"
     return f"{text!r} (id {token_id})"
