@@ -35,7 +35,15 @@ from lmshards.train.config import (
     TRAIN_RANGES,
     TrainConfig,
 )
-from lmshards.train.devices import PRECISIONS, STRATEGIES, use_fast_cpu_kernels
+from lmshards.train.devices import (
+    PLATFORM_CPU,
+    PLATFORM_GPU,
+    PLATFORM_TPU,
+    PRECISIONS,
+    STEPS_PER_EXECUTION,
+    STRATEGIES,
+    use_fast_cpu_kernels,
+)
 from lmshards.train.families import DEFAULT_FAMILY, family_names, get_family
 from lmshards.train.inputs.shards_flag import parse_shards_flag, source_weights
 from lmshards.train.loop.preemption import PreemptionFlag
@@ -58,7 +66,7 @@ EXTEND_HELP = (
 
 INIT_FROM_HELP = (
     "start a new run from these weights instead of random ones (continued pretraining): a Hugging Face model "
-    "directory (config.json and model.safetensors or pytorch_model.bin of a RoBERTa or BERT model) or an "
+    "directory (config.json and model.safetensors or pytorch_model.bin of a RoBERTa, BERT or ModernBERT model) or an "
     "lmshards run directory (its newest checkpoint that restores). The architecture comes from it; optimizer, "
     "step and schedule start fresh. Also BERT's second phase: a run at 128 tokens continued on a repacked "
     "512-token shard set"
@@ -93,7 +101,7 @@ def build_parser() -> CommandParser:
     )
     model.add_argument(
         "--model_config",
-        help="JSON file with ModelConfig fields, or a transformers config.json (RoBERTa, BERT), instead of a preset",
+        help="JSON file with ModelConfig fields, or a transformers config.json (RoBERTa, BERT, ModernBERT), instead of a preset",
     )
     p.add_argument(
         "--model_family",
@@ -193,8 +201,9 @@ def build_parser() -> CommandParser:
         "--steps_per_execution",
         type=TRAIN_RANGES["steps_per_execution"],
         default=d.steps_per_execution,
-        help="training steps per host call; auto: 32 on TPUs, 8 on GPUs, 1 on CPUs. Logging, evaluation "
-        "and checkpoints still happen at exactly their steps",
+        help=f"training steps per host call; auto: {STEPS_PER_EXECUTION[PLATFORM_TPU]} on TPUs, "
+        f"{STEPS_PER_EXECUTION[PLATFORM_GPU]} on GPUs, {STEPS_PER_EXECUTION[PLATFORM_CPU]} on CPUs. "
+        "Logging, evaluation and checkpoints still happen at exactly their steps",
     )
     p.add_argument(
         "--checkpoint_every",

@@ -155,7 +155,7 @@ def _inspect_hf(path: str) -> InitSource:
         raise _refused(
             path,
             f"is not a model lmshards can continue: {e}",
-            "Pass a directory of a RobertaForMaskedLM or BertForMaskedLM (or a bare RobertaModel or BertModel)",
+            "Pass a directory of a RobertaForMaskedLM, BertForMaskedLM or ModernBertForMaskedLM (or a bare model of one)",
         ) from e
     family = get_family(model_config.family)
     weights_file = _weights_file(path)

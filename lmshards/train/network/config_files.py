@@ -1,4 +1,4 @@
-"""A --model_config file: the ModelConfig fields as JSON, or a transformers config.json (RoBERTa, BERT).
+"""A --model_config file: the ModelConfig fields as JSON, or a transformers config.json (RoBERTa, BERT, ModernBERT).
 
 No Keras here: the command line reads it in its checks, before the training stack loads.
 """
@@ -45,5 +45,5 @@ def model_config_from_hf(data: dict[str, Any], *, source: str) -> ModelConfig:
     except UnsupportedHfModel as e:
         raise LmshardsError(
             f"{source!r} is a transformers config lmshards cannot build: {e}. Pass a config.json of a "
-            "RobertaForMaskedLM or BertForMaskedLM, or a JSON ModelConfig."
+            "RobertaForMaskedLM, BertForMaskedLM or ModernBertForMaskedLM, or a JSON ModelConfig."
         ) from e
