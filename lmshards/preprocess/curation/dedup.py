@@ -68,7 +68,7 @@ class MinHashSettings:
 
 
 def node_ref(node: NodeKey) -> DocRef:
-    return node.source, node.index
+    return node.source, node.doc_index
 
 
 def node_record(node: NodeKey) -> DocRef:

@@ -34,7 +34,7 @@ class NodeKey(NamedTuple):
     neg_length: int  # -len(exact_form): the longest normalized text sorts first
     digest: bytes  # of the exact form: equal digests are exact copies
     source: str
-    index: int
+    doc_index: int  # its 0-based place in the source (index would shadow tuple.index)
     record: int  # the raw record it came from (what the audit names it by)
 
 
