@@ -119,8 +119,32 @@ class CommandParser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else args
+        self.refuse_renamed(args)
         args = normalize_switches(args, self.switches(), command=self.command)
         return super().parse_known_args(args, namespace)
+
+    def renamed_in(self, args: Sequence[str]) -> list[str]:
+        """The renamed flags args holds (run_mlm.py's names), once each, in order; none under --help."""
+        if {"-h", "--help"} & set(args):
+            return []
+        own = set(self.known_flags())
+        found: list[str] = []
+        for arg in args:
+            if arg == "--":  # the rest are positional words
+                break
+            name = arg.split("=", 1)[0]
+            if name in self.renamed and name not in own and name not in found:
+                found.append(name)
+        return found
+
+    def refuse_renamed(self, args: Sequence[str]) -> None:
+        """Exits 2 with one hint line per renamed flag in args, before argparse names missing required flags:
+        someone pasting a run_mlm.py command line learns every lmshards name at once."""
+        found = self.renamed_in(args)
+        for name in found:
+            print_error(self.command, self._hint(name))
+        if found:
+            sys.exit(EXIT_USAGE)
 
     def _hint(self, arg: str) -> str:
         name = arg.split("=", 1)[0]

@@ -17,6 +17,14 @@ RUN_MLM_NAMES: dict[str, dict[str, str]] = {
         "--line_by_line": "--doc_separator",
         "--pad_to_max_length": "--remainder",
         "--preprocessing_num_workers": "--direct_num_workers",
+        # The TPU example's prepare_tfrecord_shards.py.
+        "--tokenizer_name_or_path": "--tokenizer",
+        "--dataset_name": "--input",
+        "--dataset_config": "--input",
+        "--dataset_config_name": "--input",
+        "--validation_file": "--validation_fraction",
+        "--max_length": "--seq_len",
+        "--shard_size": "--target_shard_mb",
     },
     "train": {
         "--output_dir": "--output",
@@ -48,29 +56,95 @@ RUN_MLM_NAMES: dict[str, dict[str, str]] = {
         "--per_device_eval_batch_size": "--per_replica_batch",
         "--gradient_accumulation_steps": "--per_replica_batch",
         "--logging_dir": "--output",
+        # The TPU example's train_model.py.
+        "--train_dataset": "--shards",
+        "--eval_dataset": "--shards",
+        "--num_epochs": "--epochs",
+        "--per_replica_batch_size": "--per_replica_batch",
+        "--weight_decay_rate": "--weight_decay",
+        "--bfloat16": "--precision",
+        "--tpu_name": "--tpu",
+        "--tpu_zone": "--tpu",
+        "--gcp_project": "--tpu",
+        "--max_length": "--seq_len",
+        "--dataset_name": "--input",
+        "--dataset_config_name": "--input",
+        "--validation_file": "--validation_fraction",
+    },
+    "tokenizer train": {
+        "--train_file": "--input",
+        "--dataset_name": "--input",
+        "--dataset_config": "--input",
+        "--output_dir": "--output",
+        "--limit": "--max_documents",
+    },
+    "export": {
+        "--output_dir": "--output",
+        "--hub_model_id": "--push_to_hub",
+        "--tokenizer_name": "--tokenizer",
+        "--resume_from_checkpoint": "--checkpoint",
     },
 }
 # Where a name is set by another command than the one it was given to.
 OTHER_COMMAND = {
     ("train", "--max_seq_length"): "preprocess",
     ("train", "--line_by_line"): "preprocess",
+    ("train", "--max_length"): "preprocess",
+    ("train", "--dataset_name"): "preprocess",
+    ("train", "--dataset_config_name"): "preprocess",
+    ("train", "--validation_file"): "preprocess",
+}
+# Why a name's command cannot take it after all (a shard set fixes its sequence length).
+WHY_ELSEWHERE = {
+    "--seq_len": "a shard set already made fixes it; use `lmshards repack --seq_len` to change it",
+}
+# command -> the run_mlm.py / train_model.py names it takes as they are; other commands point at it.
+SAME_NAMES: dict[str, tuple[str, ...]] = {
+    "train": ("--learning_rate", "--weight_decay", "--warmup_steps", "--mlm_probability"),
+    "preprocess": ("--tokenizer",),
+    "export": ("--push_to_hub",),
 }
 # command -> {run_mlm.py / TrainingArguments flag: why lmshards needs nothing in its place}
 NOT_NEEDED: dict[str, dict[str, str]] = {
     "train": {
         "--do_train": "`lmshards train` always trains",
-        "--do_eval": "it evaluates every --eval_every steps on each set's validation split",
-        "--report_to": "it always writes TensorBoard logs (RUN_DIR/tensorboard) and RUN_DIR/metrics.jsonl",
+        "--do_eval": "`lmshards train` evaluates every --eval_every steps on each set's validation split",
+        "--report_to": "`lmshards train` always writes TensorBoard logs (RUN_DIR/tensorboard) and "
+        "RUN_DIR/metrics.jsonl",
     },
 }
 
 
 def name_hints(command: str) -> dict[str, str]:
-    """old flag -> hint text, for CommandParser(renamed=...): lmshards' flag, or a sentence why none is needed."""
+    """old flag -> hint text, for CommandParser(renamed=...): lmshards' flag, or a sentence why none is needed.
+
+    Every command answers every name of the tables: its own entries name its flag, any other name the
+    command that takes it. CommandParser drops the names the command itself declares. Commands a
+    run_mlm.py user does not reach for (stats, repack, ...) get none: their unknown flags get typo hints.
+    """
+    if command not in RUN_MLM_NAMES:
+        return {}
     hints = {}
     for old, new in RUN_MLM_NAMES.get(command, {}).items():
         elsewhere = OTHER_COMMAND.get((command, old))
-        hints[old] = f"`lmshards {elsewhere} {new}`" if elsewhere else new
-    for old, why in NOT_NEEDED.get(command, {}).items():
-        hints[old] = f"{old} is not needed: {why}"
+        hints[old] = _elsewhere_hint(old, elsewhere, new, command) if elsewhere else new
+    for other, names in RUN_MLM_NAMES.items():
+        for old, new in names.items():
+            home = OTHER_COMMAND.get((other, old), other)
+            if home != command:
+                hints.setdefault(old, _elsewhere_hint(old, home, new, command))
+    for home, same in SAME_NAMES.items():
+        for old in same:
+            if home != command:
+                hints.setdefault(old, _elsewhere_hint(old, home, old, command))
+    for names in NOT_NEEDED.values():
+        for old, why in names.items():
+            hints.setdefault(old, f"{old} is not needed: {why}")
     return hints
+
+
+def _elsewhere_hint(old: str, home: str, new: str, command: str) -> str:
+    """'--max_length belongs to `lmshards preprocess --seq_len`, not lmshards train[: why]'."""
+    hint = f"{old} belongs to `lmshards {home} {new}`, not lmshards {command}"
+    why = WHY_ELSEWHERE.get(new) if command != home else None
+    return f"{hint}: {why}" if why else hint

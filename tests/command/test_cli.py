@@ -209,10 +209,13 @@ def test_run_mlm_names_point_at_flags_that_exist(parsers, capsys):
         ("--logging_dir", "--logging_dir is --output in lmshards train"),
         (
             "--line_by_line",
-            "--line_by_line is `lmshards preprocess --doc_separator` in lmshards train",
+            "--line_by_line belongs to `lmshards preprocess --doc_separator`, not lmshards train",
         ),
         ("--do_train", "--do_train is not needed: `lmshards train` always trains"),
-        ("--report_to", "--report_to is not needed: it always writes TensorBoard logs"),
+        (
+            "--report_to",
+            "--report_to is not needed: `lmshards train` always writes TensorBoard logs",
+        ),
     ],
 )
 def test_run_mlm_flags_given_to_train_name_what_to_use(flag, hint, capsys):

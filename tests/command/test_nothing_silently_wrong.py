@@ -523,10 +523,12 @@ def test_every_renamed_flag_hint_names_a_flag_of_the_command_it_names(command_fl
         hints = {**name_hints(command), **(RENAMED_FLAGS if command == "preprocess" else {})}
         assert set(hints) <= command_flags[command + " renamed"]
         for old, hint in hints.items():
-            assert old not in command_flags[command], f"{old} is a flag of {command}: never hinted"
+            if old in command_flags[command]:  # a flag of its own: the parser never hints it
+                continue
             named = COMMAND_LINE_RE.search(hint)
             target = named[1] if named else command
-            flags = [flag for flag in FLAG_RE.findall(hint) if flag != old]
+            # `lmshards train --learning_rate` may name the old flag again, as the one to use.
+            flags = FLAG_RE.findall(hint.removeprefix(old))
             # "--do_eval is not needed: ..." may name none; a renaming names the flag to use.
             assert flags or hint.startswith(f"{old} is not needed"), f"{command} {old}: {hint!r}"
             for flag in flags:

@@ -22,6 +22,7 @@ from lmshards.plumbing.cli import (
     setup_logging,
 )
 from lmshards.plumbing.flag_types import COUNT, SEED
+from lmshards.plumbing.known_names import name_hints
 from lmshards.plumbing.lease import add_lease_flag, output_lease
 from lmshards.plumbing.units import format_duration, size_flag
 from lmshards.preprocess import sources
@@ -53,7 +54,9 @@ def _add_input_args(parser: argparse.ArgumentParser, *, required: bool) -> None:
 
 def train_parser() -> CommandParser:
     parser = CommandParser(
-        TRAIN_COMMAND, description="Train a tokenizer on a seeded random sample of the corpus."
+        TRAIN_COMMAND,
+        renamed=name_hints(TRAIN_COMMAND),
+        description="Train a tokenizer on a seeded random sample of the corpus.",
     )
     _add_input_args(parser, required=True)
     parser.add_argument("--output", required=True, help="output directory (local or gs://)")
