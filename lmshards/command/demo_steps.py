@@ -16,7 +16,7 @@ from pathlib import Path
 
 from lmshards.plumbing import fs
 from lmshards.plumbing.errors import LmshardsError, OutputError
-from lmshards.plumbing.outputs import check_replaceable, clear_owned_output
+from lmshards.plumbing.outputs import check_replaceable, clear_owned_output, describe_directory
 from lmshards.plumbing.quiet import PROGRESS_ENVIRONMENT
 from lmshards.schemas.layouts import DEMO_MARKER, DEMO_OUTPUT, OUTPUT_KINDS
 
@@ -68,9 +68,10 @@ def prepare_output(output: Path) -> None:
         not write, or inside another lmshards output.
     """
     if fs.check_output_dir(str(output), overwrite=True) and not (output / MARKER).exists():
+        held = describe_directory(str(output), kind=DEMO_OUTPUT, others=OUTPUT_KINDS)
         raise OutputError(
-            f"--output {str(output)!r} is not empty and was not made by `lmshards demo`; "
-            "pass an empty or new directory."
+            f"--output {str(output)!r} is not empty and was not made by `lmshards demo` (it holds "
+            f"{held}); pass an empty or new directory."
         )
     if check_replaceable(str(output), kind=DEMO_OUTPUT, overwrite=True, others=OUTPUT_KINDS):
         clear_owned_output(str(output), kind=DEMO_OUTPUT)

@@ -393,6 +393,23 @@ def check_not_inside_output(directory: str, *, kinds: Sequence[OutputKind], flag
             )
 
 
+def describe_directory(directory: str, *, kind: OutputKind, others: Sequence[OutputKind]) -> str:
+    """What a directory holds, as a refusal names it: the `what` of one of the `others` outputs it is, or
+    the entries a `kind` output does not own ("files lmshards did not write ('notes.txt')"), else its
+    entries."""
+    found = _existing_directory(directory, "--output")
+    if found is None:
+        return "nothing"
+    other = _kind_at(*found, others)
+    if other is not None:
+        return other.what
+    foreign = _classify(*found, kind).foreign
+    listed = foreign or tuple(entry.shown for entry in _list(*found))
+    shown = ", ".join(repr(f) for f in listed[:_FOREIGN_SHOWN])
+    more = f" and {len(listed) - _FOREIGN_SHOWN} more" if len(listed) > _FOREIGN_SHOWN else ""
+    return f"files lmshards did not write ({shown}{more})" if foreign else f"{shown}{more}"
+
+
 def check_replaceable(
     directory: str,
     *,

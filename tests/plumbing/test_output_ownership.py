@@ -190,12 +190,18 @@ WRITER_SAYS = {
     ): "is a shard set (written by `lmshards preprocess`), not a run directory",
     ("train", "a token store"): "is a token store (written by `lmshards preprocess --keep_tokens`)",
     ("train", "a model export"): "is a model directory (written by `lmshards export`)",
-    ("demo", "a user's files"): "not made by `lmshards demo`",
-    ("demo", "the run's parent"): "not made by `lmshards demo`",
-    ("demo", "the exported run"): "not made by `lmshards demo`",
-    ("demo", "a shard set"): "not made by `lmshards demo`",
-    ("demo", "a token store"): "not made by `lmshards demo`",
-    ("demo", "a model export"): "not made by `lmshards demo`",
+    (
+        "demo",
+        "a user's files",
+    ): "not made by `lmshards demo` (it holds files lmshards did not write ('data/', 'notes.txt'))",
+    (
+        "demo",
+        "the run's parent",
+    ): "not made by `lmshards demo` (it holds 'run/')",
+    ("demo", "the exported run"): "not made by `lmshards demo` (it holds a training run",
+    ("demo", "a shard set"): "not made by `lmshards demo` (it holds a shard set",
+    ("demo", "a token store"): "not made by `lmshards demo` (it holds a token store",
+    ("demo", "a model export"): "not made by `lmshards demo` (it holds a model export",
 }
 # A run is resumed by `train`, not refused; `--restart` of a run is covered below.
 RESUMED = {("train", "the exported run")}
