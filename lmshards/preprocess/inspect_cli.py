@@ -87,7 +87,7 @@ def build_parser() -> CommandParser:
 
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
-    setup_logging(verbose=args.verbose, packages=("preprocess", "schemas"))
+    setup_logging(verbose=args.verbose, packages=("lmshards.preprocess", "lmshards.schemas"))
     return run_command(COMMAND, lambda: _inspect(args))
 
 

@@ -173,7 +173,7 @@ def test_a_run_logs_each_stage_and_counts_under_the_same_names(tmp_path, caplog)
     )
     plan = pipeline_module.plan_preprocess(config)
     pipeline = beam.Pipeline(options=pipeline_module.runners.pipeline_options([]))
-    with caplog.at_level(logging.INFO, logger="preprocess"):
+    with caplog.at_level(logging.INFO, logger="lmshards.preprocess"):
         pipeline_module.build_pipeline(pipeline, plan)
         write_known_files(pipeline_module.shard_set(plan))
         result = pipeline.run()

@@ -17,7 +17,7 @@ from lmshards.plumbing.lease import add_lease_flag, output_lease
 from lmshards.schemas.layouts import DATASET_EXPORT_OUTPUT
 
 COMMAND = "dataset export"
-LOG_PACKAGES = ("corpus_tools", "schemas")
+LOG_PACKAGES = ("lmshards.corpus_tools", "lmshards.schemas")
 
 
 def build_parser() -> CommandParser:

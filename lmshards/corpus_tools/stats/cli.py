@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from lmshards.corpus_tools.stats.stats import StatsReport
 
 COMMAND = "stats"
-LOGGED_PACKAGES = ("corpus_tools", "schemas")
+LOGGED_PACKAGES = ("lmshards.corpus_tools", "lmshards.schemas")
 # Imported up front with their start-up lines (CUDA, oneDNN, CPU features) kept off stderr; tfx-bsl
 # loads a second copy of TensorFlow's C++ logging that prints them again.
 TENSORFLOW_MODULES = (

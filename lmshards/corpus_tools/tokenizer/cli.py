@@ -31,7 +31,7 @@ from lmshards.schemas.layouts import TOKENIZER_OUTPUT
 log = logging.getLogger(__name__)
 TRAIN_COMMAND = "tokenizer train"
 INSPECT_COMMAND = "tokenizer inspect"
-LOG_PACKAGES = ("corpus_tools", "preprocess", "schemas")
+LOG_PACKAGES = ("lmshards.corpus_tools", "lmshards.preprocess", "lmshards.schemas")
 # --max_bytes: a bare number is bytes; 500MB and 2GiB mean what their units say.
 MAX_BYTES_TYPE = size_flag("B")
 

@@ -173,7 +173,7 @@ def check_runtime(
 
 def run(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
-    setup_logging(verbose=args.verbose, packages=["train"])
+    setup_logging(verbose=args.verbose, packages=["lmshards.train"])
     if not args.verbose:  # TensorFlow's C++ start-up lines, should listing GPUs import it
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     versions = stack_versions()

@@ -61,7 +61,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def _export(argv: Sequence[str]) -> int | None:
     args = parse_args(argv)
-    setup_logging(verbose=args.verbose, packages=["train"])
+    setup_logging(verbose=args.verbose, packages=["lmshards.train"])
     with _lease(args):  # first: a second export into --output stops here, naming the first
         check_output(args)
         load_tensorflow_quietly(verbose=args.verbose)

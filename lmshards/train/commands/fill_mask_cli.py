@@ -253,7 +253,7 @@ def one_line(text: str) -> str:
 
 def _fill_mask(argv: Sequence[str]) -> None:
     args = parse_args(argv)
-    setup_logging(verbose=args.verbose, packages=["train"])
+    setup_logging(verbose=args.verbose, packages=["lmshards.train"])
     if not args.verbose:
         hide_third_party_progress_bars()
     per_mask = fill_mask(args.model_dir, args.text, top_k=args.top_k)

@@ -170,7 +170,7 @@ def describe(
 
 def _preview(argv: Sequence[str]) -> None:
     args = build_parser().parse_args(list(argv))
-    setup_logging(packages=["train"])
+    setup_logging(packages=["lmshards.train"])
     check_recipe(args.masking, args.mlm_probability)
     load_tensorflow_quietly(verbose=args.verbose)
     rows, mask_id, decode = preview_rows(args)
