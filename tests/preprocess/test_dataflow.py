@@ -138,7 +138,8 @@ STAGES = (
     "Manifest",
 )  # the top-level stages of build_pipeline
 # The worker distribution ships these folders and no other code (the trainer stays off the workers).
-WORKER_FOLDERS = {"plumbing", "preprocess", "schemas"}
+# The packages a worker receives, all under the one import name.
+WORKER_FOLDERS = {"lmshards/plumbing", "lmshards/preprocess", "lmshards/schemas"}
 
 
 def _build_dry_run(argv: list[str]):
@@ -209,12 +210,17 @@ def _artifacts(job: dict) -> dict[str, str]:
 
 
 def _shipped_folders(names: list[str]) -> set[str]:
-    """Folders right under an sdist's root, its egg-info aside: the code a worker receives."""
-    return {
-        parts[1]
-        for parts in (name.split("/") for name in names)
-        if len(parts) > 2 and not parts[1].endswith(".egg-info")
-    }
+    """Folders holding code under an sdist's root, its egg-info aside, named to the depth of a package of the
+    import name (`lmshards/preprocess`): the code a worker receives."""
+    folders = set()
+    for parts in (name.split("/") for name in names):
+        if len(parts) <= 2 or parts[1].endswith(".egg-info"):
+            continue
+        if parts[1] != "lmshards":
+            folders.add(parts[1])
+        elif len(parts) > 3:
+            folders.add("/".join(parts[1:3]))
+    return folders
 
 
 def _fused_stages(job: dict) -> list[set[str]]:
@@ -334,7 +340,12 @@ def test_cli_dry_run_writes_the_job_file_and_never_touches_the_output(
         f"--dataflow_job_file={job_file}",
         "--overwrite",
     ]
+    # A folder holding a file lmshards did not write is refused, --overwrite or not, before any job is built.
+    assert main(argv) == 2
+    assert not job_file.exists()
+    argv = [a for a in argv if not a.startswith("--output=")] + [f"--output={work}/fresh-out"]
     assert main(argv) == 0
+    assert not fs.exists(f"{work}/fresh-out")
     job = json.loads(job_file.read_text())
     assert set(STAGES) <= {t["uniqueName"] for t in _transforms(job).values()}
     with tarfile.open(_artifacts(job)["workflow.tar.gz"]) as tar:
@@ -409,6 +420,6 @@ def test_dry_run_builds_the_curation_stage_and_writes_nothing(dry_run, tmp_path)
         result = _build_dry_run(curated)
     runners.write_dry_run_job_file(result, str(job_file))
     names = {t["uniqueName"] for t in _transforms(json.loads(job_file.read_text())).values()}
-    assert {"Curate", "Curate/Deduplicate/Near/Components", "Curate/Decontaminate"} <= names
+    assert {"Curate", "Curate/Deduplicate/Near/Near/Components", "Curate/Decontaminate"} <= names
     assert {"Read", "Tokenize", "Manifest"} <= names
     assert not fs.exists(f"{work}/curated-out")
