@@ -387,7 +387,8 @@ def test_export_refuses_a_non_empty_output_and_a_tokenizer_with_other_role_ids(
     with pytest.raises(LmshardsError, match="expects a keras-hub BertBackbone"):
         export_masked_lm(masked_lm, output_dir=str(tmp_path / "m"), **{**kwargs, "family": "bert"})
     with pytest.raises(
-        LmshardsError, match=r"Unknown model family 'gpt2'; choose one of \['roberta', 'bert'\]"
+        LmshardsError,
+        match=r"Unknown model family 'gpt2'; choose one of \['roberta', 'bert', 'modernbert'\]",
     ):
         export_masked_lm(masked_lm, output_dir=str(tmp_path / "m"), **{**kwargs, "family": "gpt2"})
 
