@@ -30,8 +30,8 @@ from lmshards.command.demo_steps import (
     run_step,
     steps_for,
 )
-from lmshards.plumbing import fs
-from lmshards.plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
+from lmshards.plumbing import fs, stopping
+from lmshards.plumbing.cli import CommandParser, add_verbose_flag, one_line_errors, setup_logging
 from lmshards.plumbing.flag_types import whole
 from lmshards.plumbing.quiet import hide_third_party_progress_bars
 from lmshards.schemas.constants import MIN_SEQ_LEN
@@ -109,7 +109,9 @@ def main(argv: Sequence[str]) -> int:
     setup_logging(verbose=cfg.verbose, packages=("lmshards",))
     if not cfg.verbose:
         hide_third_party_progress_bars()  # the demo scores the exported model in this process
-    return run_command(COMMAND, lambda: _run(cfg))
+    with one_line_errors(COMMAND) as failed, stopping.stop_signals():
+        return _run(cfg)
+    return failed.code
 
 
 def _run(cfg: DemoConfig) -> int:

@@ -18,8 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from lmshards.plumbing import bounded, fs
-from lmshards.plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
+from lmshards.plumbing import bounded, fs, stopping
+from lmshards.plumbing.cli import (
+    EXIT_OK,
+    CommandParser,
+    add_verbose_flag,
+    one_line_errors,
+    setup_logging,
+)
 from lmshards.plumbing.errors import LmshardsError
 from lmshards.plumbing.outputs import check_file_output
 from lmshards.schemas.constants import (
@@ -516,20 +522,19 @@ def build_parser() -> CommandParser:
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     setup_logging(verbose=args.verbose, packages=("lmshards",))
-    return run_command(COMMAND, lambda: _report(args.run_dir, args.output))
-
-
-def _report(run_dir: str, output: str | None) -> int:
-    # The run's own report.html is the run's file; anywhere else only an earlier report is replaced.
-    if output and os.path.abspath(output) != os.path.abspath(fs.join(run_dir, REPORT_HTML)):
-        check_file_output(output, ours=is_report, kinds=OUTPUT_KINDS)
-    data = read_run(run_dir)
-    baseline = token_baseline(data, run_dir)
-    path = write_report(
-        render_report(
-            data, title=f"lmshards run {run_dir}", references=[baseline] if baseline else []
-        ),
-        output or fs.join(run_dir, REPORT_HTML),
-    )
-    print(f"lmshards {COMMAND}: wrote {path}")
-    return 0
+    run_dir, output = args.run_dir, args.output
+    with one_line_errors(COMMAND) as failed, stopping.stop_signals():
+        # The run's own report.html is the run's file; anywhere else only an earlier report is replaced.
+        if output and os.path.abspath(output) != os.path.abspath(fs.join(run_dir, REPORT_HTML)):
+            check_file_output(output, ours=is_report, kinds=OUTPUT_KINDS)
+        data = read_run(run_dir)
+        baseline = token_baseline(data, run_dir)
+        path = write_report(
+            render_report(
+                data, title=f"lmshards run {run_dir}", references=[baseline] if baseline else []
+            ),
+            output or fs.join(run_dir, REPORT_HTML),
+        )
+        print(f"lmshards {COMMAND}: wrote {path}")
+        return EXIT_OK
+    return failed.code

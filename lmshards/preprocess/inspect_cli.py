@@ -15,13 +15,13 @@ from typing import BinaryIO, cast
 
 import numpy as np
 
-from lmshards.plumbing import bounded, fs
+from lmshards.plumbing import bounded, fs, stopping
 from lmshards.plumbing.cli import (
     EXIT_FAILURE,
     EXIT_OK,
     CommandParser,
     add_verbose_flag,
-    run_command,
+    one_line_errors,
     setup_logging,
 )
 from lmshards.plumbing.flag_types import whole
@@ -88,7 +88,9 @@ def build_parser() -> CommandParser:
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     setup_logging(verbose=args.verbose, packages=("lmshards.preprocess", "lmshards.schemas"))
-    return run_command(COMMAND, lambda: _inspect(args))
+    with one_line_errors(COMMAND) as failed, stopping.stop_signals():
+        return _inspect(args)
+    return failed.code
 
 
 def _inspect(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from lmshards.corpus_tools.tokenizer.config import (
     MODEL_MAX_LENGTH,
     MODELS,
     PRESETS,
-    TrainConfig,
+    TokenizerTrainingConfig,
 )
 from lmshards.corpus_tools.tokenizer.corpus_report import (
     DEFAULT_INSPECT_DOCUMENTS,
@@ -58,7 +58,7 @@ def corpus(tmp_path_factory, sample_files) -> tuple[Path, dict[str, list[str]]]:
     return root / "train", held_out
 
 
-def _config(corpus_dir: Path, output: Path, model: str, **overrides) -> TrainConfig:
+def _config(corpus_dir: Path, output: Path, model: str, **overrides) -> TokenizerTrainingConfig:
     fields = dict(
         inputs=(str(corpus_dir),),
         output=str(output),
@@ -67,7 +67,7 @@ def _config(corpus_dir: Path, output: Path, model: str, **overrides) -> TrainCon
         max_bytes=TRAIN_BYTES[model],
         seed=5,
     )
-    return TrainConfig(**{**fields, **overrides})
+    return TokenizerTrainingConfig(**{**fields, **overrides})
 
 
 @pytest.fixture(scope="module", params=MODELS)

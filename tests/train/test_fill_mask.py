@@ -202,12 +202,12 @@ def test_a_text_longer_than_the_models_positions_is_refused_before_the_model_loa
 @pytest.fixture(scope="module")
 def unigram_model(tmp_path_factory, sample_files):
     """A tiny RoBERTa exported with the default `lmshards tokenizer train` tokenizer (Unigram, Metaspace)."""
-    from lmshards.corpus_tools.tokenizer.config import TrainConfig
+    from lmshards.corpus_tools.tokenizer.config import TokenizerTrainingConfig
     from lmshards.corpus_tools.tokenizer.training import train
 
     base = tmp_path_factory.mktemp("fm_unigram")
     english = tuple(str(f) for f in sample_files if f.parent.name == "en")
-    config = TrainConfig(
+    config = TokenizerTrainingConfig(
         inputs=english, output=str(base / "tok"), vocab_size=800, max_bytes=200_000, seed=1
     )
     assert config.model == "unigram"

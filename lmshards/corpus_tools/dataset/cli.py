@@ -6,11 +6,13 @@ import argparse
 from collections.abc import Sequence
 
 from lmshards.corpus_tools.dataset import export as de
+from lmshards.plumbing import stopping
 from lmshards.plumbing.cli import (
+    EXIT_OK,
     CommandParser,
     add_overwrite_flag,
     add_verbose_flag,
-    run_command,
+    one_line_errors,
     setup_logging,
 )
 from lmshards.plumbing.lease import add_lease_flag, output_lease
@@ -67,11 +69,27 @@ def build_parser() -> CommandParser:
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     setup_logging(verbose=args.verbose, packages=LOG_PACKAGES)
-    return run_command(COMMAND, lambda: _export(args))
+    with one_line_errors(COMMAND) as failed, stopping.stop_signals():
+        config = export_config(args)
+        with output_lease(
+            config.output,
+            command=COMMAND,
+            stale_after_s=args.lease_stale_s,
+            partial_kind=DATASET_EXPORT_OUTPUT,
+        ):
+            summary = de.export(config)
+        rows = [s["rows"] for s in summary["shards"]]
+        print(
+            f"Wrote {summary['rows_written']:,} rows ({summary['rows_without_text']:,} without text skipped) "
+            f"to {len(rows)} {config.format} shards in {config.output} (rows per shard {min(rows):,}-{max(rows):,})"
+        )
+        return EXIT_OK
+    return failed.code
 
 
-def _export(args: argparse.Namespace) -> int:
-    config = de.ExportConfig(
+def export_config(args: argparse.Namespace) -> de.ExportConfig:
+    """The export's config from the command line (checked when it is built)."""
+    return de.ExportConfig(
         dataset=args.dataset,
         output=args.output,
         data_files=tuple(args.data_files),
@@ -84,16 +102,3 @@ def _export(args: argparse.Namespace) -> int:
         streaming=args.streaming,
         overwrite=args.overwrite,
     )
-    with output_lease(
-        config.output,
-        command=COMMAND,
-        stale_after_s=args.lease_stale_s,
-        partial_kind=DATASET_EXPORT_OUTPUT,
-    ):
-        summary = de.export(config)
-    rows = [s["rows"] for s in summary["shards"]]
-    print(
-        f"Wrote {summary['rows_written']:,} rows ({summary['rows_without_text']:,} without text skipped) "
-        f"to {len(rows)} {config.format} shards in {config.output} (rows per shard {min(rows):,}-{max(rows):,})"
-    )
-    return 0

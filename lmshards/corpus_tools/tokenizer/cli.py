@@ -13,12 +13,14 @@ from lmshards.corpus_tools.tokenizer.corpus_report import (
     load_tokenizer,
     sample_report,
 )
-from lmshards.corpus_tools.tokenizer.training import train
+from lmshards.corpus_tools.tokenizer.training import TrainResult, train
+from lmshards.plumbing import stopping
 from lmshards.plumbing.cli import (
+    EXIT_OK,
     CommandParser,
     add_overwrite_flag,
     add_verbose_flag,
-    run_command,
+    one_line_errors,
     setup_logging,
 )
 from lmshards.plumbing.flag_types import COUNT, SEED
@@ -117,7 +119,18 @@ def inspect_parser() -> CommandParser:
 def train_main(argv: Sequence[str]) -> int:
     args = train_parser().parse_args(list(argv))
     setup_logging(verbose=args.verbose, packages=LOG_PACKAGES)
-    return run_command(TRAIN_COMMAND, lambda: _train(args))
+    with one_line_errors(TRAIN_COMMAND) as failed, stopping.stop_signals():
+        config = training_config(args)
+        with output_lease(
+            config.output,
+            command=TRAIN_COMMAND,
+            stale_after_s=args.lease_stale_s,
+            partial_kind=TOKENIZER_OUTPUT,
+        ):
+            result = train(config)
+        print_trained(result, config)
+        return EXIT_OK
+    return failed.code
 
 
 def inspect_main(argv: Sequence[str]) -> int:
@@ -126,11 +139,15 @@ def inspect_main(argv: Sequence[str]) -> int:
     if not args.text and not args.input:
         parser.error("nothing to inspect: pass --text TEXT and/or --input PATH")
     setup_logging(verbose=args.verbose, packages=LOG_PACKAGES)
-    return run_command(INSPECT_COMMAND, lambda: _inspect(args))
+    with one_line_errors(INSPECT_COMMAND) as failed, stopping.stop_signals():
+        _inspect(args)
+        return EXIT_OK
+    return failed.code
 
 
-def _train(args: argparse.Namespace) -> int:
-    config = cfg.TrainConfig(
+def training_config(args: argparse.Namespace) -> cfg.TokenizerTrainingConfig:
+    """The training's config from the command line (checked when it is built)."""
+    return cfg.TokenizerTrainingConfig(
         inputs=tuple(args.input),
         output=args.output,
         model=args.model,
@@ -148,13 +165,10 @@ def _train(args: argparse.Namespace) -> int:
         doc_marker_regex=args.doc_marker_regex,
         overwrite=args.overwrite,
     )
-    with output_lease(
-        config.output,
-        command=TRAIN_COMMAND,
-        stale_after_s=args.lease_stale_s,
-        partial_kind=TOKENIZER_OUTPUT,
-    ):
-        result = train(config)
+
+
+def print_trained(result: TrainResult, config: cfg.TokenizerTrainingConfig) -> None:
+    """The command's closing lines on stdout: the sample, the vocabulary, where it was written."""
     s = result.sample
     print(
         f"Sampled {s.documents_sampled:,} of {s.documents_seen:,} documents "
@@ -170,10 +184,9 @@ def _train(args: argparse.Namespace) -> int:
     print(f"Wrote {result.output}")
     if result.vocab_size < config.vocab_size:
         log.warning("%s", smaller_vocabulary_message(result.vocab_size, config))
-    return 0
 
 
-def smaller_vocabulary_message(got: int, config: cfg.TrainConfig) -> str:
+def smaller_vocabulary_message(got: int, config: cfg.TokenizerTrainingConfig) -> str:
     """Why a trained vocabulary can come out smaller than --vocab_size, and what to change."""
     return (
         f"the vocabulary has {got:,} tokens, fewer than --vocab_size {config.vocab_size:,}: the "
@@ -183,7 +196,7 @@ def smaller_vocabulary_message(got: int, config: cfg.TrainConfig) -> str:
     )
 
 
-def _inspect(args: argparse.Namespace) -> int:
+def _inspect(args: argparse.Namespace) -> None:
     tok, roles = load_tokenizer(args.tokenizer)
     print(
         f"{args.tokenizer}: {type(tok.model).__name__}, vocabulary {tok.get_vocab_size():,}, special {roles}"
@@ -223,4 +236,3 @@ def _inspect(args: argparse.Namespace) -> int:
                 f"  {report.cjk_documents:,} CJK documents: "
                 f"{report.tokens_per_cjk_char:.3f} tokens per character ({report.cjk_chars:,} CJK characters)"
             )
-    return 0

@@ -84,7 +84,7 @@ DEFAULT_PRESET = {UNIGRAM: "roberta", BPE: "roberta", WORDPIECE: "bert"}
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainConfig:
+class TokenizerTrainingConfig:
     """Everything `lmshards tokenizer train` was asked to do; recorded in lmshards_tokenizer.json.
 
     special_tokens None means DEFAULT_PRESET[model]; max_bytes None means DEFAULT_MAX_BYTES_BY_MODEL[model].
@@ -130,7 +130,7 @@ class TrainConfig:
         return sources.read_options_from(self)
 
 
-def validate(config: TrainConfig) -> None:
+def validate(config: TokenizerTrainingConfig) -> None:
     """Raises TokenizerTrainingError (or sources.InputError) on a bad option, before any reading."""
     if config.model not in MODELS:
         raise TokenizerTrainingError(

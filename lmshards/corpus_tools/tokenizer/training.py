@@ -13,7 +13,11 @@ import resource
 import tempfile
 import time
 
-from lmshards.corpus_tools.tokenizer.config import TokenizerTrainingError, TrainConfig, validate
+from lmshards.corpus_tools.tokenizer.config import (
+    TokenizerTrainingConfig,
+    TokenizerTrainingError,
+    validate,
+)
 from lmshards.corpus_tools.tokenizer.models import train_tokenizer
 from lmshards.corpus_tools.tokenizer.sampling import (
     SampleStats,
@@ -49,7 +53,7 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def train(config: TrainConfig) -> TrainResult:
+def train(config: TokenizerTrainingConfig) -> TrainResult:
     """Samples the corpus, trains, and writes the tokenizer directory to config.output.
 
     Raises:

@@ -17,13 +17,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from lmshards.plumbing import stopping
 from lmshards.plumbing.cli import (
     EXIT_FAILURE,
     EXIT_OK,
     CommandParser,
     add_verbose_flag,
+    one_line_errors,
     print_error,
-    run_command,
     setup_logging,
 )
 from lmshards.schemas.version import __version__
@@ -198,4 +199,6 @@ def run(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(COMMAND, lambda: run(sys.argv[1:] if argv is None else argv))
+    with one_line_errors(COMMAND) as failed, stopping.stop_signals():
+        return run(sys.argv[1:] if argv is None else argv)
+    return failed.code

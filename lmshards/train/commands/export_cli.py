@@ -6,14 +6,14 @@ import argparse
 import contextlib
 from collections.abc import Sequence
 
-from lmshards.plumbing import fs
+from lmshards.plumbing import fs, stopping
 from lmshards.plumbing.cli import (
     EXIT_OK,
     CommandParser,
     add_overwrite_flag,
     add_verbose_flag,
-    run_command,
-    run_writing,
+    disk_errors,
+    one_line_errors,
     setup_logging,
 )
 from lmshards.plumbing.known_names import name_hints
@@ -59,20 +59,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
-def _export(argv: Sequence[str]) -> int | None:
-    args = parse_args(argv)
-    setup_logging(verbose=args.verbose, packages=["lmshards.train"])
-    with _lease(args):  # first: a second export into --output stops here, naming the first
-        check_output(args)
-        load_tensorflow_quietly(verbose=args.verbose)
-        if not args.verbose:
-            hide_third_party_progress_bars()
-        code = run_writing(COMMAND, args.output, lambda: _write(args))
-    if code == EXIT_OK and args.push_to_hub:
-        print(f"Pushed to {push_to_hub(args.output, args.push_to_hub)}")
-    return code
-
-
 def _lease(args: argparse.Namespace) -> contextlib.AbstractContextManager[object]:
     """The lease on --output: beside it, as the export is built there and renamed into place.
 
@@ -113,4 +99,19 @@ def _write(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    return run_command(COMMAND, lambda: _export(argv))
+    with one_line_errors(COMMAND) as failed, stopping.stop_signals():
+        args = parse_args(argv)
+        setup_logging(verbose=args.verbose, packages=["lmshards.train"])
+        with _lease(args):  # first: a second export into --output stops here, naming the first
+            check_output(args)
+            load_tensorflow_quietly(verbose=args.verbose)
+            if not args.verbose:
+                hide_third_party_progress_bars()
+            with disk_errors(COMMAND, args.output) as failed_writing:
+                _write(args)
+        if failed_writing.code != EXIT_OK:
+            return failed_writing.code
+        if args.push_to_hub:  # after the lease: the upload reads a finished export
+            print(f"Pushed to {push_to_hub(args.output, args.push_to_hub)}")
+        return EXIT_OK
+    return failed.code

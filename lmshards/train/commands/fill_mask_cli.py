@@ -16,8 +16,14 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from lmshards.plumbing import bounded
-from lmshards.plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
+from lmshards.plumbing import bounded, stopping
+from lmshards.plumbing.cli import (
+    EXIT_OK,
+    CommandParser,
+    add_verbose_flag,
+    one_line_errors,
+    setup_logging,
+)
 from lmshards.plumbing.errors import LmshardsError
 from lmshards.plumbing.flag_types import whole
 from lmshards.plumbing.quiet import hide_third_party_progress_bars
@@ -251,18 +257,17 @@ def one_line(text: str) -> str:
     return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
-def _fill_mask(argv: Sequence[str]) -> None:
-    args = parse_args(argv)
-    setup_logging(verbose=args.verbose, packages=["lmshards.train"])
-    if not args.verbose:
-        hide_third_party_progress_bars()
-    per_mask = fill_mask(args.model_dir, args.text, top_k=args.top_k)
-    print(
-        json.dumps(per_mask, ensure_ascii=False, indent=2)
-        if args.json
-        else format_predictions(per_mask)
-    )
-
-
 def main(argv: Sequence[str]) -> int:
-    return run_command(COMMAND, lambda: _fill_mask(argv))
+    with one_line_errors(COMMAND) as failed, stopping.stop_signals():
+        args = parse_args(argv)
+        setup_logging(verbose=args.verbose, packages=["lmshards.train"])
+        if not args.verbose:
+            hide_third_party_progress_bars()
+        per_mask = fill_mask(args.model_dir, args.text, top_k=args.top_k)
+        print(
+            json.dumps(per_mask, ensure_ascii=False, indent=2)
+            if args.json
+            else format_predictions(per_mask)
+        )
+        return EXIT_OK
+    return failed.code

@@ -17,7 +17,14 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from lmshards.plumbing.cli import CommandParser, add_verbose_flag, run_command, setup_logging
+from lmshards.plumbing import stopping
+from lmshards.plumbing.cli import (
+    EXIT_OK,
+    CommandParser,
+    add_verbose_flag,
+    one_line_errors,
+    setup_logging,
+)
 from lmshards.plumbing.flag_types import whole
 from lmshards.plumbing.quiet import load_tensorflow_quietly
 from lmshards.train.commands.input_flags import add_input_flags
@@ -192,4 +199,7 @@ def _preview(argv: Sequence[str]) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    return run_command(COMMAND, lambda: _preview(argv))
+    with one_line_errors(COMMAND) as failed, stopping.stop_signals():
+        _preview(argv)
+        return EXIT_OK
+    return failed.code
