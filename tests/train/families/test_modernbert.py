@@ -510,3 +510,64 @@ def test_a_model_that_does_not_fit_the_shards_is_one_line_and_exit_2(
         err = capsys.readouterr().err
         assert expected in err and len(err.strip().splitlines()) == 1, err
         assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.slow
+def test_a_preempted_modernbert_run_resumes_exactly(shards_32, tmp_path):
+    """SIGINT after step 4 (exit 75), then the same command: the losses of an uninterrupted run, to 1e-6."""
+    import signal
+
+    from lmshards.train import run_dir
+    from lmshards.train.commands import cli
+
+    argv = [
+        *(
+            "--shards",
+            str(shards_32),
+            "--model_family",
+            "modernbert",
+            "--steps",
+            "6",
+            "--per_replica_batch",
+            "4",
+        ),
+        *(
+            "--checkpoint_every",
+            "3",
+            "--eval_every",
+            "3",
+            "--eval_batches",
+            "1",
+            "--log_every",
+            "1",
+        ),
+        *(
+            "--lr_schedule",
+            "wsd",
+            "--optimizer",
+            "stable_adamw",
+            "--learning_rate",
+            "1e-3",
+            "--warmup_steps",
+            "2",
+        ),
+    ]
+
+    def losses(run: Path) -> dict[int, float]:
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return {r["step"]: r["loss"] for r in rows if "loss" in r}
+
+    assert cli.main([*argv, "--output", str(tmp_path / "reference")]) == 0
+    add = run_dir.MetricsLog.add
+
+    def add_then_interrupt(self, record):
+        add(self, record)
+        if record["step"] == 4 and "loss" in record:
+            signal.raise_signal(signal.SIGINT)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run_dir.MetricsLog, "add", add_then_interrupt)
+        assert cli.main([*argv, "--output", str(tmp_path / "run")]) == 75
+    assert max(losses(tmp_path / "run")) == 4
+    assert cli.main([*argv, "--output", str(tmp_path / "run")]) == 0
+    assert losses(tmp_path / "run") == pytest.approx(losses(tmp_path / "reference"), abs=1e-6)
