@@ -17,7 +17,7 @@ import dataclasses
 import difflib
 import logging
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NoReturn
 
 from lmshards.plumbing import fs, stopping
@@ -274,13 +274,6 @@ def _error_exit(command: str, e: BaseException) -> int:
     raise e
 
 
-def run_command(command: str, body: Callable[[], int | None]) -> int:
-    """Runs a subcommand's body under stop signals and one_line_errors; returns its exit code."""
-    with one_line_errors(command) as failed, stopping.stop_signals():
-        return int(body() or EXIT_OK)
-    return failed.code
-
-
 @contextlib.contextmanager
 def disk_errors(command: str, output: str) -> Iterator[Failure]:
     """Ends the block that writes `output` on a disk error there (full, quota, read-only, lost permission)
@@ -299,10 +292,3 @@ def disk_errors(command: str, output: str) -> Iterator[Failure]:
             raise
         print_error(command, message)
         failed.code = EXIT_FAILURE
-
-
-def run_writing(command: str, output: str, body: Callable[[], int | None]) -> int:
-    """Runs the part of a command that writes `output` under disk_errors; returns its exit code."""
-    with disk_errors(command, output) as failed:
-        return int(body() or EXIT_OK)
-    return failed.code

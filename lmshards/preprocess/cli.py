@@ -13,18 +13,16 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from lmshards.plumbing import stopping
 from lmshards.plumbing.cli import (
-    EXIT_FAILURE,
     EXIT_OK,
     CommandParser,
     normalize_switches,
     one_line_errors,
-    print_error,
     setup_logging,
 )
 from lmshards.plumbing.units import format_duration
 from lmshards.preprocess import runners
 from lmshards.preprocess.corpus_warnings import corpus_warnings
-from lmshards.preprocess.failures import RunFailure, is_reported_failure
+from lmshards.preprocess.failures import is_reported_failure
 from lmshards.preprocess.options import (
     RENAMED_FLAGS,
     REQUIRED_FLAGS,
@@ -64,22 +62,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     with one_line_errors(COMMAND) as failed, stopping.stop_signals():
         config = checked_config(parser, argv, others)
         # Beam graph code, after the cheap checks
-        from lmshards.preprocess.launch import dry_run_line
+        from lmshards.preprocess.launch import dry_run_line, run_failures
         from lmshards.preprocess.pipeline import run_pipeline
 
         started = time.monotonic()
-        try:
+        # the machine's side (a full disk, a lost permission): one line, exit 1
+        with run_failures(COMMAND) as failed_run:
             manifest = run_pipeline(config, argv)  # the lease, the plan, the build, the run
-        except RunFailure as e:  # the machine's side: a full disk, a lost permission
-            print_error(COMMAND, str(e))
-            return EXIT_FAILURE
-        if manifest is None:
-            print(dry_run_line(COMMAND, runners.dry_run_job_file(PipelineOptions(argv))))
+            if manifest is None:
+                print(dry_run_line(COMMAND, runners.dry_run_job_file(PipelineOptions(argv))))
+                return EXIT_OK
+            for warning in corpus_warnings(manifest, config):
+                log.warning("%s", warning)
+            print(summary(manifest, config.output, time.monotonic() - started))
             return EXIT_OK
-        for warning in corpus_warnings(manifest, config):
-            log.warning("%s", warning)
-        print(summary(manifest, config.output, time.monotonic() - started))
-        return EXIT_OK
+        return failed_run.code
     return failed.code
 
 

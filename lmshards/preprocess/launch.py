@@ -1,15 +1,16 @@
 """Launching a Beam command: build its pipeline, dry-run or run it under the output rules, report the end.
 
-A command is its plan and its wiring; everything around them is here, once:
+A command is its plan and its wiring; everything around them is here, once, as plain calls its
+`run_*` function makes in order (lease, plan, build, ready, launch):
 
 - `writer_lease`: the one-writer lease on a shard set's --output (none for a dry run).
 - `ready_to_run`: a wired pipeline with the worker package staged for Dataflow, or only dry-run with
-  Dataflow's `--dry_run=True`; `build_job` wires a planned `Job` and does the same (repack, stats).
+  Dataflow's `--dry_run=True` (preprocess, repack, stats).
 - `launch`: --output checked writable, --overwrite's clearing, the files known before the run (tokenizer
   copy, schema.pbtxt), the run, and a failure reported in one line with the partial output removed
-  (preprocess, repack); `run_shard_set` is lease, plan, build and launch for a planned `ShardSet` (repack).
-- `dry_run_line`, `report_run`: the command's tail on stdout: its summary, the dry run's line, or exit 1
-  for a RunFailure.
+  (preprocess, repack), for a `PlannedShardSet`.
+- `run_failures`, `dry_run_line`: the command's tail: exit 1 and one line for a RunFailure, and the
+  line a dry run ends with on stdout.
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterator
-from typing import Protocol, TypeVar
+from collections.abc import Iterator
+from typing import Protocol
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from lmshards.plumbing import fs
-from lmshards.plumbing.cli import EXIT_FAILURE, EXIT_OK, print_error
+from lmshards.plumbing.cli import EXIT_FAILURE, Failure, print_error
 from lmshards.plumbing.errors import LmshardsError
 from lmshards.plumbing.lease import output_lease
 from lmshards.plumbing.outputs import check_writable, clear_owned_output
@@ -47,41 +48,19 @@ from lmshards.schemas.version import __version__
 
 _LOG = logging.getLogger(__name__)
 
-Result = TypeVar("Result")
-
 
 @dataclasses.dataclass(frozen=True)
-class Job:
-    """A planned command's pipeline, as the launcher builds it.
-
-    wire: adds the command's stages to a pipeline (the reader checks every input file there).
-    input_bytes: what the dry run's cost estimate is for; None: no estimate (the cost model was
-      measured on preprocess's pipeline only).
-    worker_package: with --setup_file, stage the worker-only distribution (preprocess and schemas);
-      False for a pipeline whose workers run other packages' code.
-    """
-
-    wire: Callable[[beam.Pipeline], object]
-    input_bytes: int | None
-    worker_package: bool = True
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardSet:
-    """A planned shard-set command (preprocess, repack): its job and what the output holds before the run.
+class PlannedShardSet:
+    """A planned shard-set command (preprocess, repack): what its output holds before the run.
 
     config: the equivalent preprocess run's config (output, --overwrite, --keep_tokens).
     tokenizer: copied into the output (and into its token store with --keep_tokens) before the run.
     header: the manifest as known before the run; schema.pbtxt is written from it.
-    job: the pipeline run_shard_set builds; None when the command builds its own (preprocess).
-    start_line: logged when the run starts (not for a dry run).
     """
 
     config: PreprocessConfig
     tokenizer: TokenizerSource
     header: Manifest
-    job: Job | None = None
-    start_line: str | None = None
 
 
 # ---------------------------------------------------------------- the manifest's header
@@ -123,18 +102,7 @@ def manifest_header(
     )
 
 
-# ---------------------------------------------------------------- build, dry run
-
-
-def build_job(job: Job, options: PipelineOptions) -> beam.Pipeline | None:
-    """The job's pipeline, built and ready to run; None after a Dataflow `--dry_run=True`, which builds
-    the job offline, writes it to --dataflow_job_file and prints its estimated cost (see runners.dry_run)."""
-    pipeline = beam.Pipeline(options=options)
-    job.wire(pipeline)
-    ready = ready_to_run(
-        pipeline, options, input_bytes=job.input_bytes, worker_package=job.worker_package
-    )
-    return pipeline if ready else None
+# ---------------------------------------------------------------- dry run
 
 
 def ready_to_run(
@@ -144,11 +112,16 @@ def ready_to_run(
     input_bytes: int | None,
     worker_package: bool = True,
 ) -> bool:
-    """Readies a wired pipeline: stages the worker package (see Job); False after a Dataflow
-    `--dry_run=True`, which builds the job offline, writes it to --dataflow_job_file and prints its
-    estimated cost (see runners.dry_run), so there is nothing to run."""
+    """Readies a wired pipeline: with --setup_file, stages the worker-only distribution (preprocess and
+    schemas; worker_package=False for a pipeline whose workers run other packages' code); False after a
+    Dataflow `--dry_run=True`, which builds the job offline, writes it to --dataflow_job_file and prints
+    its estimated cost (see runners.dry_run), so there is nothing to run.
+
+    input_bytes: what the dry run's cost estimate is for; None: no estimate (the cost model was
+    measured on preprocess's pipeline only).
+    """
     if worker_package:
-        runners.prepare_staging(options)
+        runners.prepare_staging(pipeline.options)  # the pipeline stages from its own copy of them
     if runners.is_dry_run(options):
         runners.dry_run(pipeline, options, input_bytes=input_bytes)
         return False
@@ -168,38 +141,14 @@ class WritesOutput(Protocol):
     def lease_stale_s(self) -> float: ...
 
 
-def run_shard_set(
-    command: str, options: PipelineOptions, settings: WritesOutput, plan: Callable[[], ShardSet]
-) -> Manifest | None:
-    """Plans, builds and runs a shard-set command; returns the manifest it wrote, None for a dry run.
-
-    One writer per output (a dry run writes nothing, so takes no lease): a second command into the same
-    --output stops here, naming the first, before its plan reads or deletes anything. The caller has
-    checked, without I/O, that settings.output overlaps no input (the lease file goes into it).
-
-    Raises:
-      LmshardsError: from plan (bad input, found before any work), another live writer (LeaseHeldError),
-        or, during the run, an input found bad on a worker (reported here with its own message).
-      RunFailure: the output could not be written during the run (full disk, lost permission).
-    """
-    with writer_lease(command, settings, options):
-        shard_set = plan()
-        assert shard_set.job is not None, "run_shard_set builds the ShardSet's job"
-        pipeline = build_job(shard_set.job, options)
-        if pipeline is None:
-            return None
-        if shard_set.start_line:
-            _LOG.info("%s", shard_set.start_line)
-        return launch(pipeline, options, shard_set)
-
-
 def writer_lease(
     command: str, settings: WritesOutput, options: PipelineOptions
 ) -> contextlib.AbstractContextManager:
     """The one-writer lease on settings.output while the block runs (a dry run writes nothing: none).
 
     A second command into the same --output stops here, naming the first, before its plan reads or
-    deletes anything; a stop inside the block removes the partial shard set with the lease.
+    deletes anything; a stop inside the block removes the partial shard set with the lease. The caller
+    has checked, without I/O, that settings.output overlaps no input (the lease file goes into it).
     """
     if runners.is_dry_run(options):
         return contextlib.nullcontext()
@@ -211,7 +160,9 @@ def writer_lease(
     )
 
 
-def launch(pipeline: beam.Pipeline, options: PipelineOptions, shard_set: ShardSet) -> Manifest:
+def launch(
+    pipeline: beam.Pipeline, options: PipelineOptions, shard_set: PlannedShardSet
+) -> Manifest:
     """Runs a built pipeline under the output rules preprocess and repack share; returns its manifest.
 
     Checks the output is writable, clears an earlier output with --overwrite (refusing before deleting
@@ -219,7 +170,7 @@ def launch(pipeline: beam.Pipeline, options: PipelineOptions, shard_set: ShardSe
     the partial output locally and reports the failure in one line.
     """
     config = shard_set.config
-    preflight(config, options)
+    check_writable_locations(config, options)
     if config.overwrite:
         with _reported_failures(config.output, remove_partial=False):
             removed = clear_owned_output(
@@ -235,7 +186,7 @@ def launch(pipeline: beam.Pipeline, options: PipelineOptions, shard_set: ShardSe
     return manifest
 
 
-def write_known_files(shard_set: ShardSet) -> None:
+def write_known_files(shard_set: PlannedShardSet) -> None:
     """Writes the output's files that are known before the run: the tokenizer's copy and schema.pbtxt.
 
     Here in the launcher, not in a pipeline stage: they need no data. The manifest stage checks that
@@ -248,7 +199,7 @@ def write_known_files(shard_set: ShardSet) -> None:
     write_schema_file(output, shard_set.header)
 
 
-def preflight(config: PreprocessConfig, options: PipelineOptions) -> None:
+def check_writable_locations(config: PreprocessConfig, options: PipelineOptions) -> None:
     """Checks, before any work, that the run can write where it will write.
 
     Raises:
@@ -294,30 +245,19 @@ def remove_partial_output(output: str) -> None:
 # ---------------------------------------------------------------- the command's tail
 
 
-def report_run(
-    command: str,
-    run: Callable[[], Result | None],
-    *,
-    summary: Callable[[Result, float], str],
-    job_file: str | None = None,
-) -> int:
-    """Runs a command's work and prints its end on stdout; returns the exit code.
+@contextlib.contextmanager
+def run_failures(command: str) -> Iterator[Failure]:
+    """Ends the block that runs a Beam command on a RunFailure (full disk, lost permission) with its
+    one error line, and records exit 1 in the Failure it yields.
 
-    run returns the result summary(result, seconds) describes, or None for a dry run. job_file: the
-    --dataflow_job_file the dry run's line names. A RunFailure (full disk, lost permission) is one
-    error line and exit 1; a user error propagates (lmshards.plumbing.cli.run_command: exit 2).
+    A user error propagates (lmshards.plumbing.cli.one_line_errors: exit 2), and so does a bug.
     """
-    started = time.monotonic()
+    failed = Failure()
     try:
-        result = run()
+        yield failed
     except RunFailure as e:
         print_error(command, str(e))
-        return EXIT_FAILURE
-    if result is None:
-        print(dry_run_line(command, job_file))
-    else:
-        print(summary(result, time.monotonic() - started))
-    return EXIT_OK
+        failed.code = EXIT_FAILURE
 
 
 def dry_run_line(command: str, job_file: str | None) -> str:

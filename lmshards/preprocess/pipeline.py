@@ -30,7 +30,7 @@ from lmshards.preprocess.curation.stage import CurateDocuments, CurationOutputs,
 from lmshards.preprocess.curation_plan import plan_curation
 from lmshards.preprocess.in_process import InProcessJob, PreprocessInProcess, text_sha256
 from lmshards.preprocess.launch import (
-    ShardSet,
+    PlannedShardSet,
     launch,
     manifest_header,
     ready_to_run,
@@ -394,6 +394,7 @@ def run_pipeline(config: PreprocessConfig, beam_args: Sequence[str] = ()) -> Man
       RunFailure: the output could not be written during the run (full disk, lost permission).
     """
     options = runners.pipeline_options(beam_args)
+    runners.check_worker_paths(options, worker_paths(config))  # before anything is read or built
     config = dataclasses.replace(
         config, tokenizer_threads=runners.tokenizer_threads(config.tokenizer_threads, options)
     )
@@ -407,8 +408,18 @@ def run_pipeline(config: PreprocessConfig, beam_args: Sequence[str] = ()) -> Man
         return launch(pipeline, options, shard_set(plan))
 
 
-def shard_set(plan: PreprocessPlan) -> ShardSet:
+def worker_paths(config: PreprocessConfig) -> dict[str, tuple[str, ...]]:
+    """Every path flag the workers read or write -> its paths."""
+    return {
+        "--input": config.inputs,
+        "--output": (config.output,),
+        "--tokenizer": (config.tokenizer,),
+        "--decontaminate": config.decontaminate,
+    }
+
+
+def shard_set(plan: PreprocessPlan) -> PlannedShardSet:
     """The plan as the launcher runs it."""
-    return ShardSet(
+    return PlannedShardSet(
         config=plan.config, tokenizer=plan.tokenizer_source, header=plan.manifest_header()
     )

@@ -10,6 +10,7 @@ not given is the store's run's. Output rules are preprocess's: see lmshards.prep
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,7 +21,13 @@ from lmshards.plumbing.errors import LmshardsError
 from lmshards.plumbing.lease import STALE_AFTER_S
 from lmshards.plumbing.outputs import check_no_overlap, check_replaceable
 from lmshards.preprocess import runners
-from lmshards.preprocess.launch import Job, ShardSet, manifest_header, run_shard_set
+from lmshards.preprocess.launch import (
+    PlannedShardSet,
+    launch,
+    manifest_header,
+    ready_to_run,
+    writer_lease,
+)
 from lmshards.preprocess.options import LAYOUT_OPTIONS, PreprocessConfig, default_remainder
 from lmshards.preprocess.pipeline import (
     add_shard_stages,
@@ -43,6 +50,7 @@ from lmshards.schemas.layouts import OUTPUT_KINDS, PREPROCESS_OUTPUT
 from lmshards.schemas.manifest import TOKENIZER_RELPATH, Manifest
 from lmshards.schemas.tokenizer_info import TokenizerSource, fingerprint, locate_tokenizer
 
+_LOG = logging.getLogger(__name__)
 # The options repack may change; each defaults to the value the store's run used.
 REPACK_OPTIONS = (*LAYOUT_OPTIONS, "packing_group_tokens", "packing")
 # --num_shards 0: no fixed count, even where the store's run had one (--target_shard_mb decides).
@@ -224,17 +232,24 @@ def run_repack(config: RepackConfig, beam_args: Sequence[str] = ()) -> Manifest 
     """
     options = runners.pipeline_options(beam_args)
     check_no_overlap([config.tokens], config.output, input_flag="--tokens")  # before the lease file
-    return run_shard_set("repack", options, config, lambda: shard_set(plan_repack(config)))
+    # One writer per output: a second repack into --output stops here, before the plan reads anything.
+    with writer_lease("repack", config, options):
+        plan = plan_repack(config)
+        store = plan.store_manifest
+        pipeline = beam.Pipeline(options=options)
+        build_repack(pipeline, plan)
+        if not ready_to_run(pipeline, options, input_bytes=store.data_bytes):
+            return None  # a dry run
+        _LOG.info(
+            "repack: %s documents, %s tokens in %d files from %s",
+            f"{store.documents:,}",
+            f"{store.tokens:,}",
+            len(store.files),
+            plan.store,
+        )
+        return launch(pipeline, options, shard_set(plan))
 
 
-def shard_set(plan: RepackPlan) -> ShardSet:
+def shard_set(plan: RepackPlan) -> PlannedShardSet:
     """The plan as the launcher runs it."""
-    store = plan.store_manifest
-    return ShardSet(
-        config=plan.config,
-        tokenizer=plan.tokenizer_source,
-        header=plan.header,
-        job=Job(wire=lambda pipeline: build_repack(pipeline, plan), input_bytes=store.data_bytes),
-        start_line=f"repack: {store.documents:,} documents, {store.tokens:,} tokens in "
-        f"{len(store.files)} files from {plan.store}",
-    )
+    return PlannedShardSet(config=plan.config, tokenizer=plan.tokenizer_source, header=plan.header)

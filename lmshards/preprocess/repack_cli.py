@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
+import time
 from collections.abc import Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from lmshards.plumbing import stopping
 from lmshards.plumbing.cli import (
+    EXIT_OK,
     CommandParser,
     add_overwrite_flag,
     add_verbose_flag,
-    run_command,
+    one_line_errors,
 )
 from lmshards.plumbing.flag_types import whole
 from lmshards.plumbing.lease import add_lease_flag
@@ -120,7 +122,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, others = parser.parse_known_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     setup_preprocess_logging(verbose=args.verbose)
-    return run_command(COMMAND, lambda: _repack(parser, args, others))
+    with one_line_errors(COMMAND) as failed, stopping.stop_signals():
+        runners.resolve_runner(
+            PipelineOptions(others).view_as(StandardOptions).runner or runners.FNAPI_RUNNER
+        )
+        refuse_curation_flags(parser, others)
+        check_other_beam_command_flags(parser, others)
+        # Beam graph code, after the cheap checks
+        from lmshards.preprocess.launch import dry_run_line, run_failures
+        from lmshards.preprocess.repack import RepackConfig, run_repack
+
+        config = RepackConfig(**{k: v for k, v in vars(args).items() if k != "verbose"})
+        started = time.monotonic()
+        with run_failures(COMMAND) as failed_run:
+            manifest = run_repack(config, others)  # the lease, the plan, the build, the run
+            if manifest is None:
+                print(dry_run_line(COMMAND, None))
+                return EXIT_OK
+            seconds = time.monotonic() - started
+            print(summary(manifest, config.output, seconds, command=COMMAND))
+            return EXIT_OK
+        return failed_run.code
+    return failed.code
 
 
 def refuse_curation_flags(parser: CommandParser, beam_args: Sequence[str]) -> None:
@@ -133,23 +156,3 @@ def refuse_curation_flags(parser: CommandParser, beam_args: Sequence[str]) -> No
                 f"{flag} is not a repack flag: a token store holds only the documents its preprocess "
                 f"kept; curate in `lmshards preprocess {flag} ... --keep_tokens`, then repack its store."
             )
-
-
-def _repack(parser: CommandParser, args: argparse.Namespace, beam_args: list[str]) -> int:
-    runners.resolve_runner(
-        PipelineOptions(beam_args).view_as(StandardOptions).runner or runners.FNAPI_RUNNER
-    )
-    refuse_curation_flags(parser, beam_args)
-    check_other_beam_command_flags(parser, beam_args)
-    # Beam graph code, after the cheap checks
-    from lmshards.preprocess.launch import report_run
-    from lmshards.preprocess.repack import RepackConfig, run_repack
-
-    config = RepackConfig(**{k: v for k, v in vars(args).items() if k != "verbose"})
-    return report_run(
-        COMMAND,
-        lambda: run_repack(config, beam_args),
-        summary=lambda manifest, seconds: summary(
-            manifest, config.output, seconds, command=COMMAND
-        ),
-    )

@@ -50,6 +50,13 @@ def _one_error_line(err: str, command: str) -> str:
     return lines[0]
 
 
+def _entry(body) -> int:
+    """A command's main as the commands write it, around body."""
+    with cli.one_line_errors("inspect") as failed:
+        return body()
+    return failed.code
+
+
 @pytest.mark.parametrize("command", ["inspect", "train"])
 def test_an_unreachable_endpoint_is_one_line_after_a_bounded_wait(command, tmp_path):
     env = {
@@ -95,7 +102,7 @@ def test_a_permission_error_mid_run_is_one_line_naming_the_bucket(capsys):
             "Forbidden: b/team-bucket/o/shards%2Fmanifest.json\ncaller lacks storage.objects.get"
         )
 
-    assert cli.run_command("inspect", body) == 2
+    assert _entry(body) == 2
     line = _one_error_line(capsys.readouterr().err, "inspect")
     assert "permission denied on bucket 'team-bucket'" in line
     assert "credentials" in line and "roles/storage.objectAdmin" in line
@@ -106,7 +113,7 @@ def test_other_errors_keep_their_traceback():
         raise OSError("some local failure")
 
     with pytest.raises(OSError, match="some local failure"):
-        cli.run_command("inspect", body)
+        _entry(body)
 
 
 class _LyingGcs(http.server.BaseHTTPRequestHandler):

@@ -9,14 +9,17 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from lmshards.plumbing import stopping
 from lmshards.plumbing.cli import (
+    EXIT_OK,
     CommandParser,
     add_overwrite_flag,
     add_verbose_flag,
-    run_command,
+    one_line_errors,
     setup_logging,
 )
 from lmshards.plumbing.errors import LmshardsError
@@ -28,7 +31,7 @@ from lmshards.schemas.constants import SPLITS
 from lmshards.schemas.layouts import STATS_OUTPUT
 
 if TYPE_CHECKING:
-    from lmshards.corpus_tools.stats.stats import StatsReport
+    from lmshards.corpus_tools.stats.stats import StatsConfig, StatsReport
 
 COMMAND = "stats"
 LOGGED_PACKAGES = ("lmshards.corpus_tools", "lmshards.schemas")
@@ -121,16 +124,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, beam_args = parse_args(parser, sys.argv[1:] if argv is None else argv)
     setup_logging(verbose=args.verbose, packages=LOGGED_PACKAGES)
-    return run_command(COMMAND, lambda: _stats(args, beam_args))
+    with one_line_errors(COMMAND) as failed, stopping.stop_signals():
+        log.info("stats: loading TensorFlow and tensorflow-transform")
+        load_tensorflow_quietly(verbose=args.verbose, modules=TENSORFLOW_MODULES)
+        from lmshards.corpus_tools.stats.stats import run_stats, stats_output
+        from lmshards.preprocess.launch import dry_run_line, run_failures
+
+        config = stats_config(args)
+        started = time.monotonic()
+        with run_failures(COMMAND) as failed_run:
+            # The lease first: a second writer stops here, naming the first; then run_stats checks
+            # the output.
+            with output_lease(
+                stats_output(config),
+                command=COMMAND,
+                stale_after_s=args.lease_stale_s,
+                partial_kind=STATS_OUTPUT,
+            ):
+                report = run_stats(config, beam_args)
+            if report is None:
+                print(dry_run_line(COMMAND, None))
+                return EXIT_OK
+            print(summary(report, time.monotonic() - started))
+            return EXIT_OK
+        return failed_run.code
+    return failed.code
 
 
-def _stats(args: argparse.Namespace, beam_args: list[str]) -> int:
-    log.info("stats: loading TensorFlow and tensorflow-transform")
-    load_tensorflow_quietly(verbose=args.verbose, modules=TENSORFLOW_MODULES)
-    from lmshards.corpus_tools.stats.stats import StatsConfig, run_stats, stats_output
-    from lmshards.preprocess.launch import report_run
+def stats_config(args: argparse.Namespace) -> StatsConfig:
+    """The analysis' config from the command line."""
+    from lmshards.corpus_tools.stats.stats import StatsConfig
 
-    config = StatsConfig(
+    return StatsConfig(
         shards_dir=args.shards_dir,
         output=args.output,
         splits=tuple(args.split or ()),
@@ -138,18 +163,6 @@ def _stats(args: argparse.Namespace, beam_args: list[str]) -> int:
         tokenizer=args.tokenizer,
         overwrite=args.overwrite,
     )
-
-    def run() -> StatsReport | None:
-        # The lease first: a second writer stops here, naming the first; then run_stats checks the output.
-        with output_lease(
-            stats_output(config),
-            command=COMMAND,
-            stale_after_s=args.lease_stale_s,
-            partial_kind=STATS_OUTPUT,
-        ):
-            return run_stats(config, beam_args)
-
-    return report_run(COMMAND, run, summary=summary)
 
 
 def summary(report: StatsReport, seconds: float) -> str:

@@ -37,7 +37,7 @@ from lmshards.corpus_tools.stats.token_store import token_store_stats
 from lmshards.plumbing import bounded, fs
 from lmshards.plumbing.errors import LmshardsError
 from lmshards.plumbing.outputs import check_no_overlap, check_replaceable, prepare_output
-from lmshards.preprocess.launch import Job, build_job
+from lmshards.preprocess.launch import ready_to_run
 from lmshards.preprocess.runners import pipeline_options
 from lmshards.schemas.constants import ATTENTION_MASK, INPUT_IDS
 from lmshards.schemas.directory_kind import is_token_store
@@ -521,17 +521,13 @@ def run_stats(config: StatsConfig, beam_args: Sequence[str] = ()) -> StatsReport
     options = pipeline_options(beam_args)
     work_dir = analysis_dir(options)
     counts_dir = fs.join(work_dir, "counts")
-    job = Job(
-        wire=lambda pipeline: build_pipeline(
-            pipeline, plan, temp_dir=fs.join(work_dir, "tft"), counts_dir=counts_dir
-        ),
-        input_bytes=None,  # the cost model is preprocess's
-        worker_package=False,  # the workers run corpus_tools' analyzers too
-    )
     try:
-        pipeline = build_job(job, options)
-        if pipeline is None:  # a Dataflow dry run
-            return None
+        pipeline = beam.Pipeline(options=options)
+        build_pipeline(pipeline, plan, temp_dir=fs.join(work_dir, "tft"), counts_dir=counts_dir)
+        # No cost estimate (the cost model is preprocess's); the workers run corpus_tools' analyzers
+        # too, so not the worker-only distribution.
+        if not ready_to_run(pipeline, options, input_bytes=None, worker_package=False):
+            return None  # a Dataflow dry run
         logger.info(
             "stats: analysing %d shards of %s (%s)",
             len(plan.shards),
