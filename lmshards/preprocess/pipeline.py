@@ -394,6 +394,7 @@ def run_pipeline(config: PreprocessConfig, beam_args: Sequence[str] = ()) -> Man
       RunFailure: the output could not be written during the run (full disk, lost permission).
     """
     options = runners.pipeline_options(beam_args)
+    runners.check_worker_paths(options, worker_paths(config))  # before anything is read or built
     config = dataclasses.replace(
         config, tokenizer_threads=runners.tokenizer_threads(config.tokenizer_threads, options)
     )
@@ -405,6 +406,16 @@ def run_pipeline(config: PreprocessConfig, beam_args: Sequence[str] = ()) -> Man
         if not ready_to_run(pipeline, options, input_bytes=sum(f.bytes for f in plan.files)):
             return None  # a dry run
         return launch(pipeline, options, shard_set(plan))
+
+
+def worker_paths(config: PreprocessConfig) -> dict[str, tuple[str, ...]]:
+    """Every path flag the workers read or write -> its paths."""
+    return {
+        "--input": config.inputs,
+        "--output": (config.output,),
+        "--tokenizer": (config.tokenizer,),
+        "--decontaminate": config.decontaminate,
+    }
 
 
 def shard_set(plan: PreprocessPlan) -> PlannedShardSet:

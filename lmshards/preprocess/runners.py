@@ -10,13 +10,20 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
+import glob
 import importlib
+import importlib.util
 import json
 import math
 import os
 import re
-from collections.abc import Sequence
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
 
 from apache_beam.options.pipeline_options import (
     DebugOptions,
@@ -30,7 +37,9 @@ from apache_beam.options.pipeline_options import (
 from apache_beam.version import __version__ as beam_version
 
 from lmshards.plumbing import fs
+from lmshards.preprocess.curation.stage import DEDUP_EXACT, DEDUP_NEAR
 from lmshards.preprocess.options import PreprocessError
+from lmshards.schemas.constants import PACKING_BEST_FIT
 
 FNAPI_RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
 DIRECT_RUNNER = "apache_beam.runners.direct.direct_runner.DirectRunner"
@@ -64,6 +73,14 @@ INSTALL_HINTS = {
 # setup.py builds the worker-only distribution (preprocess + schemas) when this is set. Beam's
 # stager runs `setup.py sdist` in a subprocess that inherits our environment.
 WORKER_PACKAGE_ENV = "LMSHARDS_WORKER_PACKAGE"
+# Runners whose workers run on other machines: every path they read or write must be on gs://.
+REMOTE_RUNNERS = (DATAFLOW_RUNNER,)
+WORKER_READABLE_PREFIX = "gs://"
+# What the worker sdist is built from, copied out of the checkout (setup.py reads README.md and the
+# version module), so the build writes nothing into the checkout. MANIFEST.in stays behind: it only
+# prunes folders the copy does not hold, and setuptools would warn about each one.
+STAGED_SETUP_FILES = ("setup.py", "pyproject.toml", "README.md")
+STAGED_SETUP_FOLDERS = ("lmshards",)
 
 
 # ---------------------------------------------------------------- selection
@@ -217,10 +234,91 @@ def tokenizer_threads(requested: int, options: PipelineOptions) -> int:
 # ---------------------------------------------------------------- Dataflow: staging and dry run
 
 
+def check_worker_paths(options: PipelineOptions, paths: Mapping[str, Sequence[str]]) -> None:
+    """Refuses a local path (flag -> its paths) given to a runner whose workers run on other machines.
+
+    Raises:
+      PreprocessError: the first local path, with its flag and the fix.
+    """
+    if runner_path(options) not in REMOTE_RUNNERS:
+        return
+    runner = options.view_as(StandardOptions).runner
+    for flag, values in paths.items():
+        for path in values:
+            if path and not path.startswith(WORKER_READABLE_PREFIX):
+                raise PreprocessError(
+                    f"{flag} {path!r} is not on Cloud Storage, and {runner}'s workers cannot read or write "
+                    f"this machine's files; copy it to a gs:// bucket and pass {flag} gs://BUCKET/..."
+                )
+
+
 def prepare_staging(options: PipelineOptions) -> None:
-    """With --setup_file, makes Beam stage the worker distribution, not the trainer's code."""
-    if options.view_as(SetupOptions).setup_file:
+    """With --setup_file, makes Beam stage the worker distribution, not the trainer's code, built from a
+    copy of the setup file's folder in a temporary directory: the build's egg-info and sdist never land
+    in the user's checkout."""
+    setup = options.view_as(SetupOptions)
+    if setup.setup_file:
         os.environ.setdefault(WORKER_PACKAGE_ENV, "1")
+        setup.setup_file = staged_setup_copy(setup.setup_file)
+        _build_sdist_quietly()
+
+
+def build_sdist(setup_file: str, dist_dir: str) -> str:
+    """The path of the sdist `setup.py sdist` builds into dist_dir, its output kept off the terminal.
+
+    Raises:
+      RuntimeError: the build failed (its output's tail), as Beam's stager raises.
+    """
+    done = subprocess.run(
+        [sys.executable, os.path.basename(setup_file), "-q", "sdist", "--dist-dir", dist_dir],
+        cwd=os.path.dirname(setup_file),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    built = glob.glob(os.path.join(dist_dir, "*.tar.gz"))
+    if done.returncode != 0 or not built:
+        raise RuntimeError(
+            f"building the worker sdist from {setup_file} failed: {(done.stderr or done.stdout)[-2000:]}"
+        )
+    return built[0]
+
+
+def staged_setup_copy(setup_file: str) -> str:
+    """setup_file's copy, with what its sdist is built from, in a temporary directory removed at exit."""
+    source = os.path.dirname(os.path.abspath(setup_file))
+    copy = tempfile.mkdtemp(prefix="lmshards-worker-sdist-")
+    atexit.register(shutil.rmtree, copy, ignore_errors=True)
+    for name in (os.path.basename(setup_file), *STAGED_SETUP_FILES):
+        if os.path.isfile(os.path.join(source, name)):
+            shutil.copy2(os.path.join(source, name), copy)
+    for name in STAGED_SETUP_FOLDERS:
+        if os.path.isdir(os.path.join(source, name)):
+            shutil.copytree(
+                os.path.join(source, name),
+                os.path.join(copy, name),
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+            )
+    return os.path.join(copy, os.path.basename(setup_file))
+
+
+def _build_sdist_quietly() -> None:
+    """Where the `build` module is not installed, builds the sdist the way Beam's stager falls back to
+    (`setup.py sdist`), its output captured: the stager's first attempt, `python -m build`, would print
+    "No module named build" on the user's terminal before falling back."""
+    from apache_beam.runners.portability.stager import Stager
+
+    if importlib.util.find_spec("build") is not None or getattr(Stager, "_lmshards_quiet", False):
+        return
+    beam_build = Stager._build_setup_package
+
+    def build_setup_package(setup_file, temp_dir, build_setup_args=None):
+        if build_setup_args is not None or not setup_file.endswith("setup.py"):
+            return beam_build(setup_file, temp_dir, build_setup_args)
+        return build_sdist(setup_file, temp_dir)
+
+    Stager._build_setup_package = staticmethod(build_setup_package)  # type: ignore[method-assign]
+    Stager._lmshards_quiet = True  # type: ignore[attr-defined]
 
 
 def is_dry_run(options: PipelineOptions) -> bool:
@@ -245,7 +343,10 @@ def dry_run(pipeline, options: PipelineOptions, *, input_bytes: int | None) -> N
     machine_type = workers.machine_type or DEFAULT_MACHINE_TYPE
     try:
         estimate = estimate_dataflow_cost(
-            input_bytes, machine_type=machine_type, max_workers=workers.max_num_workers
+            input_bytes,
+            machine_type=machine_type,
+            max_workers=workers.max_num_workers,
+            work=work_options(options.get_all_options()),
         )
     except UnknownMachineType as e:
         print(f"No cost estimate: {e}")
@@ -259,6 +360,13 @@ def dry_run(pipeline, options: PipelineOptions, *, input_bytes: int | None) -> N
 # Dry-run cost estimate: the runbook's cost model (dataflow_templates/README.md, "Cost model").
 # Measured 0.92-0.95 MB/s of text per vCPU (CPU time, one process); the model rounds down.
 DATAFLOW_MB_PER_VCPU_S = 0.9
+# CPU seconds per MB of each option that changes the work, as a multiple of the plain run's: measured on
+# one machine by bench/bench_plan_costs.py (docs/benchmarks.md, "Plan costs"). --dedup near includes exact.
+WORK_RATIO_DEDUP_EXACT = 2.7
+WORK_RATIO_DEDUP_NEAR = 10.6
+WORK_RATIO_DECONTAMINATE = 3.8
+WORK_RATIO_BEST_FIT = 1.2
+WORK_RATIO_KEEP_TOKENS = 1.3
 # On top of that: the SDK harness, GCS reads and writes, shuffle I/O, start-up, autoscaling's idle tail.
 DATAFLOW_OVERHEAD = 1.5
 # Dataflow Shuffle volume per input byte: token ids to packing groups (~1.0) + records to shards (~0.8).
@@ -281,6 +389,39 @@ _PREDEFINED_MACHINE = re.compile(
 _CUSTOM_MACHINE = re.compile(r"(?:[a-z0-9]+-)?custom-(?P<vcpus>\d+)-(?P<memory_mb>\d+)(-ext)?")
 _MB = 1_000_000
 _GB = 1_000_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class JobWork:
+    """How much CPU work per MB a job's options ask for: the plain run's times `ratio`."""
+
+    ratio: float = 1.0
+    options: tuple[str, ...] = ()  # the flags behind it, as the estimate names them
+
+
+def job_work(*, dedup: str, decontaminate: bool, packing: str, keep_tokens: bool) -> JobWork:
+    """Each option adds its measured extra CPU (its ratio minus 1) to the plain run's."""
+    extras = {
+        f"--dedup {DEDUP_EXACT}": WORK_RATIO_DEDUP_EXACT if dedup == DEDUP_EXACT else None,
+        f"--dedup {DEDUP_NEAR}": WORK_RATIO_DEDUP_NEAR if dedup == DEDUP_NEAR else None,
+        "--decontaminate": WORK_RATIO_DECONTAMINATE if decontaminate else None,
+        f"--packing {PACKING_BEST_FIT}": WORK_RATIO_BEST_FIT
+        if packing == PACKING_BEST_FIT
+        else None,
+        "--keep_tokens": WORK_RATIO_KEEP_TOKENS if keep_tokens else None,
+    }
+    given = {flag: ratio for flag, ratio in extras.items() if ratio is not None}
+    return JobWork(ratio=1.0 + sum(r - 1.0 for r in given.values()), options=tuple(given))
+
+
+def work_options(options: Mapping[str, object]) -> JobWork:
+    """job_work of the preprocess flags among Beam's parsed options (absent ones count as unset)."""
+    return job_work(
+        dedup=str(options.get("dedup") or ""),
+        decontaminate=bool(options.get("decontaminate")),
+        packing=str(options.get("packing") or ""),
+        keep_tokens=bool(options.get("keep_tokens")),
+    )
 
 
 class UnknownMachineType(ValueError):
@@ -324,10 +465,26 @@ class CostEstimate:
     memory_usd: float
     shuffle_usd: float
     disk_usd: float
+    work: JobWork = JobWork()
 
     @property
     def usd(self) -> float:
         return self.vcpu_usd + self.memory_usd + self.shuffle_usd + self.disk_usd
+
+    def size_and_cost(self) -> str:
+        """'about 12 min of processing plus worker start-up, about $5.63'; under a minute of worker time
+        says so, with the cost rounded up to a cent rather than shown as $0.00."""
+        if self.vcpu_hours / self.machine.vcpus * 60 < 1:
+            return f"under a minute of worker time; about ${max(math.ceil(self.usd * 100) / 100, 0.01):.2f}"
+        return f"about {self.wall_hours * 60:,.0f} min of processing plus worker start-up, about ${self.usd:,.2f}"
+
+    def work_line(self) -> str:
+        if not self.work.options:
+            return "  Work: a plain run (no curation, concat packing)"
+        return (
+            f"  Work: {self.work.ratio:.1f} x a plain run's CPU for {', '.join(self.work.options)} "
+            "(each option's measured extra, bench/bench_plan_costs.py)"
+        )
 
     def describe(self) -> str:
         m = self.machine
@@ -335,9 +492,10 @@ class CostEstimate:
             [
                 f"Dataflow estimate for {self.input_bytes / _MB:,.1f} MB of input: {self.workers} x {self.machine_type} "
                 f"({m.vcpus} vCPUs, {m.memory_gb:g} GB each), {self.vcpu_hours:,.2f} vCPU-hours, "
-                f"about {self.wall_hours * 60:,.0f} min of processing plus worker start-up, about ${self.usd:,.2f}",
+                f"{self.size_and_cost()}",
                 f"  vCPU ${self.vcpu_usd:,.2f}, memory ${self.memory_usd:,.2f}, Dataflow Shuffle ${self.shuffle_usd:,.2f}, "
                 f"disk ${self.disk_usd:,.2f}",
+                self.work_line(),
                 f"  Assumptions: {DATAFLOW_MB_PER_VCPU_S} MB/s of input per vCPU (measured on one machine) x "
                 f"{DATAFLOW_OVERHEAD} for Dataflow's overhead; Shuffle {SHUFFLE_BYTES_PER_INPUT_BYTE} x the input; "
                 f"{DISK_GB_PER_WORKER} GB disk per worker; Dataflow batch list prices in us-central1 (vCPU-hour "
@@ -349,15 +507,16 @@ class CostEstimate:
 
 
 def estimate_dataflow_cost(
-    input_bytes: int, *, machine_type: str, max_workers: int | None
+    input_bytes: int, *, machine_type: str, max_workers: int | None, work: JobWork = JobWork()
 ) -> CostEstimate:
-    """The runbook's cost model applied to input_bytes of input on `machine_type` workers.
+    """The runbook's cost model applied to input_bytes of input on `machine_type` workers, the CPU time
+    scaled by the work the job's options ask for (job_work).
 
     Raises:
       UnknownMachineType: see machine_shape.
     """
     machine = machine_shape(machine_type)
-    vcpu_hours = input_bytes / _MB / DATAFLOW_MB_PER_VCPU_S / 3600 * DATAFLOW_OVERHEAD
+    vcpu_hours = input_bytes / _MB / DATAFLOW_MB_PER_VCPU_S / 3600 * DATAFLOW_OVERHEAD * work.ratio
     wanted = max(1, math.ceil(vcpu_hours / (TARGET_WALL_HOURS * machine.vcpus)))
     workers = min(wanted, max_workers) if max_workers else wanted
     worker_hours = vcpu_hours / machine.vcpus
@@ -372,6 +531,7 @@ def estimate_dataflow_cost(
         memory_usd=worker_hours * machine.memory_gb * MEMORY_GB_HOUR_USD,
         shuffle_usd=input_bytes * SHUFFLE_BYTES_PER_INPUT_BYTE / _GB * SHUFFLE_GB_USD,
         disk_usd=worker_hours * DISK_GB_PER_WORKER * DISK_GB_HOUR_USD,
+        work=work,
     )
 
 
