@@ -223,14 +223,14 @@ def _reported_failures(output: str, *, remove_partial: bool) -> Iterator[None]:
         yield
     except Exception as e:
         if remove_partial:
-            remove_partial_output(output)
+            remove_failed_run_output(output)
         failure = run_failure(e, output)
         if failure is None:
             raise
         raise failure from e
 
 
-def remove_partial_output(output: str) -> None:
+def remove_failed_run_output(output: str) -> None:
     """Deletes what a failed run wrote to output (it held nothing else when the run began); logs what is left."""
     try:
         clear_owned_output(output, kind=PREPROCESS_OUTPUT)

@@ -23,7 +23,7 @@ from lmshards.corpus_tools.tokenizer.corpus_report import (
     corpus_report,
     load_tokenizer,
 )
-from lmshards.corpus_tools.tokenizer.training import train
+from lmshards.corpus_tools.tokenizer.training import train_and_write
 from lmshards.plumbing import fs
 from lmshards.schemas.constants import SPECIAL_ROLES, TOKENIZER_INFO_JSON, TOKENIZER_JSON
 from lmshards.schemas.tokenizer_info import fingerprint, locate_tokenizer, special_token_ids
@@ -74,7 +74,7 @@ def _config(corpus_dir: Path, output: Path, model: str, **overrides) -> Tokenize
 def trained(request, corpus, tmp_path_factory):
     model = request.param
     config = _config(corpus[0], tmp_path_factory.mktemp(model), model)
-    return config, train(config)
+    return config, train_and_write(config)
 
 
 def test_output_files_and_info(trained):
@@ -206,7 +206,7 @@ def test_transformers_loads_the_directory_offline(trained, corpus, monkeypatch):
 
 def test_same_seed_same_fingerprint(trained, tmp_path):
     config, result = trained
-    again = train(dataclasses.replace(config, output=str(tmp_path / "again")))
+    again = train_and_write(dataclasses.replace(config, output=str(tmp_path / "again")))
     assert again.fingerprint == result.fingerprint
     assert (tmp_path / "again" / TOKENIZER_JSON).read_bytes() == (
         Path(config.output) / TOKENIZER_JSON
@@ -214,8 +214,10 @@ def test_same_seed_same_fingerprint(trained, tmp_path):
 
 
 def test_other_seed_other_sample(corpus, tmp_path):
-    first = train(_config(corpus[0], tmp_path / "a", "bpe", vocab_size=1000, max_bytes=300_000))
-    second = train(
+    first = train_and_write(
+        _config(corpus[0], tmp_path / "a", "bpe", vocab_size=1000, max_bytes=300_000)
+    )
+    second = train_and_write(
         _config(corpus[0], tmp_path / "b", "bpe", vocab_size=1000, max_bytes=300_000, seed=6)
     )
     assert first.fingerprint != second.fingerprint

@@ -203,7 +203,7 @@ def test_a_text_longer_than_the_models_positions_is_refused_before_the_model_loa
 def unigram_model(tmp_path_factory, sample_files):
     """A tiny RoBERTa exported with the default `lmshards tokenizer train` tokenizer (Unigram, Metaspace)."""
     from lmshards.corpus_tools.tokenizer.config import TokenizerTrainingConfig
-    from lmshards.corpus_tools.tokenizer.training import train
+    from lmshards.corpus_tools.tokenizer.training import train_and_write
 
     base = tmp_path_factory.mktemp("fm_unigram")
     english = tuple(str(f) for f in sample_files if f.parent.name == "en")
@@ -211,7 +211,7 @@ def unigram_model(tmp_path_factory, sample_files):
         inputs=english, output=str(base / "tok"), vocab_size=800, max_bytes=200_000, seed=1
     )
     assert config.model == "unigram"
-    train(config)
+    train_and_write(config)
     vocabulary_size = Tokenizer.from_file(str(base / "tok" / "tokenizer.json")).get_vocab_size()
     return export_tiny("roberta", base / "tok", base / "model", vocabulary_size=vocabulary_size)
 

@@ -98,7 +98,7 @@ def validate(config: ExportConfig) -> None:
         )
 
 
-def load(config: ExportConfig) -> Any:
+def load_split(config: ExportConfig) -> Any:
     """The requested split as a datasets Dataset (memory-mapped) or IterableDataset (streaming).
 
     Raises:
@@ -234,7 +234,7 @@ def export(config: ExportConfig) -> dict[str, Any]:
         config.output, kind=DATASET_EXPORT_OUTPUT, overwrite=config.overwrite, others=OUTPUT_KINDS
     )
     start = time.monotonic()
-    dataset = load(config)
+    dataset = load_split(config)
     prepare_output(config.output, kind=DATASET_EXPORT_OUTPUT, overwrite=config.overwrite)
     total = None if config.streaming else len(dataset)
     n = config.num_shards

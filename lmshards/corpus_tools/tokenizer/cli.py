@@ -13,7 +13,7 @@ from lmshards.corpus_tools.tokenizer.corpus_report import (
     load_tokenizer,
     sample_report,
 )
-from lmshards.corpus_tools.tokenizer.training import TrainResult, train
+from lmshards.corpus_tools.tokenizer.training import TrainResult, train_and_write
 from lmshards.plumbing import stopping
 from lmshards.plumbing.cli import (
     EXIT_OK,
@@ -127,7 +127,7 @@ def train_main(argv: Sequence[str]) -> int:
             stale_after_s=args.lease_stale_s,
             partial_kind=TOKENIZER_OUTPUT,
         ):
-            result = train(config)
+            result = train_and_write(config)
         print_trained(result, config)
         return EXIT_OK
     return failed.code

@@ -53,7 +53,7 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def train(config: TokenizerTrainingConfig) -> TrainResult:
+def train_and_write(config: TokenizerTrainingConfig) -> TrainResult:
     """Samples the corpus, trains, and writes the tokenizer directory to config.output.
 
     Raises:

@@ -246,13 +246,13 @@ def format_predictions(per_mask: list[list[dict[str, Any]]]) -> str:
             lines.append(f"mask {index + 1} of {len(per_mask)}:")
         lines.append(f"{'score':>7}  {'token':>6}  {'token_str':<16}  sequence")
         lines += [
-            f"{p['score']:7.4f}  {p['token']:>6}  {p['token_str']!r:<16}  {one_line(p['sequence'])}"
+            f"{p['score']:7.4f}  {p['token']:>6}  {p['token_str']!r:<16}  {escape_line_breaks(p['sequence'])}"
             for p in predictions
         ]
     return "\n".join(lines)
 
 
-def one_line(text: str) -> str:
+def escape_line_breaks(text: str) -> str:
     """text with its line breaks written as \\n and \\r, so each prediction stays on its own line."""
     return text.replace("\r", "\\r").replace("\n", "\\n")
 

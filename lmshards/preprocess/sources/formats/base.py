@@ -17,7 +17,7 @@ TEXT = "text"  # the name of the formats that read every file no other format cl
 PlanRanges = Callable[[InputFileInfo, ReadOptions, int], list[ReadRange]]
 # (file object, range, options, stats, numbers) -> the range's documents; adds what it finds to
 # stats, and (a format with raw_records, when numbers is given) each document's record to numbers.
-ReadDocuments = Callable[
+RangeReader = Callable[
     [BinaryIO, ReadRange, ReadOptions, ReadStats, RecordNumbers | None], Iterator[str]
 ]
 
@@ -68,7 +68,7 @@ class Format:
 
     name: str
     extensions: tuple[str, ...]
-    read_range: ReadDocuments
+    read_range: RangeReader
     plan_ranges: PlanRanges = whole_file
     doc_separator: str | None = None
     raw_records: bool = False
