@@ -28,6 +28,7 @@ PINS = {
     "tokenizers": "0.23.3",
     "fsspec": "2026.9.0",
     "gcsfs": "2026.10.1",
+    "aiohttp": "3.14.5",
     "zstandard": "0.25.0",
     "keras": "3.15.1",
     "keras-hub": "0.32.0",
@@ -81,6 +82,9 @@ WORKER = [
     pinned("tokenizers"),
     pinned("fsspec"),
     pinned("gcsfs"),
+    pinned(
+        "aiohttp"
+    ),  # gcsfs' HTTP client: gs:// reads get its timeout and their errors are told apart by its classes
     pinned("zstandard"),  # .zst inputs, read on the workers
 ]
 EXTRAS = {
