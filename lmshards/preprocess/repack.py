@@ -231,6 +231,7 @@ def run_repack(config: RepackConfig, beam_args: Sequence[str] = ()) -> Manifest 
       RunFailure: the output could not be written during the run (full disk, lost permission).
     """
     options = runners.pipeline_options(beam_args)
+    runners.check_worker_paths(options, worker_paths(config))  # before anything is read or built
     check_no_overlap([config.tokens], config.output, input_flag="--tokens")  # before the lease file
     # One writer per output: a second repack into --output stops here, before the plan reads anything.
     with writer_lease("repack", config, options):
@@ -248,6 +249,15 @@ def run_repack(config: RepackConfig, beam_args: Sequence[str] = ()) -> Manifest 
             plan.store,
         )
         return launch(pipeline, options, shard_set(plan))
+
+
+def worker_paths(config: RepackConfig) -> dict[str, tuple[str, ...]]:
+    """Every path flag the workers read or write -> its paths."""
+    return {
+        "--tokens": (config.tokens,),
+        "--output": (config.output,),
+        "--tokenizer": (config.tokenizer,) if config.tokenizer else (),
+    }
 
 
 def shard_set(plan: RepackPlan) -> PlannedShardSet:

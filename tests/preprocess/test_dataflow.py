@@ -152,6 +152,9 @@ def _build_dry_run(argv: list[str]):
     plan = plan_preprocess(config_from_options(PipelineOptions(argv)))
     pipeline = beam.Pipeline(options=runners.pipeline_options(argv))
     build_pipeline(pipeline, plan)
+    runners.prepare_staging(
+        pipeline.options
+    )  # as ready_to_run does: the sdist is built from a copy
     return pipeline.run()
 
 
@@ -181,9 +184,7 @@ def dry_run(gcs_emulator, sample_tokenizer, sample_files, tmp_path_factory):
         f"--dataflow_job_file={job_file}",
     ]
     with pytest.MonkeyPatch.context() as env:
-        env.setenv(
-            runners.WORKER_PACKAGE_ENV, "1"
-        )  # what run_pipeline sets when it stages with --setup_file
+        env.delenv(runners.WORKER_PACKAGE_ENV, raising=False)  # prepare_staging sets it
         result = _build_dry_run(argv)
     runners.write_dry_run_job_file(result, job_file)
     return json.loads(Path(job_file).read_text()), argv, work
@@ -269,9 +270,10 @@ def test_dry_run_job_carries_the_options_container_and_machine(dry_run):
     options = job["job"]["environment"]["sdkPipelineOptions"]["options"]
     assert options["input"] == [f"{work}/corpus"] and options["output"] == f"{work}/out"
     assert options["tokenizer"] == f"{work}/tokenizer" and options["seq_len"] == 64
-    assert (
-        options["setup_file"] == str(REPO / "setup.py") and options["sdk_container_image"] == IMAGE
-    )
+    # The sdist is built from a copy of the checkout's setup tree, outside the checkout.
+    staged = Path(options["setup_file"])
+    assert staged.name == "setup.py" and REPO not in staged.parents
+    assert options["sdk_container_image"] == IMAGE
     (pool,) = job["job"]["environment"]["workerPools"]
     assert (
         pool["machineType"] == "n2-standard-4"
@@ -286,7 +288,7 @@ def test_dry_run_job_carries_the_options_container_and_machine(dry_run):
 @pytest.mark.gcs
 @pytest.mark.slow
 def test_dry_run_stages_the_worker_distribution_built_from_this_checkout(dry_run):
-    """Beam's stager ran `setup.py sdist` in the repository itself, stale egg-info and all."""
+    """Beam's stager ran `setup.py sdist` on a copy of this checkout's setup tree."""
     artifacts = _artifacts(dry_run[0])
     with tarfile.open(artifacts["workflow.tar.gz"]) as tar:
         names = tar.getnames()

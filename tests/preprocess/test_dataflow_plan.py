@@ -154,3 +154,27 @@ def test_a_dry_run_prints_no_stray_line_and_builds_its_sdist_outside_the_checkou
     assert lines[0].endswith("under a minute of worker time; about $0.01")
     assert _files(checkout) == before
     assert sorted(os.listdir(tmp_path)) == ["checkout", "job.json"]
+
+
+def test_repack_refuses_a_local_token_store_for_dataflow(tmp_path, capfd, monkeypatch):
+    from lmshards.preprocess.repack_cli import main as repack_main
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")
+    store = tmp_path / "tokens"
+    store.mkdir()
+    argv = [
+        f"--tokens={store}",
+        "--output=gs://nowhere/out",
+        "--runner=DataflowRunner",
+        "--project=p",
+        "--region=us-central1",
+        "--temp_location=gs://nowhere/tmp",
+        "--dry_run=True",
+    ]
+    assert repack_main(argv) == 2
+    out, err = capfd.readouterr()
+    assert out == ""
+    assert err.startswith(
+        f"lmshards repack: error: --tokens {str(store)!r} is not on Cloud Storage"
+    )
+    assert err.count("\n") == 1
