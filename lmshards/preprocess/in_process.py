@@ -5,9 +5,9 @@ data plane: each batch became an element (pickled, buffered, handed on), and bot
 the whole corpus in memory (tokens before packing, framed records before the shard files), about 9x
 the shard bytes at peak. Here the same stage functions run without that:
 
-  read -> encode -> route: a reader thread, the tokenizer (its Rust threads; the GIL released) and a
-      thread turning encodings into arrays run at once, through short queues; each packing group's
-      documents are appended to its own file;
+  read -> encode -> route: the step's own thread reading, a thread calling the tokenizer (its Rust
+      threads; the GIL released) and a thread turning encodings into arrays run at once, through
+      short queues (Tokenizing); each packing group's documents are appended to its own file;
   pack: group by group from those files; each group's blocks to a file;
   shard: the layout from every group's size, then each group's blocks to the files of the shards
       they are shuffled into, and each shard's records sorted by position, framed and written.
@@ -241,18 +241,24 @@ class _Stopped(Exception):
     """Another thread failed: this one stops."""
 
 
-def merged_batches(batches: Iterable[list[str]], max_chars: int) -> Iterator[list[str]]:
-    """The documents of `batches`, regrouped into lists of about max_chars characters (plus one document)."""
-    out: list[str] = []
-    chars = 0
-    for batch in batches:
-        out.extend(batch)
-        chars += sum(map(len, batch))
-        if chars >= max_chars:
-            yield out
-            out, chars = [], 0
-    if out:
-        yield out
+class BatchMerger:
+    """Regroups batches of documents into lists of about max_chars characters (plus one document)."""
+
+    def __init__(self, max_chars: int):
+        self._max_chars = max_chars
+        self._out: list[str] = []
+        self._chars = 0
+
+    def add(self, batch: list[str]) -> list[str] | None:
+        """The merged list that batch completes, None while it holds fewer than max_chars."""
+        self._out.extend(batch)
+        self._chars += sum(map(len, batch))
+        return self.rest() if self._chars >= self._max_chars else None
+
+    def rest(self) -> list[str] | None:
+        """What is held (None: nothing), and holds nothing after it."""
+        out, self._out, self._chars = self._out, [], 0
+        return out or None
 
 
 def group_path(directory: str, key: GroupKey) -> str:
@@ -320,84 +326,96 @@ def tokenizer_text(job: InProcessJob) -> str:
     return text
 
 
-def tokenize_to_groups(job: InProcessJob, directory: str, dtype: np.dtype) -> TokenizeResult:
-    """Reads, encodes and routes every document to its packing group's file under directory.
-
-    Three threads at once: reading (Python), encoding (the tokenizer's own threads, without the GIL)
-    and turning encodings into arrays and routing them (Python, numpy).
+class Tokenizing:
+    """Encodes and routes every document to its packing group's file under directory, on two threads
+    of its own: encoding (the tokenizer's own threads, without the GIL) and turning encodings into
+    arrays and routing them (Python, numpy). The caller's thread reads and hands each batch to add,
+    so the three run at once; finish waits for the last batch. A with block stops the threads on
+    every exit; an error on either thread is raised in the caller's.
     """
-    limit_tokenizer_threads(job.config.tokenizer_threads)
-    from tokenizers import Tokenizer  # after the thread limit, so the pool starts with it
 
-    tokenizer = Tokenizer.from_str(tokenizer_text(job))
-    relay = _Relay()
-    texts: queue.Queue = queue.Queue(QUEUE_DEPTH)
-    encoded: queue.Queue = queue.Queue(QUEUE_DEPTH)
-    reading = ReadStats()
-    groups = _GroupFiles(directory, job, dtype)
-    store = (
-        TokenPartWriter(fs.join(job.config.output, TOKENS_DIR_NAME), job.store_header.id_dtype)
-        if job.store_header is not None
-        else None
-    )
-    token_files: list[TokenFileInfo] = []
-    counts = {"documents": 0, "tokens": 0, "rejected": 0}
+    def __init__(self, job: InProcessJob, directory: str, dtype: np.dtype):
+        limit_tokenizer_threads(job.config.tokenizer_threads)
+        from tokenizers import Tokenizer  # after the thread limit, so the pool starts with it
 
-    def read() -> None:
-        progress = ReadProgress(job.total_bytes, PROGRESS_EVERY_S)
+        self._tokenizer = Tokenizer.from_str(tokenizer_text(job))
+        self._relay = _Relay()
+        self._texts: queue.Queue = queue.Queue(QUEUE_DEPTH)
+        self._encoded: queue.Queue = queue.Queue(QUEUE_DEPTH)
+        self.reading = ReadStats()  # the caller merges each range's counts in
+        self._merger = BatchMerger(ENCODE_BATCH_CHARS)
+        self._groups = _GroupFiles(directory, job, dtype)
+        self._store = (
+            TokenPartWriter(fs.join(job.config.output, TOKENS_DIR_NAME), job.store_header.id_dtype)
+            if job.store_header is not None
+            else None
+        )
+        self._token_files: list[TokenFileInfo] = []
+        self._counts = {"documents": 0, "tokens": 0, "rejected": 0}
+        self._threads: list[threading.Thread] = []
 
-        def batches() -> Iterator[list[str]]:
-            for sized in job.ranges:
-                stats = ReadStats()
-                yield from read_sized_range(
-                    sized,
-                    job.read_options,
-                    batch_size=job.config.documents_per_tokenizer_call,
-                    stats=stats,
-                    progress=progress,
-                )
-                reading.merge(stats)
+    def __enter__(self) -> Tokenizing:
+        self._threads = [
+            self._relay.start(self._encode, self._encoded),
+            self._relay.start(self._route, None),
+        ]
+        return self
 
-        for batch in merged_batches(batches(), ENCODE_BATCH_CHARS):
-            relay.put(texts, batch)
-
-    def route() -> None:
-        for batch in relay.items(encoded):
-            chunk = encoded_chunk(batch)
-            counts["documents"] += chunk.num_documents
-            counts["tokens"] += chunk.num_tokens
-            counts["rejected"] += chunk.rejected
-            groups.add(chunk)
-            if store is not None:
-                token_files.extend(store.add(chunk))
-        groups.flush()
-        if store is not None:
-            token_files.extend(store.flush())
-
-    threads = [relay.start(read, texts), relay.start(route, None)]
-    logged = 0  # batches whose rejected documents were logged
-    try:
-        for batch in relay.items(texts):
-            result = encode_accepted(tokenizer, batch)
-            logged = log_rejected(result, logged)
-            relay.put(encoded, result)
-        relay.put(encoded, _Relay._END)
-        threads[1].join()
-    except _Stopped:
-        pass
-    finally:
-        relay.stop()
-        for thread in threads:
+    def __exit__(self, *exc) -> None:
+        self._relay.stop()
+        for thread in self._threads:
             thread.join()
-    relay.check()
-    reading.documents_tokenizer_error += counts["rejected"]  # the threads have ended
-    return TokenizeResult(
-        reading=reading,
-        documents=counts["documents"],
-        tokens=counts["tokens"],
-        group_keys=groups.keys,
-        token_files=token_files,
-    )
+
+    def add(self, batch: list[str]) -> None:
+        """Hands a batch of documents on to be encoded (merged into calls of ENCODE_BATCH_CHARS)."""
+        merged = self._merger.add(batch)
+        if merged is not None:
+            self._put(self._texts, merged)
+
+    def finish(self) -> TokenizeResult:
+        """Waits until every document added is routed; what the run read, encoded and routed."""
+        rest = self._merger.rest()
+        if rest is not None:
+            self._put(self._texts, rest)
+        self._put(self._texts, _Relay._END)
+        for thread in self._threads:
+            thread.join()
+        self._relay.check()
+        self.reading.documents_tokenizer_error += self._counts["rejected"]  # the threads have ended
+        return TokenizeResult(
+            reading=self.reading,
+            documents=self._counts["documents"],
+            tokens=self._counts["tokens"],
+            group_keys=self._groups.keys,
+            token_files=self._token_files,
+        )
+
+    def _put(self, q: queue.Queue, item) -> None:
+        try:
+            self._relay.put(q, item)
+        except _Stopped:
+            self._relay.check()  # the thread's error, in the caller's thread
+            raise
+
+    def _encode(self) -> None:
+        logged = 0  # batches whose rejected documents were logged
+        for batch in self._relay.items(self._texts):
+            result = encode_accepted(self._tokenizer, batch)
+            logged = log_rejected(result, logged)
+            self._relay.put(self._encoded, result)
+
+    def _route(self) -> None:
+        for batch in self._relay.items(self._encoded):
+            chunk = encoded_chunk(batch)
+            self._counts["documents"] += chunk.num_documents
+            self._counts["tokens"] += chunk.num_tokens
+            self._counts["rejected"] += chunk.rejected
+            self._groups.add(chunk)
+            if self._store is not None:
+                self._token_files.extend(self._store.add(chunk))
+        self._groups.flush()
+        if self._store is not None:
+            self._token_files.extend(self._store.flush())
 
 
 def pack_to_files(
@@ -463,27 +481,48 @@ def write_shard_file(
 
 def run_in_process(job: InProcessJob) -> str:
     """The whole preprocess of `job`; returns the manifest's path. Counts in Beam counters when run
-    in a DoFn (call it from the DoFn's thread)."""
+    in a Beam step (call it from the step's thread).
+
+    The documents are read here, on the calling thread, while Tokenizing's threads encode and route
+    them; then the packing groups are packed, shuffled into shards and written (write_shard_set).
+    """
     config = job.config
     dtype = narrow_dtype(job.vocab_size, config.seq_len)
     spill = fs.join(config.output, TEMP_DIR_NAME, f"{SPILL_DIR_PREFIX}{uuid.uuid4().hex}")
     os.makedirs(spill)
     try:
-        return _run(job, spill, dtype)
+        phases = _Phases()
+        progress = ReadProgress(job.total_bytes, PROGRESS_EVERY_S)
+        with Tokenizing(job, spill, dtype) as tokenizing:
+            for sized in job.ranges:
+                stats = ReadStats()
+                for batch in read_sized_range(
+                    sized,
+                    job.read_options,
+                    batch_size=config.documents_per_tokenizer_call,
+                    stats=stats,
+                    progress=progress,
+                ):
+                    tokenizing.add(batch)
+                tokenizing.reading.merge(stats)
+            tokenized = tokenizing.finish()
+        phases.done("read, encode, route")
+        return write_shard_set(job, tokenized, spill, dtype)
     finally:
         shutil.rmtree(spill, ignore_errors=True)
 
 
-def _run(job: InProcessJob, spill: str, dtype: np.dtype) -> str:
+def write_shard_set(
+    job: InProcessJob, tokenized: TokenizeResult, spill: str, dtype: np.dtype
+) -> str:
+    """Packs, shuffles and writes the shards of the routed documents, then the manifest; returns its path."""
     config = job.config
     phases = _Phases()
-    tokenized = tokenize_to_groups(job, spill, dtype)
     count_read(tokenized.reading, job.total_bytes)
     counter(DOCUMENTS_TOKENIZED).inc(tokenized.documents)
     counter(TOKENS).inc(tokenized.tokens)
     counter(DOCUMENTS_TOKENIZER_ERROR).inc(tokenized.reading.documents_tokenizer_error)
     count_parts(tokenized.token_files)  # here: the routing thread that wrote them has no counters
-    phases.done("read, encode, route")
 
     packer = Packer(
         seq_len=config.seq_len,
@@ -579,16 +618,8 @@ class _Phases:
 # ---------------------------------------------------------------- Beam
 
 
-class _RunFn(beam.DoFn):
-    def __init__(self, job: InProcessJob):
-        self._job = job
-
-    def process(self, _) -> Iterable[str]:
-        yield run_in_process(self._job)
-
-
 class PreprocessInProcess(beam.PTransform):
-    """PBegin -> the manifest's path (one element): the whole job in one DoFn (see the module doc)."""
+    """PBegin -> the manifest's path (one element): the whole job in one step (see the module doc)."""
 
     def __init__(self, job: InProcessJob):
         super().__init__()
@@ -597,6 +628,6 @@ class PreprocessInProcess(beam.PTransform):
     def expand(self, pbegin):
         return (
             pbegin
-            | "Once" >> beam.Create([None])  # one element: the job runs once
-            | "Run" >> beam.ParDo(_RunFn(self._job))  # str: the manifest's path
+            | "Once" >> beam.Create([self._job])  # one element, the job: it runs once
+            | "Run" >> beam.Map(run_in_process)  # str: the manifest's path
         )

@@ -49,23 +49,43 @@ def stop_and_record(seen: list[traceback.StackSummary]):
     return reached
 
 
-def test_preprocess_reaches_the_first_document_read_in_six_calls(monkeypatch, tmp_path):
+def first_read_path(monkeypatch, tmp_path, *flags: str) -> list[str]:
+    """The lmshards frames from preprocess's main to the call that reads the first document."""
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("".join(f"document {i} of a small corpus\n" for i in range(40)))
     seen: list[traceback.StackSummary] = []
     monkeypatch.setattr(read_stage, "read_range", stop_and_record(seen))
     golden = Path(__file__).resolve().parents[1] / "data" / "golden" / "tokenizer.json"
     argv = ["--input", str(corpus), "--tokenizer", str(golden), "--output", str(tmp_path / "out")]
-    # --dedup: the staged pipeline, whose reader runs on the calling thread (the in-process engine
-    # reads in a thread of its own).
     with pytest.raises(Exception):  # noqa: B017 (whatever Beam wraps _Reached in)
-        preprocess_cli.main([*argv, "--dedup", "exact"])
-    path = project_path(seen[0])
+        preprocess_cli.main([*argv, *flags])
+    assert len(seen) == 1  # the first read stopped the run
+    return project_path(seen[0])
+
+
+def test_preprocess_reaches_the_first_document_read_in_six_calls(monkeypatch, tmp_path):
+    # --dedup: the staged pipeline
+    path = first_read_path(monkeypatch, tmp_path, "--dedup", "exact")
     assert path == [
         "preprocess.cli.main",
         "preprocess.pipeline.run_pipeline",
         "preprocess.launch.launch",
         "preprocess.stages.read.process",
+        "preprocess.stages.read.read_sized_range",
+        "preprocess.stages.read.read_batches",
+    ]
+    assert len(path) <= MAX_CALLS
+
+
+def test_the_default_preprocess_reaches_the_first_document_read_in_six_calls(monkeypatch, tmp_path):
+    # The default runner, a local output, no curation: the in-process engine, which reads on the
+    # step's own thread.
+    path = first_read_path(monkeypatch, tmp_path)
+    assert path == [
+        "preprocess.cli.main",
+        "preprocess.pipeline.run_pipeline",
+        "preprocess.launch.launch",
+        "preprocess.in_process.run_in_process",
         "preprocess.stages.read.read_sized_range",
         "preprocess.stages.read.read_batches",
     ]

@@ -209,8 +209,10 @@ def test_spilled_chunks_and_rows_read_back_as_written(tmp_path):
 
 def test_batches_are_merged_up_to_a_size_and_none_is_lost():
     batches = [["ab", "c"], ["defg"], ["h"], ["ijklmn"], ["o"]]
-    merged = list(in_process.merged_batches(batches, max_chars=5))
-    assert merged == [["ab", "c", "defg"], ["h", "ijklmn"], ["o"]]
+    merger = in_process.BatchMerger(max_chars=5)
+    merged = [merger.add(batch) for batch in batches]
+    assert merged == [None, ["ab", "c", "defg"], None, ["h", "ijklmn"], None]
+    assert merger.rest() == ["o"] and merger.rest() is None
 
 
 def test_a_tokenizer_changed_after_planning_is_refused(tmp_path):
