@@ -270,7 +270,8 @@ def build_sdist(setup_file: str, dist_dir: str) -> str:
       RuntimeError: the build failed (its output's tail), as Beam's stager raises.
     """
     done = subprocess.run(
-        [sys.executable, os.path.basename(setup_file), "-q", "sdist", "--dist-dir", dist_dir],
+        # -d is sdist's dist-dir option.
+        [sys.executable, os.path.basename(setup_file), "-q", "sdist", "-d", dist_dir],
         cwd=os.path.dirname(setup_file),
         capture_output=True,
         text=True,
