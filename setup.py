@@ -66,7 +66,7 @@ def pinned_per_python(name: str) -> list[str]:
     ]
 
 
-# Exactly what preprocess/, plumbing/ and schemas/ import (tests/command/test_packaging.py checks both ways).
+# Exactly what preprocess/, plumbing/ and schemas/ import (tests/packaging/test_packaging.py checks both ways).
 # numpy, pyarrow, google-crc32c and protobuf also come with apache-beam[gcp], but worker code imports
 # them itself, so they are pinned here rather than left to Beam's ranges. gcsfs is never imported by
 # name: fsspec loads it for gs:// paths. [gcp] is Beam's own gs:// IO, which workers write shards with.

@@ -2,7 +2,7 @@
 
 The preprocess writer and every reader (the trainer's tf.data pipeline, `lmshards inspect`, tests)
 use these functions; nobody re-declares them. The bytes they produce are a promise to users who
-keep shards for years: tests/schemas/test_shard_format_golden.py guards them.
+keep shards for years: tests/golden/test_shard_format_golden.py guards them.
 """
 
 from __future__ import annotations

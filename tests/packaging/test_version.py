@@ -18,7 +18,7 @@ import pytest
 from lmshards.command.cli import main as lmshards_main
 from lmshards.schemas.version import __version__
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CHANGELOG = REPO / "CHANGELOG.md"
 GOLDEN = REPO / "tests" / "data" / "golden"
 # A release heading of the changelog, Keep a Changelog style: `## [0.6.0] - 2026-12-04`.

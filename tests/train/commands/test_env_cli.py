@@ -20,7 +20,7 @@ from lmshards.train.commands.env_cli import STACK, main
 from lmshards.train.commands.runtime_check import RuntimeProbe
 from lmshards.train.devices import TPU_ENV_VARS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

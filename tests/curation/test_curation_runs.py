@@ -14,7 +14,7 @@ from lmshards.command.cli import main as lmshards_main
 from lmshards.preprocess.stages.tokens import read_store_manifest
 from lmshards.schemas.manifest import read_manifest
 
-GOLDEN = Path(__file__).resolve().parents[2] / "data" / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 TOKENIZER = str(GOLDEN / "tokenizer.json")
 # One packing group per split and fixed shard counts, so that the shards depend on the documents alone.
 SHARD_FLAGS = [

@@ -16,7 +16,7 @@ from lmshards.preprocess.sources import InputError
 from lmshards.preprocess.sources.files import discover_inputs
 from lmshards.preprocess.stages import read
 
-GOLDEN = Path(__file__).resolve().parents[2] / "data" / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 TOKENIZER = GOLDEN / "tokenizer.json"
 TEXT = (GOLDEN / "corpus" / "en.txt").read_text(encoding="utf-8")
 FAST = ["--seq_len", "16", "--tokenizer_threads", "1", "--shard_multiple", "2"]
