@@ -20,7 +20,7 @@ from lmshards.plumbing.outputs import check_replaceable, clear_owned_output, des
 from lmshards.plumbing.quiet import PROGRESS_ENVIRONMENT
 from lmshards.schemas.layouts import DEMO_MARKER, DEMO_OUTPUT, OUTPUT_KINDS
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 # English only: one domain (Austen novels, a software manual, speeches) that a tiny model learns within minutes.
 CORPUS_GLOB = str(REPO_ROOT / "data" / "sample" / "en" / "*.txt")
 # A sentence in the style of Pride and Prejudice, one of the corpus's books, that fits in one record; a model that
