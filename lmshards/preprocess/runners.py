@@ -303,13 +303,20 @@ def staged_setup_copy(setup_file: str) -> str:
     return os.path.join(copy, os.path.basename(setup_file))
 
 
+def _has_pypa_build() -> bool:
+    """True where `python -m build` works. A checkout's `build/` folder (what setuptools leaves after a wheel
+    build) is found as a namespace package without an origin, and is not it."""
+    spec = importlib.util.find_spec("build")
+    return spec is not None and spec.origin is not None
+
+
 def _build_sdist_quietly() -> None:
     """Where the `build` module is not installed, builds the sdist the way Beam's stager falls back to
     (`setup.py sdist`), its output captured: the stager's first attempt, `python -m build`, would print
     "No module named build" on the user's terminal before falling back."""
     from apache_beam.runners.portability.stager import Stager
 
-    if importlib.util.find_spec("build") is not None or getattr(Stager, "_lmshards_quiet", False):
+    if _has_pypa_build() or getattr(Stager, "_lmshards_quiet", False):
         return
     beam_build = Stager._build_setup_package
 
