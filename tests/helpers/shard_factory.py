@@ -243,4 +243,7 @@ def _example(ids: np.ndarray, mask: np.ndarray) -> bytes:
         INPUT_IDS: tf.train.Feature(int64_list=tf.train.Int64List(value=ids)),
         ATTENTION_MASK: tf.train.Feature(int64_list=tf.train.Int64List(value=mask)),
     }
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+    # deterministic: the feature map's order, so a set's bytes (and the digest a run records of it) are the
+    # same in every process.
+    example = tf.train.Example(features=tf.train.Features(feature=feature))
+    return example.SerializeToString(deterministic=True)
