@@ -388,7 +388,7 @@ def test_beams_log_records_of_reported_failures_are_recognised():
         exc_info = (type(exc), exc, None) if exc else None
         return logging.LogRecord(name, level, __file__, 1, message, (), exc_info)
 
-    escaped = r"worker: Error processing\ntreceback\npreprocess.sources.core.options.InputError: \'x.gz\': truncated"
+    escaped = r"worker: Error processing\ntreceback\nlmshards.preprocess.sources.core.options.InputError: \'x.gz\': truncated"
     assert is_reported_failure(
         record("apache_beam.runners.portability.local_job_service", logging.ERROR, escaped)
     )
