@@ -263,8 +263,10 @@ def parse_config(argv: Sequence[str]) -> TrainConfig:
             "shards": tuple(s.path for s in sources),
             "shard_weights": source_weights(sources),
             **model_defaults(args),
-            "mlm_probability": args.mlm_probability
-            or get_family(args.model_family or DEFAULT_FAMILY).mlm_probability,
+            # None: not given (0 is given, and refused by check_recipe below).
+            "mlm_probability": get_family(args.model_family or DEFAULT_FAMILY).mlm_probability
+            if args.mlm_probability is None
+            else args.mlm_probability,
         }
     )
     check_recipe(config.masking, config.mlm_probability)
