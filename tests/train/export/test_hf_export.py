@@ -209,7 +209,14 @@ def test_bert_export_gives_keras_encoder_states_and_close_logits(bert_export):
     # BertForMaskedLM's head uses hidden_act and layer_norm_eps; keras-hub's uses exact GELU and
     # epsilon 1e-5. The encoder is matched exactly, the head within a small, bounded difference.
     assert np.abs(torch_logits[real] - keras_logits[real]).max() < 3e-3
-    np.testing.assert_array_equal(torch_logits[real].argmax(-1), keras_logits[real].argmax(-1))
+    # The same prediction wherever the top two logits are further apart than the heads may differ (a random
+    # model's near-ties may swap within that difference).
+    top2 = np.sort(keras_logits[real], axis=-1)[:, -2:]
+    decided = top2[:, 1] - top2[:, 0] > 2 * 3e-3
+    assert decided.mean() > 0.5
+    np.testing.assert_array_equal(
+        torch_logits[real].argmax(-1)[decided], keras_logits[real].argmax(-1)[decided]
+    )
 
 
 @pytest.mark.parametrize("family", family_names())
