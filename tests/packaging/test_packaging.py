@@ -442,26 +442,22 @@ def test_import_names_are_the_installed_distributions_modules(worker_requirement
         assert origin in files, f"{import_name(distribution)} is not a module of {distribution}"
 
 
+def _wheel(src: Path, dist_dir: Path) -> Path:
+    """The wheel pip builds from src into dist_dir, as a worker's pip builds the staged sdist."""
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+        + ["-w", str(dist_dir), "."],
+        src,
+        worker=False,
+    )
+    (wheel,) = dist_dir.glob("*.whl")
+    return wheel
+
+
 def test_the_wheel_installs_one_top_level_package(checkout, tmp_path):
     """The full wheel installs `lmshards` and nothing beside it: no generic `train`, `schemas`, ... that another
     distribution or a user's own `train.py` could collide with."""
-    _run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(tmp_path),
-            ".",
-        ],
-        checkout,
-        worker=False,
-    )
-    (wheel,) = tmp_path.glob("lmshards-*.whl")
+    wheel = _wheel(checkout, tmp_path)
     with zipfile.ZipFile(wheel) as whl:
         names = whl.namelist()
         (top_level_txt,) = [n for n in names if n.endswith(".dist-info/top_level.txt")]
@@ -476,24 +472,7 @@ def test_worker_rebuilds_the_same_distribution_without_the_switch(worker_sdist, 
     with tarfile.open(worker_sdist) as tar:
         tar.extractall(tmp_path, filter="data")
     (src,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    wheel_dir = tmp_path / "wheel"
-    _run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(wheel_dir),
-            ".",
-        ],
-        src,
-        worker=False,
-    )
-    (wheel,) = wheel_dir.glob("*.whl")
+    wheel = _wheel(src, tmp_path / "wheel")
     with zipfile.ZipFile(wheel) as whl:
         names = whl.namelist()
     installed = [name for name in names if not name.split("/")[0].endswith(".dist-info")]
