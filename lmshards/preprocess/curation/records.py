@@ -20,7 +20,11 @@ from lmshards.preprocess.curation.text import digest, exact_form
 EXACT = "exact"
 NEAR = "near"
 CONTAMINATED = "contaminated"
-REASONS = (CONTAMINATED, EXACT, NEAR)  # the order curation applies them in
+REASONS = (
+    CONTAMINATED,
+    EXACT,
+    NEAR,
+)  # the order curation applies them in (the corpus steps' reasons)
 
 DocRef = tuple[str, int]  # (source file, 0-based document index in it), or its record's number
 
@@ -75,6 +79,15 @@ class Removal:
     kept: DocRef | None = None  # exact / near: the document kept in its place
     eval: DocRef | None = None  # contaminated: the eval record it shares an n-gram with
     similarity: float | None = None  # near: estimated Jaccard similarity to the kept document
+    # A document step's removal: the step, and the measured value against its threshold
+    # ("mean_word_length 2.10 < 3"). Empty for the corpus steps, whose reasons name them.
+    step: str = ""
+    detail: str = ""
+
+    @property
+    def key(self) -> str:
+        """What the manifest counts this removal under (curation.removed): removed_key."""
+        return removed_key(self.step, self.reason)
 
     def audit_line(self) -> str:
         """The JSON line the audit holds for this removal (sorted keys: the same bytes everywhere)."""
@@ -90,6 +103,9 @@ class Removal:
             data["eval"] = {"source": self.eval[0], "index": self.eval[1]}
         if self.similarity is not None:
             data["similarity"] = self.similarity
+        if self.step:  # only where set: the corpus steps' lines keep their bytes
+            data["step"] = self.step
+            data["detail"] = self.detail
         return json.dumps(data, sort_keys=True, ensure_ascii=False)
 
 
@@ -105,7 +121,15 @@ def removal_from_line(line: str) -> Removal:
         kept=(str(kept["source"]), int(kept["index"])) if kept else None,
         eval=(str(eval_["source"]), int(eval_["index"])) if eval_ else None,
         similarity=float(data["similarity"]) if "similarity" in data else None,
+        step=str(data.get("step", "")),
+        detail=str(data.get("detail", "")),
     )
-    if removal.reason not in REASONS:
+    if not removal.step and removal.reason not in REASONS:
         raise ValueError(f"reason {removal.reason!r} is not one of {list(REASONS)}")
     return removal
+
+
+def removed_key(step: str, reason: str) -> str:
+    """The manifest's key of a removal: the reason of a corpus step (they are unique), "step:reason"
+    of a document step (two steps may give the same reason)."""
+    return f"{step}:{reason}" if step else reason

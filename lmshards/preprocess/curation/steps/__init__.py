@@ -1,1 +1,394 @@
-"""Curation as an ordered list of steps (see base.py for what a step is)."""
+"""Curation as an ordered list of steps (see base.py for what a step is).
+
+The order is fixed: read -> extract -> language -> quality filters -> PII -> decontaminate -> dedup ->
+tokenize; `_STEP_MODULES` lists the steps in it. Adding a step is one module beside these (defining
+STEP) and its name in `_STEP_MODULES`, at its place in the order.
+
+The framework here turns a step's flags into preprocess flags, picks the steps a run selects (with
+their options, which the manifest records), builds the document steps, and judges batches of documents
+through them (judge_documents: the one loop both the Beam stage and the in-process path run), counting
+each step's funnel: documents and bytes in and out, removed per reason, and what it counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import importlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from lmshards.plumbing.errors import LmshardsError
+from lmshards.plumbing.flag_types import Number, real, whole
+from lmshards.preprocess.curation.records import CurationDoc, Removal
+from lmshards.preprocess.curation.steps.base import (
+    CORPUS,
+    DOCUMENT,
+    DocumentStep,
+    Judgement,
+    Step,
+    StepFlag,
+)
+
+# Modules of this package, one per step, in the order the steps run.
+_STEP_MODULES = (
+    "decontaminate",
+    "dedup",
+)
+
+STEPS: tuple[Step, ...] = tuple(
+    importlib.import_module(f"{__name__}.{m}").STEP for m in _STEP_MODULES
+)
+# The flag naming the quality filters to run (the document steps without a switch of their own).
+QUALITY_FILTERS = "quality_filters"
+
+__all__ = [
+    "CORPUS",
+    "DOCUMENT",
+    "QUALITY_FILTERS",
+    "STEPS",
+    "BuiltStep",
+    "DocumentStep",
+    "JudgedBatch",
+    "Judgement",
+    "SelectedStep",
+    "Step",
+    "StepCounts",
+    "StepError",
+    "StepFlag",
+    "StepFunnel",
+    "add_step_arguments",
+    "build_document_steps",
+    "check_step_values",
+    "judge_documents",
+    "select_steps",
+    "step_named",
+]
+
+
+class StepError(LmshardsError):
+    """A curation step named or set wrongly on the command line."""
+
+
+def step_named(name: str, steps: Sequence[Step] | None = None) -> Step:
+    """The registered step called name. Raises StepError listing the names."""
+    for step in STEPS if steps is None else steps:
+        if step.name == name:
+            return step
+    raise StepError(f"Unknown curation step {name!r}; the steps are {[s.name for s in STEPS]}.")
+
+
+def quality_filters(steps: Sequence[Step] | None = None) -> tuple[Step, ...]:
+    """The document steps --quality_filters names (those without a switch of their own)."""
+    return tuple(
+        s for s in (STEPS if steps is None else steps) if s.kind == DOCUMENT and not s.switch
+    )
+
+
+def document_flags(steps: Sequence[Step] | None = None) -> tuple[StepFlag, ...]:
+    """Every flag of the document steps, in step order."""
+    return tuple(
+        f for s in (STEPS if steps is None else steps) if s.kind == DOCUMENT for f in s.flags
+    )
+
+
+# ---------------------------------------------------------------- flags
+
+
+def flag_number(flag: StepFlag) -> Number | None:
+    """The range of a numeric flag (the argparse type and the check), None for the others."""
+    if flag.type is int:
+        low = None if flag.minimum is None else int(flag.minimum)
+        high = None if flag.maximum is None else int(flag.maximum)
+        return whole(low, high)
+    if flag.type is float:
+        return real(flag.minimum, flag.maximum)
+    return None
+
+
+def add_step_arguments(
+    parser: argparse.ArgumentParser, steps: Sequence[Step] | None = None
+) -> None:
+    """--quality_filters and every document step's flags (corpus steps' flags are options.py's)."""
+    names = [s.name for s in quality_filters(steps)]
+    parser.add_argument(
+        f"--{QUALITY_FILTERS}",
+        default="",
+        help="Comma-separated quality filters to run on each document before tokenizing, in this "
+        f"order whatever the order given: {', '.join(names) or '(none registered)'}.",
+    )
+    for flag in document_flags(steps):
+        number = flag_number(flag)
+        if flag.type is bool:
+            parser.add_argument(
+                f"--{flag.flag}",
+                dest=flag.flag,
+                action="store_true",
+                default=flag.default,
+                help=flag.help,
+            )
+        else:
+            parser.add_argument(
+                f"--{flag.flag}",
+                dest=flag.flag,
+                type=number if number is not None else flag.type,
+                choices=flag.choices,
+                default=flag.default,
+                help=flag.help,
+            )
+
+
+def step_values(namespace: Any, steps: Sequence[Step] | None = None) -> dict[str, Any]:
+    """field -> value of every document step's flag, read from parsed flags (attributes by flag name)."""
+    return {f.field: getattr(namespace, f.flag) for f in document_flags(steps)}
+
+
+def check_step_values(values: Mapping[str, Any], steps: Sequence[Step] | None = None) -> None:
+    """Checks each document step's options against its flags' ranges and choices (a config built in
+    code skips argparse's), then each step's own check.
+
+    Raises:
+      StepError: naming the flag, the value and the fix.
+    """
+    for step in STEPS if steps is None else steps:
+        if step.kind != DOCUMENT:
+            continue
+        for flag in step.flags:
+            value = values.get(flag.field, flag.default)
+            number = flag_number(flag)
+            if number is not None and value is not None and not number.contains(value):
+                raise StepError(
+                    f"--{flag.flag} {value!r} is out of range: it must be {number.describe()}."
+                )
+            if flag.choices is not None and value not in flag.choices:
+                raise StepError(
+                    f"--{flag.flag} {value!r} is not one of {list(flag.choices)}; use one of them."
+                )
+        if step.check is not None:
+            try:
+                step.check(step_options(step, values))
+            except ValueError as e:
+                raise StepError(str(e)) from None
+
+
+def step_options(step: Step, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The options a step is built from and the manifest records: its flags' fields and values."""
+    return {f.field: values.get(f.field, f.default) for f in step.flags}
+
+
+def parse_quality_filters(text: str, steps: Sequence[Step] | None = None) -> tuple[str, ...]:
+    """The names in --quality_filters, checked. Raises StepError naming an unknown one and the fix."""
+    known = [s.name for s in quality_filters(steps)]
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    for name in names:
+        if name not in known:
+            hint = difflib.get_close_matches(name, known, n=1)
+            raise StepError(
+                f"--{QUALITY_FILTERS} {name!r} is not a quality filter"
+                + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                + f"; choose from {', '.join(known) or '(none registered)'}."
+            )
+    if len(set(names)) != len(names):
+        raise StepError(f"--{QUALITY_FILTERS} {text!r} names a filter twice; name each once.")
+    return names
+
+
+# ---------------------------------------------------------------- selection
+
+
+@dataclasses.dataclass(frozen=True)
+class SelectedStep:
+    """A step a run selected, with the options it is built from (recorded in the manifest)."""
+
+    name: str
+    kind: str
+    options: dict[str, Any]
+
+
+def select_steps(
+    *,
+    quality: Sequence[str],
+    values: Mapping[str, Any],
+    switches: Mapping[str, bool],
+    steps: Sequence[Step] | None = None,
+) -> tuple[SelectedStep, ...]:
+    """The steps a run selects, in the registry's order.
+
+    quality: the --quality_filters names; values: the document steps' flag values (step_values);
+    switches: a corpus step's switch field -> whether it is on (from PreprocessConfig).
+    """
+    selected = []
+    for step in STEPS if steps is None else steps:
+        if step.kind == CORPUS:
+            on = switches.get(step.switch, False)
+        elif not step.switch:
+            on = step.name in quality
+        else:
+            default = next(f.default for f in step.flags if f.field == step.switch)
+            on = values.get(step.switch, default) != default
+        if on:
+            selected.append(SelectedStep(step.name, step.kind, step_options(step, values)))
+    return tuple(selected)
+
+
+# ---------------------------------------------------------------- the funnel
+
+
+@dataclasses.dataclass
+class StepCounts:
+    """One step's row of the funnel: documents and UTF-8 bytes in and out, removed per reason
+    ([documents, bytes], bytes as the document entered the step), and what it counted per label."""
+
+    documents_in: int = 0
+    bytes_in: int = 0
+    documents_out: int = 0
+    bytes_out: int = 0
+    removed: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    counts: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def __iadd__(self, other: StepCounts) -> StepCounts:
+        self.documents_in += other.documents_in
+        self.bytes_in += other.bytes_in
+        self.documents_out += other.documents_out
+        self.bytes_out += other.bytes_out
+        for reason, (docs, nbytes) in other.removed.items():
+            mine = self.removed.setdefault(reason, [0, 0])
+            mine[0] += docs
+            mine[1] += nbytes
+        for label, n in other.counts.items():
+            self.counts[label] = self.counts.get(label, 0) + n
+        return self
+
+    def as_dict(self, name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The manifest's form of the row (curation.steps), labels and reasons sorted."""
+        return {
+            "name": name,
+            "options": dict(options),
+            "documents_in": self.documents_in,
+            "bytes_in": self.bytes_in,
+            "documents_out": self.documents_out,
+            "bytes_out": self.bytes_out,
+            "removed": {
+                reason: {"documents": docs, "bytes": nbytes}
+                for reason, (docs, nbytes) in sorted(self.removed.items())
+            },
+            "counts": dict(sorted(self.counts.items())),
+        }
+
+
+@dataclasses.dataclass
+class StepFunnel:
+    """Each step's StepCounts by step name; add two with `a += b` (batches, workers)."""
+
+    steps: dict[str, StepCounts] = dataclasses.field(default_factory=dict)
+
+    def __iadd__(self, other: StepFunnel) -> StepFunnel:
+        for name, counts in other.steps.items():
+            self.steps.setdefault(name, StepCounts()).__iadd__(counts)
+        return self
+
+    def row(self, name: str) -> StepCounts:
+        return self.steps.setdefault(name, StepCounts())
+
+
+def sum_funnels(parts: Iterable[StepFunnel]) -> StepFunnel:
+    total = StepFunnel()
+    for part in parts:
+        total += part
+    return total
+
+
+# ---------------------------------------------------------------- judging
+
+
+@dataclasses.dataclass(frozen=True)
+class BuiltStep:
+    """A selected document step, built (its heavy parts loaded)."""
+
+    name: str
+    reasons: tuple[str, ...]
+    judge: DocumentStep
+
+
+@dataclasses.dataclass
+class JudgedBatch:
+    """What the document steps made of a batch: the kept documents (text possibly changed), in order,
+    one Removal per removed document, and the funnel of this batch."""
+
+    kept: list[CurationDoc]
+    removals: list[Removal]
+    funnel: StepFunnel
+
+
+def build_document_steps(
+    selected: Sequence[SelectedStep], steps: Sequence[Step] | None = None
+) -> list[BuiltStep]:
+    """The selected document steps, built from their options, in order (the corpus steps are left to
+    their own stages). Builds heavy things: call it where the work runs (DoFn.setup)."""
+    built = []
+    for chosen in selected:
+        if chosen.kind != DOCUMENT:
+            continue
+        step = step_named(chosen.name, steps)
+        assert step.build is not None, f"document step {step.name} has no build"
+        built.append(BuiltStep(step.name, step.reasons, step.build(chosen.options)))
+    return built
+
+
+def utf8_bytes(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def judge_documents(steps: Sequence[BuiltStep], docs: Sequence[CurationDoc]) -> JudgedBatch:
+    """Runs docs through each step in turn: a removed document goes no further.
+
+    Raises:
+      ValueError: a step that does not give one Judgement per document, or a reason it did not declare
+        (a bug in the step).
+    """
+    funnel = StepFunnel()
+    kept = list(docs)
+    removals: list[Removal] = []
+    for step in steps:
+        row = funnel.row(step.name)
+        judgements = step.judge.judge([doc.text for doc in kept])
+        if len(judgements) != len(kept):
+            raise ValueError(
+                f"curation step {step.name} judged {len(judgements)} of {len(kept)} documents"
+            )
+        survivors = []
+        for doc, judgement in zip(kept, judgements):
+            size = utf8_bytes(doc.text)
+            row.documents_in += 1
+            row.bytes_in += size
+            for label, n in judgement.counts.items():
+                row.counts[label] = row.counts.get(label, 0) + n
+            if judgement.text is None:
+                if judgement.reason not in step.reasons:
+                    raise ValueError(
+                        f"curation step {step.name} gave reason {judgement.reason!r}, not one of "
+                        f"{list(step.reasons)}"
+                    )
+                removed = row.removed.setdefault(judgement.reason, [0, 0])
+                removed[0] += 1
+                removed[1] += size
+                removals.append(
+                    Removal(
+                        doc.source,
+                        doc.record,
+                        judgement.reason,
+                        size,
+                        step=step.name,
+                        detail=judgement.detail,
+                    )
+                )
+                continue
+            if judgement.text != doc.text:
+                doc = dataclasses.replace(doc, text=judgement.text)
+                size = utf8_bytes(doc.text)
+            row.documents_out += 1
+            row.bytes_out += size
+            survivors.append(doc)
+        kept = survivors
+    return JudgedBatch(kept=kept, removals=removals, funnel=funnel)

@@ -36,10 +36,12 @@ class Judgement(NamedTuple):
 
     text: str | None  # the text that goes on (changed by PII, C4 line removal); None: removed
     reason: str = ""  # removed: the rule that removed it, one of the step's reasons
-    detail: str = ""  # removed: the measured value against the threshold, "mean_word_length 2.10 < 3"
-    counts: Mapping[str, int] = {}  # what the step counted on this document: {"en": 1}, {"email": 2}
-
-
+    detail: str = (
+        ""  # removed: the measured value against the threshold, "mean_word_length 2.10 < 3"
+    )
+    counts: Mapping[
+        str, int
+    ] = {}  # what the step counted on this document: {"en": 1}, {"email": 2}
 
 
 class DocumentStep(Protocol):
@@ -60,3 +62,9 @@ class Step:
     reasons: tuple[str, ...]  # the audit reasons it can give
     flags: tuple[StepFlag, ...] = ()
     build: Callable[[Mapping[str, Any]], DocumentStep] | None = None  # DOCUMENT: options -> step
+    # The field that turns the step on when set to other than its default (a field of its flags, or of
+    # PreprocessConfig for CORPUS steps); "": the step is named in --quality_filters.
+    switch: str = ""
+    # Checks of its options together, beyond each flag's range: raises ValueError whose message names
+    # the flags and the fix (the framework ends the run with it, exit 2).
+    check: Callable[[Mapping[str, Any]], None] | None = None

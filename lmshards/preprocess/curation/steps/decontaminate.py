@@ -1,0 +1,19 @@
+"""Decontaminate: remove training documents that share a word n-gram with an eval set.
+
+A corpus step: it needs every eval document first. Its logic and Beam stage are
+lmshards.preprocess.curation.decontaminate; its flags (--decontaminate, --decontaminate_ngram,
+--decontaminate_text_field) are PreprocessConfig's, and --decontaminate turns it on.
+"""
+
+from __future__ import annotations
+
+from lmshards.preprocess.curation.records import CONTAMINATED
+from lmshards.preprocess.curation.steps.base import CORPUS, Step
+
+STEP = Step(
+    name="decontaminate",
+    kind=CORPUS,
+    summary="remove documents sharing a --decontaminate_ngram word n-gram with an eval set",
+    reasons=(CONTAMINATED,),
+    switch="decontaminate",
+)

@@ -1,0 +1,19 @@
+"""Dedup: remove exact or near duplicates, keeping one document of each cluster.
+
+A corpus step: it compares every document with every other. Its logic and Beam stage are
+lmshards.preprocess.curation.dedup; its flags (--dedup, --minhash_*) are PreprocessConfig's, and
+--dedup exact or near turns it on.
+"""
+
+from __future__ import annotations
+
+from lmshards.preprocess.curation.records import EXACT, NEAR
+from lmshards.preprocess.curation.steps.base import CORPUS, Step
+
+STEP = Step(
+    name="dedup",
+    kind=CORPUS,
+    summary="remove exact (--dedup exact) or near (--dedup near: MinHash LSH) duplicate documents",
+    reasons=(EXACT, NEAR),
+    switch="dedup",
+)
