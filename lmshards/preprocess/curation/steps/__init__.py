@@ -33,6 +33,7 @@ from lmshards.preprocess.curation.steps.base import (
 
 # Modules of this package, one per step, in the order the steps run.
 _STEP_MODULES = (
+    "language",
     "decontaminate",
     "dedup",
 )

@@ -83,8 +83,8 @@ def parse_languages(value: str) -> frozenset[str]:
             close = difflib.get_close_matches(code, LABELS, n=3)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise ValueError(
-                f"--languages: {code!r} is not a code of the language model{hint}; list its {len(LABELS)} "
-                f"codes with `python -m {__name__}`"
+                f"--languages: {code!r} is not a code of the language model{hint}; its {len(LABELS)} codes "
+                "are listed under --languages in `lmshards preprocess --help`"
             )
     return frozenset(codes)
 
@@ -204,8 +204,8 @@ STEP = Step(
             str,
             "",
             "identify each document's language: keep those whose top language is one of these codes, e.g. "
-            f"en,de (lid.176's ISO 639 codes; list them with `python -m {__name__}`), or all to keep every "
-            "document and only count the languages",
+            "en,de, or all to keep every document and only count the languages. lid.176's codes (ISO 639; "
+            f"und: no letters, never kept by a list): {' '.join(LABELS)}",
         ),
         StepFlag(
             "language_threshold",
@@ -221,7 +221,3 @@ STEP = Step(
     switch="languages",
     check=check,
 )
-
-
-if __name__ == "__main__":
-    print(" ".join(LABELS))
