@@ -70,9 +70,11 @@ def plan_eval_sets(config: PreprocessConfig) -> EvalSets | None:
 def plan_curation(
     config: PreprocessConfig, *, batch_size: int, range_bytes: int
 ) -> CurationSettings | None:
-    """The curation stage's settings, or None when nothing is curated (--dedup none, no eval set)."""
+    """The curation stage's settings, or None when nothing is curated (--dedup none, no eval set, no
+    document step)."""
     eval_sets = plan_eval_sets(config)
-    if config.dedup == DEDUP_NONE and eval_sets is None:
+    steps = config.curation_steps
+    if config.dedup == DEDUP_NONE and eval_sets is None and not steps:
         return None
     return CurationSettings(
         dedup=config.dedup,
@@ -86,4 +88,5 @@ def plan_curation(
         eval_sets=eval_sets,
         batch_size=batch_size,
         range_bytes=range_bytes,
+        steps=steps,
     )

@@ -42,6 +42,17 @@ from lmshards.preprocess.curation.stage import (
     DEDUP_NONE,
     DEFAULT_DECONTAMINATE_NGRAM,
 )
+from lmshards.preprocess.curation.steps import (
+    QUALITY_FILTERS,
+    SelectedStep,
+    StepError,
+    add_step_arguments,
+    check_step_values,
+    document_flags,
+    parse_quality_filters,
+    select_steps,
+    step_values,
+)
 from lmshards.preprocess.sources import (
     DEFAULT_TEXT_COLUMN,
     DEFAULT_TEXT_FIELD,
@@ -93,6 +104,8 @@ CURATION_FLAGS = (
     "--decontaminate",
     "--decontaminate_ngram",
     "--decontaminate_text_field",
+    f"--{QUALITY_FILTERS}",
+    *(f"--{flag.flag}" for flag in document_flags()),
 )
 # Declared optional to Beam (which parses every option class on every run), required by `lmshards preprocess`.
 REQUIRED_FLAGS = ("--input", "--tokenizer", "--output")
@@ -316,6 +329,8 @@ def add_curation_arguments(parser: argparse.ArgumentParser) -> None:
         help="The JSON Lines field / Parquet column holding the eval sets' text "
         "(default: --text_field / --text_column).",
     )
+    # --quality_filters and the document steps' own flags (lmshards.preprocess.curation.steps)
+    add_step_arguments(parser)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -355,11 +370,23 @@ class PreprocessConfig:
     decontaminate: tuple[str, ...] = ()
     decontaminate_ngram: int = DEFAULT_DECONTAMINATE_NGRAM
     decontaminate_text_field: str | None = None
+    quality_filters: tuple[str, ...] = ()  # --quality_filters, in the order given
+    # The document steps' flag values, (field, value) by field; a field left out takes its default.
+    step_values: tuple[tuple[str, Any], ...] = ()
 
     @property
     def curating(self) -> bool:
-        """Whether a curation stage runs (--dedup exact/near or --decontaminate)."""
-        return self.dedup != DEDUP_NONE or bool(self.decontaminate)
+        """Whether a curation stage runs (--dedup exact/near, --decontaminate or a document step)."""
+        return bool(self.curation_steps)
+
+    @property
+    def curation_steps(self) -> tuple[SelectedStep, ...]:
+        """The curation steps this run selects, in their fixed order, with their options."""
+        return select_steps(
+            quality=self.quality_filters,
+            values=dict(self.step_values),
+            switches={"dedup": self.dedup != DEDUP_NONE, "decontaminate": bool(self.decontaminate)},
+        )
 
     def __post_init__(self) -> None:
         validate(self)
@@ -433,6 +460,11 @@ def validate_curation(config: PreprocessConfig) -> None:
         )
     if config.dedup == DEDUP_NEAR:
         check_minhash_memory(bands=config.minhash_bands, rows=config.minhash_rows)
+    try:
+        parse_quality_filters(",".join(config.quality_filters))
+        check_step_values(dict(config.step_values))
+    except StepError as e:
+        raise PreprocessError(str(e)) from None
 
 
 def check_minhash_memory(*, bands: int, rows: int) -> None:
@@ -498,13 +530,20 @@ def check_dependent_flags(config: PreprocessConfig) -> None:
 def config_from_options(options: PipelineOptions) -> PreprocessConfig:
     """Our flags, as a PreprocessConfig. Raises PreprocessError on a bad value."""
     flags = options.view_as(LmshardsPreprocessOptions)
-    fields = {f.name for f in dataclasses.fields(PreprocessConfig)} - {"inputs", "decontaminate"}
+    own = {"inputs", "decontaminate", "quality_filters", "step_values"}
+    fields = {f.name for f in dataclasses.fields(PreprocessConfig)} - own
     values = {name: getattr(flags, name) for name in fields}
     if values["remainder"] is None:
         values["remainder"] = default_remainder(values["packing"])
+    try:
+        quality = parse_quality_filters(getattr(flags, QUALITY_FILTERS) or "")
+    except StepError as e:
+        raise PreprocessError(str(e)) from None
     return PreprocessConfig(
         inputs=tuple(flags.input or ()),
         decontaminate=tuple(flags.decontaminate or ()),
+        quality_filters=quality,
+        step_values=tuple(sorted(step_values(flags).items())),
         **values,
     )
 

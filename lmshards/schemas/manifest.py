@@ -144,7 +144,13 @@ class CurationInfo:
     document (each keeps one). eval_files: {"path", "documents" (read from it), "removed" (training
     documents removed for sharing an n-gram with it)}, in --decontaminate order. audit: {"path"
     (relative to the output), "lines"} of every audit file, sorted by path.
-    Accounting: documents_in == documents_removed + the documents of every split.
+    A document step's reasons are keyed "step:reason" in removed (see steps below).
+    steps: the funnel, written when a document step ran (language, quality filters, PII): every step
+    that ran, in order, as {"name", "options", "documents_in", "bytes_in", "documents_out",
+    "bytes_out", "removed": {reason: {"documents", "bytes"}}, "counts": {label: n}}; bytes are UTF-8
+    bytes of the documents as they entered (in, removed) or left (out) the step.
+    Accounting: documents_in == documents_removed + the documents of every split; each step's
+    documents_in == documents_out + its removed documents, and its in is the step before's out.
     """
 
     dedup: str
@@ -156,6 +162,7 @@ class CurationInfo:
     eval_files: tuple[dict[str, Any], ...]
     audit: tuple[dict[str, Any], ...]
     version: int = CURATION_FORMAT_VERSION
+    steps: tuple[dict[str, Any], ...] = ()  # written only when set: older sets keep their bytes
 
     @property
     def documents_removed(self) -> int:
@@ -202,7 +209,60 @@ def curation_from_dict(data: dict[str, Any]) -> CurationInfo:
         eval_files=tuple(dict(e) for e in data["eval_files"]),
         audit=audit,
         version=int(version),
+        steps=tuple(_step_row(row) for row in data.get("steps", ())),
     )
+
+
+def _step_row(row: dict[str, Any]) -> dict[str, Any]:
+    """One row of curation.steps, its numbers as ints."""
+    return {
+        "name": str(row["name"]),
+        "options": dict(row["options"]),
+        **{key: int(row[key]) for key in FUNNEL_KEYS},
+        "removed": {
+            str(k): {"documents": int(v["documents"]), "bytes": int(v["bytes"])}
+            for k, v in row["removed"].items()
+        },
+        "counts": {str(k): int(v) for k, v in row["counts"].items()},
+    }
+
+
+FUNNEL_KEYS = ("documents_in", "bytes_in", "documents_out", "bytes_out")
+
+
+def funnel_problems(curation: CurationInfo, *, written: int) -> list[str]:
+    """Where curation's funnel (steps) does not add up: each step's documents in against out plus
+    removed, each step's in against the step before's out (the first's against documents_in and
+    bytes_in), the last's out against written (the documents kept, tokenized or rejected by the
+    tokenizer), and the removals per step against curation.removed. None without a funnel."""
+    if not curation.steps:
+        return []
+    problems = []
+    before = ("curation", curation.documents_in, curation.bytes_in)
+    removed: dict[str, dict[str, int]] = {}
+    for row in curation.steps:
+        name = row["name"]
+        if (row["documents_in"], row["bytes_in"]) != before[1:]:
+            problems.append(
+                f"step {name}: in {row['documents_in']:,} documents ({row['bytes_in']:,} bytes), but "
+                f"{before[0]} gave {before[1]:,} ({before[2]:,} bytes)"
+            )
+        gone = sum(r["documents"] for r in row["removed"].values())
+        if row["documents_in"] != row["documents_out"] + gone:
+            problems.append(
+                f"step {name}: {row['documents_in']:,} documents in != {row['documents_out']:,} out "
+                f"+ {gone:,} removed"
+            )
+        for reason, r in row["removed"].items():
+            key = f"{name}:{reason}"  # a document step's; a corpus step's reason is its own key
+            removed[key if key in curation.removed else reason] = r
+        before = (f"step {name}", row["documents_out"], row["bytes_out"])
+    if before[1] != written:
+        problems.append(f"{before[0]} kept {before[1]:,} documents, the splits hold {written:,}")
+    for key, r in curation.removed.items():
+        if removed.get(key, {"documents": 0, "bytes": 0}) != r:
+            problems.append(f"removed {key}: the steps say {removed.get(key)}, the totals {r}")
+    return problems
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,6 +318,8 @@ class Manifest:
         for key in _OPTIONAL_KEYS:  # absent rather than null, so older outputs' bytes stay the same
             if data[key] is None:
                 del data[key]
+        if "curation" in data and not data["curation"]["steps"]:
+            del data["curation"]["steps"]
         if not self.packed:
             for split in data["splits"].values():
                 for key in PACKING_TOTALS:
@@ -308,6 +370,9 @@ def check_curation_accounting(manifest: Manifest) -> None:
             + (f" + rejected by the tokenizer {rejected}" if rejected else "")
             + f". {_REWRITE_HINT}"
         )
+    problems = funnel_problems(curation, written=written + rejected)
+    if problems:
+        raise ManifestError(f"Curation funnel: {problems[0]}. {_REWRITE_HINT}")
 
 
 def check_listing(manifest: Manifest) -> None:
@@ -634,6 +699,7 @@ __all__ = [
     "TokenizerInfo",
     "check_accounting",
     "check_curation_accounting",
+    "funnel_problems",
     "curation_from_dict",
     "check_file_relpath",
     "check_listing",

@@ -16,6 +16,7 @@ from lmshards.plumbing import fs
 from lmshards.plumbing.flag_types import Number
 from lmshards.plumbing.units import SizeFlag
 from lmshards.preprocess import runners
+from lmshards.preprocess.curation.steps import document_flags, quality_filters
 from lmshards.preprocess.options import (
     LmshardsPreprocessOptions,
     PreprocessConfig,
@@ -91,6 +92,15 @@ def test_metadata_regexes_accept_defaults_and_gcs_paths_only_where_paths_go():
     }
 
 
+# Curation step parameters (no template default: the step's applies): a value each takes, its default
+# or, where the text names registered things, some of them.
+STEP_SAMPLES = {
+    **{f.flag: str(f.default) for f in document_flags() if f.default not in ("", None, False)},
+    "quality_filters": ",".join(s.name for s in quality_filters()),
+    "languages": "en,de",
+}
+
+
 def _launcher_argv(params: dict[str, dict], *, types: set[str]) -> list[str]:
     """The --name=value flags the Flex Template launcher passes, one sample value per parameter."""
     samples = {
@@ -102,6 +112,8 @@ def _launcher_argv(params: dict[str, dict], *, types: set[str]) -> list[str]:
     }
 
     def sample(param: dict) -> str:
+        if param["name"] in STEP_SAMPLES:
+            return STEP_SAMPLES[param["name"]]
         if "defaultValue" in param:
             return param["defaultValue"]
         if (

@@ -16,7 +16,21 @@ from typing import Any
 import apache_beam as beam
 
 from lmshards.plumbing import bounded, fs
-from lmshards.preprocess.curation.records import REASONS, CurationDoc, Removal, removal_from_line
+from lmshards.preprocess.curation.records import (
+    REASONS,
+    CurationDoc,
+    Removal,
+    removal_from_line,
+    removed_key,
+)
+from lmshards.preprocess.curation.steps import (
+    CORPUS,
+    DOCUMENT,
+    STEPS,
+    SelectedStep,
+    StepCounts,
+    StepFunnel,
+)
 from lmshards.schemas.constants import CURATION_DIR_NAME
 from lmshards.schemas.manifest import CurationInfo, Manifest
 
@@ -39,7 +53,7 @@ class CurationCounts:
     bytes_in: int = 0
     removed: dict[str, list[int]] = dataclasses.field(
         default_factory=dict
-    )  # reason -> [docs, bytes]
+    )  # Removal.key -> [docs, bytes]
     by_eval_file: dict[str, int] = dataclasses.field(default_factory=dict)  # eval file -> removed
 
     def merge(self, other: CurationCounts) -> CurationCounts:
@@ -61,7 +75,7 @@ def counts_of_document(doc: CurationDoc) -> CurationCounts:
 
 
 def counts_of_removal(removal: Removal) -> CurationCounts:
-    counts = CurationCounts(removed={removal.reason: [1, removal.bytes]})
+    counts = CurationCounts(removed={removal.key: [1, removal.bytes]})
     if removal.eval is not None:
         counts.by_eval_file[removal.eval[0]] = 1
     return counts
@@ -99,6 +113,48 @@ def write_audit_file(output: str, key: AuditKey, removals: Iterable[Removal]) ->
     return {"path": relpath, "lines": len(removals)}
 
 
+def removed_keys(steps: Sequence[SelectedStep]) -> list[str]:
+    """The keys of curation.removed: the corpus steps' reasons (always, as before the document steps),
+    then each selected document step's, in step order."""
+    keys = list(REASONS)
+    for chosen in steps:
+        if chosen.kind == DOCUMENT:
+            step = next(s for s in STEPS if s.name == chosen.name)
+            keys.extend(removed_key(step.name, reason) for reason in step.reasons)
+    return keys
+
+
+def funnel_rows(
+    steps: Sequence[SelectedStep], funnel: StepFunnel, counts: CurationCounts
+) -> tuple[dict[str, Any], ...]:
+    """The manifest's curation.steps: the document steps' rows as judged, the corpus steps' from the
+    step before's out less their removals (they change no text). () without a document step, so the
+    manifest of a --dedup / --decontaminate run stays as it was."""
+    if not any(chosen.kind == DOCUMENT for chosen in steps):
+        return ()
+    rows = []
+    documents, nbytes = counts.documents_in, counts.bytes_in
+    for chosen in steps:
+        if chosen.kind == CORPUS:
+            step = next(s for s in STEPS if s.name == chosen.name)
+            row = StepCounts(documents_in=documents, bytes_in=nbytes)
+            for reason in step.reasons:
+                docs, gone = counts.removed.get(reason, [0, 0])
+                if docs:
+                    row.removed[reason] = [docs, gone]
+            row.documents_out = documents - sum(d for d, _ in row.removed.values())
+            row.bytes_out = nbytes - sum(b for _, b in row.removed.values())
+        else:
+            row = funnel.steps.get(chosen.name) or StepCounts(
+                documents_in=documents, bytes_in=nbytes
+            )
+            if not row.documents_in:  # no document reached it: in and out are the step before's out
+                row = StepCounts(documents, nbytes, documents, nbytes)
+        rows.append(row.as_dict(chosen.name, chosen.options))
+        documents, nbytes = row.documents_out, row.bytes_out
+    return tuple(rows)
+
+
 def curation_info(
     *,
     dedup: str,
@@ -108,6 +164,8 @@ def curation_info(
     eval_files: Sequence[str],
     eval_documents: dict[str, int],
     audit: Iterable[dict[str, Any]],
+    steps: Sequence[SelectedStep] = (),
+    funnel: StepFunnel | None = None,
 ) -> CurationInfo:
     """The manifest's curation section from what the run counted."""
     return CurationInfo(
@@ -116,11 +174,11 @@ def curation_info(
         documents_in=counts.documents_in,
         bytes_in=counts.bytes_in,
         removed={
-            reason: {
-                "documents": counts.removed.get(reason, [0, 0])[0],
-                "bytes": counts.removed.get(reason, [0, 0])[1],
+            key: {
+                "documents": counts.removed.get(key, [0, 0])[0],
+                "bytes": counts.removed.get(key, [0, 0])[1],
             }
-            for reason in REASONS
+            for key in removed_keys(steps)
         },
         clusters=clusters,
         eval_files=tuple(
@@ -132,6 +190,7 @@ def curation_info(
             for path in eval_files
         ),
         audit=tuple(sorted(audit, key=lambda entry: entry["path"])),
+        steps=funnel_rows(steps, funnel or StepFunnel(), counts),
     )
 
 
@@ -146,7 +205,8 @@ def audit_problems(manifest: Manifest, output: str) -> list[str]:
         return []
     problems: list[str] = []
     inputs = {info.path for info in manifest.inputs}
-    removed: dict[str, list[int]] = {reason: [0, 0] for reason in REASONS}
+    removed: dict[str, list[int]] = {key: [0, 0] for key in curation.removed}
+    ran = {row["name"] for row in curation.steps}
     by_eval: dict[str, int] = {}
     for entry in curation.audit:
         path = fs.join(output, entry["path"])
@@ -172,16 +232,23 @@ def audit_problems(manifest: Manifest, output: str) -> list[str]:
                 problems.append(
                     f"{path}:{number}: source {removal.source!r} is not an input of this shard set"
                 )
-            removed[removal.reason][0] += 1
-            removed[removal.reason][1] += removal.bytes
+            if removal.key not in removed:
+                problems.append(
+                    f"{path}:{number}: step {removal.step!r} reason {removal.reason!r} is not one the "
+                    "manifest counts"
+                )
+                continue
+            if removal.step and removal.step not in ran:
+                problems.append(f"{path}:{number}: step {removal.step!r} did not run")
+            removed[removal.key][0] += 1
+            removed[removal.key][1] += removal.bytes
             if removal.eval is not None:
                 by_eval[removal.eval[0]] = by_eval.get(removal.eval[0], 0) + 1
-    for reason in REASONS:
-        expected = curation.removed.get(reason, {"documents": 0, "bytes": 0})
-        found = removed[reason]
+    for key, expected in curation.removed.items():
+        found = removed[key]
         if [expected["documents"], expected["bytes"]] != found:
             problems.append(
-                f"{output}: the audit holds {found[0]:,} {reason} removals ({found[1]:,} bytes), the "
+                f"{output}: the audit holds {found[0]:,} {key} removals ({found[1]:,} bytes), the "
                 f"manifest says {expected['documents']:,} ({expected['bytes']:,} bytes)"
             )
     for entry in curation.eval_files:

@@ -1,6 +1,7 @@
 """The curation stage: numbered documents in, the kept documents' batches, the audit and the counts out.
 
-Order: decontamination first (a contaminated document is gone before it could be kept for a
+Order (lmshards.preprocess.curation.steps): the document steps first (language, quality filters, PII:
+each batch judged by judge_documents, the loop the in-process path runs too), then decontamination (a contaminated document is gone before it could be kept for a
 cluster), then exact or near deduplication of what is left. Removals are decided on small keys
 (digests, band keys, NodeKeys) and joined back to the documents by (source, index), so no step
 holds more than one cluster's or one bucket's keys, and no step holds every signature.
@@ -25,6 +26,15 @@ from lmshards.preprocess.curation.audit import (
 from lmshards.preprocess.curation.decontaminate import Decontaminate, EvalIndex
 from lmshards.preprocess.curation.dedup import ExactVerdicts, MinHashSettings, NearVerdicts
 from lmshards.preprocess.curation.records import CurationDoc, DocRef, Removal
+from lmshards.preprocess.curation.steps import (
+    DOCUMENT,
+    BuiltStep,
+    SelectedStep,
+    StepFunnel,
+    build_document_steps,
+    judge_documents,
+    sum_funnels,
+)
 from lmshards.preprocess.sources import ReadOptions
 from lmshards.preprocess.stages.read import (
     NumberedBatch,
@@ -57,6 +67,16 @@ class CurationSettings:
     eval_sets: EvalSets | None
     batch_size: int  # documents per batch handed to the tokenizer
     range_bytes: int
+    steps: tuple[SelectedStep, ...] = ()  # every step that runs, in order, with its options
+
+    @property
+    def document_steps(self) -> tuple[SelectedStep, ...]:
+        return tuple(s for s in self.steps if s.kind == DOCUMENT)
+
+    @property
+    def corpus(self) -> bool:
+        """Whether a corpus step runs (--dedup exact/near, --decontaminate)."""
+        return self.dedup != DEDUP_NONE or self.eval_sets is not None
 
     def manifest_options(self) -> dict[str, Any]:
         """The options that decide what is removed (the manifest's curation.options)."""
@@ -140,6 +160,7 @@ def _info(
     clusters: int,
     eval_documents: Iterable[tuple[str, int]],
     audit: Iterable[dict[str, Any]],
+    funnels: Iterable[StepFunnel],
     *,
     settings: CurationSettings,
 ) -> CurationInfo:
@@ -152,6 +173,8 @@ def _info(
         eval_files=eval_files,
         eval_documents=dict(eval_documents),
         audit=audit,
+        steps=settings.steps,
+        funnel=sum_funnels(funnels),
     )
 
 
@@ -171,6 +194,47 @@ class NumberDocuments(beam.PTransform):
         return read.documents | "Number" >> beam.FlatMap(
             number_documents, beam.pvalue.AsSingleton(offsets)
         )  # CurationDoc
+
+
+class _JudgeFn(beam.DoFn):
+    """[CurationDoc] -> each kept CurationDoc, each Removal, then the batch's StepFunnel (one output,
+    told apart by type); the steps are built in setup(), never pickled."""
+
+    def __init__(self, steps: tuple[SelectedStep, ...]):
+        self._steps = steps
+        self._built: list[BuiltStep] = []
+
+    def setup(self) -> None:
+        self._built = build_document_steps(self._steps)
+
+    def process(self, docs: list[CurationDoc]) -> Iterator[CurationDoc | Removal | StepFunnel]:
+        judged = judge_documents(self._built, docs)
+        yield from judged.kept
+        yield from judged.removals
+        yield judged.funnel
+
+
+def _is_funnel(element: CurationDoc | Removal | StepFunnel) -> bool:
+    return isinstance(element, StepFunnel)
+
+
+class JudgeDocuments(beam.PTransform):
+    """CurationDoc -> CurationDoc (kept, text possibly changed) | Removal | StepFunnel (per batch)."""
+
+    def __init__(self, steps: tuple[SelectedStep, ...], batch_size: int):
+        super().__init__()
+        self._steps = steps
+        self._batch_size = batch_size
+
+    def expand(self, docs):
+        return (
+            docs
+            | "Batch"
+            >> beam.BatchElements(
+                min_batch_size=1, max_batch_size=self._batch_size
+            )  # [CurationDoc]
+            | "Judge" >> beam.ParDo(_JudgeFn(self._steps))  # CurationDoc | Removal | StepFunnel
+        )
 
 
 class _Deduplicate(beam.PTransform):
@@ -207,6 +271,14 @@ class CurateDocuments(beam.PTransform):
         docs = read | "NumberDocuments" >> NumberDocuments()  # CurationDoc
         counted_in = docs | "CountIn" >> beam.Map(counts_of_document)  # CurationCounts
         removals: list[beam.PCollection] = []
+        funnels = pipeline | "NoDocumentSteps" >> beam.Create([])  # StepFunnel
+        if settings.document_steps:
+            judged = docs | "JudgeDocuments" >> JudgeDocuments(
+                settings.document_steps, settings.batch_size
+            )  # CurationDoc | Removal | StepFunnel
+            docs = judged | "Kept" >> beam.Filter(is_doc)  # CurationDoc
+            removals.append(judged | "Judged" >> beam.Filter(is_removal))  # Removal
+            funnels = judged | "Funnels" >> beam.Filter(_is_funnel)  # StepFunnel, one per batch
         eval_documents = pipeline | "NoEvalSets" >> beam.Create([])  # (eval file, documents)
         if settings.eval_sets is not None:
             eval_read = pipeline | "ReadEvalSets" >> ReadDocuments(
@@ -252,6 +324,7 @@ class CurateDocuments(beam.PTransform):
                 beam.pvalue.AsSingleton(clusters),
                 beam.pvalue.AsList(eval_documents),
                 beam.pvalue.AsList(audit),
+                beam.pvalue.AsList(funnels),
                 settings=settings,
             )
         )  # CurationInfo, one

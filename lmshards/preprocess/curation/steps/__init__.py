@@ -115,10 +115,12 @@ def add_step_arguments(
     names = [s.name for s in quality_filters(steps)]
     parser.add_argument(
         f"--{QUALITY_FILTERS}",
-        default="",
+        default=None,
         help="Comma-separated quality filters to run on each document before tokenizing, in this "
         f"order whatever the order given: {', '.join(names) or '(none registered)'}.",
     )
+    # Argparse's default is None (not given): the step's default is filled in by step_values, so the
+    # Flex Template, which passes only what is set, needs no default of its own.
     for flag in document_flags(steps):
         number = flag_number(flag)
         if flag.type is bool:
@@ -135,14 +137,21 @@ def add_step_arguments(
                 dest=flag.flag,
                 type=number if number is not None else flag.type,
                 choices=flag.choices,
-                default=flag.default,
-                help=flag.help,
+                default=None,
+                help=f"{flag.help} (default: {flag.default!r})"
+                if flag.default not in ("", None)
+                else flag.help,
             )
 
 
 def step_values(namespace: Any, steps: Sequence[Step] | None = None) -> dict[str, Any]:
-    """field -> value of every document step's flag, read from parsed flags (attributes by flag name)."""
-    return {f.field: getattr(namespace, f.flag) for f in document_flags(steps)}
+    """field -> value of every document step's flag, read from parsed flags (attributes by flag name;
+    None: not given, the flag's default)."""
+    values = {}
+    for flag in document_flags(steps):
+        value = getattr(namespace, flag.flag, None)
+        values[flag.field] = flag.default if value is None else value
+    return values
 
 
 def check_step_values(values: Mapping[str, Any], steps: Sequence[Step] | None = None) -> None:
