@@ -26,10 +26,10 @@ from lmshards.preprocess.curation.records import (
 from lmshards.preprocess.curation.steps import (
     CORPUS,
     DOCUMENT,
-    STEPS,
     SelectedStep,
     StepCounts,
     StepFunnel,
+    step_named,
 )
 from lmshards.schemas.constants import CURATION_DIR_NAME
 from lmshards.schemas.manifest import CurationInfo, Manifest
@@ -119,7 +119,7 @@ def removed_keys(steps: Sequence[SelectedStep]) -> list[str]:
     keys = list(REASONS)
     for chosen in steps:
         if chosen.kind == DOCUMENT:
-            step = next(s for s in STEPS if s.name == chosen.name)
+            step = step_named(chosen.name)
             keys.extend(removed_key(step.name, reason) for reason in step.reasons)
     return keys
 
@@ -136,7 +136,7 @@ def funnel_rows(
     documents, nbytes = counts.documents_in, counts.bytes_in
     for chosen in steps:
         if chosen.kind == CORPUS:
-            step = next(s for s in STEPS if s.name == chosen.name)
+            step = step_named(chosen.name)
             row = StepCounts(documents_in=documents, bytes_in=nbytes)
             for reason in step.reasons:
                 docs, gone = counts.removed.get(reason, [0, 0])

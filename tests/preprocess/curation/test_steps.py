@@ -4,8 +4,6 @@ judging and the funnel, with small steps registered by the test (the product shi
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
-from typing import Any
 
 import pytest
 
@@ -16,55 +14,11 @@ from lmshards.preprocess.curation.steps import (
     DOCUMENT,
     Judgement,
     SelectedStep,
-    Step,
     StepError,
-    StepFlag,
     StepFunnel,
 )
+from tests.helpers.curation_steps import MASK, SHORT
 
-
-class _MinWords:
-    def __init__(self, options: Mapping[str, Any]):
-        self._min = options["min_words"]
-
-    def judge(self, texts: Sequence[str]) -> list[Judgement]:
-        out = []
-        for text in texts:
-            words = len(text.split())
-            if words < self._min:
-                out.append(Judgement(None, "too_few_words", f"words {words} < {self._min}"))
-            else:
-                out.append(Judgement(text, counts={"long": 1}))
-        return out
-
-
-class _Mask:
-    """Replaces '@' by '<at>' and counts them (a PII-like step that changes text)."""
-
-    def __init__(self, options: Mapping[str, Any]):
-        pass
-
-    def judge(self, texts: Sequence[str]) -> list[Judgement]:
-        return [Judgement(t.replace("@", "<at>"), counts={"at": t.count("@")}) for t in texts]
-
-
-SHORT = Step(
-    name="short",
-    kind=DOCUMENT,
-    summary="drops documents of few words",
-    reasons=("too_few_words",),
-    flags=(StepFlag("short_min_words", "min_words", int, 3, "words at least", 1, 100),),
-    build=_MinWords,
-)
-MASK = Step(
-    name="mask",
-    kind=DOCUMENT,
-    summary="masks @",
-    reasons=(),
-    flags=(StepFlag("mask", "mask", str, "", "what to mask", choices=("", "at")),),
-    build=_Mask,
-    switch="mask",
-)
 DEDUP = framework.step_named("dedup")
 REGISTRY = (SHORT, MASK, DEDUP)
 

@@ -1,0 +1,127 @@
+"""The document steps on the default runner: each batch judged as it is read, in one pass.
+
+Language, quality filters and PII need no other document, so the in-process path judges each batch
+between reading and tokenizing (judge_documents, the loop the Beam stage runs too), and nothing waits
+for the whole corpus. The removals go to spill files, one per audit file (a source's block of records),
+as they come; finish() writes each audit file sorted by record, as WriteAudit does, so the audit and
+the manifest's curation section are the staged pipeline's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+
+from lmshards.preprocess.curation.audit import (
+    AuditKey,
+    CurationCounts,
+    audit_key,
+    counts_of_removal,
+    curation_info,
+    write_audit_file,
+)
+from lmshards.preprocess.curation.records import CurationDoc, removal_from_line
+from lmshards.preprocess.curation.stage import DEDUP_NONE
+from lmshards.preprocess.curation.steps import (
+    SelectedStep,
+    StepFunnel,
+    build_document_steps,
+    judge_documents,
+    utf8_bytes,
+)
+from lmshards.preprocess.sources import ReadOptions, ReadStats, RecordNumbers
+from lmshards.preprocess.sources.formats import format_for
+from lmshards.preprocess.stages.read import ReadProgress, SizedRange, read_sized_range
+from lmshards.schemas.manifest import CurationInfo
+
+
+class DocumentCuration:
+    """Judges numbered documents through the selected document steps as they are read; finish() writes
+    the audit under output and returns the manifest's curation section. Spill files live under
+    `directory` (the caller's spill directory, removed by the caller)."""
+
+    def __init__(self, steps: Sequence[SelectedStep], *, output: str, directory: str):
+        self._selected = tuple(steps)
+        self._built = build_document_steps(self._selected)
+        self._output = output
+        self._directory = os.path.join(directory, "judged")
+        os.makedirs(self._directory, exist_ok=True)
+        self._counts = CurationCounts()
+        self._funnel = StepFunnel()
+        self._spills: dict[AuditKey, str] = {}
+        self._next: dict[str, tuple[int, int, int]] = {}  # source -> (range, document, record) next
+
+    def read_range(
+        self,
+        sized: SizedRange,
+        options: ReadOptions,
+        *,
+        batch_size: int,
+        stats: ReadStats,
+        progress: ReadProgress,
+    ) -> Iterator[list[str]]:
+        """read_sized_range's batches, each numbered as the staged reader numbers it and judged: the
+        kept texts. A file's ranges must come in their order (plan_sized_ranges lists them so)."""
+        path = sized.range.path
+        number, documents, records = self._next.get(path, (0, 0, 0))
+        if sized.number != number:
+            raise ValueError(f"range {sized.number} of {path!r} comes out of its file's order")
+        # Only formats that number raw records fill it; the others' records are their documents.
+        numbers = RecordNumbers() if format_for(path, options).raw_records else None
+        count = 0
+        for batch in read_sized_range(
+            sized, options, batch_size=batch_size, stats=stats, progress=progress, numbers=numbers
+        ):
+            local = (
+                numbers.take(len(batch))
+                if numbers is not None
+                else range(count, count + len(batch))
+            )
+            docs = [
+                CurationDoc(path, documents + count + i, text, records + record)
+                for i, (text, record) in enumerate(zip(batch, local, strict=True))
+            ]
+            count += len(batch)
+            kept = self.judge(docs)
+            if kept:
+                yield kept
+        raw = numbers.records if numbers is not None else count
+        self._next[path] = (number + 1, documents + count, records + raw)
+
+    def judge(self, docs: Sequence[CurationDoc]) -> list[str]:
+        """The texts of docs that go on to be tokenized (as the steps left them), in order."""
+        self._counts.documents_in += len(docs)
+        self._counts.bytes_in += sum(utf8_bytes(doc.text) for doc in docs)
+        judged = judge_documents(self._built, docs)
+        self._funnel += judged.funnel
+        lines: dict[AuditKey, list[str]] = {}
+        for removal in judged.removals:
+            self._counts += counts_of_removal(removal)
+            lines.setdefault(audit_key(removal), []).append(removal.audit_line() + "\n")
+        for key, text in lines.items():  # (source, block) -> its lines of this batch
+            path = self._spills.setdefault(
+                key, os.path.join(self._directory, f"audit-{len(self._spills):06d}")
+            )
+            with open(path, "a", encoding="utf-8") as f:
+                f.writelines(text)
+        return [doc.text for doc in judged.kept]
+
+    def finish(self) -> CurationInfo:
+        """Writes every audit file; the manifest's curation section (after the last judge())."""
+        audit = []
+        for key, path in self._spills.items():
+            with open(path, encoding="utf-8") as f:
+                removals = [removal_from_line(line) for line in f]
+            audit.append(write_audit_file(self._output, key, removals))
+            os.remove(path)
+        return curation_info(
+            dedup=DEDUP_NONE,
+            options={},
+            counts=self._counts,
+            clusters=0,
+            eval_files=(),
+            eval_documents={},
+            audit=audit,
+            steps=self._selected,
+            funnel=self._funnel,
+        )
