@@ -402,13 +402,32 @@ def shards_figure(manifest: Manifest, *, name: str):
 
 
 def curation_funnel(manifest: Manifest) -> list[tuple[str, str]]:
-    """(stage, count) rows of a curated shard set: documents in, removed per reason, documents and
+    """(stage, count) rows of a curated shard set: documents in, then each step's documents kept and
+    removed per reason (the manifest's funnel; a set made before it: removed per reason), documents and
     tokens written; [] for a shard set made without curation."""
     curation = manifest.curation
     if curation is None:
         return []
     rows = [("documents in", f"{curation.documents_in:,} ({curation.bytes_in:,} bytes)")]
-    for reason, removed in curation.removed.items():
+    for step in curation.steps:
+        rows.append(
+            (
+                f"{step['name']}: kept",
+                f"{step['documents_out']:,} of {step['documents_in']:,} "
+                f"({step['bytes_out']:,} of {step['bytes_in']:,} bytes)",
+            )
+        )
+        for reason, removed in step["removed"].items():
+            rows.append(
+                (
+                    f"{step['name']}: removed {reason}",
+                    f"{removed['documents']:,} ({removed['bytes']:,} bytes)",
+                )
+            )
+        if step["counts"]:
+            counted = ", ".join(f"{label} {n:,}" for label, n in step["counts"].items())
+            rows.append((f"{step['name']}: counted", counted))
+    for reason, removed in curation.removed.items() if not curation.steps else ():
         rows.append(
             (f"removed: {reason}", f"{removed['documents']:,} ({removed['bytes']:,} bytes)")
         )

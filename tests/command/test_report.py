@@ -285,3 +285,34 @@ def test_a_curated_shard_set_shows_its_funnel_and_an_uncurated_one_none():
     ]
     assert "Curation of s (--dedup near)" in funnel_table(curated, name="s")
     assert curation_funnel(_manifest()) == [] and funnel_table(_manifest(), name="s") == ""
+
+
+def test_a_shard_set_with_document_steps_shows_each_step_of_its_funnel():
+    row = {
+        "name": "language",
+        "options": {"languages": "en"},
+        "documents_in": 10,
+        "bytes_in": 500,
+        "documents_out": 6,
+        "bytes_out": 300,
+        "removed": {"not_listed": {"documents": 4, "bytes": 200}},
+        "counts": {"de": 4, "en": 6},
+    }
+    curation = CurationInfo(
+        dedup="none",
+        options={},
+        documents_in=10,
+        bytes_in=500,
+        removed={"language:not_listed": {"documents": 4, "bytes": 200}},
+        clusters=0,
+        eval_files=(),
+        audit=(),
+        steps=(row,),
+    )
+    rows = curation_funnel(dataclasses.replace(_manifest(), curation=curation))
+    assert rows[:4] == [
+        ("documents in", "10 (500 bytes)"),
+        ("language: kept", "6 of 10 (300 of 500 bytes)"),
+        ("language: removed not_listed", "4 (200 bytes)"),
+        ("language: counted", "de 4, en 6"),
+    ]

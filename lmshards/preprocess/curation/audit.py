@@ -17,6 +17,8 @@ import apache_beam as beam
 
 from lmshards.plumbing import bounded, fs
 from lmshards.preprocess.curation.records import (
+    EXACT,
+    NEAR,
     REASONS,
     CurationDoc,
     Removal,
@@ -132,6 +134,13 @@ def funnel_rows(
     manifest of a --dedup / --decontaminate run stays as it was."""
     if not any(chosen.kind == DOCUMENT for chosen in steps):
         return ()
+    return step_rows(steps, funnel, counts)
+
+
+def step_rows(
+    steps: Sequence[SelectedStep], funnel: StepFunnel, counts: CurationCounts
+) -> tuple[dict[str, Any], ...]:
+    """Every step's funnel row (see funnel_rows), in order."""
     rows = []
     documents, nbytes = counts.documents_in, counts.bytes_in
     for chosen in steps:
@@ -192,6 +201,40 @@ def curation_info(
         audit=tuple(sorted(audit, key=lambda entry: entry["path"])),
         steps=funnel_rows(steps, funnel or StepFunnel(), counts),
     )
+
+
+def curation_funnel(curation: CurationInfo) -> tuple[dict[str, Any], ...]:
+    """The funnel of a curation section: its steps, or for a set made before the document steps (or
+    with only --dedup / --decontaminate), the corpus steps' rows drawn from its removed counts."""
+    if curation.steps:
+        return curation.steps
+    ran = []
+    if curation.eval_files:
+        ran.append(SelectedStep("decontaminate", CORPUS, {}))
+    if curation.dedup in (EXACT, NEAR):  # --dedup's choices are named as its reasons
+        ran.append(SelectedStep("dedup", CORPUS, {}))
+    counts = CurationCounts(
+        documents_in=curation.documents_in,
+        bytes_in=curation.bytes_in,
+        removed={key: [r["documents"], r["bytes"]] for key, r in curation.removed.items()},
+    )
+    return step_rows(ran, StepFunnel(), counts)
+
+
+def funnel_lines(curation: CurationInfo) -> list[str]:
+    """The funnel, a line per step (documents and bytes in and out) and one per reason and count."""
+    lines = ["    funnel (documents, UTF-8 bytes):"]
+    for row in curation_funnel(curation):
+        lines.append(
+            f"      {row['name']}: {row['documents_in']:,} -> {row['documents_out']:,} documents, "
+            f"{row['bytes_in']:,} -> {row['bytes_out']:,} bytes"
+        )
+        for reason, r in row["removed"].items():
+            lines.append(f"        removed {reason}: {r['documents']:,} ({r['bytes']:,} bytes)")
+        if row["counts"]:
+            counted = ", ".join(f"{label} {n:,}" for label, n in row["counts"].items())
+            lines.append(f"        counted: {counted}")
+    return lines
 
 
 def audit_problems(manifest: Manifest, output: str) -> list[str]:
@@ -257,6 +300,22 @@ def audit_problems(manifest: Manifest, output: str) -> list[str]:
                 f"{output}: the audit names eval file {entry['path']!r} {by_eval.get(entry['path'], 0):,} "
                 f"times, the manifest says {entry['removed']:,}"
             )
+    return problems + step_problems(curation, removed, output)
+
+
+def step_problems(curation: CurationInfo, removed: dict[str, list[int]], output: str) -> list[str]:
+    """Where the funnel's removals per step and reason disagree with the audit's (removed: what the
+    audit holds per Removal.key)."""
+    problems = []
+    for row in curation_funnel(curation):
+        for reason, r in row["removed"].items():
+            key = removed_key(row["name"], reason)
+            found = removed.get(key if key in removed else reason, [0, 0])
+            if found != [r["documents"], r["bytes"]]:
+                problems.append(
+                    f"{output}: the audit holds {found[0]:,} {row['name']} {reason} removals "
+                    f"({found[1]:,} bytes), the funnel says {r['documents']:,} ({r['bytes']:,} bytes)"
+                )
     return problems
 
 
@@ -282,7 +341,7 @@ def describe_curation(curation: CurationInfo) -> list[str]:
         f"    audit: {len(curation.audit)} files in {CURATION_DIR_NAME}/, "
         f"{sum(a['lines'] for a in curation.audit):,} lines"
     )
-    return lines
+    return lines + funnel_lines(curation)
 
 
 # ---------------------------------------------------------------- Beam
