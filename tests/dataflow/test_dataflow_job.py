@@ -382,6 +382,7 @@ def test_flex_template_boolean_parameters_parse():
         "--overwrite=true",
         "--verbose=true",
         "--keep_tokens=true",
+        "--html_drop_comments=true",
         "--skip_binary=true",
     ]
     for name in ("overwrite", "keep_tokens", "skip_binary"):

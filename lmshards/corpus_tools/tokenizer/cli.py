@@ -163,6 +163,11 @@ def training_config(args: argparse.Namespace) -> cfg.TokenizerTrainingConfig:
         encoding=args.encoding,
         doc_marker=args.doc_marker,
         doc_marker_regex=args.doc_marker_regex,
+        html_field=args.html_field,
+        url_field=args.url_field,
+        html_extract=args.html_extract,
+        html_drop_comments=args.html_drop_comments,
+        max_html_bytes=args.max_html_bytes,
         overwrite=args.overwrite,
     )
 

@@ -105,6 +105,11 @@ class TokenizerTrainingConfig:
     encoding: str = sources.UTF8
     doc_marker: str | None = None
     doc_marker_regex: str | None = None
+    html_field: str | None = None
+    url_field: str | None = None
+    html_extract: str = sources.HTML_EXTRACT_MAIN
+    html_drop_comments: bool = False
+    max_html_bytes: int = sources.MAX_HTML_BYTES
     overwrite: bool = False
 
     def __post_init__(self) -> None:

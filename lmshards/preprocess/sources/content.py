@@ -4,6 +4,9 @@ Refused, naming the file and the fix, while the run is planned:
 - compressed bytes under another name (gzip, bzip2, zstd or xz magic in a `.txt`), or a name that
   says one codec over another codec's bytes or none (compression.check_magic);
 - Parquet bytes under a name that is not `.parquet`;
+- WARC files by content: a `.warc`/`.wet` file (compressed or not) must start with a `WARC/1.0` or
+  `WARC/1.1` record; WARC records under another name (a `.txt`, a Common Crawl `.wat` of metadata)
+  are refused with the rename or the file to pass instead;
 - binary files, told by their first bytes (decompressed) whatever their name, each named for what it
   is: archives (zip, tar, `.tar.gz` included, 7z, RAR), images (PNG, JPEG, GIF, WebP, TIFF), PDF,
   executables, SQLite databases, a Sphinx inventory (`objects.inv`: zlib-compressed after its header
@@ -15,7 +18,8 @@ Refused, naming the file and the fix, while the run is planned:
   non-ASCII bytes in its first SNIFF_BYTES (decompressed), more than half are not part of a UTF-8
   sequence, as in Latin-1 or cp1252 text (a few stray bad bytes in UTF-8 text are not refused: they
   are decoded with U+FFFD and counted in documents_invalid_utf8). A file that starts with a UTF-16 or
-  UTF-32 byte-order mark is decoded from it and not looked at here.
+  UTF-32 byte-order mark is decoded from it and not looked at here. WARC and HTML files are not
+  looked at for UTF-8: each page is decoded by its own charset (sources/extract.py).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from lmshards.preprocess.sources.core.compression import (
 from lmshards.preprocess.sources.core.documents import utf8_boundary
 from lmshards.preprocess.sources.core.lines import WIDE_BOMS
 from lmshards.preprocess.sources.core.options import BinaryFileError, InputError, ReadOptions
-from lmshards.preprocess.sources.formats import format_for, parquet
+from lmshards.preprocess.sources.formats import format_for, html, parquet, warc
 from lmshards.preprocess.sources.formats.base import Format
 from lmshards.schemas.manifest import InputFileInfo
 
@@ -152,16 +156,42 @@ def check_content(path: str, options: ReadOptions) -> None:
     if fmt is parquet.FORMAT:  # binary; its reader checks what it needs
         return
     if is_compressed(path):
+        # Of a WARC only its first record's start is looked at: one truncated further on is read up to
+        # its cut, and counted (warc_files_truncated), not refused here.
+        sniff = len(warc.WARC_MAGICS[0]) if fmt is warc.FORMAT else SNIFF_BYTES
         with open_decompressed(path) as f:
-            head = f.read(SNIFF_BYTES)
+            head = f.read(sniff)
     if head.startswith(PARQUET_MAGIC):
         raise InputError(f"{path!r} holds Parquet data, not text; rename it to end in .parquet.")
+    _check_warc(path, head, fmt)
+    if fmt is warc.FORMAT:  # records of any content type: each is looked at as it is read
+        return
     kind = binary_kind(head)
     if kind is not None:
         what, fix = kind
         raise BinaryFileError(f"{path!r} is {what}, not text; {fix}.", what)
+    if fmt is html.FORMAT:  # decoded by its own charset
+        return
     if options.is_utf8 and not any(head.startswith(bom) for bom, _, _ in WIDE_BOMS):
         _check_mostly_utf8(path, head)
+
+
+def _check_warc(path: str, head: bytes, fmt: Format) -> None:
+    """WARC content and a WARC name go together (see the module doc)."""
+    is_warc = head.startswith(warc.WARC_MAGICS)
+    if fmt is warc.FORMAT and not is_warc:
+        raise InputError(
+            f"{path!r} does not start with a WARC/1.0 or WARC/1.1 record, so it is not a WARC file; "
+            "rename it to what it holds, or leave it out of --input."
+        )
+    if is_warc and fmt is not warc.FORMAT:
+        name = strip_compression(path.rsplit("/", 1)[-1].lower())
+        fix = (
+            "a WAT file holds metadata records, not page text: pass the matching .warc.gz or .wet.gz instead"
+            if name.endswith(".wat")
+            else "rename it to end in .warc (.warc.gz if gzip-compressed)"
+        )
+        raise InputError(f"{path!r} holds WARC records; {fix}.")
 
 
 def binary_kind(head: bytes) -> tuple[str, str] | None:

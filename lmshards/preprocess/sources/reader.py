@@ -34,6 +34,11 @@ _NO_DOCUMENT_REASONS = (
     ("documents_lone_surrogate", "JSON text fields holding a lone surrogate"),
     ("files_skipped_lmshards_output", "files skipped inside lmshards outputs"),
     ("files_skipped_binary", "binary files skipped (--skip_binary)"),
+    ("warc_records_other", "WARC records that are not HTML responses or WET conversions"),
+    ("warc_records_malformed", "malformed WARC records"),
+    ("documents_html_too_large", "web pages over --max_html_bytes"),
+    ("documents_undecodable", "web pages in no charset that decodes them"),
+    ("documents_extract_failed", "web pages the extractor failed on"),
 )
 # Counters worth a warning when a range finds them (documents_empty only alongside another).
 _PROBLEMS = (
@@ -47,6 +52,11 @@ _PROBLEMS = (
     "documents_json_too_long",
     "documents_json_too_deep",
     "documents_lone_surrogate",
+    "warc_records_malformed",
+    "warc_files_truncated",
+    "documents_html_too_large",
+    "documents_undecodable",
+    "documents_extract_failed",
     "documents_empty",
 )
 

@@ -33,6 +33,11 @@ SKIPPED_COUNTERS = {
     "documents_tokenizer_error": "tokenizer error",
     "files_skipped_binary": "binary files",
     "files_skipped_lmshards_output": "files inside lmshards outputs",
+    "warc_records_malformed": "malformed WARC records",
+    "warc_files_truncated": "truncated WARC files",
+    "documents_html_too_large": "web pages over --max_html_bytes",
+    "documents_undecodable": "web pages in no charset",
+    "documents_extract_failed": "web pages the extractor failed on",
 }
 
 

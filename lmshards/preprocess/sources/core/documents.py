@@ -37,6 +37,12 @@ class ReadStats:
     Lines files decoded from UTF-16 / UTF-32 (they start with its byte-order mark).
     documents_tokenizer_error counts documents the tokenizer raised an error on, skipped (set by the
     encode stage); files_skipped_binary binary inputs left out with --skip_binary (set while planning).
+    Web inputs (see formats/warc.py, formats/html.py): warc_records_other counts WARC records read past
+    (requests, metadata, responses that are not HTML: not errors), warc_records_malformed records whose
+    header or HTTP head cannot be parsed, warc_files_truncated files that end inside a record;
+    documents_html_too_large pages over ReadOptions.max_html_bytes, documents_undecodable pages whose
+    bytes fit no charset, documents_extract_failed pages the extractor failed on. Each is skipped; these
+    counters are left out of as_dict() while 0 (WEB_COUNTERS), so manifests of other inputs keep their bytes.
     files_skipped_lmshards_output counts input files left out because they lie inside an lmshards
     output (set by whoever discovers the inputs, see files.discover_inputs; reading never sets it), as
     are files_found, files_duplicate (reached twice: read once), entries_skipped_hidden and
@@ -66,6 +72,12 @@ class ReadStats:
     documents_lone_surrogate: int = 0
     documents_tokenizer_error: int = 0
     files_skipped_binary: int = 0
+    warc_records_other: int = 0
+    warc_records_malformed: int = 0
+    warc_files_truncated: int = 0
+    documents_html_too_large: int = 0
+    documents_undecodable: int = 0
+    documents_extract_failed: int = 0
 
     def merge(self, other: ReadStats) -> ReadStats:
         for field in dataclasses.fields(self):
@@ -79,7 +91,25 @@ class ReadStats:
         setattr(self, name, getattr(self, name) + 1)
 
     def as_dict(self) -> dict[str, int]:
-        return dataclasses.asdict(self)
+        """The counters by name, WEB_COUNTERS left out while 0."""
+        return {
+            name: value
+            for name, value in dataclasses.asdict(self).items()
+            if value or name not in WEB_COUNTERS
+        }
+
+
+# Counters added with the web formats: as_dict() leaves them out while 0.
+WEB_COUNTERS = frozenset(
+    (
+        "warc_records_other",
+        "warc_records_malformed",
+        "warc_files_truncated",
+        "documents_html_too_large",
+        "documents_undecodable",
+        "documents_extract_failed",
+    )
+)
 
 
 class RecordNumbers:
@@ -87,7 +117,8 @@ class RecordNumbers:
 
     A format that numbers its records appends, for each document it hands on (each piece of a split
     record too), the number of the record it came from, and counts every record of the range in
-    `records`, empty and skipped ones included.
+    `records`, empty and skipped ones included. A format that knows its records' URLs (WARC, JSON Lines
+    with --url_field) gives each record's; take_with_urls hands them out beside the numbers.
     """
 
     def __init__(self) -> None:
@@ -95,11 +126,14 @@ class RecordNumbers:
         self.of_documents: collections.deque[int] = (
             collections.deque()
         )  # per document not yet taken
+        self._urls: collections.deque[str | None] = collections.deque()  # beside of_documents
 
-    def add(self, documents: int, *, last: bool = True) -> None:
+    def add(self, documents: int, *, last: bool = True, url: str | None = None) -> None:
         """The current record gave `documents` more documents (maybe none); last: it has ended, the
-        next record begins (a record read in parts adds each part's documents with last=False)."""
+        next record begins (a record read in parts adds each part's documents with last=False);
+        url: the record's URL, where its format has one."""
         self.of_documents.extend([self.records] * documents)
+        self._urls.extend([url] * documents)
         self.records += last
 
     def add_lines(self, kept: list[int], records: int) -> None:
@@ -107,11 +141,18 @@ class RecordNumbers:
         document each and the rest none."""
         first = self.records
         self.of_documents.extend(first + i for i in kept)
+        self._urls.extend([None] * len(kept))
         self.records += records
 
     def take(self, documents: int) -> list[int]:
         """The records of the next `documents` documents handed on (they must have been added)."""
-        return [self.of_documents.popleft() for _ in range(documents)]
+        return self.take_with_urls(documents)[0]
+
+    def take_with_urls(self, documents: int) -> tuple[list[int], list[str | None]]:
+        """(the records, the URLs: None where the format has none) of the next `documents` documents
+        handed on."""
+        records = [self.of_documents.popleft() for _ in range(documents)]
+        return records, [self._urls.popleft() for _ in range(documents)]
 
 
 def sum_stats(parts: Iterable[ReadStats]) -> ReadStats:

@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from lmshards.plumbing.errors import LmshardsError
+from lmshards.plumbing.flag_types import Number
 
 LINE = "line"
 BLANK_LINE = "blank_line"
@@ -26,6 +27,15 @@ DEFAULT_TEXT_COLUMN = "text"
 # Longer documents are split into pieces of at most this many characters, so that no tokenizer
 # call ever sees a giant string (a 1M-character piece is a few hundred thousand tokens).
 MAX_DOCUMENT_CHARS = 1_000_000
+# Web pages (WARC, HTML, --html_field): main text only (resiliparse's main-content heuristics), or all
+# visible text.
+HTML_EXTRACT_MAIN = "main"
+HTML_EXTRACTS = (HTML_EXTRACT_MAIN, "all")
+# A larger page is skipped and counted, never parsed: Common Crawl cuts every payload at 1 MiB
+# (WARC-Truncated: length), so 16 MiB of HTML is a dump rather than a page, and would hold the extractor for
+# seconds. --max_html_bytes may lower or raise it within these bounds.
+MAX_HTML_BYTES = 16 * 2**20
+MAX_HTML_BYTES_RANGE = (1024, 1024 * 2**20)
 
 
 class InputError(LmshardsError):
@@ -58,6 +68,13 @@ class ReadOptions:
     doc_marker: text files only: documents are the runs of lines between lines that are exactly this
       text (surrounding whitespace ignored), e.g. "%" between fortunes; the marker lines are dropped.
     doc_marker_regex: the same, for lines that match this regular expression whole.
+    html_field: JSON Lines only: the field holding a web page's HTML, whose extracted text is the
+      document (instead of text_field).
+    url_field: JSON Lines only: the field holding each document's URL, kept for curation's audit.
+    html_extract: web pages (WARC responses, .html files, html_field; WET records are text already):
+      "main" keeps the main text only, "all" every visible text.
+    html_drop_comments: web pages: leave out comment sections (resiliparse keeps them as main content).
+    max_html_bytes: web pages of more bytes are skipped and counted (documents_html_too_large).
     """
 
     doc_separator: str = LINE
@@ -67,6 +84,11 @@ class ReadOptions:
     encoding: str = UTF8
     doc_marker: str | None = None
     doc_marker_regex: str | None = None
+    html_field: str | None = None
+    url_field: str | None = None
+    html_extract: str = HTML_EXTRACT_MAIN
+    html_drop_comments: bool = False
+    max_html_bytes: int = MAX_HTML_BYTES
 
     def __post_init__(self) -> None:
         if self.doc_separator not in DOC_SEPARATORS:
@@ -85,6 +107,7 @@ class ReadOptions:
             raise InputError(f"max_document_chars must be >= 1, got {self.max_document_chars}.")
         object.__setattr__(self, "encoding", _codec_name(self.encoding))
         _check_marker(self)
+        _check_web(self)
 
     @property
     def text_reader(self) -> str:
@@ -158,6 +181,28 @@ def _check_marker(options: ReadOptions) -> None:
             )
 
 
+def _check_web(options: ReadOptions) -> None:
+    for flag, field in (("--html_field", options.html_field), ("--url_field", options.url_field)):
+        if field is not None and not field:
+            raise InputError(
+                f"{flag} is empty; give the JSON Lines field's name, or leave {flag} out."
+            )
+    if options.html_field is not None and options.html_field == options.url_field:
+        raise InputError(
+            f"--html_field and --url_field are both {options.html_field!r}; the URL is another field."
+        )
+    if options.html_extract not in HTML_EXTRACTS:
+        raise InputError(
+            f"--html_extract {options.html_extract!r} is not supported; use one of {', '.join(HTML_EXTRACTS)}."
+        )
+    low, high = MAX_HTML_BYTES_RANGE
+    if not low <= options.max_html_bytes <= high:
+        raise InputError(
+            f"--max_html_bytes {options.max_html_bytes} is out of range; give {low:,} to {high:,} "
+            f"(default {MAX_HTML_BYTES:,})."
+        )
+
+
 def add_reading_arguments(parser: argparse.ArgumentParser) -> None:
     """Declares --doc_separator, --doc_marker, --doc_marker_regex, --text_field, --text_column and
     --encoding, the reading flags of every command.
@@ -195,6 +240,33 @@ def add_reading_arguments(parser: argparse.ArgumentParser) -> None:
         help="encoding of text and JSON Lines files (default utf-8; e.g. latin-1 or cp1252 for "
         "legacy text); a file that starts with a UTF-16/32 byte-order mark is decoded as its mark says",
     )
+    parser.add_argument(
+        "--html_field",
+        default=None,
+        help="JSON Lines: the field holding a web page's HTML; its extracted main text is the document",
+    )
+    parser.add_argument(
+        "--url_field",
+        default=None,
+        help="JSON Lines: the field holding each document's URL, named by curation's audit",
+    )
+    parser.add_argument(
+        "--html_extract",
+        choices=HTML_EXTRACTS,
+        default=HTML_EXTRACT_MAIN,
+        help="web pages (.warc, .html, --html_field): keep the main text only (default), or all visible text",
+    )
+    parser.add_argument(
+        "--html_drop_comments",
+        action="store_true",
+        help="web pages: leave out comment sections (kept as main content by default)",
+    )
+    parser.add_argument(
+        "--max_html_bytes",
+        type=Number(integral=True, low=MAX_HTML_BYTES_RANGE[0], high=MAX_HTML_BYTES_RANGE[1]),
+        default=MAX_HTML_BYTES,
+        help=f"web pages of more bytes are skipped and counted (default {MAX_HTML_BYTES:,})",
+    )
 
 
 def read_options_from(values: Any) -> ReadOptions:
@@ -215,4 +287,9 @@ READING_FLAGS = (
     "encoding",
     "doc_marker",
     "doc_marker_regex",
+    "html_field",
+    "url_field",
+    "html_extract",
+    "html_drop_comments",
+    "max_html_bytes",
 )

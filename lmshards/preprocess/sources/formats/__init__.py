@@ -14,10 +14,12 @@ from lmshards.preprocess.sources.core.compression import strip_compression
 from lmshards.preprocess.sources.core.options import ReadOptions
 from lmshards.preprocess.sources.formats import (
     blank_lines,
+    html,
     jsonl,
     marker_lines,
     parquet,
     text_lines,
+    warc,
 )
 from lmshards.preprocess.sources.formats.base import TEXT, Format
 
@@ -27,6 +29,8 @@ FORMATS: tuple[Format, ...] = (
     marker_lines.FORMAT,
     jsonl.FORMAT,
     parquet.FORMAT,
+    warc.FORMAT,
+    html.FORMAT,
 )
 _BY_EXTENSION = {extension: fmt for fmt in FORMATS for extension in fmt.extensions}
 _TEXT_BY_SEPARATOR = {fmt.doc_separator: fmt for fmt in FORMATS if fmt.doc_separator}
@@ -39,7 +43,7 @@ def format_for(path: str, options: ReadOptions) -> Format:
 
 
 def detect_format(path: str) -> str:
-    """ "text", "jsonl" or "parquet" (a format's name), from the file name after stripping its
+    """ "text", "jsonl", "parquet", "warc" or "html" (a format's name), from the file name after stripping its
     compression ending."""
     claimed = _claimed(path)
     return claimed.name if claimed else TEXT

@@ -10,6 +10,11 @@ line's byte offset (for a UTF-16/32 file: its offset in the file's UTF-8 text). 
 whole, so it is held in memory whole (its text is then split like any long document); a line longer
 than MAX_JSON_LINE_BYTES is skipped and counted (documents_json_too_long): what was held of it is
 dropped at that size and the rest of it is read past, never held.
+
+With ReadOptions.html_field (--html_field) the document is that field's HTML, its main text extracted
+(sources/extract.py; the page problems are counted as for WARC records: documents_html_too_large,
+documents_extract_failed); with ReadOptions.url_field (--url_field) each document keeps that field's
+string as its URL (documents.RecordNumbers.take_with_urls; a missing or non-string URL is None).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from lmshards.preprocess.sources.core.documents import (
 from lmshards.preprocess.sources.core.lines import CONTENT_BYTE, LineRecords, read_lines
 from lmshards.preprocess.sources.core.options import ReadOptions
 from lmshards.preprocess.sources.core.ranges import DEFAULT_RANGE_BYTES, ReadRange, byte_ranges
+from lmshards.preprocess.sources.extract import PageProblem, extract_text, too_large
 from lmshards.preprocess.sources.formats.base import Format
 
 logger = logging.getLogger(__name__)
@@ -70,8 +76,11 @@ def nested_deeper_than(line: str, limit: int) -> bool:
     return line.count("[") + line.count("{") > limit and json_depth(line) > limit
 
 
-def _text_field(line: str, field: str) -> str | _Skipped:
-    """The text of one JSON line's `field` ("" for null), or why the line gives no document."""
+def _text_field(
+    line: str, field: str, url_field: str | None = None
+) -> tuple[str, str | None] | _Skipped:
+    """(the text of one JSON line's `field` ("" for null), its `url_field` string or None), or why the
+    line gives no document."""
     too_deep = _Skipped("documents_json_too_deep", f"JSON nested more than {MAX_JSON_DEPTH} deep")
     if nested_deeper_than(line, MAX_JSON_DEPTH):
         return too_deep
@@ -96,7 +105,17 @@ def _text_field(line: str, field: str) -> str | _Skipped:
             "documents_lone_surrogate",
             f"field {field!r} holds a lone surrogate \\u{ord(lone[0]):04x}, which is not Unicode text",
         )
-    return text or ""
+    url = value.get(url_field) if url_field is not None else None
+    return text or "", url if isinstance(url, str) else None
+
+
+def _html_text(html: str, options: ReadOptions) -> str | _Skipped:
+    """The extracted text of a page's HTML held in a JSON field, or why it gives none."""
+    size = len(html.encode("utf-8", errors="surrogatepass"))
+    page = (
+        too_large(size, options) if size > options.max_html_bytes else extract_text(html, options)
+    )
+    return _Skipped(page.counter, page.problem) if isinstance(page, PageProblem) else page
 
 
 class _JsonLines(LineRecords):
@@ -133,24 +152,32 @@ class _JsonLines(LineRecords):
         return self._record(raw, self._start)
 
     def _record(self, raw: bytes | _Skipped, line_start: int) -> list[str]:
-        documents = self._documents(raw, line_start) if isinstance(raw, bytes) else []
+        documents, url = self._documents(raw, line_start) if isinstance(raw, bytes) else ([], None)
         if isinstance(raw, _Skipped):
             self._skip(raw, line_start)
         if self.numbers is not None:
-            self.numbers.add(len(documents))
+            self.numbers.add(len(documents), url=url)
         return documents
 
-    def _documents(self, raw: bytes, line_start: int) -> list[str]:
+    def _documents(self, raw: bytes, line_start: int) -> tuple[list[str], str | None]:
         raw = raw.removesuffix(b"\r")
         if not CONTENT_BYTE.search(raw):
             self._stats.documents_empty += 1
-            return []
+            return [], None
         line, invalid_utf8 = decode_utf8(raw)
-        text = _text_field(line, self._options.text_field)
-        if isinstance(text, _Skipped):
-            self._skip(text, line_start)
-            return []
-        return text_document(text, self._options, self._stats, invalid_utf8=invalid_utf8)
+        options = self._options
+        found = _text_field(line, options.html_field or options.text_field, options.url_field)
+        if isinstance(found, _Skipped):
+            self._skip(found, line_start)
+            return [], None
+        text, url = found
+        if options.html_field is not None and text:
+            extracted = _html_text(text, options)
+            if isinstance(extracted, _Skipped):
+                self._skip(extracted, line_start)
+                return [], url
+            text = extracted
+        return text_document(text, options, self._stats, invalid_utf8=invalid_utf8), url
 
     def _skip(self, skipped: _Skipped, line_start: int) -> None:
         """Counts a skipped line; logs the first few of the range."""

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from lmshards.preprocess.sources import ReadOptions, ReadStats, iter_documents
+import json
+
+from lmshards.preprocess.sources import ReadOptions, ReadStats, RecordNumbers, iter_documents
 from lmshards.preprocess.sources.core import lines as line_reading
 from lmshards.preprocess.sources.formats import jsonl
+from lmshards.preprocess.sources.reader import plan_ranges, read_range
+from lmshards.schemas.manifest import InputFileInfo
 from tests.helpers.text_corpus import BOM, read_in_ranges, write
 
 
@@ -91,3 +95,31 @@ def test_non_string_text_fields_are_counted_under_their_own_name(tmp_path, caplo
     for range_bytes in (1, 10):
         assert read_in_ranges(path, ReadOptions(), range_bytes) == (["kept"], stats)
     assert path.read_bytes() == data
+
+
+def test_html_field_is_extracted_and_url_field_kept_per_document(tmp_path, caplog):
+    page = "<nav>Home</nav><article><p>The main text of the page, long enough to be kept.</p></article>"
+    lines = [
+        {"html": page, "url": "http://a.example/", "text": "ignored"},
+        {"html": "<p>" + "x" * 2000 + "</p>", "url": "http://big.example/"},
+        {"html": "<p>Second page, no URL.</p>", "url": 7},
+        {"text": "no html field"},
+    ]
+    data = "\n".join(json.dumps(line) for line in lines).encode() + b"\n"
+    path = write(tmp_path / "pages.jsonl", data)
+    options = ReadOptions(html_field="html", url_field="url", max_html_bytes=1024)
+    stats, numbers = ReadStats(), RecordNumbers()
+    [r] = plan_ranges([InputFileInfo(str(path), len(data))], options=options)
+    with caplog.at_level("WARNING", logger=jsonl.__name__):
+        documents = list(read_range(r, options, stats, numbers))
+    assert documents == [
+        "The main text of the page, long enough to be kept.",
+        "Second page, no URL.",
+    ]
+    assert numbers.take_with_urls(2) == ([0, 2], ["http://a.example/", None])
+    assert (stats.documents_html_too_large, stats.documents_missing_field, stats.documents) == (
+        1,
+        1,
+        2,
+    )
+    assert "over --max_html_bytes 1,024" in caplog.text
