@@ -61,6 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_preprocess_logging(verbose=args.verbose)
     with one_line_errors(COMMAND) as failed, stopping.stop_signals():
         config = checked_config(parser, argv, others)
+        if config.curate_sample:  # what the steps would remove, instead of the run
+            print(curation_sample(config))
+            return EXIT_OK
         # Beam graph code, after the cheap checks
         from lmshards.preprocess.launch import dry_run_line, run_failures
         from lmshards.preprocess.pipeline import run_pipeline
@@ -78,6 +81,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_OK
         return failed_run.code
     return failed.code
+
+
+def curation_sample(config: PreprocessConfig) -> str:
+    """--curate_sample: the document steps run on a sample of the inputs (nothing written), as lines.
+
+    Raises:
+      InputError: an input that is missing or empty.
+    """
+    from lmshards.preprocess.curation.sample import curate_sample
+    from lmshards.preprocess.sources import check_not_empty, discover_inputs, read_options_from
+
+    discovery = discover_inputs(config.inputs)
+    check_not_empty(discovery.files)
+    options = read_options_from(config)
+    return "\n".join(
+        curate_sample(config.curation_steps, discovery.files, options, config.curate_sample)
+    )
 
 
 def setup_preprocess_logging(*, verbose: bool = False) -> None:

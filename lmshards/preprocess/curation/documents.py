@@ -10,7 +10,7 @@ the manifest's curation section are the staged pipeline's.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 
 from lmshards.preprocess.curation.audit import (
     AuditKey,
@@ -35,23 +35,14 @@ from lmshards.preprocess.stages.read import ReadProgress, SizedRange, read_sized
 from lmshards.schemas.manifest import CurationInfo
 
 
-class DocumentCuration:
-    """Judges numbered documents through the selected document steps as they are read; finish() writes
-    the audit under output and returns the manifest's curation section. Spill files live under
-    `directory` (the caller's spill directory, removed by the caller)."""
+class Numbering:
+    """Numbers the documents of read ranges as the staged reader does (stages/read.py): each document's
+    index among its file's documents and its raw record, across a file's ranges read in their order."""
 
-    def __init__(self, steps: Sequence[SelectedStep], *, output: str, directory: str):
-        self._selected = tuple(steps)
-        self._built = build_document_steps(self._selected)
-        self._output = output
-        self._directory = os.path.join(directory, "judged")
-        os.makedirs(self._directory, exist_ok=True)
-        self._counts = CurationCounts()
-        self._funnel = StepFunnel()
-        self._spills: dict[AuditKey, str] = {}
-        self._next: dict[str, tuple[int, int, int]] = {}  # source -> (range, document, record) next
+    def __init__(self) -> None:
+        self._next: dict[str, tuple[int, int, int]] = {}  # source -> next (range, document, record)
 
-    def read_range(
+    def batches(
         self,
         sized: SizedRange,
         options: ReadOptions,
@@ -59,9 +50,9 @@ class DocumentCuration:
         batch_size: int,
         stats: ReadStats,
         progress: ReadProgress,
-    ) -> Iterator[list[str]]:
-        """read_sized_range's batches, each numbered as the staged reader numbers it and judged: the
-        kept texts. A file's ranges must come in their order (plan_sized_ranges lists them so)."""
+    ) -> Generator[list[CurationDoc], None, None]:
+        """read_sized_range's batches, numbered. A file's ranges must come in their order
+        (plan_sized_ranges lists them so); read each to its end before the next."""
         path = sized.range.path
         number, documents, records = self._next.get(path, (0, 0, 0))
         if sized.number != number:
@@ -77,16 +68,47 @@ class DocumentCuration:
                 if numbers is not None
                 else range(count, count + len(batch))
             )
-            docs = [
+            yield [
                 CurationDoc(path, documents + count + i, text, records + record)
                 for i, (text, record) in enumerate(zip(batch, local, strict=True))
             ]
             count += len(batch)
+        raw = numbers.records if numbers is not None else count
+        self._next[path] = (number + 1, documents + count, records + raw)
+
+
+class DocumentCuration:
+    """Judges numbered documents through the selected document steps as they are read; finish() writes
+    the audit under output and returns the manifest's curation section. Spill files live under
+    `directory` (the caller's spill directory, removed by the caller)."""
+
+    def __init__(self, steps: Sequence[SelectedStep], *, output: str, directory: str):
+        self._selected = tuple(steps)
+        self._built = build_document_steps(self._selected)
+        self._output = output
+        self._directory = os.path.join(directory, "judged")
+        os.makedirs(self._directory, exist_ok=True)
+        self._counts = CurationCounts()
+        self._funnel = StepFunnel()
+        self._spills: dict[AuditKey, str] = {}
+        self._numbering = Numbering()
+
+    def read_range(
+        self,
+        sized: SizedRange,
+        options: ReadOptions,
+        *,
+        batch_size: int,
+        stats: ReadStats,
+        progress: ReadProgress,
+    ) -> Iterator[list[str]]:
+        """read_sized_range's batches, numbered and judged: the kept texts of each."""
+        for docs in self._numbering.batches(
+            sized, options, batch_size=batch_size, stats=stats, progress=progress
+        ):
             kept = self.judge(docs)
             if kept:
                 yield kept
-        raw = numbers.records if numbers is not None else count
-        self._next[path] = (number + 1, documents + count, records + raw)
 
     def judge(self, docs: Sequence[CurationDoc]) -> list[str]:
         """The texts of docs that go on to be tokenized (as the steps left them), in order."""
