@@ -43,6 +43,7 @@ from lmshards.preprocess.curation.stage import (
     DEFAULT_DECONTAMINATE_NGRAM,
 )
 from lmshards.preprocess.curation.steps import (
+    DOCUMENT,
     QUALITY_FILTERS,
     SelectedStep,
     StepError,
@@ -108,6 +109,7 @@ CURATION_FLAGS = (
     "--decontaminate_text_field",
     f"--{QUALITY_FILTERS}",
     *(f"--{flag.flag}" for flag in document_flags()),
+    "--curate_sample",
 )
 # Declared optional to Beam (which parses every option class on every run), required by `lmshards preprocess`.
 REQUIRED_FLAGS = ("--input", "--tokenizer", "--output")
@@ -120,6 +122,7 @@ MAX_DOCUMENTS_PER_TOKENIZER_CALL = 10**6
 MAX_NGRAM = 1000  # words per shingle or n-gram
 MAX_MINHASH_BANDS_OR_ROWS = 10_000
 MAX_MINHASH_MIN_WORDS = 1_000_000
+MAX_CURATE_SAMPLE = 1_000_000  # documents: a sample is judged in memory, in one batch
 # The range of every numeric flag: the argparse type of the flag and validate()'s check.
 PREPROCESS_RANGES: dict[str, Number] = {
     "seq_len": whole(MIN_SEQ_LEN, MAX_SEQ_LEN),
@@ -138,6 +141,7 @@ PREPROCESS_RANGES: dict[str, Number] = {
     "minhash_rows": whole(1, MAX_MINHASH_BANDS_OR_ROWS),
     "minhash_min_words": whole(0, MAX_MINHASH_MIN_WORDS),
     "decontaminate_ngram": whole(1, MAX_NGRAM),
+    "curate_sample": whole(0, MAX_CURATE_SAMPLE),
 }
 _R = PREPROCESS_RANGES
 
@@ -333,6 +337,13 @@ def add_curation_arguments(parser: argparse.ArgumentParser) -> None:
     )
     # --quality_filters and the document steps' own flags (lmshards.preprocess.curation.steps)
     add_step_arguments(parser)
+    parser.add_argument(
+        "--curate_sample",
+        type=_R["curate_sample"],
+        default=0,
+        help="Instead of the run: judge the first N documents (spread over the input files) with the "
+        "document steps selected and print what each would remove, with examples; writes nothing.",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -380,6 +391,7 @@ class PreprocessConfig:
     quality_filters: tuple[str, ...] = ()  # --quality_filters, in the order given
     # The document steps' flag values, (field, value) by field; a field left out takes its default.
     step_values: tuple[tuple[str, Any], ...] = ()
+    curate_sample: int = 0  # documents; 0: the run itself
 
     @property
     def curating(self) -> bool:
@@ -522,6 +534,11 @@ DEPENDENT_FLAGS: dict[str, DependentFlag] = {
     "--minhash_min_words": _NEAR,
     "--decontaminate_ngram": _DECONTAMINATE,
     "--decontaminate_text_field": _DECONTAMINATE,
+    "--curate_sample": DependentFlag(
+        "without a document step",
+        f"add --{QUALITY_FILTERS} or a step's own switch (--languages, ...)",
+        lambda c: any(s.kind == DOCUMENT for s in c.curation_steps),
+    ),
     "--target_shard_mb": DependentFlag(
         "with --num_shards, which fixes the count", "drop --num_shards", lambda c: not c.num_shards
     ),
