@@ -1,11 +1,15 @@
 """ModernBERT train step on the CPU: lmshards' Keras model (TensorFlow backend) against transformers'
-ModernBertForMaskedLM (PyTorch) with the same dimensions, predicted positions and batch.
+ModernBertForMaskedLM (PyTorch) with the same dimensions, predicted positions and batch, and against lmshards'
+own RoBERTa preset of the same name (how each family's step scales with the context).
 
 Usage: python bench/bench_modernbert.py [--preset tiny] [--seq_lens 128 1024] [--threads 1 2] [--batch 8]
-       [--steps 12]
-Each (side, seq_len, threads) runs in its own process, pinned to that many threads: random tokens, 30% of the
-positions predicted, AdamW; the median step time after 2 warm-up steps, the time per token, and the process's
-peak resident memory (the runtime's own included). Prints a table and `RESULT {json}`.
+       [--steps 12] [--sides keras torch roberta] [--tokens_per_step 8192]
+Sides: keras (lmshards' ModernBERT), torch (transformers' ModernBERT), roberta (lmshards' RoBERTa preset, its
+position table widened to the longest --seq_lens). Each (side, seq_len, threads) runs in its own process, pinned
+to that many threads, the sides alternating: random tokens, 30% of the positions predicted, AdamW; the median
+step time after 2 warm-up steps, the wall and process CPU time per token, the process's resident memory before
+the first step and its peak (the runtime's own included). --tokens_per_step sizes the batch as tokens_per_step / seq_len, so every
+seq_len does the same tokens per step. Prints a table and `RESULT {json}`.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WARMUP_STEPS = 2
 MASK_RATE = 0.3
 VOCAB = 50368  # ModernBERT-base's vocabulary
+SIDES = ("keras", "torch", "roberta")
 
 
 def batch_arrays(*, batch: int, seq_len: int, seed: int = 0):
@@ -36,8 +41,15 @@ def batch_arrays(*, batch: int, seq_len: int, seed: int = 0):
     return ids, positions.astype("int32"), np.take_along_axis(ids, positions, 1)
 
 
-def keras_steps(config, *, batch: int, seq_len: int, steps: int) -> list[float]:
-    """Step times of lmshards' TensorFlow train step (the CPU's head on predictions only)."""
+def resident_mb() -> float:
+    """This process's resident memory now, MB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def keras_steps(config, *, batch: int, seq_len: int, steps: int):
+    """(step times, resident MB before the first) of lmshards' TensorFlow train step (the CPU's head on
+    predictions only)."""
     import tensorflow as tf
 
     from lmshards.train.backends.tensorflow import masked_lm_sums
@@ -72,8 +84,9 @@ def keras_steps(config, *, batch: int, seq_len: int, steps: int) -> list[float]:
     return _timed(lambda: float(step(data)), steps)
 
 
-def torch_steps(config, *, batch: int, seq_len: int, steps: int) -> list[float]:
-    """Step times of transformers' ModernBertForMaskedLM, its head on the predicted positions only."""
+def torch_steps(config, *, batch: int, seq_len: int, steps: int):
+    """(step times, resident MB before the first) of transformers' ModernBertForMaskedLM, its head on the
+    predicted positions only."""
     import torch
     import transformers
 
@@ -107,29 +120,44 @@ def torch_steps(config, *, batch: int, seq_len: int, steps: int) -> list[float]:
     return _timed(step, steps)
 
 
-def _timed(step, steps: int) -> list[float]:
+def _timed(step, steps: int) -> tuple[list[tuple[float, float]], float]:
+    """((wall s, process CPU s) of each step after the warm-up ones, resident MB before the first)."""
+    before = resident_mb()
     times = []
     for _ in range(WARMUP_STEPS + steps):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         step()
-        times.append(time.perf_counter() - start)
-    return times[WARMUP_STEPS:]
+        times.append((time.perf_counter() - start, time.process_time() - cpu))
+    return times[WARMUP_STEPS:], before
 
 
 def run_one(side: str, *, preset: str, seq_len: int, batch: int, steps: int) -> dict:
     """One measurement in this process (its threads already pinned by the environment)."""
+    import dataclasses
+
     from lmshards.train.config import preset_config
 
-    config = preset_config(preset, family="modernbert", vocabulary_size=VOCAB)
-    measure = keras_steps if side == "keras" else torch_steps
-    times = measure(config, batch=batch, seq_len=seq_len, steps=steps)
-    median = statistics.median(times)
+    family = "roberta" if side == "roberta" else "modernbert"
+    config = preset_config(preset, family=family, vocabulary_size=VOCAB)
+    # RoBERTa's learned position table is as long as the longest sequence it is given.
+    config = dataclasses.replace(
+        config, max_sequence_length=max(config.max_sequence_length, seq_len)
+    )
+    measure = torch_steps if side == "torch" else keras_steps
+    times, before_mb = measure(config, batch=batch, seq_len=seq_len, steps=steps)
+    median = statistics.median(wall for wall, _ in times)
+    # CPU seconds (all threads) hold better than wall time on a machine that other jobs load.
+    cpu = statistics.median(cpu for _, cpu in times)
     return {
         "side": side,
         "seq_len": seq_len,
+        "batch": batch,
         "median_step_s": round(median, 4),
         "us_per_token": round(1e6 * median / (batch * seq_len), 2),
+        "cpu_us_per_token": round(1e6 * cpu / (batch * seq_len), 2),
+        "rss_before_steps_mb": round(before_mb, 1),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "load1": round(os.getloadavg()[0], 1),  # the machine's, others' jobs included
     }
 
 
@@ -153,12 +181,23 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--one", choices=("keras", "torch"), help=argparse.SUPPRESS)
+    parser.add_argument("--sides", nargs="+", choices=SIDES, default=["keras", "torch"])
+    parser.add_argument(
+        "--tokens_per_step", type=int, help="batch = this / seq_len (in place of --batch)"
+    )
+    parser.add_argument("--one", choices=SIDES, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    uneven = [n for n in args.seq_lens if args.tokens_per_step and args.tokens_per_step % n]
+    if uneven:
+        parser.error(
+            f"--tokens_per_step {args.tokens_per_step} is not a multiple of --seq_lens {uneven}; "
+            "give a multiple of the longest"
+        )
     if args.one:
-        import torch
+        if args.one == "torch":  # only there: torch's own memory would count in a Keras side's peak
+            import torch
 
-        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+            torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
         result = run_one(
             args.one,
             preset=args.preset,
@@ -171,7 +210,8 @@ def main() -> None:
     results = []
     for threads in args.threads:
         for seq_len in args.seq_lens:
-            for side in ("keras", "torch"):
+            batch = args.tokens_per_step // seq_len if args.tokens_per_step else args.batch
+            for side in args.sides:
                 cmd = [
                     sys.executable,
                     __file__,
@@ -182,14 +222,14 @@ def main() -> None:
                     "--seq_lens",
                     str(seq_len),
                 ]
-                cmd += ["--batch", str(args.batch), "--steps", str(args.steps)]
+                cmd += ["--batch", str(batch), "--steps", str(args.steps)]
                 done = subprocess.run(
                     cmd, env=pinned_env(threads), capture_output=True, text=True, check=True
                 )
                 row = {"threads": threads, **json.loads(done.stdout.strip().splitlines()[-1])}
                 print(row, flush=True)
                 results.append(row)
-    print("RESULT " + json.dumps({"preset": args.preset, "batch": args.batch, "results": results}))
+    print("RESULT " + json.dumps({"preset": args.preset, "results": results}))
 
 
 if __name__ == "__main__":
