@@ -13,6 +13,8 @@ In one run, on one machine:
                  the LM head applied at the masked positions only, as lmshards does (the same work per step);
   4. every model evaluated by the same PyTorch code on the same masked validation sequences (one fixed mask
      draw: same positions, same replacement tokens), masked-token cross-entropy in nats.
+--families roberta modernbert also trains lmshards' `tiny` ModernBERT on each backend (the same shards, steps,
+batch, schedule and 15% masking: the same tokens seen and predicted) and scores its export beside the others.
 Step time is the median over 10-step windows of the mean ms/step, leaving out the first 10 steps (tracing,
 warm-up): lmshards' windows are its own metrics.jsonl records, the reference's are timed the same way here.
 --threads N gives each system N compute threads and N cores (the first N this process may use): whatever
@@ -23,6 +25,7 @@ Usage (from the repository root, with the venv active):
   python -m bench.bench_learning --json bench-learning.json                 # the default run
   python -m bench.bench_learning --steps 60 --lmshards-args '--steps_per_execution 10'
   python -m bench.bench_learning --shards DIR --tokenizer DIR --threads 1
+  python -m bench.bench_learning --backends tensorflow --families roberta modernbert
 """
 
 from __future__ import annotations
@@ -113,11 +116,14 @@ TARGET_DEFAULT_WALL_RATIO = (
 
 REFERENCE = "reference"
 BACKENDS = ("tensorflow", "jax")  # lmshards' backends, each trained and scored beside the reference
+# lmshards' model families trained; the reference is built from the RoBERTa export's config, so it comes first.
+FAMILIES = ("roberta", "modernbert")
 
 
-def system_name(backend: str) -> str:
-    """The name of an lmshards run on `backend` in the report: lmshards-tensorflow, lmshards-jax."""
-    return f"lmshards-{backend}"
+def system_name(backend: str, family: str = FAMILIES[0]) -> str:
+    """The name of an lmshards run in the report: lmshards-tensorflow, lmshards-jax (RoBERTa), and
+    lmshards-tensorflow-modernbert for another family."""
+    return f"lmshards-{backend}" + ("" if family == FAMILIES[0] else f"-{family}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +141,7 @@ class Config:
     lmshards_env: dict[str, str]
     threads: int | None  # compute threads of both runtimes; None: each runtime's default
     backends: tuple[str, ...] = BACKENDS
+    families: tuple[str, ...] = FAMILIES[:1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -425,9 +432,12 @@ def compared_pairs(systems: Sequence[str]) -> list[tuple[str, str]]:
     return pairs + [(s, systems[0]) for s in systems[1:]]
 
 
-def load_export(hf_dir: str) -> RobertaForMaskedLM:
-    """The exported lmshards model. Raises RuntimeError if any weight was missing (it would be random)."""
-    model, info = RobertaForMaskedLM.from_pretrained(hf_dir, output_loading_info=True)
+def load_export(hf_dir: str) -> torch.nn.Module:
+    """The exported lmshards model (its family's transformers class). Raises RuntimeError if any weight was
+    missing (it would be random)."""
+    model, info = transformers.AutoModelForMaskedLM.from_pretrained(
+        hf_dir, output_loading_info=True
+    )
     problems = {
         k: v
         for k, v in info.items()
@@ -479,11 +489,12 @@ def cold_import_s(env: Mapping[str, str]) -> float:
 
 
 def train_args(config: Config, *, shards: str, tokenizer: str, run_dir: Path,
-               backend: str = BACKENDS[0]) -> list[str]:  # fmt: skip
-    """`lmshards train` arguments of the compared run: the same steps, batch, peak rate and warmup as the reference."""
+               backend: str = BACKENDS[0], family: str = FAMILIES[0]) -> list[str]:  # fmt: skip
+    """`lmshards train` arguments of the compared run: the same steps, batch, peak rate, warmup and masking rate
+    as the reference, whatever the family."""
     steps = str(config.steps)
     return ["train", "--backend", backend, "--shards", shards, "--output", str(run_dir), "--tokenizer", tokenizer,
-            "--model_preset", PRESET, "--steps", steps, "--per_replica_batch", str(config.batch_size),
+            "--model_preset", PRESET, "--model_family", family, "--steps", steps, "--per_replica_batch", str(config.batch_size),
             "--learning_rate", str(config.learning_rate), "--warmup_steps", str(warmup_steps_for(config.steps)),
             "--lr_schedule", "linear", "--weight_decay", str(WEIGHT_DECAY), "--mlm_probability", str(MLM_PROBABILITY),
             "--seed", str(SEED), "--log_every", str(config.window), "--eval_every", steps,
@@ -721,7 +732,20 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         default=list(BACKENDS),
         help="lmshards backends to train and compare (default: %(default)s)",
     )
+    p.add_argument(
+        "--families",
+        nargs="+",
+        choices=FAMILIES,
+        default=list(FAMILIES[:1]),
+        help="lmshards model families to train on each backend; roberta is always among them, as the "
+        "reference is built from its export (default: %(default)s)",
+    )
     a = p.parse_args(argv)
+    if FAMILIES[0] not in a.families:
+        p.error(
+            f"--families {' '.join(a.families)} leaves out {FAMILIES[0]}, which the reference is built from; "
+            f"add it: --families {FAMILIES[0]} {' '.join(a.families)}"
+        )
     if (a.shards is None) != (a.tokenizer is None):
         p.error(
             "--shards and --tokenizer go together: the export needs the tokenizer the shards were made with"
@@ -741,15 +765,17 @@ def parse_args(argv: Sequence[str] | None) -> Config:
                   learning_rate=a.learning_rate, window=a.window, work_dir=work, json_out=a.json,
                   lmshards_args=tuple(shlex.split(a.lmshards_args)),
                   lmshards_env=dict(kv.split("=", 1) for kv in a.lmshards_env), threads=a.threads,
-                  backends=tuple(a.backends))  # fmt: skip
+                  backends=tuple(a.backends), families=tuple(dict.fromkeys(a.families)))  # fmt: skip
 
 
-def train_and_export(config: Config, backend: str, *, shards: str, tokenizer: str,
+def train_and_export(config: Config, backend: str, family: str, *, shards: str, tokenizer: str,
                      env: Mapping[str, str]) -> tuple[LmshardsRun, Path, list[str]]:  # fmt: skip
-    """Trains lmshards on `backend` and exports it: (the run, its transformers directory, the train command)."""
-    work, name = config.work_dir, system_name(backend)
+    """Trains lmshards' `family` on `backend` and exports it: (the run, its transformers directory, the train
+    command)."""
+    work, name = config.work_dir, system_name(backend, family)
     run_dir = work / f"{name}_run"
-    args = train_args(config, shards=shards, tokenizer=tokenizer, run_dir=run_dir, backend=backend)
+    args = train_args(config, shards=shards, tokenizer=tokenizer, run_dir=run_dir, backend=backend,
+                      family=family)  # fmt: skip
     print(f"{name}: $ lmshards {shlex.join(args)}", flush=True)
     lm = train_lmshards(args, env=env, run_dir=run_dir, window=config.window,
                         log_path=work / f"{name}_train.log")  # fmt: skip
@@ -791,12 +817,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"both systems run on cores {cores} of {os.cpu_count()}", flush=True)
     train_env = {**thread_env(config.threads), **config.lmshards_env}
     runs, exports, commands = {}, {}, {}
-    for backend in config.backends:
-        name = system_name(backend)
-        runs[name], exports[name], commands[name] = train_and_export(
-            config, backend, shards=shards, tokenizer=tokenizer, env={**env, **train_env}
-        )
-    hf_config = json.loads((next(iter(exports.values())) / "config.json").read_text())
+    for family in config.families:
+        for backend in config.backends:
+            name = system_name(backend, family)
+            runs[name], exports[name], commands[name] = train_and_export(
+                config,
+                backend,
+                family,
+                shards=shards,
+                tokenizer=tokenizer,
+                env={**env, **train_env},
+            )
+    hf_config = json.loads((exports[system_name(config.backends[0])] / "config.json").read_text())
 
     require_concatenated(
         manifest,
@@ -837,6 +869,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, lm in runs.items():
         print(f"{name}'s own final eval (its own masks): {lm.summary.get('eval_loss')} nats")
     print("The table scores every model with the same code and masks.")
+    parameters = {
+        name: sum(p.numel() for p in model.parameters()) for name, model in models.items()
+    }
+    print("parameters: " + ", ".join(f"{name} {n:,}" for name, n in parameters.items()))
     print(
         f"load average now: {' '.join(f'{x:.2f}' for x in load_average())} on {os.cpu_count()} cores"
     )
@@ -849,6 +885,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "shards": {"dir": shards, "tokenizer": tokenizer, "seq_len": manifest.seq_len,
                        "train_records": manifest.split(TRAIN_SPLIT).records,
                        "validation_records": manifest.split(VALIDATION_SPLIT).records},
+            "parameters_by_system": parameters,
             "model": {"preset": PRESET, "parameters": params, **{k: hf_config[k] for k in (
                 "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                 "max_position_embeddings", "vocab_size")}},

@@ -278,6 +278,25 @@ def test_command_line_options_reach_the_lmshards_command_and_environment(tmp_pat
     assert bl.thread_env(None) == {}
 
 
+def test_families_train_modernbert_beside_roberta_with_the_same_masking_and_need_roberta(tmp_path):
+    with pytest.raises(SystemExit):  # the reference is built from the RoBERTa export
+        bl.parse_args(["--families", "modernbert"])
+    config = bl.parse_args(["--families", "roberta", "modernbert", "--backends", "tensorflow",
+                            "--work-dir", str(tmp_path)])  # fmt: skip
+    assert (config.families, config.backends) == (("roberta", "modernbert"), ("tensorflow",))
+    assert [bl.system_name("tensorflow", f) for f in config.families] == [
+        "lmshards-tensorflow",
+        "lmshards-tensorflow-modernbert",
+    ]
+    args = bl.train_args(config, shards="S", tokenizer="T", run_dir=tmp_path, family="modernbert")
+    flags = dict(zip(args[1::2], args[2::2]))
+    assert (flags["--model_family"], flags["--mlm_probability"]) == ("modernbert", "0.15")
+    assert bl.compared_pairs(["lmshards-tensorflow", "lmshards-tensorflow-modernbert"])[-1] == (
+        "lmshards-tensorflow-modernbert",
+        "lmshards-tensorflow",
+    )
+
+
 PINNED_CHILD = """
 import os, subprocess, sys
 from bench.bench_learning import pin_to_cores
