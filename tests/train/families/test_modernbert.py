@@ -53,19 +53,21 @@ SPECIALS = {"pad": 0, "cls": 1, "sep": 2, "mask": 3}
 def hf_model_config(**overrides) -> transformers.ModernBertConfig:
     """TINY as transformers' own config (eager attention: the reference computation)."""
     config = transformers.ModernBertConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=3,
-        num_attention_heads=2,
-        max_position_embeddings=2048,
-        local_attention=16,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        cls_token_id=1,
-        sep_token_id=2,
-        **overrides,
+        **{
+            "vocab_size": VOCAB,
+            "hidden_size": 32,
+            "intermediate_size": 48,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 2,
+            "max_position_embeddings": 2048,
+            "local_attention": 16,
+            "pad_token_id": 0,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "cls_token_id": 1,
+            "sep_token_id": 2,
+            **overrides,
+        }
     )
     config._attn_implementation = "eager"
     return config
@@ -153,16 +155,18 @@ def test_export_loads_as_modernbert_and_gives_the_trainers_logits(
 
 
 def save_transformers_model(
-    directory: Path, *, old_form: bool, seed: int
+    directory: Path, *, old_form: bool, seed: int, **overrides
 ) -> transformers.ModernBertForMaskedLM:
-    """A random ModernBertForMaskedLM saved by transformers; old_form: its config.json rewritten as transformers 4
-    wrote it (global_attn_every_n_layers, global_rope_theta, local_rope_theta; no layer_types, rope_parameters)."""
+    """A random ModernBertForMaskedLM saved by transformers (hf_model_config's, with `overrides`); old_form: its
+    config.json rewritten as transformers 4 wrote it (global_attn_every_n_layers, global_rope_theta,
+    local_rope_theta; no layer_types, rope_parameters)."""
     torch.manual_seed(seed)
     config = hf_model_config(
+        **overrides,
         rope_parameters={
             "full_attention": {"rope_type": "default", "rope_theta": 80_000.0},
             "sliding_attention": {"rope_type": "default", "rope_theta": 5_000.0},
-        }
+        },
     )
     model = transformers.ModernBertForMaskedLM(config).eval()
     with torch.no_grad():
@@ -180,9 +184,60 @@ def save_transformers_model(
     return model
 
 
+def first_evaluation(
+    shards: Path, init_from: Path, output: Path, monkeypatch
+) -> tuple[dict, list[tuple[dict[str, np.ndarray], np.ndarray]]]:
+    """`lmshards train --init_from init_from` (TensorFlow, one step): (its first evaluation's metrics record,
+    each batch that evaluation read with the logits [n, vocabulary] the trainer computed at its n predictions)."""
+    import tensorflow as tf
+
+    from lmshards.train.backends import tensorflow as backend
+    from lmshards.train.commands import cli
+
+    seen = []
+    compile_steps = backend.TensorFlowBackend._compile_steps
+
+    def compile_and_record(self):
+        compile_steps(self)
+        eval_step = self._eval_step
+
+        def record(batch):
+            # The eval step's own computation (compact on the CPU), on the batch it is given.
+            predicted = tf.where(batch["mask_weights"] > 0)
+            logits = backend.predicted_logits(self.model, batch, predicted, training=False)
+            seen.append(({k: v.numpy() for k, v in batch.items()}, logits.numpy()))
+            return eval_step(batch)
+
+        self._eval_step = record
+
+    monkeypatch.setattr(backend.TensorFlowBackend, "_compile_steps", compile_and_record)
+    argv = ["--shards", str(shards), "--output", str(output), "--init_from", str(init_from)]
+    argv += ["--model_family", "modernbert", "--steps", "1", "--per_replica_batch", "8"]
+    assert cli.main([*argv, "--eval_every", "1", "--eval_batches", "2"]) == 0
+    rows = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
+    first = next(r for r in rows if "eval_loss" in r)
+    return first, seen[: first["eval_batches"]]
+
+
 @pytest.mark.parametrize("old_form", [False, True])
-def test_init_from_a_directory_transformers_wrote_gives_its_logits(tmp_path, old_form):
-    reference = save_transformers_model(tmp_path / "hf", old_form=old_form, seed=3)
+def test_init_from_a_directory_transformers_wrote_evaluates_its_logits(
+    tmp_path, old_form, shards_32, sample_tokenizer, monkeypatch
+):
+    """The trainer's first evaluation (step 0, before any update) computes transformers' logits, to 1e-4, at
+    every predicted position of the batches it reads, and reports their cross-entropy."""
+    vocab = Tokenizer.from_file(str(sample_tokenizer)).get_vocab_size()
+    ids = special_token_ids(locate_tokenizer(str(sample_tokenizer)))
+    reference = save_transformers_model(
+        tmp_path / "hf",
+        old_form=old_form,
+        seed=3,
+        vocab_size=vocab,
+        pad_token_id=ids["pad"],
+        bos_token_id=ids["cls"],
+        eos_token_id=ids["sep"],
+        cls_token_id=ids["cls"],
+        sep_token_id=ids["sep"],
+    )
     source = inspect_init_source(str(tmp_path / "hf"))
     config = source.model_config
     assert (config.family, config.num_layers, config.hidden_dim, config.intermediate_dim) == (
@@ -203,14 +258,22 @@ def test_init_from_a_directory_transformers_wrote_gives_its_logits(tmp_path, old
         3,
     )
     assert source.weights is not None and source.weights.has_head
-    masked_lm = build_masked_lm(config)
-    assign_keras_weights(masked_lm, source.weights.arrays, family="modernbert")
-    ids = random_ids(2, 200, seed=9)
-    mask = np.ones_like(ids)
+    record, batches = first_evaluation(shards_32, tmp_path / "hf", tmp_path / "run", monkeypatch)
+    assert record["step"] == 0 and len(batches) == record["eval_batches"] == 2
     reference.config._attn_implementation = "eager"
-    assert (
-        np.abs(keras_logits(masked_lm, ids, mask) - torch_logits(reference, ids, mask)).max() < 1e-4
-    )
+    losses, worst = [], 0.0
+    for batch, logits in batches:
+        rows, slots = np.nonzero(batch["mask_weights"] > 0)
+        expected = torch_logits(reference, batch["token_ids"], batch["padding_mask"])
+        expected = expected[rows, batch["mask_positions"][rows, slots]]
+        worst = max(worst, float(np.abs(logits - expected).max()))
+        labels = batch["mask_ids"][rows, slots]
+        shifted = expected - expected.max(-1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+        losses.extend(-log_probs[np.arange(len(labels)), labels])
+    assert worst < 1e-4 and np.abs(expected).max() > 0.5  # logits of a real scale
+    assert record["eval_masked_tokens"] == len(losses) > 0
+    assert record["eval_loss"] == pytest.approx(float(np.mean(losses)), rel=1e-5)
 
 
 @pytest.mark.parametrize(
