@@ -42,6 +42,8 @@ from lmshards.plumbing.errors import TokenizerError
 from lmshards.plumbing.memory import release_free_memory
 from lmshards.plumbing.progress import PROGRESS_EVERY_S
 from lmshards.plumbing.units import MIB
+from lmshards.preprocess.curation.local import LocalCuration
+from lmshards.preprocess.curation.stage import CurationSettings
 from lmshards.preprocess.options import PreprocessConfig
 from lmshards.preprocess.sources import ReadOptions, ReadStats
 from lmshards.preprocess.stages.encode import (
@@ -80,7 +82,7 @@ from lmshards.preprocess.stages.tokens import (
 )
 from lmshards.schemas.constants import SPLITS, TOKENS_DIR_NAME
 from lmshards.schemas.layouts import SPILL_DIR_PREFIX, TEMP_DIR_NAME
-from lmshards.schemas.manifest import Manifest, ShardInfo, SplitTotals
+from lmshards.schemas.manifest import CurationInfo, Manifest, ShardInfo, SplitTotals
 
 _LOG = logging.getLogger(__name__)
 
@@ -181,6 +183,7 @@ class InProcessJob:
     record_bytes: int
     header: Manifest
     store_header: TokenStoreManifest | None  # --keep_tokens
+    curation: CurationSettings | None = None  # --dedup / --decontaminate (curation/local.py)
 
 
 class _Relay:
@@ -492,6 +495,31 @@ def run_in_process(job: InProcessJob) -> str:
     os.makedirs(spill)
     try:
         phases = _Phases()
+        curation = None
+        if job.curation is not None:  # pass 1: every removal decided before anything is tokenized
+            curation = LocalCuration(
+                job.curation,
+                output=config.output,
+                directory=spill,
+                sources=[sized.range.path for sized in job.ranges],
+                total_bytes=job.total_bytes,
+                options=job.read_options,
+                batch_size=config.documents_per_tokenizer_call,
+            )
+            progress = ReadProgress(job.total_bytes, PROGRESS_EVERY_S)
+            for sized in job.ranges:
+                numbers = curation.start_range(sized)
+                for batch in read_sized_range(
+                    sized,
+                    job.read_options,
+                    batch_size=config.documents_per_tokenizer_call,
+                    stats=ReadStats(),  # counted by the second read
+                    progress=progress,
+                    numbers=numbers,
+                ):
+                    curation.add(batch)
+            curation.decide()
+            phases.done("curate")
         progress = ReadProgress(job.total_bytes, PROGRESS_EVERY_S)
         with Tokenizing(job, spill, dtype) as tokenizing:
             for sized in job.ranges:
@@ -503,19 +531,28 @@ def run_in_process(job: InProcessJob) -> str:
                     stats=stats,
                     progress=progress,
                 ):
+                    if curation is not None:
+                        batch = curation.keep(sized.range.path, batch)
                     tokenizing.add(batch)
                 tokenizing.reading.merge(stats)
             tokenized = tokenizing.finish()
         phases.done("read, encode, route")
-        return write_shard_set(job, tokenized, spill, dtype)
+        info = curation.finish() if curation is not None else None  # the audit files
+        return write_shard_set(job, tokenized, spill, dtype, curation=info)
     finally:
         shutil.rmtree(spill, ignore_errors=True)
 
 
 def write_shard_set(
-    job: InProcessJob, tokenized: TokenizeResult, spill: str, dtype: np.dtype
+    job: InProcessJob,
+    tokenized: TokenizeResult,
+    spill: str,
+    dtype: np.dtype,
+    *,
+    curation: CurationInfo | None = None,
 ) -> str:
-    """Packs, shuffles and writes the shards of the routed documents, then the manifest; returns its path."""
+    """Packs, shuffles and writes the shards of the routed documents, then the manifest (with what
+    curation removed, when it ran); returns its path."""
     config = job.config
     phases = _Phases()
     count_read(tokenized.reading, job.total_bytes)
@@ -597,6 +634,7 @@ def write_shard_set(
         shards=shards,
         totals=totals,
         reading=tokenized.reading,
+        curation=curation,
     )
     phases.done("manifest")
     return path

@@ -284,12 +284,12 @@ def build_pipeline(pipeline: beam.Pipeline, plan: PreprocessPlan) -> beam.PColle
 
 
 def in_process_applies(plan: PreprocessPlan, options: PipelineOptions | None) -> bool:
-    """The default runner, a local output and no curation: the whole job runs as one step (see
-    lmshards.preprocess.in_process); the shard bytes are the same either way."""
+    """The default runner and a local output: the whole job runs as one step (see
+    lmshards.preprocess.in_process, and curation/local.py for curation); the shard bytes are the same
+    either way."""
     return (
         options is not None
         and runners.is_default_runner(options)
-        and plan.curation is None
         and not fs.is_remote(plan.config.output)
     )
 
@@ -312,6 +312,7 @@ def in_process_job(plan: PreprocessPlan) -> InProcessJob:
         record_bytes=plan.record_bytes,
         header=plan.manifest_header(),
         store_header=plan.store_header() if config.keep_tokens else None,
+        curation=plan.curation,
     )
 
 

@@ -64,8 +64,8 @@ def first_read_path(monkeypatch, tmp_path, *flags: str) -> list[str]:
 
 
 def test_preprocess_reaches_the_first_document_read_in_six_calls(monkeypatch, tmp_path):
-    # --dedup: the staged pipeline
-    path = first_read_path(monkeypatch, tmp_path, "--dedup", "exact")
+    # Beam's DirectRunner named: the staged pipeline
+    path = first_read_path(monkeypatch, tmp_path, "--runner=DirectRunner")
     assert path == [
         "preprocess.cli.main",
         "preprocess.pipeline.run_pipeline",
@@ -78,9 +78,12 @@ def test_preprocess_reaches_the_first_document_read_in_six_calls(monkeypatch, tm
 
 
 def test_the_default_preprocess_reaches_the_first_document_read_in_six_calls(monkeypatch, tmp_path):
-    # The default runner, a local output, no curation: the in-process engine, which reads on the
-    # step's own thread.
+    # The default runner and a local output: the in-process engine, which reads on the step's own
+    # thread, with curation too (its first read decides what the second keeps).
     path = first_read_path(monkeypatch, tmp_path)
+    curated = tmp_path / "curated"
+    curated.mkdir()
+    assert first_read_path(monkeypatch, curated, "--dedup", "exact") == path
     assert path == [
         "preprocess.cli.main",
         "preprocess.pipeline.run_pipeline",

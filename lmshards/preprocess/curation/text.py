@@ -71,12 +71,23 @@ def ngram_hashes(hashes: np.ndarray, n: int, *, bits: int = 32) -> np.ndarray:
     count = len(hashes) - n + 1
     if count <= 0:
         return np.empty(0, dtype=np.uint64)
+    acc = np.zeros(count, dtype=np.uint64)
+    for j in range(n):
+        acc = ngram_step(acc, hashes[j : j + count])
+    return ngram_finish(acc, bits=bits)
+
+
+def ngram_step(acc: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+    """One more word of each window: acc * C + hash + 1, modulo 2^64 (uint64 arrays)."""
     with np.errstate(over="ignore"):  # the arithmetic is modulo 2^64 on purpose
-        acc = np.zeros(count, dtype=np.uint64)
-        for j in range(n):
-            acc = acc * _COMBINE + hashes[j : j + count] + np.uint64(1)
+        return acc * _COMBINE + hashes + np.uint64(1)
+
+
+def ngram_finish(acc: np.ndarray, *, bits: int = 32) -> np.ndarray:
+    """The windows' hashes from their polynomials: mixed, and cut to `bits` (32 or 64)."""
+    with np.errstate(over="ignore"):
         mixed = mix64(acc)
-        return mixed & _MASK32 if bits == 32 else mixed
+    return mixed & _MASK32 if bits == 32 else mixed
 
 
 def shingles(text: str, n: int) -> np.ndarray:
