@@ -138,7 +138,7 @@ def add_step_arguments(
                 type=number if number is not None else flag.type,
                 choices=flag.choices,
                 default=None,
-                help=f"{flag.help} (default: {flag.default!r})"
+                help=f"{flag.help} (default: {flag.default})"
                 if flag.default not in ("", None)
                 else flag.help,
             )
