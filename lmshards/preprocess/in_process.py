@@ -42,6 +42,7 @@ from lmshards.plumbing.errors import TokenizerError
 from lmshards.plumbing.memory import release_free_memory
 from lmshards.plumbing.progress import PROGRESS_EVERY_S
 from lmshards.plumbing.units import MIB
+from lmshards.preprocess.curation.documents import DocumentCuration
 from lmshards.preprocess.curation.local import LocalCuration
 from lmshards.preprocess.curation.stage import CurationSettings
 from lmshards.preprocess.options import PreprocessConfig
@@ -496,7 +497,10 @@ def run_in_process(job: InProcessJob) -> str:
     try:
         phases = _Phases()
         curation = None
-        if job.curation is not None:  # pass 1: every removal decided before anything is tokenized
+        documents = None  # only document steps: judged as they are read, in the one pass
+        if job.curation is not None and not job.curation.corpus:
+            documents = DocumentCuration(job.curation.steps, output=config.output, directory=spill)
+        elif job.curation is not None:  # pass 1: every removal decided before anything is tokenized
             curation = LocalCuration(
                 job.curation,
                 output=config.output,
@@ -521,10 +525,11 @@ def run_in_process(job: InProcessJob) -> str:
             curation.decide()
             phases.done("curate")
         progress = ReadProgress(job.total_bytes, PROGRESS_EVERY_S)
+        read = documents.read_range if documents is not None else read_sized_range
         with Tokenizing(job, spill, dtype) as tokenizing:
             for sized in job.ranges:
                 stats = ReadStats()
-                for batch in read_sized_range(
+                for batch in read(
                     sized,
                     job.read_options,
                     batch_size=config.documents_per_tokenizer_call,
@@ -538,6 +543,8 @@ def run_in_process(job: InProcessJob) -> str:
             tokenized = tokenizing.finish()
         phases.done("read, encode, route")
         info = curation.finish() if curation is not None else None  # the audit files
+        if documents is not None:
+            info = documents.finish()
         return write_shard_set(job, tokenized, spill, dtype, curation=info)
     finally:
         shutil.rmtree(spill, ignore_errors=True)

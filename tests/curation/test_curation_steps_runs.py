@@ -1,0 +1,144 @@
+"""The curation steps end to end: `lmshards preprocess` with document steps writes the same shard bytes,
+audit and manifest on the default runner's single pass and on two worker processes (the staged
+pipeline), alone and before dedup; the funnel adds up and `inspect --verify` checks it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lmshards.command.cli import main as lmshards_main
+from lmshards.schemas.manifest import read_manifest
+
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
+TOKENIZER = str(GOLDEN / "tokenizer.json")
+# One packing group per split and fixed shard counts, so that the shards depend on the documents alone.
+SHARD_FLAGS = [
+    "--seq_len=16",
+    "--validation_fraction=0.2",
+    "--num_shards=2",
+    "--packing_group_tokens=100000000",
+    "--remainder=pad",
+]
+ENGLISH = [
+    "The committee met on Tuesday to discuss the new budget for the public library.",
+    "She walked along the river and watched the boats drift slowly towards the sea.",
+    "Our results show that the method works well on small and large data sets alike.",
+    "Please read the instructions carefully before you begin to assemble the shelf.",
+]
+GERMAN = [
+    "Der Ausschuss hat am Dienstag über den neuen Haushalt der Stadtbibliothek beraten.",
+    "Sie ging am Fluss entlang und sah den Booten zu, die langsam zum Meer trieben.",
+]
+STEPS = ["--languages=en"]
+TWO_WORKERS = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> dict:
+    base = tmp_path_factory.mktemp("languages")
+    a = base / "a.txt"
+    # a:0 en, a:1 de, a:2 blank (its line counts), a:3 en, a:4 en (an exact copy of a:0), a:5 de, a:6 en
+    lines = [ENGLISH[0], GERMAN[0], "", ENGLISH[1], ENGLISH[0], GERMAN[1], ENGLISH[2]]
+    a.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    b = base / "b.jsonl"
+    b.write_text(
+        json.dumps({"text": ENGLISH[3]}) + "\n" + json.dumps({"text": GERMAN[0]}) + "\n",
+        encoding="utf-8",
+    )
+    return {"inputs": [str(a), str(b)], "a": str(a), "b": str(b)}
+
+
+def _run(corpus, output: Path, *flags: str) -> int:
+    inputs = [f"--input={path}" for path in corpus["inputs"]]
+    args = ["preprocess", *inputs, f"--tokenizer={TOKENIZER}", f"--output={output}"]
+    return lmshards_main([*args, *SHARD_FLAGS, *flags])
+
+
+def _files(output: Path) -> dict[str, bytes]:
+    """Every file of the output, the manifest less its time."""
+    files = {
+        p.relative_to(output).as_posix(): p.read_bytes()
+        for p in sorted(output.rglob("*"))
+        if p.is_file()
+    }
+    manifest = json.loads(files.pop("manifest.json"))
+    manifest.pop("created_at")
+    files["manifest.json"] = json.dumps(manifest, sort_keys=True).encode()
+    return files
+
+
+def _audit(output: Path) -> list[dict]:
+    lines = [
+        json.loads(line)
+        for path in sorted((output / "curation").glob("*.jsonl"))
+        for line in path.read_text(encoding="utf-8").splitlines()
+    ]
+    return sorted(lines, key=lambda x: (x["source"], x["index"]))
+
+
+@pytest.fixture(scope="module")
+def language_run(corpus, tmp_path_factory) -> Path:
+    output = tmp_path_factory.mktemp("runs") / "language"
+    assert _run(corpus, output, *STEPS) == 0
+    return output
+
+
+def test_each_removal_names_its_step_and_the_funnel_adds_up(corpus, language_run, capsys):
+    audit = _audit(language_run)
+    assert [(Path(r["source"]).name, r["index"], r["step"], r["reason"]) for r in audit] == [
+        ("a.txt", 1, "language", "language"),
+        ("a.txt", 5, "language", "language"),
+        ("b.jsonl", 1, "language", "language"),
+    ]
+    assert all(r["detail"].startswith("language de ") for r in audit)
+    curation = read_manifest(str(language_run)).curation
+    assert curation is not None and curation.dedup == "none"
+    (row,) = curation.steps
+    assert (row["name"], row["documents_in"], row["documents_out"]) == ("language", 8, 5)
+    assert row["counts"] == {"de": 3, "en": 5} and row["options"]["languages"] == "en"
+    assert row["bytes_in"] - row["bytes_out"] == sum(r["bytes"] for r in audit)
+    assert lmshards_main(["inspect", str(language_run), "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert "      language: 8 -> 5 documents" in out and "counted: de 3, en 5" in out
+
+
+@pytest.mark.slow
+def test_the_same_bytes_on_two_worker_processes(corpus, language_run, tmp_path):
+    assert _run(corpus, tmp_path / "mp", *STEPS, *TWO_WORKERS) == 0
+    assert _files(tmp_path / "mp") == _files(language_run)
+
+
+@pytest.mark.slow
+def test_document_steps_run_before_dedup_the_same_on_both_paths(corpus, tmp_path):
+    assert _run(corpus, tmp_path / "one", *STEPS, "--dedup=exact") == 0
+    assert _run(corpus, tmp_path / "two", *STEPS, "--dedup=exact", *TWO_WORKERS) == 0
+    assert _files(tmp_path / "one") == _files(tmp_path / "two")
+    curation = read_manifest(str(tmp_path / "one")).curation
+    assert [row["name"] for row in curation.steps] == ["language", "dedup"]
+    assert curation.steps[1]["documents_in"] == 5 and curation.steps[1]["documents_out"] == 4
+    assert curation.removed["exact"]["documents"] == 1  # a:4, a copy of a:0
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--language_threshold=2"],
+            "argument --language_threshold: '2' is not a finite number in [0, 1]",
+        ),
+        (["--quality_filters=nope"], "--quality_filters 'nope' is not a quality filter"),
+        (["--curate_sample=5"], "--curate_sample is ignored without a document step"),
+    ],
+)
+def test_bad_step_flags_are_one_line_and_exit_2(corpus, tmp_path, capsys, flags, message):
+    try:
+        code = _run(corpus, tmp_path / "out", *flags)
+    except SystemExit as exited:  # a value out of its flag's range is argparse's error
+        code = exited.code
+    assert code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if " INFO " not in line]
+    assert len(err) == 1 and err[0].startswith("lmshards preprocess: error: ") and message in err[0]
+    assert not (tmp_path / "out").exists()
