@@ -122,7 +122,7 @@ def train_and_write(config: TokenizerTrainingConfig) -> TrainResult:
         info={
             "options": dataclasses.asdict(config),
             "inputs": [dataclasses.asdict(f) for f in files],
-            "read_stats": read_stats.as_dict(),
+            "read_stats": read_stats.recorded(),
             "sample": dataclasses.asdict(sample),
             "seconds": {
                 "sampling": round(sampled - start, 3),

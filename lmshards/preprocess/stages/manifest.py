@@ -159,7 +159,7 @@ def build_manifest(
     return dataclasses.replace(
         header,
         splits=splits,
-        reading=reading.as_dict(),
+        reading=reading.recorded(),
         created_at=created_at,
         curation=curation,
     )

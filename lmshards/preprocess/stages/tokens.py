@@ -409,7 +409,7 @@ def write_store_manifest(
         files=tuple(files),
         documents=sum(f.documents for f in files),
         tokens=sum(f.tokens for f in files),
-        reading=sum_stats([ReadStats(**header.reading), reading]).as_dict(),
+        reading=sum_stats([ReadStats(**header.reading), reading]).recorded(),
         created_at=utc_timestamp(),
     )
     return finish_store(store, manifest) if manifest.documents else None

@@ -42,7 +42,7 @@ class ReadStats:
     header or HTTP head cannot be parsed, warc_files_truncated files that end inside a record;
     documents_html_too_large pages over ReadOptions.max_html_bytes, documents_undecodable pages whose
     bytes fit no charset, documents_extract_failed pages the extractor failed on. Each is skipped; these
-    counters are left out of as_dict() while 0 (WEB_COUNTERS), so manifests of other inputs keep their bytes.
+    counters are left out of recorded() while 0 (WEB_COUNTERS), so manifests of other inputs keep their bytes.
     files_skipped_lmshards_output counts input files left out because they lie inside an lmshards
     output (set by whoever discovers the inputs, see files.discover_inputs; reading never sets it), as
     are files_found, files_duplicate (reached twice: read once), entries_skipped_hidden and
@@ -91,15 +91,19 @@ class ReadStats:
         setattr(self, name, getattr(self, name) + 1)
 
     def as_dict(self) -> dict[str, int]:
-        """The counters by name, WEB_COUNTERS left out while 0."""
+        """Every counter by name (Beam's Create reads an element's as_dict() as its schema: keep it whole)."""
+        return dataclasses.asdict(self)
+
+    def recorded(self) -> dict[str, int]:
+        """The counters a manifest records: as_dict() less the WEB_COUNTERS that are 0."""
         return {
             name: value
-            for name, value in dataclasses.asdict(self).items()
+            for name, value in self.as_dict().items()
             if value or name not in WEB_COUNTERS
         }
 
 
-# Counters added with the web formats: as_dict() leaves them out while 0.
+# Counters added with the web formats: recorded() leaves them out while 0.
 WEB_COUNTERS = frozenset(
     (
         "warc_records_other",
