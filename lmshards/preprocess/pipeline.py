@@ -99,7 +99,7 @@ class PreprocessPlan:
     def manifest_header(self) -> Manifest:
         """The manifest's fields known before the run; the manifest stage fills in the rest."""
         return manifest_header(
-            self.config, tokenizer=self.tokenizer, inputs=self.files, reading=self.reading.as_dict()
+            self.config, tokenizer=self.tokenizer, inputs=self.files, reading=self.reading.recorded()
         )
 
     def store_header(self) -> TokenStoreManifest:
@@ -113,7 +113,7 @@ class PreprocessPlan:
             tokens=0,
             files=(),
             inputs=self.files,
-            reading=self.reading.as_dict(),
+            reading=self.reading.recorded(),
             options=self.config.manifest_options(),
         )
 
