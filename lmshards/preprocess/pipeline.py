@@ -99,7 +99,10 @@ class PreprocessPlan:
     def manifest_header(self) -> Manifest:
         """The manifest's fields known before the run; the manifest stage fills in the rest."""
         return manifest_header(
-            self.config, tokenizer=self.tokenizer, inputs=self.files, reading=self.reading.recorded()
+            self.config,
+            tokenizer=self.tokenizer,
+            inputs=self.files,
+            reading=self.reading.recorded(),
         )
 
     def store_header(self) -> TokenStoreManifest:
