@@ -60,7 +60,10 @@ TOKENS_FORMAT = "lmshards.tokens"
 CURATION_DIR_NAME = "curation"
 # The manifest's `curation` section carries its own version (absent in outputs without curation).
 CURATION_FORMAT_VERSION = 1
-READABLE_CURATION_VERSIONS = (1,)
+# ... 2 when a document step ran (language, quality filters, PII): its `steps` funnel and "step:reason"
+# keys, which a release reading only 1 would not account for; --dedup/--decontaminate sets stay 1.
+CURATION_STEPS_VERSION = 2
+READABLE_CURATION_VERSIONS = (1, 2)
 # A training run directory (`lmshards train --output`) is marked by its run_config.json.
 RUN_CONFIG_JSON = "run_config.json"
 # A Hugging Face model directory (`lmshards export --output`): its config.json and one of its weights files.

@@ -95,7 +95,7 @@ def test_each_removal_names_its_step_and_the_funnel_adds_up(corpus, language_run
     ]
     assert all(r["detail"].startswith("language de ") for r in audit)
     curation = read_manifest(str(language_run)).curation
-    assert curation is not None and curation.dedup == "none"
+    assert curation is not None and curation.dedup == "none" and curation.version == 2
     (row,) = curation.steps
     assert (row["name"], row["documents_in"], row["documents_out"]) == ("language", 8, 5)
     assert row["counts"] == {"de": 3, "en": 5} and row["options"]["languages"] == "en"
@@ -120,6 +120,12 @@ def test_document_steps_run_before_dedup_the_same_on_both_paths(corpus, tmp_path
     assert [row["name"] for row in curation.steps] == ["language", "dedup"]
     assert curation.steps[1]["documents_in"] == 5 and curation.steps[1]["documents_out"] == 4
     assert curation.removed["exact"]["documents"] == 1  # a:4, a copy of a:0
+
+
+def test_dedup_alone_keeps_the_curation_section_of_version_1(corpus, tmp_path):
+    assert _run(corpus, tmp_path / "exact", "--dedup=exact") == 0
+    curation = json.loads((tmp_path / "exact" / "manifest.json").read_text())["curation"]
+    assert curation["version"] == 1 and "steps" not in curation
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,11 @@ from lmshards.preprocess.curation.steps import (
     StepFunnel,
     step_named,
 )
-from lmshards.schemas.constants import CURATION_DIR_NAME
+from lmshards.schemas.constants import (
+    CURATION_DIR_NAME,
+    CURATION_FORMAT_VERSION,
+    CURATION_STEPS_VERSION,
+)
 from lmshards.schemas.manifest import CurationInfo, Manifest
 
 AUDIT_BLOCK = 1_000_000  # record numbers per audit file
@@ -177,6 +181,7 @@ def curation_info(
     funnel: StepFunnel | None = None,
 ) -> CurationInfo:
     """The manifest's curation section from what the run counted."""
+    rows = funnel_rows(steps, funnel or StepFunnel(), counts)
     return CurationInfo(
         dedup=dedup,
         options=options,
@@ -199,7 +204,8 @@ def curation_info(
             for path in eval_files
         ),
         audit=tuple(sorted(audit, key=lambda entry: entry["path"])),
-        steps=funnel_rows(steps, funnel or StepFunnel(), counts),
+        steps=rows,
+        version=CURATION_STEPS_VERSION if rows else CURATION_FORMAT_VERSION,
     )
 
 

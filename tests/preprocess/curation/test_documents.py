@@ -82,6 +82,7 @@ def test_judged_in_process_as_the_staged_stage_judges(corpus, tmp_path):
     short, mask = info.steps
     assert (short["documents_in"], short["documents_out"], mask["documents_out"]) == (7, 4, 4)
     assert mask["counts"] == {"at": 2} and mask["bytes_out"] == mask["bytes_in"] + 6
+    assert info.version == 2  # a document step ran: releases reading only 1 refuse it
     assert funnel_problems(info, written=4) == []
     assert funnel_problems(info, written=5) != []
 
