@@ -1,7 +1,10 @@
 """Preprocessing benchmark: `lmshards preprocess` side by side with the tokenizer ceiling and an HF-style baseline.
 
 In one run, on the same machine, with the same tokenizer.json:
-  (a) ceiling   - reference_ceiling.py: Tokenizer.encode_batch over all lines, all cores;
+  (a) ceiling   - reference_ceiling.py: Tokenizer.encode_batch_fast with special tokens over all lines, all
+                  cores: the tokenizer call preprocess makes (a test keeps the two the same), nothing else;
+  (a') ceiling_offsets - the same with Tokenizer.encode_batch (every token's offsets too, which preprocess
+                  never asks for): the reference of earlier reports, run once as a second line;
   (b) lmshards  - `lmshards preprocess` with its default runner: Beam's DirectRunner engine in-process,
                   the tokenizer's threads on every core (--lmshards-args to measure others, e.g. multi_processing);
   (c) hf_style  - reference_hf_style.py: datasets.map tokenize + group_texts + serial TFRecordWriter, num_proc=2;
@@ -79,7 +82,12 @@ TARGET_VS_BASELINE = 2.0  # (b) throughput / (c) throughput
 TARGET_BYTES_PER_TOKEN = 10.0  # (b)'s peak RSS per written token, at every scale
 TARGET_LARGEST_PEAK_BYTES = 2_000_000_000  # (b)'s peak RSS on the 4x corpus (about 540 MB of text)
 
+TARGET_CPU_VS_CEILING = 1.15  # (b) CPU seconds / (a) CPU seconds
+
 CEILING, LMSHARDS, HF_STYLE, LMSHARDS_DASK = "ceiling", "lmshards", "hf_style", "lmshards_dask"
+CEILING_OFFSETS = "ceiling_offsets"
+# reference_ceiling.py's --method of each ceiling system.
+CEILING_METHODS = {CEILING: "fast", CEILING_OFFSETS: "offsets"}
 DASK_ARGS = ("--runner", "DaskRunner")  # (d): the flags that make (b) run on Dask
 
 
@@ -147,6 +155,7 @@ class Result:
 
 TOKEN_NOTES = {
     CEILING: "tokens of every non-empty line",
+    CEILING_OFFSETS: "tokens of every non-empty line",
     LMSHARDS: "manifest tokens_in summed over splits",
     LMSHARDS_DASK: "manifest tokens_in summed over splits",
     HF_STYLE: "tokens written (each 1000-row batch's remainder dropped)",
@@ -210,7 +219,7 @@ def memory_growth(results: list[Result]) -> dict[str, Any]:
         "runs": [
             {"input": r.input_label, "tokens_written": r.tokens_written,
              "peak_rss_mb": r.peak_rss_bytes / MB, "peak_pss_mb": r.peak_pss_bytes / MB,
-             "rss_bytes_per_token": r.peak_rss_bytes / r.tokens_written}
+             "rss_bytes_per_token": r.peak_rss_bytes / (r.tokens_written or 1)}
             for r in runs
         ],
         "target_bytes_per_token": TARGET_BYTES_PER_TOKEN,
@@ -230,13 +239,15 @@ def memory_growth(results: list[Result]) -> dict[str, Any]:
     return out
 
 
-def run_ceiling(inp: Input, tokenizer: Path) -> Result:
+def run_ceiling(inp: Input, tokenizer: Path, *, system: str = CEILING) -> Result:
+    """(a), or with system=CEILING_OFFSETS (a'): the tokenizer alone over every line."""
     load = load_average()
-    argv = [sys.executable, str(CEILING_SCRIPT), str(tokenizer), *map(str, inp.files)]
+    argv = [sys.executable, str(CEILING_SCRIPT), "--method", CEILING_METHODS[system], str(tokenizer),
+            *map(str, inp.files)]  # fmt: skip
     m = run_checked(argv, env=child_env(), timeout_s=RUN_TIMEOUT_S)
     out = reported(m)
     return _result(
-        CEILING, inp, m, tokens=out["tokens"], records=None, internal_s=out["internal_s"], load=load
+        system, inp, m, tokens=out["tokens"], records=None, internal_s=out["internal_s"], load=load
     )
 
 
@@ -325,9 +336,23 @@ def ratios(results: list[Result], label: str) -> dict[str, Any]:
     if pairs:
         values = [mine.mb_per_s / ceiling.mb_per_s for ceiling, mine in pairs]
         median = statistics.median(values)
-        by_cpu = statistics.median(ceiling.cpu_s / mine.cpu_s for ceiling, mine in pairs)
+        cpu = [mine.cpu_s / ceiling.cpu_s for ceiling, mine in pairs]
+        cpu_median = statistics.median(cpu)
         out["b_over_a"] = {"value": median, "target": TARGET_VS_CEILING, "met": median >= TARGET_VS_CEILING,
-                           "by_cpu_time": by_cpu, "pairs": values}  # fmt: skip
+                           "by_cpu_time": statistics.median(1 / c for c in cpu), "pairs": values,
+                           "cpu_ratio": cpu_median, "cpu_pairs": cpu, "cpu_target": TARGET_CPU_VS_CEILING,
+                           "cpu_met": cpu_median <= TARGET_CPU_VS_CEILING}  # fmt: skip
+    ceilings = [r for r in results if r.system == CEILING and r.input_label == label]
+    if (
+        pairs and CEILING_OFFSETS in by_system
+    ):  # against the median runs of (a) and (b): (a') runs once
+        offsets = by_system[CEILING_OFFSETS]
+        out["a_offsets"] = {
+            "fast_wall_share": statistics.median(r.wall_s for r in ceilings) / offsets.wall_s,
+            "fast_cpu_share": statistics.median(r.cpu_s for r in ceilings) / offsets.cpu_s,
+            "b_over_offsets_wall": offsets.wall_s / statistics.median(mine.wall_s for _, mine in pairs),
+            "b_over_offsets_cpu": offsets.cpu_s / statistics.median(mine.cpu_s for _, mine in pairs),
+        }  # fmt: skip
     if HF_STYLE in by_system:
         base = by_system[HF_STYLE]
         value = ours.mb_per_s / base.mb_per_s
@@ -340,6 +365,11 @@ def ratios(results: list[Result], label: str) -> dict[str, Any]:
         }  # fmt: skip
     if LMSHARDS_DASK in by_system:
         dask = by_system[LMSHARDS_DASK]
+        if ceilings:  # against the median ceiling: (d) runs once
+            out["d_over_a"] = {
+                "wall": statistics.median(r.wall_s for r in ceilings) / dask.wall_s,
+                "cpu_ratio": dask.cpu_s / statistics.median(r.cpu_s for r in ceilings),
+            }
         out["d_vs_b"] = {
             "wall": dask.wall_s / ours.wall_s, "cpu": dask.cpu_s / ours.cpu_s,
             "pss": dask.peak_pss_bytes / ours.peak_pss_bytes, "rss": dask.peak_rss_bytes / ours.peak_rss_bytes,
@@ -357,12 +387,13 @@ def ceiling_pairs(results: list[Result], label: str) -> list[tuple[Result, Resul
 
 def comparison_plan(largest: Input, config: Config) -> list[tuple[str, Input]]:
     """(a) and (b) on the largest input: `pairs` pairs, each pair's order the reverse of the last's
-    (a b, b a, ...), so that a drift in the machine's speed weighs on both; then (d) and (c)."""
+    (a b, b a, ...), so that a drift in the machine's speed weighs on both; then (a'), (d) and (c)."""
     if config.skip_ceiling:
         plan = [(LMSHARDS, largest)]
     else:
         pair = [(CEILING, largest), (LMSHARDS, largest)]
         plan = [run for i in range(config.pairs) for run in (pair if i % 2 == 0 else pair[::-1])]
+        plan.append((CEILING_OFFSETS, largest))
     if not config.skip_dask:
         plan.append((LMSHARDS_DASK, largest))
     if not config.skip_baseline:
@@ -401,6 +432,20 @@ def ratio_lines(summary: dict[str, Any]) -> list[str]:
             lines.append(f"{name} throughput on {summary['input']}: {r['value']:.2f}{each} "
                          f"(target >= {r['target']}: {'met' if r['met'] else 'NOT met'}); "
                          f"by CPU seconds: {r['by_cpu_time']:.2f}")  # fmt: skip
+            if "cpu_ratio" in r:
+                lines.append(f"{name} CPU seconds on {summary['input']}: {r['cpu_ratio']:.2f}x (median of "
+                             f"{len(r['cpu_pairs'])} pairs: {', '.join(f'{v:.2f}' for v in r['cpu_pairs'])}) "
+                             f"(target <= {r['cpu_target']}x: {'met' if r['cpu_met'] else 'NOT met'})")  # fmt: skip
+    if "a_offsets" in summary:
+        r = summary["a_offsets"]
+        lines.append(f"against encode_batch (offsets) on {summary['input']}: encode_batch_fast takes "
+                     f"{r['fast_wall_share']:.2f} of its wall time and {r['fast_cpu_share']:.2f} of its CPU "
+                     f"seconds; lmshards throughput {r['b_over_offsets_wall']:.2f}, by CPU seconds "
+                     f"{r['b_over_offsets_cpu']:.2f}")  # fmt: skip
+    if "d_over_a" in summary:
+        r = summary["d_over_a"]
+        lines.append(f"lmshards_dask / ceiling on {summary['input']}: throughput {r['wall']:.2f}, "
+                     f"CPU seconds {r['cpu_ratio']:.2f}x")  # fmt: skip
     if "d_vs_b" in summary:
         r = summary["d_vs_b"]
         lines.append(f"lmshards_dask / lmshards on {summary['input']}: wall {r['wall']:.2f}x, CPU seconds {r['cpu']:.2f}x, "
@@ -517,8 +562,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     for system, inp in plan:
         print(f"running {system} on {inp.label} ({inp.bytes / MB:.1f} MB) ...", flush=True)
-        if system == CEILING:
-            results.append(run_ceiling(inp, tokenizer))
+        if system in CEILING_METHODS:
+            results.append(run_ceiling(inp, tokenizer, system=system))
         elif system in (LMSHARDS, LMSHARDS_DASK):
             results.append(run_lmshards(inp, tokenizer, config, system=system))
         else:

@@ -9,6 +9,7 @@ import pytest
 
 from bench.bench_preprocess import (
     CEILING,
+    CEILING_OFFSETS,
     HF_STYLE,
     LMSHARDS,
     Input,
@@ -126,7 +127,8 @@ def test_the_ceiling_verdict_is_the_median_of_alternating_pairs(tmp_path):
     config = parse_args(["--corpus", str(tmp_path), "--skip-dask", "--pairs", "3"])
     largest = Input("all", ())
     order = [system for system, _ in comparison_plan(largest, config)]
-    assert order == [CEILING, LMSHARDS, LMSHARDS, CEILING, CEILING, LMSHARDS, HF_STYLE]
+    pairs = [CEILING, LMSHARDS, LMSHARDS, CEILING, CEILING, LMSHARDS]
+    assert order == [*pairs, CEILING_OFFSETS, HF_STYLE]  # encode_batch's line once, after the pairs
     # Pair ratios 20/25, 30/30 and 20/21 (in run order): one slow pair must not decide, nor the best.
     results = [
         _result(CEILING, 20.0, 300),
@@ -139,6 +141,13 @@ def test_the_ceiling_verdict_is_the_median_of_alternating_pairs(tmp_path):
     summary = ratios(results, "all")["b_over_a"]
     assert summary["pairs"] == pytest.approx([0.8, 1.0, 20 / 21])
     assert summary["value"] == pytest.approx(20 / 21) and summary["met"]
+    # CPU seconds (here equal to wall) per pair: 25/20, 30/30, 21/20; the median 1.05 is within 1.15x.
+    assert summary["cpu_pairs"] == pytest.approx([1.25, 1.0, 1.05])
+    assert summary["cpu_ratio"] == pytest.approx(1.05) and summary["cpu_met"]
+    offsets = ratios([*results, _result(CEILING_OFFSETS, 40.0, 300)], "all")["a_offsets"]
+    # Against the medians: the fast ceiling's 20 s of encode_batch's 40 s; lmshards' median run, 25 s.
+    assert offsets["fast_wall_share"] == pytest.approx(0.5)
+    assert offsets["b_over_offsets_wall"] == pytest.approx(40 / 25)
     with pytest.raises(SystemExit):
         parse_args(["--corpus", str(tmp_path), "--pairs", "0"])
 
