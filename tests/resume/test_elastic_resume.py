@@ -3,7 +3,8 @@
 In-process checks of the input plan (every replica count gives each step the same rows, masked the same
 way, in train and in eval; a one-replica run keeps the masks runs have always had), the refusals of a
 resume with another global batch or another number of hosts, and, marked slow, whole runs stopped on
-4 devices and resumed on 2 (and 2 -> 4) on both backends, compared with uninterrupted ones.
+4 devices and resumed on 2 (and 2 -> 4) on both backends (and ModernBERT on JAX), compared with uninterrupted
+ones.
 """
 
 from __future__ import annotations
@@ -157,10 +158,14 @@ RUN_STEPS = 6
 CHECKPOINT_EVERY = 2
 
 
-def train_argv(shards: str, run: Path, *, backend: str, devices: int) -> list[str]:
+def train_argv(
+    shards: str, run: Path, *, backend: str, devices: int, family: str = "roberta"
+) -> list[str]:
     return [
         "--backend",
         backend,
+        "--model_family",
+        family,
         "--shards",
         shards,
         "--output",
@@ -199,11 +204,13 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def run_train(shards: str, run: Path, *, backend: str, devices: int) -> str:
+def run_train(
+    shards: str, run: Path, *, backend: str, devices: int, family: str = "roberta"
+) -> str:
     """Runs `lmshards train` on `devices` CPU devices; returns its stderr."""
     from tests.helpers.jax_subprocess import REPO, jax_env
 
-    argv = train_argv(shards, run, backend=backend, devices=devices)
+    argv = train_argv(shards, run, backend=backend, devices=devices, family=family)
     if backend == "jax":
         cmd, env = [sys.executable, "-m", "lmshards", "train", *argv], jax_env(devices)
     else:
@@ -239,18 +246,26 @@ def stopped_copy(run: Path, to: Path, *, backend: str, step: int) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["jax", "tensorflow"])
-def test_a_run_stopped_on_4_devices_resumes_exactly_on_2_and_back(shards, tmp_path, backend):
-    """4 devices to step 2, then 2 devices to step 4, then 4 devices again: the losses of a run on 4 throughout."""
+@pytest.mark.parametrize(
+    ("backend", "family"), [("jax", "roberta"), ("tensorflow", "roberta"), ("jax", "modernbert")]
+)
+def test_a_run_stopped_on_4_devices_resumes_exactly_on_2_and_back(
+    shards, tmp_path, backend, family
+):
+    """4 devices to step 2, then 2 devices to step 4, then 4 devices again: the losses of a run on 4 throughout
+    (the final evaluations too, so the last weights are the same)."""
     if backend == "jax":
         pytest.importorskip("jax")
     whole = tmp_path / "whole-4"
-    run_train(shards, whole, backend=backend, devices=4)
+    run_train(shards, whole, backend=backend, devices=4, family=family)
+    assert json.loads((whole / "run_config.json").read_text())["model"]["family"] == family
     on_2 = stopped_copy(whole, tmp_path / "4-to-2", backend=backend, step=CHECKPOINT_EVERY)
-    assert f"at step {CHECKPOINT_EVERY}." in run_train(shards, on_2, backend=backend, devices=2)
+    assert f"at step {CHECKPOINT_EVERY}." in run_train(
+        shards, on_2, backend=backend, devices=2, family=family
+    )
     back_on_4 = stopped_copy(on_2, tmp_path / "2-to-4", backend=backend, step=2 * CHECKPOINT_EVERY)
     assert f"at step {2 * CHECKPOINT_EVERY}." in run_train(
-        shards, back_on_4, backend=backend, devices=4
+        shards, back_on_4, backend=backend, devices=4, family=family
     )
     want = losses(whole)
     assert len(want) > RUN_STEPS
