@@ -416,8 +416,9 @@ def test_dry_run_spreads_a_large_compressed_input_before_tokenizing(
 @pytest.mark.gcs
 @pytest.mark.slow
 def test_dry_run_builds_the_curation_stage_and_writes_nothing(dry_run, tmp_path):
-    """--dedup near with --decontaminate: the Dataflow job is built offline (the eval set read on gs://
-    for its checks), with the curation stage between Read and Tokenize, and nothing is written."""
+    """--languages with --dedup near and --decontaminate: the Dataflow job is built offline (the eval set
+    read on gs:// for its checks), with the curation stage and its steps between Read and Tokenize, and
+    nothing is written."""
     _, argv, work = dry_run
     fs.write_bytes_atomic(
         f"{work}/eval/eval.txt",
@@ -429,12 +430,18 @@ def test_dry_run_builds_the_curation_stage_and_writes_nothing(dry_run, tmp_path)
         f"--dataflow_job_file={job_file}",
         "--dedup=near",
         f"--decontaminate={work}/eval/eval.txt",
+        "--languages=en",
     ]
     with pytest.MonkeyPatch.context() as env:
         env.setenv(runners.WORKER_PACKAGE_ENV, "1")
         result = _build_dry_run(curated)
     runners.write_dry_run_job_file(result, str(job_file))
     names = {t["uniqueName"] for t in _transforms(json.loads(job_file.read_text())).values()}
-    assert {"Curate", "Curate/Deduplicate/Near/Near/Components", "Curate/Decontaminate"} <= names
+    assert {
+        "Curate",
+        "Curate/JudgeDocuments/Judge",
+        "Curate/Deduplicate/Near/Near/Components",
+        "Curate/Decontaminate",
+    } <= names
     assert {"Read", "Tokenize", "Manifest"} <= names
     assert not fs.exists(f"{work}/curated-out")
