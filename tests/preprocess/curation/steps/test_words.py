@@ -1,0 +1,56 @@
+"""The quality filters' word splitting (lmshards/preprocess/curation/steps/words.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lmshards.preprocess.curation.steps.words import has_letter, is_symbol, split_words
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("Hello, world.", ["Hello", ",", "world", "."]),
+        ("Don't stop...", ["Do", "n't", "stop", "..."]),
+        ("it's (really) fine!", ["it", "'s", "(", "really", ")", "fine", "!"]),
+        (
+            "e-mail 64-bit 2022-10-30 3.14",
+            ["e", "-", "mail", "64", "-", "bit", "2022", "-", "10", "-", "30", "3.14"],
+        ),
+        ("I/O A1:E10 =item", ["I", "/", "O", "A1", ":", "E10", "=", "item"]),
+        (
+            "see https://x.org/a?b=1. /etc -s --verify",
+            ["see", "https://x.org/a?b=1", ".", "/etc", "-s", "--verify"],
+        ),
+        ("#tag ===", ["#", "tag", "=", "=", "="]),
+        ("   \n\t ", []),
+    ],
+)
+def test_words_are_spaced_chunks_with_punctuation_split_off_their_ends_and_some_infixes(
+    text, words
+):
+    assert split_words(text) == words
+
+
+def test_a_language_without_spaces_is_one_word_per_spaced_run():
+    assert split_words("我们今天去公园。天气很好 对") == ["我们今天去公园。天气很好", "对"]
+
+
+def test_symbols_are_words_of_punctuation_only():
+    assert [is_symbol(w) for w in ("...", "--", "#", "。", "©", "a.", "_")] == [
+        True,
+        True,
+        True,
+        True,
+        False,
+        False,
+        True,
+    ]
+    assert [has_letter(w) for w in ("abc", "a1", "42", "_", "é", "3.14")] == [
+        True,
+        True,
+        False,
+        False,
+        True,
+        False,
+    ]
