@@ -214,3 +214,35 @@ def test_dask_curates_like_the_default_runner(cluster, tmp_path):
     assert manifests[1] == manifests[0]
     assert manifests[0]["curation"]["removed"]["exact"]["documents"] >= 5
     assert manifests[0]["curation"]["removed"]["contaminated"]["documents"] >= 1
+
+
+def test_dask_judges_the_document_steps_like_the_default_runner(cluster, tmp_path):
+    """--languages en (a document step, judged in the default runner's one pass and in Dask's staged
+    pipeline): the same audit, shards and manifest funnel."""
+    corpus = tmp_path / "corpus.txt"
+    lines = (GOLDEN / "docs.jsonl").read_text(encoding="utf-8").splitlines()
+    texts = [json.loads(line)["text"] for line in lines if line.strip()]
+    german = "Der Ausschuss hat am Dienstag über den neuen Haushalt der Stadtbibliothek beraten."
+    corpus.write_text("\n".join([german, *texts, german]) + "\n", encoding="utf-8")
+    flags = [
+        "--input",
+        str(corpus),
+        "--tokenizer",
+        str(GOLDEN / "tokenizer.json"),
+        "--seq_len",
+        "48",
+    ]
+    flags += ["--range_mb", "0.005", "--languages", "en"]
+    default, dask = tmp_path / "default", tmp_path / "dask"
+    assert lmshards_main(["preprocess", *flags, "--output", str(default)]) == 0
+    dask_flags = ["--runner", "DaskRunner", "--dask_client_address", cluster.scheduler_address]
+    assert lmshards_main(["preprocess", *flags, "--output", str(dask), *dask_flags]) == 0
+    expected, got = _files(default), _files(dask)
+    manifests = [json.loads(files.pop("manifest.json")) for files in (expected, got)]
+    assert got == expected
+    for manifest in manifests:
+        manifest.pop("created_at")
+    assert manifests[1] == manifests[0]
+    (row,) = manifests[0]["curation"]["steps"]
+    assert row["name"] == "language" and row["counts"]["de"] >= 2
+    assert row["documents_in"] == len(texts) + 2
