@@ -34,6 +34,11 @@ from lmshards.preprocess.curation.steps.base import (
 # Modules of this package, one per step, in the order the steps run.
 _STEP_MODULES = (
     "language",
+    "gopher_quality",
+    "gopher_repetition",
+    "c4_quality",
+    "fineweb_quality",
+    "pii",
     "decontaminate",
     "dedup",
 )
