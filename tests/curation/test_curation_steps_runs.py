@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lmshards.command.cli import main as lmshards_main
-from lmshards.schemas.manifest import read_manifest
+from lmshards.schemas.manifest import funnel_problems, read_manifest
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 TOKENIZER = str(GOLDEN / "tokenizer.json")
@@ -128,6 +128,82 @@ def test_dedup_alone_keeps_the_curation_section_of_version_1(corpus, tmp_path):
     assert curation["version"] == 1 and "steps" not in curation
 
 
+PARAGRAPHS = [
+    "The city council met on Tuesday evening to discuss the new budget for the public library. Members "
+    "of the council agreed that the library needs more money for books and staff. The mayor said that "
+    "the town has to be careful with its spending this year. Several residents spoke in favour of the "
+    "plan and asked the council to act quickly. The final vote will take place next month, after a "
+    "second public hearing.",
+    "She walked along the river in the early morning and watched the boats drift slowly towards the "
+    "sea. The air was cold, and a thin mist lay over the water. A few fishermen were already at work on "
+    "the far bank. She stopped for a while to talk with one of them about the weather and the fish. He "
+    "told her that the catch had been poor all week.",
+    "Our results show that the method works well on both small and large data sets, and that it is easy "
+    "to use in practice. We tested it on five public benchmarks and compared it with three strong "
+    "baselines. In every case the new method was at least as accurate, and in most cases it was faster. "
+    "Contact the authors at jane.doe@example.org for the code and the data. We hope that other groups "
+    "will build on this work.",
+    "Please read the instructions carefully before you begin to assemble the shelf in your living room. "
+    "You will need a screwdriver, a hammer and about an hour of free time. First, lay out all of the "
+    "parts on the floor and check that nothing is missing. Then attach the side panels to the base with "
+    "the long screws. If you have any questions, you can call our help line at any time of the day.",
+]
+ALL_STEPS = [
+    "--languages=en",
+    "--quality_filters=fineweb_quality,c4_quality,gopher_repetition,gopher_quality",  # any order
+    "--pii=email,ip",
+]
+
+
+@pytest.fixture(scope="module")
+def web(tmp_path_factory) -> dict:
+    """Documents each step removes or changes, beside ones every step keeps."""
+    base = tmp_path_factory.mktemp("web")
+    lines = [
+        PARAGRAPHS[0],  # 0 kept
+        GERMAN[0],  # 1 language
+        "spam " * 60,  # 2 gopher_quality: no stop words
+        PARAGRAPHS[1] + " " + PARAGRAPHS[1],  # 3 gopher_repetition: every n-gram repeated
+        PARAGRAPHS[3].replace("living room.", "living room. Lorem ipsum dolor sit amet."),  # 4 c4
+        "",  # 5 blank: its line counts
+        PARAGRAPHS[2],  # 6 kept, its email replaced
+        PARAGRAPHS[3],  # 7 kept
+    ]
+    path = base / "web.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return {"inputs": [str(path)]}
+
+
+@pytest.mark.slow
+def test_every_step_in_order_the_same_in_process_and_on_two_workers(web, tmp_path, capsys):
+    assert _run(web, tmp_path / "one", *ALL_STEPS) == 0
+    assert _run(web, tmp_path / "two", *ALL_STEPS, *TWO_WORKERS) == 0
+    assert _files(tmp_path / "one") == _files(tmp_path / "two")
+    curation = read_manifest(str(tmp_path / "one")).curation
+    names = [
+        "language",
+        "gopher_quality",
+        "gopher_repetition",
+        "c4_quality",
+        "fineweb_quality",
+        "pii",
+    ]
+    assert [row["name"] for row in curation.steps] == names
+    assert funnel_problems(curation, written=3) == []
+    audit = _audit(tmp_path / "one")
+    assert [(r["index"], r["step"]) for r in audit] == [
+        (1, "language"),
+        (2, "gopher_quality"),
+        (3, "gopher_repetition"),
+        (4, "c4_quality"),
+    ]
+    assert audit[3]["reason"] == "lorem_ipsum"
+    pii = curation.steps[-1]
+    assert pii["counts"] == {"email": 1, "ip": 0} and pii["documents_out"] == 3
+    assert lmshards_main(["inspect", str(tmp_path / "one"), "--verify"]) == 0
+    assert "c4_quality: 4 -> 3 documents" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
@@ -136,6 +212,7 @@ def test_dedup_alone_keeps_the_curation_section_of_version_1(corpus, tmp_path):
             "argument --language_threshold: '2' is not a finite number in [0, 1]",
         ),
         (["--quality_filters=nope"], "--quality_filters 'nope' is not a quality filter"),
+        (["--gopher_min_words=-1"], "argument --gopher_min_words: '-1' is not a whole number >= 0"),
         (["--curate_sample=5"], "--curate_sample is ignored without a document step"),
     ],
 )

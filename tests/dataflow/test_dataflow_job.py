@@ -98,6 +98,7 @@ STEP_SAMPLES = {
     **{f.flag: str(f.default) for f in document_flags() if f.default not in ("", None, False)},
     "quality_filters": ",".join(s.name for s in quality_filters()),
     "languages": "en,de",
+    "pii": "email,ip",
 }
 
 
@@ -384,6 +385,7 @@ def test_flex_template_boolean_parameters_parse():
         "--keep_tokens=true",
         "--html_drop_comments=true",
         "--skip_binary=true",
+        "--c4_remove_lines=true",
     ]
     for name in ("overwrite", "keep_tokens", "skip_binary"):
         for value, expected in (("true", True), ("false", False)):
