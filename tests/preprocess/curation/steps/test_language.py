@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from lmshards.preprocess.curation import steps
 from lmshards.preprocess.curation.steps import language
 from lmshards.preprocess.curation.steps.base import DOCUMENT, Judgement
 
@@ -131,3 +132,19 @@ def test_languages_are_parsed_and_unknown_codes_refused():
         language.build({"languages": "xyz", "language_threshold": 0.65})
     with pytest.raises(ValueError, match="an empty code"):
         language.parse_languages("en,,de")
+
+
+def test_the_registry_runs_the_step_only_with_languages_and_refuses_unknown_codes():
+    values = {"languages": "", "language_threshold": 0.65}
+    assert "language" not in [
+        s.name for s in steps.select_steps(quality=(), values=values, switches={})
+    ]
+    values["languages"] = "all"
+    selected = [
+        s
+        for s in steps.select_steps(quality=(), values=values, switches={})
+        if s.name == "language"
+    ]
+    assert [s.options for s in selected] == [{"languages": "all", "language_threshold": 0.65}]
+    with pytest.raises(steps.StepError, match="'eng' is not a code of the language model"):
+        steps.check_step_values({"languages": "en,eng", "language_threshold": 0.65})
