@@ -418,9 +418,9 @@ def test_dry_run_spreads_a_large_compressed_input_before_tokenizing(
 @pytest.mark.gcs
 @pytest.mark.slow
 def test_dry_run_builds_the_curation_stage_and_writes_nothing(dry_run, tmp_path):
-    """--languages with --dedup near and --decontaminate: the Dataflow job is built offline (the eval set
-    read on gs:// for its checks), with the curation stage and its steps between Read and Tokenize, and
-    nothing is written."""
+    """Every curation step (--languages, --quality_filters, --pii, --decontaminate, --dedup near): the
+    Dataflow job is built offline (the eval set read on gs:// for its checks), with the curation stage
+    and its steps between Read and Tokenize, and nothing is written."""
     _, argv, work = dry_run
     fs.write_bytes_atomic(
         f"{work}/eval/eval.txt",
@@ -433,6 +433,8 @@ def test_dry_run_builds_the_curation_stage_and_writes_nothing(dry_run, tmp_path)
         "--dedup=near",
         f"--decontaminate={work}/eval/eval.txt",
         "--languages=en",
+        "--quality_filters=gopher_quality,gopher_repetition,c4_quality,fineweb_quality",
+        "--pii=email,ip",
     ]
     with pytest.MonkeyPatch.context() as env:
         env.setenv(runners.WORKER_PACKAGE_ENV, "1")
