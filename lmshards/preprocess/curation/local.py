@@ -38,18 +38,28 @@ import numpy as np
 from lmshards.plumbing.progress import PROGRESS_EVERY_S
 from lmshards.preprocess.curation.audit import (
     AUDIT_BLOCK,
+    AuditKey,
     CurationCounts,
+    audit_key,
     curation_info,
     write_audit_file,
 )
 from lmshards.preprocess.curation.minhash import SHINGLE_BLOCK, SIMILARITY_DIGITS, hash_family
-from lmshards.preprocess.curation.records import CONTAMINATED, EXACT, NEAR, REASONS, Removal
+from lmshards.preprocess.curation.records import (
+    CONTAMINATED,
+    EXACT,
+    NEAR,
+    REASONS,
+    CurationDoc,
+    Removal,
+)
 from lmshards.preprocess.curation.stage import (
     DEDUP_EXACT,
     DEDUP_NEAR,
     DEDUP_NONE,
     CurationSettings,
 )
+from lmshards.preprocess.curation.steps import StepFunnel, build_document_steps, judge_documents
 from lmshards.preprocess.curation.text import (
     digest,
     exact_form,
@@ -547,6 +557,14 @@ def read_table_rows(path: str, dtype: np.dtype, wanted: np.ndarray) -> np.ndarra
     return np.concatenate(parts) if parts else np.empty(0, dtype)
 
 
+def member_of(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """bool [len(values)]: whether each value is in sorted_set (sorted int64)."""
+    if not len(sorted_set):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)
+    return sorted_set[at] == values
+
+
 def similarity(equal: int, permutations: int) -> float:
     """minhash.estimated_similarity from the count of equal values."""
     return round(float(equal) / permutations, SIMILARITY_DIGITS)
@@ -645,6 +663,10 @@ class LocalCuration:
         minhash = settings.minhash
         self._offsets = hash_family(minhash.permutations) if settings.dedup == DEDUP_NEAR else None
         self._next_node = 0
+        self._steps = build_document_steps(settings.document_steps)  # language, quality, PII
+        self._funnel = StepFunnel()
+        self._judged: list[Removal] = []  # the document steps' removals
+        self._step_removed: list[np.ndarray] = []  # packed (source, index) of those documents
         self._numbering = FileNumbering(options)
         self._merger = BlockMerger(self._ranks)
         self._exact = SpillPartitions(self._directory, "exact", self._partitions, NODE_DTYPE)
@@ -662,9 +684,34 @@ class LocalCuration:
 
     def add(self, texts: list[str]) -> None:
         """Pass 1: the next batch of the current range."""
-        block = self._merger.add(self._numbering.number(texts))
+        batch = self._numbering.number(texts)
+        self._counts.documents_in += len(texts)
+        self._counts.bytes_in += int(utf8_bytes(texts).sum())
+        if self._steps:
+            batch = self._judge(batch)
+        block = self._merger.add(batch)
         if block is not None:
             self._decide_block(block)
+
+    def _judge(self, batch: NumberedTexts) -> NumberedTexts:
+        """The document steps' verdicts on a batch: its removals kept, its survivors (their texts as
+        the steps left them) returned."""
+        docs = [
+            CurationDoc(batch.source, index, text, record)
+            for index, text, record in zip(batch.indices.tolist(), batch.texts, batch.records)
+        ]
+        judged = judge_documents(self._steps, docs)
+        self._funnel += judged.funnel
+        self._judged.extend(judged.removals)
+        kept = np.array([doc.index for doc in judged.kept], dtype=np.int64)
+        gone = np.setdiff1d(batch.indices, kept)
+        self._step_removed.append(packed_refs(np.full(len(gone), self._ranks[batch.source]), gone))
+        return NumberedTexts(
+            batch.source,
+            kept,
+            [doc.text for doc in judged.kept],
+            [doc.record for doc in judged.kept],
+        )
 
     def decide(self) -> None:
         """Pass 1's end: every removal decided, from what add() spilled."""
@@ -682,11 +729,15 @@ class LocalCuration:
             self._decide_near(self._bands, table)
         os.remove(table)
         removals = np.concatenate([*self._removals, self._near])
-        self._removed = np.sort(packed_refs(removals["source"], removals["index"]))
+        steps_removed = np.sort(np.concatenate([np.empty(0, np.int64), *self._step_removed]))
+        self._step_removed = [steps_removed]
+        self._removed = np.sort(
+            np.concatenate([packed_refs(removals["source"], removals["index"]), steps_removed])
+        )
         _LOG.info(
             "curation: %d documents read, %d to remove; reading them again",
             self._counts.documents_in,
-            len(removals),
+            len(self._removed),
         )
 
     def _eval_index(self, batch_size: int) -> EvalIndex:
@@ -706,9 +757,7 @@ class LocalCuration:
     def _decide_block(self, block: Block) -> None:
         settings = self._settings
         count = len(block.texts)
-        nbytes = utf8_bytes(block.texts)
-        self._counts.documents_in += count
-        self._counts.bytes_in += int(nbytes.sum())
+        nbytes = utf8_bytes(block.texts)  # as the text enters the corpus steps
         clean = np.ones(count, dtype=bool)
         if self._index is not None or settings.dedup == DEDUP_NEAR:
             hashes, counts = word_hashes_of(block.texts)
@@ -788,19 +837,33 @@ class LocalCuration:
     # -------------------------------------------------------- pass 2
 
     def keep(self, source: str, texts: list[str]) -> list[str]:
-        """The texts of the next batch of `source` (read in pass 1's order) that are kept."""
+        """The texts of the next batch of `source` (read in pass 1's order) that are kept, as the
+        document steps left them (they judge the texts pass 1 kept again: they are deterministic,
+        and their output is not spilled)."""
         first = self._seen.get(source, 0)
         self._seen[source] = first + len(texts)
-        refs = packed_refs(
-            np.full(len(texts), self._ranks[source]), np.arange(first, first + len(texts))
-        )
+        indices = np.arange(first, first + len(texts))
+        refs = packed_refs(np.full(len(texts), self._ranks[source]), indices)
+        if self._steps:
+            texts, refs, indices = self._judge_again(source, texts, refs, indices)
         if len(self._wanted):
             self._measure(texts, refs)
-        if not len(self._removed):
-            return texts
-        at = np.minimum(np.searchsorted(self._removed, refs), len(self._removed) - 1)
-        gone = (self._removed[at] == refs).tolist()
+        gone = member_of(refs, self._removed).tolist()
         return [text for text, g in zip(texts, gone) if not g]
+
+    def _judge_again(
+        self, source: str, texts: list[str], refs: np.ndarray, indices: np.ndarray
+    ) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """The texts the document steps kept in pass 1, judged again (the same verdicts)."""
+        passed = np.flatnonzero(~member_of(refs, self._step_removed[0]))
+        docs = [CurationDoc(source, int(indices[i]), texts[i], 0) for i in passed.tolist()]
+        judged = judge_documents(self._steps, docs)
+        if len(judged.kept) != len(docs):
+            raise RuntimeError(
+                f"a curation step removed a document of {source!r} it kept when first read: "
+                "document steps must judge each document the same every time"
+            )
+        return [doc.text for doc in judged.kept], refs[passed], indices[passed]
 
     def _measure(self, texts: list[str], refs: np.ndarray) -> None:
         """Signs the texts that are an end of a near removal (their similarity is in the audit)."""
@@ -829,6 +892,10 @@ class LocalCuration:
             mine = removals[removals["reason"] == code]
             if len(mine):
                 self._counts.removed[reason] = [len(mine), int(mine["bytes"].sum())]
+        for removal in self._judged:
+            counted = self._counts.removed.setdefault(removal.key, [0, 0])
+            counted[0] += 1
+            counted[1] += removal.bytes
         index = self._index
         if index is not None:
             dirty = removals["eval"][removals["eval"] >= 0]
@@ -847,6 +914,8 @@ class LocalCuration:
             eval_files=eval_files,
             eval_documents=index.documents if index is not None else {},
             audit=audit,
+            steps=settings.steps,
+            funnel=self._funnel,
         )
 
     def _write_audit(self, removals: np.ndarray) -> list[dict]:
@@ -855,10 +924,18 @@ class LocalCuration:
         block = removals["record"] // AUDIT_BLOCK
         change = (removals["source"][1:] != removals["source"][:-1]) | (block[1:] != block[:-1])
         starts = np.flatnonzero(np.r_[True, change]) if len(removals) else np.empty(0, np.int64)
+        spans = {
+            (self._paths[int(removals["source"][lo])], int(block[lo])): (lo, hi)
+            for lo, hi in zip(starts.tolist(), [*starts[1:].tolist(), len(removals)])
+        }
+        judged: dict[AuditKey, list[Removal]] = {}
+        for removal in self._judged:
+            judged.setdefault(audit_key(removal), []).append(removal)
         entries = []
-        for lo, hi in zip(starts.tolist(), [*starts[1:].tolist(), len(removals)]):
-            key = (self._paths[int(removals["source"][lo])], int(block[lo]))
-            entries.append(write_audit_file(self._output, key, map(self._removal, removals[lo:hi])))
+        for key in sorted(spans.keys() | judged.keys()):
+            lo, hi = spans.get(key, (0, 0))
+            lines = [*judged.pop(key, []), *map(self._removal, removals[lo:hi])]
+            entries.append(write_audit_file(self._output, key, lines))
         return entries
 
     def _removal(self, row: np.void) -> Removal:

@@ -202,6 +202,8 @@ def corpus(tmp_path_factory) -> dict[str, str]:
         elif roll < 0.5:  # an exact copy, spaced differently
             lines.append("  " + "   ".join(doc))
     lines += ["short line here", "short  line here", "", "tiny"]
+    # Exact copies once --pii email has replaced the addresses (and only then).
+    lines += [f"Write to {name}@example.com: " + " ".join(base[5]) for name in ("ann", "bob")]
     rng.shuffle(lines)
     directory = tmp_path_factory.mktemp("local_corpus")
     a, b = directory / "a.txt", directory / "b.jsonl"
@@ -242,9 +244,9 @@ def _run(corpus: dict[str, str], output: Path, flags: list[str]) -> dict[str, st
     "flags",
     [
         ["--dedup", "near", "--minhash_min_words", "4", "--decontaminate", "EVAL"],
-        ["--dedup", "exact", "--range_mb", "0.001"],
+        ["--dedup", "exact", "--pii", "email", "--range_mb", "0.001"],
     ],
-    ids=["near_min_words_decontaminate", "exact"],
+    ids=["near_min_words_decontaminate", "pii_exact"],
 )
 def test_the_default_runner_curates_as_the_staged_pipeline(corpus, tmp_path, flags):
     flags = [corpus["eval"] if f == "EVAL" else f for f in flags]
@@ -254,7 +256,8 @@ def test_the_default_runner_curates_as_the_staged_pipeline(corpus, tmp_path, fla
     manifest = json.loads((tmp_path / "default" / "manifest.json").read_text(encoding="utf-8"))
     removed = {reason: r["documents"] for reason, r in manifest["curation"]["removed"].items()}
     # 9 planted exact copies and a short one; 8 of the 13 one-word changes caught (a changed word
-    # breaks 5 of a short text's 5-grams); the 3 eval lines hit 3 documents and an exact copy.
-    expected = {"exact": 10, "near": 8, "contaminated": 4} if "near" in flags else {"exact": 10}
+    # breaks 5 of a short text's 5-grams) and the two addressed copies; the 3 eval lines hit 3
+    # documents and an exact copy. With --pii email the two addressed copies are exact ones.
+    expected = {"exact": 10, "near": 10, "contaminated": 4} if "near" in flags else {"exact": 11}
     assert {reason: n for reason, n in removed.items() if n} == expected
     assert not list((tmp_path / "default" / TEMP_DIR_NAME).glob("*"))  # the spill files are gone
