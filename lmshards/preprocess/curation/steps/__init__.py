@@ -364,6 +364,9 @@ def judge_documents(steps: Sequence[BuiltStep], docs: Sequence[CurationDoc]) -> 
     """
     funnel = StepFunnel()
     kept = list(docs)
+    sizes = [
+        utf8_bytes(doc.text) for doc in kept
+    ]  # measured once, again only where a step changed it
     removals: list[Removal] = []
     for step in steps:
         row = funnel.row(step.name)
@@ -372,11 +375,10 @@ def judge_documents(steps: Sequence[BuiltStep], docs: Sequence[CurationDoc]) -> 
             raise ValueError(
                 f"curation step {step.name} judged {len(judgements)} of {len(kept)} documents"
             )
-        survivors = []
-        for doc, judgement in zip(kept, judgements):
-            size = utf8_bytes(doc.text)
-            row.documents_in += 1
-            row.bytes_in += size
+        row.documents_in += len(kept)
+        row.bytes_in += sum(sizes)
+        survivors, survivor_sizes = [], []
+        for doc, size, judgement in zip(kept, sizes, judgements):
             for label, n in judgement.counts.items():
                 row.counts[label] = row.counts.get(label, 0) + n
             if judgement.text is None:
@@ -402,8 +404,9 @@ def judge_documents(steps: Sequence[BuiltStep], docs: Sequence[CurationDoc]) -> 
             if judgement.text != doc.text:
                 doc = dataclasses.replace(doc, text=judgement.text)
                 size = utf8_bytes(doc.text)
-            row.documents_out += 1
-            row.bytes_out += size
             survivors.append(doc)
-        kept = survivors
+            survivor_sizes.append(size)
+        row.documents_out += len(survivors)
+        row.bytes_out += sum(survivor_sizes)
+        kept, sizes = survivors, survivor_sizes
     return JudgedBatch(kept=kept, removals=removals, funnel=funnel)
