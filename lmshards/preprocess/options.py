@@ -48,6 +48,7 @@ from lmshards.preprocess.curation.steps import (
     SelectedStep,
     StepError,
     add_step_arguments,
+    check_flags_apply,
     check_step_values,
     document_flags,
     parse_quality_filters,
@@ -559,6 +560,10 @@ def check_dependent_flags(config: PreprocessConfig) -> None:
             raise PreprocessError(
                 f"{flag} is ignored {dependent.when}: {dependent.fix} or leave {flag} out."
             )
+    try:  # the document steps' flags: each applies only when its step runs
+        check_flags_apply(dict(config.step_values), config.curation_steps)
+    except StepError as e:
+        raise PreprocessError(str(e)) from None
 
 
 def config_from_options(options: PipelineOptions) -> PreprocessConfig:

@@ -214,6 +214,11 @@ def test_every_step_in_order_the_same_in_process_and_on_two_workers(web, tmp_pat
         (["--quality_filters=nope"], "--quality_filters 'nope' is not a quality filter"),
         (["--gopher_min_words=-1"], "argument --gopher_min_words: '-1' is not a whole number >= 0"),
         (["--curate_sample=5"], "--curate_sample is ignored without a document step"),
+        (
+            ["--gopher_min_words=10"],
+            "--gopher_min_words is ignored without the gopher_quality step: add --quality_filters "
+            "gopher_quality or leave --gopher_min_words out.",
+        ),
     ],
 )
 def test_bad_step_flags_are_one_line_and_exit_2(corpus, tmp_path, capsys, flags, message):

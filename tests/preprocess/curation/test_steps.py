@@ -120,3 +120,17 @@ def test_a_step_giving_an_undeclared_reason_is_a_bug_named():
     step = framework.BuiltStep("bad", ("fine",), Bad())
     with pytest.raises(ValueError, match="gave reason 'odd'"):
         framework.judge_documents([step], _docs("a"))
+
+
+def test_a_flag_of_a_step_that_does_not_run_is_refused_naming_the_switch():
+    framework.check_flags_apply({"min_words": 3}, (), REGISTRY)  # its default: let through
+    with pytest.raises(
+        StepError, match=r"^--short_min_words is ignored without the short step: add "
+    ):
+        framework.check_flags_apply({"min_words": 5}, (), REGISTRY)
+    with pytest.raises(
+        StepError, match="add --quality_filters short or leave --short_min_words out"
+    ):
+        framework.check_flags_apply({"min_words": 5}, (), REGISTRY)
+    running = framework.select_steps(quality=("short",), values={}, switches={}, steps=REGISTRY)
+    framework.check_flags_apply({"min_words": 5}, running, REGISTRY)

@@ -66,6 +66,7 @@ __all__ = [
     "StepFunnel",
     "add_step_arguments",
     "build_document_steps",
+    "check_flags_apply",
     "check_step_values",
     "judge_documents",
     "select_steps",
@@ -245,6 +246,28 @@ def select_steps(
         if on:
             selected.append(SelectedStep(step.name, step.kind, step_options(step, values)))
     return tuple(selected)
+
+
+def check_flags_apply(
+    values: Mapping[str, Any], selected: Sequence[SelectedStep], steps: Sequence[Step] | None = None
+) -> None:
+    """Refuses a flag of a document step that does not run, set to other than its default (it would be
+    ignored).
+
+    Raises:
+      StepError: naming the flag, the step and the fix.
+    """
+    running = {chosen.name for chosen in selected}
+    for step in STEPS if steps is None else steps:
+        if step.kind != DOCUMENT or step.name in running:
+            continue
+        for flag in step.flags:
+            if values.get(flag.field, flag.default) != flag.default:
+                turn_on = f"--{step.switch}" if step.switch else f"--{QUALITY_FILTERS} {step.name}"
+                raise StepError(
+                    f"--{flag.flag} is ignored without the {step.name} step: add {turn_on} or leave "
+                    f"--{flag.flag} out."
+                )
 
 
 # ---------------------------------------------------------------- the funnel
