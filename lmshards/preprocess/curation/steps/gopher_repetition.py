@@ -11,16 +11,19 @@ the count skips past it, so overlapping repeats are not counted twice.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from collections import Counter
 from collections.abc import Mapping
-from operator import itemgetter
 from typing import Any
+
+import numpy as np
 
 from lmshards.preprocess.curation.steps.base import DOCUMENT, Step, StepFlag
 from lmshards.preprocess.curation.steps.rules import RuleStep
 from lmshards.preprocess.curation.steps.words import split_words
+from lmshards.preprocess.curation.text import ngram_step
 
 # Rae et al. 2021, table A1: the largest share of a document that may repeat.
 MAX_DUP_PARA_FRAC = 0.30
@@ -65,33 +68,58 @@ def duplicates(items: list[str]) -> tuple[int, int]:
     return len(items) - len(unique), sum(map(len, items)) - sum(map(len, unique))
 
 
-def ngrams(words: list[str], n: int) -> list[tuple[str, ...]]:
-    """The n-grams of words, in order."""
-    return list(zip(*(words[i:] for i in range(n))))
+def word_numbers(words: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, ends): uint64 [words], each word's number (distinct words, numbered in order of first
+    appearance), and int64 [words + 1], the characters of the words before each index."""
+    number = {word: i for i, word in enumerate(dict.fromkeys(words))}
+    ids = np.fromiter(map(number.__getitem__, words), dtype=np.uint64, count=len(words))
+    ends = np.zeros(len(words) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, words), dtype=np.int64, count=len(words)), out=ends[1:])
+    return ids, ends
 
 
-def top_ngram_chars(words: list[str], n: int) -> int:
+def top_ngram_chars(keys: list[int], ends: np.ndarray, n: int) -> int:
     """Characters of all occurrences of the most frequent n-gram (its words joined by single
-    spaces; the first to reach the top count on a tie), 0 if there is none."""
-    counts = Counter(ngrams(words, n))
-    if not counts:
+    spaces; on a tie, the one that appears first), 0 if there is none. keys: one per n-gram, equal
+    for equal n-grams."""
+    if not keys:
         return 0
-    gram, count = max(counts.items(), key=itemgetter(1))
-    return (sum(map(len, gram)) + n - 1) * count
+    counts = Counter(keys)  # in order of first appearance
+    top = max(counts.values())
+    at = keys.index(next(key for key, count in counts.items() if count == top))
+    return int(ends[at + n] - ends[at] + n - 1) * top
 
 
-def duplicate_ngram_chars(grams: list[tuple[str, ...]], n: int) -> int:
-    """Characters of the words of n-grams that repeat an earlier one, skipping past each repeat."""
-    seen: set[tuple[str, ...]] = set()
-    repeated = index = 0
-    while index < len(grams):
-        gram = grams[index]
-        if gram in seen:
-            repeated += sum(map(len, gram))
-            index += n
+def first_occurrences(keys: list[int]) -> np.ndarray:
+    """int64 [n-grams]: the index of each n-gram's first occurrence."""
+    first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))  # the earliest index wins
+    return np.fromiter(map(first.__getitem__, keys), dtype=np.int64, count=len(keys))
+
+
+def duplicate_ngram_chars(first: np.ndarray, ends: np.ndarray, n: int) -> int:
+    """Characters of the words of n-grams that repeat an earlier one, read left to right and skipping
+    past each repeat (datatrove's loop). first: int [n-grams], the index of each n-gram's first
+    occurrence.
+
+    Only the n-grams that occurred before are visited: one repeats if its first occurrence was read
+    (not inside a skip) or an earlier occurrence was read in place of it.
+    """
+    later = np.flatnonzero(first < np.arange(len(first)))
+    skip_starts: list[int] = []  # the skipped index ranges [start, end), in order
+    skip_ends: list[int] = []
+    read_late: set[int] = set()  # n-grams (by first index) first read at a later occurrence
+    repeated = free = 0
+    for index, origin in zip(later.tolist(), first[later].tolist()):
+        if index < free:
+            continue  # skipped
+        at = bisect.bisect_right(skip_starts, origin) - 1
+        if (at < 0 or origin >= skip_ends[at]) or origin in read_late:
+            repeated += int(ends[index + n] - ends[index])
+            skip_starts.append(index + 1)
+            skip_ends.append(index + n)
+            free = index + n
         else:
-            seen.add(gram)
-            index += 1
+            read_late.add(origin)
     return repeated
 
 
@@ -109,18 +137,31 @@ def gopher_repetition_removal(text: str, options: Mapping[str, Any]) -> tuple[st
         frac, limit = chars / size, options[f"gopher_max_dup_{reason}_char_frac"]
         if frac > limit:
             return f"dup_{reason}_char_frac", f"dup_{reason}_char_frac {frac:.3f} > {limit:g}"
-    words = split_words(text)
-    for n in TOP_NGRAM_CHAR_FRACS:
-        frac, limit = top_ngram_chars(words, n) / size, options[top_flag(n)]
-        if frac > limit:
-            return f"top_{n}gram_char_frac", f"top_{n}gram_char_frac {frac:.3f} > {limit:g}"
-    for n in DUP_NGRAM_CHAR_FRACS:
-        grams = ngrams(words, n)
-        if len(set(grams)) == len(grams):
-            break  # no n-gram repeats, so no longer one does either
-        frac, limit = duplicate_ngram_chars(grams, n) / size, options[dup_flag(n)]
-        if frac > limit:
-            return f"dup_{n}gram_char_frac", f"dup_{n}gram_char_frac {frac:.3f} > {limit:g}"
+    ids, ends = word_numbers(split_words(text))
+    # The n-gram keys grow a word at a time (text.py's polynomials), equal for equal n-grams.
+    polynomials = np.zeros(len(ids), dtype=np.uint64)
+    for n in range(1, max(DUP_NGRAM_CHAR_FRACS) + 1):
+        count = len(ids) - n + 1
+        if count <= 0:
+            break
+        polynomials = ngram_step(polynomials[:count], ids[n - 1 : n - 1 + count])
+        if n in TOP_NGRAM_CHAR_FRACS:
+            reason, limit = f"top_{n}gram_char_frac", options[top_flag(n)]
+            chars = top_ngram_chars(polynomials.tolist(), ends, n)
+        elif n in DUP_NGRAM_CHAR_FRACS:
+            reason, limit = f"dup_{n}gram_char_frac", options[dup_flag(n)]
+            keys = polynomials.tolist()
+            repeats = count - len(set(keys))
+            if not repeats:
+                break  # no n-gram repeats, so no longer one does either
+            longest = int((ends[n:] - ends[:-n]).max())  # characters of the longest n-gram
+            if repeats * longest <= limit * size:
+                continue  # under the limit even if each repeat were the longest n-gram
+            chars = duplicate_ngram_chars(first_occurrences(keys), ends, n)
+        else:
+            continue
+        if chars / size > limit:
+            return reason, f"{reason} {chars / size:.3f} > {limit:g}"
     return None
 
 

@@ -25,12 +25,12 @@ _SUFFIX = r"(?:\.\.+|[()\[\]{}<>\"'”’.,;:!?`*#_&%—–])"
 _CLITIC = r"(?:n['’]t|['’](?:s|re|ve|ll|d|m))"
 # Between a letter or digit and a letter, or a digit and a digit.
 _INFIX = r"(?:(?<=[^\W_])[-–—~:<>=/](?=[^\W\d_])|(?<=\d)[-+*^](?=\d))"
-_END = rf"(?={_CLITIC}?{_SUFFIX}*(?:\s|$))"  # only closing punctuation left before the next space
-_WORD = re.compile(
+_END = rf"(?={_CLITIC}?{_SUFFIX}*$)"  # only closing punctuation left in the piece
+# The words of one whitespace-free piece of text.
+_PIECE = re.compile(
     rf"{_CLITIC}{_END}|{_SUFFIX}{_END}|{_INFIX}|https?://\S+?{_END}|{_PREFIX}|\S+?(?:{_END}|(?={_INFIX}))|{_SUFFIX}",
     re.IGNORECASE,
 )
-_LETTER = re.compile(r"[^\W\d_]")
 
 # The punctuation set of datatrove's utils/text.py (PUNCTUATION_SET): a word made only of these is a
 # symbol, not a word (Gopher's word count and mean word length leave symbols out).
@@ -61,19 +61,29 @@ TERMINAL_PUNCTUATION = tuple(
     "\U00011a9c\U00011c41\U00011c42\U00011ef7\U00011ef8\U00011f43\U00011f44\U00016a6e\U00016a6f"
     "\U00016af5\U00016b37\U00016b38\U00016b44\U00016e98\U0001bc9f\U0001da88"
 )
-SYMBOLS = PUNCTUATION | frozenset(TERMINAL_PUNCTUATION)
+SYMBOLS = "".join(sorted(PUNCTUATION | frozenset(TERMINAL_PUNCTUATION)))
+# A piece that is a word and one of these: two words, without the regular expression.
+_ONE_SUFFIX = ".,;:!?)\"'"
 
 
 def split_words(text: str) -> list[str]:
     """The words of text, in order (see the module's docstring for what a word is)."""
-    return _WORD.findall(text)
+    words: list[str] = []
+    for piece in text.split():
+        if piece.isalnum():  # most pieces: one word, without the regular expression's cost
+            words.append(piece)
+        elif piece[-1] in _ONE_SUFFIX and piece[:-1].isalnum():
+            words += (piece[:-1], piece[-1])
+        else:
+            words += _PIECE.findall(piece)
+    return words
 
 
 def is_symbol(word: str) -> bool:
     """Whether word is made only of punctuation (datatrove's set and the sentence terminals)."""
-    return all(ch in SYMBOLS for ch in word)
+    return not word.strip(SYMBOLS)
 
 
 def has_letter(word: str) -> bool:
-    """Whether word holds at least one alphabetic character."""
-    return _LETTER.search(word) is not None
+    """Whether word holds at least one alphabetic character (str.isalpha, as datatrove)."""
+    return any(map(str.isalpha, word))

@@ -3,9 +3,13 @@ exactly, and each rule at its threshold and just past it."""
 
 from __future__ import annotations
 
+import random
+
+import numpy as np
 import pytest
 
 from lmshards.preprocess.curation.steps import gopher_repetition as rep
+from lmshards.preprocess.curation.text import ngram_hashes
 
 DEFAULTS = {flag.field: flag.default for flag in rep.STEP.flags}
 OFF = {field: 1.0 for field in DEFAULTS}  # every rule off: a test turns on the one it holds
@@ -35,15 +39,50 @@ def test_the_defaults_are_table_a1():
     assert len(rep.REASONS) == 13
 
 
+def reference_duplicate_chars(words: list[str], n: int) -> int:
+    """datatrove's find_all_duplicate, on tuples of words: the loop the fast version must equal."""
+    seen: set[tuple[str, ...]] = set()
+    repeated = index = 0
+    while index < len(words) - n + 1:
+        gram = tuple(words[index : index + n])
+        if gram in seen:
+            repeated += sum(map(len, gram))
+            index += n
+        else:
+            seen.add(gram)
+            index += 1
+    return repeated
+
+
+def keys(words: list[str], n: int) -> tuple[list[int], np.ndarray]:
+    ids, ends = rep.word_numbers(words)
+    return ngram_hashes(ids, n, bits=64).tolist(), ends
+
+
+def duplicate_chars(words: list[str], n: int) -> int:
+    grams, ends = keys(words, n)
+    return rep.duplicate_ngram_chars(rep.first_occurrences(grams), ends, n)
+
+
 def test_the_measures():
     assert rep.duplicates(["ab", "c", "ab", "ab", "c", "d"]) == (3, 5)
-    # "a b" twice and "b a" twice: the first to reach two wins, with its space.
-    assert rep.top_ngram_chars(["a", "b", "a", "b", "a"], 2) == 3 * 2
-    assert rep.top_ngram_chars(["x"], 2) == 0
+    # "a b" twice and "b a" twice: the first to appear wins, with its space.
+    assert rep.top_ngram_chars(*keys(["a", "b", "a", "b", "a"], 2), 2) == 3 * 2
+    assert rep.top_ngram_chars(*keys(["xy", "b", "a", "b", "xy", "b"], 2), 2) == 4 * 2
+    assert rep.top_ngram_chars(*keys(["x"], 2), 2) == 0
     words = ["aa", "b", "c", "aa", "b", "c", "aa", "b"]
     # ("aa","b") at 0, 3 and 6; ("b","c") at 1 and 4: the repeat at 3 counts and skips to 5, (c, aa)
     # at 5 repeats 2: counted, skip to 7, the end.
-    assert rep.duplicate_ngram_chars(rep.ngrams(words, 2), 2) == 3 + 3
+    assert duplicate_chars(words, 2) == 3 + 3 == reference_duplicate_chars(words, 2)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_repeated_ngrams_equal_datatroves_loop(seed):
+    rng = random.Random(seed)
+    vocabulary = ["a", "bb", "ccc", "dddd"][: rng.randint(1, 4)]
+    words = [rng.choice(vocabulary) for _ in range(rng.randint(0, 60))]
+    for n in (2, 3, 5):
+        assert duplicate_chars(words, n) == reference_duplicate_chars(words, n)
 
 
 def test_repeated_paragraphs_and_lines():
