@@ -106,12 +106,6 @@ def test_each_removal_names_its_step_and_the_funnel_adds_up(corpus, language_run
 
 
 @pytest.mark.slow
-def test_the_same_bytes_on_two_worker_processes(corpus, language_run, tmp_path):
-    assert _run(corpus, tmp_path / "mp", *STEPS, *TWO_WORKERS) == 0
-    assert _files(tmp_path / "mp") == _files(language_run)
-
-
-@pytest.mark.slow
 def test_document_steps_run_before_dedup_the_same_on_both_paths(corpus, tmp_path):
     assert _run(corpus, tmp_path / "one", *STEPS, "--dedup=exact") == 0
     assert _run(corpus, tmp_path / "two", *STEPS, "--dedup=exact", *TWO_WORKERS) == 0
