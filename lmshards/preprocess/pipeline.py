@@ -294,8 +294,6 @@ def in_process_applies(plan: PreprocessPlan, options: PipelineOptions | None) ->
         options is not None
         and runners.is_default_runner(options)
         and not fs.is_remote(plan.config.output)
-        # Document steps with a corpus step run staged: LocalCuration decides on the read texts.
-        and not (plan.curation and plan.curation.document_steps and plan.curation.corpus)
     )
 
 
