@@ -21,9 +21,18 @@ datatrove's environment: `python3 -m venv /tmp/dtvenv && /tmp/dtvenv/bin/pip ins
 "xxhash<4" tokenizers orjson` (its MinHash steps, word tokenizer and JSON Lines reader need them; datatrove 0.10.1
 does not install them itself, and its xxhash call passes a str, which xxhash 4 refuses).
 
+With --cost_corpus DIR (a directory of *.txt, e.g. the benchmark corpus's en/), the cost of curation on
+the default runner instead, in one run: plain, `--dedup near` and `--dedup exact`, each a fresh
+subprocess, on two corpora at --cost_mb MB and at --cost_scale times that:
+  lines - the same leading share of every file of DIR, one document per line (~47 bytes each);
+  long  - make_corpus's planted corpus (200 to 300 words a document, ~1.5 KB), sized to the same MB.
+Reported per corpus and size: CPU seconds and peak RSS of each, their ratios to plain's, and each
+mode's peak RSS at the larger size over the smaller's (flat: about 1).
+
 Usage (from the repository root, with the venv active):
   python -m bench.bench_dedup --datatrove_python /tmp/dtvenv/bin/python --json bench-dedup.json
   python -m bench.bench_dedup --docs 2000 --datatrove_python /tmp/dtvenv/bin/python   # quick check
+  python -m bench.bench_dedup --cost_corpus /tmp/benchcorpus/en --json bench-dedup-cost.json
 """
 
 from __future__ import annotations
@@ -46,10 +55,12 @@ from bench.common import (
     SAMPLE_CORPUS,
     Measurement,
     child_env,
+    corpus_files,
     load_average,
     report_header,
     reported,
     run_checked,
+    take_subset,
     train_tokenizer,
 )
 
@@ -63,7 +74,14 @@ DEFAULT_EDIT_RATES = (0.0, 0.01, 0.02, 0.03)  # 0.0: exact copies
 COPIES_PER_RATE = 0.02  # planted copies of each rate, as a share of --docs
 TARGET_COST_RATIO = 2.0  # (b) wall / (a) wall
 TARGET_SIGNATURE_MB_S = 1.0  # per core
-PLAIN, NEAR, DATATROVE = "plain", "near", "datatrove"
+PLAIN, NEAR, DATATROVE, EXACT = "plain", "near", "datatrove", "exact"
+# Curation on the default runner against a plain preprocess of the same corpus.
+TARGET_CPU_RATIO = 2.0  # --dedup near CPU seconds / plain's
+TARGET_RSS_RATIO = 1.5  # --dedup near peak RSS / plain's
+DEFAULT_COST_MB = 16
+DEFAULT_COST_SCALE = 4
+COST_MODES = {PLAIN: (), NEAR: ("--dedup", "near"), EXACT: ("--dedup", "exact")}
+LONG_DOC_BYTES = 1_500  # about make_corpus's document at DEFAULT_WORDS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,6 +259,81 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+def cost_corpora(source: Path, work: Path, mb: int, scale: int) -> dict[str, Path]:
+    """name -> input directory: line documents and long documents at mb and at mb x scale."""
+    files = corpus_files(source)
+    corpora = {}
+    for size in (mb, mb * scale):
+        corpora[f"lines_{size}mb"] = work / f"lines_{size}mb"
+        take_subset(files, int(size * MB), corpora[f"lines_{size}mb"])
+        long = make_corpus(
+            work / f"long_{size}mb",
+            docs=int(size * MB / LONG_DOC_BYTES),
+            words=DEFAULT_WORDS,
+            edit_rates=DEFAULT_EDIT_RATES,
+        )
+        long.jsonl.unlink()  # the .txt is the input
+        corpora[f"long_{size}mb"] = long.txt.parent
+    return corpora
+
+
+def run_cost(args: argparse.Namespace) -> dict[str, Any]:
+    """Plain, --dedup near and --dedup exact on each cost corpus, side by side in one run."""
+    work = Path(args.work_dir)
+    shutil.rmtree(work, ignore_errors=True)
+    corpora = cost_corpora(Path(args.cost_corpus), work, args.cost_mb, args.cost_scale)
+    tokenizer = train_tokenizer(corpus_files(Path(args.cost_corpus)), Path(args.tokenizer_dir))
+    env = child_env()
+    results: dict[str, Any] = {"load_before": load_average(), "corpora": {}}
+    for name, directory in corpora.items():
+        row: dict[str, Any] = {
+            "mb": round(sum(f.stat().st_size for f in directory.glob("*.txt")) / MB, 1)
+        }
+        for mode, flags in COST_MODES.items():
+            output = work / f"out-{name}-{mode}"
+            argv = [sys.executable, "-m", "lmshards", "preprocess", "--input", str(directory)]
+            argv += ["--tokenizer", str(tokenizer), "--output", str(output), *flags]
+            row[mode] = measured(run_checked(argv, env=env, timeout_s=RUN_TIMEOUT_S))
+            shutil.rmtree(output)
+        for mode in (NEAR, EXACT):
+            row[f"{mode}_over_plain_cpu"] = round(row[mode]["cpu_s"] / row[PLAIN]["cpu_s"], 2)
+            row[f"{mode}_over_plain_rss"] = round(
+                row[mode]["peak_rss_mb"] / row[PLAIN]["peak_rss_mb"], 2
+            )
+        results["corpora"][name] = row
+    for kind in ("lines", "long"):
+        small = results["corpora"][f"{kind}_{args.cost_mb}mb"]
+        large = results["corpora"][f"{kind}_{args.cost_mb * args.cost_scale}mb"]
+        results[f"{kind}_rss_large_over_small"] = {
+            mode: round(large[mode]["peak_rss_mb"] / small[mode]["peak_rss_mb"], 2)
+            for mode in COST_MODES
+        }
+    return results
+
+
+def print_cost_table(results: dict[str, Any]) -> None:
+    for name, row in results["corpora"].items():
+        print(f"{name} ({row['mb']} MB):")
+        for mode in COST_MODES:
+            r = row[mode]
+            ratios = (
+                f"  cpu {row[f'{mode}_over_plain_cpu']:.2f}x, rss {row[f'{mode}_over_plain_rss']:.2f}x plain"
+                if mode != PLAIN
+                else ""
+            )
+            print(
+                f"  {mode:<6} wall {r['wall_s']:>7.1f} s  cpu {r['cpu_s']:>7.1f} s  "
+                f"peak {r['peak_rss_mb']:>7.0f} MB  load {r['mean_load1']:.1f}{ratios}"
+            )
+    for kind in ("lines", "long"):
+        print(
+            f"{kind}: peak RSS at the larger size over the smaller: {results[f'{kind}_rss_large_over_small']}"
+        )
+    print(
+        f"targets: --dedup near <= {TARGET_CPU_RATIO}x plain's CPU, <= {TARGET_RSS_RATIO}x its peak RSS"
+    )
+
+
 def print_table(results: dict[str, Any]) -> None:
     print(f"corpus: {results['corpus']}")
     for system in (PLAIN, NEAR, DATATROVE):
@@ -272,11 +365,25 @@ def main(argv: list[str] | None = None) -> int:
         "--datatrove_python", default=None, help="datatrove's Python (its own venv)"
     )
     parser.add_argument("--work-dir", dest="work_dir", default="/tmp/lmshards-bench-dedup")
+    parser.add_argument(
+        "--cost_corpus", default=None, help="measure curation's cost on this directory of *.txt"
+    )
+    parser.add_argument("--cost_mb", type=int, default=DEFAULT_COST_MB)
+    parser.add_argument("--cost_scale", type=int, default=DEFAULT_COST_SCALE)
+    parser.add_argument(
+        "--tokenizer_dir",
+        default="/tmp/lmshards-bench-tokenizer",
+        help="where the tokenizer is cached",
+    )
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args(argv)
     header = report_header("dedup", started=time.time(), argv=argv, code_dirs=CODE_DIRS)
-    results = run(args)
-    print_table(results)
+    if args.cost_corpus:
+        results = run_cost(args)
+        print_cost_table(results)
+    else:
+        results = run(args)
+        print_table(results)
     if args.json:
         Path(args.json).write_text(
             json.dumps({**header, **results}, indent=2) + "\n", encoding="utf-8"
