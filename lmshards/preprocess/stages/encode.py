@@ -190,11 +190,11 @@ def rejected_stats(chunks: Iterable[TokenizedChunk]) -> ReadStats:
 
 def chunk_of(texts: list[str], encodings: Sequence) -> TokenizedChunk:
     """The texts with their `tokenizers.Encoding`s (one each, in order) as a TokenizedChunk."""
-    ids = [encoding.ids for encoding in encodings]
-    lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
-    tokens = np.fromiter(
-        itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum())
-    )
+    lengths = np.fromiter(map(len, encodings), dtype=np.int32, count=len(encodings))
+    # Each Encoding's ids list is read once and freed at once: about half the CPU of keeping a list of
+    # them and reading it again (2.2M documents of the benchmark corpus: see docs/benchmarks.md).
+    ids = itertools.chain.from_iterable(encoding.ids for encoding in encodings)
+    tokens = np.fromiter(ids, dtype=np.int32, count=int(lengths.sum()))
     hashes = doc_hashes(texts)
     return TokenizedChunk(hashes=hashes, lengths=lengths, tokens=tokens)
 
