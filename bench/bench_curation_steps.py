@@ -54,6 +54,7 @@ def run_once(corpus: str, output: Path, flags: list[str]) -> tuple[float, float]
 def step_costs(corpus: str, steps: list[str]) -> dict[str, float]:
     """CPU seconds of judge_documents over every document of corpus, and of each step alone on all."""
     from lmshards.preprocess.curation import steps as framework
+    from lmshards.preprocess.curation.judging import build_document_steps, judge_documents
     from lmshards.preprocess.curation.records import CurationDoc
     from lmshards.preprocess.sources import ReadOptions, iter_documents
 
@@ -63,7 +64,7 @@ def step_costs(corpus: str, steps: list[str]) -> dict[str, float]:
         values={"languages": parsed.get("languages", "")},
         switches={},
     )
-    built = framework.build_document_steps(selected)
+    built = build_document_steps(selected)
     texts = list(iter_documents([corpus], ReadOptions()))
     batches = [
         [CurationDoc("", i + j, text, i + j) for j, text in enumerate(texts[i : i + 1000])]
@@ -72,7 +73,7 @@ def step_costs(corpus: str, steps: list[str]) -> dict[str, float]:
     costs = {}
     start = time.process_time()
     for batch in batches:
-        framework.judge_documents(built, batch)
+        judge_documents(built, batch)
     costs["judge_documents"] = time.process_time() - start
     for step in built:
         start = time.process_time()

@@ -16,6 +16,7 @@ from typing import Any
 import apache_beam as beam
 
 from lmshards.plumbing import bounded, fs
+from lmshards.preprocess.curation.judging import StepCounts, StepFunnel
 from lmshards.preprocess.curation.records import (
     EXACT,
     NEAR,
@@ -25,14 +26,7 @@ from lmshards.preprocess.curation.records import (
     removal_from_line,
     removed_key,
 )
-from lmshards.preprocess.curation.steps import (
-    CORPUS,
-    DOCUMENT,
-    SelectedStep,
-    StepCounts,
-    StepFunnel,
-    step_named,
-)
+from lmshards.preprocess.curation.steps import CORPUS, DOCUMENT, SelectedStep, step_named
 from lmshards.schemas.constants import (
     CURATION_DIR_NAME,
     CURATION_FORMAT_VERSION,

@@ -20,15 +20,15 @@ from lmshards.preprocess.curation.audit import (
     curation_info,
     write_audit_file,
 )
-from lmshards.preprocess.curation.records import CurationDoc, removal_from_line
-from lmshards.preprocess.curation.stage import DEDUP_NONE
-from lmshards.preprocess.curation.steps import (
-    SelectedStep,
+from lmshards.preprocess.curation.judging import (
     StepFunnel,
     build_document_steps,
     judge_documents,
     utf8_bytes,
 )
+from lmshards.preprocess.curation.records import CurationDoc, removal_from_line
+from lmshards.preprocess.curation.stage import DEDUP_NONE
+from lmshards.preprocess.curation.steps import SelectedStep
 from lmshards.preprocess.sources import ReadOptions, ReadStats, RecordNumbers
 from lmshards.preprocess.sources.formats import format_for
 from lmshards.preprocess.stages.read import ReadProgress, SizedRange, read_sized_range

@@ -44,6 +44,7 @@ from lmshards.preprocess.curation.audit import (
     curation_info,
     write_audit_file,
 )
+from lmshards.preprocess.curation.judging import StepFunnel, build_document_steps, judge_documents
 from lmshards.preprocess.curation.minhash import SHINGLE_BLOCK, SIMILARITY_DIGITS, hash_family
 from lmshards.preprocess.curation.records import (
     CONTAMINATED,
@@ -59,7 +60,6 @@ from lmshards.preprocess.curation.stage import (
     DEDUP_NONE,
     CurationSettings,
 )
-from lmshards.preprocess.curation.steps import StepFunnel, build_document_steps, judge_documents
 from lmshards.preprocess.curation.text import (
     digest,
     exact_form,

@@ -15,11 +15,10 @@ import json
 from typing import Any, NamedTuple
 
 from lmshards.plumbing import bounded
+from lmshards.preprocess.curation.steps.decontaminate import CONTAMINATED
+from lmshards.preprocess.curation.steps.dedup import EXACT, NEAR
 from lmshards.preprocess.curation.text import digest, exact_form
 
-EXACT = "exact"
-NEAR = "near"
-CONTAMINATED = "contaminated"
 REASONS = (
     CONTAMINATED,
     EXACT,

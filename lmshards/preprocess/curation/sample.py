@@ -14,14 +14,9 @@ from collections.abc import Sequence
 
 from lmshards.plumbing.progress import PROGRESS_EVERY_S
 from lmshards.preprocess.curation.documents import Numbering
+from lmshards.preprocess.curation.judging import JudgedBatch, build_document_steps, judge_documents
 from lmshards.preprocess.curation.records import CurationDoc, Removal
-from lmshards.preprocess.curation.steps import (
-    CORPUS,
-    JudgedBatch,
-    SelectedStep,
-    build_document_steps,
-    judge_documents,
-)
+from lmshards.preprocess.curation.steps import CORPUS, SelectedStep
 from lmshards.preprocess.sources import ReadOptions, ReadStats
 from lmshards.preprocess.stages.read import ReadProgress, plan_sized_ranges
 from lmshards.schemas.manifest import InputFileInfo

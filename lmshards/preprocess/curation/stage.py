@@ -25,16 +25,15 @@ from lmshards.preprocess.curation.audit import (
 )
 from lmshards.preprocess.curation.decontaminate import Decontaminate, EvalIndex
 from lmshards.preprocess.curation.dedup import ExactVerdicts, MinHashSettings, NearVerdicts
-from lmshards.preprocess.curation.records import CurationDoc, DocRef, Removal
-from lmshards.preprocess.curation.steps import (
-    DOCUMENT,
+from lmshards.preprocess.curation.judging import (
     BuiltStep,
-    SelectedStep,
     StepFunnel,
     build_document_steps,
     judge_documents,
     sum_funnels,
 )
+from lmshards.preprocess.curation.records import CurationDoc, DocRef, Removal
+from lmshards.preprocess.curation.steps import DOCUMENT, SelectedStep
 from lmshards.preprocess.sources import ReadOptions
 from lmshards.preprocess.stages.read import (
     NumberedBatch,

@@ -1,5 +1,5 @@
-"""The curation step framework (lmshards/preprocess/curation/steps/__init__.py): flags, selection,
-judging and the funnel, with small steps registered by the test (the product ships none of them)."""
+"""The curation step framework (lmshards/preprocess/curation/steps/__init__.py): flags, checks
+and selection, with small steps registered by the test (the product ships none of them)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,12 @@ import argparse
 import pytest
 
 from lmshards.preprocess.curation import steps as framework
-from lmshards.preprocess.curation.records import CurationDoc, Removal
+from lmshards.preprocess.curation.records import CurationDoc
 from lmshards.preprocess.curation.steps import (
     CORPUS,
     DOCUMENT,
-    Judgement,
     SelectedStep,
     StepError,
-    StepFunnel,
 )
 from tests.helpers.curation_steps import MASK, SHORT
 
@@ -74,52 +72,6 @@ def test_selection_keeps_the_registry_order_and_records_options():
         SelectedStep("dedup", CORPUS, {}),
     )
     assert framework.select_steps(quality=(), values={}, switches={}, steps=REGISTRY) == ()
-
-
-def test_judging_removes_audits_changes_and_counts_exactly():
-    selected = framework.select_steps(
-        quality=("short",), values={"mask": "at", "min_words": 2}, switches={}, steps=REGISTRY
-    )
-    built = framework.build_document_steps(selected, REGISTRY)
-    judged = framework.judge_documents(built, _docs("a@b c", "one", "x y@z@", "é"))
-    assert [(d.index, d.text) for d in judged.kept] == [(0, "a<at>b c"), (2, "x y<at>z<at>")]
-    assert judged.removals == [
-        Removal("in.txt", 11, "too_few_words", 3, step="short", detail="words 1 < 2"),
-        Removal("in.txt", 13, "too_few_words", 2, step="short", detail="words 1 < 2"),
-    ]
-    short, mask = judged.funnel.steps["short"], judged.funnel.steps["mask"]
-    assert (short.documents_in, short.bytes_in, short.documents_out, short.bytes_out) == (
-        4,
-        16,
-        2,
-        11,
-    )
-    assert short.removed == {"too_few_words": [2, 5]} and short.counts == {"long": 2}
-    assert (mask.documents_in, mask.bytes_in, mask.documents_out, mask.bytes_out) == (2, 11, 2, 20)
-    assert mask.counts == {"at": 3} and mask.removed == {}
-
-
-def test_funnels_add_up_over_batches():
-    built = framework.build_document_steps(
-        framework.select_steps(quality=("short",), values={}, switches={}, steps=REGISTRY), REGISTRY
-    )
-    texts = ["a b c", "a", "a b c d", "b", "c d e"]
-    whole = framework.judge_documents(built, _docs(*texts)).funnel
-    parts = StepFunnel()
-    for i in range(len(texts)):
-        parts += framework.judge_documents(built, _docs(*texts)[i : i + 1]).funnel
-    assert parts == whole
-    assert whole.steps["short"].documents_out == 3
-
-
-def test_a_step_giving_an_undeclared_reason_is_a_bug_named():
-    class Bad:
-        def judge(self, texts):
-            return [Judgement(None, "odd") for _ in texts]
-
-    step = framework.BuiltStep("bad", ("fine",), Bad())
-    with pytest.raises(ValueError, match="gave reason 'odd'"):
-        framework.judge_documents([step], _docs("a"))
 
 
 def test_a_flag_of_a_step_that_does_not_run_is_refused_naming_the_switch():

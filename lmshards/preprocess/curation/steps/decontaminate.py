@@ -7,8 +7,9 @@ lmshards.preprocess.curation.decontaminate; its flags (--decontaminate, --decont
 
 from __future__ import annotations
 
-from lmshards.preprocess.curation.records import CONTAMINATED
 from lmshards.preprocess.curation.steps.base import CORPUS, Step
+
+CONTAMINATED = "contaminated"  # the audit's reason
 
 STEP = Step(
     name="decontaminate",

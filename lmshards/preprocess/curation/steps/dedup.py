@@ -7,8 +7,10 @@ lmshards.preprocess.curation.dedup; its flags (--dedup, --minhash_*) are Preproc
 
 from __future__ import annotations
 
-from lmshards.preprocess.curation.records import EXACT, NEAR
 from lmshards.preprocess.curation.steps.base import CORPUS, Step
+
+EXACT = "exact"  # the audit's reasons: an exact copy, a near copy
+NEAR = "near"
 
 STEP = Step(
     name="dedup",
