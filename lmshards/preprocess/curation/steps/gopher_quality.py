@@ -182,7 +182,8 @@ STEP = Step(
             "gopher_min_stop_words",
             int,
             MIN_STOP_WORDS,
-            f"gopher_quality: fewest of the stop words {' '.join(sorted(STOP_WORDS))} present",
+            "gopher_quality: fewest distinct stop words (the, be, to, of, and, that, have, with; "
+            "case-sensitive)",
             0,
             len(STOP_WORDS),
         ),

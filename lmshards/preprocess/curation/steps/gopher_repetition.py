@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
+import operator
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import numpy as np
@@ -23,7 +25,7 @@ import numpy as np
 from lmshards.preprocess.curation.steps.base import DOCUMENT, Step, StepFlag
 from lmshards.preprocess.curation.steps.rules import RuleStep
 from lmshards.preprocess.curation.steps.words import split_words
-from lmshards.preprocess.curation.text import ngram_step
+from lmshards.preprocess.curation.text import ngram_hashes
 
 # Rae et al. 2021, table A1: the largest share of a document that may repeat.
 MAX_DUP_PARA_FRAC = 0.30
@@ -42,6 +44,10 @@ DUP_NGRAM_CHAR_FRACS = {
 
 _PARAGRAPH_BREAK = re.compile(r"\n{2,}")
 _LINE_BREAK = re.compile(r"\n+")
+# From this many words a document's n-grams are counted as numpy-made 64-bit keys (a collision would
+# need two of its n-grams to share a 64-bit hash); below, as tuples of words, which numpy's fixed cost
+# per call would make dearer (measured on 2 cores: bench_curation_datatrove.py's documents).
+NUMPY_MIN_WORDS = 200
 
 
 def top_flag(n: int) -> str:
@@ -68,53 +74,58 @@ def duplicates(items: list[str]) -> tuple[int, int]:
     return len(items) - len(unique), sum(map(len, items)) - sum(map(len, unique))
 
 
-def word_numbers(words: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, ends): uint64 [words], each word's number (distinct words, numbered in order of first
-    appearance), and int64 [words + 1], the characters of the words before each index."""
+def ngram_keys(words: list[str], ids: np.ndarray | None, n: int) -> list[Hashable]:
+    """One key per n-gram of words, in order, equal for equal n-grams: the n-gram itself, or with
+    ids (the words' numbers, for a long document) a 64-bit hash of them, cheaper to count there."""
+    if ids is None:
+        return list(zip(*(words[i:] for i in range(n))))
+    return ngram_hashes(ids, n, bits=64).tolist()
+
+
+def word_numbers(words: list[str]) -> np.ndarray:
+    """uint64 [words]: each word's number (distinct words numbered in order of first appearance)."""
     number = {word: i for i, word in enumerate(dict.fromkeys(words))}
-    ids = np.fromiter(map(number.__getitem__, words), dtype=np.uint64, count=len(words))
-    ends = np.zeros(len(words) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, words), dtype=np.int64, count=len(words)), out=ends[1:])
-    return ids, ends
+    return np.fromiter(map(number.__getitem__, words), dtype=np.uint64, count=len(words))
 
 
-def top_ngram_chars(keys: list[int], ends: np.ndarray, n: int) -> int:
+def top_ngram_chars(keys: list[Hashable], ends: list[int], n: int) -> int:
     """Characters of all occurrences of the most frequent n-gram (its words joined by single
-    spaces; on a tie, the one that appears first), 0 if there is none. keys: one per n-gram, equal
-    for equal n-grams."""
+    spaces; on a tie, the one that appears first), 0 if there is none. ends: the characters of the
+    words before each word index."""
     if not keys:
         return 0
     counts = Counter(keys)  # in order of first appearance
     top = max(counts.values())
     at = keys.index(next(key for key, count in counts.items() if count == top))
-    return int(ends[at + n] - ends[at] + n - 1) * top
+    return (ends[at + n] - ends[at] + n - 1) * top
 
 
-def first_occurrences(keys: list[int]) -> np.ndarray:
-    """int64 [n-grams]: the index of each n-gram's first occurrence."""
+def first_occurrences(keys: list[Hashable]) -> list[int]:
+    """The index of each n-gram's first occurrence."""
     first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))  # the earliest index wins
-    return np.fromiter(map(first.__getitem__, keys), dtype=np.int64, count=len(keys))
+    return list(map(first.__getitem__, keys))
 
 
-def duplicate_ngram_chars(first: np.ndarray, ends: np.ndarray, n: int) -> int:
+def duplicate_ngram_chars(first: list[int], ends: list[int], n: int) -> int:
     """Characters of the words of n-grams that repeat an earlier one, read left to right and skipping
-    past each repeat (datatrove's loop). first: int [n-grams], the index of each n-gram's first
-    occurrence.
+    past each repeat (datatrove's loop). first: the index of each n-gram's first occurrence; ends: the
+    characters of the words before each word index.
 
     Only the n-grams that occurred before are visited: one repeats if its first occurrence was read
     (not inside a skip) or an earlier occurrence was read in place of it.
     """
-    later = np.flatnonzero(first < np.arange(len(first)))
+    later = itertools.compress(itertools.count(), map(operator.lt, first, itertools.count()))
     skip_starts: list[int] = []  # the skipped index ranges [start, end), in order
     skip_ends: list[int] = []
     read_late: set[int] = set()  # n-grams (by first index) first read at a later occurrence
     repeated = free = 0
-    for index, origin in zip(later.tolist(), first[later].tolist()):
+    for index in later:
         if index < free:
             continue  # skipped
+        origin = first[index]
         at = bisect.bisect_right(skip_starts, origin) - 1
         if (at < 0 or origin >= skip_ends[at]) or origin in read_late:
-            repeated += int(ends[index + n] - ends[index])
+            repeated += ends[index + n] - ends[index]
             skip_starts.append(index + 1)
             skip_ends.append(index + n)
             free = index + n
@@ -137,31 +148,25 @@ def gopher_repetition_removal(text: str, options: Mapping[str, Any]) -> tuple[st
         frac, limit = chars / size, options[f"gopher_max_dup_{reason}_char_frac"]
         if frac > limit:
             return f"dup_{reason}_char_frac", f"dup_{reason}_char_frac {frac:.3f} > {limit:g}"
-    ids, ends = word_numbers(split_words(text))
-    # The n-gram keys grow a word at a time (text.py's polynomials), equal for equal n-grams.
-    polynomials = np.zeros(len(ids), dtype=np.uint64)
-    for n in range(1, max(DUP_NGRAM_CHAR_FRACS) + 1):
-        count = len(ids) - n + 1
-        if count <= 0:
-            break
-        polynomials = ngram_step(polynomials[:count], ids[n - 1 : n - 1 + count])
-        if n in TOP_NGRAM_CHAR_FRACS:
-            reason, limit = f"top_{n}gram_char_frac", options[top_flag(n)]
-            chars = top_ngram_chars(polynomials.tolist(), ends, n)
-        elif n in DUP_NGRAM_CHAR_FRACS:
-            reason, limit = f"dup_{n}gram_char_frac", options[dup_flag(n)]
-            keys = polynomials.tolist()
-            repeats = count - len(set(keys))
-            if not repeats:
-                break  # no n-gram repeats, so no longer one does either
-            longest = int((ends[n:] - ends[:-n]).max())  # characters of the longest n-gram
-            if repeats * longest <= limit * size:
-                continue  # under the limit even if each repeat were the longest n-gram
-            chars = duplicate_ngram_chars(first_occurrences(keys), ends, n)
-        else:
-            continue
+    words = split_words(text)
+    ids = word_numbers(words) if len(words) >= NUMPY_MIN_WORDS else None
+    ends = list(itertools.accumulate(map(len, words), initial=0))  # characters before each word
+    for n in TOP_NGRAM_CHAR_FRACS:
+        chars, limit = top_ngram_chars(ngram_keys(words, ids, n), ends, n), options[top_flag(n)]
         if chars / size > limit:
-            return reason, f"{reason} {chars / size:.3f} > {limit:g}"
+            return f"top_{n}gram_char_frac", f"top_{n}gram_char_frac {chars / size:.3f} > {limit:g}"
+    for n in DUP_NGRAM_CHAR_FRACS:
+        keys = ngram_keys(words, ids, n)
+        repeats = len(keys) - len(set(keys))
+        if not repeats:
+            break  # no n-gram repeats, so no longer one does either
+        limit = options[dup_flag(n)]
+        longest = max(map(operator.sub, ends[n:], ends[:-n]))  # characters of the longest n-gram
+        if repeats * longest <= limit * size:
+            continue  # under the limit even if each repeat were the longest n-gram
+        chars = duplicate_ngram_chars(first_occurrences(keys), ends, n)
+        if chars / size > limit:
+            return f"dup_{n}gram_char_frac", f"dup_{n}gram_char_frac {chars / size:.3f} > {limit:g}"
     return None
 
 

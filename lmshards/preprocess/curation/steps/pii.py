@@ -104,8 +104,8 @@ STEP = Step(
             "pii",
             str,
             "",
-            f"Comma-separated kinds of personal data to replace before tokenizing: {EMAIL} (with "
-            f"{EMAIL_PLACEHOLDER}), {IP} (public IPv4 addresses, with {IP_PLACEHOLDER}); off by default",
+            f"replace personal data before tokenizing, comma-separated kinds: {EMAIL} (with "
+            f"{EMAIL_PLACEHOLDER}), {IP} (public IPv4 addresses, with {IP_PLACEHOLDER})",
         ),
     ),
     build=Pii,

@@ -3,13 +3,12 @@ exactly, and each rule at its threshold and just past it."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
-import numpy as np
 import pytest
 
 from lmshards.preprocess.curation.steps import gopher_repetition as rep
-from lmshards.preprocess.curation.text import ngram_hashes
 
 DEFAULTS = {flag.field: flag.default for flag in rep.STEP.flags}
 OFF = {field: 1.0 for field in DEFAULTS}  # every rule off: a test turns on the one it holds
@@ -54,26 +53,27 @@ def reference_duplicate_chars(words: list[str], n: int) -> int:
     return repeated
 
 
-def keys(words: list[str], n: int) -> tuple[list[int], np.ndarray]:
-    ids, ends = rep.word_numbers(words)
-    return ngram_hashes(ids, n, bits=64).tolist(), ends
+def ends(words: list[str]) -> list[int]:
+    return list(itertools.accumulate(map(len, words), initial=0))
 
 
-def duplicate_chars(words: list[str], n: int) -> int:
-    grams, ends = keys(words, n)
-    return rep.duplicate_ngram_chars(rep.first_occurrences(grams), ends, n)
+def duplicate_chars(words: list[str], n: int, *, numbers: bool) -> int:
+    keys = rep.ngram_keys(words, rep.word_numbers(words) if numbers else None, n)
+    return rep.duplicate_ngram_chars(rep.first_occurrences(keys), ends(words), n)
 
 
 def test_the_measures():
     assert rep.duplicates(["ab", "c", "ab", "ab", "c", "d"]) == (3, 5)
     # "a b" twice and "b a" twice: the first to appear wins, with its space.
-    assert rep.top_ngram_chars(*keys(["a", "b", "a", "b", "a"], 2), 2) == 3 * 2
-    assert rep.top_ngram_chars(*keys(["xy", "b", "a", "b", "xy", "b"], 2), 2) == 4 * 2
-    assert rep.top_ngram_chars(*keys(["x"], 2), 2) == 0
+    for numbers in (False, True):  # tuples of words, or 64-bit keys of long documents
+        for words, chars in (("a b a b a", 3 * 2), ("xy b a b xy b", 4 * 2), ("x", 0)):
+            split = words.split()
+            keys = rep.ngram_keys(split, rep.word_numbers(split) if numbers else None, 2)
+            assert rep.top_ngram_chars(keys, ends(split), 2) == chars
     words = ["aa", "b", "c", "aa", "b", "c", "aa", "b"]
     # ("aa","b") at 0, 3 and 6; ("b","c") at 1 and 4: the repeat at 3 counts and skips to 5, (c, aa)
     # at 5 repeats 2: counted, skip to 7, the end.
-    assert duplicate_chars(words, 2) == 3 + 3 == reference_duplicate_chars(words, 2)
+    assert duplicate_chars(words, 2, numbers=False) == 3 + 3 == reference_duplicate_chars(words, 2)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -82,7 +82,9 @@ def test_repeated_ngrams_equal_datatroves_loop(seed):
     vocabulary = ["a", "bb", "ccc", "dddd"][: rng.randint(1, 4)]
     words = [rng.choice(vocabulary) for _ in range(rng.randint(0, 60))]
     for n in (2, 3, 5):
-        assert duplicate_chars(words, n) == reference_duplicate_chars(words, n)
+        expected = reference_duplicate_chars(words, n)
+        assert duplicate_chars(words, n, numbers=False) == expected
+        assert duplicate_chars(words, n, numbers=True) == expected
 
 
 def test_repeated_paragraphs_and_lines():
@@ -163,3 +165,13 @@ def test_no_repeated_5gram_means_no_longer_one_is_looked_for():
     text = " ".join(unique_words(200))
     assert rep.gopher_repetition_removal(text, DEFAULTS) is None
     assert rep.gopher_repetition_removal("", DEFAULTS) is None
+
+
+@pytest.mark.parametrize("repeats", [10, 120])
+def test_a_long_document_gets_the_same_verdict_from_64_bit_keys(monkeypatch, repeats):
+    text = " ".join(unique_words(300)) + " a b c d e f" * repeats
+    assert len(text.split()) >= rep.NUMPY_MIN_WORDS
+    keyed = rep.gopher_repetition_removal(text, DEFAULTS)
+    monkeypatch.setattr(rep, "NUMPY_MIN_WORDS", 10**9)
+    assert rep.gopher_repetition_removal(text, DEFAULTS) == keyed
+    assert (keyed is None) == (repeats == 10)
