@@ -2,8 +2,9 @@
 
 A document step (language, quality filters, PII) judges a batch of documents at a time and says, for
 each, the text that goes on (None: removed) and, for a removal, the rule and the measured value
-against its threshold. The framework (lmshards.preprocess.curation.steps) counts, audits and wraps
-steps for Beam and for the in-process path; a step module holds only its logic and one `STEP`.
+against its threshold. The framework (the registry and flags in lmshards.preprocess.curation.steps, the
+judging loop and funnel in lmshards.preprocess.curation.judging) counts, audits and runs steps on Beam
+and on the in-process path; a step module holds only its logic and one `STEP`.
 """
 
 from __future__ import annotations
