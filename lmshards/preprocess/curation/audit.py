@@ -323,15 +323,23 @@ def describe_curation(curation: CurationInfo) -> list[str]:
     """Readable lines for `lmshards inspect`: the funnel and the options."""
     kept = curation.documents_in - curation.documents_removed
     options = ", ".join(f"{k} {v}" for k, v in sorted(curation.options.items()))
+    ran = [row["name"] for row in curation.steps]
+    header = (
+        f"  curation ({' -> '.join(ran)}{'; ' + options if options else ''}):"
+        if ran  # with document steps: their options are the manifest's curation.steps
+        else f"  curation (--dedup {curation.dedup}; {options}):"
+    )
     lines = [
-        f"  curation (--dedup {curation.dedup}; {options}):",
+        header,
         f"    documents in {curation.documents_in:,} ({curation.bytes_in:,} bytes), kept {kept:,}, "
         f"removed {curation.documents_removed:,} ({curation.bytes_removed:,} bytes)",
     ]
-    for reason in REASONS:
-        r = curation.removed.get(reason, {"documents": 0, "bytes": 0})
-        lines.append(f"    {reason}: {r['documents']:,} documents, {r['bytes']:,} bytes")
-    lines.append(f"    duplicate clusters: {curation.clusters:,}")
+    if not ran:  # a set without the funnel: the corpus steps' counts, as it always printed them
+        for reason in REASONS:
+            r = curation.removed.get(reason, {"documents": 0, "bytes": 0})
+            lines.append(f"    {reason}: {r['documents']:,} documents, {r['bytes']:,} bytes")
+    if not ran or "dedup" in ran:
+        lines.append(f"    duplicate clusters: {curation.clusters:,}")
     for entry in curation.eval_files:
         lines.append(
             f"    eval {entry['path']}: {entry['documents']:,} documents, "

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from lmshards.preprocess.curation.audit import curation_funnel, funnel_lines, step_problems
+from lmshards.preprocess.curation.audit import (
+    curation_funnel,
+    describe_curation,
+    funnel_lines,
+    step_problems,
+)
 from lmshards.schemas.manifest import CurationInfo, funnel_problems
 
 # A --decontaminate --dedup exact run, as manifests recorded it before the document steps.
@@ -61,3 +66,13 @@ def test_the_funnel_is_checked_against_the_audit_and_the_totals():
     assert funnel_problems(broken, written=6)[0].startswith(
         "step dedup: in 8 documents (900 bytes), but step decontaminate gave 9"
     )
+
+
+def test_inspect_names_the_steps_that_ran_and_leaves_out_the_corpus_steps_that_did_not():
+    steps = curation_funnel(LEGACY)
+    curated = dataclasses.replace(LEGACY, steps=steps, options={})
+    lines = describe_curation(curated)
+    assert lines[0] == "  curation (decontaminate -> dedup):"
+    assert "    duplicate clusters: 2" in lines and "    near: 0 documents, 0 bytes" not in lines
+    assert describe_curation(LEGACY)[0] == "  curation (--dedup exact; decontaminate_ngram 13):"
+    assert "    near: 0 documents, 0 bytes" in describe_curation(LEGACY)
