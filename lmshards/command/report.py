@@ -439,6 +439,27 @@ def curation_funnel(manifest: Manifest) -> list[tuple[str, str]]:
     return rows
 
 
+def funnel_figure(manifest: Manifest, *, name: str):
+    """The documents left after each curation step, read first (a set curated with the step funnel)."""
+    import plotly.graph_objects as go
+
+    curation = manifest.curation
+    assert curation is not None and curation.steps, "drawn for a set with the funnel"
+    stages = ["read", *(row["name"] for row in curation.steps)]
+    documents = [curation.documents_in, *(row["documents_out"] for row in curation.steps)]
+    fig = go.Figure(go.Funnel(y=stages, x=documents, textinfo="value+percent initial"))
+    return fig.update_layout(
+        title=dict(
+            text=f"Curation: documents after each step, {html.escape(name)}",
+            x=0,
+            font=dict(size=15),
+        ),
+        height=SHARD_CHART_HEIGHT + 30 * len(stages),
+        margin=dict(l=140, r=20, t=70, b=40),
+        template="plotly_white",
+    )
+
+
 def funnel_table(manifest: Manifest, *, name: str) -> str:
     """The curation funnel of one shard set as an HTML table ("" without curation)."""
     rows = curation_funnel(manifest)
@@ -495,6 +516,11 @@ def render_report(
             )
         )
     figures += [shards_figure(m, name=path) for path, m in data.manifests.items()]
+    figures += [
+        funnel_figure(m, name=path)
+        for path, m in data.manifests.items()
+        if m.curation is not None and m.curation.steps
+    ]
     charts = [
         pio.to_html(fig, full_html=False, include_plotlyjs=False, config={"responsive": True})
         for fig in figures

@@ -16,6 +16,7 @@ from lmshards.command.cli import main as lmshards_main
 from lmshards.command.report import (
     Reference,
     curation_funnel,
+    funnel_figure,
     funnel_table,
     integer_dtick,
     loss_figure,
@@ -309,7 +310,10 @@ def test_a_shard_set_with_document_steps_shows_each_step_of_its_funnel():
         audit=(),
         steps=(row,),
     )
-    rows = curation_funnel(dataclasses.replace(_manifest(), curation=curation))
+    manifest = dataclasses.replace(_manifest(), curation=curation)
+    rows = curation_funnel(manifest)
+    (drawn,) = funnel_figure(manifest, name="s").data
+    assert list(drawn.y) == ["read", "language"] and list(drawn.x) == [10, 6]
     assert rows[:4] == [
         ("documents in", "10 (500 bytes)"),
         ("language: kept", "6 of 10 (300 of 500 bytes)"),
