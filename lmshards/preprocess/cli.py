@@ -33,7 +33,7 @@ from lmshards.preprocess.options import (
     preprocess_flags,
 )
 from lmshards.preprocess.stages.metrics import skipped_line
-from lmshards.schemas.manifest import Manifest
+from lmshards.schemas.manifest import CurationInfo, Manifest
 
 COMMAND = "preprocess"
 log = logging.getLogger(__name__)
@@ -199,4 +199,12 @@ def summary(manifest: Manifest, output: str, seconds: float, *, command: str = C
     skipped = skipped_line(manifest.reading)
     if skipped:
         lines.append(f"  {skipped}")
+    if manifest.curation is not None and manifest.curation.steps:
+        lines.append(f"  {funnel_line(manifest.curation)}")
     return "\n".join(lines)
+
+
+def funnel_line(curation: CurationInfo) -> str:
+    """'curation: 1,000 read -> language 900 -> gopher_quality 700 (documents; `lmshards inspect`)'"""
+    steps = " -> ".join(f"{row['name']} {row['documents_out']:,}" for row in curation.steps)
+    return f"curation: {curation.documents_in:,} read -> {steps} (documents; `lmshards inspect` for more)"

@@ -195,7 +195,12 @@ def test_every_step_in_order_the_same_in_process_and_on_two_workers(web, tmp_pat
     pii = curation.steps[-1]
     assert pii["counts"] == {"email": 1, "ip": 0} and pii["documents_out"] == 3
     assert lmshards_main(["inspect", str(tmp_path / "one"), "--verify"]) == 0
-    assert "c4_quality: 4 -> 3 documents" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "c4_quality: 4 -> 3 documents" in out
+    assert (
+        "  curation: 7 read -> language 6 -> gopher_quality 5 -> gopher_repetition 4 -> c4_quality 3 "
+        "-> fineweb_quality 3 -> pii 3 (documents; `lmshards inspect` for more)\n"
+    ) in out
 
 
 @pytest.mark.parametrize(
