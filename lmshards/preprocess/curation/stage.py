@@ -159,7 +159,7 @@ def _info(
     clusters: int,
     eval_documents: Iterable[tuple[str, int]],
     audit: Iterable[dict[str, Any]],
-    funnels: Iterable[StepFunnel],
+    funnel: StepFunnel,
     *,
     settings: CurationSettings,
 ) -> CurationInfo:
@@ -173,7 +173,7 @@ def _info(
         eval_documents=dict(eval_documents),
         audit=audit,
         steps=settings.steps,
-        funnel=sum_funnels(funnels),
+        funnel=funnel,
     )
 
 
@@ -300,6 +300,7 @@ class CurateDocuments(beam.PTransform):
             decided = docs | "Deduplicate" >> _Deduplicate(settings)  # CurationDoc | Removal
             docs = decided | "Unique" >> beam.Filter(is_doc)  # CurationDoc
             removals.append(decided | "Duplicates" >> beam.Filter(is_removal))  # Removal
+        funnel = funnels | "SumFunnels" >> beam.CombineGlobally(sum_funnels)  # StepFunnel, one
         removed = removals | "Removals" >> beam.Flatten()  # Removal
         audit = removed | "Audit" >> WriteAudit(self._output)  # {"path", "lines"}
         counts = (
@@ -323,7 +324,7 @@ class CurateDocuments(beam.PTransform):
                 beam.pvalue.AsSingleton(clusters),
                 beam.pvalue.AsList(eval_documents),
                 beam.pvalue.AsList(audit),
-                beam.pvalue.AsList(funnels),
+                beam.pvalue.AsSingleton(funnel),
                 settings=settings,
             )
         )  # CurationInfo, one
