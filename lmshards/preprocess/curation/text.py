@@ -19,14 +19,16 @@ import zlib
 
 import numpy as np
 
+# The n-gram hashing lives with the steps (the repetition filter hashes n-grams too, and steps/ imports
+# nothing of curation's); dedup and decontamination take it from here.
+from lmshards.preprocess.curation.steps.ngrams import mix64 as mix64
+from lmshards.preprocess.curation.steps.ngrams import ngram_finish as ngram_finish
+from lmshards.preprocess.curation.steps.ngrams import ngram_hashes as ngram_hashes
+from lmshards.preprocess.curation.steps.ngrams import ngram_step as ngram_step
+
 DIGEST_BYTES = 16  # 128 bits: no two different texts of a corpus share one
 _WHITESPACE = re.compile(r"\s+")
 _WORD = re.compile(r"\w+")
-_MASK32 = np.uint64(0xFFFFFFFF)
-# Odd 64-bit multipliers of the n-gram combiner and its final mix (splitmix64's constants).
-_COMBINE = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
 
 
 def exact_form(text: str) -> str:
@@ -51,43 +53,6 @@ def word_hashes(tokens: list[str]) -> np.ndarray:
         dtype=np.uint64,
         count=len(tokens),
     )
-
-
-def mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer: every input bit reaches every output bit."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * _MIX1
-    x = x ^ (x >> np.uint64(27))
-    x = x * _MIX2
-    return x ^ (x >> np.uint64(31))
-
-
-def ngram_hashes(hashes: np.ndarray, n: int, *, bits: int = 32) -> np.ndarray:
-    """uint64 [max(len - n + 1, 0)], each < 2^bits (32 or 64): one hash per window of n consecutive
-    word hashes.
-
-    Order-sensitive (a polynomial in the word hashes, then mixed), so "a b" and "b a" differ.
-    """
-    count = len(hashes) - n + 1
-    if count <= 0:
-        return np.empty(0, dtype=np.uint64)
-    acc = np.zeros(count, dtype=np.uint64)
-    for j in range(n):
-        acc = ngram_step(acc, hashes[j : j + count])
-    return ngram_finish(acc, bits=bits)
-
-
-def ngram_step(acc: np.ndarray, hashes: np.ndarray) -> np.ndarray:
-    """One more word of each window: acc * C + hash + 1, modulo 2^64 (uint64 arrays)."""
-    with np.errstate(over="ignore"):  # the arithmetic is modulo 2^64 on purpose
-        return acc * _COMBINE + hashes + np.uint64(1)
-
-
-def ngram_finish(acc: np.ndarray, *, bits: int = 32) -> np.ndarray:
-    """The windows' hashes from their polynomials: mixed, and cut to `bits` (32 or 64)."""
-    with np.errstate(over="ignore"):
-        mixed = mix64(acc)
-    return mixed & _MASK32 if bits == 32 else mixed
 
 
 def shingles(text: str, n: int) -> np.ndarray:

@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from lmshards.preprocess.curation.steps.base import DOCUMENT, Step, StepFlag
+from lmshards.preprocess.curation.steps.ngrams import ngram_hashes
 from lmshards.preprocess.curation.steps.rules import RuleStep
 from lmshards.preprocess.curation.steps.words import split_words
-from lmshards.preprocess.curation.text import ngram_hashes
 
 # Rae et al. 2021, table A1: the largest share of a document that may repeat.
 MAX_DUP_PARA_FRAC = 0.30
