@@ -40,7 +40,8 @@ POLICY_SUBSTRINGS = (  # from C4's code: cookie and terms notices
 )
 _CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 # Where one sentence ends and another starts inside a line: after '!' or '?' and a space, or after
-# '.' and a space before a capital or digit, unless the '.' ends an initial or an abbreviation.
+# '.' and a space before a capital or digit, unless the '.' ends an initial or an abbreviation. Only
+# the first mark of a run starts a match, so a long run costs its length, not its square.
 ABBREVIATIONS = (
     "Mr",
     "Mrs",
@@ -61,7 +62,9 @@ ABBREVIATIONS = (
 )
 _NOT_ABBREVIATION = r"(?<!\b[A-Z]\.)" + "".join(rf"(?<!\b{re.escape(a)}\.)" for a in ABBREVIATIONS)
 _CLOSE = r"[.!?]*[\"'”’)\]]*\s+"
-_SENTENCE_BREAK = re.compile(rf"[!?]{_CLOSE}|\.{_NOT_ABBREVIATION}{_CLOSE}(?=[\"'“‘(\[]?[A-Z0-9])")
+_SENTENCE_BREAK = re.compile(
+    rf"(?<![.!?])(?:[!?]{_CLOSE}|\.{_NOT_ABBREVIATION}{_CLOSE}(?=[\"'“‘(\[]?[A-Z0-9]))"
+)
 
 REASONS = ("lorem_ipsum", "curly_bracket", "too_few_sentences")
 

@@ -6,8 +6,8 @@ at a tenth of its cost: the text is split at whitespace; from each piece, openin
 off its start and closing punctuation off its end, one mark a word ("..." is one), and the clitics
 "n't 's 're 've 'll 'd 'm" off its end; inside it, '-', ':', '=', '/' and dashes between a letter or
 digit and a letter, and '-', '+' between digits, are words of their own. Everything else stays whole:
-"U.S", "3.14", "/etc", "--verify", URLs. A symbol word (only punctuation, `is_symbol`) is left out of
-the counts the rules say are of words.
+"U.S", "3.14", "/etc", "--verify", URLs, and any piece over MAX_PIECE characters. A symbol word (only
+punctuation, `is_symbol`) is left out of the counts the rules say are of words.
 
 Languages without spaces between words (Chinese, Japanese, Thai, ...) have no word boundaries here: a
 run of them between spaces is one long word, so a document of them has few words of great mean length, and the
@@ -25,7 +25,7 @@ _SUFFIX = r"(?:\.\.+|[()\[\]{}<>\"'”’.,;:!?`*#_&%—–])"
 _CLITIC = r"(?:n['’]t|['’](?:s|re|ve|ll|d|m))"
 # Between a letter or digit and a letter, or a digit and a digit.
 _INFIX = r"(?:(?<=[^\W_])[-–—~:<>=/](?=[^\W\d_])|(?<=\d)[-+*^](?=\d))"
-_END = rf"(?={_CLITIC}?{_SUFFIX}*$)"  # only closing punctuation left in the piece
+_END = rf"(?={_CLITIC}?{_SUFFIX}*+$)"  # only closing punctuation left in the piece
 # The words of one whitespace-free piece of text.
 _PIECE = re.compile(
     rf"{_CLITIC}{_END}|{_SUFFIX}{_END}|{_INFIX}|https?://\S+?{_END}|{_PREFIX}|\S+?(?:{_END}|(?={_INFIX}))|{_SUFFIX}",
@@ -62,6 +62,9 @@ TERMINAL_PUNCTUATION = tuple(
     "\U00016af5\U00016b37\U00016b38\U00016b44\U00016e98\U0001bc9f\U0001da88"
 )
 SYMBOLS = "".join(sorted(PUNCTUATION | frozenset(TERMINAL_PUNCTUATION)))
+# A longer piece is one word: the expression's cost grows with the square of a piece's length (a run of
+# closing marks is scanned again from each place in it), and real words and URLs are shorter.
+MAX_PIECE = 200
 # A piece that is a word and one of these: two words, without the regular expression.
 _ONE_SUFFIX = ".,;:!?)\"'"
 
@@ -70,7 +73,7 @@ def split_words(text: str) -> list[str]:
     """The words of text, in order (see the module's docstring for what a word is)."""
     words: list[str] = []
     for piece in text.split():
-        if piece.isalnum():  # most pieces: one word, without the regular expression's cost
+        if piece.isalnum() or len(piece) > MAX_PIECE:  # most pieces: one word, without the regex
             words.append(piece)
         elif piece[-1] in _ONE_SUFFIX and piece[:-1].isalnum():
             words += (piece[:-1], piece[-1])

@@ -100,3 +100,8 @@ def test_remove_lines_keeps_only_c4s_lines_and_counts_the_others():
 )
 def test_sentences_in_a_line(line, sentences):
     assert c4.count_sentences(line) == sentences
+
+
+def test_a_long_run_of_marks_is_one_break_at_most():
+    assert c4.count_sentences("!" * 100_000 + "x") == 1
+    assert c4.count_sentences("Wait" + "." * 100_000 + " Then it came.") == 2

@@ -54,3 +54,10 @@ def test_symbols_are_words_of_punctuation_only():
         True,
         False,
     ]
+
+
+def test_a_long_piece_is_one_word_and_a_run_of_marks_costs_its_length():
+    junk = ")" * 50_000 + "x"
+    assert split_words(f"a {junk} b") == ["a", junk, "b"]  # quadratic in the regex: not taken there
+    assert split_words("a" + "." * 150 + "x") == ["a" + "." * 150 + "x"]
+    assert split_words("end" + "." * 150) == ["end", "." * 150]
