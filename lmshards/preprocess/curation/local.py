@@ -93,6 +93,7 @@ BLOCK_DOCS = 8192
 BLOCK_CHARS = 4 << 20
 TABLE_CHUNK_BYTES = 16 << 20  # rows of the node table read at a time
 NODE_TABLE = "nodes"  # near dedup's NODE_DTYPE rows, numbered by node
+SIGNED_FILE = "signed"  # pass 2's signatures of the near-removed documents
 # An eval record (file, record) packed in one int64 whose order is the DocRef order: the eval file's
 # rank among the sorted eval paths above the record's number (records of a file stay below 2^40).
 REF_SHIFT = 40
@@ -659,9 +660,15 @@ class LocalCuration:
         self._wanted = np.empty(0, np.int64)  # packed (source, index) of those nodes, sorted
         self._wanted_nodes = np.empty(0, np.int64)  # their node numbers, in that order
         self._wanted_digest = np.empty(0, np.uint64)  # their digests' first halves
-        self._signatures: list[tuple[np.ndarray, np.ndarray]] = []  # (nodes, signatures)
+        # Pass 2's signatures: the kept ends' in memory (one a cluster), the removed ends' to a file.
+        self._root_signatures: list[tuple[np.ndarray, np.ndarray]] = []  # (nodes, signatures)
+        self._signed = os.path.join(self._directory, SIGNED_FILE)
         minhash = settings.minhash
         self._offsets = hash_family(minhash.permutations) if settings.dedup == DEDUP_NEAR else None
+        self._roots = np.empty(0, np.int64)  # the kept ends of near removals, sorted
+        self._signed_dtype = np.dtype(
+            [("node", "<i8"), ("signature", "<u8", (minhash.permutations,))]
+        )
         self._next_node = 0
         self._steps = build_document_steps(settings.document_steps)  # language, quality, PII
         self._funnel = StepFunnel()
@@ -810,12 +817,16 @@ class LocalCuration:
         return minhash_signatures(values, owner, len(counts), self._offsets)
 
     def _decide_near(self, near: SpillPartitions, table: str) -> None:
-        edges = [bucket_edges(near.read(p)) for p in range(near.partitions)]
-        u = np.concatenate([e[0] for e in edges])
-        v = np.concatenate([e[1] for e in edges])
-        if not len(u):
+        # Partition by partition, the components so far (as node -> label edges) with the new edges:
+        # memory holds the nodes that have an edge, never every band's edges at once (an exact copy
+        # is in a bucket of every band).
+        nodes = labels = np.empty(0, np.int64)
+        for p in range(near.partitions):
+            u, v = bucket_edges(near.read(p))
+            if len(u):
+                nodes, labels = components(np.r_[nodes, u], np.r_[labels, v])
+        if not len(nodes):
             return
-        nodes, labels = components(u, v)
         rows = read_table_rows(table, NODE_DTYPE, nodes)
         removed, kept = near_clusters(rows, labels)
         same = (rows["digest_hi"][removed] == rows["digest_hi"][kept]) & (
@@ -827,6 +838,7 @@ class LocalCuration:
         removed, kept = removed[~same], kept[~same]
         self._near = removal_rows(rows[removed], REASONS.index(NEAR), kept=rows[kept])
         self._pairs = nodes[removed], nodes[kept]
+        self._roots = np.unique(nodes[kept])
         ends = np.unique(np.concatenate([removed, kept]))
         refs = packed_refs(rows["source"][ends], rows["index"][ends])
         order = np.argsort(refs)
@@ -873,19 +885,39 @@ class LocalCuration:
             return
         hashes, counts = word_hashes_of([texts[i] for i in wanted.tolist()])
         signatures = self._signatures_of(hashes, counts, self._wanted_digest[at[wanted]])
-        self._signatures.append((self._wanted_nodes[at[wanted]], signatures))
+        nodes = self._wanted_nodes[at[wanted]]
+        root = member_of(nodes, self._roots)
+        self._root_signatures.append((nodes[root], signatures[root]))
+        rows = np.empty(int((~root).sum()), dtype=self._signed_dtype)
+        rows["node"], rows["signature"] = nodes[~root], signatures[~root]
+        with open(self._signed, "ab") as f:
+            f.write(rows.tobytes())
+
+    def _near_equal(self) -> np.ndarray:
+        """int32 [near removals]: the equal signature values of each and its kept document, the
+        removed ends' signatures read back in chunks against the kept ends' held in memory."""
+        roots = np.concatenate([n for n, _ in self._root_signatures])
+        root_signatures = np.concatenate([s for _, s in self._root_signatures])
+        order = np.argsort(roots)
+        roots, root_signatures = roots[order], root_signatures[order]
+        removed, kept = self._pairs
+        by_node = np.argsort(removed)
+        equal = np.full(len(removed), -1, dtype=np.int32)
+        chunk = max(TABLE_CHUNK_BYTES // self._signed_dtype.itemsize, 1)
+        with open(self._signed, "rb") as f:
+            while len(rows := np.fromfile(f, dtype=self._signed_dtype, count=chunk)):
+                pair = by_node[np.searchsorted(removed[by_node], rows["node"])]
+                theirs = root_signatures[np.searchsorted(roots, kept[pair])]
+                equal[pair] = np.count_nonzero(rows["signature"] == theirs, axis=1)
+        os.remove(self._signed)
+        return equal
 
     def finish(self) -> CurationInfo:
         """Writes the audit files; the manifest's curation section (after every keep())."""
         settings = self._settings
         near = self._near.copy()
         if len(near):
-            nodes = np.concatenate([n for n, _ in self._signatures])
-            signatures = np.concatenate([s for _, s in self._signatures])
-            order = np.argsort(nodes)
-            nodes, signatures = nodes[order], signatures[order]
-            removed, kept = (signatures[np.searchsorted(nodes, end)] for end in self._pairs)
-            near["equal"] = np.count_nonzero(removed == kept, axis=1)
+            near["equal"] = self._near_equal()
         removals = np.concatenate([*self._removals, near])
         audit = self._write_audit(removals)
         for code, reason in enumerate(REASONS):
