@@ -19,7 +19,7 @@ Refused, naming the file and the fix, while the run is planned:
   sequence, as in Latin-1 or cp1252 text (a few stray bad bytes in UTF-8 text are not refused: they
   are decoded with U+FFFD and counted in documents_invalid_utf8). A file that starts with a UTF-16 or
   UTF-32 byte-order mark is decoded from it and not looked at here. WARC and HTML files are not
-  looked at for UTF-8: each page is decoded by its own charset (sources/extract.py).
+  looked at for UTF-8: each page is decoded by its own charset (sources/core/extract.py).
 """
 
 from __future__ import annotations

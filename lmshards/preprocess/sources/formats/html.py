@@ -1,4 +1,4 @@
-"""HTML files (.html, .htm): one document per file, the page's main text (see sources/extract.py).
+"""HTML files (.html, .htm): one document per file, the page's main text (see sources/core/extract.py).
 
 The charset is the page's own (a byte-order mark, then `<meta charset>`, then UTF-8 or detection): an
 HTML file is never refused for not being UTF-8. A file over --max_html_bytes is read past, never held
@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from lmshards.preprocess.sources.core.documents import ReadStats, RecordNumbers, text_document
+from lmshards.preprocess.sources.core.extract import PageProblem, page_text, too_large
 from lmshards.preprocess.sources.core.options import ReadOptions
 from lmshards.preprocess.sources.core.ranges import ReadRange
-from lmshards.preprocess.sources.extract import PageProblem, page_text, too_large
 from lmshards.preprocess.sources.formats.base import Format
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ than MAX_JSON_LINE_BYTES is skipped and counted (documents_json_too_long): what 
 dropped at that size and the rest of it is read past, never held.
 
 With ReadOptions.html_field (--html_field) the document is that field's HTML, its main text extracted
-(sources/extract.py; the page problems are counted as for WARC records: documents_html_too_large,
+(sources/core/extract.py; the page problems are counted as for WARC records: documents_html_too_large,
 documents_extract_failed); with ReadOptions.url_field (--url_field) each document keeps that field's
 string as its URL (documents.RecordNumbers.take_with_urls; a missing or non-string URL is None).
 """
@@ -33,10 +33,10 @@ from lmshards.preprocess.sources.core.documents import (
     decode_utf8,
     text_document,
 )
+from lmshards.preprocess.sources.core.extract import PageProblem, extract_text, too_large
 from lmshards.preprocess.sources.core.lines import CONTENT_BYTE, LineRecords, read_lines
 from lmshards.preprocess.sources.core.options import ReadOptions
 from lmshards.preprocess.sources.core.ranges import DEFAULT_RANGE_BYTES, ReadRange, byte_ranges
-from lmshards.preprocess.sources.extract import PageProblem, extract_text, too_large
 from lmshards.preprocess.sources.formats.base import Format
 
 logger = logging.getLogger(__name__)

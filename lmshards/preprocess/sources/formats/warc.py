@@ -4,7 +4,7 @@ member): one document per HTML response or WET conversion record, read record by
 A record is a header block (a `WARC/1.0` or `WARC/1.1` line, `Name: value` lines, a blank line), then
 Content-Length bytes of payload, then a blank line or two (ISO 28500). Only two kinds of record give a
 document: a `response` whose HTTP head says 2xx and an HTML Content-Type (its body decoded by its charset,
-its main text extracted, see sources/extract.py), and a WET `conversion` record (text already, fed to
+its main text extracted, see sources/core/extract.py), and a WET `conversion` record (text already, fed to
 the document in blocks). Every other record (warcinfo, request, metadata, images, redirects) is read
 past in blocks and counted in warc_records_other. Each document keeps its record's WARC-Target-URI
 (documents.RecordNumbers.take_with_urls), and is numbered by its record's place in the file.
@@ -31,9 +31,9 @@ from lmshards.preprocess.sources.core.documents import (
     RecordNumbers,
     text_document,
 )
+from lmshards.preprocess.sources.core.extract import PageProblem, page_text, too_large
 from lmshards.preprocess.sources.core.options import ReadOptions
 from lmshards.preprocess.sources.core.ranges import ReadRange
-from lmshards.preprocess.sources.extract import PageProblem, page_text, too_large
 from lmshards.preprocess.sources.formats.base import Format
 
 logger = logging.getLogger(__name__)

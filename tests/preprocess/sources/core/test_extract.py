@@ -7,7 +7,7 @@ import codecs
 import pytest
 
 from lmshards.preprocess.sources import InputError, ReadOptions
-from lmshards.preprocess.sources.extract import (
+from lmshards.preprocess.sources.core.extract import (
     DecodedPage,
     PageProblem,
     decode_page,
