@@ -24,7 +24,7 @@ does not install them itself, and its xxhash call passes a str, which xxhash 4 r
 With --cost_corpus DIR (a directory of *.txt, e.g. the benchmark corpus's en/), the cost of curation on
 the default runner instead, in one run: plain, `--dedup near` and `--dedup exact`, each a fresh
 subprocess, on two corpora at --cost_mb MB and at --cost_scale times that:
-  lines - the same leading share of every file of DIR, one document per line (~47 bytes each);
+  lines - the same leading share of every file of DIR, one document per non-empty line (~60 bytes each);
   long  - make_corpus's planted corpus (200 to 300 words a document, ~1.5 KB), sized to the same MB.
 Reported per corpus and size: CPU seconds and peak RSS of each, their ratios to plain's, and each
 mode's peak RSS at the larger size over the smaller's (flat: about 1).
