@@ -219,25 +219,25 @@ def first_evaluation(
     return first, seen[: first["eval_batches"]]
 
 
-@pytest.mark.parametrize("old_form", [False, True])
-def test_init_from_a_directory_transformers_wrote_evaluates_its_logits(
-    tmp_path, old_form, shards_32, sample_tokenizer, monkeypatch
-):
-    """The trainer's first evaluation (step 0, before any update) computes transformers' logits, to 1e-4, at
-    every predicted position of the batches it reads, and reports their cross-entropy."""
-    vocab = Tokenizer.from_file(str(sample_tokenizer)).get_vocab_size()
-    ids = special_token_ids(locate_tokenizer(str(sample_tokenizer)))
-    reference = save_transformers_model(
-        tmp_path / "hf",
-        old_form=old_form,
+def save_fitting_model(directory: Path, tokenizer: Path) -> transformers.ModernBertForMaskedLM:
+    """save_transformers_model with the vocabulary and special token ids of the shards' `tokenizer`."""
+    ids = special_token_ids(locate_tokenizer(str(tokenizer)))
+    return save_transformers_model(
+        directory,
+        old_form=False,
         seed=3,
-        vocab_size=vocab,
+        vocab_size=Tokenizer.from_file(str(tokenizer)).get_vocab_size(),
         pad_token_id=ids["pad"],
         bos_token_id=ids["cls"],
         eos_token_id=ids["sep"],
         cls_token_id=ids["cls"],
         sep_token_id=ids["sep"],
     )
+
+
+@pytest.mark.parametrize("old_form", [False, True])
+def test_init_from_reads_a_directory_transformers_wrote_in_either_form(tmp_path, old_form):
+    save_transformers_model(tmp_path / "hf", old_form=old_form, seed=3)
     source = inspect_init_source(str(tmp_path / "hf"))
     config = source.model_config
     assert (config.family, config.num_layers, config.hidden_dim, config.intermediate_dim) == (
@@ -258,6 +258,14 @@ def test_init_from_a_directory_transformers_wrote_evaluates_its_logits(
         3,
     )
     assert source.weights is not None and source.weights.has_head
+
+
+def test_init_from_a_directory_transformers_wrote_evaluates_its_logits(
+    tmp_path, shards_32, sample_tokenizer, monkeypatch
+):
+    """The trainer's first evaluation (step 0, before any update) computes transformers' logits, to 1e-4, at
+    every predicted position of the batches it reads, and reports their cross-entropy."""
+    reference = save_fitting_model(tmp_path / "hf", sample_tokenizer)
     record, batches = first_evaluation(shards_32, tmp_path / "hf", tmp_path / "run", monkeypatch)
     assert record["step"] == 0 and len(batches) == record["eval_batches"] == 2
     reference.config._attn_implementation = "eager"
