@@ -148,6 +148,7 @@ DEPENDENT = [
         "--decontaminate_ngram is ignored without --decontaminate: add --decontaminate EVAL_SET",
     ),
     (["--decontaminate_text_field", "q"], "--decontaminate_text_field is ignored without"),
+    (["--curate_sample", "5"], "--curate_sample is ignored without a document step"),
     (
         ["--target_shard_mb", "5", "--num_shards", "2"],
         "--target_shard_mb is ignored with --num_shards, which fixes the count: drop --num_shards",
