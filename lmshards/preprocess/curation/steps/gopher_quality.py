@@ -50,6 +50,11 @@ REASONS = (
 def gopher_quality_removal(text: str, options: Mapping[str, Any]) -> tuple[str, str] | None:
     """(reason, detail) of the first rule text fails, in the paper's order, or None if it passes."""
     words = split_words(text)
+    if (
+        len(words) < options["gopher_min_words"]
+    ):  # too short whatever its symbols: skip the counting
+        n_content = sum(not is_symbol(w) for w in words)
+        return "min_words", f"words {n_content} < {options['gopher_min_words']}"
     n_words = len(words) or 1  # the per-word ratios of an empty text: it is removed as too short
     counts = Counter(words)  # the rules below look at each distinct word once
     content = [(w, n) for w, n in counts.items() if not is_symbol(w)]
