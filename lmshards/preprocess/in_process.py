@@ -525,7 +525,13 @@ def run_in_process(job: InProcessJob) -> str:
             curation.decide()
             phases.done("curate")
         progress = ReadProgress(job.total_bytes, PROGRESS_EVERY_S)
-        read = documents.read_range if documents is not None else read_sized_range
+        read = (
+            documents.read_range
+            if documents is not None
+            else curation.read_range  # pass 2: the kept documents
+            if curation is not None
+            else read_sized_range
+        )
         with Tokenizing(job, spill, dtype) as tokenizing:
             for sized in job.ranges:
                 stats = ReadStats()
@@ -536,8 +542,6 @@ def run_in_process(job: InProcessJob) -> str:
                     stats=stats,
                     progress=progress,
                 ):
-                    if curation is not None:
-                        batch = curation.keep(sized.range.path, batch)
                     tokenizing.add(batch)
                 tokenizing.reading.merge(stats)
             tokenized = tokenizing.finish()

@@ -72,7 +72,9 @@ class _DecontaminateFn(beam.DoFn):
         if found is None:
             yield doc
         else:
-            yield Removal(doc.source, doc.record, CONTAMINATED, doc.utf8_bytes(), eval=found)
+            yield Removal(
+                doc.source, doc.record, CONTAMINATED, doc.utf8_bytes(), eval=found, url=doc.url
+            )
 
 
 class Decontaminate(beam.PTransform):

@@ -63,14 +63,14 @@ class Numbering:
         for batch in read_sized_range(
             sized, options, batch_size=batch_size, stats=stats, progress=progress, numbers=numbers
         ):
-            local = (
-                numbers.take(len(batch))
+            local, urls = (
+                numbers.take_with_urls(len(batch))
                 if numbers is not None
-                else range(count, count + len(batch))
+                else (range(count, count + len(batch)), [None] * len(batch))
             )
             yield [
-                CurationDoc(path, documents + count + i, text, records + record)
-                for i, (text, record) in enumerate(zip(batch, local, strict=True))
+                CurationDoc(path, documents + count + i, text, records + record, url)
+                for i, (text, record, url) in enumerate(zip(batch, local, urls, strict=True))
             ]
             count += len(batch)
         raw = numbers.records if numbers is not None else count

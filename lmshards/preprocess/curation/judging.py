@@ -168,6 +168,7 @@ def judge_documents(steps: Sequence[BuiltStep], docs: Sequence[CurationDoc]) -> 
                         size,
                         step=step.name,
                         detail=judgement.detail,
+                        url=doc.url,
                     )
                 )
                 continue

@@ -15,7 +15,8 @@ spill directory, so memory stays flat in the corpus size:
   pass 2 (keep): the corpus is read again and its kept documents handed on in read order; the
       signatures of the near-removed documents and of their kept ones are computed again as they
       come (a signature is 8 bytes a permutation: storing every one would spill ~18x a corpus of
-      short lines), and finish() writes the audit with their similarities.
+      short lines), the removed documents' URLs (WARC, JSON Lines --url_field) are noted, and
+      finish() writes the audit with their similarities and URLs.
 
 The tokenizer's packing orders each group's documents by hash (stages/pack.py), so the shard bytes
 do not depend on the order the kept documents come in: they are the staged path's, as are the audit
@@ -73,6 +74,7 @@ from lmshards.preprocess.sources.formats import format_for
 from lmshards.preprocess.stages.read import (
     ReadProgress,
     SizedRange,
+    known_urls,
     plan_sized_ranges,
     read_sized_range,
 )
@@ -137,12 +139,14 @@ REMOVAL_DTYPE = np.dtype(
 @dataclasses.dataclass(frozen=True)
 class NumberedTexts:
     """Documents of one file with each one's index among the file's documents and its raw record in
-    the file (lmshards.preprocess.stages.read's numbering)."""
+    the file (lmshards.preprocess.stages.read's numbering), and their records' URLs where the format has
+    them (None: none known)."""
 
     source: str
     indices: np.ndarray  # int64
     texts: list[str]
     records: list[int]
+    urls: list[str | None] | None = None
 
 
 class FileNumbering:
@@ -175,10 +179,10 @@ class FileNumbering:
         """The next batch of the current range, numbered."""
         assert self._path is not None, "start() a range first"
         path, count = self._path, self._count
-        local = (
-            self._numbers.take(len(texts))
+        local, urls = (
+            self._numbers.take_with_urls(len(texts))
             if self._numbers is not None
-            else range(count, count + len(texts))
+            else (range(count, count + len(texts)), [])
         )
         first = self._documents.get(path, 0) + count
         self._count += len(texts)
@@ -187,6 +191,7 @@ class FileNumbering:
             np.arange(first, first + len(texts), dtype=np.int64),
             texts,
             [self._records.get(path, 0) + r for r in local],
+            known_urls(urls),
         )
 
     def _end_range(self) -> None:
@@ -627,9 +632,10 @@ def partitions_for(total_bytes: int) -> int:
 
 class LocalCuration:
     """The curation stage on the default runner. Pass 1: the caller reads every range, start_range()
-    then add() for each batch, then decide(). Pass 2: keep() filters each batch of a second read in
-    the same order; finish() writes the audit and returns the manifest's curation section. Its files
-    live under `directory` (the caller's spill directory, which the caller removes)."""
+    then add() for each batch, then decide(). Pass 2: read_range() reads each range again in the same
+    order, its batches filtered by keep(); finish() writes the audit and returns the manifest's
+    curation section. Its files live under `directory` (the caller's spill directory, which the
+    caller removes)."""
 
     def __init__(
         self,
@@ -653,7 +659,9 @@ class LocalCuration:
         self._removals: list[np.ndarray] = []  # REMOVAL_DTYPE
         self._index: EvalIndex | None = None
         self._removed = np.empty(0, np.int64)  # packed (source, index) of every removal, sorted
-        self._seen: dict[str, int] = {}  # documents of each source handed to keep() so far
+        # The URLs of the documents the corpus steps remove, by packed (source, index): pass 2 reads
+        # them, finish() writes them into the audit (as many as the removals, like the removal rows).
+        self._urls: dict[int, str] = {}
         # Near removals whose similarity pass 2 measures: their rows, and the nodes of both ends.
         self._near = np.empty(0, REMOVAL_DTYPE)
         self._pairs = (np.empty(0, np.int64), np.empty(0, np.int64))  # (removed node, kept node)
@@ -675,6 +683,7 @@ class LocalCuration:
         self._judged: list[Removal] = []  # the document steps' removals
         self._step_removed: list[np.ndarray] = []  # packed (source, index) of those documents
         self._numbering = FileNumbering(options)
+        self._renumbering = FileNumbering(options)  # pass 2's
         self._merger = BlockMerger(self._ranks)
         self._exact = SpillPartitions(self._directory, "exact", self._partitions, NODE_DTYPE)
         self._bands = SpillPartitions(self._directory, "bands", self._partitions, BAND_DTYPE)
@@ -703,9 +712,12 @@ class LocalCuration:
     def _judge(self, batch: NumberedTexts) -> NumberedTexts:
         """The document steps' verdicts on a batch: its removals kept, its survivors (their texts as
         the steps left them) returned."""
+        urls = batch.urls if batch.urls is not None else [None] * len(batch.texts)
         docs = [
-            CurationDoc(batch.source, index, text, record)
-            for index, text, record in zip(batch.indices.tolist(), batch.texts, batch.records)
+            CurationDoc(batch.source, index, text, record, url)
+            for index, text, record, url in zip(
+                batch.indices.tolist(), batch.texts, batch.records, urls
+            )
         ]
         judged = judge_documents(self._steps, docs)
         self._funnel += judged.funnel
@@ -718,7 +730,7 @@ class LocalCuration:
             kept,
             [doc.text for doc in judged.kept],
             [doc.record for doc in judged.kept],
-        )
+        )  # no URLs: the corpus steps' removals learn theirs in pass 2
 
     def decide(self) -> None:
         """Pass 1's end: every removal decided, from what add() spilled."""
@@ -848,20 +860,46 @@ class LocalCuration:
 
     # -------------------------------------------------------- pass 2
 
-    def keep(self, source: str, texts: list[str]) -> list[str]:
-        """The texts of the next batch of `source` (read in pass 1's order) that are kept, as the
-        document steps left them (they judge the texts pass 1 kept again: they are deterministic,
-        and their output is not spilled)."""
-        first = self._seen.get(source, 0)
-        self._seen[source] = first + len(texts)
-        indices = np.arange(first, first + len(texts))
+    def read_range(
+        self,
+        sized: SizedRange,
+        options: ReadOptions,
+        *,
+        batch_size: int,
+        stats: ReadStats,
+        progress: ReadProgress,
+    ) -> Iterator[list[str]]:
+        """Pass 2: read_sized_range's batches of range `sized` (the ranges in pass 1's order), each
+        filtered by keep()."""
+        numbers = self._renumbering.start(sized)
+        for texts in read_sized_range(
+            sized, options, batch_size=batch_size, stats=stats, progress=progress, numbers=numbers
+        ):
+            yield self.keep(self._renumbering.number(texts))
+
+    def keep(self, batch: NumberedTexts) -> list[str]:
+        """The texts of the next batch (read in pass 1's order) that are kept, as the document steps
+        left them (they judge the texts pass 1 kept again: they are deterministic, and their output
+        is not spilled)."""
+        source, texts, indices = batch.source, batch.texts, batch.indices
         refs = packed_refs(np.full(len(texts), self._ranks[source]), indices)
+        if batch.urls is not None:
+            self._note_urls(refs, batch.urls)
         if self._steps:
             texts, refs, indices = self._judge_again(source, texts, refs, indices)
         if len(self._wanted):
             self._measure(texts, refs)
         gone = member_of(refs, self._removed).tolist()
         return [text for text, g in zip(texts, gone) if not g]
+
+    def _note_urls(self, refs: np.ndarray, urls: list[str | None]) -> None:
+        """Keeps the URLs of the documents of refs that a corpus step removes (the document steps'
+        removals have theirs from pass 1)."""
+        removed = member_of(refs, self._removed) & ~member_of(refs, self._step_removed[0])
+        for i in np.flatnonzero(removed).tolist():
+            url = urls[i]
+            if url is not None:
+                self._urls[int(refs[i])] = url
 
     def _judge_again(
         self, source: str, texts: list[str], refs: np.ndarray, indices: np.ndarray
@@ -992,4 +1030,5 @@ class LocalCuration:
             similarity=similarity(int(row["equal"]), len(self._offsets))
             if reason == NEAR and self._offsets is not None
             else None,
+            url=self._urls.get(int(packed_refs(row["source"], row["index"]))),
         )

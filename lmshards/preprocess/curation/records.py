@@ -47,6 +47,7 @@ class CurationDoc:
     index: int
     text: str
     record: int  # the raw record it came from (what the audit names it by)
+    url: str | None = None  # its record's URL (WARC, JSON Lines --url_field): for the audit only
 
     @property
     def ref(self) -> DocRef:
@@ -82,6 +83,7 @@ class Removal:
     # ("mean_word_length 2.10 < 3"). Empty for the corpus steps, whose reasons name them.
     step: str = ""
     detail: str = ""
+    url: str | None = None  # the removed document's record's URL, where its format has one
 
     @property
     def key(self) -> str:
@@ -105,6 +107,8 @@ class Removal:
         if self.step:  # only where set: the corpus steps' lines keep their bytes
             data["step"] = self.step
             data["detail"] = self.detail
+        if self.url is not None:  # only where known: plain inputs' audit lines keep their bytes
+            data["url"] = self.url
         return json.dumps(data, sort_keys=True, ensure_ascii=False)
 
 
@@ -122,6 +126,7 @@ def removal_from_line(line: str) -> Removal:
         similarity=float(data["similarity"]) if "similarity" in data else None,
         step=str(data.get("step", "")),
         detail=str(data.get("detail", "")),
+        url=str(data["url"]) if "url" in data else None,
     )
     if not removal.step and removal.reason not in REASONS:
         raise ValueError(f"reason {removal.reason!r} is not one of {list(REASONS)}")

@@ -107,8 +107,9 @@ def number_documents(
     """Each document of a batch with its index in its file and its record's number."""
     documents, records = offsets[batch.source, batch.range_number]
     first = documents + batch.first
-    for i, (text, record) in enumerate(zip(batch.texts, batch.records, strict=True)):
-        yield CurationDoc(batch.source, first + i, text, records + record)
+    urls = batch.urls if batch.urls is not None else [None] * len(batch.texts)
+    for i, (text, record, url) in enumerate(zip(batch.texts, batch.records, urls, strict=True)):
+        yield CurationDoc(batch.source, first + i, text, records + record, url)
 
 
 def apply_verdicts(
@@ -127,6 +128,7 @@ def apply_verdicts(
                 doc.utf8_bytes(),
                 kept=decision.kept,
                 similarity=decision.similarity,
+                url=doc.url,
             )
         else:
             yield doc

@@ -64,7 +64,9 @@ class NumberedBatch:
     texts[i] is document first + i of range number `range_number` of file `source`, and comes from
     its raw record records[i], counted from the range's first record: the line of a line-document
     or JSON Lines file (every line counted, empty and skipped ones too), the row of a Parquet file;
-    for the other formats the document's own place (first + i).
+    for the other formats the document's own place (first + i). urls[i] is its record's URL (WARC, JSON
+    Lines with --url_field), for the audit; urls is None where the batch has none, so that batches of
+    plain text carry nothing more.
     """
 
     source: str
@@ -72,6 +74,7 @@ class NumberedBatch:
     first: int
     texts: list[str]
     records: list[int]
+    urls: list[str | None] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +141,11 @@ def size_ranges(
         share = size * (i + 1) // n - size * i // n
         sized.append(SizedRange(r, share, live=False, planned=states[r.path], number=i))
     return sized
+
+
+def known_urls(urls: list[str | None]) -> list[str | None] | None:
+    """urls, or None when none of them is known (a format without URLs)."""
+    return urls if any(url is not None for url in urls) else None
 
 
 def range_offsets(counts: Iterable[RangeCount]) -> dict[tuple[str, int], tuple[int, int]]:
@@ -397,12 +405,13 @@ class _ReadRangeFn(beam.DoFn):
             progress=progress,
             numbers=numbers,
         ):
-            if self._numbered:
-                records = (
-                    numbers.take(len(batch))
-                    if numbers is not None
-                    else list(range(documents, documents + len(batch)))
+            if self._numbered and numbers is not None:
+                records, urls = numbers.take_with_urls(len(batch))
+                yield NumberedBatch(
+                    sized.range.path, sized.number, documents, batch, records, known_urls(urls)
                 )
+            elif self._numbered:
+                records = list(range(documents, documents + len(batch)))
                 yield NumberedBatch(sized.range.path, sized.number, documents, batch, records)
             else:
                 yield batch
