@@ -29,10 +29,18 @@ subprocess, on two corpora at --cost_mb MB and at --cost_scale times that:
 Reported per corpus and size: CPU seconds and peak RSS of each, their ratios to plain's, and each
 mode's peak RSS at the larger size over the smaller's (flat: about 1).
 
+With --cost_corpus DIR --dask, the same on Beam's DaskRunner instead (`--runner DaskRunner`): plain,
+`--dedup near` and the document steps (--languages en and the four quality filters) on the line documents at
+--cost_mb and --cost_scale times that. Each run gets a fresh local cluster (dask_runner.local_cluster: 2
+single-threaded worker processes on 127.0.0.1) started here and passed as --dask_client_address; each worker
+process's RSS is sampled every 0.2 s, and its kernel high-water mark (VmHWM) read before the cluster closes.
+Reported: per mode and size, each worker's peak, and the larger size's highest worker peak over the smaller's.
+
 Usage (from the repository root, with the venv active):
   python -m bench.bench_dedup --datatrove_python /tmp/dtvenv/bin/python --json bench-dedup.json
   python -m bench.bench_dedup --docs 2000 --datatrove_python /tmp/dtvenv/bin/python   # quick check
   python -m bench.bench_dedup --cost_corpus /tmp/benchcorpus/en --json bench-dedup-cost.json
+  python -m bench.bench_dedup --cost_corpus /tmp/benchcorpus/en --dask --cost_mb 4 --json bench-dedup-dask.json
 """
 
 from __future__ import annotations
@@ -41,18 +49,23 @@ import argparse
 import collections
 import dataclasses
 import json
+import os
 import random
 import re
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from bench.common import (
     MB,
     RUN_TIMEOUT_S,
     SAMPLE_CORPUS,
+    SAMPLE_INTERVAL_S,
     Measurement,
     child_env,
     corpus_files,
@@ -82,6 +95,15 @@ DEFAULT_COST_MB = 16
 DEFAULT_COST_SCALE = 4
 COST_MODES = {PLAIN: (), NEAR: ("--dedup", "near"), EXACT: ("--dedup", "exact")}
 LONG_DOC_BYTES = 1_500  # about make_corpus's document at DEFAULT_WORDS
+DOCUMENT_STEPS = "documents"
+# Curation on Beam's DaskRunner: a local cluster of this many single-threaded worker processes per run.
+DASK_WORKERS = 2
+DASK_MODES = {
+    PLAIN: (),
+    NEAR: ("--dedup", "near"),
+    DOCUMENT_STEPS: ("--languages", "en", "--quality_filters",
+                     "gopher_quality,gopher_repetition,c4_quality,fineweb_quality"),
+}  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -277,6 +299,14 @@ def cost_corpora(source: Path, work: Path, mb: int, scale: int) -> dict[str, Pat
     return corpora
 
 
+def preprocess_argv(
+    directory: Path, tokenizer: Path, output: Path, flags: tuple[str, ...]
+) -> list[str]:
+    """`lmshards preprocess` of every file in directory into output, with flags."""
+    argv = [sys.executable, "-m", "lmshards", "preprocess", "--input", str(directory)]
+    return [*argv, "--tokenizer", str(tokenizer), "--output", str(output), *flags]
+
+
 def run_cost(args: argparse.Namespace) -> dict[str, Any]:
     """Plain, --dedup near and --dedup exact on each cost corpus, side by side in one run."""
     work = Path(args.work_dir)
@@ -291,8 +321,7 @@ def run_cost(args: argparse.Namespace) -> dict[str, Any]:
         }
         for mode, flags in COST_MODES.items():
             output = work / f"out-{name}-{mode}"
-            argv = [sys.executable, "-m", "lmshards", "preprocess", "--input", str(directory)]
-            argv += ["--tokenizer", str(tokenizer), "--output", str(output), *flags]
+            argv = preprocess_argv(directory, tokenizer, output, flags)
             row[mode] = measured(run_checked(argv, env=env, timeout_s=RUN_TIMEOUT_S))
             shutil.rmtree(output)
         for mode in (NEAR, EXACT):
@@ -309,6 +338,105 @@ def run_cost(args: argparse.Namespace) -> dict[str, Any]:
             for mode in COST_MODES
         }
     return results
+
+
+def _kernel_peak_rss(pid: int) -> int:
+    """Bytes: the process's RSS high-water mark as the kernel keeps it (VmHWM; Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _sample_peaks(procs: list[psutil.Process], peaks: list[int], stop: threading.Event) -> None:
+    """Keeps peaks[i] the largest RSS seen of procs[i], sampled every SAMPLE_INTERVAL_S until stop."""
+    while not stop.wait(SAMPLE_INTERVAL_S):
+        for i, proc in enumerate(procs):
+            try:
+                peaks[i] = max(peaks[i], proc.memory_info().rss)
+            except psutil.Error:
+                continue
+
+
+def dask_worker_peaks(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """Runs argv (a preprocess) on a fresh local cluster; each worker process's peak RSS during it."""
+    from distributed import Client
+
+    from lmshards.preprocess.dask_runner import local_cluster
+
+    with local_cluster(DASK_WORKERS) as cluster, Client(cluster) as client:
+        pids = sorted(client.run(os.getpid).values())
+        procs = [psutil.Process(pid) for pid in pids]
+        idle = [proc.memory_info().rss for proc in procs]
+        peaks, stop = list(idle), threading.Event()
+        sampler = threading.Thread(target=_sample_peaks, args=(procs, peaks, stop), daemon=True)
+        sampler.start()
+        try:
+            argv = [
+                *argv,
+                "--runner",
+                "DaskRunner",
+                "--dask_client_address",
+                cluster.scheduler_address,
+            ]
+            m = run_checked(argv, env=env, timeout_s=RUN_TIMEOUT_S)
+        finally:
+            stop.set()
+            sampler.join()
+        kernel = [_kernel_peak_rss(pid) for pid in pids]
+    return measured(
+        m,
+        worker_idle_mb=[round(b / MB, 1) for b in idle],
+        worker_peak_mb=[round(b / MB, 1) for b in peaks],
+        worker_vmhwm_mb=[round(b / MB, 1) for b in kernel],
+    )
+
+
+def run_dask(args: argparse.Namespace) -> dict[str, Any]:
+    """Plain, --dedup near and the document steps on DaskRunner, line documents at two sizes."""
+    work = Path(args.work_dir)
+    shutil.rmtree(work, ignore_errors=True)
+    files = corpus_files(Path(args.cost_corpus))
+    tokenizer = train_tokenizer(files, Path(args.tokenizer_dir))
+    env = child_env()
+    results: dict[str, Any] = {
+        "load_before": load_average(),
+        "workers": DASK_WORKERS,
+        "corpora": {},
+    }
+    sizes = (args.cost_mb, args.cost_mb * args.cost_scale)
+    for size in sizes:
+        directory = work / f"lines_{size}mb"
+        take_subset(files, int(size * MB), directory)
+        row: dict[str, Any] = {
+            "mb": round(sum(f.stat().st_size for f in directory.glob("*.txt")) / MB, 1)
+        }
+        for mode, flags in DASK_MODES.items():
+            output = work / f"out-{size}mb-{mode}"
+            row[mode] = dask_worker_peaks(preprocess_argv(directory, tokenizer, output, flags), env)
+            shutil.rmtree(output)
+        results["corpora"][f"lines_{size}mb"] = row
+    small, large = (results["corpora"][f"lines_{size}mb"] for size in sizes)
+    results["worker_peak_large_over_small"] = {
+        mode: round(max(large[mode]["worker_peak_mb"]) / max(small[mode]["worker_peak_mb"]), 2)
+        for mode in DASK_MODES
+    }
+    return results
+
+
+def print_dask_table(results: dict[str, Any]) -> None:
+    for name, row in results["corpora"].items():
+        print(f"{name} ({row['mb']} MB), {results['workers']} workers:")
+        for mode in DASK_MODES:
+            r = row[mode]
+            print(
+                f"  {mode:<9} wall {r['wall_s']:>7.1f} s  launcher peak {r['peak_rss_mb']:>6.0f} MB  "
+                f"workers idle {r['worker_idle_mb']} peak {r['worker_peak_mb']} VmHWM {r['worker_vmhwm_mb']} MB"
+                f"  load {r['mean_load1']:.1f}"
+            )
+    print(
+        f"highest worker peak at the larger size over the smaller: {results['worker_peak_large_over_small']}"
+    )
 
 
 def print_cost_table(results: dict[str, Any]) -> None:
@@ -368,6 +496,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cost_corpus", default=None, help="measure curation's cost on this directory of *.txt"
     )
+    parser.add_argument(
+        "--dask",
+        action="store_true",
+        help="with --cost_corpus: per-worker peak memory on DaskRunner",
+    )
     parser.add_argument("--cost_mb", type=int, default=DEFAULT_COST_MB)
     parser.add_argument("--cost_scale", type=int, default=DEFAULT_COST_SCALE)
     parser.add_argument(
@@ -378,7 +511,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args(argv)
     header = report_header("dedup", started=time.time(), argv=argv, code_dirs=CODE_DIRS)
-    if args.cost_corpus:
+    if args.cost_corpus and args.dask:
+        results = run_dask(args)
+        print_dask_table(results)
+    elif args.cost_corpus:
         results = run_cost(args)
         print_cost_table(results)
     else:
