@@ -26,21 +26,24 @@ from lmshards.preprocess.curation.judging import (
     judge_documents,
     utf8_bytes,
 )
+from lmshards.preprocess.curation.local import FileNumbering, curation_docs
 from lmshards.preprocess.curation.records import CurationDoc, removal_from_line
 from lmshards.preprocess.curation.stage import DEDUP_NONE
 from lmshards.preprocess.curation.steps import SelectedStep
-from lmshards.preprocess.sources import ReadOptions, ReadStats, RecordNumbers
-from lmshards.preprocess.sources.formats import format_for
+from lmshards.preprocess.sources import ReadOptions, ReadStats
 from lmshards.preprocess.stages.read import ReadProgress, SizedRange, read_sized_range
 from lmshards.schemas.manifest import CurationInfo
 
 
 class Numbering:
-    """Numbers the documents of read ranges as the staged reader does (stages/read.py): each document's
-    index among its file's documents and its raw record, across a file's ranges read in their order."""
+    """Numbers the documents of read ranges as the staged reader does (local.FileNumbering: each
+    document's index among its file's documents and its raw record, across a file's ranges read in
+    their order), as CurationDocs."""
 
     def __init__(self) -> None:
-        self._next: dict[str, tuple[int, int, int]] = {}  # source -> next (range, document, record)
+        self._files: FileNumbering | None = (
+            None  # made by the first batches() call, with its options
+        )
 
     def batches(
         self,
@@ -52,29 +55,14 @@ class Numbering:
         progress: ReadProgress,
     ) -> Generator[list[CurationDoc], None, None]:
         """read_sized_range's batches, numbered. A file's ranges must come in their order
-        (plan_sized_ranges lists them so); read each to its end before the next."""
-        path = sized.range.path
-        number, documents, records = self._next.get(path, (0, 0, 0))
-        if sized.number != number:
-            raise ValueError(f"range {sized.number} of {path!r} comes out of its file's order")
-        # Only formats that number raw records fill it; the others' records are their documents.
-        numbers = RecordNumbers() if format_for(path, options).raw_records else None
-        count = 0
+        (plan_sized_ranges lists them so)."""
+        if self._files is None:
+            self._files = FileNumbering(options)
+        numbers = self._files.start(sized)
         for batch in read_sized_range(
             sized, options, batch_size=batch_size, stats=stats, progress=progress, numbers=numbers
         ):
-            local, urls = (
-                numbers.take_with_urls(len(batch))
-                if numbers is not None
-                else (range(count, count + len(batch)), [None] * len(batch))
-            )
-            yield [
-                CurationDoc(path, documents + count + i, text, records + record, url)
-                for i, (text, record, url) in enumerate(zip(batch, local, urls, strict=True))
-            ]
-            count += len(batch)
-        raw = numbers.records if numbers is not None else count
-        self._next[path] = (number + 1, documents + count, records + raw)
+            yield curation_docs(self._files.number(batch))
 
 
 class DocumentCuration:

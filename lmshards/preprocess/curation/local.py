@@ -203,6 +203,17 @@ class FileNumbering:
         self._records[path] = self._records.get(path, 0) + records
 
 
+def curation_docs(batch: NumberedTexts) -> list[CurationDoc]:
+    """The batch's documents as CurationDocs (what the document steps judge)."""
+    urls = batch.urls if batch.urls is not None else [None] * len(batch.texts)
+    return [
+        CurationDoc(batch.source, index, text, record, url)
+        for index, text, record, url in zip(
+            batch.indices.tolist(), batch.texts, batch.records, urls, strict=True
+        )
+    ]
+
+
 def numbered_texts(
     ranges: Sequence[SizedRange],
     options: ReadOptions,
@@ -712,14 +723,7 @@ class LocalCuration:
     def _judge(self, batch: NumberedTexts) -> NumberedTexts:
         """The document steps' verdicts on a batch: its removals kept, its survivors (their texts as
         the steps left them) returned."""
-        urls = batch.urls if batch.urls is not None else [None] * len(batch.texts)
-        docs = [
-            CurationDoc(batch.source, index, text, record, url)
-            for index, text, record, url in zip(
-                batch.indices.tolist(), batch.texts, batch.records, urls
-            )
-        ]
-        judged = judge_documents(self._steps, docs)
+        judged = judge_documents(self._steps, curation_docs(batch))
         self._funnel += judged.funnel
         self._judged.extend(judged.removals)
         kept = np.array([doc.index for doc in judged.kept], dtype=np.int64)
