@@ -24,10 +24,9 @@ from lmshards.preprocess.curation.judging import (
     StepFunnel,
     build_document_steps,
     judge_documents,
-    utf8_bytes,
 )
 from lmshards.preprocess.curation.local import FileNumbering, curation_docs
-from lmshards.preprocess.curation.records import CurationDoc, removal_from_line
+from lmshards.preprocess.curation.records import CurationDoc, removal_from_line, utf8_bytes
 from lmshards.preprocess.curation.stage import DEDUP_NONE
 from lmshards.preprocess.curation.steps import SelectedStep
 from lmshards.preprocess.sources import ReadOptions, ReadStats

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from lmshards.preprocess.curation.records import CurationDoc, Removal
+from lmshards.preprocess.curation.records import CurationDoc, Removal, utf8_bytes
 from lmshards.preprocess.curation.steps import (
     DOCUMENT,
     DocumentStep,
@@ -119,10 +119,6 @@ def build_document_steps(
         assert step.build is not None, f"document step {step.name} has no build"
         built.append(BuiltStep(step.name, step.reasons, step.build(chosen.options)))
     return built
-
-
-def utf8_bytes(text: str) -> int:
-    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def judge_documents(steps: Sequence[BuiltStep], docs: Sequence[CurationDoc]) -> JudgedBatch:

@@ -54,6 +54,7 @@ from lmshards.preprocess.curation.records import (
     REASONS,
     CurationDoc,
     Removal,
+    utf8_bytes,
 )
 from lmshards.preprocess.curation.stage import (
     DEDUP_EXACT,
@@ -368,11 +369,9 @@ def node_keys(block: Block, take: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
     return rows
 
 
-def utf8_bytes(texts: Sequence[str]) -> np.ndarray:
-    """int64: records.CurationDoc.utf8_bytes of each text."""
-    return np.fromiter(
-        (len(t.encode("utf-8", "surrogatepass")) for t in texts), dtype=np.int64, count=len(texts)
-    )
+def utf8_sizes(texts: Sequence[str]) -> np.ndarray:
+    """int64: records.utf8_bytes of each text."""
+    return np.fromiter(map(utf8_bytes, texts), dtype=np.int64, count=len(texts))
 
 
 def digest_shingles(digest_hi: np.ndarray) -> np.ndarray:
@@ -713,7 +712,7 @@ class LocalCuration:
         """Pass 1: the next batch of the current range."""
         batch = self._numbering.number(texts)
         self._counts.documents_in += len(texts)
-        self._counts.bytes_in += int(utf8_bytes(texts).sum())
+        self._counts.bytes_in += int(utf8_sizes(texts).sum())
         if self._steps:
             batch = self._judge(batch)
         block = self._merger.add(batch)
@@ -780,7 +779,7 @@ class LocalCuration:
     def _decide_block(self, block: Block) -> None:
         settings = self._settings
         count = len(block.texts)
-        nbytes = utf8_bytes(block.texts)  # as the text enters the corpus steps
+        nbytes = utf8_sizes(block.texts)  # as the text enters the corpus steps
         clean = np.ones(count, dtype=bool)
         if self._index is not None or settings.dedup == DEDUP_NEAR:
             hashes, counts = word_hashes_of(block.texts)

@@ -41,6 +41,11 @@ class NodeKey(NamedTuple):
     record: int  # the raw record it came from (what the audit names it by)
 
 
+def utf8_bytes(text: str) -> int:
+    """The UTF-8 size of a document as read (lone surrogates passed through), what curation counts."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 @dataclasses.dataclass(frozen=True)
 class CurationDoc:
     source: str
@@ -58,7 +63,7 @@ class CurationDoc:
         return self.source, self.record
 
     def utf8_bytes(self) -> int:
-        return len(self.text.encode("utf-8", "surrogatepass"))
+        return utf8_bytes(self.text)
 
 
 def node_key(doc: CurationDoc) -> NodeKey:

@@ -98,7 +98,7 @@ def _rows(docs: list[CurationDoc], ranks: dict[str, int]) -> np.ndarray:
         index=np.array([d.index for d in docs], dtype=np.int64),
         record=np.array([d.record for d in docs], dtype=np.int64),
     )
-    return local.node_keys(block, np.arange(len(docs)), local.utf8_bytes(block.texts))
+    return local.node_keys(block, np.arange(len(docs)), local.utf8_sizes(block.texts))
 
 
 def test_clusters_keep_the_smallest_node_key():
