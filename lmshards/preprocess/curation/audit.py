@@ -74,6 +74,16 @@ def counts_of_document(doc: CurationDoc) -> CurationCounts:
     return CurationCounts(documents_in=1, bytes_in=doc.utf8_bytes())
 
 
+def count_removal(counts: CurationCounts, removal: Removal) -> None:
+    """Adds one removal to counts in place (counts += counts_of_removal(removal), without the
+    intermediate CurationCounts: the document steps remove most of a corpus, one at a time)."""
+    removed = counts.removed.setdefault(removal.key, [0, 0])
+    removed[0] += 1
+    removed[1] += removal.bytes
+    if removal.eval is not None:
+        counts.by_eval_file[removal.eval[0]] = counts.by_eval_file.get(removal.eval[0], 0) + 1
+
+
 def counts_of_removal(removal: Removal) -> CurationCounts:
     counts = CurationCounts(removed={removal.key: [1, removal.bytes]})
     if removal.eval is not None:
@@ -101,16 +111,25 @@ def audit_relpath(key: AuditKey) -> str:
 
 def audit_text(removals: Iterable[Removal]) -> str:
     """The removals' audit lines, sorted by record (the pieces of one record by their lines)."""
-    lines = sorted((r.index, r.audit_line()) for r in removals)
+    return sorted_audit_text([(r.index, r.audit_line()) for r in removals])
+
+
+def sorted_audit_text(lines: list[tuple[int, str]]) -> str:
+    """The audit file of (record, audit line) pairs: sorted by record, then line."""
+    lines.sort()
     return "".join(line + "\n" for _, line in lines)
 
 
 def write_audit_file(output: str, key: AuditKey, removals: Iterable[Removal]) -> dict[str, Any]:
     """Writes one audit file atomically; returns its manifest entry {"path", "lines"}."""
-    removals = list(removals)
+    return write_audit_lines(output, key, [(r.index, r.audit_line()) for r in removals])
+
+
+def write_audit_lines(output: str, key: AuditKey, lines: list[tuple[int, str]]) -> dict[str, Any]:
+    """write_audit_file from (record, audit line) pairs, already made (not parsed again)."""
     relpath = audit_relpath(key)
-    fs.write_text_atomic(fs.join(output, relpath), audit_text(removals))
-    return {"path": relpath, "lines": len(removals)}
+    fs.write_text_atomic(fs.join(output, relpath), sorted_audit_text(lines))
+    return {"path": relpath, "lines": len(lines)}
 
 
 def removed_keys(steps: Sequence[SelectedStep]) -> list[str]:

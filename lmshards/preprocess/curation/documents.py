@@ -10,15 +10,15 @@ the manifest's curation section are the staged pipeline's.
 from __future__ import annotations
 
 import os
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 
 from lmshards.preprocess.curation.audit import (
     AuditKey,
     CurationCounts,
     audit_key,
-    counts_of_removal,
+    count_removal,
     curation_info,
-    write_audit_file,
+    write_audit_lines,
 )
 from lmshards.preprocess.curation.judging import (
     StepFunnel,
@@ -26,12 +26,20 @@ from lmshards.preprocess.curation.judging import (
     judge_documents,
 )
 from lmshards.preprocess.curation.local import FileNumbering, curation_docs
-from lmshards.preprocess.curation.records import CurationDoc, removal_from_line, utf8_bytes
+from lmshards.preprocess.curation.records import CurationDoc, utf8_bytes
 from lmshards.preprocess.curation.stage import DEDUP_NONE
 from lmshards.preprocess.curation.steps import SelectedStep
 from lmshards.preprocess.sources import ReadOptions, ReadStats
 from lmshards.preprocess.stages.read import ReadProgress, SizedRange, read_sized_range
 from lmshards.schemas.manifest import CurationInfo
+
+
+def spill_lines(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
+    """(record, audit line) of each "record<TAB>line" spill line (an audit line is one JSON line: it
+    holds no line break, and a tab in it is escaped)."""
+    for line in lines:
+        record, _, text = line.rstrip("\n").partition("\t")
+        yield int(record), text
 
 
 class Numbering:
@@ -105,8 +113,11 @@ class DocumentCuration:
         self._funnel += judged.funnel
         lines: dict[AuditKey, list[str]] = {}
         for removal in judged.removals:
-            self._counts += counts_of_removal(removal)
-            lines.setdefault(audit_key(removal), []).append(removal.audit_line() + "\n")
+            count_removal(self._counts, removal)
+            # The record before the line: finish() sorts by it without parsing the line again.
+            lines.setdefault(audit_key(removal), []).append(
+                f"{removal.index}\t{removal.audit_line()}\n"
+            )
         for key, text in lines.items():  # (source, block) -> its lines of this batch
             path = self._spills.setdefault(
                 key, os.path.join(self._directory, f"audit-{len(self._spills):06d}")
@@ -120,8 +131,8 @@ class DocumentCuration:
         audit = []
         for key, path in self._spills.items():
             with open(path, encoding="utf-8") as f:
-                removals = [removal_from_line(line) for line in f]
-            audit.append(write_audit_file(self._output, key, removals))
+                lines = list(spill_lines(f))
+            audit.append(write_audit_lines(self._output, key, lines))
             os.remove(path)
         return curation_info(
             dedup=DEDUP_NONE,

@@ -17,7 +17,12 @@ from typing import Any
 
 from lmshards.preprocess.curation.steps.base import DOCUMENT, Step, StepFlag
 from lmshards.preprocess.curation.steps.rules import RuleStep
-from lmshards.preprocess.curation.steps.words import has_letter, is_symbol, split_words
+from lmshards.preprocess.curation.steps.words import (
+    count_content_words,
+    has_letter,
+    is_symbol,
+    split_words,
+)
 
 # Rae et al. 2021, A.1.1 (the defaults of datatrove's GopherQualityFilter).
 MIN_WORDS = 50
@@ -53,7 +58,7 @@ def gopher_quality_removal(text: str, options: Mapping[str, Any]) -> tuple[str, 
     if (
         len(words) < options["gopher_min_words"]
     ):  # too short whatever its symbols: skip the counting
-        n_content = sum(not is_symbol(w) for w in words)
+        n_content = count_content_words(words)
         return "min_words", f"words {n_content} < {options['gopher_min_words']}"
     n_words = len(words) or 1  # the per-word ratios of an empty text: it is removed as too short
     counts = Counter(words)  # the rules below look at each distinct word once

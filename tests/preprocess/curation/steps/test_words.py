@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from lmshards.preprocess.curation.steps.words import has_letter, is_symbol, split_words
+from lmshards.preprocess.curation.steps.words import (
+    count_content_words,
+    has_letter,
+    is_symbol,
+    split_words,
+)
 
 
 @pytest.mark.parametrize(
@@ -61,3 +66,10 @@ def test_a_long_piece_is_one_word_and_a_run_of_marks_costs_its_length():
     assert split_words(f"a {junk} b") == ["a", junk, "b"]  # quadratic in the regex: not taken there
     assert split_words("a" + "." * 150 + "x") == ["a" + "." * 150 + "x"]
     assert split_words("end" + "." * 150) == ["end", "." * 150]
+
+
+def test_count_content_words_is_the_words_that_are_not_symbols():
+    text = "Hello, world... -- # 。 © a. _ (see: x-y) \u2026 ?! it's 3.14"
+    words = split_words(text)
+    assert count_content_words(words) == sum(not is_symbol(w) for w in words) == 10
+    assert count_content_words([]) == 0
