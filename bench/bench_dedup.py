@@ -34,6 +34,10 @@ With --cost_corpus DIR --dask, the same on Beam's DaskRunner instead (`--runner 
 --cost_mb and --cost_scale times that. Each run gets a fresh local cluster (dask_runner.local_cluster: 2
 single-threaded worker processes on 127.0.0.1) started here and passed as --dask_client_address; each worker
 process's RSS is sampled every 0.2 s, and its kernel high-water mark (VmHWM) read before the cluster closes.
+Every Dask run reads ranges of --dask_range_mb (default 0.25 MB): a Dask bag partition is one read range and
+a worker holds a whole partition, so ranges of the default 64 MB would make each small corpus one partition
+per file, growing with the corpus, where a real corpus is thousands of fixed-size ranges; with small ranges
+the partitions here keep the size they would have there, and the partition count grows with the corpus.
 Reported: per mode and size, each worker's peak, and the larger size's highest worker peak over the smaller's.
 
 Usage (from the repository root, with the venv active):
@@ -98,6 +102,8 @@ LONG_DOC_BYTES = 1_500  # about make_corpus's document at DEFAULT_WORDS
 DOCUMENT_STEPS = "documents"
 # Curation on Beam's DaskRunner: a local cluster of this many single-threaded worker processes per run.
 DASK_WORKERS = 2
+# With --dask: each run's --range_mb; small, so that partitions keep a real corpus's size (see above).
+DASK_RANGE_MB = 0.25
 DASK_MODES = {
     PLAIN: (),
     NEAR: ("--dedup", "near"),
@@ -413,7 +419,8 @@ def run_dask(args: argparse.Namespace) -> dict[str, Any]:
         }
         for mode, flags in DASK_MODES.items():
             output = work / f"out-{size}mb-{mode}"
-            row[mode] = dask_worker_peaks(preprocess_argv(directory, tokenizer, output, flags), env)
+            ranged = (*flags, "--range_mb", str(args.dask_range_mb))
+            row[mode] = dask_worker_peaks(preprocess_argv(directory, tokenizer, output, ranged), env)
             shutil.rmtree(output)
         results["corpora"][f"lines_{size}mb"] = row
     small, large = (results["corpora"][f"lines_{size}mb"] for size in sizes)
@@ -500,6 +507,12 @@ def main(argv: list[str] | None = None) -> int:
         "--dask",
         action="store_true",
         help="with --cost_corpus: per-worker peak memory on DaskRunner",
+    )
+    parser.add_argument(
+        "--dask_range_mb",
+        type=float,
+        default=DASK_RANGE_MB,
+        help="with --dask: --range_mb of every run (a bag partition is one read range)",
     )
     parser.add_argument("--cost_mb", type=int, default=DEFAULT_COST_MB)
     parser.add_argument("--cost_scale", type=int, default=DEFAULT_COST_SCALE)
