@@ -420,7 +420,9 @@ def run_dask(args: argparse.Namespace) -> dict[str, Any]:
         for mode, flags in DASK_MODES.items():
             output = work / f"out-{size}mb-{mode}"
             ranged = (*flags, "--range_mb", str(args.dask_range_mb))
-            row[mode] = dask_worker_peaks(preprocess_argv(directory, tokenizer, output, ranged), env)
+            row[mode] = dask_worker_peaks(
+                preprocess_argv(directory, tokenizer, output, ranged), env
+            )
             shutil.rmtree(output)
         results["corpora"][f"lines_{size}mb"] = row
     small, large = (results["corpora"][f"lines_{size}mb"] for size in sizes)
