@@ -331,21 +331,30 @@ def tokenizer_text(job: InProcessJob) -> str:
 
 
 class Tokenizing:
-    """Encodes and routes every document to its packing group's file under directory, on two threads
-    of its own: encoding (the tokenizer's own threads, without the GIL) and turning encodings into
-    arrays and routing them (Python, numpy). The caller's thread reads and hands each batch to add,
-    so the three run at once; finish waits for the last batch. A with block stops the threads on
-    every exit; an error on either thread is raised in the caller's.
+    """Encodes and routes every document to its packing group's file under directory, on threads of
+    its own: `--tokenizer_threads` encode threads, each calling the tokenizer on whole batches (one
+    batch at a time, without the GIL and without the tokenizer's own thread pool) and turning its
+    Encodings into arrays, and one thread routing the arrays in the order the batches were added.
+    The caller's thread reads and hands each batch to add, so all of them run at once; finish waits
+    for the last batch. A with block stops the threads on every exit; an error on any thread is
+    raised in the caller's.
+
+    One batch per thread rather than the tokenizer's pool splitting each call: the pool's threads
+    wait for the slowest document of every call and spin while they wait, and they compete for the
+    cores with the Python threads beside them (docs/benchmarks.md measures both).
     """
 
     def __init__(self, job: InProcessJob, directory: str, dtype: np.dtype):
-        limit_tokenizer_threads(job.config.tokenizer_threads)
+        self._workers = max(1, job.config.tokenizer_threads)
+        limit_tokenizer_threads(1)  # each call runs on its caller's thread
         from tokenizers import Tokenizer  # after the thread limit, so the pool starts with it
 
         self._tokenizer = Tokenizer.from_str(tokenizer_text(job))
         self._relay = _Relay()
-        self._texts: queue.Queue = queue.Queue(QUEUE_DEPTH)
-        self._encoded: queue.Queue = queue.Queue(QUEUE_DEPTH)
+        self._texts: queue.Queue = queue.Queue(QUEUE_DEPTH * self._workers)
+        self._encoded: queue.Queue = queue.Queue(QUEUE_DEPTH * self._workers)
+        self._added = 0  # batches handed to the encode threads: each one's place in the order
+        self._logged = 0  # batches whose rejected documents were logged
         self.reading = ReadStats()  # the caller merges each range's counts in
         self._merger = BatchMerger(ENCODE_BATCH_CHARS)
         self._groups = _GroupFiles(directory, job, dtype)
@@ -360,7 +369,7 @@ class Tokenizing:
 
     def __enter__(self) -> Tokenizing:
         self._threads = [
-            self._relay.start(self._encode, self._encoded),
+            *(self._relay.start(self._encode, self._encoded) for _ in range(self._workers)),
             self._relay.start(self._route, None),
         ]
         return self
@@ -374,14 +383,15 @@ class Tokenizing:
         """Hands a batch of documents on to be encoded (merged into calls of ENCODE_BATCH_CHARS)."""
         merged = self._merger.add(batch)
         if merged is not None:
-            self._put(self._texts, merged)
+            self._put_batch(merged)
 
     def finish(self) -> TokenizeResult:
         """Waits until every document added is routed; what the run read, encoded and routed."""
         rest = self._merger.rest()
         if rest is not None:
-            self._put(self._texts, rest)
-        self._put(self._texts, _Relay._END)
+            self._put_batch(rest)
+        for _ in range(self._workers):
+            self._put(self._texts, _Relay._END)
         for thread in self._threads:
             thread.join()
         self._relay.check()
@@ -401,16 +411,30 @@ class Tokenizing:
             self._relay.check()  # the thread's error, in the caller's thread
             raise
 
+    def _put_batch(self, batch: list[str]) -> None:
+        self._put(self._texts, (self._added, batch))
+        self._added += 1
+
     def _encode(self) -> None:
-        logged = 0  # batches whose rejected documents were logged
-        for batch in self._relay.items(self._texts):
+        for place, batch in self._relay.items(self._texts):
             result = encode_accepted(self._tokenizer, batch)
-            logged = log_rejected(result, logged)
-            self._relay.put(self._encoded, result)
+            self._logged = log_rejected(result, self._logged)  # at most one more if two race
+            self._relay.put(self._encoded, (place, encoded_chunk(result)))
+
+    def _in_order(self) -> Iterator[TokenizedChunk]:
+        """The encode threads' chunks in the order their batches were added (until each has ended)."""
+        waiting: dict[int, TokenizedChunk] = {}  # arrived before an earlier batch: a few at most
+        following = 0
+        for _ in range(self._workers):
+            for place, chunk in self._relay.items(self._encoded):
+                waiting[place] = chunk
+                while following in waiting:
+                    yield waiting.pop(following)
+                    following += 1
+        assert not waiting, f"batches {sorted(waiting)} came after batch {following} was missed"
 
     def _route(self) -> None:
-        for batch in self._relay.items(self._encoded):
-            chunk = encoded_chunk(batch)
+        for chunk in self._in_order():
             self._counts["documents"] += chunk.num_documents
             self._counts["tokens"] += chunk.num_tokens
             self._counts["rejected"] += chunk.rejected

@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import threading
+import time
 from pathlib import Path
 
 import apache_beam as beam
@@ -213,6 +214,38 @@ def test_batches_are_merged_up_to_a_size_and_none_is_lost():
     merged = [merger.add(batch) for batch in batches]
     assert merged == [None, ["ab", "c", "defg"], None, ["h", "ijklmn"], None]
     assert merger.rest() == ["o"] and merger.rest() is None
+
+
+def test_batches_encoded_out_of_order_by_several_threads_are_routed_in_order(tmp_path, monkeypatch):
+    monkeypatch.setattr(in_process, "ENCODE_BATCH_CHARS", 200)  # many small batches
+    small = ["--documents_per_tokenizer_call", "4", "--keep_tokens"]
+    one = _preprocess(tmp_path / "one", [*small, "--tokenizer_threads", "1"])
+    encode, started, finished = in_process.encode_accepted, [], []
+
+    def some_slowly(tokenizer, texts):
+        started.append(texts[0])
+        if len(texts[0]) % 3 == 0:  # this batch's encode thread falls behind the others
+            time.sleep(0.02)
+        encoded = encode(tokenizer, texts)
+        finished.append(texts[0])
+        return encoded
+
+    monkeypatch.setattr(in_process, "encode_accepted", some_slowly)
+    three = _preprocess(tmp_path / "three", [*small, "--tokenizer_threads", "3"])
+    assert len(finished) > 50 and finished != started  # batches did finish out of order
+    assert three == one
+    assert _shard_hashes(tmp_path / "three") == _shard_hashes(tmp_path / "one")
+    stored = [_stored_documents(str(tmp_path / run / "tokens")) for run in ("one", "three")]
+    assert len(stored[0]) > 400 and stored[0] == stored[1]  # in the order they were read
+
+
+def _stored_documents(store: str) -> list[tuple[int, tuple[int, ...]]]:
+    """(hash, ids) of each document of a token store, in the store's order."""
+    return [
+        (int(h), tuple(doc.tolist()))
+        for chunk in iter_store(store, read_store_manifest(store))
+        for h, doc in zip(chunk.hashes, np.split(chunk.tokens, np.cumsum(chunk.lengths)[:-1]))
+    ]
 
 
 def test_a_tokenizer_changed_after_planning_is_refused(tmp_path):
