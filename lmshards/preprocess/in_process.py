@@ -87,10 +87,11 @@ from lmshards.schemas.manifest import CurationInfo, Manifest, ShardInfo, SplitTo
 
 _LOG = logging.getLogger(__name__)
 
-# Characters of text per tokenizer call: large enough that the tokenizer's threads stay busy to the
-# end of each call (a call waits for its slowest document), small enough that the call's Encodings
-# (about 100 bytes a token, held until they are turned into arrays) stay a few MB.
-ENCODE_BATCH_CHARS = 256 << 10
+# Characters of text per tokenizer call (one encode thread's batch): small enough that the call's
+# Encodings (about 100 bytes a token, held until they are turned into arrays) stay in the cache and
+# under a few MB whatever the documents' size, large enough that the Python work per call is small
+# beside it (measured against 256 KiB: see docs/benchmarks.md).
+ENCODE_BATCH_CHARS = 64 << 10
 # Batches waiting between the threads: enough to ride out a slow batch, few enough to bound memory.
 QUEUE_DEPTH = 2
 _HEADER = np.dtype("<i8")
@@ -246,18 +247,24 @@ class _Stopped(Exception):
 
 
 class BatchMerger:
-    """Regroups batches of documents into lists of about max_chars characters (plus one document)."""
+    """Regroups batches of documents into lists of about max_chars characters: small batches are
+    merged, a large one is cut (each list ends with the document that reaches max_chars)."""
 
     def __init__(self, max_chars: int):
         self._max_chars = max_chars
         self._out: list[str] = []
         self._chars = 0
 
-    def add(self, batch: list[str]) -> list[str] | None:
-        """The merged list that batch completes, None while it holds fewer than max_chars."""
-        self._out.extend(batch)
-        self._chars += sum(map(len, batch))
-        return self.rest() if self._chars >= self._max_chars else None
+    def add(self, batch: list[str]) -> list[list[str]]:
+        """The lists that batch completes, in order (none while fewer than max_chars are held)."""
+        full = []
+        for text in batch:
+            self._out.append(text)
+            self._chars += len(text)
+            if self._chars >= self._max_chars:
+                full.append(self._out)
+                self._out, self._chars = [], 0
+        return full
 
     def rest(self) -> list[str] | None:
         """What is held (None: nothing), and holds nothing after it."""
@@ -381,8 +388,7 @@ class Tokenizing:
 
     def add(self, batch: list[str]) -> None:
         """Hands a batch of documents on to be encoded (merged into calls of ENCODE_BATCH_CHARS)."""
-        merged = self._merger.add(batch)
-        if merged is not None:
+        for merged in self._merger.add(batch):
             self._put_batch(merged)
 
     def finish(self) -> TokenizeResult:

@@ -209,11 +209,18 @@ def test_spilled_chunks_and_rows_read_back_as_written(tmp_path):
 
 
 def test_batches_are_merged_up_to_a_size_and_none_is_lost():
-    batches = [["ab", "c"], ["defg"], ["h"], ["ijklmn"], ["o"]]
+    batches = [["ab", "c"], ["defg"], ["h"], ["ijklmn"], ["o"], ["pqrst", "u", "vwxyz", "!"]]
     merger = in_process.BatchMerger(max_chars=5)
     merged = [merger.add(batch) for batch in batches]
-    assert merged == [None, ["ab", "c", "defg"], None, ["h", "ijklmn"], None]
-    assert merger.rest() == ["o"] and merger.rest() is None
+    assert merged == [
+        [],
+        [["ab", "c", "defg"]],
+        [],
+        [["h", "ijklmn"]],
+        [],
+        [["o", "pqrst"], ["u", "vwxyz"]],  # a large batch is cut
+    ]
+    assert merger.rest() == ["!"] and merger.rest() is None
 
 
 def test_batches_encoded_out_of_order_by_several_threads_are_routed_in_order(tmp_path, monkeypatch):
