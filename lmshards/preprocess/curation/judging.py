@@ -121,19 +121,34 @@ def build_document_steps(
     return built
 
 
+# Documents judged by every step in turn before the next ones: few enough that the words one step
+# splits are still kept (words.WORDS_KEPT) when the next step asks for them.
+JUDGE_GROUP = 32
+
+
 def judge_documents(steps: Sequence[BuiltStep], docs: Sequence[CurationDoc]) -> JudgedBatch:
-    """Runs docs through each step in turn: a removed document goes no further.
+    """Runs docs through each step in turn: a removed document goes no further. Judged JUDGE_GROUP
+    documents at a time (a step's verdict on a document never depends on the others).
 
     Raises:
       ValueError: a step that does not give one Judgement per document, or a reason it did not declare
         (a bug in the step).
     """
-    funnel = StepFunnel()
+    judged = JudgedBatch(kept=[], removals=[], funnel=StepFunnel())
+    for start in range(0, len(docs), JUDGE_GROUP):
+        _judge_group(steps, docs[start : start + JUDGE_GROUP], judged)
+    return judged
+
+
+def _judge_group(
+    steps: Sequence[BuiltStep], docs: Sequence[CurationDoc], judged: JudgedBatch
+) -> None:
+    """judge_documents on one group, its kept documents, removals and counts added to judged."""
+    funnel, removals = judged.funnel, judged.removals
     kept = list(docs)
     sizes = [
         utf8_bytes(doc.text) for doc in kept
     ]  # measured once, again only where a step changed it
-    removals: list[Removal] = []
     for step in steps:
         row = funnel.row(step.name)
         judgements = step.judge.judge([doc.text for doc in kept])
@@ -176,4 +191,4 @@ def judge_documents(steps: Sequence[BuiltStep], docs: Sequence[CurationDoc]) -> 
         row.documents_out += len(survivors)
         row.bytes_out += sum(survivor_sizes)
         kept, sizes = survivors, survivor_sizes
-    return JudgedBatch(kept=kept, removals=removals, funnel=funnel)
+    judged.kept.extend(kept)

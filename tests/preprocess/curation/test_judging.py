@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 
 from lmshards.preprocess.curation.judging import (
+    JUDGE_GROUP,
     BuiltStep,
     StepFunnel,
     build_document_steps,
     judge_documents,
+    sum_funnels,
 )
 from lmshards.preprocess.curation.records import CurationDoc, Removal
 from lmshards.preprocess.curation.steps import Judgement, select_steps
@@ -55,6 +57,24 @@ def test_funnels_add_up_over_batches():
         parts += judge_documents(built, _docs(*texts)[i : i + 1]).funnel
     assert parts == whole
     assert whole.steps["short"].documents_out == 3
+
+
+def test_a_batch_of_many_groups_is_judged_as_its_documents_one_by_one():
+    selected = select_steps(quality=("short",), values={"mask": "at", "min_words": 2}, switches={})
+    built = build_document_steps(selected)
+    texts = [
+        ("a@b c", "one", "x y@z@ w", "é", "p q")[i % 5] + f" {i}" * (i % 3) for i in range(150)
+    ]
+    docs = _docs(*texts)
+    assert len(docs) > 4 * JUDGE_GROUP
+    whole = judge_documents(built, docs)
+    alone = [judge_documents(built, [doc]) for doc in docs]
+    assert whole.kept == [doc for one in alone for doc in one.kept]  # in order
+    assert sorted(whole.removals, key=lambda r: r.index) == [
+        r for one in alone for r in one.removals
+    ]
+    assert whole.funnel == sum_funnels(one.funnel for one in alone)
+    assert 0 < len(whole.removals) < len(docs)
 
 
 def test_a_step_giving_an_undeclared_reason_is_a_bug_named():

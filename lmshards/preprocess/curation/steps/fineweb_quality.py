@@ -17,7 +17,7 @@ from typing import Any
 from lmshards.preprocess.curation.steps.base import DOCUMENT, Step, StepFlag
 from lmshards.preprocess.curation.steps.gopher_repetition import duplicates
 from lmshards.preprocess.curation.steps.rules import RuleStep
-from lmshards.preprocess.curation.steps.words import TERMINAL_PUNCTUATION, split_words
+from lmshards.preprocess.curation.steps.words import TERMINAL_PUNCTUATION, words_of
 
 # Penedo et al. 2024, section 3.3.3 (the defaults of datatrove's FineWebQualityFilter).
 MIN_LINE_PUNCT_RATIO = 0.12
@@ -53,7 +53,7 @@ def fineweb_quality_removal(text: str, options: Mapping[str, Any]) -> tuple[str,
             "char_dup_ratio",
             f"char_dup_ratio {ratio:.3f} > {options['fineweb_max_char_dup_ratio']:g}",
         )
-    ratio = text.count("\n") / max(len(split_words(text)), 1)
+    ratio = text.count("\n") / max(len(words_of(text)), 1)
     if ratio > options["fineweb_max_newline_word_ratio"]:
         return (
             "list_ratio",

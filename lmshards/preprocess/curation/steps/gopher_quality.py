@@ -21,7 +21,7 @@ from lmshards.preprocess.curation.steps.words import (
     count_content_words,
     has_letter,
     is_symbol,
-    split_words,
+    words_of,
 )
 
 # Rae et al. 2021, A.1.1 (the defaults of datatrove's GopherQualityFilter).
@@ -54,7 +54,7 @@ REASONS = (
 
 def gopher_quality_removal(text: str, options: Mapping[str, Any]) -> tuple[str, str] | None:
     """(reason, detail) of the first rule text fails, in the paper's order, or None if it passes."""
-    words = split_words(text)
+    words = words_of(text)
     if (
         len(words) < options["gopher_min_words"]
     ):  # too short whatever its symbols: skip the counting

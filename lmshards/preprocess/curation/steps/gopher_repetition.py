@@ -17,7 +17,7 @@ import itertools
 import operator
 import re
 from collections import Counter
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ import numpy as np
 from lmshards.preprocess.curation.steps.base import DOCUMENT, Step, StepFlag
 from lmshards.preprocess.curation.steps.ngrams import ngram_hashes
 from lmshards.preprocess.curation.steps.rules import RuleStep
-from lmshards.preprocess.curation.steps.words import split_words
+from lmshards.preprocess.curation.steps.words import words_of
 
 # Rae et al. 2021, table A1: the largest share of a document that may repeat.
 MAX_DUP_PARA_FRAC = 0.30
@@ -74,7 +74,7 @@ def duplicates(items: list[str]) -> tuple[int, int]:
     return len(items) - len(unique), sum(map(len, items)) - sum(map(len, unique))
 
 
-def ngram_keys(words: list[str], ids: np.ndarray | None, n: int) -> list[Hashable]:
+def ngram_keys(words: Sequence[str], ids: np.ndarray | None, n: int) -> list[Hashable]:
     """One key per n-gram of words, in order, equal for equal n-grams: the n-gram itself, or with
     ids (the words' numbers, for a long document) a 64-bit hash of them, cheaper to count there."""
     if ids is None:
@@ -82,7 +82,7 @@ def ngram_keys(words: list[str], ids: np.ndarray | None, n: int) -> list[Hashabl
     return ngram_hashes(ids, n, bits=64).tolist()
 
 
-def word_numbers(words: list[str]) -> np.ndarray:
+def word_numbers(words: Sequence[str]) -> np.ndarray:
     """uint64 [words]: each word's number (distinct words numbered in order of first appearance)."""
     number = {word: i for i, word in enumerate(dict.fromkeys(words))}
     return np.fromiter(map(number.__getitem__, words), dtype=np.uint64, count=len(words))
@@ -148,7 +148,7 @@ def gopher_repetition_removal(text: str, options: Mapping[str, Any]) -> tuple[st
         frac, limit = chars / size, options[f"gopher_max_dup_{reason}_char_frac"]
         if frac > limit:
             return f"dup_{reason}_char_frac", f"dup_{reason}_char_frac {frac:.3f} > {limit:g}"
-    words = split_words(text)
+    words = words_of(text)
     ids = word_numbers(words) if len(words) >= NUMPY_MIN_WORDS else None
     ends = list(itertools.accumulate(map(len, words), initial=0))  # characters before each word
     for n in TOP_NGRAM_CHAR_FRACS:

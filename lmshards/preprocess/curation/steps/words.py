@@ -18,8 +18,10 @@ the word-based filters off for them.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
+from collections.abc import Sequence
 
 _PREFIX = r"[(\[{<>\"'“‘`*#_&=%§+—–,:;!?]"
 _SUFFIX = r"(?:\.\.+|[()\[\]{}<>\"'”’.,;:!?`*#_&%—–])"
@@ -70,6 +72,17 @@ MAX_PIECE = 200
 _ONE_SUFFIX = ".,;:!?)\"'"
 
 
+# Documents whose words words_of keeps: more than judging.JUDGE_GROUP, the documents every step
+# judges in turn, so each step after the first finds them split.
+WORDS_KEPT = 64
+
+
+@functools.lru_cache(maxsize=WORDS_KEPT)
+def words_of(text: str) -> tuple[str, ...]:
+    """split_words(text), kept for the last WORDS_KEPT texts: three steps split the same document."""
+    return tuple(split_words(text))
+
+
 def split_words(text: str) -> list[str]:
     """The words of text, in order (see the module's docstring for what a word is)."""
     words: list[str] = []
@@ -88,7 +101,7 @@ def is_symbol(word: str) -> bool:
     return not word.strip(SYMBOLS)
 
 
-def count_content_words(words: list[str]) -> int:
+def count_content_words(words: Sequence[str]) -> int:
     """How many of words are not symbols (is_symbol), counted without a Python call per word: most
     documents a filter removes are short, and there this count is most of their cost."""
     return len(words) - list(map(str.strip, words, itertools.repeat(SYMBOLS))).count("")

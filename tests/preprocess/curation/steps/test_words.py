@@ -9,6 +9,7 @@ from lmshards.preprocess.curation.steps.words import (
     has_letter,
     is_symbol,
     split_words,
+    words_of,
 )
 
 
@@ -73,3 +74,9 @@ def test_count_content_words_is_the_words_that_are_not_symbols():
     words = split_words(text)
     assert count_content_words(words) == sum(not is_symbol(w) for w in words) == 10
     assert count_content_words([]) == 0
+
+
+def test_words_of_is_split_words_kept_for_the_steps_after():
+    text = "The cat's toys (all 3) were 'lost'... see https://example.com/x."
+    assert words_of(text) == tuple(split_words(text))
+    assert words_of(text) is words_of(text)  # split once, read again by the next step
