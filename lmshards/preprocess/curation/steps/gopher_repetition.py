@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from lmshards.preprocess.curation.steps.base import DOCUMENT, Step, StepFlag
-from lmshards.preprocess.curation.steps.ngrams import ngram_hashes
+from lmshards.preprocess.curation.steps.ngrams import ngram_finish, ngram_step
 from lmshards.preprocess.curation.steps.rules import RuleStep
 from lmshards.preprocess.curation.steps.words import words_of
 
@@ -44,9 +44,9 @@ DUP_NGRAM_CHAR_FRACS = {
 
 _PARAGRAPH_BREAK = re.compile(r"\n{2,}")
 _LINE_BREAK = re.compile(r"\n+")
-# From this many words a document's n-grams are counted as numpy-made 64-bit keys (a collision would
-# need two of its n-grams to share a 64-bit hash); below, as tuples of words, which numpy's fixed cost
-# per call would make dearer (measured on 2 cores: bench_curation_datatrove.py's documents).
+# From this many words a document's n-grams are counted as numpy-made 64-bit keys (ArrayNgrams);
+# below, as tuples of words (ListNgrams), which numpy's fixed cost per call would make dearer
+# (measured on 2 cores: bench_curation_datatrove.py's documents).
 NUMPY_MIN_WORDS = 200
 
 
@@ -74,12 +74,9 @@ def duplicates(items: list[str]) -> tuple[int, int]:
     return len(items) - len(unique), sum(map(len, items)) - sum(map(len, unique))
 
 
-def ngram_keys(words: Sequence[str], ids: np.ndarray | None, n: int) -> list[Hashable]:
-    """One key per n-gram of words, in order, equal for equal n-grams: the n-gram itself, or with
-    ids (the words' numbers, for a long document) a 64-bit hash of them, cheaper to count there."""
-    if ids is None:
-        return list(zip(*(words[i:] for i in range(n))))
-    return ngram_hashes(ids, n, bits=64).tolist()
+def ngram_keys(words: Sequence[str], n: int) -> list[Hashable]:
+    """One key per n-gram of words, in order: the n-gram itself, a tuple of words."""
+    return list(zip(*(words[i:] for i in range(n))))
 
 
 def word_numbers(words: Sequence[str]) -> np.ndarray:
@@ -149,25 +146,98 @@ def gopher_repetition_removal(text: str, options: Mapping[str, Any]) -> tuple[st
         if frac > limit:
             return f"dup_{reason}_char_frac", f"dup_{reason}_char_frac {frac:.3f} > {limit:g}"
     words = words_of(text)
-    ids = word_numbers(words) if len(words) >= NUMPY_MIN_WORDS else None
     ends = list(itertools.accumulate(map(len, words), initial=0))  # characters before each word
+    ngrams = ArrayNgrams(words, ends) if len(words) >= NUMPY_MIN_WORDS else ListNgrams(words, ends)
     for n in TOP_NGRAM_CHAR_FRACS:
-        chars, limit = top_ngram_chars(ngram_keys(words, ids, n), ends, n), options[top_flag(n)]
+        chars, limit = ngrams.top_chars(n), options[top_flag(n)]
         if chars / size > limit:
             return f"top_{n}gram_char_frac", f"top_{n}gram_char_frac {chars / size:.3f} > {limit:g}"
     for n in DUP_NGRAM_CHAR_FRACS:
-        keys = ngram_keys(words, ids, n)
-        repeats = len(keys) - len(set(keys))
+        repeats = ngrams.repeats(n)
         if not repeats:
             break  # no n-gram repeats, so no longer one does either
         limit = options[dup_flag(n)]
-        longest = max(map(operator.sub, ends[n:], ends[:-n]))  # characters of the longest n-gram
-        if repeats * longest <= limit * size:
+        if repeats * ngrams.longest(n) <= limit * size:
             continue  # under the limit even if each repeat were the longest n-gram
-        chars = duplicate_ngram_chars(first_occurrences(keys), ends, n)
+        chars = duplicate_ngram_chars(ngrams.first_occurrences(n), ends, n)
         if chars / size > limit:
             return f"dup_{n}gram_char_frac", f"dup_{n}gram_char_frac {chars / size:.3f} > {limit:g}"
     return None
+
+
+class ListNgrams:
+    """A short document's n-grams as tuples of words (numpy's fixed cost per call would cost more)."""
+
+    def __init__(self, words: Sequence[str], ends: list[int]) -> None:
+        self._words, self._ends = words, ends
+        self._keys: dict[int, list[Hashable]] = {}
+
+    def keys(self, n: int) -> list[Hashable]:
+        if n not in self._keys:
+            self._keys = {n: ngram_keys(self._words, n)}  # one n at a time is asked
+        return self._keys[n]
+
+    def top_chars(self, n: int) -> int:
+        return top_ngram_chars(self.keys(n), self._ends, n)
+
+    def repeats(self, n: int) -> int:
+        keys = self.keys(n)
+        return len(keys) - len(set(keys))
+
+    def longest(self, n: int) -> int:
+        """Characters of the words of the longest n-gram."""
+        return max(map(operator.sub, self._ends[n:], self._ends[:-n]))
+
+    def first_occurrences(self, n: int) -> list[int]:
+        return first_occurrences(self.keys(n))
+
+
+class ArrayNgrams:
+    """A long document's n-grams as 64-bit hashes of its word numbers (a collision would need two of
+    its n-grams to share a 64-bit hash), counted by sorting in numpy; each n's hashes are the last
+    n's extended by one word (ngram_hashes(ids, n) for every n, in one pass)."""
+
+    def __init__(self, words: Sequence[str], ends: list[int]) -> None:
+        self._ids = word_numbers(words)
+        self._ends = np.asarray(ends, dtype=np.int64)
+        self._n = 0
+        self._acc = np.zeros(len(words), dtype=np.uint64)  # the windows' polynomials of n words
+        self._hashes = self._sorted = self._acc
+
+    def _built(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(hashes in order, hashes sorted) of the n-grams."""
+        assert n >= self._n, f"n-grams are built longer only: {n} after {self._n}"
+        if self._n < n:
+            while self._n < n:
+                count = max(len(self._ids) - self._n, 0)  # windows of n + 1 words
+                self._acc = ngram_step(self._acc[:count], self._ids[self._n : self._n + count])
+                self._n += 1
+            self._hashes = ngram_finish(self._acc, bits=64)
+            self._sorted = np.sort(self._hashes)  # a plain sort: cheaper than np.unique's argsort
+        return self._hashes, self._sorted
+
+    def top_chars(self, n: int) -> int:
+        hashes, ordered = self._built(n)
+        if not len(hashes):
+            return 0
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        counts = np.diff(np.r_[starts, len(ordered)])
+        top = int(counts.max())
+        # Of the most frequent, the first to appear (with none repeated, the first n-gram).
+        at = 0 if top == 1 else int(np.argmax(np.isin(hashes, ordered[starts[counts == top]])))
+        return int(self._ends[at + n] - self._ends[at] + n - 1) * top
+
+    def repeats(self, n: int) -> int:
+        _, ordered = self._built(n)
+        return int(np.count_nonzero(ordered[1:] == ordered[:-1]))
+
+    def longest(self, n: int) -> int:
+        return int((self._ends[n:] - self._ends[:-n]).max())
+
+    def first_occurrences(self, n: int) -> list[int]:
+        hashes, _ = self._built(n)
+        _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+        return first[inverse].tolist()
 
 
 def _fraction(flag: str, default: float, help: str) -> StepFlag:

@@ -57,9 +57,14 @@ def ends(words: list[str]) -> list[int]:
     return list(itertools.accumulate(map(len, words), initial=0))
 
 
+def ngrams(words: list[str], *, numbers: bool) -> rep.ListNgrams | rep.ArrayNgrams:
+    """A document's n-grams as tuples of words, or as the 64-bit keys of long documents."""
+    return (rep.ArrayNgrams if numbers else rep.ListNgrams)(words, ends(words))
+
+
 def duplicate_chars(words: list[str], n: int, *, numbers: bool) -> int:
-    keys = rep.ngram_keys(words, rep.word_numbers(words) if numbers else None, n)
-    return rep.duplicate_ngram_chars(rep.first_occurrences(keys), ends(words), n)
+    first = ngrams(words, numbers=numbers).first_occurrences(n)
+    return rep.duplicate_ngram_chars(first, ends(words), n)
 
 
 def test_the_measures():
@@ -68,12 +73,25 @@ def test_the_measures():
     for numbers in (False, True):  # tuples of words, or 64-bit keys of long documents
         for words, chars in (("a b a b a", 3 * 2), ("xy b a b xy b", 4 * 2), ("x", 0)):
             split = words.split()
-            keys = rep.ngram_keys(split, rep.word_numbers(split) if numbers else None, 2)
-            assert rep.top_ngram_chars(keys, ends(split), 2) == chars
+            assert ngrams(split, numbers=numbers).top_chars(2) == chars
     words = ["aa", "b", "c", "aa", "b", "c", "aa", "b"]
     # ("aa","b") at 0, 3 and 6; ("b","c") at 1 and 4: the repeat at 3 counts and skips to 5, (c, aa)
     # at 5 repeats 2: counted, skip to 7, the end.
     assert duplicate_chars(words, 2, numbers=False) == 3 + 3 == reference_duplicate_chars(words, 2)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_array_ngrams_measure_what_word_tuples_measure(seed):
+    rng = random.Random(seed)
+    vocabulary = ["a", "bb", "ccc", "dd", "e", "fff", "g"][: rng.randint(2, 7)]
+    words = [rng.choice(vocabulary) for _ in range(rng.randint(1, 300))]
+    tuples, arrays = ngrams(words, numbers=False), ngrams(words, numbers=True)
+    for n in range(2, 11):  # in the order the rules ask, as each class requires
+        assert arrays.top_chars(n) == tuples.top_chars(n), n
+        assert arrays.repeats(n) == tuples.repeats(n), n
+        if len(words) > n:
+            assert arrays.longest(n) == tuples.longest(n), n
+        assert arrays.first_occurrences(n) == tuples.first_occurrences(n), n
 
 
 @pytest.mark.parametrize("seed", range(40))
