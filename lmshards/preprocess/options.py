@@ -247,9 +247,10 @@ class LmshardsPreprocessOptions(PipelineOptions):
             "--tokenizer_threads",
             type=_R["tokenizer_threads"],
             default=DEFAULT_TOKENIZER_THREADS,
-            help="Rust tokenizer threads per worker process. 0 = auto: every core for the "
-            "default in-process runner (one worker), else 1 (the runner already runs one "
-            "worker process per core).",
+            help="Tokenizer threads per worker process (on the default runner, encode threads "
+            "that each encode their own batches). 0 = auto: every core for the default "
+            "in-process runner (one worker), else 1 (the runner already runs one worker "
+            "process per core).",
         )
         parser.add_argument(
             "--documents_per_tokenizer_call",
