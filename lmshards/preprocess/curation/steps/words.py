@@ -75,11 +75,21 @@ _ONE_SUFFIX = ".,;:!?)\"'"
 # Documents whose words words_of keeps: more than judging.JUDGE_GROUP, the documents every step
 # judges in turn, so each step after the first finds them split.
 WORDS_KEPT = 64
+# Only a text up to this long has its words kept: what is kept stays a few MB whatever the documents
+# (a book's words would be hundreds of MB); a longer one is split by each step that asks.
+WORDS_KEPT_MAX_CHARS = 16 << 10
+
+
+def words_of(text: str) -> tuple[str, ...]:
+    """split_words(text), kept for the last WORDS_KEPT texts of at most WORDS_KEPT_MAX_CHARS: three
+    steps split the same document."""
+    if len(text) > WORDS_KEPT_MAX_CHARS:
+        return tuple(split_words(text))
+    return _kept_words(text)
 
 
 @functools.lru_cache(maxsize=WORDS_KEPT)
-def words_of(text: str) -> tuple[str, ...]:
-    """split_words(text), kept for the last WORDS_KEPT texts: three steps split the same document."""
+def _kept_words(text: str) -> tuple[str, ...]:
     return tuple(split_words(text))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lmshards.preprocess.curation.steps.words import (
+    WORDS_KEPT_MAX_CHARS,
     count_content_words,
     has_letter,
     is_symbol,
@@ -80,3 +81,5 @@ def test_words_of_is_split_words_kept_for_the_steps_after():
     text = "The cat's toys (all 3) were 'lost'... see https://example.com/x."
     assert words_of(text) == tuple(split_words(text))
     assert words_of(text) is words_of(text)  # split once, read again by the next step
+    long = "word " * (WORDS_KEPT_MAX_CHARS // 5 + 1)
+    assert words_of(long) == tuple(split_words(long)) and words_of(long) is not words_of(long)
