@@ -86,16 +86,7 @@ def test_the_default_runner_writes_the_bytes_of_the_beam_stages(name, tmp_path):
         assert manifests[0].documents == manifests[1].documents > 0
         assert manifests[0].tokens == manifests[1].tokens
         assert manifests[0].reading == manifests[1].reading
-        documents = [
-            sorted(
-                (int(h), tuple(doc.tolist()))
-                for chunk in iter_store(store, manifest)
-                for h, doc in zip(
-                    chunk.hashes, np.split(chunk.tokens, np.cumsum(chunk.lengths)[:-1])
-                )
-            )
-            for store, manifest in zip(stores, manifests)
-        ]
+        documents = [sorted(_stored_documents(store)) for store in stores]
         assert documents[0] == documents[1]
 
 

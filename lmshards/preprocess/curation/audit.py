@@ -75,8 +75,8 @@ def counts_of_document(doc: CurationDoc) -> CurationCounts:
 
 
 def count_removal(counts: CurationCounts, removal: Removal) -> None:
-    """Adds one removal to counts in place (counts += counts_of_removal(removal), without the
-    intermediate CurationCounts: the document steps remove most of a corpus, one at a time)."""
+    """Adds one removal to counts in place (without a CurationCounts of its own to merge: the
+    document steps remove most of a corpus, one at a time)."""
     removed = counts.removed.setdefault(removal.key, [0, 0])
     removed[0] += 1
     removed[1] += removal.bytes
@@ -85,9 +85,8 @@ def count_removal(counts: CurationCounts, removal: Removal) -> None:
 
 
 def counts_of_removal(removal: Removal) -> CurationCounts:
-    counts = CurationCounts(removed={removal.key: [1, removal.bytes]})
-    if removal.eval is not None:
-        counts.by_eval_file[removal.eval[0]] = 1
+    counts = CurationCounts()
+    count_removal(counts, removal)
     return counts
 
 
@@ -109,26 +108,17 @@ def audit_relpath(key: AuditKey) -> str:
     return posixpath.join(CURATION_DIR_NAME, f"{AUDIT_PREFIX}{tag}-{block:06d}{AUDIT_SUFFIX}")
 
 
-def audit_text(removals: Iterable[Removal]) -> str:
-    """The removals' audit lines, sorted by record (the pieces of one record by their lines)."""
-    return sorted_audit_text([(r.index, r.audit_line()) for r in removals])
-
-
-def sorted_audit_text(lines: list[tuple[int, str]]) -> str:
-    """The audit file of (record, audit line) pairs: sorted by record, then line."""
-    lines.sort()
-    return "".join(line + "\n" for _, line in lines)
-
-
 def write_audit_file(output: str, key: AuditKey, removals: Iterable[Removal]) -> dict[str, Any]:
     """Writes one audit file atomically; returns its manifest entry {"path", "lines"}."""
     return write_audit_lines(output, key, [(r.index, r.audit_line()) for r in removals])
 
 
 def write_audit_lines(output: str, key: AuditKey, lines: list[tuple[int, str]]) -> dict[str, Any]:
-    """write_audit_file from (record, audit line) pairs, already made (not parsed again)."""
+    """write_audit_file from (record, audit line) pairs, already made (not parsed again): the lines
+    sorted by record (the pieces of one record by their lines)."""
     relpath = audit_relpath(key)
-    fs.write_text_atomic(fs.join(output, relpath), sorted_audit_text(lines))
+    text = "".join(line + "\n" for _, line in sorted(lines))
+    fs.write_text_atomic(fs.join(output, relpath), text)
     return {"path": relpath, "lines": len(lines)}
 
 

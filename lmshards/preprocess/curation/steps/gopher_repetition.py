@@ -207,13 +207,14 @@ class ArrayNgrams:
     def _built(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(hashes in order, hashes sorted) of the n-grams."""
         assert n >= self._n, f"n-grams are built longer only: {n} after {self._n}"
-        if self._n < n:
-            while self._n < n:
-                count = max(len(self._ids) - self._n, 0)  # windows of n + 1 words
-                self._acc = ngram_step(self._acc[:count], self._ids[self._n : self._n + count])
-                self._n += 1
-            self._hashes = ngram_finish(self._acc, bits=64)
-            self._sorted = np.sort(self._hashes)  # a plain sort: cheaper than np.unique's argsort
+        if self._n == n:
+            return self._hashes, self._sorted
+        for m in range(self._n, n):  # from windows of m words to windows of m + 1
+            count = max(len(self._ids) - m, 0)
+            self._acc = ngram_step(self._acc[:count], self._ids[m : m + count])
+        self._n = n
+        self._hashes = ngram_finish(self._acc, bits=64)
+        self._sorted = np.sort(self._hashes)  # a plain sort: cheaper than np.unique's argsort
         return self._hashes, self._sorted
 
     def top_chars(self, n: int) -> int:
