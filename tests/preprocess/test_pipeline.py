@@ -22,7 +22,9 @@ from lmshards.preprocess.stages.encode import (
     EncodeDocuments,
     EncodeSettings,
     TokenizedChunk,
+    chunk_dtype,
     doc_hash,
+    encode_documents,
 )
 from lmshards.preprocess.stages.pack import PackedGroup, PackGroups, pack_blocks
 from lmshards.preprocess.stages.shard import ShardBatch, WriteShards
@@ -82,6 +84,31 @@ def test_encode_and_split_route_every_document_to_its_split_and_group(
             )
         )
         assert_that(chunks | beam.FlatMap(lambda kv: _documents(*kv)), equal_to(expected))
+
+
+@pytest.mark.parametrize(
+    ("vocab_size", "dtype"), [(30_000, np.uint16), (1 << 16, np.uint16), ((1 << 16) + 1, np.int32)]
+)
+def test_the_staged_encode_step_sends_ids_as_uint16_when_the_vocab_fits(vocab_size, dtype):
+    # The chunks cross the packing groups' GroupByKey (Dataflow's billed shuffle): two bytes an id.
+    assert chunk_dtype(vocab_size) == dtype
+
+
+def test_staged_chunks_hold_the_ids_of_the_in_process_path(sample_tokenizer):
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(sample_tokenizer))
+    wide = encode_documents(tokenizer, DOCS)
+    with _pipeline() as p:
+        chunks = (
+            p
+            | beam.Create([DOCS])
+            | EncodeDocuments(
+                EncodeSettings(tokenizer_json=sample_tokenizer.read_text(), threads=1)
+            )
+            | beam.Map(lambda c: (str(c.tokens.dtype), c.tokens.tolist(), c.hashes.tolist()))
+        )
+        assert_that(chunks, equal_to([("uint16", wide.tokens.tolist(), wide.hashes.tolist())]))
 
 
 def _chunk(docs: dict[int, list[int]]) -> TokenizedChunk:

@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 # Each encoder logs the first few documents the tokenizer rejects; all are counted.
 MAX_LOGGED_REJECTED = 3
+# The ids' dtype of a TokenizedChunk unless a narrower one is asked for (chunk_dtype).
+WIDE_IDS = np.dtype(np.int32)
 
 # ---------------------------------------------------------------- logic
 
@@ -42,7 +44,8 @@ class TokenizedChunk:
 
     hashes: uint64 [documents], the doc_hash of each text; lengths: int32 [documents];
     tokens: int32 [sum(lengths)], each document's ids (special tokens included) one after another
-    (uint16 or uint32 when read from a token store: packing widens them to int32).
+    (uint16 or uint32 when read from a token store, uint16 from the staged encode step when every id
+    fits: packing widens them to int32).
     rejected: documents of the encoded batch that the tokenizer raised on, left out of the chunk
     (set by the encode stage only; the chunks other stages make from it carry 0).
     """
@@ -105,6 +108,15 @@ def doc_hashes(texts: Sequence[str]) -> np.ndarray:
 
 def _digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+
+
+def chunk_dtype(vocab_size: int) -> np.dtype:
+    """The ids' dtype of the staged encode step's chunks: uint16 when every id fits, else int32.
+
+    Every chunk crosses the packing groups' GroupByKey (on Dataflow, its billed shuffle; locally,
+    the runner's data plane): two bytes an id instead of four halve those bytes.
+    """
+    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else WIDE_IDS
 
 
 def limit_tokenizer_threads(threads: int) -> None:
@@ -176,10 +188,11 @@ def encode_documents(tokenizer, texts: list[str]) -> TokenizedChunk:
     return encoded_chunk(encode_accepted(tokenizer, texts))
 
 
-def encoded_chunk(encoded: Encoded) -> TokenizedChunk:
-    """The accepted texts of a batch with their Encodings as a TokenizedChunk, its rejected count kept."""
+def encoded_chunk(encoded: Encoded, dtype: np.dtype = WIDE_IDS) -> TokenizedChunk:
+    """The accepted texts of a batch with their Encodings as a TokenizedChunk (ids as dtype), its
+    rejected count kept."""
     return dataclasses.replace(
-        chunk_of(encoded.texts, encoded.encodings), rejected=encoded.rejected
+        chunk_of(encoded.texts, encoded.encodings, dtype), rejected=encoded.rejected
     )
 
 
@@ -188,13 +201,14 @@ def rejected_stats(chunks: Iterable[TokenizedChunk]) -> ReadStats:
     return ReadStats(documents_tokenizer_error=sum(chunk.rejected for chunk in chunks))
 
 
-def chunk_of(texts: list[str], encodings: Sequence) -> TokenizedChunk:
-    """The texts with their `tokenizers.Encoding`s (one each, in order) as a TokenizedChunk."""
+def chunk_of(texts: list[str], encodings: Sequence, dtype: np.dtype = WIDE_IDS) -> TokenizedChunk:
+    """The texts with their `tokenizers.Encoding`s (one each, in order) as a TokenizedChunk, its ids
+    as dtype (every id must fit: numpy raises OverflowError on one that does not)."""
     lengths = np.fromiter(map(len, encodings), dtype=np.int32, count=len(encodings))
     # Each Encoding's ids list is read once and freed at once: about half the CPU of keeping a list of
     # them and reading it again (2.2M documents of the benchmark corpus: see docs/benchmarks.md).
     ids = itertools.chain.from_iterable(encoding.ids for encoding in encodings)
-    tokens = np.fromiter(ids, dtype=np.int32, count=int(lengths.sum()))
+    tokens = np.fromiter(ids, dtype=dtype, count=int(lengths.sum()))
     hashes = doc_hashes(texts)
     return TokenizedChunk(hashes=hashes, lengths=lengths, tokens=tokens)
 
@@ -225,13 +239,14 @@ class _EncodeFn(beam.DoFn):
         from tokenizers import Tokenizer  # after the thread limit, so the pool starts with it
 
         self._tokenizer = Tokenizer.from_str(self._settings.tokenizer_json)
+        self._dtype = chunk_dtype(self._tokenizer.get_vocab_size(with_added_tokens=True))
 
     def process(self, texts: list[str]) -> Iterable[TokenizedChunk]:
         if not texts:
             return
         encoded = encode_accepted(self._tokenizer, texts)
         self._logged = log_rejected(encoded, self._logged)
-        chunk = encoded_chunk(encoded)
+        chunk = encoded_chunk(encoded, self._dtype)
         self._documents.inc(chunk.num_documents)
         self._tokens.inc(chunk.num_tokens)
         self._rejected.inc(chunk.rejected)

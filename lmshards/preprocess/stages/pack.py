@@ -41,6 +41,8 @@ REMAINDER_CHOICES = (REMAINDER_DROP, REMAINDER_PAD)
 DEFAULT_GROUP_TOKENS = 1 << 20
 # Rough UTF-8 bytes per token, used only to choose the number of groups before tokenizing.
 BYTES_PER_TOKEN_ESTIMATE = 4
+# The largest value a uint16 holds: packed groups whose values fit travel as uint16 (PackedBlocks.narrowed).
+NARROW_MAX = (1 << 16) - 1
 
 
 # ---------------------------------------------------------------- logic
@@ -87,6 +89,17 @@ class PackedBlocks:
         if self.num_blocks:
             masks[-1, self.last_length :] = 0
         return masks
+
+    def narrowed(self) -> PackedBlocks:
+        """These blocks with ids, segment ids and positions as uint16 when every value fits (the
+        record bytes are the same: shards are written from rows of their own dtype)."""
+        arrays = {"ids": self.ids, "segment_ids": self.segment_ids, "positions": self.positions}
+        present = {name: a for name, a in arrays.items() if a is not None}
+        if any(a.size and int(a.max()) > NARROW_MAX for a in present.values()):
+            return self
+        return dataclasses.replace(
+            self, **{name: a.astype(np.uint16) for name, a in present.items()}
+        )
 
     def features(self) -> dict[str, np.ndarray]:
         """Record feature name -> int [num_blocks, seq_len]: what each block's record holds."""
@@ -350,7 +363,9 @@ class _PackFn(beam.DoFn):
 
     def process(self, element: tuple[GroupKey, Iterable[TokenizedChunk]]) -> Iterable[PackedGroup]:
         key, chunks = element
-        yield self._packer.pack(key, chunks)
+        packed = self._packer.pack(key, chunks)
+        # The groups wait for the shard layout, materialized by the runner: half the bytes as uint16.
+        yield dataclasses.replace(packed, blocks=packed.blocks.narrowed())
 
     def finish_bundle(self) -> None:
         self._packer.counters.flush()

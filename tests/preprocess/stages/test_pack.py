@@ -239,3 +239,28 @@ def test_best_fit_restarts_positions_in_every_piece_of_documents_of_1_to_40_bloc
     # A long document's full pieces fill consecutive blocks of their own, in order.
     full = [(block, int(ids[0])) for block, _, _, ids in segments if ids.size == seq_len]
     assert [first for _, first in sorted(full)] == sorted(first for _, first in full)
+
+
+@pytest.mark.parametrize("packing", ["concat", "best_fit"])
+def test_narrowed_blocks_hold_the_same_values_in_half_the_bytes(packing):
+    tokens = np.arange(1, 301, dtype=np.int32) * 200  # ids up to 60,000: they fit a uint16
+    lengths = np.array([100, 150, 50], dtype=np.int32)
+    blocks = (
+        pack_best_fit(tokens, lengths, seq_len=64, pad_id=0)
+        if packing == "best_fit"
+        else pack_blocks(tokens, seq_len=64, remainder="pad", pad_id=0)
+    )
+    narrow = blocks.narrowed()
+    assert narrow.ids.dtype == np.uint16
+    assert narrow.ids.nbytes * 2 == blocks.ids.nbytes
+    for name, values in blocks.features().items():
+        np.testing.assert_array_equal(narrow.features()[name], values)
+    assert (narrow.tokens_written, narrow.padding_tokens) == (
+        blocks.tokens_written,
+        blocks.padding_tokens,
+    )
+
+
+def test_blocks_with_an_id_past_uint16_are_not_narrowed():
+    blocks = pack_blocks(np.array([1, 70_000, 3, 4], dtype=np.int32), seq_len=2, remainder="drop")
+    assert blocks.narrowed() is blocks
