@@ -7,7 +7,7 @@ pass (documents.py) and its two-pass curation with corpus steps (local.py), and 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from lmshards.preprocess.curation.records import CurationDoc, Removal, utf8_bytes
@@ -121,23 +121,39 @@ def build_document_steps(
     return built
 
 
-# Documents judged by every step in turn before the next ones: few enough that the words one step
-# splits are still kept (words.WORDS_KEPT) when the next step asks for them.
+# Documents judged by every step in turn before the next ones: few enough, and short enough in all,
+# that the words one step splits are still kept (words.WORDS_KEPT_CHARS) when the next step asks.
 JUDGE_GROUP = 32
+JUDGE_GROUP_CHARS = 1 << 20
 
 
 def judge_documents(steps: Sequence[BuiltStep], docs: Sequence[CurationDoc]) -> JudgedBatch:
-    """Runs docs through each step in turn: a removed document goes no further. Judged JUDGE_GROUP
-    documents at a time (a step's verdict on a document never depends on the others).
+    """Runs docs through each step in turn: a removed document goes no further. Judged a group at a
+    time (judge_groups; a step's verdict on a document never depends on the others).
 
     Raises:
       ValueError: a step that does not give one Judgement per document, or a reason it did not declare
         (a bug in the step).
     """
     judged = JudgedBatch(kept=[], removals=[], funnel=StepFunnel())
-    for start in range(0, len(docs), JUDGE_GROUP):
-        _judge_group(steps, docs[start : start + JUDGE_GROUP], judged)
+    for group in judge_groups(docs):
+        _judge_group(steps, group, judged)
     return judged
+
+
+def judge_groups(docs: Sequence[CurationDoc]) -> Iterator[Sequence[CurationDoc]]:
+    """docs in order, JUDGE_GROUP documents or JUDGE_GROUP_CHARS characters a group (whichever comes
+    first; a longer document is a group of its own)."""
+    start = chars = 0
+    for end, doc in enumerate(docs):
+        if end > start and (
+            end - start == JUDGE_GROUP or chars + len(doc.text) > JUDGE_GROUP_CHARS
+        ):
+            yield docs[start:end]
+            start, chars = end, 0
+        chars += len(doc.text)
+    if start < len(docs):
+        yield docs[start:]
 
 
 def _judge_group(

@@ -7,10 +7,12 @@ import pytest
 
 from lmshards.preprocess.curation.judging import (
     JUDGE_GROUP,
+    JUDGE_GROUP_CHARS,
     BuiltStep,
     StepFunnel,
     build_document_steps,
     judge_documents,
+    judge_groups,
     sum_funnels,
 )
 from lmshards.preprocess.curation.records import CurationDoc, Removal
@@ -75,6 +77,18 @@ def test_a_batch_of_many_groups_is_judged_as_its_documents_one_by_one():
     ]
     assert whole.funnel == sum_funnels(one.funnel for one in alone)
     assert 0 < len(whole.removals) < len(docs)
+
+
+def test_judge_groups_end_at_their_documents_or_characters_and_keep_the_order():
+    short, long = "x" * 10, "y" * (JUDGE_GROUP_CHARS // 2 + 1)
+    docs = _docs(*([short] * (JUDGE_GROUP + 5) + [long, long, long, "z" * (2 * JUDGE_GROUP_CHARS)]))
+    groups = list(judge_groups(docs))
+    assert [doc for group in groups for doc in group] == list(docs)
+    assert [len(group) for group in groups] == [JUDGE_GROUP, 6, 1, 1, 1]  # 5 short and a long fit
+    assert all(
+        len(group) == 1 or sum(len(doc.text) for doc in group) <= JUDGE_GROUP_CHARS
+        for group in groups
+    )
 
 
 def test_a_step_giving_an_undeclared_reason_is_a_bug_named():

@@ -18,7 +18,6 @@ the word-based filters off for them.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import re
 from collections.abc import Sequence
@@ -72,25 +71,43 @@ MAX_PIECE = 200
 _ONE_SUFFIX = ".,;:!?)\"'"
 
 
-# Documents whose words words_of keeps: more than judging.JUDGE_GROUP, the documents every step
-# judges in turn, so each step after the first finds them split.
-WORDS_KEPT = 64
-# Only a text up to this long has its words kept: what is kept stays a few MB whatever the documents
-# (a book's words would be hundreds of MB); a longer one is split by each step that asks.
-WORDS_KEPT_MAX_CHARS = 16 << 10
+# Characters of the texts whose words words_of keeps (about 13 bytes of words a character: ~26 MB):
+# more than judging.JUDGE_GROUP_CHARS, the texts every step judges in turn, so each step after the
+# first finds them split. A longer text is split by each step that asks (a book's words would be
+# hundreds of MB).
+WORDS_KEPT_CHARS = 2 << 20
+
+
+class _KeptWords:
+    """The words of the last texts split, up to WORDS_KEPT_CHARS characters of them (oldest out first)."""
+
+    def __init__(self, max_chars: int) -> None:
+        self._max_chars = max_chars
+        self._words: dict[str, tuple[str, ...]] = {}  # in order of insertion
+        self._chars = 0
+
+    def words(self, text: str) -> tuple[str, ...]:
+        words = self._words.get(text)
+        if words is not None:
+            return words
+        words = tuple(split_words(text))
+        if len(text) <= self._max_chars:
+            while self._chars + len(text) > self._max_chars:
+                oldest = next(iter(self._words))
+                del self._words[oldest]
+                self._chars -= len(oldest)
+            self._words[text] = words
+            self._chars += len(text)
+        return words
+
+
+_KEPT = _KeptWords(WORDS_KEPT_CHARS)
 
 
 def words_of(text: str) -> tuple[str, ...]:
-    """split_words(text), kept for the last WORDS_KEPT texts of at most WORDS_KEPT_MAX_CHARS: three
-    steps split the same document."""
-    if len(text) > WORDS_KEPT_MAX_CHARS:
-        return tuple(split_words(text))
-    return _kept_words(text)
-
-
-@functools.lru_cache(maxsize=WORDS_KEPT)
-def _kept_words(text: str) -> tuple[str, ...]:
-    return tuple(split_words(text))
+    """split_words(text), kept for the last WORDS_KEPT_CHARS characters of texts: three steps split
+    the same document."""
+    return _KEPT.words(text)
 
 
 def split_words(text: str) -> list[str]:

@@ -193,3 +193,11 @@ def test_a_long_document_gets_the_same_verdict_from_64_bit_keys(monkeypatch, rep
     monkeypatch.setattr(rep, "NUMPY_MIN_WORDS", 10**9)
     assert rep.gopher_repetition_removal(text, DEFAULTS) == keyed
     assert (keyed is None) == (repeats == 10)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_paragraphs_and_lines_split_as_the_expressions_do(seed):
+    rng = random.Random(seed)
+    text = "".join(rng.choice("ab \n\n\t\r") for _ in range(rng.randint(0, 40)))
+    assert rep.paragraphs(text) == rep.PARAGRAPH_BREAK.split(text.strip())
+    assert rep.lines(text) == rep.LINE_BREAK.split(text)

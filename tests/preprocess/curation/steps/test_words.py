@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from lmshards.preprocess.curation.steps.words import (
-    WORDS_KEPT_MAX_CHARS,
+    WORDS_KEPT_CHARS,
+    _KeptWords,
     count_content_words,
     has_letter,
     is_symbol,
@@ -81,5 +82,15 @@ def test_words_of_is_split_words_kept_for_the_steps_after():
     text = "The cat's toys (all 3) were 'lost'... see https://example.com/x."
     assert words_of(text) == tuple(split_words(text))
     assert words_of(text) is words_of(text)  # split once, read again by the next step
-    long = "word " * (WORDS_KEPT_MAX_CHARS // 5 + 1)
+    long = "word " * (WORDS_KEPT_CHARS // 5 + 1)
     assert words_of(long) == tuple(split_words(long)) and words_of(long) is not words_of(long)
+
+
+def test_kept_words_hold_at_most_their_characters_oldest_out_first():
+    kept = _KeptWords(max_chars=20)
+    first, second, third = "aaaa bbbb", "cccc dddd", "eeee ffff"  # 9 characters each
+    words = kept.words(first)
+    assert kept.words(first) is words and kept.words(second) is kept.words(second)
+    kept.words(third)  # 27 characters: the first goes
+    assert kept.words(second) is kept.words(second) and kept.words(third) is kept.words(third)
+    assert kept.words(first) is not words and kept.words(first) == words
