@@ -175,8 +175,8 @@ def test_cost_estimate_reproduces_the_runbooks_100_gb_figures():
         round(estimate.memory_usd, 2),
         round(estimate.shuffle_usd, 2),
         round(estimate.disk_usd, 2),
-    ) == (2.59, 0.66, 1.98, 0.02)
-    assert estimate.usd == pytest.approx(5.25, abs=0.01)  # the runbook's "~$5.20 per 100 GB"
+    ) == (2.59, 0.66, 1.54, 0.02)
+    assert estimate.usd == pytest.approx(4.81, abs=0.01)  # the runbook's "~$4.80 per 100 GB"
 
 
 def test_cost_estimate_caps_workers_and_prices_memory_by_machine():
@@ -212,7 +212,7 @@ def test_dry_run_prints_the_estimate_with_its_assumptions(capsys):
     out = capsys.readouterr().out
     assert out.startswith(
         "Dataflow estimate for 100,000.0 MB of input: 24 x n2-standard-4 (4 vCPUs, 16 GB each), "
-        "46.30 vCPU-hours, about 29 min of processing plus worker start-up, about $5.25\n"
+        "46.30 vCPU-hours, about 29 min of processing plus worker start-up, about $4.81\n"
     )
     for assumption in (
         "0.9 MB/s of input per vCPU",
