@@ -93,12 +93,18 @@ class PackedBlocks:
     def narrowed(self) -> PackedBlocks:
         """These blocks with ids, segment ids and positions as uint16 when every value fits (the
         record bytes are the same: shards are written from rows of their own dtype)."""
-        arrays = {"ids": self.ids, "segment_ids": self.segment_ids, "positions": self.positions}
-        present = {name: a for name, a in arrays.items() if a is not None}
-        if any(a.size and int(a.max()) > NARROW_MAX for a in present.values()):
+        arrays = [a for a in (self.ids, self.segment_ids, self.positions) if a is not None]
+        if any(a.size and int(a.max()) > NARROW_MAX for a in arrays):
             return self
+
+        def narrow(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a.astype(np.uint16)
+
         return dataclasses.replace(
-            self, **{name: a.astype(np.uint16) for name, a in present.items()}
+            self,
+            ids=self.ids.astype(np.uint16),
+            segment_ids=narrow(self.segment_ids),
+            positions=narrow(self.positions),
         )
 
     def features(self) -> dict[str, np.ndarray]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import threading
 from collections.abc import Sequence
 
 _PREFIX = r"[(\[{<>\"'“‘`*#_&=%§+—–,:;!?]"
@@ -79,26 +80,38 @@ WORDS_KEPT_CHARS = 2 << 20
 
 
 class _KeptWords:
-    """The words of the last texts split, up to WORDS_KEPT_CHARS characters of them (oldest out first)."""
+    """The words of the last texts split, up to WORDS_KEPT_CHARS characters of them (oldest out first).
+
+    Shared by the threads of a process (a Dataflow SDK process runs several): a lock guards the table,
+    and the splitting runs outside it.
+    """
 
     def __init__(self, max_chars: int) -> None:
         self._max_chars = max_chars
         self._words: dict[str, tuple[str, ...]] = {}  # in order of insertion
         self._chars = 0
+        self._lock = threading.Lock()
 
     def words(self, text: str) -> tuple[str, ...]:
-        words = self._words.get(text)
+        with self._lock:
+            words = self._words.get(text)
         if words is not None:
             return words
         words = tuple(split_words(text))
         if len(text) <= self._max_chars:
-            while self._chars + len(text) > self._max_chars:
-                oldest = next(iter(self._words))
-                del self._words[oldest]
-                self._chars -= len(oldest)
-            self._words[text] = words
-            self._chars += len(text)
+            with self._lock:
+                self._keep(text, words)
         return words
+
+    def _keep(self, text: str, words: tuple[str, ...]) -> None:
+        if text in self._words:  # another thread split it meanwhile
+            return
+        while self._chars + len(text) > self._max_chars:
+            oldest = next(iter(self._words))
+            del self._words[oldest]
+            self._chars -= len(oldest)
+        self._words[text] = words
+        self._chars += len(text)
 
 
 _KEPT = _KeptWords(WORDS_KEPT_CHARS)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+
 import pytest
 
 from lmshards.preprocess.curation.steps.words import (
@@ -94,3 +96,16 @@ def test_kept_words_hold_at_most_their_characters_oldest_out_first():
     kept.words(third)  # 27 characters: the first goes
     assert kept.words(second) is kept.words(second) and kept.words(third) is kept.words(third)
     assert kept.words(first) is not words and kept.words(first) == words
+
+
+def test_kept_words_shared_by_threads_stay_within_their_characters():
+    kept = _KeptWords(max_chars=200)
+    texts = [f"text {i} " + "w " * (i % 40) for i in range(300)]
+
+    def split_all(offset: int) -> list[bool]:
+        return [kept.words(t) == tuple(split_words(t)) for t in texts[offset:] + texts[:offset]]
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(split_all, range(0, 300, 75)))
+    assert all(all(r) for r in results)
+    assert kept._chars == sum(map(len, kept._words)) <= 200
