@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 MAX_LOGGED_REJECTED = 3
 # The ids' dtype of a TokenizedChunk unless a narrower one is asked for (chunk_dtype).
 WIDE_IDS = np.dtype(np.int32)
+# How many values a uint16 holds (0 .. 65,535): every stage's test of whether ids or rows fit two bytes.
+UINT16_VALUES = 1 << 16
 
 # ---------------------------------------------------------------- logic
 
@@ -116,7 +118,7 @@ def chunk_dtype(vocab_size: int) -> np.dtype:
     Every chunk crosses the packing groups' GroupByKey (on Dataflow, its billed shuffle; locally,
     the runner's data plane): two bytes an id instead of four halve those bytes.
     """
-    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else WIDE_IDS
+    return np.dtype(np.uint16) if vocab_size <= UINT16_VALUES else WIDE_IDS
 
 
 def limit_tokenizer_threads(threads: int) -> None:

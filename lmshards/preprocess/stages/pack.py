@@ -18,7 +18,7 @@ from typing import NamedTuple
 import apache_beam as beam
 import numpy as np
 
-from lmshards.preprocess.stages.encode import TokenizedChunk
+from lmshards.preprocess.stages.encode import UINT16_VALUES, TokenizedChunk
 from lmshards.preprocess.stages.metrics import PackCounters
 from lmshards.preprocess.stages.split import GroupKey
 from lmshards.schemas.constants import (
@@ -41,8 +41,6 @@ REMAINDER_CHOICES = (REMAINDER_DROP, REMAINDER_PAD)
 DEFAULT_GROUP_TOKENS = 1 << 20
 # Rough UTF-8 bytes per token, used only to choose the number of groups before tokenizing.
 BYTES_PER_TOKEN_ESTIMATE = 4
-# The largest value a uint16 holds: packed groups whose values fit travel as uint16 (PackedBlocks.narrowed).
-NARROW_MAX = (1 << 16) - 1
 
 
 # ---------------------------------------------------------------- logic
@@ -94,7 +92,7 @@ class PackedBlocks:
         """These blocks with ids, segment ids and positions as uint16 when every value fits (the
         record bytes are the same: shards are written from rows of their own dtype)."""
         arrays = [a for a in (self.ids, self.segment_ids, self.positions) if a is not None]
-        if any(a.size and int(a.max()) > NARROW_MAX for a in arrays):
+        if any(a.size and int(a.max()) >= UINT16_VALUES for a in arrays):
             return self
 
         def narrow(a: np.ndarray | None) -> np.ndarray | None:

@@ -24,6 +24,7 @@ import numpy as np
 
 from lmshards.plumbing import fs
 from lmshards.plumbing.errors import LmshardsError
+from lmshards.preprocess.stages.encode import UINT16_VALUES
 from lmshards.preprocess.stages.metrics import ShardCounters
 from lmshards.preprocess.stages.pack import PackedBlocks, PackedGroup
 from lmshards.schemas.constants import SPLITS, TRAIN_SPLIT
@@ -182,7 +183,7 @@ def permute(indices: np.ndarray, n: int, seed: int) -> np.ndarray:
 
 def narrow_dtype(vocab_size: int, seq_len: int) -> np.dtype:
     """The smallest unsigned dtype holding every feature value (ids, masks, segment ids, positions)."""
-    return NARROW_ROW_DTYPE if max(vocab_size, seq_len + 1) <= 1 << 16 else WIDE_ROW_DTYPE
+    return NARROW_ROW_DTYPE if max(vocab_size, seq_len + 1) <= UINT16_VALUES else WIDE_ROW_DTYPE
 
 
 def feature_rows(blocks: PackedBlocks, dtype: np.dtype) -> tuple[tuple[str, ...], np.ndarray]:

@@ -32,7 +32,7 @@ from apache_beam.transforms.window import GlobalWindows
 from lmshards.plumbing import bounded, fs
 from lmshards.plumbing.errors import LmshardsError
 from lmshards.preprocess.sources import ReadStats, sum_stats
-from lmshards.preprocess.stages.encode import TokenizedChunk
+from lmshards.preprocess.stages.encode import UINT16_VALUES, TokenizedChunk
 from lmshards.preprocess.stages.metrics import DOCUMENTS_READ, TOKEN_PARTS_WRITTEN, TOKENS, counter
 from lmshards.schemas.constants import (
     MANIFEST_FORMAT,
@@ -114,7 +114,7 @@ class TokenStoreManifest:
 
 def id_dtype_for(vocab_size: int) -> str:
     """The narrowest unsigned id type holding ids 0 .. vocab_size - 1."""
-    return UINT16 if vocab_size <= (1 << 16) else UINT32
+    return UINT16 if vocab_size <= UINT16_VALUES else UINT32
 
 
 def store_manifest_from_dict(data: dict[str, Any], path: str) -> TokenStoreManifest:
