@@ -39,6 +39,7 @@ a worker holds a whole partition, so ranges of the default 64 MB would make each
 per file, growing with the corpus, where a real corpus is thousands of fixed-size ranges; with small ranges
 the partitions here keep the size they would have there, and the partition count grows with the corpus.
 Reported: per mode and size, each worker's peak, and the larger size's highest worker peak over the smaller's.
+--dask_modes picks some of the three (`--dedup near` takes minutes per MB on Dask).
 
 Usage (from the repository root, with the venv active):
   python -m bench.bench_dedup --datatrove_python /tmp/dtvenv/bin/python --json bench-dedup.json
@@ -411,13 +412,14 @@ def run_dask(args: argparse.Namespace) -> dict[str, Any]:
         "corpora": {},
     }
     sizes = (args.cost_mb, args.cost_mb * args.cost_scale)
+    modes = {mode: DASK_MODES[mode] for mode in args.dask_modes}
     for size in sizes:
         directory = work / f"lines_{size}mb"
         take_subset(files, int(size * MB), directory)
         row: dict[str, Any] = {
             "mb": round(sum(f.stat().st_size for f in directory.glob("*.txt")) / MB, 1)
         }
-        for mode, flags in DASK_MODES.items():
+        for mode, flags in modes.items():
             output = work / f"out-{size}mb-{mode}"
             ranged = (*flags, "--range_mb", str(args.dask_range_mb))
             row[mode] = dask_worker_peaks(
@@ -428,7 +430,7 @@ def run_dask(args: argparse.Namespace) -> dict[str, Any]:
     small, large = (results["corpora"][f"lines_{size}mb"] for size in sizes)
     results["worker_peak_large_over_small"] = {
         mode: round(max(large[mode]["worker_peak_mb"]) / max(small[mode]["worker_peak_mb"]), 2)
-        for mode in DASK_MODES
+        for mode in modes
     }
     return results
 
@@ -436,7 +438,7 @@ def run_dask(args: argparse.Namespace) -> dict[str, Any]:
 def print_dask_table(results: dict[str, Any]) -> None:
     for name, row in results["corpora"].items():
         print(f"{name} ({row['mb']} MB), {results['workers']} workers:")
-        for mode in DASK_MODES:
+        for mode in results["worker_peak_large_over_small"]:
             r = row[mode]
             print(
                 f"  {mode:<9} wall {r['wall_s']:>7.1f} s  launcher peak {r['peak_rss_mb']:>6.0f} MB  "
@@ -515,6 +517,12 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=DASK_RANGE_MB,
         help="with --dask: --range_mb of every run (a bag partition is one read range)",
+    )
+    parser.add_argument(
+        "--dask_modes",
+        type=lambda text: text.split(","),
+        default=list(DASK_MODES),
+        help=f"with --dask: which runs, comma-separated (default: {','.join(DASK_MODES)})",
     )
     parser.add_argument("--cost_mb", type=int, default=DEFAULT_COST_MB)
     parser.add_argument("--cost_scale", type=int, default=DEFAULT_COST_SCALE)

@@ -15,6 +15,10 @@ runs each ParDo bundle (one bag partition) with a DoFnInvoker. Changed here:
   so the side input's whole upstream runs again in each such task (and the pipeline's final step,
   the manifest, ran the whole pipeline that way). Here a side input is a dependency in the graph,
   computed once, and every leaf of the pipeline is computed, not only the last one visited.
+- Combines: Beam's DaskRunner groups every input value of a CombinePerKey (and so of a
+  CombineGlobally, Count, Distinct, ToList) before combining, so curation's count of each document
+  gathered one value per document in one task. Here each bundle combines its own values first
+  (Beam's LiftedCombinePerKey, as Beam's DirectRunner does) and only those partial results are grouped.
 - Create: Beam puts up to 128 elements in one partition, so every read range would be read by one
   task; here each element is its own partition unless --dask_npartitions or --dask_partition_size
   says otherwise.
@@ -42,11 +46,12 @@ import dask.bag as db
 import dask.distributed as ddist
 from apache_beam import pvalue
 from apache_beam.internal import pickler
-from apache_beam.pipeline import AppliedPTransform, PipelineVisitor
+from apache_beam.pipeline import AppliedPTransform, PipelineVisitor, PTransformOverride
 from apache_beam.runners.common import DoFnContext, DoFnInvoker, DoFnSignature, _OutputHandler
 from apache_beam.runners.dask import dask_runner, transform_evaluator
 from apache_beam.runners.dask.overrides import _Create, dask_overrides
-from apache_beam.transforms.core import DoFn, ParDo
+from apache_beam.transforms.combiners import LiftedCombinePerKey
+from apache_beam.transforms.core import CombinePerKey, DoFn, ParDo
 from apache_beam.transforms.sideinputs import SideInputMap
 from distributed.diagnostics.plugin import WorkerPlugin
 
@@ -187,6 +192,20 @@ class _CreateOp(transform_evaluator.Create):
 TRANSLATIONS = {**transform_evaluator.TRANSLATIONS, ParDo: _ParDo, _Create: _CreateOp}
 
 
+class _LiftCombines(PTransformOverride):
+    """CombinePerKey -> a combine within each bundle, the GroupByKey, then a merge of the partial
+    results (Beam's LiftedCombinePerKey, as Beam's own DirectRunner does). Beam's DaskRunner groups
+    every input value of a CombinePerKey: a CombineGlobally over one value per document gathered the
+    whole corpus's values in one task."""
+
+    def matches(self, applied_ptransform: AppliedPTransform) -> bool:
+        return isinstance(applied_ptransform.transform, CombinePerKey)
+
+    def get_replacement_transform_for_applied_ptransform(self, applied_ptransform):
+        transform = applied_ptransform.transform
+        return LiftedCombinePerKey(transform.fn, transform.args, transform.kwargs)
+
+
 # ---------------------------------------------------------------- the pipeline as bags
 
 
@@ -278,7 +297,8 @@ class DaskRunner(dask_runner.DaskRunner):
         bag_kwargs = dask_runner.DaskOptions._extract_bag_kwargs(client_options)
         # distributed logs every worker and connection at INFO; that would drown the progress lines.
         logging.getLogger("distributed").setLevel(logging.WARNING)
-        pipeline.replace_all(dask_overrides())
+        # Lifted first: the replacement holds a GroupByKey, which the Dask overrides then translate.
+        pipeline.replace_all([_LiftCombines(), *dask_overrides()])
         builder = _BagBuilder(bag_kwargs)
         # Without a client yet, dask would plan each GroupByKey as a shuffle through one machine's disk.
         with dask.config.set({"dataframe.shuffle.method": TASK_SHUFFLE}):

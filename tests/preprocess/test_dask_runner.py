@@ -150,6 +150,55 @@ def test_each_step_runs_once_and_finish_bundle_outputs_arrive(cluster, tmp_path)
     assert sorted(p.read_text() for p in runs.iterdir()) == [str(x) for x in range(6)]
 
 
+class _SumAndPartials(beam.CombineFn):
+    """Sums, and counts the partial sums the last merge received (one unless bundles combine first)."""
+
+    def create_accumulator(self):
+        return 0, 0  # (sum, partial sums merged into it)
+
+    def add_input(self, accumulator, value):
+        return accumulator[0] + value, accumulator[1]
+
+    def merge_accumulators(self, accumulators):
+        accumulators = list(accumulators)
+        return (
+            sum(total for total, _ in accumulators),
+            sum(max(merged, 1) for _, merged in accumulators),
+        )
+
+    def extract_output(self, accumulator):
+        return accumulator
+
+
+def test_each_bundle_combines_its_values_before_the_grouping(cluster, tmp_path):
+    """Beam's DaskRunner hands a CombineGlobally every input value in one task; lmshards' lifts the
+    combine: each bundle (here one element each) sums its own values and only the partial sums are
+    grouped (unlifted, the one merge sees no partial sum)."""
+    result = tmp_path / "result.json"
+    options = PipelineOptions(
+        [
+            "--runner",
+            "lmshards.preprocess.dask_runner.DaskRunner",
+            "--dask_client_address",
+            cluster.scheduler_address,
+        ]
+    )
+    with beam.Pipeline(options=options) as pipeline:
+        total = (
+            pipeline
+            | beam.Create(range(40)).with_output_types(int)
+            | beam.CombineGlobally(_SumAndPartials())
+        )
+        (
+            pipeline
+            | "Once" >> beam.Create([None])
+            | beam.Map(_save, beam.pvalue.AsList(total), str(result))
+        )
+    [[value, partials]] = json.loads(result.read_text())
+    assert value == sum(range(40))
+    assert partials == 40
+
+
 def test_tagged_outputs_are_refused_before_any_cluster_starts():
     pipeline = beam.Pipeline(
         options=PipelineOptions(["--runner", "lmshards.preprocess.dask_runner.DaskRunner"])

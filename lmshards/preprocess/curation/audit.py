@@ -3,6 +3,11 @@
 Audit files are named by their source file and a block of its record numbers (the audit's `index`,
 see records.py), each holding the removals of that block sorted by record, so the files and their
 bytes are the same on every runner, and no worker sorts more than AUDIT_BLOCK lines.
+
+On the staged pipeline a worker writes the audit lines it makes as part files (at most
+AUDIT_PART_LINES lines each) under the output's temporary directory, and only the parts' paths cross
+the GroupByKey: a runner that holds a whole shuffle in memory (Dask's task shuffle) then holds paths,
+not one line per removed document of the corpus.
 """
 
 from __future__ import annotations
@@ -10,10 +15,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import posixpath
+import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindows
 
 from lmshards.plumbing import bounded, fs
 from lmshards.preprocess.curation.judging import StepCounts, StepFunnel
@@ -32,11 +39,15 @@ from lmshards.schemas.constants import (
     CURATION_FORMAT_VERSION,
     CURATION_STEPS_VERSION,
 )
+from lmshards.schemas.layouts import TEMP_DIR_NAME
 from lmshards.schemas.manifest import CurationInfo, Manifest
 
 AUDIT_BLOCK = 1_000_000  # record numbers per audit file
 AUDIT_PREFIX = "removed-"
 AUDIT_SUFFIX = ".jsonl"
+AUDIT_PART_LINES = 65_536  # audit lines a staged worker holds before it writes them as a part file
+AUDIT_PART_PREFIX = "audit-part-"
+_PART_FIELD_SEPARATOR = "\t"  # a part's line: the record, then the audit line (JSON: no raw tab)
 _SOURCE_TAG_BYTES = 8
 
 AuditKey = tuple[str, int]  # (source, index // AUDIT_BLOCK)
@@ -120,6 +131,31 @@ def write_audit_lines(output: str, key: AuditKey, lines: list[tuple[int, str]]) 
     text = "".join(line + "\n" for _, line in sorted(lines))
     fs.write_text_atomic(fs.join(output, relpath), text)
     return {"path": relpath, "lines": len(lines)}
+
+
+def write_audit_part(output: str, lines: Sequence[tuple[int, str]]) -> str:
+    """Writes (record, audit line) pairs of one audit file as a part under output's temporary
+    directory (a new name each time: a retried bundle's parts are never read); returns its path."""
+    path = fs.join(output, TEMP_DIR_NAME, f"{AUDIT_PART_PREFIX}{uuid.uuid4().hex}{AUDIT_SUFFIX}")
+    text = "".join(f"{record}{_PART_FIELD_SEPARATOR}{line}\n" for record, line in lines)
+    fs.write_text_atomic(path, text)
+    return path
+
+
+def read_audit_part(path: str) -> list[tuple[int, str]]:
+    """The (record, audit line) pairs write_audit_part wrote."""
+    pairs = []
+    for row in fs.read_text(path).splitlines():
+        record, line = row.split(_PART_FIELD_SEPARATOR, 1)
+        pairs.append((int(record), line))
+    return pairs
+
+
+def write_audit_from_parts(output: str, key: AuditKey, parts: Iterable[str]) -> dict[str, Any]:
+    """One audit file from its parts, whichever order they come in (write_audit_lines sorts)."""
+    return write_audit_lines(
+        output, key, [pair for part in parts for pair in read_audit_part(part)]
+    )
 
 
 def removed_keys(steps: Sequence[SelectedStep]) -> list[str]:
@@ -374,18 +410,48 @@ class WriteAudit(beam.PTransform):
     def expand(self, removals):
         return (
             removals
-            | "Key" >> beam.Map(lambda r: (audit_key(r), r))  # (AuditKey, Removal)
-            | "Group" >> beam.GroupByKey()  # (AuditKey, [Removal])
+            | "WriteParts" >> beam.ParDo(_WriteAuditPartsFn(self._output))  # (AuditKey, part path)
+            | "Group" >> beam.GroupByKey()  # (AuditKey, [part path])
             | "Write" >> beam.ParDo(_WriteAuditFn(self._output))
         )  # {"path", "lines"}
 
 
+class _WriteAuditPartsFn(beam.DoFn):
+    """Removal -> (AuditKey, part path): the bundle's audit lines of each audit file, written as parts
+    (all of them once AUDIT_PART_LINES are held, and at the bundle's end)."""
+
+    def __init__(self, output: str):
+        self._output = output
+        self._held: dict[AuditKey, list[tuple[int, str]]] = {}
+        self._count = 0
+
+    def start_bundle(self) -> None:
+        self._held, self._count = {}, 0
+
+    def process(self, removal: Removal) -> Iterable[tuple[AuditKey, str]]:
+        self._held.setdefault(audit_key(removal), []).append((removal.index, removal.audit_line()))
+        self._count += 1
+        if self._count >= AUDIT_PART_LINES:
+            yield from self._write_parts()
+
+    def finish_bundle(self):
+        for pair in self._write_parts():
+            yield GlobalWindows.windowed_value(pair)
+
+    def _write_parts(self) -> list[tuple[AuditKey, str]]:
+        written = [
+            (key, write_audit_part(self._output, lines)) for key, lines in self._held.items()
+        ]
+        self._held, self._count = {}, 0
+        return written
+
+
 class _WriteAuditFn(beam.DoFn):
-    """(AuditKey, [Removal]) -> the audit file's {"path", "lines"}, once it is written."""
+    """(AuditKey, [part path]) -> the audit file's {"path", "lines"}, once it is written."""
 
     def __init__(self, output: str):
         self._output = output
 
-    def process(self, item: tuple[AuditKey, Iterable[Removal]]) -> Iterable[dict[str, Any]]:
-        key, removals = item
-        yield write_audit_file(self._output, key, removals)
+    def process(self, item: tuple[AuditKey, Iterable[str]]) -> Iterable[dict[str, Any]]:
+        key, parts = item
+        yield write_audit_from_parts(self._output, key, parts)

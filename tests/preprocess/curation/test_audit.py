@@ -1,16 +1,26 @@
-"""The funnel read back from a manifest, and its checks against the audit
-(lmshards/preprocess/curation/audit.py)."""
+"""The funnel read back from a manifest, its checks against the audit, and the staged audit's
+writing (lmshards/preprocess/curation/audit.py)."""
 
 from __future__ import annotations
 
 import dataclasses
+import random
 
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from lmshards.preprocess.curation import audit
 from lmshards.preprocess.curation.audit import (
+    WriteAudit,
     curation_funnel,
     describe_curation,
     funnel_lines,
     step_problems,
 )
+from lmshards.preprocess.curation.records import Removal
+from lmshards.schemas.layouts import TEMP_DIR_NAME
 from lmshards.schemas.manifest import CurationInfo, funnel_problems
 
 # A --decontaminate --dedup exact run, as manifests recorded it before the document steps.
@@ -76,3 +86,54 @@ def test_inspect_names_the_steps_that_ran_and_leaves_out_the_corpus_steps_that_d
     assert "    duplicate clusters: 2" in lines and "    near: 0 documents, 0 bytes" not in lines
     assert describe_curation(LEGACY)[0] == "  curation (--dedup exact; decontaminate_ngram 13):"
     assert "    near: 0 documents, 0 bytes" in describe_curation(LEGACY)
+
+
+def test_the_staged_audit_written_through_parts_has_the_bytes_of_one_sorted_write(
+    tmp_path, monkeypatch
+):
+    """WriteAudit sends part paths through its GroupByKey, not removals: with parts of 7 lines, split
+    across bundles and audit files, every audit file holds the bytes write_audit_file gives the same
+    removals, and nothing but the parts is left in the temporary directory."""
+    monkeypatch.setattr(audit, "AUDIT_PART_LINES", 7)
+    rng = random.Random(3)
+    removals = [
+        Removal(source=f"in/{name}.txt", index=index, reason="exact", bytes=index % 50 + 1,
+                kept=(f"in/{name}.txt", 0))
+        for name in ("a", "b")
+        for index in range(1, 60)
+    ] + [
+        Removal(source="in/a.txt", index=audit.AUDIT_BLOCK + 5, reason="", bytes=9,
+                step="gopher_quality", detail="mean_word_length 2.10 < 3"),
+        Removal(source="in/a.txt", index=7, reason="", bytes=4, step="pii", detail="second piece"),
+    ]  # fmt: skip
+    rng.shuffle(removals)
+    staged, direct = tmp_path / "staged", tmp_path / "direct"
+    with TestPipeline(
+        runner="FnApiRunner", options=PipelineOptions(["--direct_running_mode=in_memory"])
+    ) as p:
+        entries = p | beam.Create(removals, reshuffle=True) | WriteAudit(str(staged))
+        assert_that(
+            entries | beam.Map(lambda e: (e["path"], e["lines"])),
+            equal_to([("curation/" + k, v) for k, v in _lines_per_file(removals).items()]),
+        )
+    by_key: dict = {}
+    for removal in removals:
+        by_key.setdefault(audit.audit_key(removal), []).append(removal)
+    for key, group in by_key.items():
+        audit.write_audit_file(str(direct), key, group)
+    written = sorted(p.relative_to(staged) for p in (staged / "curation").iterdir())
+    assert written == sorted(p.relative_to(direct) for p in (direct / "curation").iterdir())
+    assert len(written) == 3
+    for relpath in written:
+        assert (staged / relpath).read_bytes() == (direct / relpath).read_bytes()
+    parts = list((staged / TEMP_DIR_NAME).iterdir())
+    assert len(parts) >= len(removals) // 7
+    assert all(p.name.startswith(audit.AUDIT_PART_PREFIX) for p in parts)
+
+
+def _lines_per_file(removals: list[Removal]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for removal in removals:
+        name = audit.audit_relpath(audit.audit_key(removal)).split("/", 1)[1]
+        counts[name] = counts.get(name, 0) + 1
+    return counts
