@@ -19,6 +19,9 @@ runs each ParDo bundle (one bag partition) with a DoFnInvoker. Changed here:
   CombineGlobally, Count, Distinct, ToList) before combining, so curation's count of each document
   gathered one value per document in one task. Here each bundle combines its own values first
   (Beam's LiftedCombinePerKey, as Beam's DirectRunner does) and only those partial results are grouped.
+- Windows: Beam's DaskRunner wraps a ParDo's input in its window with a map of its own, a task per
+  reader that holds a copy of the partition until its reader has run; here the bundle's task wraps
+  each element as it goes.
 - Create: Beam puts up to 128 elements in one partition, so every read range would be read by one
   task; here each element is its own partition unless --dask_npartitions or --dask_partition_size
   says otherwise.
@@ -135,7 +138,7 @@ def _process_bundle(elements, spec: _BundleSpec, *side_values: list) -> list:
     )
     invoker.invoke_start_bundle()
     for element in elements:
-        invoker.invoke_process(element)
+        invoker.invoke_process(transform_evaluator.get_windowed_value(element, spec.window_fn))
     invoker.invoke_finish_bundle()
     return [output.value for output in receivers.values]
 
@@ -174,9 +177,9 @@ class _ParDo(transform_evaluator.DaskBagOp):
             ),
         )
         side_values = [_all_values(bag) for _, bag in side_inputs]
-        return input_bag.map(transform_evaluator.get_windowed_value, window_fn).map_partitions(
-            _process_bundle, spec, *side_values
-        )
+        # Elements are wrapped in their window inside the bundle's task: a separate map would be a
+        # task of its own per consumer, holding its own copy of the partition until that consumer ran.
+        return input_bag.map_partitions(_process_bundle, spec, *side_values)
 
 
 @dataclasses.dataclass

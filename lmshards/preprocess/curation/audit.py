@@ -7,7 +7,8 @@ bytes are the same on every runner, and no worker sorts more than AUDIT_BLOCK li
 On the staged pipeline a worker writes the audit lines it makes as part files (at most
 AUDIT_PART_LINES lines each) under the output's temporary directory, and only the parts' paths cross
 the GroupByKey: a runner that holds a whole shuffle in memory (Dask's task shuffle) then holds paths,
-not one line per removed document of the corpus.
+not one line per removed document of the corpus. The same pass counts the removals
+(RecordRemovals).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import dataclasses
 import hashlib
 import posixpath
 import uuid
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
@@ -93,12 +94,6 @@ def count_removal(counts: CurationCounts, removal: Removal) -> None:
     removed[1] += removal.bytes
     if removal.eval is not None:
         counts.by_eval_file[removal.eval[0]] = counts.by_eval_file.get(removal.eval[0], 0) + 1
-
-
-def counts_of_removal(removal: Removal) -> CurationCounts:
-    counts = CurationCounts()
-    count_removal(counts, removal)
-    return counts
 
 
 def sum_counts(parts: Iterable[CurationCounts]) -> CurationCounts:
@@ -400,49 +395,95 @@ def describe_curation(curation: CurationInfo) -> list[str]:
 # ---------------------------------------------------------------- Beam
 
 
-class WriteAudit(beam.PTransform):
-    """Removal -> {"path", "lines"} of each audit file written under output."""
+class AuditPart(NamedTuple):
+    """A part file of one audit file's lines (write_audit_part)."""
+
+    key: AuditKey
+    path: str
+
+
+@dataclasses.dataclass(frozen=True)
+class KeptDoc:
+    """The document a duplicate was removed in favour of: one a removal, counted once a cluster."""
+
+    source: str
+    index: int  # as the audit names it (Removal.kept)
+
+
+class RecordedRemovals(NamedTuple):
+    audit: beam.PCollection  # {"path", "lines"} of each audit file written under output
+    counts: beam.PCollection  # CurationCounts of the removals, one a bundle
+    kept: beam.PCollection  # KeptDoc, one a removal that names a kept document
+
+
+class RecordRemovals(beam.PTransform):
+    """Removal -> RecordedRemovals: the audit written, the removals counted and their kept documents
+    named, all in one pass (_RecordRemovalsFn), so that no runner keeps a bundle's removals for a
+    second or third reader (Dask keeps a task's output until its last reader has run)."""
 
     def __init__(self, output: str):
         super().__init__()
         self._output = output
 
-    def expand(self, removals):
-        return (
-            removals
-            | "WriteParts" >> beam.ParDo(_WriteAuditPartsFn(self._output))  # (AuditKey, part path)
+    def expand(self, removals) -> RecordedRemovals:
+        recorded = removals | "Record" >> beam.ParDo(
+            _RecordRemovalsFn(self._output)
+        )  # AuditPart | CurationCounts | KeptDoc
+        audit = (
+            recorded
+            | "AuditParts" >> beam.Filter(_is_audit_part)  # AuditPart
             | "Group" >> beam.GroupByKey()  # (AuditKey, [part path])
             | "Write" >> beam.ParDo(_WriteAuditFn(self._output))
         )  # {"path", "lines"}
+        counts = recorded | "Counts" >> beam.Filter(_is_counts)  # CurationCounts
+        kept = recorded | "Kept" >> beam.Filter(_is_kept_doc)  # KeptDoc
+        return RecordedRemovals(audit=audit, counts=counts, kept=kept)
 
 
-class _WriteAuditPartsFn(beam.DoFn):
-    """Removal -> (AuditKey, part path): the bundle's audit lines of each audit file, written as parts
-    (all of them once AUDIT_PART_LINES are held, and at the bundle's end)."""
+def _is_audit_part(element: object) -> bool:
+    return isinstance(element, AuditPart)
+
+
+def _is_counts(element: object) -> bool:
+    return isinstance(element, CurationCounts)
+
+
+def _is_kept_doc(element: object) -> bool:
+    return isinstance(element, KeptDoc)
+
+
+class _RecordRemovalsFn(beam.DoFn):
+    """Removal -> KeptDoc per removal naming one; AuditPart per part file written (whenever
+    AUDIT_PART_LINES lines are held, and at the bundle's end); the bundle's CurationCounts at its end."""
 
     def __init__(self, output: str):
         self._output = output
         self._held: dict[AuditKey, list[tuple[int, str]]] = {}
-        self._count = 0
+        self._held_lines = 0
+        self._counts = CurationCounts()
 
     def start_bundle(self) -> None:
-        self._held, self._count = {}, 0
+        self._held, self._held_lines, self._counts = {}, 0, CurationCounts()
 
-    def process(self, removal: Removal) -> Iterable[tuple[AuditKey, str]]:
+    def process(self, removal: Removal) -> Iterator[AuditPart | KeptDoc]:
+        count_removal(self._counts, removal)
+        if removal.kept is not None:
+            yield KeptDoc(*removal.kept)
         self._held.setdefault(audit_key(removal), []).append((removal.index, removal.audit_line()))
-        self._count += 1
-        if self._count >= AUDIT_PART_LINES:
+        self._held_lines += 1
+        if self._held_lines >= AUDIT_PART_LINES:
             yield from self._write_parts()
 
     def finish_bundle(self):
-        for pair in self._write_parts():
-            yield GlobalWindows.windowed_value(pair)
+        for element in (*self._write_parts(), self._counts):
+            yield GlobalWindows.windowed_value(element)
 
-    def _write_parts(self) -> list[tuple[AuditKey, str]]:
+    def _write_parts(self) -> list[AuditPart]:
         written = [
-            (key, write_audit_part(self._output, lines)) for key, lines in self._held.items()
+            AuditPart(key, write_audit_part(self._output, lines))
+            for key, lines in self._held.items()
         ]
-        self._held, self._count = {}, 0
+        self._held, self._held_lines = {}, 0
         return written
 
 

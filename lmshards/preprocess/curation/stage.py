@@ -17,9 +17,8 @@ import apache_beam as beam
 
 from lmshards.preprocess.curation.audit import (
     CurationCounts,
-    WriteAudit,
+    RecordRemovals,
     counts_of_document,
-    counts_of_removal,
     curation_info,
     sum_counts,
 )
@@ -148,11 +147,6 @@ def _keyed(doc: CurationDoc) -> tuple[DocRef, CurationDoc]:
 
 def _text(doc: CurationDoc) -> str:
     return doc.text
-
-
-def _kept_ref(removal: Removal) -> Iterator[DocRef]:
-    if removal.kept is not None:
-        yield removal.kept
 
 
 def _info(
@@ -304,15 +298,15 @@ class CurateDocuments(beam.PTransform):
             removals.append(decided | "Duplicates" >> beam.Filter(is_removal))  # Removal
         funnel = funnels | "SumFunnels" >> beam.CombineGlobally(sum_funnels)  # StepFunnel, one
         removed = removals | "Removals" >> beam.Flatten()  # Removal
-        audit = removed | "Audit" >> WriteAudit(self._output)  # {"path", "lines"}
+        recorded = removed | "Audit" >> RecordRemovals(self._output)
+        audit = recorded.audit  # {"path", "lines"}
         counts = (
-            (counted_in, removed | "CountRemoved" >> beam.Map(counts_of_removal))
+            (counted_in, recorded.counts)
             | "AllCounts" >> beam.Flatten()
             | "SumCounts" >> beam.CombineGlobally(sum_counts)
         )  # CurationCounts, one
         clusters = (
-            removed
-            | "KeptRefs" >> beam.FlatMap(_kept_ref)  # DocRef of a kept document, per removal
+            recorded.kept  # KeptDoc, per removal naming one
             | "Clusters" >> beam.Distinct()
             | "CountClusters" >> beam.combiners.Count.Globally()
         )  # int, one

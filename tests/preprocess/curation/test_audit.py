@@ -13,11 +13,13 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from lmshards.preprocess.curation import audit
 from lmshards.preprocess.curation.audit import (
-    WriteAudit,
+    CurationCounts,
+    RecordRemovals,
     curation_funnel,
     describe_curation,
     funnel_lines,
     step_problems,
+    sum_counts,
 )
 from lmshards.preprocess.curation.records import Removal
 from lmshards.schemas.layouts import TEMP_DIR_NAME
@@ -91,9 +93,10 @@ def test_inspect_names_the_steps_that_ran_and_leaves_out_the_corpus_steps_that_d
 def test_the_staged_audit_written_through_parts_has_the_bytes_of_one_sorted_write(
     tmp_path, monkeypatch
 ):
-    """WriteAudit sends part paths through its GroupByKey, not removals: with parts of 7 lines, split
+    """RecordRemovals sends part paths through its GroupByKey, not removals: with parts of 7 lines, split
     across bundles and audit files, every audit file holds the bytes write_audit_file gives the same
-    removals, and nothing but the parts is left in the temporary directory."""
+    removals, nothing but the parts is left in the temporary directory, and the same pass counts every
+    removal and names each kept document once per removal."""
     monkeypatch.setattr(audit, "AUDIT_PART_LINES", 7)
     rng = random.Random(3)
     removals = [
@@ -107,14 +110,29 @@ def test_the_staged_audit_written_through_parts_has_the_bytes_of_one_sorted_writ
         Removal(source="in/a.txt", index=7, reason="", bytes=4, step="pii", detail="second piece"),
     ]  # fmt: skip
     rng.shuffle(removals)
+    expected_counts = CurationCounts()
+    for removal in removals:
+        audit.count_removal(expected_counts, removal)
     staged, direct = tmp_path / "staged", tmp_path / "direct"
     with TestPipeline(
         runner="FnApiRunner", options=PipelineOptions(["--direct_running_mode=in_memory"])
     ) as p:
-        entries = p | beam.Create(removals, reshuffle=True) | WriteAudit(str(staged))
+        recorded = p | beam.Create(removals, reshuffle=True) | RecordRemovals(str(staged))
         assert_that(
-            entries | beam.Map(lambda e: (e["path"], e["lines"])),
+            recorded.audit | beam.Map(lambda e: (e["path"], e["lines"])),
             equal_to([("curation/" + k, v) for k, v in _lines_per_file(removals).items()]),
+            label="AuditFiles",
+        )
+        total = recorded.counts | beam.CombineGlobally(sum_counts)
+        assert_that(
+            total | beam.Map(lambda c: (c.documents_in, c.removed)),
+            equal_to([(0, expected_counts.removed)]),
+            label="Counts",
+        )
+        assert_that(
+            recorded.kept | beam.Map(lambda k: (k.source, k.index)),
+            equal_to([r.kept for r in removals if r.kept is not None]),
+            label="Kept",
         )
     by_key: dict = {}
     for removal in removals:
