@@ -56,6 +56,18 @@ def cluster():
         yield cluster
 
 
+def _on(cluster) -> PipelineOptions:
+    """Options that run a pipeline on lmshards' DaskRunner, on `cluster`."""
+    return PipelineOptions(
+        [
+            "--runner",
+            "lmshards.preprocess.dask_runner.DaskRunner",
+            "--dask_client_address",
+            cluster.scheduler_address,
+        ]
+    )
+
+
 def _files(output: Path) -> dict[str, bytes]:
     return {
         p.relative_to(output).as_posix(): p.read_bytes()
@@ -128,15 +140,7 @@ def test_each_step_runs_once_and_finish_bundle_outputs_arrive(cluster, tmp_path)
     a side input's upstream in every task that reads it."""
     runs, result = tmp_path / "runs", tmp_path / "result.json"
     runs.mkdir()
-    options = PipelineOptions(
-        [
-            "--runner",
-            "lmshards.preprocess.dask_runner.DaskRunner",
-            "--dask_client_address",
-            cluster.scheduler_address,
-        ]
-    )
-    with beam.Pipeline(options=options) as pipeline:
+    with beam.Pipeline(options=_on(cluster)) as pipeline:
         numbers = pipeline | beam.Create(range(6)) | beam.ParDo(_CountRuns(str(runs)))
         total = numbers | beam.CombineGlobally(sum)
         held = numbers | beam.ParDo(_EmitLast(), beam.pvalue.AsSingleton(total))
@@ -175,15 +179,7 @@ def test_each_bundle_combines_its_values_before_the_grouping(cluster, tmp_path):
     combine: each bundle (here one element each) sums its own values and only the partial sums are
     grouped (unlifted, the one merge sees no partial sum)."""
     result = tmp_path / "result.json"
-    options = PipelineOptions(
-        [
-            "--runner",
-            "lmshards.preprocess.dask_runner.DaskRunner",
-            "--dask_client_address",
-            cluster.scheduler_address,
-        ]
-    )
-    with beam.Pipeline(options=options) as pipeline:
+    with beam.Pipeline(options=_on(cluster)) as pipeline:
         total = (
             pipeline
             | beam.Create(range(40)).with_output_types(int)
