@@ -533,6 +533,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args(argv)
+    unknown = [mode for mode in args.dask_modes if mode not in DASK_MODES]
+    if unknown:
+        parser.error(
+            f"--dask_modes {','.join(unknown)}: not a run; choose from {','.join(DASK_MODES)}"
+        )
     header = report_header("dedup", started=time.time(), argv=argv, code_dirs=CODE_DIRS)
     if args.cost_corpus and args.dask:
         results = run_dask(args)
