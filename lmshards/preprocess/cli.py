@@ -90,13 +90,14 @@ def curation_sample(config: PreprocessConfig) -> str:
       InputError: an input that is missing or empty.
     """
     from lmshards.preprocess.curation.sample import curate_sample
+    from lmshards.preprocess.curation_plan import planned_steps
     from lmshards.preprocess.sources import check_not_empty, discover_inputs, read_options_from
 
     discovery = discover_inputs(config.inputs)
     check_not_empty(discovery.files)
     options = read_options_from(config)
     return "\n".join(
-        curate_sample(config.curation_steps, discovery.files, options, config.curate_sample)
+        curate_sample(planned_steps(config), discovery.files, options, config.curate_sample)
     )
 
 

@@ -12,6 +12,7 @@ import dataclasses
 from lmshards.preprocess.curation.decontaminate import longest_words
 from lmshards.preprocess.curation.dedup import MinHashSettings
 from lmshards.preprocess.curation.stage import DEDUP_NONE, CurationSettings, EvalSets
+from lmshards.preprocess.curation.steps import SelectedStep, StepError, prepare_steps
 from lmshards.preprocess.options import PreprocessConfig
 from lmshards.preprocess.sources import (
     InputError,
@@ -67,13 +68,25 @@ def plan_eval_sets(config: PreprocessConfig) -> EvalSets | None:
     return EvalSets(files=tuple(files), options=options)
 
 
+def planned_steps(config: PreprocessConfig) -> tuple[SelectedStep, ...]:
+    """The run's curation steps, with what each reads before work starts (a word list's fingerprint).
+
+    Raises:
+      InputError: a file a step names that is missing or unusable, naming the flag and the fix.
+    """
+    try:
+        return prepare_steps(config.curation_steps)
+    except StepError as e:
+        raise InputError(str(e)) from None
+
+
 def plan_curation(
     config: PreprocessConfig, *, batch_size: int, range_bytes: int
 ) -> CurationSettings | None:
     """The curation stage's settings, or None when nothing is curated (--dedup none, no eval set, no
     document step)."""
     eval_sets = plan_eval_sets(config)
-    steps = config.curation_steps
+    steps = planned_steps(config)
     if config.dedup == DEDUP_NONE and eval_sets is None and not steps:
         return None
     return CurationSettings(

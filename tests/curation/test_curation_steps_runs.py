@@ -4,6 +4,7 @@ pipeline), alone and before dedup; the funnel adds up and `inspect --verify` che
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -203,6 +204,30 @@ def test_every_step_in_order_the_same_in_process_and_on_two_workers(web, tmp_pat
     ) in out
 
 
+@pytest.mark.slow
+def test_the_bad_words_step_the_same_on_both_paths_recording_its_list(corpus, tmp_path):
+    words = tmp_path / "words.txt"
+    words.write_bytes(b"River\nwet blanket\n")
+    flags = (f"--c4_badwords_file={words}",)
+    assert _run(corpus, tmp_path / "one", *flags) == 0
+    assert _run(corpus, tmp_path / "two", *flags, *TWO_WORKERS) == 0
+    assert _files(tmp_path / "one") == _files(tmp_path / "two")
+    curation = read_manifest(str(tmp_path / "one")).curation
+    (row,) = curation.steps
+    assert row["name"] == "c4_badwords" and row["documents_out"] == row["documents_in"] - 1
+    assert row["options"] == {
+        "c4_badwords_file": str(words),
+        "c4_badwords_anywhere": False,
+        "c4_badwords_sha256": hashlib.sha256(words.read_bytes()).hexdigest(),
+        "c4_badwords_words": 2,
+    }
+    assert funnel_problems(curation, written=row["documents_out"]) == []
+    (removal,) = _audit(tmp_path / "one")
+    assert (removal["source"], removal["index"]) == (corpus["a"], 3)
+    assert (removal["step"], removal["reason"]) == ("c4_badwords", "bad_word")
+    assert removal["detail"] == "listed 'river' at character 21"
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
@@ -213,6 +238,14 @@ def test_every_step_in_order_the_same_in_process_and_on_two_workers(web, tmp_pat
         (["--quality_filters=nope"], "--quality_filters 'nope' is not a quality filter"),
         (["--gopher_min_words=-1"], "argument --gopher_min_words: '-1' is not a whole number >= 0"),
         (["--curate_sample=5"], "--curate_sample is ignored without a document step"),
+        (
+            ["--c4_badwords_file=/no/such/words.txt"],
+            "--c4_badwords_file '/no/such/words.txt' does not exist; give the path of a word list.",
+        ),
+        (
+            ["--c4_badwords_anywhere"],
+            "--c4_badwords_anywhere is ignored without the c4_badwords step",
+        ),
         (
             ["--gopher_min_words=10"],
             "--gopher_min_words is ignored without the gopher_quality step: add --quality_filters "

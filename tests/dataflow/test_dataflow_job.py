@@ -386,6 +386,7 @@ def test_flex_template_boolean_parameters_parse():
         "--html_drop_comments=true",
         "--skip_binary=true",
         "--c4_remove_lines=true",
+        "--c4_badwords_anywhere=true",
     ]
     for name in ("overwrite", "keep_tokens", "skip_binary"):
         for value, expected in (("true", True), ("false", False)):
@@ -418,14 +419,16 @@ def test_dry_run_spreads_a_large_compressed_input_before_tokenizing(
 @pytest.mark.gcs
 @pytest.mark.slow
 def test_dry_run_builds_the_curation_stage_and_writes_nothing(dry_run, tmp_path):
-    """Every curation step (--languages, --quality_filters, --pii, --decontaminate, --dedup near): the
-    Dataflow job is built offline (the eval set read on gs:// for its checks), with the curation stage
+    """Every curation step (--languages, --quality_filters, --c4_badwords_file, --pii, --decontaminate,
+    --dedup near): the Dataflow job is built offline (the eval set and the word list read on gs:// for
+    their checks), with the curation stage
     and its steps between Read and Tokenize, and nothing is written."""
     _, argv, work = dry_run
     fs.write_bytes_atomic(
         f"{work}/eval/eval.txt",
         b"one two three four five six seven eight nine ten eleven twelve thirteen\n",
     )
+    fs.write_bytes_atomic(f"{work}/eval/words.txt", b"grue\nzorp\n")
     job_file = tmp_path / "curated-job.json"
     curated = [a for a in argv if not a.startswith(("--output=", "--dataflow_job_file="))] + [
         f"--output={work}/curated-out",
@@ -434,6 +437,7 @@ def test_dry_run_builds_the_curation_stage_and_writes_nothing(dry_run, tmp_path)
         f"--decontaminate={work}/eval/eval.txt",
         "--languages=en",
         "--quality_filters=gopher_quality,gopher_repetition,c4_quality,fineweb_quality",
+        f"--c4_badwords_file={work}/eval/words.txt",
         "--pii=email,ip",
     ]
     with pytest.MonkeyPatch.context() as env:

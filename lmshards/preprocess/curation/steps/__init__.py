@@ -36,6 +36,7 @@ _STEP_MODULES = (
     "gopher_quality",
     "gopher_repetition",
     "c4_quality",
+    "c4_badwords",
     "fineweb_quality",
     "pii",
     "decontaminate",
@@ -62,6 +63,7 @@ __all__ = [
     "add_step_arguments",
     "check_flags_apply",
     "check_step_values",
+    "prepare_steps",
     "select_steps",
     "step_named",
 ]
@@ -239,6 +241,29 @@ def select_steps(
         if on:
             selected.append(SelectedStep(step.name, step.kind, step_options(step, values)))
     return tuple(selected)
+
+
+def prepare_steps(
+    selected: Sequence[SelectedStep], steps: Sequence[Step] | None = None
+) -> tuple[SelectedStep, ...]:
+    """The selected steps with what each step's prepare reads added to its options (I/O: call it
+    while planning the run, before work starts).
+
+    Raises:
+      StepError: what a prepare refused, naming the flag and the fix.
+    """
+    prepared = []
+    for chosen in selected:
+        step = step_named(chosen.name, steps)
+        if step.prepare is None:
+            prepared.append(chosen)
+            continue
+        try:
+            added = step.prepare(chosen.options)
+        except ValueError as e:
+            raise StepError(str(e)) from None
+        prepared.append(dataclasses.replace(chosen, options={**chosen.options, **added}))
+    return tuple(prepared)
 
 
 def check_flags_apply(

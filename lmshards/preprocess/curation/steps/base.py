@@ -69,3 +69,7 @@ class Step:
     # Checks of its options together, beyond each flag's range: raises ValueError whose message names
     # the flags and the fix (the framework ends the run with it, exit 2).
     check: Callable[[Mapping[str, Any]], None] | None = None
+    # Reads what its options name (a word list) before work starts and returns options to add to the
+    # ones it is built from and the manifest records (the list's fingerprint); raises ValueError
+    # naming the flag and the fix. Run while planning, never while flags are checked (no I/O there).
+    prepare: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
