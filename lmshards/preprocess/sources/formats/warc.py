@@ -13,17 +13,21 @@ Never fatal, always counted and the first few logged with the file, the record's
 a header that cannot be parsed (warc_records_malformed; reading goes on at the next `WARC/1.` line),
 a file that ends inside a record (warc_files_truncated: a truncated gzip member too), a page over
 --max_html_bytes (documents_html_too_large, read past, never held), bytes that fit no charset or a
-Content-Encoding Python cannot undo (documents_undecodable), HTML the extractor fails on
+Content-Encoding other than gzip, deflate, br and zstd (documents_undecodable), HTML the extractor fails on
 (documents_extract_failed).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
+
+import brotli
+import zstandard
 
 from lmshards.preprocess.sources.core.documents import (
     Document,
@@ -123,8 +127,9 @@ def dechunk(body: bytes) -> bytes | None:
 
 
 def decode_body(body: bytes, head: HttpHead, max_bytes: int) -> bytes | PageProblem:
-    """A response body with its transfer and content codings undone (chunked; gzip, deflate), at most
-    max_bytes of it; a coding Python cannot undo, or data that will not inflate, is a PageProblem."""
+    """A response body with its transfer and content codings undone (chunked; gzip, deflate, br, zstd),
+    at most max_bytes + 1 of it; a coding none of them undoes, or data that will not decode, is a
+    PageProblem."""
     if "chunked" in head.headers.get("transfer-encoding", "").lower():
         dechunked = dechunk(body)
         if dechunked is None:
@@ -133,17 +138,47 @@ def decode_body(body: bytes, head: HttpHead, max_bytes: int) -> bytes | PageProb
     coding = head.headers.get("content-encoding", "identity").strip().lower()
     if coding in ("", "identity"):
         return body
-    if coding not in ("gzip", "x-gzip", "deflate"):
-        return PageProblem("documents_undecodable", f"Content-Encoding {coding!r} is not supported")
-    # wbits: 16 + MAX_WBITS reads a gzip wrapper, MAX_WBITS a zlib one (what servers send as deflate).
-    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS if "gzip" in coding else zlib.MAX_WBITS)
+    decode = _CONTENT_DECODERS.get(coding)
+    if decode is None:
+        return PageProblem(
+            "documents_undecodable",
+            f"Content-Encoding {coding!r} is not supported (only {', '.join(CONTENT_CODINGS)})",
+        )
     try:
-        data = inflate.decompress(body, max_bytes + 1)
-    except zlib.error as e:
+        return decode(body, max_bytes + 1)
+    except (zlib.error, brotli.error, zstandard.ZstdError) as e:
         return PageProblem(
             "documents_undecodable", f"Content-Encoding {coding} data is corrupt ({e})"
         )
-    return data
+
+
+def _inflate(body: bytes, limit: int, wbits: int) -> bytes:
+    return zlib.decompressobj(wbits).decompress(body, limit)
+
+
+def _unbrotli(body: bytes, limit: int) -> bytes:
+    # The output limit bounds what a small body can expand to (a decompression bomb).
+    return brotli.Decompressor().process(body, output_buffer_limit=limit)[:limit]
+
+
+def _unzstd(body: bytes, limit: int) -> bytes:
+    # A stream reader decodes as much as is read, so a bomb stops at the limit; a frame that does not
+    # say its size (streamed by the server) is read the same way.
+    with zstandard.ZstdDecompressor().stream_reader(body) as reader:
+        return reader.read(limit)
+
+
+# HTTP content codings (RFC 9110 8.4.1, RFC 7932, RFC 8878) -> the function undoing one, at most
+# `limit` bytes of its output. wbits 16 + MAX_WBITS reads a gzip wrapper, MAX_WBITS a zlib one (what
+# servers send as deflate).
+_CONTENT_DECODERS: dict[str, Callable[[bytes, int], bytes]] = {
+    "gzip": functools.partial(_inflate, wbits=16 + zlib.MAX_WBITS),
+    "x-gzip": functools.partial(_inflate, wbits=16 + zlib.MAX_WBITS),
+    "deflate": functools.partial(_inflate, wbits=zlib.MAX_WBITS),
+    "br": _unbrotli,
+    "zstd": _unzstd,
+}
+CONTENT_CODINGS = tuple(_CONTENT_DECODERS)
 
 
 class _Reader:

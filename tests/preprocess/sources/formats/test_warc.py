@@ -5,7 +5,9 @@ from __future__ import annotations
 import gzip
 import zlib
 
+import brotli
 import pytest
+import zstandard
 
 from lmshards.preprocess.sources import (
     InputError,
@@ -151,10 +153,50 @@ def test_chunked_and_gzip_bodies_are_undone():
     assert warc.decode_body(chunked + b"0\r\n\r\n", head, 1 << 20) == body
     deflated = warc.HttpHead(200, {"content-encoding": "deflate"})
     assert warc.decode_body(zlib.compress(body), deflated, 1 << 20) == body
-    brotli = warc.decode_body(b"...", warc.HttpHead(200, {"content-encoding": "br"}), 1 << 20)
-    assert brotli == warc.PageProblem(
-        "documents_undecodable", "Content-Encoding 'br' is not supported"
+    for coding, data in (("br", brotli.compress(body)), ("zstd", zstandard.compress(body))):
+        assert (
+            warc.decode_body(data, warc.HttpHead(200, {"content-encoding": coding}), 1 << 20)
+            == body
+        )
+    # A zstd frame streamed by a server does not say its size.
+    streamed = zstandard.ZstdCompressor(write_content_size=False).compress(body)
+    assert (
+        warc.decode_body(streamed, warc.HttpHead(200, {"content-encoding": "zstd"}), 1 << 20)
+        == body
     )
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "br", "zstd"])
+def test_a_small_body_that_expands_past_the_limit_gives_one_byte_over_it(coding):
+    """A decompression bomb stops at max_bytes + 1: the caller counts the page as too large."""
+    bomb = {
+        "gzip": lambda b: gzip.compress(b, mtime=0),
+        "deflate": zlib.compress,
+        "br": brotli.compress,
+        "zstd": zstandard.compress,
+    }[coding](bytes(50 << 20))
+    assert len(bomb) < 1 << 20
+    decoded = warc.decode_body(bomb, warc.HttpHead(200, {"content-encoding": coding}), 1 << 20)
+    assert decoded == bytes((1 << 20) + 1)
+
+
+@pytest.mark.parametrize(
+    ("coding", "data", "problem"),
+    [
+        (
+            "compress",
+            b"...",
+            "Content-Encoding 'compress' is not supported (only gzip, x-gzip, deflate, br, zstd)",
+        ),
+        ("br", b"not brotli at all", "Content-Encoding br data is corrupt"),
+        ("zstd", b"not zstd at all", "Content-Encoding zstd data is corrupt"),
+        ("gzip", b"not gzip at all", "Content-Encoding gzip data is corrupt"),
+    ],
+)
+def test_a_coding_that_cannot_be_undone_is_a_counted_problem(coding, data, problem):
+    got = warc.decode_body(data, warc.HttpHead(200, {"content-encoding": coding}), 1 << 20)
+    assert isinstance(got, warc.PageProblem) and got.counter == "documents_undecodable"
+    assert got.problem.startswith(problem)
 
 
 def test_header_parsing():
