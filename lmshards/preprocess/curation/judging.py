@@ -94,6 +94,7 @@ class BuiltStep:
     name: str
     reasons: tuple[str, ...]
     judge: DocumentStep
+    changes_text: bool = True  # with its options, it may change a text it keeps (Step.changes_text)
 
 
 @dataclasses.dataclass
@@ -117,7 +118,8 @@ def build_document_steps(
             continue
         step = step_named(chosen.name, steps)
         assert step.build is not None, f"document step {step.name} has no build"
-        built.append(BuiltStep(step.name, step.reasons, step.build(chosen.options)))
+        changes = step.changes_text is None or step.changes_text(chosen.options)
+        built.append(BuiltStep(step.name, step.reasons, step.build(chosen.options), changes))
     return built
 
 

@@ -689,6 +689,8 @@ class LocalCuration:
         )
         self._next_node = 0
         self._steps = build_document_steps(settings.document_steps)  # language, quality, PII
+        # Pass 2 knows from pass 1 which documents the steps keep: only those changing text run again.
+        self._text_steps = [step for step in self._steps if step.changes_text]
         self._funnel = StepFunnel()
         self._judged: list[Removal] = []  # the document steps' removals
         self._step_removed: list[np.ndarray] = []  # packed (source, index) of those documents
@@ -882,14 +884,14 @@ class LocalCuration:
 
     def keep(self, batch: NumberedTexts) -> list[str]:
         """The texts of the next batch (read in pass 1's order) that are kept, as the document steps
-        left them (they judge the texts pass 1 kept again: they are deterministic, and their output
-        is not spilled)."""
+        left them (those changing text judge the texts pass 1 kept again: they are deterministic, and
+        their output is not spilled)."""
         source, texts, indices = batch.source, batch.texts, batch.indices
         refs = packed_refs(np.full(len(texts), self._ranks[source]), indices)
         if batch.urls is not None:
             self._note_urls(refs, batch.urls)
         if self._steps:
-            texts, refs, indices = self._judge_again(source, texts, refs, indices)
+            texts, refs, indices = self._kept_by_steps(source, texts, refs, indices)
         if len(self._wanted):
             self._measure(texts, refs)
         gone = member_of(refs, self._removed).tolist()
@@ -904,13 +906,16 @@ class LocalCuration:
             if url is not None:
                 self._urls[int(refs[i])] = url
 
-    def _judge_again(
+    def _kept_by_steps(
         self, source: str, texts: list[str], refs: np.ndarray, indices: np.ndarray
     ) -> tuple[list[str], np.ndarray, np.ndarray]:
-        """The texts the document steps kept in pass 1, judged again (the same verdicts)."""
+        """The texts the document steps kept in pass 1, as the steps that change text leave them
+        (judged again by those only: the others' verdicts are pass 1's, and they are deterministic)."""
         passed = np.flatnonzero(~member_of(refs, self._step_removed[0]))
+        if not self._text_steps:
+            return [texts[i] for i in passed.tolist()], refs[passed], indices[passed]
         docs = [CurationDoc(source, int(indices[i]), texts[i], 0) for i in passed.tolist()]
-        judged = judge_documents(self._steps, docs)
+        judged = judge_documents(self._text_steps, docs)
         if len(judged.kept) != len(docs):
             raise RuntimeError(
                 f"a curation step removed a document of {source!r} it kept when first read: "

@@ -239,14 +239,21 @@ def _run(corpus: dict[str, str], output: Path, flags: list[str]) -> dict[str, st
     return _files(output)
 
 
+# Gopher's rules for this corpus's short documents: some kept, some removed.
+GOPHER_SHORT = ["--gopher_min_words", "8", "--gopher_min_stop_words", "0"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "flags",
     [
         ["--dedup", "near", "--minhash_min_words", "4", "--decontaminate", "EVAL"],
         ["--dedup", "exact", "--pii", "email", "--range_mb", "0.001"],
+        # Pass 2 runs only the steps that change text (PII) on what pass 1 kept.
+        ["--dedup", "exact", "--languages", "all", "--quality_filters", "gopher_quality"]
+        + [*GOPHER_SHORT, "--pii", "email"],
     ],
-    ids=["near_min_words_decontaminate", "pii_exact"],
+    ids=["near_min_words_decontaminate", "pii_exact", "filters_pii_exact"],
 )
 def test_the_default_runner_curates_as_the_staged_pipeline(corpus, tmp_path, flags):
     flags = [corpus["eval"] if f == "EVAL" else f for f in flags]
@@ -258,6 +265,29 @@ def test_the_default_runner_curates_as_the_staged_pipeline(corpus, tmp_path, fla
     # 9 planted exact copies and a short one; 8 of the 13 one-word changes caught (a changed word
     # breaks 5 of a short text's 5-grams) and the two addressed copies; the 3 eval lines hit 3
     # documents and an exact copy. With --pii email the two addressed copies are exact ones.
-    expected = {"exact": 10, "near": 10, "contaminated": 4} if "near" in flags else {"exact": 11}
-    assert {reason: n for reason, n in removed.items() if n} == expected
+    if "--quality_filters" not in flags:
+        expected = (
+            {"exact": 10, "near": 10, "contaminated": 4} if "near" in flags else {"exact": 11}
+        )
+        assert {reason: n for reason, n in removed.items() if n} == expected
     assert not list((tmp_path / "default" / TEMP_DIR_NAME).glob("*"))  # the spill files are gone
+
+
+def test_the_second_read_runs_again_only_the_steps_that_change_text(corpus, tmp_path, monkeypatch):
+    """Pass 1 judges with every step; pass 2 knows what they kept and runs only PII on it."""
+    from lmshards.preprocess.curation import local
+
+    calls: list[tuple[str, ...]] = []
+    judge = local.judge_documents
+
+    def recording(steps, docs):
+        calls.append(tuple(step.name for step in steps))
+        return judge(steps, docs)
+
+    monkeypatch.setattr(local, "judge_documents", recording)
+    gopher = ["--quality_filters", "gopher_quality", *GOPHER_SHORT]
+    _run(corpus, tmp_path / "out", ["--dedup", "exact", *gopher, "--pii", "email"])
+    assert set(calls) == {("gopher_quality", "pii"), ("pii",)}
+    calls.clear()
+    _run(corpus, tmp_path / "filters", ["--dedup", "exact", *gopher])
+    assert set(calls) == {("gopher_quality",)}  # pass 2 judges nothing

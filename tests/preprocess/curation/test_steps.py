@@ -86,3 +86,17 @@ def test_a_flag_of_a_step_that_does_not_run_is_refused_naming_the_switch():
         framework.check_flags_apply({"min_words": 5}, (), REGISTRY)
     running = framework.select_steps(quality=("short",), values={}, switches={}, steps=REGISTRY)
     framework.check_flags_apply({"min_words": 5}, running, REGISTRY)
+
+
+def test_only_pii_and_c4_line_removal_say_they_change_the_text_they_keep():
+    """A step that says it never changes text is skipped by the default runner's second read."""
+    from lmshards.preprocess.curation.steps import STEPS, step_named
+
+    def changes(name: str, **options: object) -> bool:
+        step = step_named(name)
+        values = {f.field: f.default for f in step.flags} | options
+        return step.changes_text is None or step.changes_text(values)
+
+    documents = [s.name for s in STEPS if s.kind == "document"]
+    assert [name for name in documents if changes(name)] == ["pii"]
+    assert changes("c4_quality", c4_remove_lines=True)

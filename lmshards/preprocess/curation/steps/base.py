@@ -73,3 +73,12 @@ class Step:
     # ones it is built from and the manifest records (the list's fingerprint); raises ValueError
     # naming the flag and the fix. Run while planning, never while flags are checked (no I/O there).
     prepare: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+    # Whether, with these options, the step may change the text of a document it keeps (PII, C4's line
+    # removal). A read that already knows which documents the steps keep runs only these again (the
+    # default runner's second read with a corpus step). Left out: it may (always safe).
+    changes_text: Callable[[Mapping[str, Any]], bool] | None = None
+
+
+def never_changes_text(options: Mapping[str, Any]) -> bool:
+    """changes_text of a step that only removes documents (a filter)."""
+    return False

@@ -18,7 +18,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lmshards.plumbing.bounded import ReadLimitError, read_bytes
-from lmshards.preprocess.curation.steps.base import DOCUMENT, Judgement, Step, StepFlag
+from lmshards.preprocess.curation.steps.base import (
+    DOCUMENT,
+    Judgement,
+    Step,
+    StepFlag,
+    never_changes_text,
+)
 
 FILE = "c4_badwords_file"
 ANYWHERE = "c4_badwords_anywhere"
@@ -171,4 +177,5 @@ STEP = Step(
     build=C4BadWords,
     switch=FILE,
     prepare=prepare,
+    changes_text=never_changes_text,
 )

@@ -162,4 +162,5 @@ STEP = Step(
         ),
     ),
     build=C4Quality,
+    changes_text=lambda options: bool(options["c4_remove_lines"]),
 )

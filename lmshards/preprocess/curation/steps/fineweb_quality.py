@@ -14,7 +14,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from lmshards.preprocess.curation.steps.base import DOCUMENT, Step, StepFlag
+from lmshards.preprocess.curation.steps.base import DOCUMENT, Step, StepFlag, never_changes_text
 from lmshards.preprocess.curation.steps.gopher_repetition import duplicates
 from lmshards.preprocess.curation.steps.rules import RuleStep
 from lmshards.preprocess.curation.steps.words import TERMINAL_PUNCTUATION, words_of
@@ -107,4 +107,5 @@ STEP = Step(
         ),
     ),
     build=functools.partial(RuleStep, fineweb_quality_removal),
+    changes_text=never_changes_text,
 )

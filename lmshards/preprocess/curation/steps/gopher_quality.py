@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from lmshards.preprocess.curation.steps.base import DOCUMENT, Step, StepFlag
+from lmshards.preprocess.curation.steps.base import DOCUMENT, Step, StepFlag, never_changes_text
 from lmshards.preprocess.curation.steps.rules import RuleStep
 from lmshards.preprocess.curation.steps.words import (
     count_content_words,
@@ -199,4 +199,5 @@ STEP = Step(
         ),
     ),
     build=functools.partial(RuleStep, gopher_quality_removal),
+    changes_text=never_changes_text,
 )

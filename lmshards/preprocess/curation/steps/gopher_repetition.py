@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from lmshards.preprocess.curation.steps.base import DOCUMENT, Step, StepFlag
+from lmshards.preprocess.curation.steps.base import DOCUMENT, Step, StepFlag, never_changes_text
 from lmshards.preprocess.curation.steps.ngrams import ngram_finish, ngram_step
 from lmshards.preprocess.curation.steps.rules import RuleStep
 from lmshards.preprocess.curation.steps.words import words_of
@@ -315,4 +315,5 @@ STEP = Step(
         ),
     ),
     build=functools.partial(RuleStep, gopher_repetition_removal),
+    changes_text=never_changes_text,
 )

@@ -16,7 +16,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lmshards.preprocess.curation.steps.base import DOCUMENT, Judgement, Step, StepFlag
+from lmshards.preprocess.curation.steps.base import (
+    DOCUMENT,
+    Judgement,
+    Step,
+    StepFlag,
+    never_changes_text,
+)
 
 # datatrove's LanguageFilter default (datatrove/pipeline/filters/language_filter.py), for lid.176's
 # probabilities; kept here at "at least", where datatrove keeps "more than".
@@ -228,4 +234,5 @@ STEP = Step(
     build=build,
     switch="languages",
     check=check,
+    changes_text=never_changes_text,
 )
