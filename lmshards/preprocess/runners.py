@@ -366,8 +366,11 @@ def dry_run(pipeline, options: PipelineOptions, *, input_bytes: int | None) -> N
 
 
 # Dry-run cost estimate: the runbook's cost model (dataflow_templates/README.md, "Cost model").
-# Measured 0.92-0.95 MB/s of text per vCPU (CPU time, one process); the model rounds down.
-DATAFLOW_MB_PER_VCPU_S = 0.9
+# The staged pipeline's throughput per core (what a Dataflow worker runs), measured on the English benchmark
+# corpus: 1.32 MB of text per CPU second with one worker process, 1.38 with two (docs/benchmarks.md, "The
+# staged path"); the model rounds down. (Text with more tokens per byte, such as the bundled multilingual
+# sample, ran at 0.92-0.95.)
+DATAFLOW_MB_PER_VCPU_S = 1.3
 # CPU seconds per MB of each option that changes the work, as a multiple of the plain run's: measured on
 # one machine by bench/bench_plan_costs.py (docs/benchmarks.md, "Plan costs"). --dedup near includes exact.
 WORK_RATIO_DEDUP_EXACT = 2.7
@@ -505,7 +508,8 @@ class CostEstimate:
                 f"  vCPU ${self.vcpu_usd:,.2f}, memory ${self.memory_usd:,.2f}, Dataflow Shuffle ${self.shuffle_usd:,.2f}, "
                 f"disk ${self.disk_usd:,.2f}",
                 self.work_line(),
-                f"  Assumptions: {DATAFLOW_MB_PER_VCPU_S} MB/s of input per vCPU (measured on one machine) x "
+                f"  Assumptions: {DATAFLOW_MB_PER_VCPU_S} MB/s of input per vCPU (the staged path on English text, measured "
+                f"on one machine) x "
                 f"{DATAFLOW_OVERHEAD} for Dataflow's overhead; Shuffle {SHUFFLE_BYTES_PER_INPUT_BYTE} x the input; "
                 f"{DISK_GB_PER_WORKER} GB disk per worker; Dataflow batch list prices in us-central1 (vCPU-hour "
                 f"${VCPU_HOUR_USD}, GB-hour ${MEMORY_GB_HOUR_USD}, Shuffle GB ${SHUFFLE_GB_USD}); workers enough to "

@@ -62,7 +62,7 @@ def test_an_input_below_a_minute_of_work_says_so_instead_of_zero():
     line = _estimate(100_000).describe().splitlines()[0]
     assert line.endswith("under a minute of worker time; about $0.01"), line
     assert "$0.00" not in line and "0 min" not in line
-    assert _estimate(100 * GB).describe().splitlines()[0].endswith("about $4.81")
+    assert _estimate(100 * GB).describe().splitlines()[0].endswith("about $3.80")
 
 
 @pytest.mark.parametrize("flag", ["--input", "--output", "--tokenizer", "--decontaminate"])

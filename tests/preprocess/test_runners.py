@@ -166,17 +166,17 @@ def test_cost_estimate_reproduces_the_runbooks_100_gb_figures():
     )
     assert estimate.machine == runners.MachineShape(vcpus=4, memory_gb=16.0)
     assert estimate.vcpu_hours == pytest.approx(
-        46.3, abs=0.01
-    )  # 100,000 MB / 0.9 MB/s / 3600 x 1.5
-    assert estimate.workers == 24  # 46.3 vCPU-h on 4-vCPU workers in about 30 min
-    assert estimate.wall_hours == pytest.approx(46.296 / 96, rel=1e-3)
+        32.05, abs=0.01
+    )  # 100,000 MB / 1.3 MB/s / 3600 x 1.5
+    assert estimate.workers == 17  # 32.05 vCPU-h on 4-vCPU workers in about 30 min
+    assert estimate.wall_hours == pytest.approx(32.051 / 68, rel=1e-3)
     assert (
         round(estimate.vcpu_usd, 2),
         round(estimate.memory_usd, 2),
         round(estimate.shuffle_usd, 2),
         round(estimate.disk_usd, 2),
-    ) == (2.59, 0.66, 1.54, 0.02)
-    assert estimate.usd == pytest.approx(4.81, abs=0.01)  # the runbook's "~$4.80 per 100 GB"
+    ) == (1.79, 0.46, 1.54, 0.01)
+    assert estimate.usd == pytest.approx(3.80, abs=0.01)  # the runbook's "~$3.80 per 100 GB"
 
 
 def test_cost_estimate_caps_workers_and_prices_memory_by_machine():
@@ -211,11 +211,11 @@ def test_dry_run_prints_the_estimate_with_its_assumptions(capsys):
     runners.dry_run(_BuiltJob(), options, input_bytes=100 * 10**9)
     out = capsys.readouterr().out
     assert out.startswith(
-        "Dataflow estimate for 100,000.0 MB of input: 24 x n2-standard-4 (4 vCPUs, 16 GB each), "
-        "46.30 vCPU-hours, about 29 min of processing plus worker start-up, about $4.81\n"
+        "Dataflow estimate for 100,000.0 MB of input: 17 x n2-standard-4 (4 vCPUs, 16 GB each), "
+        "32.05 vCPU-hours, about 28 min of processing plus worker start-up, about $3.80\n"
     )
     for assumption in (
-        "0.9 MB/s of input per vCPU",
+        "1.3 MB/s of input per vCPU (the staged path on English text",
         "x 1.5 for Dataflow's overhead",
         "us-central1",
         "at most --max_num_workers",
