@@ -27,7 +27,12 @@ from lmshards.preprocess.stages.encode import (
     encode_documents,
 )
 from lmshards.preprocess.stages.pack import PackedGroup, PackGroups, pack_blocks
-from lmshards.preprocess.stages.shard import ShardBatch, WriteShards
+from lmshards.preprocess.stages.shard import (
+    PACKED_ROWS_PREFIX,
+    ShardBatch,
+    SpilledGroup,
+    WriteShards,
+)
 from lmshards.preprocess.stages.split import (
     SplitDocuments,
     SplitSettings,
@@ -244,7 +249,9 @@ def test_write_shards_shuffles_all_blocks_into_balanced_files(tmp_path):
         (2, 4, 5),
         (3, 4, 4),
     ]
-    assert not list((tmp_path / ".lmshards-tmp").iterdir())  # every temp file renamed into place
+    # Every shard's temporary file was renamed into place; the groups' rows wait there for the manifest step.
+    left = [f.name for f in (tmp_path / ".lmshards-tmp").iterdir()]
+    assert len(left) == 3 and all(name.startswith(PACKED_ROWS_PREFIX) for name in left)
     spec = {
         name: tf.io.FixedLenFeature([seq_len], tf.int64) for name in ("input_ids", "attention_mask")
     }
@@ -329,6 +336,7 @@ def test_elements_between_stages_are_typed(small_plan):
         "Split": f"((str, int), {TokenizedChunk.__name__})",
         "Pack/Pack": PackedGroup.__name__,
         "Pack/SumTotals": "(str, SplitTotals)",
+        "Shard/SpillGroups": SpilledGroup.__name__,
         "Shard/AssignShards": f"((str, int), {ShardBatch.__name__})",
         "Shard": f"(str, {ShardInfo.__name__})",
         "Manifest": "str",

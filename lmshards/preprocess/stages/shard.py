@@ -7,7 +7,8 @@ records whatever the runner, worker count or bundle sizes. Each shard is written
 Both preprocess paths run the same two steps: assign_to_shards (a group's blocks -> ShardBatch per
 shard) and ShardWriter (a shard's batches -> its file, sorted, serialized as written, counted). The
 staged pipeline hands the batches on through a GroupByKey; lmshards.preprocess.in_process through
-a file per shard.
+a file per shard. Both keep each packed group's rows in a file while the layout waits for every group's
+size, so that only the sizes travel (the staged pipeline: SpilledGroup).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ DEFAULT_SHARD_MULTIPLE = 8
 SERIALIZE_ROWS = 4096
 # The feature rows' dtypes between assigning and writing: narrow when every value fits 16 bits.
 NARROW_ROW_DTYPE, WIDE_ROW_DTYPE = np.dtype("<u2"), np.dtype("<i4")
+# Under the output's TEMP_DIR_NAME: a staged run's packed groups' rows, a new name each write.
+PACKED_ROWS_PREFIX = "packed-"
 
 _FEISTEL_ROUNDS = 4
 _U64 = np.uint64
@@ -193,6 +196,43 @@ def feature_rows(blocks: PackedBlocks, dtype: np.dtype) -> tuple[tuple[str, ...]
     return names, np.stack([features[name] for name in names], axis=1).astype(dtype)
 
 
+@dataclasses.dataclass(frozen=True)
+class SpilledGroup:
+    """A packed group's feature rows, written to a file under the output's temporary directory, and what
+    the layout needs of it.
+
+    The staged pipeline hands this on instead of the rows: the rows wait for the layout (every group's
+    size) in a file, not in the runner's memory or a Dask worker's, and cross no data channel in between.
+    """
+
+    size: GroupSize
+    names: tuple[str, ...]
+    shape: tuple[int, ...]  # the rows' [blocks, features, seq_len]
+    dtype: str
+    path: str
+
+
+def spill_group(packed: PackedGroup, *, dtype: np.dtype, output: str) -> SpilledGroup:
+    """Writes a packed group's feature rows (feature_rows) under output's temporary directory, under a
+    new name each time (a retried bundle's file is never read); returns where and what they are."""
+    names, rows = feature_rows(packed.blocks, dtype)
+    path = fs.join(
+        output,
+        TEMP_DIR_NAME,
+        f"{PACKED_ROWS_PREFIX}{packed.split}-{packed.group:05d}-{uuid.uuid4().hex}",
+    )
+    fs.write_bytes_atomic(path, rows.tobytes())
+    return SpilledGroup(
+        size=GroupSize.of(packed), names=names, shape=rows.shape, dtype=rows.dtype.str, path=path
+    )
+
+
+def spilled_rows(spilled: SpilledGroup) -> np.ndarray:
+    """The rows spill_group wrote, as they were."""
+    rows = np.frombuffer(fs.read_bytes(spilled.path), dtype=np.dtype(spilled.dtype))
+    return rows.reshape(spilled.shape)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class ShardBatch:
     """Some records of one shard: their feature rows, and their positions in the split's shuffled order.
@@ -226,13 +266,16 @@ def assign_to_shards(
 
 
 def group_to_shards(
-    packed: PackedGroup, layout: SplitLayout, *, seed: int, dtype: np.dtype
+    spilled: SpilledGroup, layout: SplitLayout, *, seed: int
 ) -> Iterator[tuple[ShardKey, ShardBatch]]:
-    """A packed group's blocks, one ShardBatch per shard they are shuffled into."""
-    names, rows = feature_rows(packed.blocks, dtype)
-    first = layout.group_offsets[packed.group]
-    for shard, batch in assign_to_shards(rows, names, first=first, layout=layout, seed=seed):
-        yield (packed.split, shard), batch
+    """A spilled group's blocks, one ShardBatch per shard they are shuffled into."""
+    size = spilled.size
+    first = layout.group_offsets[size.group]
+    rows = spilled_rows(spilled)
+    for shard, batch in assign_to_shards(
+        rows, spilled.names, first=first, layout=layout, seed=seed
+    ):
+        yield (size.split, shard), batch
 
 
 def empty_shards(layouts: dict[str, SplitLayout]) -> Iterator[tuple[ShardKey, ShardBatch]]:
@@ -323,17 +366,26 @@ def write_shard_bytes(
 # ---------------------------------------------------------------- Beam
 
 
-class _AssignFn(beam.DoFn):
-    """PackedGroup -> (ShardKey, ShardBatch) per shard the group feeds."""
+class _SpillFn(beam.DoFn):
+    """PackedGroup -> SpilledGroup (spill_group); fused with packing, so the rows stay in the worker."""
 
-    def __init__(self, seed: int, dtype: np.dtype):
-        self._seed, self._dtype = seed, dtype
+    def __init__(self, output: str, dtype: np.dtype):
+        self._output, self._dtype = output, dtype
+
+    def process(self, packed: PackedGroup) -> Iterable[SpilledGroup]:
+        yield spill_group(packed, dtype=self._dtype, output=self._output)
+
+
+class _AssignFn(beam.DoFn):
+    """SpilledGroup -> (ShardKey, ShardBatch) per shard the group feeds."""
+
+    def __init__(self, seed: int):
+        self._seed = seed
 
     def process(
-        self, packed: PackedGroup, layouts: dict[str, SplitLayout]
+        self, spilled: SpilledGroup, layouts: dict[str, SplitLayout]
     ) -> Iterable[tuple[ShardKey, ShardBatch]]:
-        layout = layouts[packed.split]
-        yield from group_to_shards(packed, layout, seed=self._seed, dtype=self._dtype)
+        yield from group_to_shards(spilled, layouts[spilled.size.split], seed=self._seed)
 
 
 class _WriteShardFn(beam.DoFn):
@@ -377,16 +429,19 @@ class WriteShards(beam.PTransform):
         )
 
     def expand(self, packed):
+        spilled = packed | "SpillGroups" >> beam.ParDo(
+            _SpillFn(self._output, self._dtype)
+        )  # SpilledGroup
         layouts = (
-            packed
-            | "GroupSizes" >> beam.Map(GroupSize.of)  # GroupSize
+            spilled
+            | "GroupSizes" >> beam.Map(lambda group: group.size)  # GroupSize
             | "AllGroupSizes" >> beam.combiners.ToList()  # list[GroupSize], one element
             | "Layout"
             >> beam.Map(layout_splits, **self._layout_args)  # {split: SplitLayout}, one element
         )
         layouts_side = beam.pvalue.AsSingleton(layouts)
-        records = packed | "AssignShards" >> beam.ParDo(
-            _AssignFn(self._seed, self._dtype), layouts_side
+        records = spilled | "AssignShards" >> beam.ParDo(
+            _AssignFn(self._seed), layouts_side
         )  # (ShardKey, ShardBatch)
         every_shard = layouts | "EveryShard" >> beam.FlatMap(
             empty_shards

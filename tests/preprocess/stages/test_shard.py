@@ -14,8 +14,10 @@ from lmshards.preprocess.stages.shard import (
     num_shards_for,
     permute,
     shard_of,
+    spill_group,
     write_shard,
 )
+from lmshards.schemas.layouts import TEMP_DIR_NAME
 from lmshards.schemas.records import decode_examples, encode_examples, frame_record, read_records
 
 MB = 1 << 20
@@ -73,7 +75,7 @@ def test_layout_numbers_groups_in_order_and_sizes_shards():
     assert (empty["validation"].num_records, empty["validation"].num_shards) == (0, 0)
 
 
-def test_assigned_groups_cover_every_position_once():
+def test_assigned_groups_cover_every_position_once(tmp_path):
     groups = [
         PackedGroup(
             split="train",
@@ -91,13 +93,21 @@ def test_assigned_groups_cover_every_position_once():
         num_shards=3,
     )["train"]
     dtype = np.dtype("<u2")
-    batches = [item for g in groups for item in group_to_shards(g, layout, seed=1, dtype=dtype)]
+    spilled = [spill_group(g, dtype=dtype, output=str(tmp_path)) for g in groups]
+    assert [s.size for s in spilled] == [GroupSize.of(g) for g in groups]
+    batches = [item for s in spilled for item in group_to_shards(s, layout, seed=1)]
     positions = np.concatenate([batch.positions for _, batch in batches])
     assert sorted(positions.tolist()) == list(range(9))
     for (split, shard), batch in batches:
         assert split == "train" and batch.rows.shape == (batch.positions.size, 2, 8)
         assert batch.names == ("attention_mask", "input_ids") and batch.rows.dtype == dtype
         assert (shard_of(batch.positions, 9, 3) == shard).all()
+    # The rows waited in files under the output's temporary directory, one a group.
+    assert sorted(p.name.split("-")[2] for p in (tmp_path / TEMP_DIR_NAME).iterdir()) == [
+        "00000",
+        "00001",
+        "00002",
+    ]
     # Every block's ids once, whatever shard it went to.
     ids = np.concatenate([batch.rows[:, 1] for _, batch in batches])
     assert sorted(ids[:, 0].tolist()) == sorted(8 * b for g in range(3) for b in range(g + 2))
