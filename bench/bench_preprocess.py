@@ -48,6 +48,7 @@ from bench.common import (
     SAMPLE_INTERVAL_S,
     TOKENIZER_VOCAB_SIZE,
     Measurement,
+    ProcessFigures,
     child_env,
     corpus_files,
     load_average,
@@ -143,6 +144,8 @@ class Result:
         None  # lmshards runs: one hash over every shard's path and SHA-256 in the manifest
     )
     tokens_written: int | None = None  # lmshards runs: manifest tokens_written summed over splits
+    # Each busy process of the tree: the command's (the runner), its workers'.
+    processes: tuple[ProcessFigures, ...] = ()
 
     @property
     def mb_per_s(self) -> float:
@@ -321,7 +324,16 @@ def _result(system: str, inp: Input, m: Measurement, *, tokens: int, records: in
         peak_processes=m.peak_processes,
         load_before=load,
         mean_load1=m.mean_load1,
+        processes=m.processes,
     )
+
+
+def process_line(r: Result) -> str:
+    """Each busy process of a run: what it runs, its CPU seconds and peak RSS."""
+    each = "; ".join(
+        f"{p.role} {p.cpu_s:.1f} CPU s, {p.peak_rss_bytes / MB:.0f} MB" for p in r.processes
+    )
+    return f"  per process: {each}"
 
 
 def ratios(results: list[Result], label: str) -> dict[str, Any]:
@@ -574,6 +586,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"RSS {r.peak_rss_bytes / MB:.0f} MB, mean load {r.mean_load1:.1f}",
             flush=True,
         )
+        print(process_line(r), flush=True)
 
     summary = ratios(results, largest.label)
     summary["memory_growth"] = memory_growth(results)

@@ -48,6 +48,7 @@ RUN_TIMEOUT_S = 3600.0  # one measured command, or one `lmshards` run
 RESULT_PREFIX = "RESULT "  # the line a reference script prints its counts on, as JSON
 SAMPLE_INTERVAL_S = 0.2
 PSS_MIN_INTERVAL_S = 1.0
+PROCESS_MIN_CPU_S = 0.5  # a process of the tree below this is left out of the per-process figures
 PSS_MAX_SHARE = (
     0.05  # of one core: after a PSS sample that took t seconds, wait at least t / PSS_MAX_SHARE
 )
@@ -73,6 +74,28 @@ class Measurement:
     mean_load1: float  # the machine's 1-minute load average, averaged over the samples
     stdout: str
     stderr: str
+    # Each process of the tree that used at least PROCESS_MIN_CPU_S, largest CPU first (sampled figures).
+    processes: tuple[ProcessFigures, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessFigures:
+    """One process of a measured tree, as sampled every SAMPLE_INTERVAL_S: its last CPU seconds seen (up to
+    one interval short of its end) and its peak RSS."""
+
+    role: str  # "command" (the measured command itself), else what it runs (process_role)
+    cpu_s: float
+    peak_rss_bytes: int
+
+
+def process_role(cmdline: Sequence[str]) -> str:
+    """A short name of what a child process runs: its `-m` module, a multiprocessing child, or its program."""
+    args = list(cmdline)
+    if "-m" in args[:-1]:
+        return args[args.index("-m") + 1]
+    if any("multiprocessing" in arg for arg in args):
+        return "multiprocessing child"
+    return os.path.basename(args[0]) if args else "?"
 
 
 def descendants(root: psutil.Process) -> list[psutil.Process]:
@@ -145,6 +168,7 @@ def run_measured(
         mean_load1=sum(peaks.load1) / len(peaks.load1) if peaks.load1 else os.getloadavg()[0],
         stdout=stdout,
         stderr=stderr,
+        processes=peaks.process_figures(),
     )
 
 
@@ -206,6 +230,25 @@ class _Peaks:
     processes: int = 0
     pss_samples: int = 0
     load1: list[float] = dataclasses.field(default_factory=list)
+    # pid -> [role, last CPU seconds seen, peak RSS]
+    each: dict[int, list[Any]] = dataclasses.field(default_factory=dict)
+
+    def sample_each(self, procs: Sequence[psutil.Process], command_pid: int | None) -> None:
+        for proc in procs:
+            try:
+                times, rss = proc.cpu_times(), proc.memory_info().rss
+                if proc.pid not in self.each:
+                    role = "command" if proc.pid == command_pid else process_role(proc.cmdline())
+                    self.each[proc.pid] = [role, 0.0, 0]
+            except _GONE:
+                continue
+            seen = self.each[proc.pid]
+            seen[1], seen[2] = times.user + times.system, max(seen[2], rss)
+
+    def process_figures(self) -> tuple[ProcessFigures, ...]:
+        figures = [ProcessFigures(role, cpu, rss) for role, cpu, rss in self.each.values()]
+        kept = [f for f in figures if f.cpu_s >= PROCESS_MIN_CPU_S]
+        return tuple(sorted(kept, key=lambda f: -f.cpu_s))
 
 
 def _sample_until_exit(proc: psutil.Popen, *, timeout_s: float | None, start: float) -> _Peaks:
@@ -214,6 +257,7 @@ def _sample_until_exit(proc: psutil.Popen, *, timeout_s: float | None, start: fl
     while proc.poll() is None:
         procs = descendants(proc)  # the root is the wrapper: not counted
         peaks.rss = max(peaks.rss, summed_rss(procs))
+        peaks.sample_each(procs, _command_pid(proc))
         peaks.processes = max(peaks.processes, len(procs))
         peaks.load1.append(os.getloadavg()[0])
         now = time.perf_counter()
@@ -228,6 +272,15 @@ def _sample_until_exit(proc: psutil.Popen, *, timeout_s: float | None, start: fl
         time.sleep(SAMPLE_INTERVAL_S)
     proc.wait()
     return peaks
+
+
+def _command_pid(wrapper: psutil.Popen) -> int | None:
+    """The measured command: the wrapper's one child."""
+    try:
+        children = wrapper.children()
+    except _GONE:
+        return None
+    return children[0].pid if children else None
 
 
 def _kill_tree(proc: psutil.Popen) -> None:

@@ -198,3 +198,17 @@ def test_memory_growth_reports_bytes_per_token_and_the_slope():
     growing = memory_growth([run("all", 40_000_000, 1200), run("4x", 160_000_000, 4800)])
     assert not growing["met_bytes_per_token"] and not growing["largest"]["met_2gb"]
     assert growing["slope_rss_bytes_per_added_token"] == pytest.approx(3600 * MB / 120_000_000)
+
+
+def test_each_busy_process_of_the_tree_is_measured_with_its_role():
+    spin = "import time\nend = time.process_time() + 1.2\nwhile time.process_time() < end: pass"
+    script = (
+        "import subprocess, sys\n"
+        f"subprocess.run([sys.executable, '-m', 'timeit', '-n', '1', '-s', {spin!r}, 'pass'])\n"
+        f"exec({spin!r})"
+    )
+    m = run_measured([sys.executable, "-c", script])
+    roles = {p.role: p for p in m.processes}
+    assert set(roles) == {"command", "timeit"}  # the wrapper itself is not counted
+    for p in roles.values():
+        assert 0.5 <= p.cpu_s <= m.cpu_s and p.peak_rss_bytes > 1_000_000

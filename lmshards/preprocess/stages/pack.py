@@ -368,7 +368,7 @@ class _PackFn(beam.DoFn):
     def process(self, element: tuple[GroupKey, Iterable[TokenizedChunk]]) -> Iterable[PackedGroup]:
         key, chunks = element
         packed = self._packer.pack(key, chunks)
-        # The groups wait for the shard layout, materialized by the runner: half the bytes as uint16.
+        # Half the bytes as uint16 until the shard stage spills them (on Dask a task of its own, which holds them).
         yield dataclasses.replace(packed, blocks=packed.blocks.narrowed())
 
     def finish_bundle(self) -> None:
