@@ -334,6 +334,8 @@ def test_dry_run_graph_spreads_the_read_and_fuses_no_fan_out_into_one_worker(dry
     # After each fan-out a GroupByKey redistributes: documents -> packing groups, blocks -> shards.
     assert _stage_of(stages, "Split/Route") != _stage_of(stages, "Pack/Pack")
     assert _stage_of(stages, "Shard/AssignShards") != _stage_of(stages, "Shard/WriteShard")
+    # Packed groups are written to files where they are packed: only their sizes leave the stage.
+    assert _stage_of(stages, "Pack/Pack") == _stage_of(stages, "Shard/SpillGroups")
     assert _stage_of(stages, "Shard/WriteShard") != _stage_of(stages, "Manifest/Write")
 
 
