@@ -233,12 +233,13 @@ class _Peaks:
     # pid -> [role, last CPU seconds seen, peak RSS]
     each: dict[int, list[Any]] = dataclasses.field(default_factory=dict)
 
-    def sample_each(self, procs: Sequence[psutil.Process], command_pid: int | None) -> None:
+    def sample_each(self, procs: Sequence[psutil.Process], wrapper_pid: int) -> None:
         for proc in procs:
             try:
                 times, rss = proc.cpu_times(), proc.memory_info().rss
-                if proc.pid not in self.each:
-                    role = "command" if proc.pid == command_pid else process_role(proc.cmdline())
+                if proc.pid not in self.each:  # the wrapper's one child is the measured command
+                    command = proc.ppid() == wrapper_pid
+                    role = "command" if command else process_role(proc.cmdline())
                     self.each[proc.pid] = [role, 0.0, 0]
             except _GONE:
                 continue
@@ -257,7 +258,7 @@ def _sample_until_exit(proc: psutil.Popen, *, timeout_s: float | None, start: fl
     while proc.poll() is None:
         procs = descendants(proc)  # the root is the wrapper: not counted
         peaks.rss = max(peaks.rss, summed_rss(procs))
-        peaks.sample_each(procs, _command_pid(proc))
+        peaks.sample_each(procs, proc.pid)
         peaks.processes = max(peaks.processes, len(procs))
         peaks.load1.append(os.getloadavg()[0])
         now = time.perf_counter()
@@ -272,15 +273,6 @@ def _sample_until_exit(proc: psutil.Popen, *, timeout_s: float | None, start: fl
         time.sleep(SAMPLE_INTERVAL_S)
     proc.wait()
     return peaks
-
-
-def _command_pid(wrapper: psutil.Popen) -> int | None:
-    """The measured command: the wrapper's one child."""
-    try:
-        children = wrapper.children()
-    except _GONE:
-        return None
-    return children[0].pid if children else None
 
 
 def _kill_tree(proc: psutil.Popen) -> None:

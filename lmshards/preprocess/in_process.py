@@ -16,9 +16,10 @@ Memory is a fixed working set (a few batches, one group, one shard's rows: its r
 as they are serialized), not the corpus: the heap's free pages go back to the system as the run goes
 (lmshards.plumbing.memory). The files are local, under the output's temporary directory, and removed on every
 exit. Every step but the files is the staged pipeline's own: its router (GroupRouter), token store
-writer (TokenPartWriter), packer and counters (Packer), shard assignment (assign_to_shards), shard
-writer and counters (ShardWriter) and manifest (finish_shard_set); so the shard bytes, the counters
-and the manifest are the staged pipeline's, as tests check.
+writer (TokenPartWriter), packer and counters (Packer), packed groups' files and shard assignment
+(spill_group, group_to_shards), shard writer and counters (ShardWriter) and manifest
+(finish_shard_set); so the shard bytes, the counters and the manifest are the staged pipeline's, as
+tests check.
 """
 
 from __future__ import annotations
@@ -64,14 +65,14 @@ from lmshards.preprocess.stages.metrics import (
 from lmshards.preprocess.stages.pack import PackedGroup, Packer, split_totals
 from lmshards.preprocess.stages.read import ReadProgress, SizedRange, count_read, read_sized_range
 from lmshards.preprocess.stages.shard import (
-    GroupSize,
     ShardBatch,
     ShardWriter,
+    SpilledGroup,
     SplitLayout,
-    assign_to_shards,
-    feature_rows,
+    group_to_shards,
     layout_splits,
     narrow_dtype,
+    spill_group,
 )
 from lmshards.preprocess.stages.split import GroupKey, GroupRouter
 from lmshards.preprocess.stages.tokens import (
@@ -453,45 +454,33 @@ class Tokenizing:
 
 
 def pack_to_files(
-    packer: Packer,
-    keys: Iterable[GroupKey],
-    group_path: Callable[[GroupKey], str],
-    dtype: np.dtype,
-) -> Iterator[tuple[PackedGroup, str]]:
-    """Each packing group packed (in key order), its feature rows ([blocks, features, seq_len],
-    features in name order: lmshards.preprocess.stages.shard.feature_rows) written to a file beside
-    its documents'; yields the group and that file."""
+    packer: Packer, keys: Iterable[GroupKey], spill: str, dtype: np.dtype
+) -> Iterator[tuple[PackedGroup, SpilledGroup]]:
+    """Each packing group packed (in key order) from its documents' file in `spill`, which is removed,
+    and its feature rows written beside it (lmshards.preprocess.stages.shard.spill_group, as the staged
+    pipeline); yields the group and where its rows are."""
     for key in sorted(keys):
-        path = group_path(key)
+        path = group_path(spill, key)
         packed = packer.pack(key, [read_chunks(path, dtype)])
         os.remove(path)
         release_free_memory()
-        _, rows = feature_rows(packed.blocks, dtype)
-        blocks_path = f"{path}.blocks"
-        with open(blocks_path, "wb") as f:
-            f.write(rows.tobytes())
-        yield packed, blocks_path
+        yield packed, spill_group(packed, dtype=dtype, directory=spill)
 
 
 def shuffle_to_shards(
-    blocks: Iterable[tuple[GroupSize, str]],
+    groups: Iterable[SpilledGroup],
     layouts: dict[str, SplitLayout],
     *,
     seed: int,
     shard_path: Callable[[str, int], str],
-    dtype: np.dtype,
-    names: tuple[str, ...],
-    seq_len: int,
 ) -> None:
     """Each group's blocks appended to the files of the shards they are shuffled into, with their
-    positions (lmshards.preprocess.stages.shard.assign_to_shards, as the staged pipeline)."""
-    for size, path in blocks:
-        layout = layouts[size.split]
-        rows = np.fromfile(path, dtype).reshape(size.blocks, len(names), seq_len)
-        os.remove(path)
-        first = layout.group_offsets[size.group]
-        for shard, batch in assign_to_shards(rows, names, first=first, layout=layout, seed=seed):
-            append_rows(shard_path(size.split, shard), batch.positions, batch.rows)
+    positions (lmshards.preprocess.stages.shard.group_to_shards, as the staged pipeline); each group's
+    file is removed once read."""
+    for group in groups:
+        for (split, shard), batch in group_to_shards(group, layouts[group.size.split], seed=seed):
+            append_rows(shard_path(split, shard), batch.positions, batch.rows)
+        os.remove(group.path)
 
 
 def write_shard_file(
@@ -608,19 +597,17 @@ def write_shard_set(
         pad_id=job.pad_id,
         packing=config.packing,
     )
-    packed_files: list[tuple[GroupSize, str]] = []
+    spilled: list[SpilledGroup] = []
     totals: list[tuple[str, SplitTotals]] = []
-    for packed, path in pack_to_files(
-        packer, tokenized.group_keys, lambda key: group_path(spill, key), dtype
-    ):
-        packed_files.append((GroupSize.of(packed), path))
+    for packed, group in pack_to_files(packer, tokenized.group_keys, spill, dtype):
+        spilled.append(group)
         totals.append(split_totals(packed))
     packer.counters.flush()
     phases.done("pack")
 
     names = tuple(sorted(job.header.features()))  # as feature_rows orders them
     layouts = layout_splits(
-        [size for size, _ in packed_files],
+        [group.size for group in spilled],
         record_bytes=job.record_bytes,
         target_shard_bytes=config.target_shard_mb * MIB,
         multiple=config.shard_multiple,
@@ -630,15 +617,7 @@ def write_shard_set(
     def shard_path(split: str, shard: int) -> str:
         return shard_spill_path(spill, split, shard)
 
-    shuffle_to_shards(
-        packed_files,
-        layouts,
-        seed=config.seed,
-        shard_path=shard_path,
-        dtype=dtype,
-        names=names,
-        seq_len=config.seq_len,
-    )
+    shuffle_to_shards(spilled, layouts, seed=config.seed, shard_path=shard_path)
     phases.done("shuffle")
 
     writer = ShardWriter(config.output)

@@ -8,7 +8,7 @@ Both preprocess paths run the same two steps: assign_to_shards (a group's blocks
 shard) and ShardWriter (a shard's batches -> its file, sorted, serialized as written, counted). The
 staged pipeline hands the batches on through a GroupByKey; lmshards.preprocess.in_process through
 a file per shard. Both keep each packed group's rows in a file while the layout waits for every group's
-size, so that only the sizes travel (the staged pipeline: SpilledGroup).
+size (spill_group), so that only the sizes travel.
 """
 
 from __future__ import annotations
@@ -212,14 +212,13 @@ class SpilledGroup:
     path: str
 
 
-def spill_group(packed: PackedGroup, *, dtype: np.dtype, output: str) -> SpilledGroup:
-    """Writes a packed group's feature rows (feature_rows) under output's temporary directory, under a
-    new name each time (a retried bundle's file is never read); returns where and what they are."""
+def spill_group(packed: PackedGroup, *, dtype: np.dtype, directory: str) -> SpilledGroup:
+    """Writes a packed group's feature rows (feature_rows) into `directory` (the staged pipeline: the
+    output's temporary directory), under a new name each time (a retried bundle's file is never read);
+    returns where and what they are."""
     names, rows = feature_rows(packed.blocks, dtype)
     path = fs.join(
-        output,
-        TEMP_DIR_NAME,
-        f"{PACKED_ROWS_PREFIX}{packed.split}-{packed.group:05d}-{uuid.uuid4().hex}",
+        directory, f"{PACKED_ROWS_PREFIX}{packed.split}-{packed.group:05d}-{uuid.uuid4().hex}"
     )
     fs.write_bytes_atomic(path, rows.tobytes())
     return SpilledGroup(
@@ -373,7 +372,7 @@ class _SpillFn(beam.DoFn):
         self._output, self._dtype = output, dtype
 
     def process(self, packed: PackedGroup) -> Iterable[SpilledGroup]:
-        yield spill_group(packed, dtype=self._dtype, output=self._output)
+        yield spill_group(packed, dtype=self._dtype, directory=fs.join(self._output, TEMP_DIR_NAME))
 
 
 class _AssignFn(beam.DoFn):

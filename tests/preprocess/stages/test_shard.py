@@ -93,7 +93,7 @@ def test_assigned_groups_cover_every_position_once(tmp_path):
         num_shards=3,
     )["train"]
     dtype = np.dtype("<u2")
-    spilled = [spill_group(g, dtype=dtype, output=str(tmp_path)) for g in groups]
+    spilled = [spill_group(g, dtype=dtype, directory=str(tmp_path / TEMP_DIR_NAME)) for g in groups]
     assert [s.size for s in spilled] == [GroupSize.of(g) for g in groups]
     batches = [item for s in spilled for item in group_to_shards(s, layout, seed=1)]
     positions = np.concatenate([batch.positions for _, batch in batches])
