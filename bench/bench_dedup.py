@@ -111,6 +111,8 @@ DASK_MODES = {
     DOCUMENT_STEPS: ("--languages", "en", "--quality_filters",
                      "gopher_quality,gopher_repetition,c4_quality,fineweb_quality"),
 }  # fmt: skip
+# With --dask: how GroupByKeys move data (--dask_shuffle), the default first.
+DASK_SHUFFLES = ("files", "tasks")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -420,19 +422,26 @@ def run_dask(args: argparse.Namespace) -> dict[str, Any]:
             "mb": round(sum(f.stat().st_size for f in directory.glob("*.txt")) / MB, 1)
         }
         for mode, flags in modes.items():
-            output = work / f"out-{size}mb-{mode}"
-            ranged = (*flags, "--range_mb", str(args.dask_range_mb))
-            row[mode] = dask_worker_peaks(
-                preprocess_argv(directory, tokenizer, output, ranged), env
-            )
-            shutil.rmtree(output)
+            for shuffle in args.dask_shuffles:
+                run = dask_run_name(mode, shuffle)
+                output = work / f"out-{size}mb-{mode}-{shuffle}"
+                ranged = (*flags, "--range_mb", str(args.dask_range_mb), "--dask_shuffle", shuffle)
+                row[run] = dask_worker_peaks(
+                    preprocess_argv(directory, tokenizer, output, ranged), env
+                )
+                shutil.rmtree(output)
         results["corpora"][f"lines_{size}mb"] = row
     small, large = (results["corpora"][f"lines_{size}mb"] for size in sizes)
     results["worker_peak_large_over_small"] = {
-        mode: round(max(large[mode]["worker_peak_mb"]) / max(small[mode]["worker_peak_mb"]), 2)
-        for mode in modes
+        run: round(max(large[run]["worker_peak_mb"]) / max(small[run]["worker_peak_mb"]), 2)
+        for run in (dask_run_name(m, s) for m in modes for s in args.dask_shuffles)
     }
     return results
+
+
+def dask_run_name(mode: str, shuffle: str) -> str:
+    """A Dask run's name: the mode, and the shuffle when it is not the default one."""
+    return mode if shuffle == DASK_SHUFFLES[0] else f"{mode}/{shuffle}"
 
 
 def print_dask_table(results: dict[str, Any]) -> None:
@@ -441,7 +450,7 @@ def print_dask_table(results: dict[str, Any]) -> None:
         for mode in results["worker_peak_large_over_small"]:
             r = row[mode]
             print(
-                f"  {mode:<9} wall {r['wall_s']:>7.1f} s  launcher peak {r['peak_rss_mb']:>6.0f} MB  "
+                f"  {mode:<15} wall {r['wall_s']:>7.1f} s  launcher peak {r['peak_rss_mb']:>6.0f} MB  "
                 f"workers idle {r['worker_idle_mb']} peak {r['worker_peak_mb']} VmHWM {r['worker_vmhwm_mb']} MB"
                 f"  load {r['mean_load1']:.1f}"
             )
@@ -524,6 +533,13 @@ def main(argv: list[str] | None = None) -> int:
         default=list(DASK_MODES),
         help=f"with --dask: which runs, comma-separated (default: {','.join(DASK_MODES)})",
     )
+    parser.add_argument(
+        "--dask_shuffles",
+        type=lambda text: text.split(","),
+        default=[DASK_SHUFFLES[0]],
+        help=f"with --dask: each mode once per --dask_shuffle given, comma-separated ({','.join(DASK_SHUFFLES)}; "
+        f"default: {DASK_SHUFFLES[0]})",
+    )
     parser.add_argument("--cost_mb", type=int, default=DEFAULT_COST_MB)
     parser.add_argument("--cost_scale", type=int, default=DEFAULT_COST_SCALE)
     parser.add_argument(
@@ -537,6 +553,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(
             f"--dask_modes {','.join(unknown)}: not a run; choose from {','.join(DASK_MODES)}"
+        )
+    wrong = [shuffle for shuffle in args.dask_shuffles if shuffle not in DASK_SHUFFLES]
+    if wrong:
+        parser.error(
+            f"--dask_shuffles {','.join(wrong)}: not a shuffle; choose from {','.join(DASK_SHUFFLES)}"
         )
     header = report_header("dedup", started=time.time(), argv=argv, code_dirs=CODE_DIRS)
     if args.cost_corpus and args.dask:

@@ -25,6 +25,11 @@ runs each ParDo bundle (one bag partition) with a DoFnInvoker. Changed here:
 - Create: Beam puts up to 128 elements in one partition, so every read range would be read by one
   task; here each element is its own partition unless --dask_npartitions or --dask_partition_size
   says otherwise.
+- GroupByKey: Beam's DaskRunner groups through Dask's task shuffle, which holds every shuffled element
+  in the workers' memory until its group is consumed, so a worker's peak grew with the corpus. Here a
+  GroupByKey goes through files (lmshards.preprocess.dask_shuffle) under --dask_shuffle_dir, or a
+  temporary directory when every worker can read this machine's (a local cluster); --dask_shuffle tasks
+  keeps Dask's own.
 - The cluster: without --dask_client_address or --dask_scheduler_file, a local cluster of one
   single-threaded worker process per core, listening on 127.0.0.1 only (Beam's bare `Client()`
   serves its dashboard on every interface). The workers' `preprocess` log records (progress lines)
@@ -41,14 +46,18 @@ import dataclasses
 import functools
 import logging
 import os
+import shutil
+import tempfile
 import threading
+import uuid
 from typing import Any
 
 import dask
 import dask.bag as db
 import dask.distributed as ddist
-from apache_beam import pvalue
+from apache_beam import coders, pvalue
 from apache_beam.internal import pickler
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.pipeline import AppliedPTransform, PipelineVisitor, PTransformOverride
 from apache_beam.runners.common import DoFnContext, DoFnInvoker, DoFnSignature, _OutputHandler
 from apache_beam.runners.dask import dask_runner, transform_evaluator
@@ -58,13 +67,20 @@ from apache_beam.transforms.core import CombinePerKey, DoFn, ParDo
 from apache_beam.transforms.sideinputs import SideInputMap
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from lmshards.plumbing import fs
+from lmshards.plumbing.errors import LmshardsError
+from lmshards.preprocess import dask_shuffle
+
 LOCALHOST = "127.0.0.1"
 # The logger whose worker-side records (our progress lines) reach the launcher.
 FORWARDED_LOGGER = "preprocess"
 DEFAULT_ELEMENTS_PER_PARTITION = 1
-TASK_SHUFFLE = (
-    "tasks"  # how a GroupByKey moves data: between workers, through the scheduler's tasks
-)
+# How a GroupByKey moves data: through files (dask_shuffle), or Dask's task shuffle (between workers'
+# memories, through the scheduler's tasks).
+FILE_SHUFFLE, TASK_SHUFFLE = "files", "tasks"
+SHUFFLES = (FILE_SHUFFLE, TASK_SHUFFLE)
+# A job's shuffle files go in a new directory of this prefix (under --dask_shuffle_dir, or the temp dir).
+SHUFFLE_DIR_PREFIX = "lmshards-dask-shuffle-"
 # Set-up DoFns a worker process keeps (per thread and DoFn); more than one job's worth.
 SET_UP_FNS_PER_PROCESS = 64
 
@@ -192,6 +208,42 @@ class _CreateOp(transform_evaluator.Create):
         return super().apply(input_bag, side_inputs)
 
 
+def _write_partition(
+    items: list, partitions: int, directory: str, coder: coders.Coder
+) -> list[dask_shuffle.ShuffleFile]:
+    return [
+        dask_shuffle.write_sections(
+            items, partitions=partitions, directory=directory, encode_key=coder.encode
+        )
+    ]
+
+
+def _reduce_partition(files: list[dask_shuffle.ShuffleFile], partition: int) -> list:
+    groups = dask_shuffle.read_groups(files, partition)
+    # As Beam's own translation: each value out of the window it was reified into.
+    return [
+        (key, [transform_evaluator.defenestrate(v) for v in values])
+        for key, values in groups.items()
+    ]
+
+
+@dataclasses.dataclass
+class _FileGroupByKey(transform_evaluator.DaskBagOp):
+    """A GroupByKey through shuffle files under `directory` (lmshards.preprocess.dask_shuffle), into as
+    many partitions as its input has, as Dask's own groupby."""
+
+    directory: str = ""
+
+    def apply(self, input_bag: db.Bag, side_inputs=None) -> db.Bag:
+        partitions = input_bag.npartitions
+        # Beam's deterministic encoding of a key: equal keys, equal bytes, on every worker process.
+        coder = coders.registry.get_coder(object).as_deterministic_coder(self.applied.full_label)
+        written = input_bag.map_partitions(_write_partition, partitions, self.directory, coder)
+        files = _all_values(written)  # every ShuffleFile: small, the data stays on disk
+        reduce = dask.delayed(_reduce_partition, pure=True)
+        return db.from_delayed([reduce(files, j) for j in range(partitions)])
+
+
 TRANSLATIONS = {**transform_evaluator.TRANSLATIONS, ParDo: _ParDo, _Create: _CreateOp}
 
 
@@ -215,8 +267,9 @@ class _LiftCombines(PTransformOverride):
 class _BagBuilder(PipelineVisitor):
     """Visits the pipeline's primitive transforms in order and builds the Dask bag of each."""
 
-    def __init__(self, bag_kwargs: dict):
+    def __init__(self, bag_kwargs: dict, shuffle_dir: str | None = None):
         self._bag_kwargs = bag_kwargs
+        self._shuffle_dir = shuffle_dir
         self._bags: dict[AppliedPTransform, db.Bag] = {}
         self._consumed: set[AppliedPTransform] = set()
 
@@ -235,7 +288,12 @@ class _BagBuilder(PipelineVisitor):
                 f"DaskRunner: step {node.full_label!r} ({type(node.transform).__name__}) "
                 "starts a pipeline branch, which this runner cannot translate."
             )
-        op = op_class(node, bag_kwargs=self._bag_kwargs)
+        if op_class is transform_evaluator.GroupByKey and self._shuffle_dir is not None:
+            op: transform_evaluator.DaskBagOp = _FileGroupByKey(
+                node, bag_kwargs=self._bag_kwargs, directory=self._shuffle_dir
+            )
+        else:
+            op = op_class(node, bag_kwargs=self._bag_kwargs)
         if op_class is transform_evaluator.Flatten:
             self._bags[node] = op.apply(inputs)
         elif op_class is _ParDo:
@@ -246,6 +304,90 @@ class _BagBuilder(PipelineVisitor):
     def leaves(self) -> list[db.Bag]:
         """The bags nothing else reads: computing them computes the whole pipeline."""
         return [bag for node, bag in self._bags.items() if node not in self._consumed]
+
+
+# ---------------------------------------------------------------- shuffle directory
+
+
+class DaskShuffleOptions(PipelineOptions):
+    """How lmshards' DaskRunner moves a GroupByKey's data."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser) -> None:
+        parser.add_argument(
+            "--dask_shuffle",
+            choices=SHUFFLES,
+            default=FILE_SHUFFLE,
+            help="DaskRunner: how a GroupByKey moves data: 'files' (default; worker memory stays flat "
+            "in the corpus) or 'tasks' (Dask's task shuffle, in the workers' memory)",
+        )
+        parser.add_argument(
+            "--dask_shuffle_dir",
+            default=None,
+            help="DaskRunner: a directory every worker can read and write (shared or gs://) for the "
+            "shuffle files; default: a temporary directory, when every worker can read it",
+        )
+
+
+class ShuffleDirError(LmshardsError):
+    """--dask_shuffle_dir is not readable by every worker."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ShuffleDir:
+    """The job's shuffle directory (None: Dask's task shuffle) and what to delete when the job ends."""
+
+    path: str | None
+    created: str | None = None
+
+
+def _visible(path: str) -> bool:
+    return fs.exists(path)
+
+
+def shuffle_dir(options: PipelineOptions, client: ddist.Client) -> ShuffleDir:
+    """Creates this job's shuffle directory and checks that every worker sees it.
+
+    Without --dask_shuffle_dir, a new temporary directory of this machine, when the workers can read it
+    (a local cluster, or one on this machine); else Dask's task shuffle, with a warning.
+
+    Raises:
+      ShuffleDirError: --dask_shuffle_dir that some worker cannot read, named with the fix.
+    """
+    settings = options.view_as(DaskShuffleOptions)
+    if settings.dask_shuffle == TASK_SHUFFLE:
+        return ShuffleDir(None)
+    given = settings.dask_shuffle_dir
+    if given:
+        path = fs.join(given, f"{SHUFFLE_DIR_PREFIX}{uuid.uuid4().hex}")
+        fs.makedirs(path)
+    else:
+        path = tempfile.mkdtemp(prefix=SHUFFLE_DIR_PREFIX)
+    marker = fs.join(path, "visible")
+    fs.write_bytes_atomic(marker, b"")
+    seen = client.run(_visible, marker)
+    if seen and all(seen.values()):
+        return ShuffleDir(path, created=path)
+    _remove(path)
+    blind = sorted(worker for worker, ok in seen.items() if not ok)
+    if given:
+        raise ShuffleDirError(
+            f"--dask_shuffle_dir {given!r}: the Dask workers {blind or '(none yet)'} cannot read it; pass a "
+            "directory every worker can reach (a shared filesystem or gs://...), or --dask_shuffle tasks."
+        )
+    logging.getLogger(FORWARDED_LOGGER).warning(
+        "DaskRunner: the workers cannot read this machine's temporary directory, so GroupByKeys use Dask's "
+        "task shuffle, whose memory grows with the corpus; pass --dask_shuffle_dir DIR (shared or gs://)."
+    )
+    return ShuffleDir(None)
+
+
+def _remove(path: str) -> None:
+    if fs.is_remote(path):
+        filesystem, p = fs.filesystem(path)
+        filesystem.rm(p, recursive=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- client and result
@@ -274,14 +416,18 @@ def local_cluster(workers: int) -> ddist.LocalCluster:
 
 @dataclasses.dataclass
 class DaskRunnerResult(dask_runner.DaskRunnerResult):
-    """Closes the client, and a cluster started for this job, once the job has ended."""
+    """Closes the client, and a cluster started for this job, and deletes the job's shuffle files once
+    the job has ended."""
 
     cluster: ddist.LocalCluster | None = None
+    shuffle: ShuffleDir = ShuffleDir(None)
 
     def wait_until_finish(self, duration=None) -> str:
         try:
             return super().wait_until_finish(duration)
         finally:
+            if self.shuffle.created:
+                _remove(self.shuffle.created)
             if self.cluster is None:  # a shared cluster outlives the job: take our plugins off it
                 self.client.unforward_logging(FORWARDED_LOGGER)
                 self.client.unregister_worker_plugin(_InfoLogs.name)
@@ -302,12 +448,7 @@ class DaskRunner(dask_runner.DaskRunner):
         logging.getLogger("distributed").setLevel(logging.WARNING)
         # Lifted first: the replacement holds a GroupByKey, which the Dask overrides then translate.
         pipeline.replace_all([_LiftCombines(), *dask_overrides()])
-        builder = _BagBuilder(bag_kwargs)
-        # Without a client yet, dask would plan each GroupByKey as a shuffle through one machine's disk.
-        with dask.config.set({"dataframe.shuffle.method": TASK_SHUFFLE}):
-            pipeline.visit(builder)
-        # One collection: dask computes each collection handed to it with its own copy of the shared graph.
-        graph = db.concat(builder.leaves())
+        _bags(pipeline, bag_kwargs)  # refuses what cannot be translated, before any cluster starts
 
         cluster = None
         if not (client_options.get("address") or client_options.get("scheduler_file")):
@@ -316,4 +457,23 @@ class DaskRunner(dask_runner.DaskRunner):
         client = ddist.Client(**client_options)
         client.register_plugin(_InfoLogs())
         client.forward_logging(FORWARDED_LOGGER, level=logging.INFO)
-        return DaskRunnerResult(client, [client.compute(graph)], cluster)
+        try:
+            shuffle = shuffle_dir(options, client)
+        except BaseException:
+            client.close()
+            if cluster is not None:
+                cluster.close()
+            raise
+        graph = _bags(pipeline, bag_kwargs, shuffle.path)
+        return DaskRunnerResult(client, [client.compute(graph)], cluster, shuffle)
+
+
+def _bags(pipeline, bag_kwargs: dict, shuffle_dir: str | None = None) -> db.Bag:
+    """The whole pipeline as one Dask bag (every leaf), its GroupByKeys through `shuffle_dir`'s files
+    (None: Dask's task shuffle)."""
+    builder = _BagBuilder(bag_kwargs, shuffle_dir)
+    # Without a client yet, dask would plan each GroupByKey as a shuffle through one machine's disk.
+    with dask.config.set({"dataframe.shuffle.method": TASK_SHUFFLE}):
+        pipeline.visit(builder)
+    # One collection: dask computes each collection handed to it with its own copy of the shared graph.
+    return db.concat(builder.leaves())

@@ -4,6 +4,7 @@ manifest as the default runner, and the gaps of Beam's own DaskRunner closed."""
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from pathlib import Path
 
@@ -16,7 +17,15 @@ from lmshards.command.cli import main as lmshards_main
 distributed = pytest.importorskip("dask.distributed")
 pytestmark = pytest.mark.slow
 
-from lmshards.preprocess.dask_runner import LOCALHOST, local_cluster  # noqa: E402  (needs dask)
+from lmshards.preprocess.dask_runner import (  # noqa: E402  (needs dask)
+    LOCALHOST,
+    SHUFFLE_DIR_PREFIX,
+    ShuffleDir,
+    ShuffleDirError,
+    local_cluster,
+    shuffle_dir,
+)
+from lmshards.preprocess.dask_shuffle import SHUFFLE_FILE_PREFIX  # noqa: E402
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 # Several packing groups and read ranges (so both workers read, pack and write), pad, JSON Lines and text.
@@ -56,7 +65,7 @@ def cluster():
         yield cluster
 
 
-def _on(cluster) -> PipelineOptions:
+def _on(cluster, *flags: str) -> PipelineOptions:
     """Options that run a pipeline on lmshards' DaskRunner, on `cluster`."""
     return PipelineOptions(
         [
@@ -64,6 +73,7 @@ def _on(cluster) -> PipelineOptions:
             "lmshards.preprocess.dask_runner.DaskRunner",
             "--dask_client_address",
             cluster.scheduler_address,
+            *flags,
         ]
     )
 
@@ -76,7 +86,8 @@ def _files(output: Path) -> dict[str, bytes]:
     }
 
 
-def test_dask_output_is_byte_identical_to_the_default_runners(cluster, tmp_path):
+@pytest.mark.parametrize("shuffle", ["files", "tasks"])
+def test_dask_output_is_byte_identical_to_the_default_runners(cluster, tmp_path, shuffle):
     default, dask = tmp_path / "default", tmp_path / "dask"
     assert lmshards_main(["preprocess", *FLAGS, "--output", str(default)]) == 0
     assert (
@@ -90,6 +101,8 @@ def test_dask_output_is_byte_identical_to_the_default_runners(cluster, tmp_path)
                 "DaskRunner",
                 "--dask_client_address",
                 cluster.scheduler_address,
+                "--dask_shuffle",
+                shuffle,
             ]
         )
         == 0
@@ -193,6 +206,71 @@ def test_each_bundle_combines_its_values_before_the_grouping(cluster, tmp_path):
     [[value, partials]] = json.loads(result.read_text())
     assert value == sum(range(40))
     assert partials == 40
+
+
+def _shuffle_files_seen(key_values, directory):
+    """What a grouped element's task sees of the shuffle directories under `directory`."""
+    key, values = key_values
+    jobs = [d for d in os.listdir(directory) if d.startswith(SHUFFLE_DIR_PREFIX)]
+    files = [f for d in jobs for f in os.listdir(os.path.join(directory, d))]
+    return key, sorted(values), len(jobs), sum(f.startswith(SHUFFLE_FILE_PREFIX) for f in files)
+
+
+def test_a_group_by_key_goes_through_files_under_the_shuffle_dir_which_go_when_the_job_ends(
+    cluster, tmp_path
+):
+    shuffles, result = tmp_path / "shuffles", tmp_path / "result.json"
+    shuffles.mkdir()
+    options = _on(cluster, "--dask_shuffle_dir", str(shuffles), "--dask_npartitions", "3")
+    with beam.Pipeline(options=options) as pipeline:
+        grouped = (
+            pipeline
+            | beam.Create([(f"k{i % 5}", i) for i in range(40)])
+            | beam.GroupByKey()
+            | beam.Map(_shuffle_files_seen, str(shuffles))
+        )
+        (
+            pipeline
+            | "Once" >> beam.Create([None])
+            | beam.Map(_save, beam.pvalue.AsList(grouped), str(result))
+        )
+    seen = json.loads(result.read_text())
+    assert [[key, values] for key, values, _, _ in seen] == [
+        [f"k{k}", list(range(k, 40, 5))] for k in range(5)
+    ]
+    assert {(jobs, files) for _, _, jobs, files in seen} == {(1, 3)}  # a file per input partition
+    assert list(shuffles.iterdir()) == []
+
+
+class _FakeClient:
+    """What shuffle_dir asks of a dask client: each worker's answer to run(fn, path)."""
+
+    def __init__(self, sees: bool):
+        self._sees = sees
+
+    def run(self, fn, path):
+        return {"tcp://10.0.0.7:4001": self._sees and fn(path)}
+
+
+def test_a_shuffle_dir_some_worker_cannot_read_is_refused_and_removed(tmp_path):
+    options = PipelineOptions(["--dask_shuffle_dir", str(tmp_path)])
+    with pytest.raises(
+        ShuffleDirError, match=r"--dask_shuffle_dir .*10\.0\.0\.7.*--dask_shuffle tasks"
+    ):
+        shuffle_dir(options, _FakeClient(sees=False))
+    assert list(tmp_path.iterdir()) == []
+    chosen = shuffle_dir(options, _FakeClient(sees=True))
+    assert chosen.path == chosen.created and Path(chosen.path).parent == tmp_path
+
+
+def test_without_a_shuffle_dir_workers_that_cannot_read_ours_get_the_task_shuffle(caplog):
+    with caplog.at_level("WARNING", logger="preprocess"):
+        chosen = shuffle_dir(PipelineOptions([]), _FakeClient(sees=False))
+    assert chosen == ShuffleDir(None)
+    assert "--dask_shuffle_dir" in caplog.text
+    assert shuffle_dir(PipelineOptions(["--dask_shuffle", "tasks"]), _FakeClient(sees=True)) == (
+        ShuffleDir(None)
+    )
 
 
 def test_tagged_outputs_are_refused_before_any_cluster_starts():

@@ -1,0 +1,95 @@
+"""The Dask runner's file shuffle: the groups of a GroupByKey, read back from files, whatever the
+partitioning, and the partition of a key the same in every process."""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from apache_beam import coders
+
+from lmshards.preprocess.dask_shuffle import (
+    SHUFFLE_FILE_PREFIX,
+    read_groups,
+    read_section,
+    reduce_partition,
+    write_sections,
+)
+
+ENCODE = coders.registry.get_coder(object).as_deterministic_coder("test").encode
+
+
+def _random_partitions(seed: int, inputs: int) -> list[list[tuple[object, object]]]:
+    rng = random.Random(seed)
+    keys = [("train", g) for g in range(7)] + [b"\x00digest", 12, ("validation", 0), None]
+    return [
+        [(rng.choice(keys), (i, j, np.arange(rng.randrange(4)))) for j in range(rng.randrange(30))]
+        for i in range(inputs)
+    ]
+
+
+@pytest.mark.parametrize("partitions", [1, 3, 16])
+def test_the_groups_read_back_are_the_keys_with_all_their_values_in_input_order(
+    tmp_path, partitions
+):
+    inputs = _random_partitions(seed=partitions, inputs=5)
+    files = [
+        write_sections(items, partitions=partitions, directory=str(tmp_path), encode_key=ENCODE)
+        for items in inputs
+    ]
+    expected: dict[object, list] = collections.defaultdict(list)
+    for items in inputs:
+        for key, value in items:
+            expected[key].append(value)
+
+    got: dict[object, list] = {}
+    for j in range(partitions):
+        for key, values in read_groups(files, j).items():
+            assert key not in got, f"key {key!r} in two reduce partitions"
+            got[key] = values
+
+    assert got.keys() == expected.keys()
+    for key, values in expected.items():
+        assert [(i, j) for i, j, _ in got[key]] == [(i, j) for i, j, _ in values]
+        for mine, theirs in zip(got[key], values):
+            np.testing.assert_array_equal(mine[2], theirs[2])
+    assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(f.path) for f in files)
+    assert all(name.startswith(SHUFFLE_FILE_PREFIX) for name in os.listdir(tmp_path))
+
+
+def test_an_empty_input_partition_writes_empty_sections(tmp_path):
+    file = write_sections([], partitions=4, directory=str(tmp_path), encode_key=ENCODE)
+    assert file.offsets == (0, 0, 0, 0, 0)
+    assert [read_section(file, j) for j in range(4)] == [[], [], [], []]
+
+
+def test_each_section_holds_only_its_own_partitions_keys(tmp_path):
+    items = [(("train", g), g) for g in range(50)]
+    file = write_sections(items, partitions=5, directory=str(tmp_path), encode_key=ENCODE)
+    for j in range(5):
+        section = read_section(file, j)
+        assert section, "50 keys over 5 partitions leave none empty"
+        assert all(reduce_partition(ENCODE(key), 5) == j for key, _ in section)
+
+
+def test_a_keys_partition_is_the_same_in_a_process_with_another_string_hash_seed():
+    keys = [("train", 3), "abc", b"bytes", 7, ("validation", "x", 2)]
+    here = [reduce_partition(ENCODE(key), 97) for key in keys]
+    code = (
+        "from apache_beam import coders\n"
+        "from lmshards.preprocess.dask_shuffle import reduce_partition\n"
+        "encode = coders.registry.get_coder(object).as_deterministic_coder('t').encode\n"
+        f"print([reduce_partition(encode(k), 97) for k in {keys!r}])\n"
+    )
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        assert out.stdout.strip() == str(here)
+    assert len(set(here)) > 1  # not a constant
