@@ -46,6 +46,7 @@ import dataclasses
 import functools
 import logging
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -159,6 +160,12 @@ def _process_bundle(elements, spec: _BundleSpec, *side_values: list) -> list:
     return [output.value for output in receivers.values]
 
 
+def _task_name(applied: AppliedPTransform) -> str:
+    """A step's Dask task names: its Beam label (what the dashboard and the scheduler show), in
+    characters dask's key parsing keeps together."""
+    return re.sub(r"[^A-Za-z0-9_.]", "_", applied.full_label)
+
+
 def _concat(parts: list[list]) -> list:
     return [value for part in parts for value in part]
 
@@ -195,7 +202,9 @@ class _ParDo(transform_evaluator.DaskBagOp):
         side_values = [_all_values(bag) for _, bag in side_inputs]
         # Elements are wrapped in their window inside the bundle's task: a separate map would be a
         # task of its own per consumer, holding its own copy of the partition until that consumer ran.
-        return input_bag.map_partitions(_process_bundle, spec, *side_values)
+        return input_bag.map_partitions(
+            _process_bundle, spec, *side_values, token=_task_name(self.applied)
+        )
 
 
 @dataclasses.dataclass
@@ -238,10 +247,21 @@ class _FileGroupByKey(transform_evaluator.DaskBagOp):
         partitions = input_bag.npartitions
         # Beam's deterministic encoding of a key: equal keys, equal bytes, on every worker process.
         coder = coders.registry.get_coder(object).as_deterministic_coder(self.applied.full_label)
-        written = input_bag.map_partitions(_write_partition, partitions, self.directory, coder)
+        written = input_bag.map_partitions(
+            _write_partition,
+            partitions,
+            self.directory,
+            coder,
+            token=f"{_task_name(self.applied)}.write",
+        )
         files = _all_values(written)  # every ShuffleFile: small, the data stays on disk
-        reduce = dask.delayed(_reduce_partition, pure=True)
-        return db.from_delayed([reduce(files, j) for j in range(partitions)])
+        reduce, name = dask.delayed(_reduce_partition), f"{_task_name(self.applied)}.read"
+        return db.from_delayed(
+            [
+                reduce(files, j, dask_key_name=f"{name}-{dask.base.tokenize(files.key, j)}")
+                for j in range(partitions)
+            ]
+        )
 
 
 TRANSLATIONS = {**transform_evaluator.TRANSLATIONS, ParDo: _ParDo, _Create: _CreateOp}
@@ -272,6 +292,7 @@ class _BagBuilder(PipelineVisitor):
         self._shuffle_dir = shuffle_dir
         self._bags: dict[AppliedPTransform, db.Bag] = {}
         self._consumed: set[AppliedPTransform] = set()
+        self._steps = 0  # the steps visited so far (Beam visits a step after its inputs' steps)
 
     def visit_transform(self, node: AppliedPTransform) -> None:
         if len(node.outputs) > 1:
@@ -294,12 +315,15 @@ class _BagBuilder(PipelineVisitor):
             )
         else:
             op = op_class(node, bag_kwargs=self._bag_kwargs)
-        if op_class is transform_evaluator.Flatten:
-            self._bags[node] = op.apply(inputs)
-        elif op_class is _ParDo:
-            self._bags[node] = op.apply(inputs[0], sides)
-        else:
-            self._bags[node] = op.apply(inputs[0] if inputs else None)
+        # Later steps first: a worker runs what consumes data already held before it reads more.
+        self._steps += 1
+        with dask.annotate(priority=self._steps):
+            if op_class is transform_evaluator.Flatten:
+                self._bags[node] = op.apply(inputs)
+            elif op_class is _ParDo:
+                self._bags[node] = op.apply(inputs[0], sides)
+            else:
+                self._bags[node] = op.apply(inputs[0] if inputs else None)
 
     def leaves(self) -> list[db.Bag]:
         """The bags nothing else reads: computing them computes the whole pipeline."""
@@ -465,7 +489,9 @@ class DaskRunner(dask_runner.DaskRunner):
                 cluster.close()
             raise
         graph = _bags(pipeline, bag_kwargs, shuffle.path)
-        return DaskRunnerResult(client, [client.compute(graph)], cluster, shuffle)
+        # Not optimized: dask's fusion of linear chains drops the steps' priorities.
+        future = client.compute(graph, optimize_graph=False)
+        return DaskRunnerResult(client, [future], cluster, shuffle)
 
 
 def _bags(pipeline, bag_kwargs: dict, shuffle_dir: str | None = None) -> db.Bag:

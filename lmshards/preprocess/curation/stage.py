@@ -38,7 +38,6 @@ from lmshards.preprocess.stages.read import (
     NumberedBatch,
     NumberedReadOutputs,
     ReadDocuments,
-    range_offsets,
 )
 from lmshards.schemas.manifest import CurationInfo, InputFileInfo
 
@@ -100,15 +99,11 @@ class CurationOutputs(NamedTuple):
 # ---------------------------------------------------------------- logic
 
 
-def number_documents(
-    batch: NumberedBatch, offsets: Mapping[tuple[str, int], tuple[int, int]]
-) -> Iterator[CurationDoc]:
+def number_documents(batch: NumberedBatch) -> Iterator[CurationDoc]:
     """Each document of a batch with its index in its file and its record's number."""
-    documents, records = offsets[batch.source, batch.range_number]
-    first = documents + batch.first
     urls = batch.urls if batch.urls is not None else [None] * len(batch.texts)
     for i, (text, record, url) in enumerate(zip(batch.texts, batch.records, urls, strict=True)):
-        yield CurationDoc(batch.source, first + i, text, records + record, url)
+        yield CurationDoc(batch.source, batch.first + i, text, record, url)
 
 
 def apply_verdicts(
@@ -180,15 +175,7 @@ class NumberDocuments(beam.PTransform):
     """NumberedReadOutputs of ReadDocuments(numbered=True) -> CurationDoc."""
 
     def expand(self, read: NumberedReadOutputs):
-        offsets = (
-            read.counts
-            | "Ranges" >> beam.combiners.ToList()  # [RangeCount]
-            | "Offsets"
-            >> beam.Map(range_offsets)  # {(source, range number): (first index, first record)}
-        )
-        return read.documents | "Number" >> beam.FlatMap(
-            number_documents, beam.pvalue.AsSingleton(offsets)
-        )  # CurationDoc
+        return read.documents | "Number" >> beam.FlatMap(number_documents)  # CurationDoc
 
 
 class _JudgeFn(beam.DoFn):

@@ -3,11 +3,13 @@
 The ranges (see lmshards.preprocess.sources) are planned, and every file checked, when the transform is
 constructed, i.e. while the pipeline is built and before any worker starts.
 
-With numbered=True (curation needs each document's identity) every batch says which range of which file
-it came from, where in the range it starts and the raw record (line, row) of each of its documents, and
-every range reports how many documents and raw records it holds; a document's place among its file's
-documents, and its record's number in the file, follow from those alone (range_offsets), whatever the
-range size.
+With numbered=True (curation needs each document's identity) every batch says which file it came from,
+the place of its first document among the file's documents and the raw record (line, row) of each of its
+documents. Those numbers need every earlier range's counts, so the ranges are read twice: once to count
+each range's documents and raw records (range_offsets turns the counts into each range's first numbers,
+whatever the range size), then again, each range numbered from its offsets as it is read. A runner then
+holds only the ranges' counts while it waits for all of them, never the corpus's text (Dask would keep
+it in the workers' memory; Dataflow would write it to its shuffle and read it back).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from lmshards.plumbing.progress import PROGRESS_EVERY_S, Pacer, bytes_progress
 from lmshards.plumbing.units import megabytes
 from lmshards.preprocess.sources import (
     DEFAULT_RANGE_BYTES,
+    InputError,
     ReadOptions,
     ReadRange,
     ReadStats,
@@ -59,12 +62,12 @@ INPUT_BYTES_COUNTER = "input_bytes_read"
 
 @dataclasses.dataclass(frozen=True)
 class NumberedBatch:
-    """Documents of one range with their place in it (ReadDocuments(numbered=True)).
+    """Documents of one range with their place in their file (ReadDocuments(numbered=True)).
 
-    texts[i] is document first + i of range number `range_number` of file `source`, and comes from
-    its raw record records[i], counted from the range's first record: the line of a line-document
-    or JSON Lines file (every line counted, empty and skipped ones too), the row of a Parquet file;
-    for the other formats the document's own place (first + i). urls[i] is its record's URL (WARC, JSON
+    texts[i] is document first + i of file `source` (read from its range number `range_number`), and
+    comes from its file's raw record records[i]: the line of a line-document or JSON Lines file (every
+    line counted, empty and skipped ones too), the row of a Parquet file; for the other formats the
+    document's own place (first + i). urls[i] is its record's URL (WARC, JSON
     Lines with --url_field), for the audit; urls is None where the batch has none, so that batches of
     plain text carry nothing more.
     """
@@ -88,10 +91,10 @@ class RangeCount:
     records: int
 
 
-# What reading one range emits on its single output: its document batches, then its ReadStats (and
-# with numbering its RangeCount). One output, told apart by type: not every Beam runner keeps a
-# ParDo's tagged outputs apart.
-RangeOutput = list[str] | NumberedBatch | RangeCount | ReadStats
+# What reading one range emits on its single output: its document batches, then its ReadStats (with
+# numbering, its first read: only its RangeCount and ReadStats). One output, told apart by type: not
+# every Beam runner keeps a ParDo's tagged outputs apart.
+RangeOutput = list[str] | RangeCount | ReadStats
 
 
 # ---------------------------------------------------------------- logic
@@ -146,6 +149,63 @@ def size_ranges(
 def known_urls(urls: list[str | None]) -> list[str | None] | None:
     """urls, or None when none of them is known (a format without URLs)."""
     return urls if any(url is not None for url in urls) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class RangePlace:
+    """Where a range's documents and raw records start in its file, and how many documents it gave
+    when it was first read."""
+
+    first_document: int
+    first_record: int
+    documents: int
+
+
+def range_places(counts: Iterable[RangeCount]) -> dict[tuple[str, int], RangePlace]:
+    """range_offsets, with each range's document count."""
+    counts = list(counts)
+    offsets = range_offsets(counts)
+    return {
+        (c.source, c.range_number): RangePlace(*offsets[c.source, c.range_number], c.documents)
+        for c in counts
+    }
+
+
+def record_numbers(sized: SizedRange, options: ReadOptions) -> RecordNumbers | None:
+    """A RecordNumbers for reading `sized`, or None for a format whose records are its documents."""
+    return RecordNumbers() if format_for(sized.range.path, options).raw_records else None
+
+
+def numbered_batches(
+    sized: SizedRange, place: RangePlace, options: ReadOptions, batch_size: int
+) -> Iterator[NumberedBatch]:
+    """The batches of a range read again, numbered in its file from `place`.
+
+    Raises:
+      InputError: the file changed since it was first read (another count of documents, or another
+        size or time), naming it.
+    """
+    path = sized.range.path
+    numbers = record_numbers(sized, options)
+    documents = 0
+    for batch in read_batches(
+        sized.range, options, batch_size=batch_size, stats=ReadStats(), numbers=numbers
+    ):
+        first = place.first_document + documents
+        if numbers is not None:
+            records, urls = numbers.take_with_urls(len(batch))
+            records = [place.first_record + r for r in records]
+            yield NumberedBatch(path, sized.number, first, batch, records, known_urls(urls))
+        else:
+            records = list(range(first, first + len(batch)))
+            yield NumberedBatch(path, sized.number, first, batch, records)
+        documents += len(batch)
+    check_unchanged(path, sized.planned, when="while it was read again")
+    if documents != place.documents:
+        raise InputError(
+            f"{path!r} gave {documents} documents when read again and {place.documents} the first "
+            f"time (range {sized.number}): it changed during the run. Rerun once nothing writes to it."
+        )
 
 
 def range_offsets(counts: Iterable[RangeCount]) -> dict[tuple[str, int], tuple[int, int]]:
@@ -312,7 +372,7 @@ class ReadOutputs(NamedTuple):
 
 
 class NumberedReadOutputs(NamedTuple):
-    documents: beam.PCollection  # NumberedBatch
+    documents: beam.PCollection  # NumberedBatch, numbered in their files
     stats: beam.PCollection  # ReadStats: exactly one, the sum over every range
     counts: beam.PCollection  # RangeCount, one per range
 
@@ -322,8 +382,8 @@ class ReadDocuments(beam.PTransform):
     order), and the ReadStats totals as data, so that the manifest can record them deterministically.
 
     files: InputFileInfo from expand_inputs, or paths/globs (expanded here).
-    numbered: batches are NumberedBatch (each document's place in its file follows from them and
-      the RangeCount of every range, see range_offsets) instead of list[str].
+    numbered: batches are NumberedBatch (each document's place in its file and its raw record),
+      instead of list[str], from a second read of each range (see the module's docstring).
 
     Raises:
       InputError: (when constructed) an input that cannot be read as its format.
@@ -348,27 +408,34 @@ class ReadDocuments(beam.PTransform):
         self._numbered = numbered
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> ReadOutputs | NumberedReadOutputs:
-        read = (
+        ranges = (
             pbegin
             | "ListRanges" >> beam.Create(self._ranges)  # SizedRange
             | "SpreadRanges" >> beam.Reshuffle()  # SizedRange, each on any worker
-            | "ReadRanges"
-            >> beam.ParDo(
-                _ReadRangeFn(
-                    self._options, self._batch_size, self._total_bytes, numbered=self._numbered
-                )
+        )
+        read = ranges | "ReadRanges" >> beam.ParDo(
+            _ReadRangeFn(
+                self._options, self._batch_size, self._total_bytes, counting=self._numbered
             )
-        )  # RangeOutput: list[str] (or NumberedBatch) batches, then the range's ReadStats
-        documents = read | "Documents" >> beam.Filter(is_batch)  # list[str] | NumberedBatch
+        )  # RangeOutput: list[str] batches (numbered: the RangeCount), then the range's ReadStats
         stats = (
             read
             | "RangeStats" >> beam.Filter(is_stats)  # ReadStats, one per range
             | "SumStats" >> beam.CombineGlobally(sum_stats)  # ReadStats, one
         )
         if not self._numbered:
+            documents = read | "Documents" >> beam.Filter(is_batch)  # list[str]
             return ReadOutputs(documents=documents, stats=stats)
         counts = read | "RangeCounts" >> beam.Filter(is_count)  # RangeCount, one per range
-        return NumberedReadOutputs(documents=documents, stats=stats, counts=counts)
+        offsets = (
+            counts
+            | "AllRangeCounts" >> beam.combiners.ToList()  # [RangeCount]
+            | "RangeOffsets" >> beam.Map(range_places)  # {(source, range number): RangePlace}
+        )
+        numbered = ranges | "ReadNumbered" >> beam.ParDo(
+            _ReadNumberedFn(self._options, self._batch_size), beam.pvalue.AsSingleton(offsets)
+        )  # NumberedBatch
+        return NumberedReadOutputs(documents=numbered, stats=stats, counts=counts)
 
 
 class _ReadRangeFn(beam.DoFn):
@@ -378,10 +445,10 @@ class _ReadRangeFn(beam.DoFn):
     """
 
     def __init__(
-        self, options: ReadOptions, batch_size: int, total_bytes: int, *, numbered: bool = False
+        self, options: ReadOptions, batch_size: int, total_bytes: int, *, counting: bool = False
     ):
         self._options = options
-        self._numbered = numbered
+        self._counting = counting
         self._batch_size = batch_size
         self._total_bytes = total_bytes
         self._progress: ReadProgress | None = None
@@ -394,9 +461,7 @@ class _ReadRangeFn(beam.DoFn):
         assert progress is not None, "made in setup()"
         stats = ReadStats()
         documents = 0
-        # Only formats that number raw records fill it; the others' records are their documents.
-        raw = self._numbered and format_for(sized.range.path, self._options).raw_records
-        numbers = RecordNumbers() if raw else None
+        numbers = record_numbers(sized, self._options) if self._counting else None
         for batch in read_sized_range(
             sized,
             self._options,
@@ -405,19 +470,29 @@ class _ReadRangeFn(beam.DoFn):
             progress=progress,
             numbers=numbers,
         ):
-            if self._numbered and numbers is not None:
-                records, urls = numbers.take_with_urls(len(batch))
-                yield NumberedBatch(
-                    sized.range.path, sized.number, documents, batch, records, known_urls(urls)
-                )
-            elif self._numbered:
-                records = list(range(documents, documents + len(batch)))
-                yield NumberedBatch(sized.range.path, sized.number, documents, batch, records)
-            else:
+            if numbers is not None:
+                numbers.take_with_urls(len(batch))  # counted only: the second read numbers them
+            if not self._counting:
                 yield batch
             documents += len(batch)
         count_read(stats, sized.input_bytes)
-        if self._numbered:
+        if self._counting:
             raw_records = numbers.records if numbers is not None else documents
             yield RangeCount(sized.range.path, sized.number, documents, raw_records)
         yield stats
+
+
+class _ReadNumberedFn(beam.DoFn):
+    """SizedRange -> its NumberedBatch batches, numbered in their file from the range's RangePlace
+    (the second read of a numbered ReadDocuments; the first one counted and reported)."""
+
+    def __init__(self, options: ReadOptions, batch_size: int):
+        self._options = options
+        self._batch_size = batch_size
+
+    def process(
+        self, sized: SizedRange, places: dict[tuple[str, int], RangePlace]
+    ) -> Iterable[NumberedBatch]:
+        yield from numbered_batches(
+            sized, places[sized.range.path, sized.number], self._options, self._batch_size
+        )

@@ -210,3 +210,18 @@ def test_numbered_pieces_of_a_split_line_share_its_record_and_blank_line_documen
         range_bytes,
         [("p.txt", i, i, text) for i, text in enumerate(texts)],
     )
+
+
+def test_a_range_that_gives_other_documents_when_read_again_stops_the_run(tmp_path):
+    from lmshards.preprocess.stages.read import RangePlace, numbered_batches, plan_sized_ranges
+
+    path = tmp_path / "docs.txt"
+    path.write_text("one\ntwo\nthree\n", encoding="utf-8")
+    _, (sized,) = plan_sized_ranges([str(path)], ReadOptions(), range_bytes=1 << 20)
+    place = RangePlace(first_document=10, first_record=20, documents=3)
+    (batch,) = numbered_batches(sized, place, ReadOptions(), batch_size=8)
+    assert (batch.first, batch.records, batch.texts) == (10, [20, 21, 22], ["one", "two", "three"])
+    with pytest.raises(
+        InputError, match=r"docs\.txt.* 3 documents when read again and 4 .*changed"
+    ):
+        list(numbered_batches(sized, RangePlace(0, 0, 4), ReadOptions(), batch_size=8))
