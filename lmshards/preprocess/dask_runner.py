@@ -30,6 +30,11 @@ runs each ParDo bundle (one bag partition) with a DoFnInvoker. Changed here:
   GroupByKey goes through files (lmshards.preprocess.dask_shuffle) under --dask_shuffle_dir, or a
   temporary directory when every worker can read this machine's (a local cluster); --dask_shuffle tasks
   keeps Dask's own.
+- Order: a step's tasks carry its place in the pipeline as their priority, later steps first, so a
+  worker runs whatever consumes data it already holds before it reads more (Dask's own order let a
+  worker judge range after range while the removals waited for their reader: memory grew with the
+  corpus). The graph is computed unfused, as dask's fusion of linear chains drops the priorities.
+  A task's name is its step's label (on the dashboard, in the scheduler's logs).
 - The cluster: without --dask_client_address or --dask_scheduler_file, a local cluster of one
   single-threaded worker process per core, listening on 127.0.0.1 only (Beam's bare `Client()`
   serves its dashboard on every interface). The workers' `preprocess` log records (progress lines)
@@ -220,11 +225,10 @@ class _CreateOp(transform_evaluator.Create):
 def _write_partition(
     items: list, partitions: int, directory: str, coder: coders.Coder
 ) -> list[dask_shuffle.ShuffleFile]:
-    return [
-        dask_shuffle.write_sections(
-            items, partitions=partitions, directory=directory, encode_key=coder.encode
-        )
-    ]
+    written = dask_shuffle.write_sections(
+        items, partitions=partitions, directory=directory, encode_key=coder.encode
+    )
+    return [] if written is None else [written]
 
 
 def _reduce_partition(files: list[dask_shuffle.ShuffleFile], partition: int) -> list:

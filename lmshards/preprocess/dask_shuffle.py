@@ -4,8 +4,9 @@ Dask's task shuffle (what Beam's DaskRunner plans for a GroupByKey) keeps every 
 workers' memory until its group is consumed, so a worker's peak grows with the corpus: the packing and
 shard shuffles carry every token of it. Here, as in MapReduce's and Spark's shuffle files, each input
 partition (one bundle's output) is written at once to one file, its elements in one section per reduce
-partition (by a hash of the key's deterministic encoding), and each reduce partition reads its section
-of every file and groups what it read. Between the two, only the sections' offsets stay in memory; a
+partition that gets any (by a hash of the key's deterministic encoding), and each reduce partition reads
+its section of every file that has one and groups what it read. Between the two, only the sections'
+offsets stay in memory; a
 worker holds one partition's elements at a time. The directory must be one every worker can read
 (a local disk for a local cluster; a shared or gs:// path otherwise), and it needs free space for what
 the job shuffles (about the size of the tokens, twice, for a plain preprocess).
@@ -31,13 +32,15 @@ _PARTITION_HASH_BYTES = 8
 
 @dataclasses.dataclass(frozen=True)
 class ShuffleFile:
-    """One input partition's elements: section j (reduce partition j) is bytes [offsets[j], offsets[j+1])."""
+    """One input partition's elements: reduce partition j's are bytes [start, end) = sections[j].
+
+    Only the partitions that get elements have a section: what the reduce side holds of a shuffle grows
+    with the (input partition, reduce partition) pairs that carry data, not with their product (a
+    combine's partial results all go to one partition; a range's documents to a few packing groups).
+    """
 
     path: str
-    offsets: tuple[int, ...]
-
-    def section(self, partition: int) -> tuple[int, int]:
-        return self.offsets[partition], self.offsets[partition + 1]
+    sections: dict[int, tuple[int, int]]
 
 
 def reduce_partition(encoded_key: bytes, partitions: int) -> int:
@@ -53,29 +56,33 @@ def write_sections(
     partitions: int,
     directory: str,
     encode_key: Callable[[Any], bytes],
-) -> ShuffleFile:
-    """Writes (key, value) items into one new file under `directory`, a pickled list per reduce partition."""
-    sections: list[list[tuple[Any, Any]]] = [[] for _ in range(partitions)]
+) -> ShuffleFile | None:
+    """Writes (key, value) items into one new file under `directory`, a pickled list per reduce
+    partition that gets any; None (and no file) when there are no items."""
+    by_partition: dict[int, list[tuple[Any, Any]]] = {}
     for item in items:
-        sections[reduce_partition(encode_key(item[0]), partitions)].append(item)
+        by_partition.setdefault(reduce_partition(encode_key(item[0]), partitions), []).append(item)
+    if not by_partition:
+        return None
     path = fs.join(directory, f"{SHUFFLE_FILE_PREFIX}{uuid.uuid4().hex}")
-    offsets = [0]
+    sections, end = {}, 0
     with fs.open_file(path, "wb") as f:
-        for section in sections:
-            data = pickle.dumps(section, protocol=pickle.HIGHEST_PROTOCOL) if section else b""
+        for partition in sorted(by_partition):
+            data = pickle.dumps(by_partition[partition], protocol=pickle.HIGHEST_PROTOCOL)
             f.write(data)
-            offsets.append(offsets[-1] + len(data))
-    return ShuffleFile(path=path, offsets=tuple(offsets))
+            sections[partition] = (end, end + len(data))
+            end += len(data)
+    return ShuffleFile(path=path, sections=sections)
 
 
 def read_section(file: ShuffleFile, partition: int) -> list[tuple[Any, Any]]:
     """The items write_sections put in `file` for `partition`."""
-    lo, hi = file.section(partition)
-    if hi == lo:
+    if partition not in file.sections:
         return []
+    start, end = file.sections[partition]
     with fs.open_file(file.path, "rb") as f:
-        f.seek(lo)
-        data = f.read(hi - lo)
+        f.seek(start)
+        data = f.read(end - start)
     return pickle.loads(data)
 
 

@@ -38,10 +38,11 @@ def test_the_groups_read_back_are_the_keys_with_all_their_values_in_input_order(
     tmp_path, partitions
 ):
     inputs = _random_partitions(seed=partitions, inputs=5)
-    files = [
+    written = [
         write_sections(items, partitions=partitions, directory=str(tmp_path), encode_key=ENCODE)
         for items in inputs
     ]
+    files = [file for file in written if file is not None]
     expected: dict[object, list] = collections.defaultdict(list)
     for items in inputs:
         for key, value in items:
@@ -62,10 +63,16 @@ def test_the_groups_read_back_are_the_keys_with_all_their_values_in_input_order(
     assert all(name.startswith(SHUFFLE_FILE_PREFIX) for name in os.listdir(tmp_path))
 
 
-def test_an_empty_input_partition_writes_empty_sections(tmp_path):
-    file = write_sections([], partitions=4, directory=str(tmp_path), encode_key=ENCODE)
-    assert file.offsets == (0, 0, 0, 0, 0)
-    assert [read_section(file, j) for j in range(4)] == [[], [], [], []]
+def test_an_empty_input_partition_writes_no_file_and_only_used_sections_are_listed(tmp_path):
+    assert write_sections([], partitions=4, directory=str(tmp_path), encode_key=ENCODE) is None
+    assert list(tmp_path.iterdir()) == []
+    file = write_sections(
+        [(None, 1), (None, 2)], partitions=64, directory=str(tmp_path), encode_key=ENCODE
+    )
+    assert list(file.sections) == [reduce_partition(ENCODE(None), 64)]
+    assert [read_section(file, j) for j in range(64) if read_section(file, j)] == [
+        [(None, 1), (None, 2)]
+    ]
 
 
 def test_each_section_holds_only_its_own_partitions_keys(tmp_path):
