@@ -222,11 +222,30 @@ class _CreateOp(transform_evaluator.Create):
         return super().apply(input_bag, side_inputs)
 
 
+class _QuietFallback(logging.Filter):
+    """Drops Beam's note that a key type (a frozen dataclass, a NamedTuple) is encoded by its fields: that
+    encoding is deterministic, and each task's new coder would log it again."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Using fallback deterministic coder")
+
+
+@functools.lru_cache(maxsize=SET_UP_FNS_PER_PROCESS)
+def _key_encoder(label: str):
+    """Beam's deterministic encoding of a GroupByKey's keys (equal keys, equal bytes, in every process),
+    made once per worker process and step."""
+    logging.getLogger("apache_beam.coders.coder_impl").addFilter(_QUIET_FALLBACK)
+    return coders.registry.get_coder(object).as_deterministic_coder(label).encode
+
+
+_QUIET_FALLBACK = _QuietFallback()
+
+
 def _write_partition(
-    items: list, partitions: int, directory: str, coder: coders.Coder
+    items: list, partitions: int, directory: str, label: str
 ) -> list[dask_shuffle.ShuffleFile]:
     written = dask_shuffle.write_sections(
-        items, partitions=partitions, directory=directory, encode_key=coder.encode
+        items, partitions=partitions, directory=directory, encode_key=_key_encoder(label)
     )
     return [] if written is None else [written]
 
@@ -249,13 +268,11 @@ class _FileGroupByKey(transform_evaluator.DaskBagOp):
 
     def apply(self, input_bag: db.Bag, side_inputs=None) -> db.Bag:
         partitions = input_bag.npartitions
-        # Beam's deterministic encoding of a key: equal keys, equal bytes, on every worker process.
-        coder = coders.registry.get_coder(object).as_deterministic_coder(self.applied.full_label)
         written = input_bag.map_partitions(
             _write_partition,
             partitions,
             self.directory,
-            coder,
+            self.applied.full_label,
             token=f"{_task_name(self.applied)}.write",
         )
         files = _all_values(written)  # every ShuffleFile: small, the data stays on disk

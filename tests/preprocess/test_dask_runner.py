@@ -369,3 +369,15 @@ def test_dask_judges_the_document_steps_like_the_default_runner(cluster, tmp_pat
     (row,) = manifests[0]["curation"]["steps"]
     assert row["name"] == "language" and row["counts"]["de"] >= 2
     assert row["documents_in"] == len(texts) + 2
+
+
+def test_a_steps_key_encoding_is_made_once_per_process_without_beams_fallback_note(caplog):
+    from lmshards.preprocess.curation.audit import KeptDoc
+    from lmshards.preprocess.dask_runner import _key_encoder
+
+    with caplog.at_level("WARNING"):
+        encode = _key_encoder("Step/Group")
+        assert _key_encoder("Step/Group") is encode
+        assert encode(KeptDoc("a.txt", 3)) == _key_encoder("Other")(KeptDoc("a.txt", 3))
+        assert encode(KeptDoc("a.txt", 3)) != encode(KeptDoc("a.txt", 4))
+    assert "fallback" not in caplog.text
