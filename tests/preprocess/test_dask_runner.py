@@ -381,3 +381,15 @@ def test_a_steps_key_encoding_is_made_once_per_process_without_beams_fallback_no
         assert encode(KeptDoc("a.txt", 3)) == _key_encoder("Other")(KeptDoc("a.txt", 3))
         assert encode(KeptDoc("a.txt", 3)) != encode(KeptDoc("a.txt", 4))
     assert "fallback" not in caplog.text
+
+
+def test_a_gcs_shuffle_dir_gets_a_checked_job_directory_removed_at_the_end(gcs_emulator):
+    from lmshards.plumbing import fs
+    from lmshards.preprocess.dask_runner import _remove
+
+    given = f"{gcs_emulator}/dask"
+    chosen = shuffle_dir(PipelineOptions(["--dask_shuffle_dir", given]), _FakeClient(sees=True))
+    assert chosen.path == chosen.created
+    assert chosen.path.startswith(f"{given}/{SHUFFLE_DIR_PREFIX}") and fs.exists(chosen.path)
+    _remove(chosen.created)
+    assert not fs.exists(chosen.path)

@@ -100,3 +100,24 @@ def test_a_keys_partition_is_the_same_in_a_process_with_another_string_hash_seed
         )
         assert out.stdout.strip() == str(here)
     assert len(set(here)) > 1  # not a constant
+
+
+def test_shuffle_files_on_gcs_group_the_same(gcs_emulator):
+    from lmshards.plumbing import fs
+
+    directory = f"{gcs_emulator}/shuffle"
+    inputs = _random_partitions(seed=7, inputs=3)
+    written = [
+        write_sections(items, partitions=4, directory=directory, encode_key=ENCODE)
+        for items in inputs
+    ]
+    files = [file for file in written if file is not None]
+    expected: dict[object, list] = collections.defaultdict(list)
+    for items in inputs:
+        for key, value in items:
+            expected[key].append(value)
+    got = {key: values for j in range(4) for key, values in read_groups(files, j).items()}
+    assert {k: [v[:2] for v in vs] for k, vs in got.items()} == {
+        k: [v[:2] for v in vs] for k, vs in expected.items()
+    }
+    assert all(f.path.startswith("gs://") and fs.exists(f.path) for f in files)
