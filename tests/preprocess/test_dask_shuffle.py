@@ -33,20 +33,25 @@ def _random_partitions(seed: int, inputs: int) -> list[list[tuple[object, object
     ]
 
 
+def _written_and_expected(inputs, partitions: int, directory: str):
+    """The shuffle files of `inputs` (empty ones left out), and every key's values in input order."""
+    written = [
+        write_sections(items, partitions=partitions, directory=directory, encode_key=ENCODE)
+        for items in inputs
+    ]
+    expected: dict[object, list] = collections.defaultdict(list)
+    for items in inputs:
+        for key, value in items:
+            expected[key].append(value)
+    return [file for file in written if file is not None], expected
+
+
 @pytest.mark.parametrize("partitions", [1, 3, 16])
 def test_the_groups_read_back_are_the_keys_with_all_their_values_in_input_order(
     tmp_path, partitions
 ):
     inputs = _random_partitions(seed=partitions, inputs=5)
-    written = [
-        write_sections(items, partitions=partitions, directory=str(tmp_path), encode_key=ENCODE)
-        for items in inputs
-    ]
-    files = [file for file in written if file is not None]
-    expected: dict[object, list] = collections.defaultdict(list)
-    for items in inputs:
-        for key, value in items:
-            expected[key].append(value)
+    files, expected = _written_and_expected(inputs, partitions, str(tmp_path))
 
     got: dict[object, list] = {}
     for j in range(partitions):
@@ -106,16 +111,7 @@ def test_shuffle_files_on_gcs_group_the_same(gcs_emulator):
     from lmshards.plumbing import fs
 
     directory = f"{gcs_emulator}/shuffle"
-    inputs = _random_partitions(seed=7, inputs=3)
-    written = [
-        write_sections(items, partitions=4, directory=directory, encode_key=ENCODE)
-        for items in inputs
-    ]
-    files = [file for file in written if file is not None]
-    expected: dict[object, list] = collections.defaultdict(list)
-    for items in inputs:
-        for key, value in items:
-            expected[key].append(value)
+    files, expected = _written_and_expected(_random_partitions(seed=7, inputs=3), 4, directory)
     got = {key: values for j in range(4) for key, values in read_groups(files, j).items()}
     assert {k: [v[:2] for v in vs] for k, vs in got.items()} == {
         k: [v[:2] for v in vs] for k, vs in expected.items()
