@@ -378,20 +378,13 @@ class ShuffleDirError(LmshardsError):
     """--dask_shuffle_dir is not readable by every worker."""
 
 
-@dataclasses.dataclass(frozen=True)
-class ShuffleDir:
-    """The job's shuffle directory (None: Dask's task shuffle) and what to delete when the job ends."""
-
-    path: str | None
-    created: str | None = None
-
-
 def _visible(path: str) -> bool:
     return fs.exists(path)
 
 
-def shuffle_dir(options: PipelineOptions, client: ddist.Client) -> ShuffleDir:
-    """Creates this job's shuffle directory and checks that every worker sees it.
+def shuffle_dir(options: PipelineOptions, client: ddist.Client) -> str | None:
+    """Creates this job's shuffle directory, deleted when the job ends, and checks that every worker
+    sees it; None: Dask's task shuffle.
 
     Without --dask_shuffle_dir, a new temporary directory of this machine, when the workers can read it
     (a local cluster, or one on this machine); else Dask's task shuffle, with a warning.
@@ -401,7 +394,7 @@ def shuffle_dir(options: PipelineOptions, client: ddist.Client) -> ShuffleDir:
     """
     settings = options.view_as(DaskShuffleOptions)
     if settings.dask_shuffle == TASK_SHUFFLE:
-        return ShuffleDir(None)
+        return None
     given = settings.dask_shuffle_dir
     if given:
         path = fs.join(given, f"{SHUFFLE_DIR_PREFIX}{uuid.uuid4().hex}")
@@ -412,7 +405,7 @@ def shuffle_dir(options: PipelineOptions, client: ddist.Client) -> ShuffleDir:
     fs.write_bytes_atomic(marker, b"")
     seen = client.run(_visible, marker)
     if seen and all(seen.values()):
-        return ShuffleDir(path, created=path)
+        return path
     _remove(path)
     blind = sorted(worker for worker, ok in seen.items() if not ok)
     if given:
@@ -424,7 +417,7 @@ def shuffle_dir(options: PipelineOptions, client: ddist.Client) -> ShuffleDir:
         "DaskRunner: the workers cannot read this machine's temporary directory, so GroupByKeys use Dask's "
         "task shuffle, whose memory grows with the corpus; pass --dask_shuffle_dir DIR (shared or gs://)."
     )
-    return ShuffleDir(None)
+    return None
 
 
 def _remove(path: str) -> None:
@@ -465,14 +458,14 @@ class DaskRunnerResult(dask_runner.DaskRunnerResult):
     the job has ended."""
 
     cluster: ddist.LocalCluster | None = None
-    shuffle: ShuffleDir = ShuffleDir(None)
+    shuffle_dir: str | None = None  # the job's shuffle directory, made by shuffle_dir
 
     def wait_until_finish(self, duration=None) -> str:
         try:
             return super().wait_until_finish(duration)
         finally:
-            if self.shuffle.created:
-                _remove(self.shuffle.created)
+            if self.shuffle_dir is not None:
+                _remove(self.shuffle_dir)
             if self.cluster is None:  # a shared cluster outlives the job: take our plugins off it
                 self.client.unforward_logging(FORWARDED_LOGGER)
                 self.client.unregister_worker_plugin(_InfoLogs.name)
@@ -503,13 +496,13 @@ class DaskRunner(dask_runner.DaskRunner):
         client.register_plugin(_InfoLogs())
         client.forward_logging(FORWARDED_LOGGER, level=logging.INFO)
         try:
-            shuffle = shuffle_dir(options, client)
+            shuffle = shuffle_dir(options, client)  # str | None
         except BaseException:
             client.close()
             if cluster is not None:
                 cluster.close()
             raise
-        graph = _bags(pipeline, bag_kwargs, shuffle.path)
+        graph = _bags(pipeline, bag_kwargs, shuffle)
         # Not optimized: dask's fusion of linear chains drops the steps' priorities.
         future = client.compute(graph, optimize_graph=False)
         return DaskRunnerResult(client, [future], cluster, shuffle)

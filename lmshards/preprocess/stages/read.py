@@ -188,8 +188,8 @@ def numbered_batches(
     path = sized.range.path
     numbers = record_numbers(sized, options)
     documents = 0
-    for batch in read_batches(
-        sized.range, options, batch_size=batch_size, stats=ReadStats(), numbers=numbers
+    for batch in read_sized_range(
+        sized, options, batch_size=batch_size, stats=ReadStats(), progress=None, numbers=numbers
     ):
         first = place.first_document + documents
         if numbers is not None:
@@ -200,7 +200,6 @@ def numbered_batches(
             records = list(range(first, first + len(batch)))
             yield NumberedBatch(path, sized.number, first, batch, records)
         documents += len(batch)
-    check_unchanged(path, sized.planned, when="while it was read again")
     if documents != place.documents:
         raise InputError(
             f"{path!r} gave {documents} documents when read again and {place.documents} the first "
@@ -258,11 +257,11 @@ def read_sized_range(
     *,
     batch_size: int,
     stats: ReadStats,
-    progress: ReadProgress,
+    progress: ReadProgress | None,
     numbers: RecordNumbers | None = None,
 ) -> Iterator[list[str]]:
-    """The batches of one planned range (see read_batches), its progress reported as they come; checks
-    afterwards that the file did not change while it was read.
+    """The batches of one planned range (see read_batches), its progress reported as they come (None:
+    not reported); checks afterwards that the file did not change while it was read.
 
     Raises:
       InputError: the file changed while it was read, or its data is corrupt.
@@ -271,9 +270,11 @@ def read_sized_range(
         sized.range, options, batch_size=batch_size, stats=stats, numbers=numbers
     ):
         yield batch
-        progress.report(sized, stats)
+        if progress is not None:
+            progress.report(sized, stats)
     check_unchanged(sized.range.path, sized.planned, when="while it was read")
-    progress.report(sized, stats, finished=True)
+    if progress is not None:
+        progress.report(sized, stats, finished=True)
 
 
 def plan_sized_ranges(
@@ -374,7 +375,6 @@ class ReadOutputs(NamedTuple):
 class NumberedReadOutputs(NamedTuple):
     documents: beam.PCollection  # NumberedBatch, numbered in their files
     stats: beam.PCollection  # ReadStats: exactly one, the sum over every range
-    counts: beam.PCollection  # RangeCount, one per range
 
 
 class ReadDocuments(beam.PTransform):
@@ -435,7 +435,7 @@ class ReadDocuments(beam.PTransform):
         numbered = ranges | "ReadNumbered" >> beam.ParDo(
             _ReadNumberedFn(self._options, self._batch_size), beam.pvalue.AsSingleton(offsets)
         )  # NumberedBatch
-        return NumberedReadOutputs(documents=numbered, stats=stats, counts=counts)
+        return NumberedReadOutputs(documents=numbered, stats=stats)
 
 
 class _ReadRangeFn(beam.DoFn):
@@ -471,7 +471,8 @@ class _ReadRangeFn(beam.DoFn):
             numbers=numbers,
         ):
             if numbers is not None:
-                numbers.take_with_urls(len(batch))  # counted only: the second read numbers them
+                # Only counted (the second read numbers them): taken so that the queue stays a batch long.
+                numbers.take_with_urls(len(batch))
             if not self._counting:
                 yield batch
             documents += len(batch)
