@@ -56,6 +56,7 @@ import shutil
 import tempfile
 import threading
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import dask
@@ -250,13 +251,23 @@ def _write_partition(
     return [] if written is None else [written]
 
 
+class _Unwindowed:
+    """A group's values out of the windows they were reified into (as Beam's own translation does),
+    as they are iterated: a value the shuffle wrote apart is read only then."""
+
+    def __init__(self, values: dask_shuffle.GroupValues):
+        self._values = values
+
+    def __iter__(self) -> Iterator:
+        return map(transform_evaluator.defenestrate, self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
 def _reduce_partition(files: list[dask_shuffle.ShuffleFile], partition: int) -> list:
     groups = dask_shuffle.read_groups(files, partition)
-    # As Beam's own translation: each value out of the window it was reified into.
-    return [
-        (key, [transform_evaluator.defenestrate(v) for v in values])
-        for key, values in groups.items()
-    ]
+    return [(key, _Unwindowed(values)) for key, values in groups.items()]
 
 
 @dataclasses.dataclass

@@ -620,7 +620,7 @@ def write_shard_set(
     shuffle_to_shards(spilled, layouts, seed=config.seed, shard_path=shard_path)
     phases.done("shuffle")
 
-    writer = ShardWriter(config.output)
+    writer = ShardWriter(config.output, window_bytes=None)  # each shard's file is read whole
     shards = [
         (
             split,

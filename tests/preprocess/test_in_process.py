@@ -121,6 +121,26 @@ def test_a_failing_write_removes_the_spill_files(tmp_path, monkeypatch):
     assert _spills(job) == []
 
 
+def test_staged_shards_past_the_window_are_ordered_through_local_files_into_the_same_bytes(
+    tmp_path, monkeypatch
+):
+    flags = OPTION_SETS["concat_pad"]
+    fast = _preprocess(tmp_path / "fast", flags)
+    spilled = []
+    spill = shard_stage._spill_windows
+
+    def recording_spill(*args, **kwargs):
+        spilled.append(spill(*args, **kwargs))
+        return spilled[-1]
+
+    monkeypatch.setattr(shard_stage, "SHARD_WINDOW_BYTES", 4096)  # a few records a window
+    monkeypatch.setattr(shard_stage, "_spill_windows", recording_spill)
+    assert _preprocess(tmp_path / "staged", [*flags, *BEAM_STAGES]) == fast
+    assert _shard_hashes(tmp_path / "staged") == _shard_hashes(tmp_path / "fast")
+    assert spilled  # at least one shard went through its windows' files
+    assert max(len(windows) for windows in spilled) > 2
+
+
 def test_each_shard_is_written_as_it_is_serialized_never_held_whole(tmp_path, monkeypatch):
     flags = OPTION_SETS["concat_pad"]
     whole = _preprocess(tmp_path / "whole", flags)

@@ -13,12 +13,16 @@ size (spill_group), so that only the sizes travel.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
+import itertools
 import math
 import os
+import tempfile
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
+from typing import BinaryIO
 
 import apache_beam as beam
 import numpy as np
@@ -38,6 +42,10 @@ DEFAULT_TARGET_SHARD_MB = 128.0  # MiB, as --target_shard_mb reads a bare number
 DEFAULT_SHARD_MULTIPLE = 8
 # Records serialized and written at once: bounds the varint buffers and what is held of a shard.
 SERIALIZE_ROWS = 4096
+# The most of a shard's feature rows the staged pipeline's writer holds at once: a larger shard is put
+# in position order through files of local disk, a window of positions at a time.
+SHARD_WINDOW_BYTES = 16 << 20
+SHARD_WINDOWS_PREFIX = "lmshards-shard-"
 # The feature rows' dtypes between assigning and writing: narrow when every value fits 16 bits.
 NARROW_ROW_DTYPE, WIDE_ROW_DTYPE = np.dtype("<u2"), np.dtype("<i4")
 # Under the output's TEMP_DIR_NAME: a staged run's packed groups' rows, a new name each write.
@@ -284,46 +292,173 @@ def empty_shards(layouts: dict[str, SplitLayout]) -> Iterator[tuple[ShardKey, Sh
             yield (split, shard), ShardBatch.empty()
 
 
-def shard_bytes(rows: np.ndarray, order: np.ndarray, names: Sequence[str]) -> Iterator[bytes]:
-    """The framed records of rows[order] ([n, features, seq_len], features in `names` order),
-    SERIALIZE_ROWS records a piece: the shard is written as it is serialized, never held whole."""
-    for lo in range(0, order.size, SERIALIZE_ROWS):
-        part = rows[order[lo : lo + SERIALIZE_ROWS]]
-        records = encode_examples({name: part[:, i] for i, name in enumerate(names)})
-        yield b"".join(map(frame_record, records))
+def shard_range(shard: int, layout: SplitLayout) -> tuple[int, int]:
+    """The shuffled positions [lo, hi) that shard_of puts in `shard`."""
+    n, s = layout.num_records, layout.num_shards
+    return -(-shard * n // s), -(-(shard + 1) * n // s)
+
+
+def shard_bytes(windows: Iterable[np.ndarray], names: Sequence[str]) -> Iterator[bytes]:
+    """The framed records of rows in file order ([n, features, seq_len] arrays, features in `names`
+    order), SERIALIZE_ROWS records a piece: the shard is written as it is serialized, never held whole."""
+    for rows in windows:
+        for lo in range(0, rows.shape[0], SERIALIZE_ROWS):
+            part = rows[lo : lo + SERIALIZE_ROWS]
+            records = encode_examples({name: part[:, i] for i, name in enumerate(names)})
+            yield b"".join(map(frame_record, records))
+
+
+class ShardRecordsError(LmshardsError):
+    """A shard's batches do not hold each of its positions exactly once."""
+
+
+class _Coverage:
+    """Which of a shard's positions [lo, lo + records) its batches held, as they pass."""
+
+    def __init__(self, key: ShardKey, lo: int, records: int):
+        self._key, self._lo = key, lo
+        self._seen = np.zeros(records, dtype=bool)
+        self._count = 0
+
+    def batches(self, batches: Iterable[ShardBatch]) -> Iterator[ShardBatch]:
+        """The non-empty batches, each counted as it passes."""
+        for batch in batches:
+            if not batch.positions.size:
+                continue
+            offsets = batch.positions - self._lo
+            if offsets.min() < 0 or offsets.max() >= self._seen.size:
+                raise self._error(f"a position outside [{self._lo}, {self._lo + self._seen.size})")
+            self._seen[offsets] = True
+            self._count += offsets.size
+            yield batch
+
+    def check(self) -> None:
+        """Raises ShardRecordsError unless every position came exactly once."""
+        if self._count != self._seen.size or not self._seen.all():
+            raise self._error(f"{self._count} records for {self._seen.size} positions")
+
+    def _error(self, what: str) -> ShardRecordsError:
+        split, shard = self._key
+        return ShardRecordsError(
+            f"shard {shard} of the {split} split got {what}: a batch was lost or repeated between "
+            "assigning and writing; the shard is not written. Run the job again."
+        )
+
+
+def _placed(
+    batches: Iterable[ShardBatch], first: int, records: int, like: ShardBatch
+) -> np.ndarray:
+    """The batches' rows in position order: position p at row p - first of [records, ...]."""
+    rows = np.empty((records, *like.rows.shape[1:]), like.rows.dtype)
+    for batch in batches:
+        rows[batch.positions - first] = batch.rows
+    return rows
+
+
+def _spill_windows(
+    batches: Iterable[ShardBatch], lo: int, window: int, directory: str
+) -> list[tuple[str, str]]:
+    """Each batch's records appended to the files of the windows of `window` positions from `lo` that
+    they fall in (positions, rows); returns each window's (positions file, rows file)."""
+    paths: dict[int, tuple[str, str]] = {}
+    with contextlib.ExitStack() as stack:
+        files: dict[int, tuple[BinaryIO, BinaryIO]] = {}
+        for batch in batches:
+            where = (batch.positions - lo) // window
+            order = np.argsort(where, kind="stable")
+            keys, firsts = np.unique(where[order], return_index=True)
+            for w, mine in zip(keys.tolist(), np.split(order, firsts[1:])):
+                if w not in files:
+                    paths[w] = (
+                        os.path.join(directory, f"{w}.pos"),
+                        os.path.join(directory, f"{w}.rows"),
+                    )
+                    files[w] = (
+                        stack.enter_context(open(paths[w][0], "wb")),
+                        stack.enter_context(open(paths[w][1], "wb")),
+                    )
+                files[w][0].write(batch.positions[mine].astype("<i8").tobytes())
+                files[w][1].write(np.ascontiguousarray(batch.rows[mine]).tobytes())
+    return [paths[w] for w in sorted(paths)]
+
+
+def _read_windows(
+    paths: Iterable[tuple[str, str]], lo: int, records: int, window: int, like: ShardBatch
+) -> Iterator[np.ndarray]:
+    """Each window _spill_windows wrote, in position order, one at a time."""
+    for w, (positions_path, rows_path) in enumerate(paths):
+        positions = np.fromfile(positions_path, "<i8")
+        rows = np.fromfile(rows_path, like.rows.dtype).reshape(-1, *like.rows.shape[1:])
+        batch = ShardBatch(positions=positions, rows=rows, names=like.names)
+        yield _placed([batch], lo + w * window, min(window, records - w * window), like)
 
 
 def write_shard(
-    output: str, key: ShardKey, batches: Iterable[ShardBatch], *, num_shards: int
+    output: str,
+    key: ShardKey,
+    batches: Iterable[ShardBatch],
+    *,
+    layout: SplitLayout,
+    window_bytes: int | None = None,
 ) -> ShardInfo:
-    """Writes one shard's records in position order; returns its ShardInfo once the file is complete."""
-    full = [b for b in batches if b.positions.size]
-    if not full:
-        return write_shard_bytes(output, key, (), records=0, num_shards=num_shards)
-    positions = np.concatenate([b.positions for b in full])
-    rows = np.concatenate([b.rows for b in full])
-    order = np.argsort(positions, kind="stable")
-    return write_shard_bytes(
-        output,
-        key,
-        shard_bytes(rows, order, full[0].names),
-        records=positions.size,
-        num_shards=num_shards,
-    )
+    """Writes one shard's records in position order; returns its ShardInfo once the file is complete.
+
+    The batches are read once, as they come. A shard whose rows pass `window_bytes` is put in order
+    through files of local disk, a window of positions at a time; else (or with None) in memory.
+
+    Raises:
+      ShardRecordsError: the batches do not hold each of the shard's positions exactly once.
+    """
+    lo, hi = shard_range(key[1], layout)
+    coverage = _Coverage(key, lo, hi - lo)
+    passing = coverage.batches(batches)
+    first = next(passing, None)
+    if first is None:
+        coverage.check()
+        return write_shard_bytes(output, key, (), records=0, num_shards=layout.num_shards)
+    rest = itertools.chain([first], passing)
+    row_bytes = first.rows[0].nbytes
+    if window_bytes is None or (hi - lo) * row_bytes <= window_bytes:
+        rows = _placed(rest, lo, hi - lo, first)
+        coverage.check()
+        return write_shard_bytes(
+            output,
+            key,
+            shard_bytes([rows], first.names),
+            records=hi - lo,
+            num_shards=layout.num_shards,
+        )
+    window = max(1, window_bytes // row_bytes)
+    with tempfile.TemporaryDirectory(prefix=SHARD_WINDOWS_PREFIX) as directory:
+        paths = _spill_windows(rest, lo, window, directory)
+        coverage.check()
+        windows = _read_windows(paths, lo, hi - lo, window, first)
+        return write_shard_bytes(
+            output,
+            key,
+            shard_bytes(windows, first.names),
+            records=hi - lo,
+            num_shards=layout.num_shards,
+        )
 
 
 class ShardWriter:
-    """write_shard, counting every shard it writes (ShardCounters): the write step of both paths."""
+    """write_shard, counting every shard it writes (ShardCounters): the write step of both paths.
 
-    def __init__(self, output: str):
-        self._output = output
+    `window_bytes`: the most of a shard's rows held in memory (write_shard); None holds a whole shard
+    (the in-process path, which has read its shard's file whole)."""
+
+    def __init__(self, output: str, window_bytes: int | None):
+        self._output, self._window_bytes = output, window_bytes
         self.counters = ShardCounters()
 
     def write(
         self, key: ShardKey, batches: Iterable[ShardBatch], layouts: dict[str, SplitLayout]
     ) -> ShardInfo:
         split, _ = key
-        info = write_shard(self._output, key, batches, num_shards=layouts[split].num_shards)
+        info = write_shard(
+            self._output, key, batches, layout=layouts[split], window_bytes=self._window_bytes
+        )
         self.counters.add(info.records, total=sum(layout.num_shards for layout in layouts.values()))
         return info
 
@@ -392,7 +527,7 @@ class _WriteShardFn(beam.DoFn):
     "wrote k of N shards" as they finish."""
 
     def __init__(self, output: str):
-        self._writer = ShardWriter(output)
+        self._writer = ShardWriter(output, SHARD_WINDOW_BYTES)
 
     def process(
         self, element: tuple[ShardKey, Iterable[ShardBatch]], layouts: dict[str, SplitLayout]

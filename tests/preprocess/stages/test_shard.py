@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import re
+import tempfile
+
 import numpy as np
 import pytest
 
 from lmshards.preprocess.stages.pack import PackedGroup, pack_blocks
 from lmshards.preprocess.stages.shard import (
+    SHARD_WINDOWS_PREFIX,
     GroupSize,
     ShardBatch,
+    ShardRecordsError,
+    SplitLayout,
     group_to_shards,
     layout_splits,
     num_shards_for,
     permute,
     shard_of,
+    shard_range,
     spill_group,
     write_shard,
 )
@@ -113,25 +120,94 @@ def test_assigned_groups_cover_every_position_once(tmp_path):
     assert sorted(ids[:, 0].tolist()) == sorted(8 * b for g in range(3) for b in range(g + 2))
 
 
-def test_write_shard_orders_records_by_position_whatever_the_batches(tmp_path):
-    names = ("attention_mask", "input_ids")
+# Shard 2 of 4 over 20 records: positions [10, 15).
+LAYOUT = SplitLayout(num_records=20, num_shards=4, group_offsets={})
+NAMES = ("attention_mask", "input_ids")
+
+
+def _five_records() -> tuple[np.ndarray, bytes]:
+    """Five records' rows (in position order) and their framed bytes."""
     rows = np.stack([np.ones((5, 3)), np.arange(15).reshape(5, 3)], axis=1).astype("<u2")
-    records = encode_examples({name: rows[:, i] for i, name in enumerate(names)})
-    frames = [frame_record(r) for r in records]
-    batches = [
-        ShardBatch(positions=np.array([13, 10]), rows=rows[[3, 0]], names=names),
+    records = encode_examples({name: rows[:, i] for i, name in enumerate(NAMES)})
+    return rows, b"".join(frame_record(r) for r in records)
+
+
+def _batches(rows: np.ndarray) -> list[ShardBatch]:
+    return [
+        ShardBatch(positions=np.array([13, 10]), rows=rows[[3, 0]], names=NAMES),
         ShardBatch.empty(),
-        ShardBatch(positions=np.array([12, 11, 14]), rows=rows[[2, 1, 4]], names=names),
+        ShardBatch(positions=np.array([12, 11, 14]), rows=rows[[2, 1, 4]], names=NAMES),
     ]
-    info = write_shard(str(tmp_path / "a"), ("train", 1), batches, num_shards=4)
-    again = write_shard(str(tmp_path / "b"), ("train", 1), list(reversed(batches)), num_shards=4)
+
+
+def test_shard_range_holds_exactly_the_positions_shard_of_sends_to_the_shard():
+    for n in (1, 7, 20, 1001):
+        for s in (1, 3, 8, 64):
+            owners = shard_of(np.arange(n), n, s)
+            for shard in range(s):
+                lo, hi = shard_range(
+                    shard, SplitLayout(num_records=n, num_shards=s, group_offsets={})
+                )
+                assert np.flatnonzero(owners == shard).tolist() == list(range(lo, hi))
+
+
+def test_write_shard_orders_records_by_position_whatever_the_batches(tmp_path):
+    rows, frames = _five_records()
+    batches = _batches(rows)
+    info = write_shard(str(tmp_path / "a"), ("train", 2), batches, layout=LAYOUT)
+    again = write_shard(str(tmp_path / "b"), ("train", 2), reversed(batches), layout=LAYOUT)
     assert (
-        info == again and info.path == "train/train-00001-of-00004-5.tfrecord" and info.records == 5
+        info == again and info.path == "train/train-00002-of-00004-5.tfrecord" and info.records == 5
     )
     data = (tmp_path / "a" / info.path).read_bytes()
-    assert data == b"".join(frames) and info.bytes == len(data)
+    assert data == frames and info.bytes == len(data)
     with open(tmp_path / "a" / info.path, "rb") as f:
-        read = decode_examples(list(read_records(f)), names)
+        read = decode_examples(list(read_records(f)), NAMES)
     assert read["input_ids"].tolist() == np.arange(15).reshape(5, 3).tolist()
-    empty = write_shard(str(tmp_path / "a"), ("validation", 0), [ShardBatch.empty()], num_shards=1)
+    empty = write_shard(
+        str(tmp_path / "a"),
+        ("validation", 0),
+        [ShardBatch.empty()],
+        layout=SplitLayout(num_records=0, num_shards=1, group_offsets={}),
+    )
     assert (empty.records, empty.bytes) == (0, 0)
+
+
+@pytest.mark.parametrize("window_records", [1, 2, 4])
+def test_a_shard_past_the_window_is_ordered_through_local_files_into_the_same_bytes(
+    tmp_path, monkeypatch, window_records
+):
+    rows, frames = _five_records()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR is read again
+    window_bytes = window_records * rows[0].nbytes
+    info = write_shard(
+        str(tmp_path / "a"), ("train", 2), _batches(rows), layout=LAYOUT, window_bytes=window_bytes
+    )
+    assert (tmp_path / "a" / info.path).read_bytes() == frames and info.records == 5
+    assert not [p for p in (tmp_path / "tmp").iterdir() if p.name.startswith(SHARD_WINDOWS_PREFIX)]
+
+
+@pytest.mark.parametrize("window_bytes", [None, 6])
+@pytest.mark.parametrize(
+    "positions, what",
+    [
+        ([10, 11, 12, 13], "4 records for 5 positions"),
+        ([10, 11, 12, 13, 13], "5 records for 5 positions"),
+        ([10, 11, 12, 13, 14, 14], "6 records for 5 positions"),
+        ([9, 10, 11, 12, 13], "a position outside [10, 15)"),
+        ([10, 11, 12, 13, 15], "a position outside [10, 15)"),
+    ],
+)
+def test_a_shard_missing_or_repeating_a_record_is_refused_before_it_is_written(
+    tmp_path, positions, what, window_bytes
+):
+    rows = np.zeros((len(positions), 2, 3), "<u2")
+    batch = ShardBatch(positions=np.array(positions), rows=rows, names=NAMES)
+    with pytest.raises(
+        ShardRecordsError,
+        match=rf"shard 2 of the train split got {re.escape(what)}.*Run the job again",
+    ):
+        write_shard(str(tmp_path), ("train", 2), [batch], layout=LAYOUT, window_bytes=window_bytes)
+    assert not (tmp_path / "train").exists() or not list((tmp_path / "train").iterdir())
