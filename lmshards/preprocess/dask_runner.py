@@ -206,11 +206,13 @@ class _ParDo(transform_evaluator.DaskBagOp):
             ),
         )
         side_values = [_all_values(bag) for _, bag in side_inputs]
+        name = _task_name(self.applied)
+        # One task holds the spec and each bundle's task refers to it: a worker gets it once, not with
+        # every task sent to it (the pickled DoFn in each of hundreds of queued tasks' messages).
+        shared_spec = dask.delayed(spec, name=f"{name}.spec-{uuid.uuid4().hex}", traverse=False)
         # Elements are wrapped in their window inside the bundle's task: a separate map would be a
         # task of its own per consumer, holding its own copy of the partition until that consumer ran.
-        return input_bag.map_partitions(
-            _process_bundle, spec, *side_values, token=_task_name(self.applied)
-        )
+        return input_bag.map_partitions(_process_bundle, shared_spec, *side_values, token=name)
 
 
 @dataclasses.dataclass
