@@ -69,9 +69,11 @@ from lmshards.preprocess.stages.shard import (
     ShardWriter,
     SpilledGroup,
     SplitLayout,
+    append_rows,
     group_to_shards,
     layout_splits,
     narrow_dtype,
+    read_rows,
     spill_group,
 )
 from lmshards.preprocess.stages.split import GroupKey, GroupRouter
@@ -130,35 +132,6 @@ def read_chunks(path: str, dtype: np.dtype) -> TokenizedChunk:
         lengths=np.concatenate(lengths),
         tokens=np.concatenate(tokens).astype(np.int32),
     )
-
-
-def append_rows(path: str, positions: np.ndarray, rows: np.ndarray) -> None:
-    """Appends records to a shard's file: [records], their shuffled positions, their feature rows."""
-    with open(path, "ab") as f:
-        f.write(np.array([positions.size], _HEADER).tobytes())
-        f.write(positions.astype("<i8").tobytes())
-        f.write(np.ascontiguousarray(rows).tobytes())
-
-
-def read_rows(
-    path: str, dtype: np.dtype, row_shape: tuple[int, int]
-) -> tuple[np.ndarray, np.ndarray]:
-    """(positions int64 [n], rows [n, features, seq_len]) of every append_rows to path, in order."""
-    if not os.path.exists(path):
-        return np.zeros(0, np.int64), np.zeros((0, *row_shape), dtype)
-    with open(path, "rb") as f:
-        data = memoryview(f.read())
-    positions, rows = [], []
-    row_values = row_shape[0] * row_shape[1]
-    at = 0
-    while at < len(data):
-        (n,) = np.frombuffer(data, _HEADER, 1, at).tolist()
-        at += _HEADER.itemsize
-        positions.append(np.frombuffer(data, "<i8", n, at))
-        at += 8 * n
-        rows.append(np.frombuffer(data, dtype, n * row_values, at).reshape(n, *row_shape))
-        at += dtype.itemsize * n * row_values
-    return np.concatenate(positions), np.concatenate(rows)
 
 
 # ---------------------------------------------------------------- logic: the stages

@@ -44,7 +44,9 @@ DEFAULT_SHARD_MULTIPLE = 8
 SERIALIZE_ROWS = 4096
 # The most of a shard's feature rows the staged pipeline's writer holds at once: a larger shard is put
 # in position order through files of local disk, a window of positions at a time.
-SHARD_WINDOW_BYTES = 16 << 20
+SHARD_WINDOW_BYTES = 2 << 20
+MAX_SHARD_WINDOWS = 256
+_ROWS_HEADER = np.dtype("<i8")  # a write_rows piece's record count
 SHARD_WINDOWS_PREFIX = "lmshards-shard-"
 # The feature rows' dtypes between assigning and writing: narrow when every value fits 16 bits.
 NARROW_ROW_DTYPE, WIDE_ROW_DTYPE = np.dtype("<u2"), np.dtype("<i4")
@@ -345,6 +347,40 @@ class _Coverage:
         )
 
 
+def write_rows(f: BinaryIO, positions: np.ndarray, rows: np.ndarray) -> None:
+    """Appends records to an open rows file: [records], their shuffled positions, their feature rows."""
+    f.write(np.array([positions.size], _ROWS_HEADER).tobytes())
+    f.write(positions.astype("<i8").tobytes())
+    f.write(np.ascontiguousarray(rows).tobytes())
+
+
+def append_rows(path: str, positions: np.ndarray, rows: np.ndarray) -> None:
+    """write_rows to the end of the file at `path`."""
+    with open(path, "ab") as f:
+        write_rows(f, positions, rows)
+
+
+def read_rows(
+    path: str, dtype: np.dtype, row_shape: tuple[int, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(positions int64 [n], rows [n, features, seq_len]) of every write_rows to path, in order."""
+    if not os.path.exists(path):
+        return np.zeros(0, np.int64), np.zeros((0, *row_shape), dtype)
+    with open(path, "rb") as f:
+        data = memoryview(f.read())
+    positions, rows = [], []
+    row_values = math.prod(row_shape)
+    at = 0
+    while at < len(data):
+        (n,) = np.frombuffer(data, _ROWS_HEADER, 1, at).tolist()
+        at += _ROWS_HEADER.itemsize
+        positions.append(np.frombuffer(data, "<i8", n, at))
+        at += 8 * n
+        rows.append(np.frombuffer(data, dtype, n * row_values, at).reshape(n, *row_shape))
+        at += dtype.itemsize * n * row_values
+    return np.concatenate(positions), np.concatenate(rows)
+
+
 def _placed(
     batches: Iterable[ShardBatch], first: int, records: int, like: ShardBatch
 ) -> np.ndarray:
@@ -357,38 +393,30 @@ def _placed(
 
 def _spill_windows(
     batches: Iterable[ShardBatch], lo: int, window: int, directory: str
-) -> list[tuple[str, str]]:
-    """Each batch's records appended to the files of the windows of `window` positions from `lo` that
-    they fall in (positions, rows); returns each window's (positions file, rows file)."""
-    paths: dict[int, tuple[str, str]] = {}
+) -> list[str]:
+    """Each batch's records written (write_rows) to the files of the windows of `window` positions from
+    `lo` that they fall in; returns the windows' files, in position order."""
+    paths: dict[int, str] = {}
     with contextlib.ExitStack() as stack:
-        files: dict[int, tuple[BinaryIO, BinaryIO]] = {}
+        files: dict[int, BinaryIO] = {}
         for batch in batches:
             where = (batch.positions - lo) // window
             order = np.argsort(where, kind="stable")
             keys, firsts = np.unique(where[order], return_index=True)
             for w, mine in zip(keys.tolist(), np.split(order, firsts[1:])):
                 if w not in files:
-                    paths[w] = (
-                        os.path.join(directory, f"{w}.pos"),
-                        os.path.join(directory, f"{w}.rows"),
-                    )
-                    files[w] = (
-                        stack.enter_context(open(paths[w][0], "wb")),
-                        stack.enter_context(open(paths[w][1], "wb")),
-                    )
-                files[w][0].write(batch.positions[mine].astype("<i8").tobytes())
-                files[w][1].write(np.ascontiguousarray(batch.rows[mine]).tobytes())
+                    paths[w] = os.path.join(directory, f"{w:05d}")
+                    files[w] = stack.enter_context(open(paths[w], "wb"))
+                write_rows(files[w], batch.positions[mine], batch.rows[mine])
     return [paths[w] for w in sorted(paths)]
 
 
 def _read_windows(
-    paths: Iterable[tuple[str, str]], lo: int, records: int, window: int, like: ShardBatch
+    paths: Iterable[str], lo: int, records: int, window: int, like: ShardBatch
 ) -> Iterator[np.ndarray]:
     """Each window _spill_windows wrote, in position order, one at a time."""
-    for w, (positions_path, rows_path) in enumerate(paths):
-        positions = np.fromfile(positions_path, "<i8")
-        rows = np.fromfile(rows_path, like.rows.dtype).reshape(-1, *like.rows.shape[1:])
+    for w, path in enumerate(paths):
+        positions, rows = read_rows(path, like.rows.dtype, like.rows.shape[1:])
         batch = ShardBatch(positions=positions, rows=rows, names=like.names)
         yield _placed([batch], lo + w * window, min(window, records - w * window), like)
 
@@ -428,7 +456,8 @@ def write_shard(
             records=hi - lo,
             num_shards=layout.num_shards,
         )
-    window = max(1, window_bytes // row_bytes)
+    # At most MAX_SHARD_WINDOWS files open at once: a larger shard gets larger windows.
+    window = max(1, window_bytes // row_bytes, -(-(hi - lo) // MAX_SHARD_WINDOWS))
     with tempfile.TemporaryDirectory(prefix=SHARD_WINDOWS_PREFIX) as directory:
         paths = _spill_windows(rest, lo, window, directory)
         coverage.check()
