@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -15,11 +16,14 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from lmshards.command.cli import main as lmshards_main
 
 distributed = pytest.importorskip("dask.distributed")
+import dask  # noqa: E402
+
 pytestmark = pytest.mark.slow
 
 from lmshards.preprocess.dask_runner import (  # noqa: E402  (needs dask)
     LOCALHOST,
     SHUFFLE_DIR_PREFIX,
+    WORKER_PROFILER,
     ShuffleDirError,
     local_cluster,
     shuffle_dir,
@@ -295,6 +299,16 @@ def test_the_local_cluster_listens_on_localhost_only():
         }
     assert all(LOCALHOST in address for address in addresses)
     assert listening == {LOCALHOST}
+
+
+def _profiler_state(dask_worker):
+    return dask.config.get(WORKER_PROFILER), len(dask_worker.profile_history)
+
+
+def test_the_local_clusters_workers_keep_no_profile_history():
+    with local_cluster(1) as cluster, distributed.Client(cluster) as client:
+        client.submit(time.sleep, 2.5).result()  # the profiler would close two 1 s cycles
+        assert list(client.run(_profiler_state).values()) == [(False, 0)]
 
 
 def test_dask_curates_like_the_default_runner(cluster, tmp_path):
