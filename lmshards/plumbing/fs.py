@@ -286,6 +286,29 @@ def atomic_local_path(final: str) -> Iterator[str]:
         raise
 
 
+@contextlib.contextmanager
+def open_atomic(path: str) -> Iterator[Any]:
+    """A binary file to write in pieces whose readers only ever see it complete (write_bytes_atomic's
+    promise): locally a temporary name renamed at the end; on an object store the upload is finalized
+    only at the end, and on an error it is thrown away, never finalized with what was written so far."""
+    fs, p = filesystem(path)
+    if not is_remote(path):
+        parent = os.path.dirname(p)
+        if parent:
+            fs.makedirs(parent, exist_ok=True)
+        with atomic_local_path(p) as tmp, open(tmp, "wb") as f:
+            yield f
+        return
+    f = fs.open(p, "wb")
+    try:
+        yield f
+    except BaseException:
+        f.discard()
+        f.closed = True  # else closing it (fsspec does so when it is collected) would finalize it
+        raise
+    f.close()
+
+
 def write_text_atomic(path: str, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 

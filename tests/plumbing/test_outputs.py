@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import gc
 import json
 import os
 import shutil
@@ -599,3 +600,27 @@ def test_the_leftovers_of_a_run_that_failed_before_its_manifest_are_cleared(tmp_
     assert owned_entries(str(out), kind=PREPROCESS_OUTPUT).foreign == ()
     clear_owned_output(str(out), kind=PREPROCESS_OUTPUT)
     assert list(out.iterdir()) == []
+
+
+class _Interrupted(Exception):
+    pass
+
+
+@pytest.mark.parametrize("where", ["local", "gcs"])
+def test_a_file_written_in_pieces_appears_only_complete(where, tmp_path, request):
+    base = str(tmp_path) if where == "local" else request.getfixturevalue("gcs_emulator")
+    done, broken = fs.join(base, "pieces", "done.txt"), fs.join(base, "pieces", "broken.txt")
+    with fs.open_atomic(done) as f:
+        f.write(b"one ")
+        assert not fs.exists(done)  # not before the end
+        f.write(b"two")
+    assert fs.read_bytes(done) == b"one two"
+    with pytest.raises(_Interrupted), fs.open_atomic(broken) as f:
+        f.write(b"half")
+        raise _Interrupted
+    del f
+    gc.collect()  # a dropped file object must not finalize the upload either
+    assert not fs.exists(broken)
+    assert [entry.rsplit("/", 1)[-1] for entry in fs.listdir(fs.join(base, "pieces"))] == [
+        "done.txt"
+    ]

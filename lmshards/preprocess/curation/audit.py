@@ -128,13 +128,22 @@ def write_audit_lines(output: str, key: AuditKey, lines: list[tuple[int, str]]) 
     return {"path": relpath, "lines": len(lines)}
 
 
-def write_audit_part(output: str, lines: Sequence[tuple[int, str]]) -> str:
-    """Writes (record, audit line) pairs of one audit file as a part under output's temporary
-    directory (a new name each time: a retried bundle's parts are never read); returns its path."""
+class PartFile(NamedTuple):
+    """A part file of audit lines (write_audit_part) and the lowest and highest record it holds."""
+
+    path: str
+    first: int
+    last: int
+
+
+def write_audit_part(output: str, lines: Sequence[tuple[int, str]]) -> PartFile:
+    """Writes (record, audit line) pairs of one audit file, sorted, as a part under output's temporary
+    directory (a new name each time: a retried bundle's parts are never read)."""
     path = fs.join(output, TEMP_DIR_NAME, f"{AUDIT_PART_PREFIX}{uuid.uuid4().hex}{AUDIT_SUFFIX}")
-    text = "".join(f"{record}{_PART_FIELD_SEPARATOR}{line}\n" for record, line in lines)
+    ordered = sorted(lines)
+    text = "".join(f"{record}{_PART_FIELD_SEPARATOR}{line}\n" for record, line in ordered)
     fs.write_text_atomic(path, text)
-    return path
+    return PartFile(path=path, first=ordered[0][0], last=ordered[-1][0])
 
 
 def read_audit_part(path: str) -> list[tuple[int, str]]:
@@ -146,11 +155,32 @@ def read_audit_part(path: str) -> list[tuple[int, str]]:
     return pairs
 
 
-def write_audit_from_parts(output: str, key: AuditKey, parts: Iterable[str]) -> dict[str, Any]:
-    """One audit file from its parts, whichever order they come in (write_audit_lines sorts)."""
-    return write_audit_lines(
-        output, key, [pair for part in parts for pair in read_audit_part(part)]
-    )
+def overlapping_runs(parts: Iterable[PartFile]) -> list[list[PartFile]]:
+    """The parts in runs by record: each run's records all below the next run's, the parts of a run
+    overlapping. Parts of distinct read ranges do not overlap, so a run is mostly one part."""
+    runs: list[list[PartFile]] = []
+    highest = -1
+    for part in sorted(parts, key=lambda p: (p.first, p.last, p.path)):
+        if runs and part.first <= highest:
+            runs[-1].append(part)
+        else:
+            runs.append([part])
+        highest = max(highest, part.last)
+    return runs
+
+
+def write_audit_from_parts(output: str, key: AuditKey, parts: Iterable[PartFile]) -> dict[str, Any]:
+    """One audit file from its parts, whichever order they come in, with the bytes of write_audit_lines
+    (lines sorted by record): written a run of overlapping parts at a time, so that what is held is one
+    run's lines, not the file's."""
+    relpath = audit_relpath(key)
+    lines = 0
+    with fs.open_atomic(fs.join(output, relpath)) as f:
+        for run in overlapping_runs(parts):
+            pairs = sorted(pair for part in run for pair in read_audit_part(part.path))
+            f.write("".join(line + "\n" for _, line in pairs).encode("utf-8"))
+            lines += len(pairs)
+    return {"path": relpath, "lines": lines}
 
 
 def removed_keys(steps: Sequence[SelectedStep]) -> list[str]:
@@ -399,7 +429,7 @@ class AuditPart(NamedTuple):
     """A part file of one audit file's lines (write_audit_part)."""
 
     key: AuditKey
-    path: str
+    part: PartFile
 
 
 @dataclasses.dataclass(frozen=True)
@@ -432,7 +462,7 @@ class RecordRemovals(beam.PTransform):
         audit = (
             recorded
             | "AuditParts" >> beam.Filter(_is_audit_part)  # AuditPart
-            | "Group" >> beam.GroupByKey()  # (AuditKey, [part path])
+            | "Group" >> beam.GroupByKey()  # (AuditKey, [PartFile])
             | "Write" >> beam.ParDo(_WriteAuditFn(self._output))
         )  # {"path", "lines"}
         counts = recorded | "Counts" >> beam.Filter(_is_counts)  # CurationCounts
@@ -488,11 +518,11 @@ class _RecordRemovalsFn(beam.DoFn):
 
 
 class _WriteAuditFn(beam.DoFn):
-    """(AuditKey, [part path]) -> the audit file's {"path", "lines"}, once it is written."""
+    """(AuditKey, [PartFile]) -> the audit file's {"path", "lines"}, once it is written."""
 
     def __init__(self, output: str):
         self._output = output
 
-    def process(self, item: tuple[AuditKey, Iterable[str]]) -> Iterable[dict[str, Any]]:
+    def process(self, item: tuple[AuditKey, Iterable[PartFile]]) -> Iterable[dict[str, Any]]:
         key, parts = item
         yield write_audit_from_parts(self._output, key, parts)

@@ -155,3 +155,36 @@ def _lines_per_file(removals: list[Removal]) -> dict[str, int]:
         name = audit.audit_relpath(audit.audit_key(removal)).split("/", 1)[1]
         counts[name] = counts.get(name, 0) + 1
     return counts
+
+
+def test_parts_are_merged_a_run_of_overlapping_records_at_a_time(tmp_path, monkeypatch):
+    """Parts of disjoint records are read one at a time; overlapping ones (a record in two parts
+    included) together; the file has the bytes of one sorted write of every line."""
+    key = ("in/a.txt", 0)
+    pieces = [
+        [(1, "a"), (5, "e")],
+        [(9, "i"), (6, "f")],
+        [(3, "c"), (4, "d")],
+        [(9, "h")],
+        [(12, "l")],
+    ]
+    parts = [audit.write_audit_part(str(tmp_path / "staged"), lines) for lines in pieces]
+    assert [(p.first, p.last) for p in parts] == [(1, 5), (6, 9), (3, 4), (9, 9), (12, 12)]
+    runs = audit.overlapping_runs(reversed(parts))
+    assert [[(p.first, p.last) for p in run] for run in runs] == [
+        [(1, 5), (3, 4)],
+        [(6, 9), (9, 9)],
+        [(12, 12)],
+    ]
+
+    held: list[int] = []
+    monkeypatch.setattr(
+        audit, "overlapping_runs", lambda ps: [held.append(len(r)) or r for r in runs]
+    )
+    entry = audit.write_audit_from_parts(str(tmp_path / "staged"), key, parts)
+    everything = [pair for lines in pieces for pair in lines]
+    expected = audit.write_audit_lines(str(tmp_path / "direct"), key, everything)
+    assert entry == expected and entry["lines"] == 8 and held == [2, 2, 1]
+    assert (tmp_path / "staged" / entry["path"]).read_bytes() == (
+        tmp_path / "direct" / entry["path"]
+    ).read_bytes()
