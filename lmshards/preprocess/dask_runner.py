@@ -29,7 +29,10 @@ runs each ParDo bundle (one bag partition) with a DoFnInvoker. Changed here:
   in the workers' memory until its group is consumed, so a worker's peak grew with the corpus. Here a
   GroupByKey goes through files (lmshards.preprocess.dask_shuffle) under --dask_shuffle_dir, or a
   temporary directory when every worker can read this machine's (a local cluster); --dask_shuffle tasks
-  keeps Dask's own.
+  keeps Dask's own. A group's values written apart are read only as the reader iterates them.
+- Task specs: Beam puts the pickled DoFn in every bundle's task, so a worker held a copy per task
+  queued on it (22 MB at 64 MB of text); here a worker plugin gives every worker the job's DoFns once
+  and a bundle's task names its DoFn by key.
 - Order: a step's tasks carry its place in the pipeline as their priority, later steps first, so a
   worker runs whatever consumes data it already holds before it reads more (Dask's own order let a
   worker judge range after range while the removals waited for their reader: memory grew with the
@@ -37,7 +40,8 @@ runs each ParDo bundle (one bag partition) with a DoFnInvoker. Changed here:
   A task's name is its step's label (on the dashboard, in the scheduler's logs).
 - The cluster: without --dask_client_address or --dask_scheduler_file, a local cluster of one
   single-threaded worker process per core, listening on 127.0.0.1 only (Beam's bare `Client()`
-  serves its dashboard on every interface). The workers' `preprocess` log records (progress lines)
+  serves its dashboard on every interface), without the workers' statistical profiler (its history
+  grows with the time worked). The workers' `preprocess` log records (progress lines)
   reach this process, and the client (with a local cluster, the cluster too) is closed when the
   job ends.
 
@@ -49,6 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import logging
 import os
 import re
@@ -111,7 +116,8 @@ class _BundleSpec:
     """Everything one ParDo bundle needs besides its elements and side input values (all picklable)."""
 
     label: str
-    pickled_fn: bytes
+    fns: str  # the _DoFns plugin that holds the pickled DoFn
+    fn: str  # its key there
     args: tuple
     kwargs: dict
     window_fn: Any
@@ -119,10 +125,12 @@ class _BundleSpec:
 
 
 @functools.lru_cache(maxsize=SET_UP_FNS_PER_PROCESS)
-def _set_up_fn(pickled_fn: bytes, thread: int) -> DoFn:
+def _set_up_fn(fns: str, key: str, thread: int) -> DoFn:
     """The DoFn, unpickled and set up once per worker thread and reused by the thread's later bundles,
     as Beam's own workers do: heavy objects (a tokenizer) are built once, a progress count goes on."""
-    fn = pickler.loads(pickled_fn)
+    plugin = ddist.get_worker().plugins[fns]
+    assert isinstance(plugin, _DoFns)
+    fn = pickler.loads(plugin.fns[key])
     fn.setup()
     return fn
 
@@ -150,7 +158,7 @@ def _process_bundle(elements, spec: _BundleSpec, *side_values: list) -> list:
         )
         for view, values in zip(spec.side_inputs, side_values)
     ]
-    fn = _set_up_fn(spec.pickled_fn, threading.get_ident())
+    fn = _set_up_fn(spec.fns, spec.fn, threading.get_ident())
     invoker = DoFnInvoker.create_invoker(
         DoFnSignature(fn),
         handler,
@@ -187,9 +195,28 @@ def _all_values(bag: db.Bag):
     return bag.reduction(list, _concat).to_delayed(optimize_graph=False)
 
 
+class _DoFns(WorkerPlugin):
+    """The job's pickled DoFns, on every worker (new ones too): a bundle's task names its DoFn by key.
+
+    Beam's DaskRunner puts the pickled DoFn in every bundle's task, so a worker held a copy for each task
+    queued on it (22 MB at 64 MB of text); a task of its own holding it would draw the bundles to the
+    worker that ran it."""
+
+    def __init__(self) -> None:
+        self.name = f"lmshards-dofns-{uuid.uuid4().hex}"
+        self.fns: dict[str, bytes] = {}
+
+    def add(self, pickled: bytes) -> str:
+        key = hashlib.blake2b(pickled, digest_size=16).hexdigest()
+        self.fns[key] = pickled
+        return key
+
+
 @dataclasses.dataclass
 class _ParDo(transform_evaluator.DaskBagOp):
     """A ParDo whose side inputs are graph dependencies (the op gets (side input, bag) pairs)."""
+
+    fns: _DoFns = dataclasses.field(default_factory=_DoFns)
 
     def apply(self, input_bag: db.Bag, side_inputs=None) -> db.Bag:
         transform = self.transform
@@ -198,7 +225,8 @@ class _ParDo(transform_evaluator.DaskBagOp):
         side_inputs = side_inputs or []
         spec = _BundleSpec(
             label=transform.label,
-            pickled_fn=pickler.dumps(transform.fn),
+            fns=self.fns.name,
+            fn=self.fns.add(pickler.dumps(transform.fn)),
             args=tuple(transform.args),
             kwargs=dict(transform.kwargs),
             window_fn=window_fn,
@@ -209,12 +237,9 @@ class _ParDo(transform_evaluator.DaskBagOp):
         )
         side_values = [_all_values(bag) for _, bag in side_inputs]
         name = _task_name(self.applied)
-        # One task holds the spec and each bundle's task refers to it: a worker gets it once, not with
-        # every task sent to it (the pickled DoFn in each of hundreds of queued tasks' messages).
-        shared_spec = dask.delayed(spec, name=f"{name}.spec-{uuid.uuid4().hex}", traverse=False)
         # Elements are wrapped in their window inside the bundle's task: a separate map would be a
         # task of its own per consumer, holding its own copy of the partition until that consumer ran.
-        return input_bag.map_partitions(_process_bundle, shared_spec, *side_values, token=name)
+        return input_bag.map_partitions(_process_bundle, spec, *side_values, token=name)
 
 
 @dataclasses.dataclass
@@ -329,6 +354,7 @@ class _BagBuilder(PipelineVisitor):
         self._bags: dict[AppliedPTransform, db.Bag] = {}
         self._consumed: set[AppliedPTransform] = set()
         self._steps = 0  # the steps visited so far (Beam visits a step after its inputs' steps)
+        self.fns = _DoFns()  # every ParDo's pickled DoFn
 
     def visit_transform(self, node: AppliedPTransform) -> None:
         if len(node.outputs) > 1:
@@ -351,6 +377,8 @@ class _BagBuilder(PipelineVisitor):
             )
         else:
             op = op_class(node, bag_kwargs=self._bag_kwargs)
+        if isinstance(op, _ParDo):
+            op.fns = self.fns
         # Later steps first: a worker runs what consumes data already held before it reads more.
         self._steps += 1
         with dask.annotate(priority=self._steps):
@@ -479,6 +507,7 @@ class DaskRunnerResult(dask_runner.DaskRunnerResult):
 
     cluster: ddist.LocalCluster | None = None
     shuffle_dir: str | None = None  # the job's shuffle directory, made by shuffle_dir
+    fns: str | None = None  # the job's _DoFns plugin
 
     def wait_until_finish(self, duration=None) -> str:
         try:
@@ -489,6 +518,8 @@ class DaskRunnerResult(dask_runner.DaskRunnerResult):
             if self.cluster is None:  # a shared cluster outlives the job: take our plugins off it
                 self.client.unforward_logging(FORWARDED_LOGGER)
                 self.client.unregister_worker_plugin(_InfoLogs.name)
+                if self.fns is not None:
+                    self.client.unregister_worker_plugin(self.fns)
             self.client.close()
             if self.cluster is not None:
                 self.cluster.close()
@@ -522,18 +553,19 @@ class DaskRunner(dask_runner.DaskRunner):
             if cluster is not None:
                 cluster.close()
             raise
-        graph = _bags(pipeline, bag_kwargs, shuffle)
+        graph, fns = _bags(pipeline, bag_kwargs, shuffle)
+        client.register_plugin(fns)
         # Not optimized: dask's fusion of linear chains drops the steps' priorities.
         future = client.compute(graph, optimize_graph=False)
-        return DaskRunnerResult(client, [future], cluster, shuffle)
+        return DaskRunnerResult(client, [future], cluster, shuffle, fns.name)
 
 
-def _bags(pipeline, bag_kwargs: dict, shuffle_dir: str | None = None) -> db.Bag:
+def _bags(pipeline, bag_kwargs: dict, shuffle_dir: str | None = None) -> tuple[db.Bag, _DoFns]:
     """The whole pipeline as one Dask bag (every leaf), its GroupByKeys through `shuffle_dir`'s files
-    (None: Dask's task shuffle)."""
+    (None: Dask's task shuffle), and the DoFns its tasks name (for every worker before it runs)."""
     builder = _BagBuilder(bag_kwargs, shuffle_dir)
     # Without a client yet, dask would plan each GroupByKey as a shuffle through one machine's disk.
     with dask.config.set({"dataframe.shuffle.method": TASK_SHUFFLE}):
         pipeline.visit(builder)
     # One collection: dask computes each collection handed to it with its own copy of the shared graph.
-    return db.concat(builder.leaves())
+    return db.concat(builder.leaves()), builder.fns
