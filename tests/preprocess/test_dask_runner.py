@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import time
 import uuid
 from pathlib import Path
@@ -404,3 +405,26 @@ def test_a_gcs_shuffle_dir_gets_a_checked_job_directory_removed_at_the_end(gcs_e
     assert chosen.startswith(f"{given}/{SHUFFLE_DIR_PREFIX}") and fs.exists(chosen)
     _remove(chosen)
     assert not fs.exists(chosen)
+
+
+class _Heavy(beam.DoFn):
+    """A DoFn whose pickled form is large (a model's weights, a tokenizer)."""
+
+    def __init__(self):
+        self.payload = os.urandom(1 << 20)
+
+    def process(self, element):
+        yield element
+
+
+def test_the_tasks_name_their_dofn_which_reaches_the_workers_once():
+    from lmshards.preprocess.dask_runner import _bags, dask_overrides
+
+    pipeline = beam.Pipeline()
+    _ = pipeline | beam.Create(range(8)) | beam.ParDo(_Heavy())
+    pipeline.replace_all(dask_overrides())
+    graph, fns = _bags(pipeline, {})
+    assert graph.npartitions == 8 and max(map(len, fns.fns.values())) > 1 << 20
+    tasks = dict(graph.__dask_graph__())
+    # Each task as the scheduler sends it to a worker, alone: none carries the DoFn.
+    assert len(tasks) > 8 and max(len(pickle.dumps(task)) for task in tasks.values()) < 1 << 19
