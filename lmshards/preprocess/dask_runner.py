@@ -29,7 +29,7 @@ runs each ParDo bundle (one bag partition) with a DoFnInvoker. Changed here:
   in the workers' memory until its group is consumed, so a worker's peak grew with the corpus. Here a
   GroupByKey goes through files (lmshards.preprocess.dask_shuffle) under --dask_shuffle_dir, or a
   temporary directory when every worker can read this machine's (a local cluster); --dask_shuffle tasks
-  keeps Dask's own.
+  keeps Dask's own. A group's values written apart are read only as the reader iterates them.
 - Task specs: Beam puts the pickled DoFn in every bundle's task, so a worker held a copy per task
   queued on it (22 MB at 64 MB of text); here a worker plugin gives every worker the job's DoFns once
   and a bundle's task names its DoFn by key.
@@ -61,6 +61,7 @@ import shutil
 import tempfile
 import threading
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import dask
@@ -279,13 +280,23 @@ def _write_partition(
     return [] if written is None else [written]
 
 
+class _Unwindowed:
+    """A group's values out of the windows they were reified into (as Beam's own translation does),
+    as they are iterated: a value the shuffle wrote apart is read only then."""
+
+    def __init__(self, values: dask_shuffle.GroupValues):
+        self._values = values
+
+    def __iter__(self) -> Iterator:
+        return map(transform_evaluator.defenestrate, self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
 def _reduce_partition(files: list[dask_shuffle.ShuffleFile], partition: int) -> list:
     groups = dask_shuffle.read_groups(files, partition)
-    # As Beam's own translation: each value out of the window it was reified into.
-    return [
-        (key, [transform_evaluator.defenestrate(v) for v in values])
-        for key, values in groups.items()
-    ]
+    return [(key, _Unwindowed(values)) for key, values in groups.items()]
 
 
 @dataclasses.dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import os
+import pickle
 import random
 import subprocess
 import sys
@@ -14,7 +15,10 @@ import pytest
 from apache_beam import coders
 
 from lmshards.preprocess.dask_shuffle import (
+    BLOB_BYTES,
+    LAZY_KEYS_MAX,
     SHUFFLE_FILE_PREFIX,
+    Blob,
     read_groups,
     read_section,
     reduce_partition,
@@ -75,9 +79,38 @@ def test_an_empty_input_partition_writes_no_file_and_only_used_sections_are_list
         [(None, 1), (None, 2)], partitions=64, directory=str(tmp_path), encode_key=ENCODE
     )
     assert list(file.sections) == [reduce_partition(ENCODE(None), 64)]
-    assert [read_section(file, j) for j in range(64) if read_section(file, j)] == [
-        [(None, 1), (None, 2)]
-    ]
+    assert [read_section(file, j) for j in range(64) if read_section(file, j)] == [[(None, [1, 2])]]
+
+
+def test_a_few_keys_large_values_are_read_only_as_they_are_iterated(tmp_path):
+    big = [np.full(BLOB_BYTES // 8, i, dtype=np.int64) for i in range(3)]
+    items = [("shard", big[0]), ("small", 1), ("shard", big[1]), ("shard", big[2]), ("small", 2)]
+    first = write_sections(items, partitions=1, directory=str(tmp_path), encode_key=ENCODE)
+    second = write_sections(
+        [("shard", big[0]), ("small", 3)], partitions=1, directory=str(tmp_path), encode_key=ENCODE
+    )
+    entries = dict(read_section(first, 0))
+    assert isinstance(entries["shard"], Blob) and entries["shard"].count == 3
+    assert entries["small"] == [1, 2]  # small values stay in the section
+
+    groups = read_groups([first, second], 0)
+    assert list(groups["small"]) == [1, 2, 3] and len(groups["small"]) == 3
+    shard = pickle.loads(pickle.dumps(groups["shard"]))  # a Dask result travels
+    assert len(shard) == 4
+    for _ in range(2):  # iterable again: the Blobs are read each time
+        assert [int(v[0]) for v in shard] == [0, 1, 2, 0]
+
+    os.remove(first.path)  # nothing of the Blob was held: iterating now needs the file
+    with pytest.raises(FileNotFoundError):
+        list(groups["shard"])
+
+
+def test_a_section_of_many_keys_holds_its_values(tmp_path):
+    items = [(k, np.zeros(BLOB_BYTES, np.uint8)) for k in range(LAZY_KEYS_MAX + 1)]
+    file = write_sections(items, partitions=1, directory=str(tmp_path), encode_key=ENCODE)
+    entries = read_section(file, 0)
+    assert len(entries) == LAZY_KEYS_MAX + 1
+    assert not any(isinstance(values, Blob) for _, values in entries)
 
 
 def test_each_section_holds_only_its_own_partitions_keys(tmp_path):
