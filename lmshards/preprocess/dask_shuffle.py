@@ -62,7 +62,8 @@ class Blob:
         return pickle.loads(_read(self.path, self.start, self.end))
 
 
-SectionEntry = tuple[Any, list[Any] | Blob]  # a key, and its values or where they are
+# A key, and its values: a list, their pickled bytes, or where they are (a Blob).
+SectionEntry = tuple[Any, list[Any] | bytes | Blob]
 
 
 class GroupValues:
@@ -116,13 +117,14 @@ def _by_partition(
 def _section_entries(
     groups: Iterable[tuple[Any, list[Any]]], f: BinaryIO, at: int, path: str
 ) -> tuple[list[SectionEntry], int]:
-    """One section's keys as header entries: a key's values inline, or, at BLOB_BYTES and more pickled,
-    written to f first (from offset `at`) and entered as a Blob. Returns the entries and the new offset."""
+    """One section's keys as header entries: a key's values pickled inline (pickled once, not again with
+    the header), or, at BLOB_BYTES and more, written to f first (from offset `at`) and entered as a Blob.
+    Returns the entries and the new offset."""
     entries: list[SectionEntry] = []
     for key, values in groups:
         data = pickle.dumps(values, protocol=pickle.HIGHEST_PROTOCOL)
         if len(data) < BLOB_BYTES:
-            entries.append((key, values))
+            entries.append((key, data))
             continue
         f.write(data)
         entries.append((key, Blob(path=path, start=at, end=at + len(data), count=len(values))))
@@ -185,6 +187,8 @@ def read_groups(files: Sequence[ShuffleFile], partition: int) -> dict[Any, Group
             group = groups.setdefault(key, GroupValues())
             if isinstance(values, Blob):
                 group.add_blob(values)
+            elif isinstance(values, bytes):
+                group.extend(pickle.loads(values))
             else:
                 group.extend(values)
     return groups
