@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -28,6 +29,7 @@ from tests.helpers.shard_factory import write_sample_shards
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "data" / "sample"
 TIMEOUT_S = 300
+PREPROCESS_COPIES = 4
 NATIVE_LOG = re.compile(r"^[EWI]\d{4} \d\d:\d\d:")
 
 
@@ -81,8 +83,13 @@ def test_a_signal_stops_a_writer_in_one_line_leaving_no_lease_and_no_partial_out
     command, signum, shards, sample_tokenizer, tmp_path
 ):
     output = tmp_path / "out"
+    # The sample four times over (copies under other names): the sample alone is done about a second
+    # after its lease appears on a fast machine, when the signal is sent.
+    corpus = tmp_path / "corpus"
+    for copy in range(PREPROCESS_COPIES):
+        shutil.copytree(SAMPLE, corpus / f"copy{copy}")
     argv = {
-        "preprocess": ["preprocess", "--input", str(SAMPLE), "--tokenizer", str(sample_tokenizer)],
+        "preprocess": ["preprocess", "--input", str(corpus), "--tokenizer", str(sample_tokenizer)],
         "stats": ["stats", str(shards)],
         "tokenizer train": ["tokenizer", "train", "--input", str(SAMPLE), "--model", "bpe"],
     }[command]
