@@ -255,17 +255,8 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
     Locally: a temporary name, then rename. On object stores an object only appears once its
     upload is finalized, so a direct write is already atomic (and GCS has no cheap rename).
     """
-    fs, p = filesystem(path)
-    if is_remote(path):
-        with fs.open(p, "wb") as f:
-            f.write(data)
-        return
-    parent = os.path.dirname(p)
-    if parent:
-        fs.makedirs(parent, exist_ok=True)
-    with atomic_local_path(p) as tmp:
-        with open(tmp, "wb") as f:
-            f.write(data)
+    with open_atomic(path) as f:
+        f.write(data)
 
 
 @contextlib.contextmanager

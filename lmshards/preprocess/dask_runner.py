@@ -216,7 +216,7 @@ class _DoFns(WorkerPlugin):
 class _ParDo(transform_evaluator.DaskBagOp):
     """A ParDo whose side inputs are graph dependencies (the op gets (side input, bag) pairs)."""
 
-    fns: _DoFns = dataclasses.field(default_factory=_DoFns)
+    fns: _DoFns = dataclasses.field(default_factory=_DoFns)  # the builder's: every ParDo's DoFn
 
     def apply(self, input_bag: db.Bag, side_inputs=None) -> db.Bag:
         transform = self.transform
@@ -375,10 +375,10 @@ class _BagBuilder(PipelineVisitor):
             op: transform_evaluator.DaskBagOp = _FileGroupByKey(
                 node, bag_kwargs=self._bag_kwargs, directory=self._shuffle_dir
             )
+        elif op_class is _ParDo:
+            op = _ParDo(node, bag_kwargs=self._bag_kwargs, fns=self.fns)
         else:
             op = op_class(node, bag_kwargs=self._bag_kwargs)
-        if isinstance(op, _ParDo):
-            op.fns = self.fns
         # Later steps first: a worker runs what consumes data already held before it reads more.
         self._steps += 1
         with dask.annotate(priority=self._steps):

@@ -6,11 +6,11 @@ shard shuffles carry every token of it. Here, as in MapReduce's and Spark's shuf
 partition (one bundle's output) is written at once to one file, its elements in one section per reduce
 partition that gets any (by a hash of the key's deterministic encoding), and each reduce partition reads
 its section of every file that has one and groups what it read. Between the two, only the sections'
-offsets stay in memory; a worker holds one partition's elements at a time, except a key's values
-written apart (a Blob: a shard's records, a packing group's documents), read only as they are
-iterated, so that a group growing with the corpus is never held whole. The directory must be one every worker can read
-(a local disk for a local cluster; a shared or gs:// path otherwise), and it needs free space for what
-the job shuffles (about the size of the tokens, twice, for a plain preprocess).
+offsets stay in memory; a worker holds one partition's elements at a time, except a key's large
+values in a section of few keys (a Blob), read only as they are iterated. The directory must be one
+every worker can read (a local disk for a local cluster; a shared or gs:// path otherwise), and it
+needs free space for what the job shuffles (about the size of the tokens, twice, for a plain
+preprocess).
 
 The groups are the same as the task shuffle's: the same keys with the same values; within a group the
 values come in input-partition order (the task shuffle's order is not defined either).

@@ -123,9 +123,13 @@ def write_audit_lines(output: str, key: AuditKey, lines: list[tuple[int, str]]) 
     """write_audit_file from (record, audit line) pairs, already made (not parsed again): the lines
     sorted by record (the pieces of one record by their lines)."""
     relpath = audit_relpath(key)
-    text = "".join(line + "\n" for _, line in sorted(lines))
-    fs.write_text_atomic(fs.join(output, relpath), text)
+    fs.write_text_atomic(fs.join(output, relpath), _audit_text(lines))
     return {"path": relpath, "lines": len(lines)}
+
+
+def _audit_text(lines: Iterable[tuple[int, str]]) -> str:
+    """Audit lines sorted by record (the pieces of one record by their lines), one a line."""
+    return "".join(line + "\n" for _, line in sorted(lines))
 
 
 class PartFile(NamedTuple):
@@ -177,8 +181,8 @@ def write_audit_from_parts(output: str, key: AuditKey, parts: Iterable[PartFile]
     lines = 0
     with fs.open_atomic(fs.join(output, relpath)) as f:
         for run in overlapping_runs(parts):
-            pairs = sorted(pair for part in run for pair in read_audit_part(part.path))
-            f.write("".join(line + "\n" for _, line in pairs).encode("utf-8"))
+            pairs = [pair for part in run for pair in read_audit_part(part.path)]
+            f.write(_audit_text(pairs).encode("utf-8"))
             lines += len(pairs)
     return {"path": relpath, "lines": lines}
 
