@@ -34,10 +34,13 @@ With --cost_corpus DIR --dask, the same on Beam's DaskRunner instead (`--runner 
 --cost_mb and --cost_scale times that. Each run gets a fresh local cluster (dask_runner.local_cluster: 2
 single-threaded worker processes on 127.0.0.1) started here and passed as --dask_client_address; each worker
 process's RSS is sampled every 0.2 s, and its kernel high-water mark (VmHWM) read before the cluster closes.
-Every Dask run reads ranges of --dask_range_mb (default 0.25 MB): a Dask bag partition is one read range and
-a worker holds a whole partition, so ranges of the default 64 MB would make each small corpus one partition
-per file, growing with the corpus, where a real corpus is thousands of fixed-size ranges; with small ranges
-the partitions here keep the size they would have there, and the partition count grows with the corpus.
+Every Dask run reads ranges of --dask_range_mb (default 0.25 MB) of one file holding the size's line
+documents (the subset's files joined): a Dask bag partition is one read range and a worker holds a whole
+partition, so ranges of the default 64 MB would make each small corpus one partition per file, growing with
+the corpus, where a real corpus is thousands of fixed-size ranges. With small ranges of one file every
+partition has the same size at both corpus sizes and their count is the size over the range (the subset's
+20 files, each smaller than a range at 1 MB, made 20 partitions at 1 MB and 27 at 4 MB: the partitions, not
+their count, grew).
 Reported: per mode and size, each worker's peak, and the larger size's highest worker peak over the smaller's.
 --dask_modes picks some of the three (`--dedup near` takes minutes per MB on Dask).
 
@@ -61,6 +64,7 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -417,7 +421,7 @@ def run_dask(args: argparse.Namespace) -> dict[str, Any]:
     modes = {mode: DASK_MODES[mode] for mode in args.dask_modes}
     for size in sizes:
         directory = work / f"lines_{size}mb"
-        take_subset(files, int(size * MB), directory)
+        join_files(take_subset(files, int(size * MB), work / f"subset_{size}mb"), directory)
         row: dict[str, Any] = {
             "mb": round(sum(f.stat().st_size for f in directory.glob("*.txt")) / MB, 1)
         }
@@ -437,6 +441,16 @@ def run_dask(args: argparse.Namespace) -> dict[str, Any]:
         for run in (dask_run_name(m, s) for m in modes for s in args.dask_shuffles)
     }
     return results
+
+
+def join_files(files: Sequence[Path], directory: Path, name: str = "lines.txt") -> Path:
+    """The files' lines one after another in one file under `directory` (each file ends with a newline)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    joined = directory / name
+    with joined.open("wb") as out:
+        for f in files:
+            out.write(f.read_bytes())
+    return joined
 
 
 def dask_run_name(mode: str, shuffle: str) -> str:

@@ -29,7 +29,8 @@ runs each ParDo bundle (one bag partition) with a DoFnInvoker. Changed here:
   in the workers' memory until its group is consumed, so a worker's peak grew with the corpus. Here a
   GroupByKey goes through files (lmshards.preprocess.dask_shuffle) under --dask_shuffle_dir, or a
   temporary directory when every worker can read this machine's (a local cluster); --dask_shuffle tasks
-  keeps Dask's own. A group's values written apart are read only as the reader iterates them.
+  keeps Dask's own. A reduce partition is grouped inside its reader's task, as the reader iterates
+  it, and a group's values written apart are read only as the reader iterates them.
 - Task specs: Beam puts the pickled DoFn in every bundle's task, so a worker held a copy per task
   queued on it (22 MB at 64 MB of text); here a worker plugin gives every worker the job's DoFns once
   and a bundle's task names its DoFn by key.
@@ -77,6 +78,7 @@ from apache_beam.runners.dask.overrides import _Create, dask_overrides
 from apache_beam.transforms.combiners import LiftedCombinePerKey
 from apache_beam.transforms.core import CombinePerKey, DoFn, ParDo
 from apache_beam.transforms.sideinputs import SideInputMap
+from dask.highlevelgraph import HighLevelGraph
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from lmshards.plumbing import fs
@@ -294,9 +296,20 @@ class _Unwindowed:
         return len(self._values)
 
 
-def _reduce_partition(files: list[dask_shuffle.ShuffleFile], partition: int) -> list:
-    groups = dask_shuffle.read_groups(files, partition)
-    return [(key, _Unwindowed(values)) for key, values in groups.items()]
+@dataclasses.dataclass(frozen=True)
+class _ReducePartition:
+    """One reduce partition of a file GroupByKey, grouped only as its reader iterates it.
+
+    The partition's task returns this (its place in the files, not its groups): a task's result stays
+    in the worker until every reader has run, and a worker ran several reduce tasks before their
+    readers, holding each one's groups (about 1.8 KB per key of near dedup's band buckets)."""
+
+    files: list[dask_shuffle.ShuffleFile]
+    partition: int
+
+    def __iter__(self) -> Iterator[tuple[Any, _Unwindowed]]:
+        groups = dask_shuffle.read_groups(self.files, self.partition)
+        return ((key, _Unwindowed(values)) for key, values in groups.items())
 
 
 @dataclasses.dataclass
@@ -316,13 +329,12 @@ class _FileGroupByKey(transform_evaluator.DaskBagOp):
             token=f"{_task_name(self.applied)}.write",
         )
         files = _all_values(written)  # every ShuffleFile: small, the data stays on disk
-        reduce, name = dask.delayed(_reduce_partition), f"{_task_name(self.applied)}.read"
-        return db.from_delayed(
-            [
-                reduce(files, j, dask_key_name=f"{name}-{dask.base.tokenize(files.key, j)}")
-                for j in range(partitions)
-            ]
-        )
+        name = f"{_task_name(self.applied)}.read-{dask.base.tokenize(files.key, partitions)}"
+        # The bag made directly, not with db.from_delayed: that wraps each partition in dask's reify,
+        # which takes its first element, and so grouped every partition once more to throw it away.
+        layer = {(name, j): (_ReducePartition, files.key, j) for j in range(partitions)}
+        graph = HighLevelGraph.from_collections(name, layer, dependencies=[files])
+        return db.Bag(graph, name, partitions)
 
 
 TRANSLATIONS = {**transform_evaluator.TRANSLATIONS, ParDo: _ParDo, _Create: _CreateOp}
