@@ -300,16 +300,21 @@ class _Unwindowed:
 class _ReducePartition:
     """One reduce partition of a file GroupByKey, grouped only as its reader iterates it.
 
-    The partition's task returns this (its place in the files, not its groups): a task's result stays
-    in the worker until every reader has run, and a worker ran several reduce tasks before their
-    readers, holding each one's groups (about 1.8 KB per key of near dedup's band buckets)."""
+    The partition's task returns this (its sections, not its groups): a task's result stays in the
+    worker until every reader has run, and a worker ran several reduce tasks before their readers,
+    holding each one's groups (about 1.8 KB per key of near dedup's band buckets)."""
 
-    files: list[dask_shuffle.ShuffleFile]
-    partition: int
+    sections: list[dask_shuffle.Section]
 
     def __iter__(self) -> Iterator[tuple[Any, _Unwindowed]]:
-        groups = dask_shuffle.read_groups(self.files, self.partition)
+        groups = dask_shuffle.group_sections(self.sections)
         return ((key, _Unwindowed(values)) for key, values in groups.items())
+
+
+def _reduce_partition(files: list[dask_shuffle.ShuffleFile], partition: int) -> _ReducePartition:
+    """The task of reduce partition `partition`: its own sections of `files` (which list every
+    partition's), so a result sent to another worker carries only those."""
+    return _ReducePartition(dask_shuffle.partition_sections(files, partition))
 
 
 @dataclasses.dataclass
@@ -332,7 +337,7 @@ class _FileGroupByKey(transform_evaluator.DaskBagOp):
         name = f"{_task_name(self.applied)}.read-{dask.base.tokenize(files.key, partitions)}"
         # The bag made directly, not with db.from_delayed: that wraps each partition in dask's reify,
         # which takes its first element, and so grouped every partition once more to throw it away.
-        layer = {(name, j): (_ReducePartition, files.key, j) for j in range(partitions)}
+        layer = {(name, j): (_reduce_partition, files.key, j) for j in range(partitions)}
         graph = HighLevelGraph.from_collections(name, layer, dependencies=[files])
         return db.Bag(graph, name, partitions)
 

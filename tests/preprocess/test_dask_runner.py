@@ -430,24 +430,32 @@ def test_the_tasks_name_their_dofn_which_reaches_the_workers_once():
     assert len(tasks) > 8 and max(len(pickle.dumps(task)) for task in tasks.values()) < 1 << 19
 
 
-def test_a_reduce_task_returns_its_partitions_place_which_is_grouped_each_time_it_is_read(tmp_path):
-    import dataclasses
-
+def test_a_reduce_task_returns_its_partitions_sections_which_are_grouped_each_time_they_are_read(
+    tmp_path,
+):
     from apache_beam.coders import registry
     from apache_beam.transforms.window import GlobalWindows
 
-    from lmshards.preprocess.dask_runner import _ReducePartition
-    from lmshards.preprocess.dask_shuffle import write_sections
+    from lmshards.preprocess.dask_runner import _reduce_partition, _ReducePartition
+    from lmshards.preprocess.dask_shuffle import Section, write_sections
 
-    items = [(f"key{i % 500}", GlobalWindows.windowed_value(i)) for i in range(5000)]
     encode = registry.get_coder(object).as_deterministic_coder("test").encode
-    file = write_sections(items, partitions=2, directory=str(tmp_path), encode_key=encode)
-    parts = [_ReducePartition([file], j) for j in range(2)]
-    # What the task's result holds (and a worker keeps until the reader ran): the place, not the groups.
-    assert max(len(pickle.dumps(part)) for part in parts) < 1024
-    got = {key: list(values) for part in parts for key, values in part}
+    files = [
+        write_sections(
+            [(f"key{i % 500}", GlobalWindows.windowed_value(i)) for i in range(n, 5000, 8)],
+            partitions=8,
+            directory=str(tmp_path),
+            encode_key=encode,
+        )
+        for n in range(8)
+    ]
+    parts = [_reduce_partition(files, j) for j in range(8)]
+    # What the task's result holds (and a worker keeps until the reader ran): its own sections only.
+    assert all(len(part.sections) == 8 for part in parts)
+    assert max(len(pickle.dumps(part)) for part in parts) < 2048
+    got = {key: sorted(values) for part in parts for key, values in part}
     assert got == {f"key{k}": list(range(k, 5000, 500)) for k in range(500)}
     assert {k: list(v) for k, v in parts[0]} == {k: list(v) for k, v in parts[0]}  # read again
-    gone = _ReducePartition([dataclasses.replace(file, path=str(tmp_path / "gone"))], 0)
+    gone = _ReducePartition([Section(path=str(tmp_path / "gone"), start=0, end=10)])
     with pytest.raises(FileNotFoundError):  # nothing is read until it is iterated
         list(gone)
