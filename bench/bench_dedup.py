@@ -41,7 +41,8 @@ the corpus, where a real corpus is thousands of fixed-size ranges. With small ra
 partition has the same size at both corpus sizes and their count is the size over the range (the subset's
 20 files, each smaller than a range at 1 MB, made 20 partitions at 1 MB and 27 at 4 MB: the partitions, not
 their count, grew).
-Reported: per mode and size, each worker's peak, and the larger size's highest worker peak over the smaller's.
+Reported: per mode and size, each worker's peak and CPU seconds, and the larger size's highest worker peak
+over the smaller's.
 --dask_modes picks some of the three (`--dedup near` takes minutes per MB on Dask).
 
 Usage (from the repository root, with the venv active):
@@ -371,8 +372,14 @@ def _sample_peaks(procs: list[psutil.Process], peaks: list[int], stop: threading
                 continue
 
 
+def _cpu_s(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return times.user + times.system
+
+
 def dask_worker_peaks(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
-    """Runs argv (a preprocess) on a fresh local cluster; each worker process's peak RSS during it."""
+    """Runs argv (a preprocess) on a fresh local cluster; each worker process's peak RSS and CPU seconds
+    during it."""
     from distributed import Client
 
     from lmshards.preprocess.dask_runner import local_cluster
@@ -381,6 +388,7 @@ def dask_worker_peaks(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
         pids = sorted(client.run(os.getpid).values())
         procs = [psutil.Process(pid) for pid in pids]
         idle = [proc.memory_info().rss for proc in procs]
+        cpu_before = [_cpu_s(proc) for proc in procs]
         peaks, stop = list(idle), threading.Event()
         sampler = threading.Thread(target=_sample_peaks, args=(procs, peaks, stop), daemon=True)
         sampler.start()
@@ -397,8 +405,10 @@ def dask_worker_peaks(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
             stop.set()
             sampler.join()
         kernel = [_kernel_peak_rss(pid) for pid in pids]
+        worker_cpu_s = [_cpu_s(proc) - cpu for proc, cpu in zip(procs, cpu_before)]
     return measured(
         m,
+        worker_cpu_s=[round(c, 1) for c in worker_cpu_s],
         worker_idle_mb=[round(b / MB, 1) for b in idle],
         worker_peak_mb=[round(b / MB, 1) for b in peaks],
         worker_vmhwm_mb=[round(b / MB, 1) for b in kernel],
@@ -464,7 +474,8 @@ def print_dask_table(results: dict[str, Any]) -> None:
         for mode in results["worker_peak_large_over_small"]:
             r = row[mode]
             print(
-                f"  {mode:<15} wall {r['wall_s']:>7.1f} s  launcher peak {r['peak_rss_mb']:>6.0f} MB  "
+                f"  {mode:<15} wall {r['wall_s']:>7.1f} s  workers cpu {r['worker_cpu_s']} s  "
+                f"launcher peak {r['peak_rss_mb']:>6.0f} MB  "
                 f"workers idle {r['worker_idle_mb']} peak {r['worker_peak_mb']} VmHWM {r['worker_vmhwm_mb']} MB"
                 f"  load {r['mean_load1']:.1f}"
             )

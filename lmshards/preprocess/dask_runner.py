@@ -29,8 +29,9 @@ runs each ParDo bundle (one bag partition) with a DoFnInvoker. Changed here:
   in the workers' memory until its group is consumed, so a worker's peak grew with the corpus. Here a
   GroupByKey goes through files (lmshards.preprocess.dask_shuffle) under --dask_shuffle_dir, or a
   temporary directory when every worker can read this machine's (a local cluster); --dask_shuffle tasks
-  keeps Dask's own. A reduce partition is grouped inside its reader's task, as the reader iterates
-  it, and a group's values written apart are read only as the reader iterates them.
+  keeps Dask's own. A ParDo reading a GroupByKey groups its partition inside its own bundle's task (a
+  reduce task of its own left its groups in the worker until the reader ran), and a group's values
+  written apart are read only as the reader iterates them.
 - Task specs: Beam puts the pickled DoFn in every bundle's task, so a worker held a copy per task
   queued on it (22 MB at 64 MB of text); here a worker plugin gives every worker the job's DoFns once
   and a bundle's task names its DoFn by key.
@@ -239,9 +240,34 @@ class _ParDo(transform_evaluator.DaskBagOp):
         )
         side_values = [_all_values(bag) for _, bag in side_inputs]
         name = _task_name(self.applied)
+        if isinstance(input_bag, _GroupedBag):
+            return _grouped_bundles(input_bag, spec, side_values, name)
         # Elements are wrapped in their window inside the bundle's task: a separate map would be a
         # task of its own per consumer, holding its own copy of the partition until that consumer ran.
         return input_bag.map_partitions(_process_bundle, spec, *side_values, token=name)
+
+
+def _grouped_bundles(
+    grouped: _GroupedBag, spec: _BundleSpec, side_values: list, name: str
+) -> db.Bag:
+    """A ParDo over a file GroupByKey's output, each bundle's task grouping its own partition.
+
+    A reduce task of its own returned its partition's groups, which stayed in the worker until the
+    reader ran, and a worker ran several reduce tasks before their readers (near dedup's band buckets:
+    about 1.8 KB a key, 50 MB a partition, held four or five at once). Every task here depends on the
+    shuffle files' list alone, so dask spreads them over the workers as it does a read."""
+    files, partitions = grouped.files, grouped.npartitions
+    key = f"{name}-{dask.base.tokenize(files.key, spec, *(v.key for v in side_values))}"
+    sides = tuple(v.key for v in side_values)
+    layer = {(key, j): (_process_group, files.key, j, spec, *sides) for j in range(partitions)}
+    graph = HighLevelGraph.from_collections(key, layer, dependencies=[files, *side_values])
+    return db.Bag(graph, key, partitions)
+
+
+def _process_group(
+    files: list[dask_shuffle.ShuffleFile], partition: int, spec: _BundleSpec, *side_values: list
+) -> list:
+    return _process_bundle(_reduce_partition(files, partition), spec, *side_values)
 
 
 @dataclasses.dataclass
@@ -296,25 +322,9 @@ class _Unwindowed:
         return len(self._values)
 
 
-@dataclasses.dataclass(frozen=True)
-class _ReducePartition:
-    """One reduce partition of a file GroupByKey, grouped only as its reader iterates it.
-
-    The partition's task returns this (its sections, not its groups): a task's result stays in the
-    worker until every reader has run, and a worker ran several reduce tasks before their readers,
-    holding each one's groups (about 1.8 KB per key of near dedup's band buckets)."""
-
-    sections: list[dask_shuffle.Section]
-
-    def __iter__(self) -> Iterator[tuple[Any, _Unwindowed]]:
-        groups = dask_shuffle.group_sections(self.sections)
-        return ((key, _Unwindowed(values)) for key, values in groups.items())
-
-
-def _reduce_partition(files: list[dask_shuffle.ShuffleFile], partition: int) -> _ReducePartition:
-    """The task of reduce partition `partition`: its own sections of `files` (which list every
-    partition's), so a result sent to another worker carries only those."""
-    return _ReducePartition(dask_shuffle.partition_sections(files, partition))
+def _reduce_partition(files: list[dask_shuffle.ShuffleFile], partition: int) -> list:
+    groups = dask_shuffle.read_groups(files, partition)
+    return [(key, _Unwindowed(values)) for key, values in groups.items()]
 
 
 @dataclasses.dataclass
@@ -334,12 +344,23 @@ class _FileGroupByKey(transform_evaluator.DaskBagOp):
             token=f"{_task_name(self.applied)}.write",
         )
         files = _all_values(written)  # every ShuffleFile: small, the data stays on disk
-        name = f"{_task_name(self.applied)}.read-{dask.base.tokenize(files.key, partitions)}"
-        # The bag made directly, not with db.from_delayed: that wraps each partition in dask's reify,
-        # which takes its first element, and so grouped every partition once more to throw it away.
-        layer = {(name, j): (_reduce_partition, files.key, j) for j in range(partitions)}
-        graph = HighLevelGraph.from_collections(name, layer, dependencies=[files])
-        return db.Bag(graph, name, partitions)
+        reduce, name = dask.delayed(_reduce_partition), f"{_task_name(self.applied)}.read"
+        reduced = db.from_delayed(
+            [
+                reduce(files, j, dask_key_name=f"{name}-{dask.base.tokenize(files.key, j)}")
+                for j in range(partitions)
+            ]
+        )
+        return _GroupedBag(reduced, files)
+
+
+class _GroupedBag(db.Bag):
+    """A file GroupByKey's output: a bag of reduce tasks for any reader, and the shuffle files' list, from
+    which a ParDo groups each partition inside its own bundle's task (_grouped_bundles)."""
+
+    def __init__(self, reduced: db.Bag, files):
+        super().__init__(reduced.dask, reduced.name, reduced.npartitions)
+        self.files = files
 
 
 TRANSLATIONS = {**transform_evaluator.TRANSLATIONS, ParDo: _ParDo, _Create: _CreateOp}

@@ -179,32 +179,11 @@ def read_section(file: ShuffleFile, partition: int) -> list[SectionEntry]:
     return pickle.loads(_read(file.path, *file.sections[partition]))
 
 
-@dataclasses.dataclass(frozen=True)
-class Section:
-    """Where one reduce partition's elements are in one shuffle file: bytes [start, end) of path."""
-
-    path: str
-    start: int
-    end: int
-
-
-def partition_sections(files: Sequence[ShuffleFile], partition: int) -> list[Section]:
-    """Reduce partition `partition`'s sections, in the files' order: what its reader needs of `files`
-    (which list every partition's)."""
-    return [Section(f.path, *f.sections[partition]) for f in files if partition in f.sections]
-
-
 def read_groups(files: Sequence[ShuffleFile], partition: int) -> dict[Any, GroupValues]:
     """Every key of reduce partition `partition` -> its values, in the files' order."""
-    return group_sections(partition_sections(files, partition))
-
-
-def group_sections(sections: Sequence[Section]) -> dict[Any, GroupValues]:
-    """Every key of the sections (one reduce partition's) -> its values, in the sections' order."""
     groups: dict[Any, GroupValues] = {}
-    for section in sections:
-        entries: list[SectionEntry] = pickle.loads(_read(section.path, section.start, section.end))
-        for key, values in entries:
+    for file in files:
+        for key, values in read_section(file, partition):
             group = groups.setdefault(key, GroupValues())
             if isinstance(values, Blob):
                 group.add_blob(values)

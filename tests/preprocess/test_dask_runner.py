@@ -430,32 +430,24 @@ def test_the_tasks_name_their_dofn_which_reaches_the_workers_once():
     assert len(tasks) > 8 and max(len(pickle.dumps(task)) for task in tasks.values()) < 1 << 19
 
 
-def test_a_reduce_task_returns_its_partitions_sections_which_are_grouped_each_time_they_are_read(
-    tmp_path,
-):
-    from apache_beam.coders import registry
-    from apache_beam.transforms.window import GlobalWindows
+def _task_function(task) -> str:
+    func = task[0] if isinstance(task, tuple) else getattr(task, "func", None)
+    return getattr(func, "__name__", "")
 
-    from lmshards.preprocess.dask_runner import _reduce_partition, _ReducePartition
-    from lmshards.preprocess.dask_shuffle import Section, write_sections
 
-    encode = registry.get_coder(object).as_deterministic_coder("test").encode
-    files = [
-        write_sections(
-            [(f"key{i % 500}", GlobalWindows.windowed_value(i)) for i in range(n, 5000, 8)],
-            partitions=8,
-            directory=str(tmp_path),
-            encode_key=encode,
-        )
-        for n in range(8)
-    ]
-    parts = [_reduce_partition(files, j) for j in range(8)]
-    # What the task's result holds (and a worker keeps until the reader ran): its own sections only.
-    assert all(len(part.sections) == 8 for part in parts)
-    assert max(len(pickle.dumps(part)) for part in parts) < 2048
-    got = {key: sorted(values) for part in parts for key, values in part}
-    assert got == {f"key{k}": list(range(k, 5000, 500)) for k in range(500)}
-    assert {k: list(v) for k, v in parts[0]} == {k: list(v) for k, v in parts[0]}  # read again
-    gone = _ReducePartition([Section(path=str(tmp_path / "gone"), start=0, end=10)])
-    with pytest.raises(FileNotFoundError):  # nothing is read until it is iterated
-        list(gone)
+def test_a_pardo_reading_a_group_by_key_groups_its_partition_in_its_own_task(tmp_path):
+    from lmshards.preprocess.dask_runner import _bags, dask_overrides
+
+    pipeline = beam.Pipeline()
+    _ = (
+        pipeline
+        | beam.Create(range(6))
+        | "Key" >> beam.Map(lambda i: (i % 2, i))
+        | beam.GroupByKey()
+        | "Read" >> beam.Map(lambda kv: kv)
+    )
+    pipeline.replace_all(dask_overrides())
+    graph, _ = _bags(pipeline, {}, str(tmp_path))
+    functions = [_task_function(task) for task in dict(graph.__dask_graph__()).values()]
+    # No task of its own returns a partition's groups (a worker kept them until their reader ran).
+    assert functions.count("_process_group") == 6 and "_reduce_partition" not in functions
