@@ -14,8 +14,8 @@ With --cost it also times whole `lmshards preprocess` runs of the same documents
 --seq_len 128) in child processes, a b b a: plain, and with `--languages en --quality_filters` the
 four filters, and reports the CPU seconds of each and their ratio.
 
-The documents are made from the benchmark corpus (bash /work/shared/corpus/build_bench_corpus.sh DIR's
-DIR/en/*.txt, or any folder of .txt files): from each file, --per_source runs of consecutive lines at
+The documents are made from the benchmark corpus (its en/*.txt, see bench/README.md, or any folder of
+.txt files): from each file, --per_source runs of consecutive lines at
 evenly spaced places, 5 to 250 lines long (in turn), plus --web synthetic web pages: a few lines of
 navigation, paragraphs of the corpus's prose, and, at fixed rates, a cookie notice, a copyright line,
 e-mail and IPv4 addresses (public and private), "lorem ipsum", "javascript", a curly bracket and
