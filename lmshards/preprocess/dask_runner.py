@@ -257,8 +257,8 @@ def _grouped_bundles(
     about 1.8 KB a key, 50 MB a partition, held four or five at once). Every task here depends on the
     shuffle files' list alone, so dask spreads them over the workers as it does a read."""
     files, partitions = grouped.files, grouped.npartitions
-    key = f"{name}-{dask.base.tokenize(files.key, spec, *(v.key for v in side_values))}"
     sides = tuple(v.key for v in side_values)
+    key = f"{name}-{dask.base.tokenize(files.key, spec, *sides)}"
     layer = {(key, j): (_process_group, files.key, j, spec, *sides) for j in range(partitions)}
     graph = HighLevelGraph.from_collections(key, layer, dependencies=[files, *side_values])
     return db.Bag(graph, key, partitions)
