@@ -10,7 +10,7 @@ import re
 import shutil
 import urllib.parse
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 # gcsfs probes every bucket over gRPC first; against an emulator each open then waits 60 s.
@@ -247,6 +247,16 @@ def read_text(path: str) -> str:
 def read_bytes(path: str) -> bytes:
     with open_file(path, "rb") as f:
         return f.read()
+
+
+def read_ranges(paths: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
+    """The bytes [start, end) of each file, in order; every path on one filesystem (an object store's
+    reads go concurrently: fsspec's cat_ranges)."""
+    if not paths:
+        return []
+    filesystem_, _ = filesystem(paths[0])
+    stripped = [filesystem(path)[1] for path in paths]
+    return filesystem_.cat_ranges(stripped, list(starts), list(ends))
 
 
 def write_bytes_atomic(path: str, data: bytes) -> None:

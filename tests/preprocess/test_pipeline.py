@@ -28,8 +28,9 @@ from lmshards.preprocess.stages.encode import (
 )
 from lmshards.preprocess.stages.pack import PackedGroup, PackGroups, pack_blocks
 from lmshards.preprocess.stages.shard import (
+    ASSIGNED_ROWS_PREFIX,
     PACKED_ROWS_PREFIX,
-    ShardBatch,
+    ShardPiece,
     SpilledGroup,
     WriteShards,
 )
@@ -249,9 +250,10 @@ def test_write_shards_shuffles_all_blocks_into_balanced_files(tmp_path):
         (2, 4, 5),
         (3, 4, 4),
     ]
-    # Every shard's temporary file was renamed into place; the groups' rows wait there for the manifest step.
-    left = [f.name for f in (tmp_path / ".lmshards-tmp").iterdir()]
-    assert len(left) == 3 and all(name.startswith(PACKED_ROWS_PREFIX) for name in left)
+    # Every shard's temporary file was renamed into place; the groups' rows, as packed and as assigned
+    # (one file each a group), wait there for the manifest step.
+    left = sorted(f.name.split("-")[0] + "-" for f in (tmp_path / ".lmshards-tmp").iterdir())
+    assert left == [ASSIGNED_ROWS_PREFIX] * 3 + [PACKED_ROWS_PREFIX] * 3
     spec = {
         name: tf.io.FixedLenFeature([seq_len], tf.int64) for name in ("input_ids", "attention_mask")
     }
@@ -337,7 +339,7 @@ def test_elements_between_stages_are_typed(small_plan):
         "Pack/Pack": PackedGroup.__name__,
         "Pack/SumTotals": "(str, SplitTotals)",
         "Shard/SpillGroups": SpilledGroup.__name__,
-        "Shard/AssignShards": f"((str, int), {ShardBatch.__name__})",
+        "Shard/AssignShards": f"((str, int), {ShardPiece.__name__})",
         "Shard": f"(str, {ShardInfo.__name__})",
         "Manifest": "str",
     }

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 import apache_beam as beam
 import numpy as np
 
+from lmshards.plumbing.memory import freeze_startup_heap
 from lmshards.preprocess.sources import ReadStats, sum_stats
 from lmshards.preprocess.stages.metrics import (
     DOCUMENTS_TOKENIZED,
@@ -242,6 +243,7 @@ class _EncodeFn(beam.DoFn):
 
         self._tokenizer = Tokenizer.from_str(self._settings.tokenizer_json)
         self._dtype = chunk_dtype(self._tokenizer.get_vocab_size(with_added_tokens=True))
+        freeze_startup_heap()
 
     def process(self, texts: list[str]) -> Iterable[TokenizedChunk]:
         if not texts:

@@ -6,9 +6,11 @@ records whatever the runner, worker count or bundle sizes. Each shard is written
 
 Both preprocess paths run the same two steps: assign_to_shards (a group's blocks -> ShardBatch per
 shard) and ShardWriter (a shard's batches -> its file, sorted, serialized as written, counted). The
-staged pipeline hands the batches on through a GroupByKey; lmshards.preprocess.in_process through
-a file per shard. Both keep each packed group's rows in a file while the layout waits for every group's
-size (spill_group), so that only the sizes travel.
+staged pipeline writes each group's batches into one file, shard after shard (assign_to_file), and
+hands on through a GroupByKey only where they lie and their positions (ShardPiece); its writer reads
+them a window at a time. lmshards.preprocess.in_process appends them to a file per shard. Both keep
+each packed group's rows in a file while the layout waits for every group's size (spill_group), so
+that only the sizes travel.
 """
 
 from __future__ import annotations
@@ -50,8 +52,12 @@ _ROWS_HEADER = np.dtype("<i8")  # a write_rows piece's record count
 SHARD_WINDOWS_PREFIX = "lmshards-shard-"
 # The feature rows' dtypes between assigning and writing: narrow when every value fits 16 bits.
 NARROW_ROW_DTYPE, WIDE_ROW_DTYPE = np.dtype("<u2"), np.dtype("<i4")
-# Under the output's TEMP_DIR_NAME: a staged run's packed groups' rows, a new name each write.
+# Under the output's TEMP_DIR_NAME: a staged run's packed groups' rows, a new name each write; and the
+# same rows again, shard after shard, once assigned.
 PACKED_ROWS_PREFIX = "packed-"
+ASSIGNED_ROWS_PREFIX = "assigned-"
+# The most ShardPieces a staged shard writer reads at once (concurrently on an object store).
+READ_PIECES = 64
 
 _FEISTEL_ROUNDS = 4
 _U64 = np.uint64
@@ -287,11 +293,85 @@ def group_to_shards(
         yield (size.split, shard), batch
 
 
-def empty_shards(layouts: dict[str, SplitLayout]) -> Iterator[tuple[ShardKey, ShardBatch]]:
-    """An empty batch for every shard, so that a shard no group feeds is written too."""
+@dataclasses.dataclass(frozen=True, eq=False)
+class ShardPiece:
+    """Some records of one shard as the staged assign step left them: their positions in the split's
+    shuffled order, and where their rows lie (the bytes from `offset` of the file at `path`).
+
+    Only these cross the staged shard GroupByKey, not the rows: neither the runner nor a worker holds a
+    shard's rows before its writer reads them, READ_PIECES pieces at a time (read_pieces).
+    """
+
+    positions: np.ndarray  # int64 [records]
+    path: str
+    offset: int
+    shape: tuple[int, ...]  # the rows' [records, features, seq_len]
+    dtype: str
+    names: tuple[str, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+
+    @staticmethod
+    def empty() -> ShardPiece:
+        return ShardPiece(
+            positions=np.zeros(0, dtype=np.int64),
+            path="",
+            offset=0,
+            shape=(0,),
+            dtype="<u2",
+            names=(),
+        )
+
+
+def assign_to_file(
+    spilled: SpilledGroup, layout: SplitLayout, *, seed: int, directory: str
+) -> list[tuple[ShardKey, ShardPiece]]:
+    """A spilled group's blocks (group_to_shards) written into one new file in `directory`, shard after
+    shard; returns a ShardPiece for each shard they feed, once the file is complete."""
+    size = spilled.size
+    path = fs.join(
+        directory, f"{ASSIGNED_ROWS_PREFIX}{size.split}-{size.group:05d}-{uuid.uuid4().hex}"
+    )
+    pieces: list[tuple[ShardKey, ShardPiece]] = []
+    offset = 0
+    with fs.open_atomic(path) as f:
+        for key, batch in group_to_shards(spilled, layout, seed=seed):
+            rows = np.ascontiguousarray(batch.rows)
+            f.write(rows.tobytes())
+            piece = ShardPiece(
+                positions=batch.positions,
+                path=path,
+                offset=offset,
+                shape=rows.shape,
+                dtype=rows.dtype.str,
+                names=batch.names,
+            )
+            pieces.append((key, piece))
+            offset += rows.nbytes
+    return pieces
+
+
+def read_pieces(pieces: Iterable[ShardPiece]) -> Iterator[ShardBatch]:
+    """Each non-empty piece's records as a ShardBatch, the rows of READ_PIECES pieces read at once."""
+    full = (piece for piece in pieces if piece.positions.size)
+    while window := list(itertools.islice(full, READ_PIECES)):
+        data = fs.read_ranges(
+            [piece.path for piece in window],
+            [piece.offset for piece in window],
+            [piece.offset + piece.nbytes for piece in window],
+        )
+        for piece, piece_bytes in zip(window, data):
+            rows = np.frombuffer(piece_bytes, np.dtype(piece.dtype)).reshape(piece.shape)
+            yield ShardBatch(positions=piece.positions, rows=rows, names=piece.names)
+
+
+def empty_shards(layouts: dict[str, SplitLayout]) -> Iterator[tuple[ShardKey, ShardPiece]]:
+    """An empty piece for every shard, so that a shard no group feeds is written too."""
     for split, layout in layouts.items():
         for shard in range(layout.num_shards):
-            yield (split, shard), ShardBatch.empty()
+            yield (split, shard), ShardPiece.empty()
 
 
 def shard_range(shard: int, layout: SplitLayout) -> tuple[int, int]:
@@ -540,29 +620,34 @@ class _SpillFn(beam.DoFn):
 
 
 class _AssignFn(beam.DoFn):
-    """SpilledGroup -> (ShardKey, ShardBatch) per shard the group feeds."""
+    """SpilledGroup -> (ShardKey, ShardPiece) per shard the group feeds (assign_to_file)."""
 
-    def __init__(self, seed: int):
-        self._seed = seed
+    def __init__(self, output: str, seed: int):
+        self._output, self._seed = output, seed
 
     def process(
         self, spilled: SpilledGroup, layouts: dict[str, SplitLayout]
-    ) -> Iterable[tuple[ShardKey, ShardBatch]]:
-        yield from group_to_shards(spilled, layouts[spilled.size.split], seed=self._seed)
+    ) -> Iterable[tuple[ShardKey, ShardPiece]]:
+        yield from assign_to_file(
+            spilled,
+            layouts[spilled.size.split],
+            seed=self._seed,
+            directory=fs.join(self._output, TEMP_DIR_NAME),
+        )
 
 
 class _WriteShardFn(beam.DoFn):
-    """(ShardKey, Iterable[ShardBatch]) -> (split, ShardInfo), the file complete under its name; logs
+    """(ShardKey, Iterable[ShardPiece]) -> (split, ShardInfo), the file complete under its name; logs
     "wrote k of N shards" as they finish."""
 
     def __init__(self, output: str):
         self._writer = ShardWriter(output, SHARD_WINDOW_BYTES)
 
     def process(
-        self, element: tuple[ShardKey, Iterable[ShardBatch]], layouts: dict[str, SplitLayout]
+        self, element: tuple[ShardKey, Iterable[ShardPiece]], layouts: dict[str, SplitLayout]
     ) -> Iterable[tuple[str, ShardInfo]]:
-        key, batches = element
-        yield key[0], self._writer.write(key, batches, layouts)
+        key, pieces = element
+        yield key[0], self._writer.write(key, read_pieces(pieces), layouts)
 
     def finish_bundle(self) -> None:
         self._writer.counters.flush()
@@ -604,15 +689,15 @@ class WriteShards(beam.PTransform):
         )
         layouts_side = beam.pvalue.AsSingleton(layouts)
         records = spilled | "AssignShards" >> beam.ParDo(
-            _AssignFn(self._seed), layouts_side
-        )  # (ShardKey, ShardBatch)
+            _AssignFn(self._output, self._seed), layouts_side
+        )  # (ShardKey, ShardPiece)
         every_shard = layouts | "EveryShard" >> beam.FlatMap(
             empty_shards
-        )  # (ShardKey, ShardBatch), empty
+        )  # (ShardKey, ShardPiece), empty
         return (
             (records, every_shard)
-            | "WithEmptyShards" >> beam.Flatten()  # (ShardKey, ShardBatch)
-            | "GroupByShard" >> beam.GroupByKey()  # (ShardKey, Iterable[ShardBatch])
+            | "WithEmptyShards" >> beam.Flatten()  # (ShardKey, ShardPiece)
+            | "GroupByShard" >> beam.GroupByKey()  # (ShardKey, Iterable[ShardPiece])
             | "WriteShard"
             >> beam.ParDo(_WriteShardFn(self._output), layouts_side)  # (split, ShardInfo)
         )

@@ -10,15 +10,20 @@ import pytest
 
 from lmshards.preprocess.stages.pack import PackedGroup, pack_blocks
 from lmshards.preprocess.stages.shard import (
+    ASSIGNED_ROWS_PREFIX,
+    READ_PIECES,
     SHARD_WINDOWS_PREFIX,
     GroupSize,
     ShardBatch,
+    ShardPiece,
     ShardRecordsError,
     SplitLayout,
+    assign_to_file,
     group_to_shards,
     layout_splits,
     num_shards_for,
     permute,
+    read_pieces,
     shard_of,
     shard_range,
     spill_group,
@@ -118,6 +123,51 @@ def test_assigned_groups_cover_every_position_once(tmp_path):
     # Every block's ids once, whatever shard it went to.
     ids = np.concatenate([batch.rows[:, 1] for _, batch in batches])
     assert sorted(ids[:, 0].tolist()) == sorted(8 * b for g in range(3) for b in range(g + 2))
+
+
+def test_the_staged_assign_step_hands_on_where_the_rows_lie_and_its_writer_reads_them_back(
+    tmp_path,
+):
+    """assign_to_file writes a group's blocks into one file, shard after shard, and hands on only a
+    ShardPiece per shard (positions, file, offset); read_pieces gives back group_to_shards' batches."""
+    groups = [
+        PackedGroup(
+            split="train",
+            group=g,
+            documents=1,
+            blocks=pack_blocks(
+                np.arange(8 * (40 + g), dtype=np.int32), seq_len=8, remainder="drop"
+            ),
+        )
+        for g in range(3)
+    ]  # 40, 41 and 42 blocks
+    num_shards = READ_PIECES  # more pieces in all than one window of read_pieces
+    layout = layout_splits(
+        [GroupSize.of(g) for g in groups],
+        record_bytes=1,
+        target_shard_bytes=1,
+        multiple=1,
+        num_shards=num_shards,
+    )["train"]
+    temp = tmp_path / TEMP_DIR_NAME
+    spilled = [spill_group(g, dtype=np.dtype("<u2"), directory=str(temp)) for g in groups]
+    expected = [item for s in spilled for item in group_to_shards(s, layout, seed=5)]
+    pieces = [
+        item for s in spilled for item in assign_to_file(s, layout, seed=5, directory=str(temp))
+    ]
+    assert [key for key, _ in pieces] == [key for key, _ in expected]
+    assigned = sorted(p for p in temp.iterdir() if p.name.startswith(ASSIGNED_ROWS_PREFIX))
+    assert len(assigned) == 3  # one file a group, its blocks' rows and nothing else
+    assert sum(p.stat().st_size for p in assigned) == sum(b.rows.nbytes for _, b in expected)
+    assert all(not hasattr(piece, "rows") for _, piece in pieces)
+    read = list(
+        read_pieces([ShardPiece.empty(), *(piece for _, piece in pieces), ShardPiece.empty()])
+    )
+    assert len(read) == len(expected) > READ_PIECES
+    for batch, (_, want) in zip(read, expected):
+        assert np.array_equal(batch.positions, want.positions)
+        assert np.array_equal(batch.rows, want.rows) and batch.rows.dtype == want.rows.dtype
+        assert batch.names == want.names
 
 
 # Shard 2 of 4 over 20 records: positions [10, 15).
