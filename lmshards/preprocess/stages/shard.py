@@ -6,9 +6,10 @@ records whatever the runner, worker count or bundle sizes. Each shard is written
 
 Both preprocess paths run the same two steps: assign_to_shards (a group's blocks -> ShardBatch per
 shard) and ShardWriter (a shard's batches -> its file, sorted, serialized as written, counted). The
-staged pipeline writes each group's batches into one file, shard after shard (assign_to_file), and
-hands on through a GroupByKey only where they lie and their positions (ShardPiece); its writer reads
-them a window at a time. lmshards.preprocess.in_process appends them to a file per shard. Both keep
+staged pipeline hands the batches on through a GroupByKey, or for a local output writes each group's
+batches into one file, shard after shard (assign_to_file), and hands on only where they lie and their
+positions (ShardPiece: see rows_in_files). lmshards.preprocess.in_process appends them to a file per
+shard. Both keep
 each packed group's rows in a file while the layout waits for every group's size (spill_group), so
 that only the sizes travel.
 """
@@ -298,8 +299,8 @@ class ShardPiece:
     """Some records of one shard as the staged assign step left them: their positions in the split's
     shuffled order, and where their rows lie (the bytes from `offset` of the file at `path`).
 
-    Only these cross the staged shard GroupByKey, not the rows: neither the runner nor a worker holds a
-    shard's rows before its writer reads them, READ_PIECES pieces at a time (read_pieces).
+    For a local output (rows_in_files) only these cross the staged shard GroupByKey, not the rows:
+    neither the runner nor a worker holds a shard's rows before its writer reads them (shard_batches).
     """
 
     positions: np.ndarray  # int64 [records]
@@ -353,25 +354,49 @@ def assign_to_file(
     return pieces
 
 
-def read_pieces(pieces: Iterable[ShardPiece]) -> Iterator[ShardBatch]:
-    """Each non-empty piece's records as a ShardBatch, the rows of READ_PIECES pieces read at once."""
-    full = (piece for piece in pieces if piece.positions.size)
-    while window := list(itertools.islice(full, READ_PIECES)):
-        data = fs.read_ranges(
-            [piece.path for piece in window],
-            [piece.offset for piece in window],
-            [piece.offset + piece.nbytes for piece in window],
-        )
-        for piece, piece_bytes in zip(window, data):
-            rows = np.frombuffer(piece_bytes, np.dtype(piece.dtype)).reshape(piece.shape)
-            yield ShardBatch(positions=piece.positions, rows=rows, names=piece.names)
+def rows_in_files(output: str) -> bool:
+    """Whether the staged assign step leaves the rows in files (ShardPiece) rather than sending them
+    through the shard GroupByKey (ShardBatch): for a local output.
+
+    Locally a file is cheaper than the runner's shuffle, which holds all of it (the DirectRunner hands
+    each worker its whole share of a GroupByKey in one message). On an object store a piece is a
+    request, and groups x shards pieces (millions on a large corpus) pass the rate a bucket serves
+    reads at, where Dataflow Shuffle streams the rows.
+    """
+    return not fs.is_remote(output)
 
 
-def empty_shards(layouts: dict[str, SplitLayout]) -> Iterator[tuple[ShardKey, ShardPiece]]:
-    """An empty piece for every shard, so that a shard no group feeds is written too."""
+def shard_batches(elements: Iterable[ShardBatch | ShardPiece]) -> Iterator[ShardBatch]:
+    """A shard writer's input as ShardBatches: a ShardBatch as it came, a ShardPiece's rows read from
+    its file, the rows of READ_PIECES pieces at once."""
+    waiting: list[ShardPiece] = []
+    for element in elements:
+        if isinstance(element, ShardBatch):
+            yield element
+        elif element.positions.size:
+            waiting.append(element)
+            if len(waiting) == READ_PIECES:
+                yield from _read_pieces(waiting)
+                waiting = []
+    yield from _read_pieces(waiting)
+
+
+def _read_pieces(pieces: Sequence[ShardPiece]) -> Iterator[ShardBatch]:
+    data = fs.read_ranges(
+        [piece.path for piece in pieces],
+        [piece.offset for piece in pieces],
+        [piece.offset + piece.nbytes for piece in pieces],
+    )
+    for piece, piece_bytes in zip(pieces, data):
+        rows = np.frombuffer(piece_bytes, np.dtype(piece.dtype)).reshape(piece.shape)
+        yield ShardBatch(positions=piece.positions, rows=rows, names=piece.names)
+
+
+def empty_shards(layouts: dict[str, SplitLayout]) -> Iterator[tuple[ShardKey, ShardBatch]]:
+    """An empty batch for every shard, so that a shard no group feeds is written too."""
     for split, layout in layouts.items():
         for shard in range(layout.num_shards):
-            yield (split, shard), ShardPiece.empty()
+            yield (split, shard), ShardBatch.empty()
 
 
 def shard_range(shard: int, layout: SplitLayout) -> tuple[int, int]:
@@ -620,34 +645,37 @@ class _SpillFn(beam.DoFn):
 
 
 class _AssignFn(beam.DoFn):
-    """SpilledGroup -> (ShardKey, ShardPiece) per shard the group feeds (assign_to_file)."""
+    """SpilledGroup -> (ShardKey, ShardPiece) per shard the group feeds (assign_to_file); for an output
+    on an object store, (ShardKey, ShardBatch) (group_to_shards: see rows_in_files)."""
 
     def __init__(self, output: str, seed: int):
         self._output, self._seed = output, seed
 
     def process(
         self, spilled: SpilledGroup, layouts: dict[str, SplitLayout]
-    ) -> Iterable[tuple[ShardKey, ShardPiece]]:
-        yield from assign_to_file(
-            spilled,
-            layouts[spilled.size.split],
-            seed=self._seed,
-            directory=fs.join(self._output, TEMP_DIR_NAME),
-        )
+    ) -> Iterable[tuple[ShardKey, ShardPiece | ShardBatch]]:
+        layout = layouts[spilled.size.split]
+        if not rows_in_files(self._output):
+            yield from group_to_shards(spilled, layout, seed=self._seed)
+            return
+        directory = fs.join(self._output, TEMP_DIR_NAME)
+        yield from assign_to_file(spilled, layout, seed=self._seed, directory=directory)
 
 
 class _WriteShardFn(beam.DoFn):
-    """(ShardKey, Iterable[ShardPiece]) -> (split, ShardInfo), the file complete under its name; logs
-    "wrote k of N shards" as they finish."""
+    """(ShardKey, Iterable[ShardPiece | ShardBatch]) -> (split, ShardInfo), the file complete under its
+    name; logs "wrote k of N shards" as they finish."""
 
     def __init__(self, output: str):
         self._writer = ShardWriter(output, SHARD_WINDOW_BYTES)
 
     def process(
-        self, element: tuple[ShardKey, Iterable[ShardPiece]], layouts: dict[str, SplitLayout]
+        self,
+        element: tuple[ShardKey, Iterable[ShardPiece | ShardBatch]],
+        layouts: dict[str, SplitLayout],
     ) -> Iterable[tuple[str, ShardInfo]]:
-        key, pieces = element
-        yield key[0], self._writer.write(key, read_pieces(pieces), layouts)
+        key, elements = element
+        yield key[0], self._writer.write(key, shard_batches(elements), layouts)
 
     def finish_bundle(self) -> None:
         self._writer.counters.flush()
@@ -690,14 +718,14 @@ class WriteShards(beam.PTransform):
         layouts_side = beam.pvalue.AsSingleton(layouts)
         records = spilled | "AssignShards" >> beam.ParDo(
             _AssignFn(self._output, self._seed), layouts_side
-        )  # (ShardKey, ShardPiece)
+        )  # (ShardKey, ShardPiece), or (ShardKey, ShardBatch) for a remote output
         every_shard = layouts | "EveryShard" >> beam.FlatMap(
             empty_shards
-        )  # (ShardKey, ShardPiece), empty
+        )  # (ShardKey, ShardBatch), empty
         return (
             (records, every_shard)
-            | "WithEmptyShards" >> beam.Flatten()  # (ShardKey, ShardPiece)
-            | "GroupByShard" >> beam.GroupByKey()  # (ShardKey, Iterable[ShardPiece])
+            | "WithEmptyShards" >> beam.Flatten()  # (ShardKey, ShardPiece | ShardBatch)
+            | "GroupByShard" >> beam.GroupByKey()  # (ShardKey, Iterable[ShardPiece | ShardBatch])
             | "WriteShard"
             >> beam.ParDo(_WriteShardFn(self._output), layouts_side)  # (split, ShardInfo)
         )

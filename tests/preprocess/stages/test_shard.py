@@ -23,7 +23,8 @@ from lmshards.preprocess.stages.shard import (
     layout_splits,
     num_shards_for,
     permute,
-    read_pieces,
+    rows_in_files,
+    shard_batches,
     shard_of,
     shard_range,
     spill_group,
@@ -159,15 +160,19 @@ def test_the_staged_assign_step_hands_on_where_the_rows_lie_and_its_writer_reads
     assigned = sorted(p for p in temp.iterdir() if p.name.startswith(ASSIGNED_ROWS_PREFIX))
     assert len(assigned) == 3  # one file a group, its blocks' rows and nothing else
     assert sum(p.stat().st_size for p in assigned) == sum(b.rows.nbytes for _, b in expected)
-    assert all(not hasattr(piece, "rows") for _, piece in pieces)
-    read = list(
-        read_pieces([ShardPiece.empty(), *(piece for _, piece in pieces), ShardPiece.empty()])
-    )
-    assert len(read) == len(expected) > READ_PIECES
-    for batch, (_, want) in zip(read, expected):
+    assert all(isinstance(piece, ShardPiece) and not hasattr(piece, "rows") for _, piece in pieces)
+    # The writer takes pieces and batches alike (an empty batch stands for a shard no group feeds).
+    read = list(shard_batches([ShardBatch.empty(), *(piece for _, piece in pieces)]))
+    assert len(read) == len(expected) + 1 > READ_PIECES
+    for batch, (_, want) in zip(read[1:], expected):
         assert np.array_equal(batch.positions, want.positions)
         assert np.array_equal(batch.rows, want.rows) and batch.rows.dtype == want.rows.dtype
         assert batch.names == want.names
+
+
+def test_rows_wait_in_files_for_a_local_output_and_cross_the_shuffle_for_an_object_store(tmp_path):
+    assert rows_in_files(str(tmp_path)) and rows_in_files("relative/out")
+    assert not rows_in_files("gs://bucket/out")
 
 
 # Shard 2 of 4 over 20 records: positions [10, 15).
