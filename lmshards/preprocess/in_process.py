@@ -25,7 +25,6 @@ tests check.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import os
 import queue
@@ -39,7 +38,6 @@ import apache_beam as beam
 import numpy as np
 
 from lmshards.plumbing import fs
-from lmshards.plumbing.errors import TokenizerError
 from lmshards.plumbing.memory import release_free_memory
 from lmshards.plumbing.progress import PROGRESS_EVERY_S
 from lmshards.plumbing.units import MIB
@@ -54,6 +52,7 @@ from lmshards.preprocess.stages.encode import (
     encoded_chunk,
     limit_tokenizer_threads,
     log_rejected,
+    planned_tokenizer_text,
 )
 from lmshards.preprocess.stages.manifest import finish_shard_set
 from lmshards.preprocess.stages.metrics import (
@@ -293,22 +292,13 @@ class TokenizeResult:
     token_files: list[TokenFileInfo]
 
 
-def text_sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def tokenizer_text(job: InProcessJob) -> str:
-    """The planned tokenizer's JSON text, read again.
+    """The planned tokenizer's JSON text, read again (planned_tokenizer_text).
 
     Raises:
       TokenizerError: the file changed since the run was planned.
     """
-    text = fs.read_text(job.tokenizer_path)
-    if text_sha256(text) != job.tokenizer_sha256:
-        raise TokenizerError(
-            f"Tokenizer file {job.tokenizer_path!r} changed while the run started; run the command again."
-        )
-    return text
+    return planned_tokenizer_text(job.tokenizer_path, job.tokenizer_sha256)
 
 
 class Tokenizing:

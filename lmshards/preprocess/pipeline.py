@@ -28,7 +28,7 @@ from lmshards.plumbing.units import MIB
 from lmshards.preprocess import runners
 from lmshards.preprocess.curation.stage import CurateDocuments, CurationOutputs, CurationSettings
 from lmshards.preprocess.curation_plan import plan_curation
-from lmshards.preprocess.in_process import InProcessJob, PreprocessInProcess, text_sha256
+from lmshards.preprocess.in_process import InProcessJob, PreprocessInProcess
 from lmshards.preprocess.launch import (
     PlannedShardSet,
     launch,
@@ -46,7 +46,12 @@ from lmshards.preprocess.sources import (
     skip_binary_files,
     sum_stats,
 )
-from lmshards.preprocess.stages.encode import CountRejected, EncodeDocuments, EncodeSettings
+from lmshards.preprocess.stages.encode import (
+    CountRejected,
+    EncodeDocuments,
+    EncodeSettings,
+    text_sha256,
+)
 from lmshards.preprocess.stages.manifest import (
     ManifestInputs,
     WriteManifest,
@@ -259,7 +264,9 @@ def build_pipeline(pipeline: beam.Pipeline, plan: PreprocessPlan) -> beam.PColle
         documents = documents | "SpreadBatches" >> beam.Reshuffle()  # list[str]
     chunks = documents | "Tokenize" >> EncodeDocuments(
         EncodeSettings(
-            tokenizer_json=plan.tokenizer_source.json_text, threads=config.tokenizer_threads
+            tokenizer_path=plan.tokenizer_source.json_path,
+            tokenizer_sha256=text_sha256(plan.tokenizer_source.json_text),
+            threads=config.tokenizer_threads,
         )
     )  # TokenizedChunk
     rejected = chunks | "TokenizerErrors" >> CountRejected()  # ReadStats, one

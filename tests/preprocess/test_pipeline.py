@@ -4,6 +4,7 @@ wired pipeline's shape: typed elements between the stages, and no multi-output P
 from __future__ import annotations
 
 import ast
+import pickle
 from pathlib import Path
 
 import apache_beam as beam
@@ -25,6 +26,7 @@ from lmshards.preprocess.stages.encode import (
     chunk_dtype,
     doc_hash,
     encode_documents,
+    text_sha256,
 )
 from lmshards.preprocess.stages.pack import PackedGroup, PackGroups, pack_blocks
 from lmshards.preprocess.stages.shard import (
@@ -82,9 +84,7 @@ def test_encode_and_split_route_every_document_to_its_split_and_group(
         chunks = (
             p
             | beam.Create([DOCS[:25], DOCS[25:]])
-            | EncodeDocuments(
-                EncodeSettings(tokenizer_json=sample_tokenizer.read_text(), threads=1)
-            )
+            | EncodeDocuments(_encode_settings(sample_tokenizer))
             | SplitDocuments(
                 SplitSettings(validation_fraction=0.3, groups=GROUPS, flush_tokens=flush_tokens)
             )
@@ -109,12 +109,33 @@ def test_staged_chunks_hold_the_ids_of_the_in_process_path(sample_tokenizer):
         chunks = (
             p
             | beam.Create([DOCS])
-            | EncodeDocuments(
-                EncodeSettings(tokenizer_json=sample_tokenizer.read_text(), threads=1)
-            )
+            | EncodeDocuments(_encode_settings(sample_tokenizer))
             | beam.Map(lambda c: (str(c.tokens.dtype), c.tokens.tolist(), c.hashes.tolist()))
         )
         assert_that(chunks, equal_to([("uint16", wide.tokens.tolist(), wide.hashes.tolist())]))
+
+
+def _encode_settings(tokenizer_json: Path) -> EncodeSettings:
+    return EncodeSettings(
+        tokenizer_path=str(tokenizer_json),
+        tokenizer_sha256=text_sha256(tokenizer_json.read_text()),
+        threads=1,
+    )
+
+
+def test_the_staged_encode_step_carries_the_tokenizers_path_and_refuses_one_changed_since(
+    sample_tokenizer, tmp_path
+):
+    """A tokenizer's JSON is megabytes: the step's pickled form holds its path and digest instead, and
+    a worker that finds another text there stops the run rather than encode with it."""
+    copy = tmp_path / "tokenizer.json"
+    copy.write_bytes(sample_tokenizer.read_bytes())
+    settings = _encode_settings(copy)
+    assert len(pickle.dumps(EncodeDocuments(settings))) < 2000 < len(copy.read_bytes())
+    copy.write_text(copy.read_text() + "\n")
+    with pytest.raises(Exception, match="changed while the run started"):
+        with _pipeline() as p:
+            p | beam.Create([DOCS[:3]]) | EncodeDocuments(settings)
 
 
 def _chunk(docs: dict[int, list[int]]) -> TokenizedChunk:

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Sequence
 import apache_beam as beam
 import numpy as np
 
+from lmshards.plumbing import fs
+from lmshards.plumbing.errors import TokenizerError
 from lmshards.plumbing.memory import freeze_startup_heap
 from lmshards.preprocess.sources import ReadStats, sum_stats
 from lmshards.preprocess.stages.metrics import (
@@ -219,11 +221,32 @@ def chunk_of(texts: list[str], encodings: Sequence, dtype: np.dtype = WIDE_IDS) 
 # ---------------------------------------------------------------- Beam
 
 
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def planned_tokenizer_text(path: str, sha256: str) -> str:
+    """The planned tokenizer's JSON text, read again where it is used (a worker, an encode thread).
+
+    Raises:
+      TokenizerError: the file changed since the run was planned (its text_sha256 is not `sha256`).
+    """
+    text = fs.read_text(path)
+    if text_sha256(text) != sha256:
+        raise TokenizerError(
+            f"Tokenizer file {path!r} changed while the run started; run the command again."
+        )
+    return text
+
+
 @dataclasses.dataclass(frozen=True)
 class EncodeSettings:
-    """What the encode step needs; small and picklable (the tokenizer itself is built per worker)."""
+    """What the encode step needs; small and picklable. The tokenizer travels as its path and digest
+    and each worker reads it once: its JSON is megabytes, which Beam would pickle and compress into
+    the job's graph and again into each worker's copy of the step."""
 
-    tokenizer_json: str
+    tokenizer_path: str
+    tokenizer_sha256: str
     threads: int
 
 
@@ -241,7 +264,9 @@ class _EncodeFn(beam.DoFn):
         limit_tokenizer_threads(self._settings.threads)
         from tokenizers import Tokenizer  # after the thread limit, so the pool starts with it
 
-        self._tokenizer = Tokenizer.from_str(self._settings.tokenizer_json)
+        settings = self._settings
+        text = planned_tokenizer_text(settings.tokenizer_path, settings.tokenizer_sha256)
+        self._tokenizer = Tokenizer.from_str(text)
         self._dtype = chunk_dtype(self._tokenizer.get_vocab_size(with_added_tokens=True))
         freeze_startup_heap()
 
