@@ -58,7 +58,7 @@ from lmshards.preprocess.stages.manifest import (
 )
 from lmshards.preprocess.stages.pack import REMAINDER_PAD, PackGroups, num_groups
 from lmshards.preprocess.stages.read import ReadDocuments, plan_sized_ranges
-from lmshards.preprocess.stages.shard import WriteShards, narrow_dtype
+from lmshards.preprocess.stages.shard import WriteShards, narrow_dtype, rows_in_files
 from lmshards.preprocess.stages.split import SplitDocuments, SplitSettings
 from lmshards.preprocess.stages.tokens import TokenStoreManifest, WriteTokenStore, id_dtype_for
 from lmshards.schemas.constants import (
@@ -68,7 +68,7 @@ from lmshards.schemas.constants import (
     TRAIN_SPLIT,
     VALIDATION_SPLIT,
 )
-from lmshards.schemas.layouts import OUTPUT_KINDS, PREPROCESS_OUTPUT
+from lmshards.schemas.layouts import OUTPUT_KINDS, PREPROCESS_OUTPUT, TEMP_DIR_NAME
 from lmshards.schemas.manifest import (
     TOKENIZER_RELPATH,
     InputFileInfo,
@@ -344,9 +344,14 @@ def add_shard_stages(
     curation: the curation stage's outputs, when it ran (its info goes into the manifest).
     Returns the PCollection holding the manifest path.
     """
+    local = rows_in_files(config.output)  # the chunks and the shard rows wait in local files
     routed = chunks | "Split" >> SplitDocuments(
-        SplitSettings(validation_fraction=config.validation_fraction, groups=groups)
-    )  # (GroupKey, TokenizedChunk)
+        SplitSettings(
+            validation_fraction=config.validation_fraction,
+            groups=groups,
+            directory=fs.join(config.output, TEMP_DIR_NAME) if local else None,
+        )
+    )  # (GroupKey, ChunkPiece), or (GroupKey, TokenizedChunk) for a remote output
     packed = routed | "Pack" >> PackGroups(
         seq_len=config.seq_len,
         remainder=config.remainder,

@@ -37,6 +37,7 @@ from lmshards.preprocess.stages.shard import (
     WriteShards,
 )
 from lmshards.preprocess.stages.split import (
+    ChunkPiece,
     SplitDocuments,
     SplitSettings,
     split_of,
@@ -356,7 +357,7 @@ def test_elements_between_stages_are_typed(small_plan):
         "Read/Documents": "list[str]",
         "Read/SumStats": "ReadStats",
         "Tokenize": TokenizedChunk.__name__,
-        "Split": f"((str, int), {TokenizedChunk.__name__})",
+        "Split": f"((str, int), {ChunkPiece.__name__})",
         "Pack/Pack": PackedGroup.__name__,
         "Pack/SumTotals": "(str, SplitTotals)",
         "Shard/SpillGroups": SpilledGroup.__name__,

@@ -20,7 +20,7 @@ import numpy as np
 
 from lmshards.preprocess.stages.encode import UINT16_VALUES, TokenizedChunk
 from lmshards.preprocess.stages.metrics import PackCounters
-from lmshards.preprocess.stages.split import GroupKey
+from lmshards.preprocess.stages.split import ChunkPiece, GroupKey, routed_chunks
 from lmshards.schemas.constants import (
     ATTENTION_MASK,
     INPUT_IDS,
@@ -360,14 +360,17 @@ class Packer:
 
 
 class _PackFn(beam.DoFn):
-    """(GroupKey, Iterable[TokenizedChunk]) -> PackedGroup; logs "packed k groups" as they finish."""
+    """(GroupKey, Iterable[TokenizedChunk | ChunkPiece]) -> PackedGroup; logs "packed k groups" as
+    they finish."""
 
     def __init__(self, *, seq_len: int, remainder: str, pad_id: int | None, packing: str):
         self._packer = Packer(seq_len=seq_len, remainder=remainder, pad_id=pad_id, packing=packing)
 
-    def process(self, element: tuple[GroupKey, Iterable[TokenizedChunk]]) -> Iterable[PackedGroup]:
+    def process(
+        self, element: tuple[GroupKey, Iterable[TokenizedChunk | ChunkPiece]]
+    ) -> Iterable[PackedGroup]:
         key, chunks = element
-        packed = self._packer.pack(key, chunks)
+        packed = self._packer.pack(key, routed_chunks(chunks))
         # Half the bytes as uint16 until the shard stage spills them (on Dask a task of its own, which holds them).
         yield dataclasses.replace(packed, blocks=packed.blocks.narrowed())
 

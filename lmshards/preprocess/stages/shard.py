@@ -355,13 +355,14 @@ def assign_to_file(
 
 
 def rows_in_files(output: str) -> bool:
-    """Whether the staged assign step leaves the rows in files (ShardPiece) rather than sending them
-    through the shard GroupByKey (ShardBatch): for a local output.
+    """Whether the staged pipeline leaves what crosses its two GroupByKeys in files, for a local output:
+    the routed chunks (lmshards.preprocess.stages.split.ChunkPiece) and the assigned rows (ShardPiece),
+    rather than sending them through the shuffle.
 
     Locally a file is cheaper than the runner's shuffle, which holds all of it (the DirectRunner hands
     each worker its whole share of a GroupByKey in one message). On an object store a piece is a
     request, and groups x shards pieces (millions on a large corpus) pass the rate a bucket serves
-    reads at, where Dataflow Shuffle streams the rows.
+    reads at, where Dataflow Shuffle streams the data.
     """
     return not fs.is_remote(output)
 

@@ -8,12 +8,15 @@ hash % groups of its split.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+import itertools
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
+from lmshards.plumbing import fs
 from lmshards.preprocess.stages.encode import TokenizedChunk
 from lmshards.schemas.constants import SPLITS, TRAIN_SPLIT, VALIDATION_SPLIT
 
@@ -21,6 +24,12 @@ from lmshards.schemas.constants import SPLITS, TRAIN_SPLIT, VALIDATION_SPLIT
 # paths: as a few large elements per group (Beam's cost is per element), or appended to the groups'
 # files (lmshards.preprocess.in_process: one append per group and flush).
 FLUSH_TOKENS = 4 << 20
+# Under the output's temporary directory: a staged route bundle's flushed chunks (ChunkPiece), a new name
+# each flush.
+ROUTED_PREFIX = "routed-"
+# The most ChunkPieces a staged pack step reads at once.
+READ_PIECES = 64
+_HASH_DTYPE, _LENGTH_DTYPE = np.dtype("<u8"), np.dtype("<i4")
 
 _HASH_SPACE = 1 << 64
 
@@ -91,6 +100,82 @@ class GroupRouter:
         return [(key, TokenizedChunk.concat(buffer[key])) for key in sorted(buffer)]
 
 
+@dataclasses.dataclass(frozen=True)
+class ChunkPiece:
+    """A packing group's documents as a staged route step left them in a file: `documents` hashes
+    (uint64), their lengths (int32), then `tokens` ids (`dtype`), from byte `offset` of `path`.
+
+    For a local output only these cross the packing GroupByKey (see SplitSettings.directory): neither
+    the runner nor a worker holds the token ids in between.
+    """
+
+    path: str
+    offset: int
+    documents: int
+    tokens: int
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        ids = np.dtype(self.dtype).itemsize * self.tokens
+        return (_HASH_DTYPE.itemsize + _LENGTH_DTYPE.itemsize) * self.documents + ids
+
+
+def write_routed(
+    routed: Sequence[tuple[GroupKey, TokenizedChunk]], directory: str
+) -> list[tuple[GroupKey, ChunkPiece]]:
+    """The routed chunks written one after another into a new file in `directory`; returns a ChunkPiece
+    for each, once the file is complete."""
+    path = fs.join(directory, f"{ROUTED_PREFIX}{uuid.uuid4().hex}")
+    pieces: list[tuple[GroupKey, ChunkPiece]] = []
+    offset = 0
+    with fs.open_atomic(path) as f:
+        for key, chunk in routed:
+            tokens = np.ascontiguousarray(chunk.tokens)
+            for array in (
+                chunk.hashes.astype(_HASH_DTYPE),
+                chunk.lengths.astype(_LENGTH_DTYPE),
+                tokens,
+            ):
+                f.write(array.tobytes())
+            piece = ChunkPiece(
+                path=path,
+                offset=offset,
+                documents=chunk.num_documents,
+                tokens=chunk.num_tokens,
+                dtype=tokens.dtype.str,
+            )
+            pieces.append((key, piece))
+            offset += piece.nbytes
+    return pieces
+
+
+def routed_chunks(elements: Iterable[TokenizedChunk | ChunkPiece]) -> Iterator[TokenizedChunk]:
+    """A packing group's input as TokenizedChunks: a chunk as it came, a ChunkPiece read from its
+    file, READ_PIECES pieces at once."""
+    pending = iter(elements)
+    while window := list(itertools.islice(pending, READ_PIECES)):
+        pieces = [e for e in window if isinstance(e, ChunkPiece)]
+        data = iter(
+            fs.read_ranges(
+                [piece.path for piece in pieces],
+                [piece.offset for piece in pieces],
+                [piece.offset + piece.nbytes for piece in pieces],
+            )
+        )
+        for element in window:
+            yield _chunk_of(element, next(data)) if isinstance(element, ChunkPiece) else element
+
+
+def _chunk_of(piece: ChunkPiece, data: bytes) -> TokenizedChunk:
+    n = piece.documents
+    hashes = np.frombuffer(data, _HASH_DTYPE, n, 0).astype(np.uint64)
+    lengths = np.frombuffer(data, _LENGTH_DTYPE, n, _HASH_DTYPE.itemsize * n).astype(np.int32)
+    at = (_HASH_DTYPE.itemsize + _LENGTH_DTYPE.itemsize) * n
+    tokens = np.frombuffer(data, np.dtype(piece.dtype), piece.tokens, at)
+    return TokenizedChunk(hashes=hashes, lengths=lengths, tokens=tokens)
+
+
 # ---------------------------------------------------------------- Beam
 
 
@@ -100,10 +185,14 @@ class SplitSettings:
     groups: dict[str, int]  # split -> number of packing groups
     # Tokens buffered across a bundle before emitting; 0 emits each chunk's pieces as it comes.
     flush_tokens: int = FLUSH_TOKENS
+    # Where each flush's chunks wait for their packing group (write_routed; the staged pipeline: the
+    # output's temporary directory, for a local output); None sends them through the GroupByKey.
+    directory: str | None = None
 
 
 class _RouteFn(beam.DoFn):
-    """TokenizedChunk -> (GroupKey, TokenizedChunk), a few large chunks per group and bundle.
+    """TokenizedChunk -> (GroupKey, TokenizedChunk), a few large chunks per group and bundle; with
+    SplitSettings.directory, (GroupKey, ChunkPiece) instead, the chunks left in a file.
 
     Chunks are buffered per group across the bundle (up to flush_tokens tokens) because Beam's cost
     is per element: one element per group and batch would be tens of thousands of tiny elements on
@@ -120,16 +209,24 @@ class _RouteFn(beam.DoFn):
             flush_tokens=self._settings.flush_tokens,
         )
 
-    def process(self, chunk: TokenizedChunk) -> Iterable[tuple[GroupKey, TokenizedChunk]]:
-        yield from self._router.add(chunk)
+    def process(
+        self, chunk: TokenizedChunk
+    ) -> Iterable[tuple[GroupKey, TokenizedChunk | ChunkPiece]]:
+        yield from self._hand_on(self._router.add(chunk))
 
     def finish_bundle(self):
-        for element in self._router.flush():
+        for element in self._hand_on(self._router.flush()):
             yield GlobalWindows.windowed_value(element)
+
+    def _hand_on(
+        self, routed: list[tuple[GroupKey, TokenizedChunk]]
+    ) -> Sequence[tuple[GroupKey, TokenizedChunk | ChunkPiece]]:
+        directory = self._settings.directory
+        return routed if directory is None or not routed else write_routed(routed, directory)
 
 
 class SplitDocuments(beam.PTransform):
-    """PCollection[TokenizedChunk] -> PCollection[(GroupKey, TokenizedChunk)]."""
+    """PCollection[TokenizedChunk] -> PCollection[(GroupKey, TokenizedChunk | ChunkPiece)]."""
 
     def __init__(self, settings: SplitSettings):
         super().__init__()

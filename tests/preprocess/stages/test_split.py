@@ -6,11 +6,16 @@ import numpy as np
 
 from lmshards.preprocess.stages.encode import TokenizedChunk, doc_hash
 from lmshards.preprocess.stages.split import (
+    READ_PIECES,
+    ROUTED_PREFIX,
+    ChunkPiece,
     SplitSettings,
     _RouteFn,
     route_documents,
+    routed_chunks,
     split_of,
     validation_threshold,
+    write_routed,
 )
 
 
@@ -77,3 +82,29 @@ def test_unbuffered_routing_emits_nothing_when_the_bundle_ends():
     buffered.start_bundle()
     assert [*buffered.process(chunk), *buffered.process(chunk)] == []
     assert sum(wv.value[1].num_documents for wv in buffered.finish_bundle()) == 80
+
+
+def test_routed_chunks_wait_in_a_file_and_come_back_as_they_were(tmp_path):
+    """A staged route step with a directory writes each flush's chunks into one file and hands on only a
+    ChunkPiece for each; the pack step reads them back (pieces and chunks alike, READ_PIECES at once)."""
+    rng = np.random.default_rng(1)
+
+    def chunk(n: int, dtype: str) -> TokenizedChunk:
+        lengths = rng.integers(0, 9, size=n).astype(np.int32)
+        tokens = rng.integers(0, 60_000, size=int(lengths.sum())).astype(dtype)
+        hashes = rng.integers(0, 2**63, size=n, dtype=np.uint64) * np.uint64(2)
+        return TokenizedChunk(hashes=hashes, lengths=lengths, tokens=tokens)
+
+    routed = [(("train", g % 7), chunk(int(rng.integers(0, 40)), "uint16")) for g in range(150)]
+    pieces = write_routed(routed[:100], str(tmp_path)) + write_routed(routed[100:], str(tmp_path))
+    assert [key for key, _ in pieces] == [key for key, _ in routed]
+    assert all(isinstance(piece, ChunkPiece) for _, piece in pieces)
+    files = sorted(tmp_path.iterdir())
+    assert len(files) == 2 and all(f.name.startswith(ROUTED_PREFIX) for f in files)
+    wide = chunk(5, "int32")  # a chunk that came through the GroupByKey passes as it came
+    back = list(routed_chunks([piece for _, piece in pieces] + [wide]))
+    assert len(back) == len(routed) + 1 > 2 * READ_PIECES
+    for got, (_, want) in zip(back, [*routed, (None, wide)]):
+        assert np.array_equal(got.hashes, want.hashes) and got.hashes.dtype == np.uint64
+        assert np.array_equal(got.lengths, want.lengths) and got.lengths.dtype == np.int32
+        assert np.array_equal(got.tokens, want.tokens) and got.tokens.dtype == want.tokens.dtype
