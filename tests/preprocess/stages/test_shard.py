@@ -88,16 +88,21 @@ def test_layout_numbers_groups_in_order_and_sizes_shards():
     assert (empty["validation"].num_records, empty["validation"].num_shards) == (0, 0)
 
 
-def test_assigned_groups_cover_every_position_once(tmp_path):
-    groups = [
+def _packed_groups(blocks: list[int]) -> list[PackedGroup]:
+    """Train groups 0, 1, ... of blocks[g] blocks of 8 tokens each, block b of a group starting at 8 b."""
+    return [
         PackedGroup(
             split="train",
             group=g,
             documents=1,
-            blocks=pack_blocks(np.arange(8 * (g + 2), dtype=np.int32), seq_len=8, remainder="drop"),
+            blocks=pack_blocks(np.arange(8 * n, dtype=np.int32), seq_len=8, remainder="drop"),
         )
-        for g in range(3)
-    ]  # 2, 3 and 4 blocks
+        for g, n in enumerate(blocks)
+    ]
+
+
+def test_assigned_groups_cover_every_position_once(tmp_path):
+    groups = _packed_groups([2, 3, 4])
     layout = layout_splits(
         [GroupSize.of(g) for g in groups],
         record_bytes=1,
@@ -130,19 +135,9 @@ def test_the_staged_assign_step_hands_on_where_the_rows_lie_and_its_writer_reads
     tmp_path,
 ):
     """assign_to_file writes a group's blocks into one file, shard after shard, and hands on only a
-    ShardPiece per shard (positions, file, offset); read_pieces gives back group_to_shards' batches."""
-    groups = [
-        PackedGroup(
-            split="train",
-            group=g,
-            documents=1,
-            blocks=pack_blocks(
-                np.arange(8 * (40 + g), dtype=np.int32), seq_len=8, remainder="drop"
-            ),
-        )
-        for g in range(3)
-    ]  # 40, 41 and 42 blocks
-    num_shards = READ_PIECES  # more pieces in all than one window of read_pieces
+    ShardPiece per shard (positions, file, offset); shard_batches gives back group_to_shards' batches."""
+    groups = _packed_groups([40, 41, 42])
+    num_shards = READ_PIECES  # more pieces in all than one window of shard_batches
     layout = layout_splits(
         [GroupSize.of(g) for g in groups],
         record_bytes=1,
