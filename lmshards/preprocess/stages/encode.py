@@ -218,9 +218,6 @@ def chunk_of(texts: list[str], encodings: Sequence, dtype: np.dtype = WIDE_IDS) 
     return TokenizedChunk(hashes=hashes, lengths=lengths, tokens=tokens)
 
 
-# ---------------------------------------------------------------- Beam
-
-
 def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -237,6 +234,9 @@ def planned_tokenizer_text(path: str, sha256: str) -> str:
             f"Tokenizer file {path!r} changed while the run started; run the command again."
         )
     return text
+
+
+# ---------------------------------------------------------------- Beam
 
 
 @dataclasses.dataclass(frozen=True)
