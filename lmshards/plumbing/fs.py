@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import posixpath
 import re
 import shutil
 import urllib.parse
 import uuid
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 # gcsfs probes every bucket over gRPC first; against an emulator each open then waits 60 s.
 if os.environ.get("STORAGE_EMULATOR_HOST"):
@@ -249,6 +250,12 @@ def read_bytes(path: str) -> bytes:
         return f.read()
 
 
+# The most file pieces read_pieces fetches at once (concurrently on an object store).
+READ_PIECES = 64
+
+_Element = TypeVar("_Element")
+
+
 def read_ranges(paths: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
     """The bytes [start, end) of each file, in order; every path on one filesystem (an object store's
     reads go concurrently: fsspec's cat_ranges)."""
@@ -257,6 +264,23 @@ def read_ranges(paths: Sequence[str], starts: Sequence[int], ends: Sequence[int]
     filesystem_, _ = filesystem(paths[0])
     stripped = [filesystem(path)[1] for path in paths]
     return filesystem_.cat_ranges(stripped, list(starts), list(ends))
+
+
+def read_pieces(elements: Iterable[_Element], kind: type) -> Iterator[tuple[_Element, bytes]]:
+    """Each element, in order, with the bytes it points to where it is a `kind` (a place in a file: its
+    `path`, `offset` and `nbytes`), else b""; the places of READ_PIECES elements are read at once."""
+    pending = iter(elements)
+    while window := list(itertools.islice(pending, READ_PIECES)):
+        pieces: list[Any] = [element for element in window if isinstance(element, kind)]
+        data = iter(
+            read_ranges(
+                [piece.path for piece in pieces],
+                [piece.offset for piece in pieces],
+                [piece.offset + piece.nbytes for piece in pieces],
+            )
+        )
+        for element in window:
+            yield element, next(data) if isinstance(element, kind) else b""
 
 
 def write_bytes_atomic(path: str, data: bytes) -> None:

@@ -57,8 +57,6 @@ NARROW_ROW_DTYPE, WIDE_ROW_DTYPE = np.dtype("<u2"), np.dtype("<i4")
 # same rows again, shard after shard, once assigned.
 PACKED_ROWS_PREFIX = "packed-"
 ASSIGNED_ROWS_PREFIX = "assigned-"
-# The most ShardPieces a staged shard writer reads at once (concurrently on an object store).
-READ_PIECES = 64
 
 _FEISTEL_ROUNDS = 4
 _U64 = np.uint64
@@ -314,17 +312,6 @@ class ShardPiece:
     def nbytes(self) -> int:
         return math.prod(self.shape) * np.dtype(self.dtype).itemsize
 
-    @staticmethod
-    def empty() -> ShardPiece:
-        return ShardPiece(
-            positions=np.zeros(0, dtype=np.int64),
-            path="",
-            offset=0,
-            shape=(0,),
-            dtype="<u2",
-            names=(),
-        )
-
 
 def assign_to_file(
     spilled: SpilledGroup, layout: SplitLayout, *, seed: int, directory: str
@@ -369,28 +356,13 @@ def rows_in_files(output: str) -> bool:
 
 def shard_batches(elements: Iterable[ShardBatch | ShardPiece]) -> Iterator[ShardBatch]:
     """A shard writer's input as ShardBatches: a ShardBatch as it came, a ShardPiece's rows read from
-    its file, the rows of READ_PIECES pieces at once."""
-    waiting: list[ShardPiece] = []
-    for element in elements:
-        if isinstance(element, ShardBatch):
+    its file (fs.read_pieces)."""
+    for element, data in fs.read_pieces(elements, ShardPiece):
+        if isinstance(element, ShardPiece):
+            rows = np.frombuffer(data, np.dtype(element.dtype)).reshape(element.shape)
+            yield ShardBatch(positions=element.positions, rows=rows, names=element.names)
+        else:
             yield element
-        elif element.positions.size:
-            waiting.append(element)
-            if len(waiting) == READ_PIECES:
-                yield from _read_pieces(waiting)
-                waiting = []
-    yield from _read_pieces(waiting)
-
-
-def _read_pieces(pieces: Sequence[ShardPiece]) -> Iterator[ShardBatch]:
-    data = fs.read_ranges(
-        [piece.path for piece in pieces],
-        [piece.offset for piece in pieces],
-        [piece.offset + piece.nbytes for piece in pieces],
-    )
-    for piece, piece_bytes in zip(pieces, data):
-        rows = np.frombuffer(piece_bytes, np.dtype(piece.dtype)).reshape(piece.shape)
-        yield ShardBatch(positions=piece.positions, rows=rows, names=piece.names)
 
 
 def empty_shards(layouts: dict[str, SplitLayout]) -> Iterator[tuple[ShardKey, ShardBatch]]:

@@ -8,7 +8,6 @@ hash % groups of its split.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -27,8 +26,6 @@ FLUSH_TOKENS = 4 << 20
 # Under the output's temporary directory: a staged route bundle's flushed chunks (ChunkPiece), a new name
 # each flush.
 ROUTED_PREFIX = "routed-"
-# The most ChunkPieces a staged pack step reads at once.
-READ_PIECES = 64
 _HASH_DTYPE, _LENGTH_DTYPE = np.dtype("<u8"), np.dtype("<i4")
 
 _HASH_SPACE = 1 << 64
@@ -152,19 +149,9 @@ def write_routed(
 
 def routed_chunks(elements: Iterable[TokenizedChunk | ChunkPiece]) -> Iterator[TokenizedChunk]:
     """A packing group's input as TokenizedChunks: a chunk as it came, a ChunkPiece read from its
-    file, READ_PIECES pieces at once."""
-    pending = iter(elements)
-    while window := list(itertools.islice(pending, READ_PIECES)):
-        pieces = [e for e in window if isinstance(e, ChunkPiece)]
-        data = iter(
-            fs.read_ranges(
-                [piece.path for piece in pieces],
-                [piece.offset for piece in pieces],
-                [piece.offset + piece.nbytes for piece in pieces],
-            )
-        )
-        for element in window:
-            yield _chunk_of(element, next(data)) if isinstance(element, ChunkPiece) else element
+    file (fs.read_pieces)."""
+    for element, data in fs.read_pieces(elements, ChunkPiece):
+        yield _chunk_of(element, data) if isinstance(element, ChunkPiece) else element
 
 
 def _chunk_of(piece: ChunkPiece, data: bytes) -> TokenizedChunk:

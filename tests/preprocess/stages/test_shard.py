@@ -8,10 +8,10 @@ import tempfile
 import numpy as np
 import pytest
 
+from lmshards.plumbing.fs import READ_PIECES
 from lmshards.preprocess.stages.pack import PackedGroup, pack_blocks
 from lmshards.preprocess.stages.shard import (
     ASSIGNED_ROWS_PREFIX,
-    READ_PIECES,
     SHARD_WINDOWS_PREFIX,
     GroupSize,
     ShardBatch,

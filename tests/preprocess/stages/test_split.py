@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from lmshards.plumbing.fs import READ_PIECES
 from lmshards.preprocess.stages.encode import TokenizedChunk, doc_hash
 from lmshards.preprocess.stages.split import (
-    READ_PIECES,
     ROUTED_PREFIX,
     ChunkPiece,
     SplitSettings,
