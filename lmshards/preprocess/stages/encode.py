@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 import apache_beam as beam
 import numpy as np
 
-from lmshards.plumbing import fs
+from lmshards.plumbing import bounded
 from lmshards.plumbing.errors import TokenizerError
 from lmshards.plumbing.memory import freeze_startup_heap
 from lmshards.preprocess.sources import ReadStats, sum_stats
@@ -228,12 +228,17 @@ def planned_tokenizer_text(path: str, sha256: str) -> str:
     Raises:
       TokenizerError: the file changed since the run was planned (its text_sha256 is not `sha256`).
     """
-    text = fs.read_text(path)
-    if text_sha256(text) != sha256:
+    try:  # as bounded as the planning read; the digest is of the bytes, so any change is caught
+        data = bounded.read_bytes(
+            path, what="tokenizer file", max_bytes=bounded.MAX_TOKENIZER_JSON_BYTES
+        )
+    except bounded.ReadLimitError as e:
+        raise TokenizerError(str(e)) from e
+    if hashlib.sha256(data).hexdigest() != sha256:
         raise TokenizerError(
             f"Tokenizer file {path!r} changed while the run started; run the command again."
         )
-    return text
+    return data.decode("utf-8")
 
 
 # ---------------------------------------------------------------- Beam

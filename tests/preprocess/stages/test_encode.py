@@ -5,8 +5,17 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
+import pytest
 
-from lmshards.preprocess.stages.encode import TokenizedChunk, doc_hash, doc_hashes, encode_documents
+from lmshards.plumbing.errors import TokenizerError
+from lmshards.preprocess.stages.encode import (
+    TokenizedChunk,
+    doc_hash,
+    doc_hashes,
+    encode_documents,
+    planned_tokenizer_text,
+    text_sha256,
+)
 
 
 def chunk_of(docs: dict[int, list[int]]) -> TokenizedChunk:
@@ -79,3 +88,15 @@ def test_encode_documents_matches_the_tokenizer_one_by_one(sample_tokenizer):
     texts = ["A first document.", "Second, with more words in it.", "Третий документ", "第四"]
     chunk = encode_documents(tokenizer, texts)
     assert documents_of(chunk) == [(doc_hash(t), tokenizer.encode(t).ids) for t in texts]
+
+
+def test_the_planned_tokenizer_is_read_again_whole_or_refused(tmp_path):
+    path = tmp_path / "tokenizer.json"
+    text = '{"model": {"vocab": {"é": 0}}}'
+    path.write_text(text, encoding="utf-8")
+    digest = text_sha256(text)
+    assert planned_tokenizer_text(str(path), digest) == text
+    for changed in (text.encode() + b"\n", b"\xff\xfe not UTF-8"):
+        path.write_bytes(changed)
+        with pytest.raises(TokenizerError, match="changed while the run started"):
+            planned_tokenizer_text(str(path), digest)
