@@ -63,7 +63,8 @@ import shutil
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import dask
@@ -79,6 +80,7 @@ from apache_beam.runners.dask.overrides import _Create, dask_overrides
 from apache_beam.transforms.combiners import LiftedCombinePerKey
 from apache_beam.transforms.core import CombinePerKey, DoFn, ParDo
 from apache_beam.transforms.sideinputs import SideInputMap
+from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 from distributed.diagnostics.plugin import WorkerPlugin
 
@@ -128,14 +130,15 @@ class _BundleSpec:
 
 
 @functools.lru_cache(maxsize=SET_UP_FNS_PER_PROCESS)
-def _set_up_fn(fns: str, key: str, thread: int) -> DoFn:
+def _set_up_fn(fns: str, key: str, thread: int) -> tuple[DoFn, DoFnSignature]:
     """The DoFn, unpickled and set up once per worker thread and reused by the thread's later bundles,
-    as Beam's own workers do: heavy objects (a tokenizer) are built once, a progress count goes on."""
+    as Beam's own workers do: heavy objects (a tokenizer) are built once, a progress count goes on.
+    With its signature, whose inspection of the DoFn's methods would otherwise run every bundle."""
     plugin = ddist.get_worker().plugins[fns]
     assert isinstance(plugin, _DoFns)
     fn = pickler.loads(plugin.fns[key])
     fn.setup()
-    return fn
+    return fn, DoFnSignature(fn)
 
 
 def _process_bundle(elements, spec: _BundleSpec, *side_values: list) -> list:
@@ -161,9 +164,9 @@ def _process_bundle(elements, spec: _BundleSpec, *side_values: list) -> list:
         )
         for view, values in zip(spec.side_inputs, side_values)
     ]
-    fn = _set_up_fn(spec.fns, spec.fn, threading.get_ident())
+    _, signature = _set_up_fn(spec.fns, spec.fn, threading.get_ident())
     invoker = DoFnInvoker.create_invoker(
-        DoFnSignature(fn),
+        signature,
         handler,
         context=DoFnContext(spec.label, state=None),
         side_inputs=side_inputs,
@@ -194,8 +197,13 @@ def _all_values(bag: db.Bag):
 
     Handing a ParDo the bag itself (or dask.delayed of it) would give the ParDo a renamed copy of
     the bag's whole upstream graph, computed again; a Delayed passed as an argument is used as is.
+    One task reads every partition: dask's reduction adds a task per partition and a tree of
+    aggregates (a side input's or a shuffle's file list is small; the tree saves nothing).
     """
-    return bag.reduction(list, _concat).to_delayed(optimize_graph=False)
+    key = f"all-values-{dask.base.tokenize(bag.name)}"
+    layer = {key: (_concat, [(bag.name, i) for i in range(bag.npartitions)])}
+    dependencies: list[Any] = [bag]  # a Bag is a dask collection (dask's stubs say otherwise)
+    return Delayed(key, HighLevelGraph.from_collections(key, layer, dependencies=dependencies))
 
 
 class _DoFns(WorkerPlugin):
@@ -239,35 +247,127 @@ class _ParDo(transform_evaluator.DaskBagOp):
             ),
         )
         side_values = [_all_values(bag) for _, bag in side_inputs]
-        name = _task_name(self.applied)
-        if isinstance(input_bag, _GroupedBag):
-            return _grouped_bundles(input_bag, spec, side_values, name)
         # Elements are wrapped in their window inside the bundle's task: a separate map would be a
         # task of its own per consumer, holding its own copy of the partition until that consumer ran.
-        return input_bag.map_partitions(_process_bundle, spec, *side_values, token=name)
+        return _then(
+            input_bag, _Step(_process_bundle, (spec,), len(side_values)), side_values, self.applied
+        )
 
 
-def _grouped_bundles(
-    grouped: _GroupedBag, spec: _BundleSpec, side_values: list, name: str
-) -> db.Bag:
-    """A ParDo over a file GroupByKey's output, each bundle's task grouping its own partition.
+# ---------------------------------------------------------------- fusion: a step's tasks run its consumer too
+
+
+@dataclasses.dataclass(frozen=True)
+class _Step:
+    """One step run inside a partition's task: fn(elements, *args, *its side inputs' values) -> outputs."""
+
+    fn: Callable[..., list]
+    args: tuple
+    sides: int  # how many side inputs' value lists it takes
+
+
+def _run_steps(elements, steps: tuple[_Step, ...], *side_values: list) -> list:
+    """A partition through fused steps, each step's whole output (finish_bundle's too) into the next;
+    side_values: each step's side inputs' values, in step order."""
+    at = 0
+    for step in steps:
+        elements = step.fn(elements, *step.args, *side_values[at : at + step.sides])
+        at += step.sides
+    return elements
+
+
+def _run_group_steps(
+    files: list[dask_shuffle.ShuffleFile],
+    partition: int,
+    steps: tuple[_Step, ...],
+    *side_values: list,
+) -> list:
+    return _run_steps(_reduce_partition(files, partition), steps, *side_values)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Partitions:
+    """A bag's partitions, which fused steps run on: each step's task applies them to one partition."""
+
+    bag: db.Bag
+
+    def tasks(self, steps: tuple[_Step, ...], side_values: tuple, name: str) -> db.Bag:
+        return self.bag.map_partitions(_run_steps, steps, *side_values, token=name)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Groups:
+    """A file GroupByKey's partitions, each grouped inside the task of the steps that read it.
 
     A reduce task of its own returned its partition's groups, which stayed in the worker until the
     reader ran, and a worker ran several reduce tasks before their readers (near dedup's band buckets:
     about 1.8 KB a key, 50 MB a partition, held four or five at once). Every task here depends on the
     shuffle files' list alone, so dask spreads them over the workers as it does a read."""
-    files, partitions = grouped.files, grouped.npartitions
-    sides = tuple(v.key for v in side_values)
-    key = f"{name}-{dask.base.tokenize(files.key, spec, *sides)}"
-    layer = {(key, j): (_process_group, files.key, j, spec, *sides) for j in range(partitions)}
-    graph = HighLevelGraph.from_collections(key, layer, dependencies=[files, *side_values])
-    return db.Bag(graph, key, partitions)
+
+    files: Any  # a Delayed: every ShuffleFile
+    partitions: int
+
+    def tasks(self, steps: tuple[_Step, ...], side_values: tuple, name: str) -> db.Bag:
+        sides = tuple(v.key for v in side_values)
+        key = f"{name}-{dask.base.tokenize(self.files.key, steps, *sides)}"
+        layer = {
+            (key, j): (_run_group_steps, self.files.key, j, steps, *sides)
+            for j in range(self.partitions)
+        }
+        graph = HighLevelGraph.from_collections(key, layer, dependencies=[self.files, *side_values])
+        return db.Bag(graph, key, self.partitions)
 
 
-def _process_group(
-    files: list[dask_shuffle.ShuffleFile], partition: int, spec: _BundleSpec, *side_values: list
-) -> list:
-    return _process_bundle(_reduce_partition(files, partition), spec, *side_values)
+class _Fused(db.Bag):
+    """Steps fused over a source's partitions, a task per partition. When the last step's output has one
+    consumer (the builder keeps it so only then), that consumer's step joins the same tasks, as Beam
+    fuses a chain of steps: a worker holds no step's output between tasks, and the scheduler and
+    workers handle a task per partition, not one per step and partition (a plain preprocess had
+    1,103 tasks on the benchmark corpus).
+
+    A bag that dask derives from this one (its methods build type(self)) has no steps: a plain bag."""
+
+    source: _Partitions | _Groups | None = None
+    steps: tuple[_Step, ...] = ()
+    side_values: tuple = ()
+
+    @classmethod
+    def over(
+        cls, source: _Partitions | _Groups, steps: tuple[_Step, ...], side_values: tuple, name: str
+    ) -> _Fused:
+        bag = source.tasks(steps, side_values, name)
+        fused = cls(bag.dask, bag.name, bag.npartitions)
+        fused.source, fused.steps, fused.side_values = source, steps, side_values
+        return fused
+
+    def unfusable(self) -> db.Bag:
+        """The same tasks as a plain bag: what its consumers get when there are several."""
+        return db.Bag(self.dask, self.name, self.npartitions)
+
+
+def _then(
+    input_bag: db.Bag,
+    step: _Step,
+    side_values: list,
+    applied: AppliedPTransform,
+    suffix: str = "",
+) -> _Fused:
+    """`step` over `input_bag`: in its tasks when it is fused steps with no other consumer, else in a
+    task per partition of its own (grouping a file GroupByKey's partition inside that task)."""
+    name = _task_name(applied) + suffix
+    if isinstance(input_bag, _Fused) and input_bag.source is not None:
+        return _Fused.over(
+            input_bag.source,
+            (*input_bag.steps, step),
+            (*input_bag.side_values, *side_values),
+            name,
+        )
+    source = (
+        _Groups(input_bag.files, input_bag.npartitions)
+        if isinstance(input_bag, _GroupedBag)
+        else _Partitions(input_bag)
+    )
+    return _Fused.over(source, (step,), tuple(side_values), name)
 
 
 @dataclasses.dataclass
@@ -336,13 +436,8 @@ class _FileGroupByKey(transform_evaluator.DaskBagOp):
 
     def apply(self, input_bag: db.Bag, side_inputs=None) -> db.Bag:
         partitions = input_bag.npartitions
-        written = input_bag.map_partitions(
-            _write_partition,
-            partitions,
-            self.directory,
-            self.applied.full_label,
-            token=f"{_task_name(self.applied)}.write",
-        )
+        step = _Step(_write_partition, (partitions, self.directory, self.applied.full_label), 0)
+        written = _then(input_bag, step, [], self.applied, ".write")
         files = _all_values(written)  # every ShuffleFile: small, the data stays on disk
         reduce, name = dask.delayed(_reduce_partition), f"{_task_name(self.applied)}.read"
         reduced = db.from_delayed(
@@ -383,11 +478,23 @@ class _LiftCombines(PTransformOverride):
 # ---------------------------------------------------------------- the pipeline as bags
 
 
+class _Consumers(PipelineVisitor):
+    """How many steps read each step's output, as a main or a side input."""
+
+    def __init__(self) -> None:
+        self.counts: Counter = Counter()
+
+    def visit_transform(self, node: AppliedPTransform) -> None:
+        self.counts.update(i.producer for i in node.inputs if not isinstance(i, pvalue.PBegin))
+        self.counts.update(si.pvalue.producer for si in node.side_inputs)
+
+
 class _BagBuilder(PipelineVisitor):
     """Visits the pipeline's primitive transforms in order and builds the Dask bag of each."""
 
-    def __init__(self, bag_kwargs: dict, shuffle_dir: str | None = None):
+    def __init__(self, bag_kwargs: dict, consumers: Counter, shuffle_dir: str | None = None):
         self._bag_kwargs = bag_kwargs
+        self._consumers = consumers  # per step: how many steps read its output
         self._shuffle_dir = shuffle_dir
         self._bags: dict[AppliedPTransform, db.Bag] = {}
         self._consumed: set[AppliedPTransform] = set()
@@ -421,11 +528,15 @@ class _BagBuilder(PipelineVisitor):
         self._steps += 1
         with dask.annotate(priority=self._steps):
             if op_class is transform_evaluator.Flatten:
-                self._bags[node] = op.apply(inputs)
+                bag = op.apply(inputs)
             elif op_class is _ParDo:
-                self._bags[node] = op.apply(inputs[0], sides)
+                bag = op.apply(inputs[0], sides)
             else:
-                self._bags[node] = op.apply(inputs[0] if inputs else None)
+                bag = op.apply(inputs[0] if inputs else None)
+        # Fused into its consumer only when it has one: several would each run the steps again.
+        if isinstance(bag, _Fused) and self._consumers[node] != 1:
+            bag = bag.unfusable()
+        self._bags[node] = bag
 
     def leaves(self) -> list[db.Bag]:
         """The bags nothing else reads: computing them computes the whole pipeline."""
@@ -601,7 +712,9 @@ class DaskRunner(dask_runner.DaskRunner):
 def _bags(pipeline, bag_kwargs: dict, shuffle_dir: str | None = None) -> tuple[db.Bag, _DoFns]:
     """The whole pipeline as one Dask bag (every leaf), its GroupByKeys through `shuffle_dir`'s files
     (None: Dask's task shuffle), and the DoFns its tasks name (for every worker before it runs)."""
-    builder = _BagBuilder(bag_kwargs, shuffle_dir)
+    consumers = _Consumers()
+    pipeline.visit(consumers)
+    builder = _BagBuilder(bag_kwargs, consumers.counts, shuffle_dir)
     # Without a client yet, dask would plan each GroupByKey as a shuffle through one machine's disk.
     with dask.config.set({"dataframe.shuffle.method": TASK_SHUFFLE}):
         pipeline.visit(builder)

@@ -450,4 +450,37 @@ def test_a_pardo_reading_a_group_by_key_groups_its_partition_in_its_own_task(tmp
     graph, _ = _bags(pipeline, {}, str(tmp_path))
     functions = [_task_function(task) for task in dict(graph.__dask_graph__()).values()]
     # No task of its own returns a partition's groups (a worker kept them until their reader ran).
-    assert functions.count("_process_group") == 6 and "_reduce_partition" not in functions
+    assert functions.count("_run_group_steps") == 6 and "_reduce_partition" not in functions
+
+
+def _steps_per_task(graph) -> list[list[str]]:
+    """Each task that runs fused steps: the names of its steps' DoFns (or functions), in order."""
+    out = []
+    for task in dict(graph.__dask_graph__()).values():
+        if _task_function(task) not in ("_run_steps", "_run_group_steps"):
+            continue
+        args = task[1:] if isinstance(task, tuple) else [getattr(a, "value", a) for a in task.args]
+        steps = next(a for a in args if isinstance(a, tuple) and a and hasattr(a[0], "fn"))
+        out.append(
+            [
+                s.args[0].label if s.args and hasattr(s.args[0], "label") else s.fn.__name__
+                for s in steps
+            ]
+        )
+    return out
+
+
+def test_a_chain_of_steps_runs_in_one_task_per_partition_and_a_shared_step_in_its_own():
+    """Beam's fusion: a step whose output has one reader runs in that reader's task; a step read by
+    two runs in tasks of its own, once (test_each_step_runs_once_... runs such a pipeline)."""
+    from lmshards.preprocess.dask_runner import _bags, dask_overrides
+
+    pipeline = beam.Pipeline()
+    shared = pipeline | beam.Create(range(8)) | "A" >> beam.Map(abs)
+    _ = shared | "B" >> beam.Map(str) | "C" >> beam.Map(len)
+    _ = shared | "D" >> beam.Map(bool)
+    pipeline.replace_all(dask_overrides())
+    graph, _ = _bags(pipeline, {})
+    chains = sorted(_steps_per_task(graph))
+    expected = [["Map(abs)"]] * 8 + [["Map(str)", "Map(len)"]] * 8 + [["Map(bool)"]] * 8
+    assert chains == sorted(expected)
