@@ -57,6 +57,7 @@ import dataclasses
 import functools
 import hashlib
 import logging
+import multiprocessing
 import os
 import re
 import shutil
@@ -83,6 +84,7 @@ from apache_beam.transforms.sideinputs import SideInputMap
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 from distributed.diagnostics.plugin import WorkerPlugin
+from distributed.utils import get_mp_context
 
 from lmshards.plumbing import fs
 from lmshards.plumbing.errors import LmshardsError
@@ -102,6 +104,10 @@ SHUFFLE_DIR_PREFIX = "lmshards-dask-shuffle-"
 SET_UP_FNS_PER_PROCESS = 64
 # Dask's setting for the workers' statistical profiler (off on the clusters lmshards starts).
 WORKER_PROFILER = "distributed.worker.profile.enabled"
+# Dask's setting for how a nanny starts its worker process, and the method lmshards' local cluster uses.
+START_METHOD, FORKSERVER = "distributed.worker.multiprocessing-method", "forkserver"
+# What the local cluster's fork server imports once for every worker: dask's worker, Beam, the stages.
+WORKER_PRELOAD = ("distributed", "apache_beam", "lmshards.preprocess.pipeline", "tokenizers")
 
 
 # ---------------------------------------------------------------- ParDo: fresh receivers per bundle
@@ -638,8 +644,18 @@ def local_cluster(workers: int) -> ddist.LocalCluster:
 
     The workers' statistical profiler is off: its history (a call tree a second, kept for the last
     1000 seconds) was a worker's largest growing allocation, 15 MB after 28 s of a 64 MB preprocess
-    (docs/engines.md says how to turn it off on a cluster of your own)."""
-    with dask.config.set({WORKER_PROFILER: False}):  # the nannies pass it on to their workers
+    (docs/engines.md says how to turn it off on a cluster of your own).
+
+    Where the platform has it, the workers are forked from a server process that imported Beam, dask
+    and the pipeline's stages once (WORKER_PRELOAD): each spawned worker imported them again, about
+    1 CPU s a worker."""
+    settings: dict[str, Any] = {WORKER_PROFILER: False}  # the nannies pass it on to their workers
+    forked = FORKSERVER in multiprocessing.get_all_start_methods()
+    if forked:
+        settings[START_METHOD] = FORKSERVER
+    with dask.config.set(settings):
+        if forked:  # dask sets its own list on first use; ours holds it and the stages
+            get_mp_context().set_forkserver_preload(list(WORKER_PRELOAD))
         return ddist.LocalCluster(
             n_workers=workers,
             threads_per_worker=1,

@@ -302,6 +302,28 @@ def test_the_local_cluster_listens_on_localhost_only():
     assert listening == {LOCALHOST}
 
 
+def _loaded(modules):
+    import sys
+
+    return [m for m in modules if m in sys.modules]
+
+
+def test_the_local_clusters_workers_start_with_beam_and_the_stages_loaded():
+    """Forked from a server that imported them once: a spawned worker imported Beam, dask and the
+    stages again (about 1 CPU s each)."""
+    from lmshards.preprocess.dask_runner import FORKSERVER
+
+    if FORKSERVER not in __import__("multiprocessing").get_all_start_methods():
+        pytest.skip("no fork server on this platform: workers are spawned")
+    wanted = [
+        "apache_beam",
+        "lmshards.preprocess.stages.encode",
+        "lmshards.preprocess.stages.shard",
+    ]
+    with local_cluster(1) as cluster, distributed.Client(cluster) as client:
+        assert list(client.run(_loaded, wanted).values()) == [wanted]
+
+
 def _profiler_state(dask_worker):
     return dask.config.get(WORKER_PROFILER), len(dask_worker.profile_history)
 
