@@ -121,6 +121,10 @@ def _packed_varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Protobuf varints of rows [n, L] of uint32-range ints: (uint8 bytes of all rows, byte count per row)."""
     flat = values.astype(np.uint32).reshape(-1)
     width = _varint_len(int(flat.max(initial=0)))  # bytes of the longest varint
+    if width == 1:  # every value is its own varint byte (a mask, segment ids of short rows)
+        return flat.astype(np.uint8), np.full(
+            len(values), values[0].size if len(values) else 0, dtype=np.int64
+        )
     sizes = np.ones(flat.size, dtype=np.int8)
     for k in range(1, width):
         sizes += flat >= np.uint32(1 << (7 * k))
@@ -184,6 +188,111 @@ def encode_examples(features: dict[str, np.ndarray]) -> list[bytes]:
         records.append(b"\n" + _varint(len(body)) + body)
         starts = [e[row] for e in ends]
     return records
+
+
+def frame_examples(features: dict[str, np.ndarray]) -> bytes:
+    """The TFRecord frames of encode_examples(features), one row a record, built for all rows at once.
+
+    The same bytes as b"".join(map(frame_record, encode_examples(features))) (a test keeps them
+    equal): each piece of every record (its varints, each entry's key and lengths, the frame's length
+    and checksums) is placed into one buffer by array operations, and the only Python call per record
+    is its data checksum, where the record-at-a-time path made about a dozen."""
+    names = sorted(features)
+    rows = len(features[names[0]]) if names else 0
+    if rows == 0:
+        return b""
+    parts: list[
+        tuple[np.ndarray, np.ndarray]
+    ] = []  # (bytes, bytes per row) of each piece, in order
+    body = np.zeros(rows, dtype=np.int64)
+    for name in names:
+        data, sizes = _packed_varints(features[name])
+        parts += [_entry_headers(_field(0x0A, name.encode()), sizes), (data, sizes)]
+        body += parts[-2][1] + sizes
+    prefix_data, prefix_sizes = _packed_varints(body.reshape(-1, 1))  # b"\n" + varint(len(body))
+    prefix = _with_tag(0x0A, prefix_data, prefix_sizes)
+    record = prefix[1] + body
+    frame = _LENGTH.size + _CRC.size + record + _CRC.size
+    starts = np.cumsum(frame) - frame
+    out = np.empty(int(frame.sum()), dtype=np.uint8)
+    lengths = record.astype("<u8")
+    _place_rows(out, starts, lengths.view(np.uint8).reshape(rows, _LENGTH.size))
+    distinct, inverse = np.unique(lengths, return_inverse=True)  # few: one checksum each
+    length_crcs = _masked_crcs([_LENGTH.pack(int(n)) for n in distinct])[inverse]
+    _place_rows(out, starts + _LENGTH.size, length_crcs.view(np.uint8).reshape(rows, _CRC.size))
+    at = starts + _LENGTH.size + _CRC.size
+    for data, sizes in [prefix, *parts]:
+        _place(out, at, data, sizes)
+        at = at + sizes
+    flat = out.tobytes()
+    record_starts = starts + _LENGTH.size + _CRC.size
+    crcs = _masked_crcs([flat[a:b] for a, b in zip(record_starts.tolist(), at.tolist())])
+    _place_rows(out, at, crcs.view(np.uint8).reshape(rows, _CRC.size))
+    return out.tobytes()
+
+
+def _entry_headers(key: bytes, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's bytes before its packed payload of `sizes` bytes in a Features map entry under `key`
+    (encode_examples' entry wrapper), and their lengths: one header per distinct size, then gathered."""
+    distinct, inverse = np.unique(sizes, return_inverse=True)
+    headers = [_entry_header(key, int(size)) for size in distinct]
+    widths = np.array([len(h) for h in headers], dtype=np.int64)
+    table = np.zeros((len(headers), int(widths.max())), dtype=np.uint8)
+    for i, header in enumerate(headers):
+        table[i, : len(header)] = np.frombuffer(header, dtype=np.uint8)
+    lengths = widths[inverse]
+    keep = np.arange(table.shape[1]) < lengths[:, None]
+    return table[inverse][keep], lengths
+
+
+def _entry_header(key: bytes, size: int) -> bytes:
+    """A Features map entry's bytes before a packed payload of `size` bytes."""
+    int64_list = 1 + len(_varint(size)) + size
+    feature = 1 + len(_varint(int64_list)) + int64_list
+    body = len(key) + 1 + len(_varint(feature)) + feature
+    return (
+        b"\n"
+        + _varint(body)
+        + key
+        + b"\x12"
+        + _varint(feature)
+        + b"\x1a"
+        + _varint(int64_list)
+        + b"\n"
+        + _varint(size)
+    )
+
+
+def _with_tag(tag: int, data: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's bytes (data, sizes) with a one-byte tag before them."""
+    out = np.empty(data.size + sizes.size, dtype=np.uint8)
+    starts = np.cumsum(sizes + 1) - (sizes + 1)
+    out[starts] = tag
+    _place(out, starts + 1, data, sizes)
+    return out, sizes + 1
+
+
+def _place(out: np.ndarray, starts: np.ndarray, data: np.ndarray, sizes: np.ndarray) -> None:
+    """Copies row i's `sizes[i]` bytes of `data` (the rows' bytes back to back) to out[starts[i]:]."""
+    sources = np.cumsum(sizes) - sizes
+    # int32 positions where they fit (a batch of records): half the memory traffic of int64.
+    index = np.int32 if out.size < 1 << 31 else np.int64
+    shift = (starts - sources).astype(index)
+    out[np.repeat(shift, sizes) + np.arange(data.size, dtype=index)] = data
+
+
+def _place_rows(out: np.ndarray, starts: np.ndarray, rows: np.ndarray) -> None:
+    """Copies each row of the [n, width] `rows` to out[starts[i]:]."""
+    out[starts[:, None] + np.arange(rows.shape[1])] = rows
+
+
+def _masked_crcs(chunks: list[bytes]) -> np.ndarray:
+    """Little-endian uint32 masked CRC32C of each chunk (_masked_crc, masked in numpy)."""
+    crc = np.fromiter(map(google_crc32c.value, chunks), dtype=np.uint64, count=len(chunks))
+    masked = (
+        ((crc >> np.uint64(15)) | (crc << np.uint64(17))) + np.uint64(_CRC_MASK_DELTA)
+    ) & np.uint64(0xFFFFFFFF)
+    return masked.astype("<u4")
 
 
 class MalformedExampleError(ValueError):

@@ -15,6 +15,7 @@ from lmshards.schemas.records import (
     decode_examples,
     encode_examples,
     feature_spec,
+    frame_examples,
     frame_record,
     parse_spec,
     read_records,
@@ -30,6 +31,27 @@ def _tf_example(features: dict[str, list[int]]) -> bytes:
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(
         deterministic=True
     )
+
+
+@pytest.mark.parametrize(
+    "rows,seq_len,top",
+    [(0, 8, 10), (1, 1, 1), (5, 3, 2**32 - 1), (300, 128, 25_000), (64, 16, 127), (9, 7, 2**14)],
+)
+def test_frame_examples_writes_the_record_at_a_time_bytes(rows, seq_len, top):
+    """The batch writer's frames are the encode_examples + frame_record bytes (which the test above
+    holds to protobuf and TensorFlow), with one to four features, varints of one to five bytes, and a
+    row count on either side of a varint length's boundary."""
+    rng = np.random.default_rng(rows + seq_len)
+    features = {
+        "input_ids": rng.integers(0, top, size=(rows, seq_len), endpoint=True, dtype=np.int64),
+        "attention_mask": rng.integers(0, 1, size=(rows, seq_len), endpoint=True),
+        "segment_ids": np.sort(rng.integers(0, 5, size=(rows, seq_len)), axis=1),
+        "positions": np.tile(np.arange(seq_len), (rows, 1)),
+    }
+    for names in (["input_ids"], ["input_ids", "attention_mask"], sorted(features)):
+        chosen = {name: features[name] for name in names}
+        expected = b"".join(map(frame_record, encode_examples(chosen))) if rows else b""
+        assert frame_examples(chosen) == expected
 
 
 @pytest.mark.parametrize("seq_len,vocab", [(8, 100), (8, 2000), (128, 50265), (64, 2**31 - 1)])

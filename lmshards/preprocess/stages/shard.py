@@ -38,7 +38,7 @@ from lmshards.preprocess.stages.pack import PackedBlocks, PackedGroup
 from lmshards.schemas.constants import SPLITS, TRAIN_SPLIT
 from lmshards.schemas.layouts import TEMP_DIR_NAME
 from lmshards.schemas.manifest import ShardInfo
-from lmshards.schemas.records import encode_examples, frame_record
+from lmshards.schemas.records import frame_examples
 from lmshards.schemas.shards import shard_relpath
 
 DEFAULT_TARGET_SHARD_MB = 128.0  # MiB, as --target_shard_mb reads a bare number
@@ -384,8 +384,7 @@ def shard_bytes(windows: Iterable[np.ndarray], names: Sequence[str]) -> Iterator
     for rows in windows:
         for lo in range(0, rows.shape[0], SERIALIZE_ROWS):
             part = rows[lo : lo + SERIALIZE_ROWS]
-            records = encode_examples({name: part[:, i] for i, name in enumerate(names)})
-            yield b"".join(map(frame_record, records))
+            yield frame_examples({name: part[:, i] for i, name in enumerate(names)})
 
 
 class ShardRecordsError(LmshardsError):
