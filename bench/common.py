@@ -286,15 +286,30 @@ def _kill_tree(proc: psutil.Popen) -> None:
 
 # A tiny parent that runs the command, waits for it, and reports its RUSAGE_CHILDREN: ru_maxrss (KiB on
 # Linux), the largest RSS any single process of the command's tree reached, and the CPU seconds (user +
-# system) of the whole tree. Both cover every descendant that its parent waited for.
+# system) of the whole tree. Both cover every descendant that its parent waited for. On Linux the wrapper
+# is the tree's subreaper: a descendant orphaned when its parent exits (a fork server, which waited for
+# the worker processes it forked) comes back to it and is waited for too, else its CPU seconds were lost.
 _RUSAGE_MARK = "__bench_rusage="
+_PR_SET_CHILD_SUBREAPER = 36
 _RUSAGE_WRAPPER = (
     sys.executable,
     "-c",
-    "import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
-    "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
-    f"print('{_RUSAGE_MARK}%d %.3f' % (u.ru_maxrss, u.ru_utime + u.ru_stime), file=sys.stderr); "
-    "sys.exit(rc)",
+    "\n".join(
+        [
+            "import ctypes, os, resource, subprocess, sys",
+            "if sys.platform == 'linux':",
+            f"    ctypes.CDLL(None).prctl({_PR_SET_CHILD_SUBREAPER}, 1, 0, 0, 0)",
+            "rc = subprocess.call(sys.argv[1:])",
+            "while True:",
+            "    try:",
+            "        os.wait()",
+            "    except ChildProcessError:",
+            "        break",
+            "u = resource.getrusage(resource.RUSAGE_CHILDREN)",
+            f"print('{_RUSAGE_MARK}%d %.3f' % (u.ru_maxrss, u.ru_utime + u.ru_stime), file=sys.stderr)",
+            "sys.exit(rc)",
+        ]
+    ),
 )
 
 

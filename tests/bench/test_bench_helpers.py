@@ -200,6 +200,15 @@ def test_memory_growth_reports_bytes_per_token_and_the_slope():
     assert growing["slope_rss_bytes_per_added_token"] == pytest.approx(3600 * MB / 120_000_000)
 
 
+def test_an_orphaned_descendant_is_waited_for_and_its_cpu_counted():
+    """A fork server outlives the command and waits for the workers it forked: their CPU seconds
+    reach the wrapper only if it waits for the orphan (before, 0.0 of the 1.2 s spun here)."""
+    spin = "import time\nend = time.process_time() + 1.2\nwhile time.process_time() < end: pass"
+    orphan = f"import os, sys\nif os.fork() == 0:\n    exec({spin!r})\n    os._exit(0)\nsys.exit(0)"
+    m = run_measured([sys.executable, "-c", orphan])
+    assert m.returncode == 0 and m.cpu_s >= 1.1
+
+
 def test_each_busy_process_of_the_tree_is_measured_with_its_role():
     spin = "import time\nend = time.process_time() + 1.2\nwhile time.process_time() < end: pass"
     script = (
