@@ -431,6 +431,28 @@ def table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def scaled_ratios(results: list[Result], base_label: str) -> list[dict[str, Any]]:
+    """(b) against (a) on each larger input (one run each), and on what it adds to `base_label` (the
+    medians there): by CPU seconds, the added input's ratio leaves out what a run pays once (start-up,
+    planning, a cluster), which is what a corpus of any size pays per byte."""
+
+    def median_cpu(system: str, label: str) -> float | None:
+        runs = [r.cpu_s for r in results if r.system == system and r.input_label == label]
+        return statistics.median(runs) if runs else None
+
+    base = median_cpu(CEILING, base_label), median_cpu(LMSHARDS, base_label)
+    out = []
+    for label in dict.fromkeys(r.input_label for r in results if r.input_label != base_label):
+        ceiling, ours = median_cpu(CEILING, label), median_cpu(LMSHARDS, label)
+        if ceiling is None or ours is None:
+            continue
+        row = {"input": label, "by_cpu_time": ceiling / ours, "added_by_cpu_time": None}
+        if base[0] is not None and base[1] is not None and ours > base[1]:
+            row["added_by_cpu_time"] = (ceiling - base[0]) / (ours - base[1])
+        out.append(row)
+    return out
+
+
 def ratio_lines(summary: dict[str, Any]) -> list[str]:
     lines = []
     for key, name in (("b_over_a", "lmshards / ceiling"), ("b_over_c", "lmshards / hf_style")):
@@ -463,6 +485,10 @@ def ratio_lines(summary: dict[str, Any]) -> list[str]:
         lines.append(f"lmshards_dask / lmshards on {summary['input']}: wall {r['wall']:.2f}x, CPU seconds {r['cpu']:.2f}x, "
                      f"peak PSS {r['pss']:.2f}x, peak RSS {r['rss']:.2f}x; "
                      f"same shards: {'yes' if r['same_shards'] else 'NO'}")  # fmt: skip
+    for row in summary.get("scaled", []):
+        added = row["added_by_cpu_time"]
+        lines.append(f"lmshards / ceiling on {row['input']}: by CPU seconds {row['by_cpu_time']:.2f}"
+                     + ("" if added is None else f"; on what it adds to {summary['input']}: {added:.2f}"))  # fmt: skip
     growth = summary.get("memory_growth", {})
     for run in growth.get("runs", []):
         lines.append(f"lmshards peak RSS on {run['input']}: {run['peak_rss_mb']:.0f} MB for {run['tokens_written']:,} "
@@ -566,11 +592,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan += [
         (LMSHARDS, inp) for inp in sorted(set(inputs.values()) - {largest}, key=lambda i: i.bytes)
     ]
-    plan += [
-        (LMSHARDS, scaled_input(files, k, config.work_dir))
-        for k in config.scales
-        if k > 1 or largest.label != "all"
-    ]
+    for k in config.scales:
+        if k > 1 or largest.label != "all":
+            scaled = scaled_input(files, k, config.work_dir)
+            plan += (
+                [(LMSHARDS, scaled)]
+                if config.skip_ceiling
+                else [(CEILING, scaled), (LMSHARDS, scaled)]
+            )
     results = []
     for system, inp in plan:
         print(f"running {system} on {inp.label} ({inp.bytes / MB:.1f} MB) ...", flush=True)
@@ -590,6 +619,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     summary = ratios(results, largest.label)
     summary["memory_growth"] = memory_growth(results)
+    summary["scaled"] = scaled_ratios(results, largest.label)
     print()
     print(table(results))
     print()

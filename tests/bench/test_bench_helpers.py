@@ -19,6 +19,7 @@ from bench.bench_preprocess import (
     parse_args,
     ratios,
     scaled_input,
+    scaled_ratios,
 )
 from bench.common import MB, run_checked, run_measured, take_subset
 
@@ -121,6 +122,19 @@ def test_ratios_compare_throughput_against_the_targets():
         and not slow["memory_b_below_c"]["met"]
     )
     assert Input("all", ()).bytes == 0
+
+
+def test_on_a_larger_input_the_added_share_leaves_out_what_a_run_pays_once():
+    def run(system, label, cpu_s):
+        return dataclasses.replace(_result(system, cpu_s, 100), input_label=label)
+
+    # lmshards pays 6 CPU s once and 1.1x the ceiling per byte: 0.83 at 1x, 0.87 at 2x, 1/1.1 added.
+    results = [run(CEILING, "all", 30.0), run(LMSHARDS, "all", 39.0), run(LMSHARDS, "all", 35.0),
+               run(CEILING, "all", 30.0), run(CEILING, "2x", 60.0), run(LMSHARDS, "2x", 70.0)]  # fmt: skip
+    [row] = scaled_ratios(results, "all")
+    assert row["input"] == "2x" and row["by_cpu_time"] == pytest.approx(60 / 70)
+    assert row["added_by_cpu_time"] == pytest.approx(30 / 33)  # (60 - 30) / (70 - median(39, 35))
+    assert scaled_ratios([r for r in results if r.system == LMSHARDS], "all") == []
 
 
 def test_the_ceiling_verdict_is_the_median_of_alternating_pairs(tmp_path):
