@@ -38,14 +38,20 @@ runs each ParDo bundle (one bag partition) with a DoFnInvoker. Changed here:
 - Order: a step's tasks carry its place in the pipeline as their priority, later steps first, so a
   worker runs whatever consumes data it already holds before it reads more (Dask's own order let a
   worker judge range after range while the removals waited for their reader: memory grew with the
-  corpus). The graph is computed unfused, as dask's fusion of linear chains drops the priorities.
-  A task's name is its step's label (on the dashboard, in the scheduler's logs).
+  corpus). A task's name is its (last) step's label (on the dashboard, in the scheduler's logs).
+- Fusion: Beam's DaskRunner makes a task per step and partition (1,103 tasks for a plain preprocess of
+  the benchmark corpus), each one scheduled, sent and its result held by a worker until its reader ran.
+  Here a step whose output has exactly one reader runs inside that reader's tasks (as Beam's runners
+  fuse such chains: read -> encode -> route -> the shuffle's write is one task per read range), and a
+  side input's or shuffle's values are gathered by one task, not Dask's reduction tree: 392 tasks, the
+  same outputs. Dask's own fusion is not used: it drops the steps' priorities.
 - The cluster: without --dask_client_address or --dask_scheduler_file, a local cluster of one
   single-threaded worker process per core, listening on 127.0.0.1 only (Beam's bare `Client()`
   serves its dashboard on every interface), without the workers' statistical profiler (its history
-  grows with the time worked). The workers' `preprocess` log records (progress lines)
-  reach this process, and the client (with a local cluster, the cluster too) is closed when the
-  job ends.
+  grows with the time worked), its workers forked from a server that imported Beam, dask and the
+  stages once (each spawned worker imported them again). The workers' `preprocess` log records
+  (progress lines) reach this process, and the client (with a local cluster, the cluster too) is
+  closed when the job ends.
 
 A ParDo with tagged outputs is refused while the graph is built: Beam's DaskRunner would deliver
 them into the main output.
