@@ -74,9 +74,11 @@ class TokenizedChunk:
         starts = np.cumsum(lengths) - lengths
         new_lengths = lengths[order]
         new_starts = np.cumsum(new_lengths) - new_lengths
-        # For every output position: its source position = source start - destination start + position.
-        shift = np.repeat(starts[order] - new_starts, new_lengths)
-        tokens = self.tokens[shift + np.arange(int(new_lengths.sum()), dtype=np.int64)]
+        # For every output position: its source position = source start - destination start + position,
+        # as int32 where the chunk allows (half the index bytes to build and read).
+        index = np.int32 if self.tokens.size < 1 << 31 else np.int64
+        shift = np.repeat((starts[order] - new_starts).astype(index), new_lengths)
+        tokens = self.tokens[shift + np.arange(int(new_lengths.sum()), dtype=index)]
         return TokenizedChunk(hashes=self.hashes[order], lengths=self.lengths[order], tokens=tokens)
 
     def split(self, bounds: Sequence[int]) -> list[TokenizedChunk]:
