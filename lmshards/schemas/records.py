@@ -164,20 +164,7 @@ def encode_examples(features: dict[str, np.ndarray]) -> list[bytes]:
     def entry(key: bytes, payload: bytes) -> bytes:
         size = len(payload)
         if (key, size) not in wrappers:
-            int64_list = 1 + len(_varint(size)) + size
-            feature = 1 + len(_varint(int64_list)) + int64_list
-            body = len(key) + 1 + len(_varint(feature)) + feature
-            wrappers[key, size] = (
-                b"\n"
-                + _varint(body)
-                + key
-                + b"\x12"
-                + _varint(feature)
-                + b"\x1a"
-                + _varint(int64_list)
-                + b"\n"
-                + _varint(size)
-            )
+            wrappers[key, size] = _entry_header(key, size)
         return wrappers[key, size] + payload
 
     records, starts = [], [0] * len(names)
