@@ -142,15 +142,16 @@ class _BundleSpec:
 
 
 @functools.lru_cache(maxsize=SET_UP_FNS_PER_PROCESS)
-def _set_up_fn(fns: str, key: str, thread: int) -> tuple[DoFn, DoFnSignature]:
+def _set_up_fn(fns: str, key: str, thread: int) -> DoFnSignature:
     """The DoFn, unpickled and set up once per worker thread and reused by the thread's later bundles,
     as Beam's own workers do: heavy objects (a tokenizer) are built once, a progress count goes on.
-    With its signature, whose inspection of the DoFn's methods would otherwise run every bundle."""
+    As its signature (which holds it), whose inspection of the DoFn's methods would otherwise run
+    every bundle."""
     plugin = ddist.get_worker().plugins[fns]
     assert isinstance(plugin, _DoFns)
     fn = pickler.loads(plugin.fns[key])
     fn.setup()
-    return fn, DoFnSignature(fn)
+    return DoFnSignature(fn)
 
 
 def _process_bundle(elements, spec: _BundleSpec, *side_values: list) -> list:
@@ -176,9 +177,8 @@ def _process_bundle(elements, spec: _BundleSpec, *side_values: list) -> list:
         )
         for view, values in zip(spec.side_inputs, side_values)
     ]
-    _, signature = _set_up_fn(spec.fns, spec.fn, threading.get_ident())
     invoker = DoFnInvoker.create_invoker(
-        signature,
+        _set_up_fn(spec.fns, spec.fn, threading.get_ident()),
         handler,
         context=DoFnContext(spec.label, state=None),
         side_inputs=side_inputs,
@@ -509,7 +509,6 @@ class _BagBuilder(PipelineVisitor):
         self._consumers = consumers  # per step: how many steps read its output
         self._shuffle_dir = shuffle_dir
         self._bags: dict[AppliedPTransform, db.Bag] = {}
-        self._consumed: set[AppliedPTransform] = set()
         self._steps = 0  # the steps visited so far (Beam visits a step after its inputs' steps)
         self.fns = _DoFns()  # every ParDo's pickled DoFn
 
@@ -521,7 +520,6 @@ class _BagBuilder(PipelineVisitor):
         op_class = TRANSLATIONS.get(type(node.transform), transform_evaluator.NoOp)
         producers = [i.producer for i in node.inputs if not isinstance(i, pvalue.PBegin)]
         sides = [(si, self._bags[si.pvalue.producer]) for si in node.side_inputs]
-        self._consumed.update(producers, (si.pvalue.producer for si in node.side_inputs))
         inputs = [self._bags[p] for p in producers if p in self._bags]
         if not inputs and op_class is not _CreateOp:
             raise NotImplementedError(
@@ -552,7 +550,7 @@ class _BagBuilder(PipelineVisitor):
 
     def leaves(self) -> list[db.Bag]:
         """The bags nothing else reads: computing them computes the whole pipeline."""
-        return [bag for node, bag in self._bags.items() if node not in self._consumed]
+        return [bag for node, bag in self._bags.items() if not self._consumers[node]]
 
 
 # ---------------------------------------------------------------- shuffle directory
@@ -660,7 +658,7 @@ def local_cluster(workers: int) -> ddist.LocalCluster:
     if forked:
         settings[START_METHOD] = FORKSERVER
     with dask.config.set(settings):
-        if forked:  # dask sets its own list on first use; ours holds it and the stages
+        if forked:  # replaces the list dask sets on first use: distributed imports the rest of it
             get_mp_context().set_forkserver_preload(list(WORKER_PRELOAD))
         return ddist.LocalCluster(
             n_workers=workers,

@@ -122,9 +122,7 @@ def _packed_varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     flat = values.astype(np.uint32).reshape(-1)
     width = _varint_len(int(flat.max(initial=0)))  # bytes of the longest varint
     if width == 1:  # every value is its own varint byte (a mask, segment ids of short rows)
-        return flat.astype(np.uint8), np.full(
-            len(values), values[0].size if len(values) else 0, dtype=np.int64
-        )
+        return flat.astype(np.uint8), np.full(values.shape[0], values.shape[1], dtype=np.int64)
     sizes = np.ones(flat.size, dtype=np.int8)
     for k in range(1, width):
         sizes += flat >= np.uint32(1 << (7 * k))
@@ -207,12 +205,12 @@ def frame_examples(features: dict[str, np.ndarray]) -> bytes:
     distinct, inverse = np.unique(lengths, return_inverse=True)  # few: one checksum each
     length_crcs = _masked_crcs([_LENGTH.pack(int(n)) for n in distinct])[inverse]
     _place_rows(out, starts + _LENGTH.size, length_crcs.view(np.uint8).reshape(rows, _CRC.size))
-    at = starts + _LENGTH.size + _CRC.size
+    record_starts = starts + _LENGTH.size + _CRC.size
+    at = record_starts
     for data, sizes in [prefix, *parts]:
         _place(out, at, data, sizes)
         at = at + sizes
-    flat = out.tobytes()
-    record_starts = starts + _LENGTH.size + _CRC.size
+    flat = out.tobytes()  # the checksum takes bytes, not a view
     crcs = _masked_crcs([flat[a:b] for a, b in zip(record_starts.tolist(), at.tolist())])
     _place_rows(out, at, crcs.view(np.uint8).reshape(rows, _CRC.size))
     return out.tobytes()
