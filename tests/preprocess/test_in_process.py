@@ -234,6 +234,26 @@ def test_batches_are_merged_up_to_a_size_and_none_is_lost():
     assert merger.rest() == ["!"] and merger.rest() is None
 
 
+@pytest.mark.parametrize("max_chars", [0, 1, 7, 40])
+def test_batch_merging_cuts_where_the_running_count_reaches_the_size(max_chars):
+    """Each list ends with the document whose characters bring it to max_chars (empty documents
+    included), as the rule reads document by document."""
+    rng = np.random.default_rng(max_chars)
+    texts = ["x" * int(n) for n in rng.integers(0, 12, size=400)]
+    cuts = np.sort(rng.choice(400, size=60, replace=False)).tolist()
+    batches = [texts[a:b] for a, b in zip([0, *cuts], [*cuts, 400])]
+    expected, out, chars = [], [], 0
+    for text in texts:
+        out.append(text)
+        chars += len(text)
+        if chars >= max_chars:
+            expected.append(out)
+            out, chars = [], 0
+    merger = in_process.BatchMerger(max_chars=max_chars)
+    got = [merged for batch in batches for merged in merger.add(batch)]
+    assert got == expected and merger.rest() == (out or None)
+
+
 def test_batches_encoded_out_of_order_by_several_threads_are_routed_in_order(tmp_path, monkeypatch):
     monkeypatch.setattr(in_process, "ENCODE_BATCH_CHARS", 200)  # many small batches
     small = ["--documents_per_tokenizer_call", "4", "--keep_tokens"]

@@ -105,16 +105,15 @@ class TokenizedChunk:
 
 def doc_hash(text: str) -> int:
     """A stable 64-bit hash of a document's text (BLAKE2b), the same on every machine and Python."""
-    return int.from_bytes(_digest(text), "little")
+    return int(doc_hashes([text])[0])
 
 
 def doc_hashes(texts: Sequence[str]) -> np.ndarray:
     """uint64 [len(texts)]: doc_hash of each text (their digests joined and read at once)."""
-    return np.frombuffer(b"".join(map(_digest, texts)), "<u8").astype(np.uint64)
-
-
-def _digest(text: str) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    # One expression per text, no function call: the call was an eighth of the hashing's time.
+    blake2b = hashlib.blake2b
+    digests = [blake2b(t.encode("utf-8", "surrogatepass"), digest_size=8).digest() for t in texts]
+    return np.frombuffer(b"".join(digests), "<u8").astype(np.uint64)
 
 
 def chunk_dtype(vocab_size: int) -> np.dtype:

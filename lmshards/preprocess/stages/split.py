@@ -26,6 +26,9 @@ FLUSH_TOKENS = 4 << 20
 # Under the output's temporary directory: a staged route bundle's flushed chunks (ChunkPiece), a new name
 # each flush.
 ROUTED_PREFIX = "routed-"
+# Tokens of added chunks routed in one pass (GroupRouter): few enough that the pass' index arrays
+# stay a few MB, many enough that its fixed cost is paid once per dozens of tokenizer calls.
+ROUTE_TOKENS = 1 << 19
 _HASH_DTYPE, _LENGTH_DTYPE = np.dtype("<u8"), np.dtype("<i4")
 
 _HASH_SPACE = 1 << 64
@@ -70,7 +73,12 @@ def route_documents(
 
 class GroupRouter:
     """Routes chunks to their packing groups, buffering them per group up to flush_tokens tokens: the
-    router of both preprocess paths (_RouteFn, and lmshards.preprocess.in_process)."""
+    router of both preprocess paths (_RouteFn, and lmshards.preprocess.in_process).
+
+    Chunks are routed ROUTE_TOKENS at a time, joined: routing costs a few dozen array operations
+    whatever the chunk's size, and a tokenizer call's chunk is small (about 18,000 tokens in 32
+    groups). Joined or not, each group's documents come in the order they were added.
+    """
 
     def __init__(
         self,
@@ -83,18 +91,33 @@ class GroupRouter:
         self._groups, self._flush_tokens = groups, flush_tokens
         self._buffer: dict[GroupKey, list[TokenizedChunk]] = {}
         self._buffered_tokens = 0
+        self._waiting: list[TokenizedChunk] = []  # added, not yet routed
+        self._waiting_tokens = 0
 
     def add(self, chunk: TokenizedChunk) -> list[tuple[GroupKey, TokenizedChunk]]:
         """Routes `chunk`; returns the buffered (GroupKey, TokenizedChunk) when they reach flush_tokens."""
-        for key, piece in route_documents(chunk, threshold=self._threshold, groups=self._groups):
-            self._buffer.setdefault(key, []).append(piece)
+        self._waiting.append(chunk)
+        self._waiting_tokens += chunk.num_tokens
         self._buffered_tokens += chunk.num_tokens
-        return self.flush() if self._buffered_tokens >= self._flush_tokens else []
+        if self._buffered_tokens >= self._flush_tokens:
+            return self.flush()
+        if self._waiting_tokens >= ROUTE_TOKENS:
+            self._route_waiting()
+        return []
 
     def flush(self) -> list[tuple[GroupKey, TokenizedChunk]]:
         """Every buffered group's documents as one chunk, in key order; the buffer is emptied."""
+        self._route_waiting()
         buffer, self._buffer, self._buffered_tokens = self._buffer, {}, 0
         return [(key, TokenizedChunk.concat(buffer[key])) for key in sorted(buffer)]
+
+    def _route_waiting(self) -> None:
+        if not self._waiting:
+            return
+        joined = TokenizedChunk.concat(self._waiting)
+        self._waiting, self._waiting_tokens = [], 0
+        for key, piece in route_documents(joined, threshold=self._threshold, groups=self._groups):
+            self._buffer.setdefault(key, []).append(piece)
 
 
 @dataclasses.dataclass(frozen=True)

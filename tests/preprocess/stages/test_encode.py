@@ -51,6 +51,12 @@ def test_doc_hashes_of_a_batch_are_each_texts_doc_hash():
     texts = ["hello", "", "héllo wörld", "lone \ud800 surrogate", "x" * 100_000, "hello"]
     hashes = doc_hashes(texts)
     assert hashes.dtype == np.uint64 and hashes.flags.writeable
+    assert hashes.tolist() == [
+        int.from_bytes(
+            hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little"
+        )
+        for t in texts
+    ]
     assert hashes.tolist() == [doc_hash(t) for t in texts]
     assert hashes[0] == hashes[-1] != hashes[1]
     assert doc_hashes([]).shape == (0,)

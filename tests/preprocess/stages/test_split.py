@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from lmshards.plumbing.fs import READ_PIECES
 from lmshards.preprocess.stages.encode import TokenizedChunk, doc_hash
 from lmshards.preprocess.stages.split import (
     ROUTED_PREFIX,
     ChunkPiece,
+    GroupRouter,
     SplitSettings,
     _RouteFn,
     route_documents,
@@ -56,6 +58,47 @@ def test_route_sends_each_document_whole_to_its_split_and_group():
             for h, n, e in zip(piece.hashes, piece.lengths, ends)
         ]
         assert got == expected[key]  # whole documents, in arrival order
+
+
+@pytest.mark.parametrize("route_tokens", [1, 37, 500, 1 << 30])
+def test_the_router_joins_chunks_without_changing_any_flush(monkeypatch, route_tokens):
+    """However many added chunks are routed in one pass, each flush holds every group's documents
+    in the order they were added: what routing each chunk alone and joining its pieces gives."""
+    monkeypatch.setattr("lmshards.preprocess.stages.split.ROUTE_TOKENS", route_tokens)
+    rng = np.random.default_rng(2)
+    groups = {"train": 5, "validation": 2}
+    threshold = validation_threshold(0.2)
+    router = GroupRouter(validation_fraction=0.2, groups=groups, flush_tokens=300)
+    got, expected, pending = [], [], {}
+
+    def expect_flush() -> None:
+        expected.append([(k, TokenizedChunk.concat(v)) for k, v in sorted(pending.items())])
+        pending.clear()
+
+    for _ in range(60):
+        n = int(rng.integers(0, 30))
+        lengths = rng.integers(0, 9, size=n).astype(np.int32)
+        chunk = TokenizedChunk(
+            hashes=rng.integers(0, 2**63, size=n, dtype=np.uint64) * np.uint64(2),
+            lengths=lengths,
+            tokens=rng.integers(0, 1000, size=int(lengths.sum())).astype(np.int32),
+        )
+        for key, piece in route_documents(chunk, threshold=threshold, groups=groups):
+            pending.setdefault(key, []).append(piece)
+        flushed = router.add(chunk)
+        if flushed:
+            got.append(flushed)
+            expect_flush()
+    got.append(router.flush())
+    expect_flush()
+    assert len(got) > 3  # flushes came between chunks, not only at the end
+    assert [[key for key, _ in flush] for flush in got] == [
+        [key for key, _ in flush] for flush in expected
+    ]
+    for flush, want in zip(got, expected):
+        for (_, a), (_, b) in zip(flush, want):
+            for field in ("hashes", "lengths", "tokens"):
+                np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
 
 
 def test_unbuffered_routing_emits_nothing_when_the_bundle_ends():
