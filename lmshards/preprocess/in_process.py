@@ -24,6 +24,7 @@ tests check.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
@@ -33,6 +34,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from typing import TypeVar
 
 import apache_beam as beam
 import numpy as np
@@ -96,7 +99,12 @@ _LOG = logging.getLogger(__name__)
 ENCODE_BATCH_CHARS = 64 << 10
 # Batches waiting between the threads: enough to ride out a slow batch, few enough to bound memory.
 QUEUE_DEPTH = 2
+# Packing groups packed at once after tokenizing (pack_to_files): one per core of the 2-core machines
+# the benchmarks run on; more only holds more groups in memory.
+PACK_THREADS = 2
 _HEADER = np.dtype("<i8")
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 # ---------------------------------------------------------------- logic: spill files
@@ -112,7 +120,8 @@ def append_chunk(path: str, chunk: TokenizedChunk, dtype: np.dtype) -> None:
 
 
 def read_chunks(path: str, dtype: np.dtype) -> TokenizedChunk:
-    """Every chunk append_chunk wrote to path, as one chunk (tokens widened to int32)."""
+    """Every chunk append_chunk wrote to path, as one chunk (tokens as dtype: the packer takes the
+    staged pipeline's narrow ids too, and a narrow gather moves half the bytes)."""
     with open(path, "rb") as f:
         data = memoryview(f.read())
     hashes, lengths, tokens = [], [], []
@@ -129,7 +138,7 @@ def read_chunks(path: str, dtype: np.dtype) -> TokenizedChunk:
     return TokenizedChunk(
         hashes=np.concatenate(hashes),
         lengths=np.concatenate(lengths),
-        tokens=np.concatenate(tokens).astype(np.int32),
+        tokens=np.concatenate(tokens),
     )
 
 
@@ -429,13 +438,37 @@ def pack_to_files(
 ) -> Iterator[tuple[PackedGroup, SpilledGroup]]:
     """Each packing group packed (in key order) from its documents' file in `spill`, which is removed,
     and its feature rows written beside it (lmshards.preprocess.stages.shard.spill_group, as the staged
-    pipeline); yields the group and where its rows are."""
-    for key in sorted(keys):
+    pipeline); yields the group and where its rows are.
+
+    PACK_THREADS groups are packed at once: their work is array operations and file writes, which
+    release the GIL, so the phase uses both cores instead of one.
+    """
+
+    def pack(key: GroupKey) -> tuple[PackedGroup, SpilledGroup]:
         path = group_path(spill, key)
-        packed = packer.pack(key, [read_chunks(path, dtype)])
+        packed = packer.pack_uncounted(key, [read_chunks(path, dtype)])
         os.remove(path)
-        release_free_memory()
-        yield packed, spill_group(packed, dtype=dtype, directory=spill)
+        return packed, spill_group(packed, dtype=dtype, directory=spill)
+
+    with ThreadPoolExecutor(PACK_THREADS) as pool:
+        for packed, spilled in ordered_map(pool, pack, sorted(keys), ahead=PACK_THREADS):
+            packer.count(packed)  # here, on the step's thread
+            release_free_memory()
+            yield packed, spilled
+
+
+def ordered_map(
+    pool: Executor, fn: Callable[[_T], _R], items: Iterable[_T], *, ahead: int
+) -> Iterator[_R]:
+    """fn of each item, run on `pool`, in the items' order; at most `ahead` + 1 submitted and not
+    yet taken, so results never pile up faster than the caller takes them."""
+    pending: collections.deque[Future[_R]] = collections.deque()
+    for item in items:
+        pending.append(pool.submit(fn, item))
+        if len(pending) > ahead:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
 
 
 def shuffle_to_shards(

@@ -342,7 +342,14 @@ class Packer:
         self.counters = PackCounters()
 
     def pack(self, key: GroupKey, chunks: Iterable[TokenizedChunk]) -> PackedGroup:
-        packed = pack_group(
+        packed = self.pack_uncounted(key, chunks)
+        self.count(packed)
+        return packed
+
+    def pack_uncounted(self, key: GroupKey, chunks: Iterable[TokenizedChunk]) -> PackedGroup:
+        """pack_group with these settings, for a thread beside the step's: count() it on the step's
+        thread (a Beam counter counts only there)."""
+        return pack_group(
             key,
             chunks,
             seq_len=self._seq_len,
@@ -350,13 +357,14 @@ class Packer:
             pad_id=self._pad_id,
             packing=self._packing,
         )
+
+    def count(self, packed: PackedGroup) -> None:
         blocks = packed.blocks
         self.counters.add(
             blocks=blocks.num_blocks,
             tokens_dropped=blocks.tokens_dropped,
             padding_tokens=blocks.padding_tokens,
         )
-        return packed
 
 
 class _PackFn(beam.DoFn):
