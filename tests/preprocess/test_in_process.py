@@ -272,6 +272,30 @@ def test_the_run_takes_the_startup_heap_out_of_the_collectors_reach_before_it_to
     assert calls[0] == "freeze" and calls.count("freeze") == 1 and "encode" in calls
 
 
+def test_ordered_map_gives_results_in_order_and_runs_only_a_few_ahead():
+    """Packing's pool: later groups that finish first wait for the earlier ones, and no more than
+    ahead + 1 groups are submitted and not yet taken (their packed blocks are held in memory)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    lock, submitted, taken, most = threading.Lock(), [0], [0], [0]
+
+    def slow_for_evens(i: int) -> int:
+        with lock:
+            submitted[0] += 1
+            most[0] = max(most[0], submitted[0] - taken[0])
+        time.sleep(0.02 if i % 2 == 0 else 0.0)
+        return i * i
+
+    got = []
+    with ThreadPoolExecutor(2) as pool:
+        for result in in_process.ordered_map(pool, slow_for_evens, range(12), ahead=2):
+            with lock:
+                taken[0] += 1
+            got.append(result)
+    assert got == [i * i for i in range(12)]
+    assert most[0] <= 3
+
+
 def test_batches_encoded_out_of_order_by_several_threads_are_routed_in_order(tmp_path, monkeypatch):
     monkeypatch.setattr(in_process, "ENCODE_BATCH_CHARS", 200)  # many small batches
     small = ["--documents_per_tokenizer_call", "4", "--keep_tokens"]
