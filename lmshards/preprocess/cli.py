@@ -19,6 +19,7 @@ from lmshards.plumbing.cli import (
     one_line_errors,
     setup_logging,
 )
+from lmshards.plumbing.memory import frozen_imports
 from lmshards.plumbing.units import format_duration
 from lmshards.preprocess import runners
 from lmshards.preprocess.corpus_warnings import corpus_warnings
@@ -65,8 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(curation_sample(config))
             return EXIT_OK
         # Beam graph code, after the cheap checks
-        from lmshards.preprocess.launch import dry_run_line, run_failures
-        from lmshards.preprocess.pipeline import run_pipeline
+        with frozen_imports():
+            from lmshards.preprocess.launch import dry_run_line, run_failures
+            from lmshards.preprocess.pipeline import run_pipeline
 
         started = time.monotonic()
         # the machine's side (a full disk, a lost permission): one line, exit 1
