@@ -112,8 +112,9 @@ SET_UP_FNS_PER_PROCESS = 64
 WORKER_PROFILER = "distributed.worker.profile.enabled"
 # Dask's setting for how a nanny starts its worker process, and the method lmshards' local cluster uses.
 START_METHOD, FORKSERVER = "distributed.worker.multiprocessing-method", "forkserver"
-# What the local cluster's fork server imports once for every worker: dask's worker, Beam, the stages.
-WORKER_PRELOAD = ("distributed", "apache_beam", "lmshards.preprocess.pipeline", "tokenizers")
+# What the local cluster's fork server imports once for every worker: dask's worker, Beam, the stages
+# (frozen out of the garbage collector's reach there: see the module).
+WORKER_PRELOAD = ("lmshards.preprocess.dask_preload",)
 
 
 # ---------------------------------------------------------------- ParDo: fresh receivers per bundle

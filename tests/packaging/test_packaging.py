@@ -96,6 +96,7 @@ OPTIONAL_IMPORTS = {
 # module level), so they import the extra at module level: file -> the extra's modules.
 OPTIONAL_MODULES = {
     "lmshards/preprocess/dask_runner.py": {"dask", "distributed"},  # --runner DaskRunner ([dask])
+    "lmshards/preprocess/dask_preload.py": {"distributed"},  # its local cluster's fork server
 }
 
 

@@ -324,6 +324,24 @@ def test_the_local_clusters_workers_start_with_beam_and_the_stages_loaded():
         assert list(client.run(_loaded, wanted).values()) == [wanted]
 
 
+def _frozen_objects():
+    import gc
+
+    return gc.get_freeze_count()
+
+
+def test_the_local_clusters_workers_start_with_the_imported_heap_frozen():
+    """The fork server froze what its imports made (dask_preload): no worker's collector walks it
+    (Beam and dask are a few hundred thousand objects)."""
+    from lmshards.preprocess.dask_runner import FORKSERVER
+
+    if FORKSERVER not in __import__("multiprocessing").get_all_start_methods():
+        pytest.skip("no fork server on this platform: workers are spawned")
+    with local_cluster(1) as cluster, distributed.Client(cluster) as client:
+        (frozen,) = client.run(_frozen_objects).values()
+    assert frozen > 100_000
+
+
 def _profiler_state(dask_worker):
     return dask.config.get(WORKER_PROFILER), len(dask_worker.profile_history)
 
