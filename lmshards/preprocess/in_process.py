@@ -99,8 +99,8 @@ _LOG = logging.getLogger(__name__)
 ENCODE_BATCH_CHARS = 64 << 10
 # Batches waiting between the threads: enough to ride out a slow batch, few enough to bound memory.
 QUEUE_DEPTH = 2
-# Packing groups packed at once after tokenizing (pack_to_files): one per core of the 2-core machines
-# the benchmarks run on; more only holds more groups in memory.
+# Packing groups packed, then shards written, at once after tokenizing (pack_to_files, write_shards):
+# one per core of the 2-core machines the benchmarks run on; more only holds more in memory.
 PACK_THREADS = 2
 _HEADER = np.dtype("<i8")
 _T = TypeVar("_T")
@@ -487,23 +487,45 @@ def shuffle_to_shards(
         os.remove(group.path)
 
 
-def write_shard_file(
+def read_shard_batch(
+    path: str, names: tuple[str, ...], dtype: np.dtype, seq_len: int
+) -> ShardBatch:
+    """A shard's records from its file under the spill directory, in position order (so the writer
+    holds them once: write_shard takes a batch in order as it is); the file is removed once read."""
+    positions, rows = read_rows(path, dtype, (len(names), seq_len))
+    if os.path.exists(path):
+        os.remove(path)
+    order = np.argsort(positions)
+    return ShardBatch(positions=positions[order], rows=rows[order], names=names)
+
+
+def write_shards(
     writer: ShardWriter,
-    key: tuple[str, int],
     layouts: dict[str, SplitLayout],
     *,
-    spill: str,
+    shard_path: Callable[[str, int], str],
     names: tuple[str, ...],
     dtype: np.dtype,
     seq_len: int,
-) -> ShardInfo:
-    """One shard's records from its file, written by the staged pipeline's ShardWriter."""
-    positions, rows = read_rows(spill, dtype, (len(names), seq_len))
-    if os.path.exists(spill):
-        os.remove(spill)
-    info = writer.write(key, [ShardBatch(positions=positions, rows=rows, names=names)], layouts)
-    release_free_memory()
-    return info
+) -> Iterator[tuple[str, ShardInfo]]:
+    """Each shard written from its file (read_shard_batch) by the staged pipeline's ShardWriter;
+    yields (split, its ShardInfo) in shard order.
+
+    PACK_THREADS shards are serialized and written at once (their array work, checksums of whole
+    buffers and writes release the GIL), each counted here, on the step's thread.
+    """
+    keys = [(split, shard) for split in SPLITS for shard in range(layouts[split].num_shards)]
+
+    def write(key: tuple[str, int]) -> ShardInfo:
+        batch = read_shard_batch(shard_path(*key), names, dtype, seq_len)
+        info = writer.write_uncounted(key, [batch], layouts)
+        release_free_memory()
+        return info
+
+    with ThreadPoolExecutor(PACK_THREADS) as pool:
+        for (split, _), info in zip(keys, ordered_map(pool, write, keys, ahead=PACK_THREADS)):
+            writer.count(info, layouts)
+            yield split, info
 
 
 def run_in_process(job: InProcessJob) -> str:
@@ -628,22 +650,11 @@ def write_shard_set(
     phases.done("shuffle")
 
     writer = ShardWriter(config.output, window_bytes=None)  # each shard's file is read whole
-    shards = [
-        (
-            split,
-            write_shard_file(
-                writer,
-                (split, shard),
-                layouts,
-                spill=shard_path(split, shard),
-                names=names,
-                dtype=dtype,
-                seq_len=config.seq_len,
-            ),
+    shards = list(
+        write_shards(
+            writer, layouts, shard_path=shard_path, names=names, dtype=dtype, seq_len=config.seq_len
         )
-        for split in SPLITS
-        for shard in range(layouts[split].num_shards)
-    ]
+    )
     writer.counters.flush()
     phases.done("serialize, write")
 

@@ -44,7 +44,7 @@ from lmshards.schemas.shards import shard_relpath
 DEFAULT_TARGET_SHARD_MB = 128.0  # MiB, as --target_shard_mb reads a bare number
 DEFAULT_SHARD_MULTIPLE = 8
 # Records serialized and written at once: bounds the varint buffers and what is held of a shard.
-SERIALIZE_ROWS = 4096
+SERIALIZE_ROWS = 2048
 # The most of a shard's feature rows the staged pipeline's writer holds at once: a larger shard is put
 # in position order through files of local disk, a window of positions at a time.
 SHARD_WINDOW_BYTES = 2 << 20
@@ -458,13 +458,16 @@ def read_rows(
     return np.concatenate(positions), np.concatenate(rows)
 
 
-def _placed(
-    batches: Iterable[ShardBatch], first: int, records: int, like: ShardBatch
-) -> np.ndarray:
-    """The batches' rows in position order: position p at row p - first of [records, ...]."""
-    rows = np.empty((records, *like.rows.shape[1:]), like.rows.dtype)
-    for batch in batches:
-        rows[batch.positions - first] = batch.rows
+def _placed(first: ShardBatch, more: Iterator[ShardBatch], lo: int, records: int) -> np.ndarray:
+    """The rows of `first` and `more` in position order: position p at row p - lo of [records, ...].
+    When `first` alone holds every position in order (the in-process path sorts its shard's rows as
+    it reads them), its own rows: a shard's rows are not held twice."""
+    second = next(more, None)
+    if second is None and np.array_equal(first.positions, np.arange(lo, lo + records)):
+        return first.rows
+    rows = np.empty((records, *first.rows.shape[1:]), first.rows.dtype)
+    for batch in itertools.chain([first], [] if second is None else [second], more):
+        rows[batch.positions - lo] = batch.rows
     return rows
 
 
@@ -495,7 +498,7 @@ def _read_windows(
     for w, path in enumerate(paths):
         positions, rows = read_rows(path, like.rows.dtype, like.rows.shape[1:])
         batch = ShardBatch(positions=positions, rows=rows, names=like.names)
-        yield _placed([batch], lo + w * window, min(window, records - w * window), like)
+        yield _placed(batch, iter(()), lo + w * window, min(window, records - w * window))
 
 
 def write_shard(
@@ -521,10 +524,9 @@ def write_shard(
     if first is None:
         coverage.check()
         return write_shard_bytes(output, key, (), records=0, num_shards=layout.num_shards)
-    rest = itertools.chain([first], passing)
     row_bytes = first.rows[0].nbytes
     if window_bytes is None or (hi - lo) * row_bytes <= window_bytes:
-        rows = _placed(rest, lo, hi - lo, first)
+        rows = _placed(first, passing, lo, hi - lo)
         coverage.check()
         return write_shard_bytes(
             output,
@@ -536,7 +538,7 @@ def write_shard(
     # At most MAX_SHARD_WINDOWS files open at once: a larger shard gets larger windows.
     window = max(1, window_bytes // row_bytes, -(-(hi - lo) // MAX_SHARD_WINDOWS))
     with tempfile.TemporaryDirectory(prefix=SHARD_WINDOWS_PREFIX) as directory:
-        paths = _spill_windows(rest, lo, window, directory)
+        paths = _spill_windows(itertools.chain([first], passing), lo, window, directory)
         coverage.check()
         windows = _read_windows(paths, lo, hi - lo, window, first)
         return write_shard_bytes(
@@ -561,12 +563,22 @@ class ShardWriter:
     def write(
         self, key: ShardKey, batches: Iterable[ShardBatch], layouts: dict[str, SplitLayout]
     ) -> ShardInfo:
+        info = self.write_uncounted(key, batches, layouts)
+        self.count(info, layouts)
+        return info
+
+    def write_uncounted(
+        self, key: ShardKey, batches: Iterable[ShardBatch], layouts: dict[str, SplitLayout]
+    ) -> ShardInfo:
+        """write without counting, for a thread beside the step's: count() each shard on the step's
+        thread (a Beam counter counts only there)."""
         split, _ = key
-        info = write_shard(
+        return write_shard(
             self._output, key, batches, layout=layouts[split], window_bytes=self._window_bytes
         )
+
+    def count(self, info: ShardInfo, layouts: dict[str, SplitLayout]) -> None:
         self.counters.add(info.records, total=sum(layout.num_shards for layout in layouts.values()))
-        return info
 
 
 def write_shard_bytes(

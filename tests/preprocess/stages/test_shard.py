@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from lmshards.plumbing.fs import READ_PIECES
+from lmshards.preprocess.stages import shard as shard_module
 from lmshards.preprocess.stages.pack import PackedGroup, pack_blocks
 from lmshards.preprocess.stages.shard import (
     ASSIGNED_ROWS_PREFIX,
@@ -221,6 +222,27 @@ def test_write_shard_orders_records_by_position_whatever_the_batches(tmp_path):
         layout=SplitLayout(num_records=0, num_shards=1, group_offsets={}),
     )
     assert (empty.records, empty.bytes) == (0, 0)
+
+
+def test_a_batch_already_in_position_order_is_written_from_its_own_rows(tmp_path, monkeypatch):
+    """The in-process path sorts each shard's rows as it reads them: the writer must not hold them a
+    second time, and any other batch (out of order, or one of several) is still put in order."""
+    rows, frames = _five_records()
+    placed = []
+    real = shard_module._placed
+    monkeypatch.setattr(
+        shard_module, "_placed", lambda *args: placed.append(result := real(*args)) or result
+    )
+    in_order = ShardBatch(positions=np.arange(10, 15), rows=rows, names=NAMES)
+    shuffled = ShardBatch(
+        positions=np.array([14, 10, 12, 11, 13]), rows=rows[[4, 0, 2, 1, 3]], names=NAMES
+    )
+    split_up = _batches(rows)
+    for name, batches in (("a", [in_order]), ("b", [shuffled]), ("c", split_up)):
+        info = write_shard(str(tmp_path / name), ("train", 2), batches, layout=LAYOUT)
+        assert (tmp_path / name / info.path).read_bytes() == frames
+    assert placed[0] is rows  # the in-order batch's own array
+    assert placed[1] is not shuffled.rows and placed[2] is not split_up[0].rows
 
 
 @pytest.mark.parametrize("window_records", [1, 2, 4])
