@@ -75,7 +75,7 @@ from lmshards.preprocess.stages.shard import (
     group_to_shards,
     layout_splits,
     narrow_dtype,
-    read_rows,
+    read_rows_in_order,
     spill_group,
 )
 from lmshards.preprocess.stages.split import GroupKey, GroupRouter
@@ -492,11 +492,10 @@ def read_shard_batch(
 ) -> ShardBatch:
     """A shard's records from its file under the spill directory, in position order (so the writer
     holds them once: write_shard takes a batch in order as it is); the file is removed once read."""
-    positions, rows = read_rows(path, dtype, (len(names), seq_len))
+    positions, rows = read_rows_in_order(path, dtype, (len(names), seq_len))
     if os.path.exists(path):
         os.remove(path)
-    order = np.argsort(positions)
-    return ShardBatch(positions=positions[order], rows=rows[order], names=names)
+    return ShardBatch(positions=positions, rows=rows, names=names)
 
 
 def write_shards(

@@ -212,10 +212,10 @@ def test_spilled_chunks_and_rows_read_back_as_written(tmp_path):
     path = str(tmp_path / "shard")
     in_process.append_rows(path, np.array([9, 2]), rows)
     in_process.append_rows(path, np.array([4]), rows[:1] + 1)
-    positions, got = in_process.read_rows(path, dtype, (3, 4))
-    assert positions.tolist() == [9, 2, 4]
-    np.testing.assert_array_equal(got, np.concatenate([rows, rows[:1] + 1]))
-    positions, got = in_process.read_rows(str(tmp_path / "none"), dtype, (3, 4))
+    positions, got = in_process.read_rows_in_order(path, dtype, (3, 4))  # by position
+    assert positions.tolist() == [2, 4, 9]
+    np.testing.assert_array_equal(got, np.stack([rows[1], rows[0] + 1, rows[0]]))
+    positions, got = in_process.read_rows_in_order(str(tmp_path / "none"), dtype, (3, 4))
     assert positions.size == 0 and got.shape == (0, 3, 4)
 
 

@@ -443,19 +443,61 @@ def read_rows(
     """(positions int64 [n], rows [n, features, seq_len]) of every write_rows to path, in order."""
     if not os.path.exists(path):
         return np.zeros(0, np.int64), np.zeros((0, *row_shape), dtype)
+    blocks = _row_blocks(_read_whole(path), dtype, row_shape)
+    return np.concatenate([p for p, _ in blocks]), np.concatenate([r for _, r in blocks])
+
+
+def read_rows_in_order(
+    path: str, dtype: np.dtype, row_shape: tuple[int, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """read_rows with the records sorted by position, read a piece at a time straight into their
+    places: the rows are held once, not also as the file's bytes or in file order."""
+    if not os.path.exists(path):
+        return np.zeros(0, np.int64), np.zeros((0, *row_shape), dtype)
+    piece_bytes = dtype.itemsize * math.prod(row_shape)  # a record's rows
     with open(path, "rb") as f:
-        data = memoryview(f.read())
-    positions, rows = [], []
+        pieces = []  # (positions, where its rows start), read first: each row's place needs them all
+        while header := f.read(_ROWS_HEADER.itemsize):
+            (n,) = np.frombuffer(header, _ROWS_HEADER).tolist()
+            pieces.append((np.frombuffer(f.read(8 * n), "<i8"), f.tell()))
+            f.seek(n * piece_bytes, os.SEEK_CUR)
+        positions = np.concatenate([p for p, _ in pieces]) if pieces else np.zeros(0, np.int64)
+        order = np.argsort(positions)
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        rows = np.empty((positions.size, *row_shape), dtype)
+        at = 0
+        for piece_positions, start in pieces:
+            n = piece_positions.size
+            f.seek(start)
+            rows[rank[at : at + n]] = np.frombuffer(f.read(n * piece_bytes), dtype).reshape(
+                n, *row_shape
+            )
+            at += n
+    return positions[order], rows
+
+
+def _read_whole(path: str) -> memoryview:
+    with open(path, "rb") as f:
+        return memoryview(f.read())
+
+
+def _row_blocks(
+    data: memoryview, dtype: np.dtype, row_shape: tuple[int, ...]
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(positions, rows) of each write_rows piece in data, as views of it."""
+    blocks = []
     row_values = math.prod(row_shape)
     at = 0
     while at < len(data):
         (n,) = np.frombuffer(data, _ROWS_HEADER, 1, at).tolist()
         at += _ROWS_HEADER.itemsize
-        positions.append(np.frombuffer(data, "<i8", n, at))
+        positions = np.frombuffer(data, "<i8", n, at)
         at += 8 * n
-        rows.append(np.frombuffer(data, dtype, n * row_values, at).reshape(n, *row_shape))
+        rows = np.frombuffer(data, dtype, n * row_values, at).reshape(n, *row_shape)
         at += dtype.itemsize * n * row_values
-    return np.concatenate(positions), np.concatenate(rows)
+        blocks.append((positions, rows))
+    return blocks
 
 
 def _placed(first: ShardBatch, more: Iterator[ShardBatch], lo: int, records: int) -> np.ndarray:
@@ -496,7 +538,7 @@ def _read_windows(
 ) -> Iterator[np.ndarray]:
     """Each window _spill_windows wrote, in position order, one at a time."""
     for w, path in enumerate(paths):
-        positions, rows = read_rows(path, like.rows.dtype, like.rows.shape[1:])
+        positions, rows = read_rows_in_order(path, like.rows.dtype, like.rows.shape[1:])
         batch = ShardBatch(positions=positions, rows=rows, names=like.names)
         yield _placed(batch, iter(()), lo + w * window, min(window, records - w * window))
 
