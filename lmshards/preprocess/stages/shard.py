@@ -437,21 +437,12 @@ def append_rows(path: str, positions: np.ndarray, rows: np.ndarray) -> None:
         write_rows(f, positions, rows)
 
 
-def read_rows(
-    path: str, dtype: np.dtype, row_shape: tuple[int, ...]
-) -> tuple[np.ndarray, np.ndarray]:
-    """(positions int64 [n], rows [n, features, seq_len]) of every write_rows to path, in order."""
-    if not os.path.exists(path):
-        return np.zeros(0, np.int64), np.zeros((0, *row_shape), dtype)
-    blocks = _row_blocks(_read_whole(path), dtype, row_shape)
-    return np.concatenate([p for p, _ in blocks]), np.concatenate([r for _, r in blocks])
-
-
 def read_rows_in_order(
     path: str, dtype: np.dtype, row_shape: tuple[int, ...]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """read_rows with the records sorted by position, read a piece at a time straight into their
-    places: the rows are held once, not also as the file's bytes or in file order."""
+    """(positions int64 [n] ascending, rows [n, features, seq_len] in that order) of every write_rows
+    to path, read a piece at a time straight into their places: the rows are held once, not also as
+    the file's bytes or in file order."""
     if not os.path.exists(path):
         return np.zeros(0, np.int64), np.zeros((0, *row_shape), dtype)
     piece_bytes = dtype.itemsize * math.prod(row_shape)  # a record's rows
@@ -475,29 +466,6 @@ def read_rows_in_order(
             )
             at += n
     return positions[order], rows
-
-
-def _read_whole(path: str) -> memoryview:
-    with open(path, "rb") as f:
-        return memoryview(f.read())
-
-
-def _row_blocks(
-    data: memoryview, dtype: np.dtype, row_shape: tuple[int, ...]
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(positions, rows) of each write_rows piece in data, as views of it."""
-    blocks = []
-    row_values = math.prod(row_shape)
-    at = 0
-    while at < len(data):
-        (n,) = np.frombuffer(data, _ROWS_HEADER, 1, at).tolist()
-        at += _ROWS_HEADER.itemsize
-        positions = np.frombuffer(data, "<i8", n, at)
-        at += 8 * n
-        rows = np.frombuffer(data, dtype, n * row_values, at).reshape(n, *row_shape)
-        at += dtype.itemsize * n * row_values
-        blocks.append((positions, rows))
-    return blocks
 
 
 def _placed(first: ShardBatch, more: Iterator[ShardBatch], lo: int, records: int) -> np.ndarray:

@@ -25,7 +25,6 @@ from lmshards.preprocess.stages.shard import (
     layout_splits,
     num_shards_for,
     permute,
-    read_rows,
     read_rows_in_order,
     rows_in_files,
     shard_batches,
@@ -248,18 +247,17 @@ def test_a_batch_already_in_position_order_is_written_from_its_own_rows(tmp_path
     assert placed[1] is not shuffled.rows and placed[2] is not split_up[0].rows
 
 
-def test_rows_read_in_order_are_the_rows_read_then_sorted_by_position(tmp_path):
+def test_rows_read_in_order_are_the_rows_written_sorted_by_position(tmp_path):
     rng = np.random.default_rng(5)
     positions = rng.permutation(1000)
     rows = rng.integers(0, 60_000, (1000, 2, 7)).astype("<u2")
     path = str(tmp_path / "rows")
     for piece in np.split(np.arange(1000), [1, 300, 301, 750]):  # pieces of 1, 299, 1, 449, 250
         append_rows(path, positions[piece], rows[piece])
-    read_positions, read = read_rows(path, np.dtype("<u2"), (2, 7))
     in_order_positions, in_order = read_rows_in_order(path, np.dtype("<u2"), (2, 7))
-    order = np.argsort(read_positions)
     assert in_order_positions.tolist() == list(range(1000))
-    assert np.array_equal(in_order, read[order]) and np.array_equal(in_order[positions], rows)
+    assert np.array_equal(in_order, rows[np.argsort(positions)])
+    assert np.array_equal(in_order[positions], rows)
     empty = read_rows_in_order(str(tmp_path / "none"), np.dtype("<u2"), (2, 7))
     assert empty[0].size == 0 and empty[1].shape == (0, 2, 7)
 
