@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import re
 import sys
 import time
 from collections.abc import Sequence
-
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from lmshards.plumbing import stopping
 from lmshards.plumbing.cli import (
@@ -21,16 +20,16 @@ from lmshards.plumbing.cli import (
 )
 from lmshards.plumbing.memory import frozen_imports
 from lmshards.plumbing.units import format_duration
-from lmshards.preprocess import runners
 from lmshards.preprocess.corpus_warnings import corpus_warnings
 from lmshards.preprocess.failures import is_reported_failure
 from lmshards.preprocess.options import (
     RENAMED_FLAGS,
     REQUIRED_FLAGS,
-    LmshardsPreprocessOptions,
+    SUGGESTED_RUNNERS,
     PreprocessConfig,
+    add_preprocess_arguments,
     check_dependent_flags,
-    config_from_options,
+    config_from_flags,
     preprocess_flags,
 )
 from lmshards.preprocess.stages.metrics import skipped_line
@@ -41,8 +40,9 @@ log = logging.getLogger(__name__)
 DESCRIPTION = (
     "Text corpus -> tokenized, packed, shuffled, balanced TFRecord shards + manifest.json.\n\n"
     "Any Apache Beam pipeline option (--runner, --project, --region, --temp_location, --direct_num_workers, ...) "
-    f"passes through to the runner. --runner: {', '.join(runners.SUGGESTED_RUNNERS)} or a runner's class path; "
-    "without it, Beam's FnApiRunner in this process."
+    f"passes through to the runner. --runner: {', '.join(SUGGESTED_RUNNERS)} or a runner's class path; "
+    "without it, Beam's FnApiRunner in this process (without any Beam flag and with a local --output, the same "
+    "one step without Beam)."
 )
 # multi_processing workers' log lines (our progress lines among them) reach the launcher through this logger.
 WORKER_LOGGER = "apache_beam.runners.portability.local_job_service"
@@ -61,21 +61,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     setup_preprocess_logging(verbose=args.verbose)
     with one_line_errors(COMMAND) as failed, stopping.stop_signals():
-        config = checked_config(parser, argv, others)
+        config = checked_config(parser, argv, args, others)
         if config.curate_sample:  # what the steps would remove, instead of the run
             print(curation_sample(config))
             return EXIT_OK
-        # Beam graph code, after the cheap checks
-        with frozen_imports():
-            from lmshards.preprocess.launch import dry_run_line, run_failures
-            from lmshards.preprocess.pipeline import run_pipeline
-
         started = time.monotonic()
+        with frozen_imports():  # the run's modules, after the cheap checks
+            from lmshards.preprocess.launch import dry_run_line, run_failures
+            from lmshards.preprocess.local import run_local, runs_without_beam
         # the machine's side (a full disk, a lost permission): one line, exit 1
         with run_failures(COMMAND) as failed_run:
-            manifest = run_pipeline(config, argv)  # the lease, the plan, the build, the run
+            manifest: Manifest | None
+            if runs_without_beam(config, others):
+                manifest = run_local(config)  # the lease, the plan, the one step
+            else:
+                with frozen_imports():
+                    from lmshards.preprocess.pipeline import run_pipeline
+                manifest = run_pipeline(config, argv)  # the lease, the plan, the build, the run
             if manifest is None:
-                print(dry_run_line(COMMAND, runners.dry_run_job_file(PipelineOptions(argv))))
+                print(dry_run_line(COMMAND, dataflow_job_file(argv)))
                 return EXIT_OK
             for warning in corpus_warnings(manifest, config):
                 log.warning("%s", warning)
@@ -83,6 +87,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_OK
         return failed_run.code
     return failed.code
+
+
+def dataflow_job_file(argv: list[str]) -> str | None:
+    """The --dataflow_job_file a dry run wrote, if any."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from lmshards.preprocess import runners
+
+    return runners.dry_run_job_file(PipelineOptions(argv))
 
 
 def curation_sample(config: PreprocessConfig) -> str:
@@ -113,32 +126,45 @@ def setup_preprocess_logging(*, verbose: bool = False) -> None:
     worker_logs.addFilter(_from_preprocess_or_error)
 
 
-def checked_config(parser: CommandParser, argv: list[str], others: list[str]) -> PreprocessConfig:
+def checked_config(
+    parser: CommandParser, argv: list[str], args: argparse.Namespace, others: list[str]
+) -> PreprocessConfig:
     """The run's config from the command line; exits 2 on a flag no one declares.
+
+    Without a Beam flag (every word of argv was ours) nothing of Beam's is imported: the flags are
+    ours as parsed, and the runner is the default.
 
     Raises:
       LmshardsError: an unknown runner, or a flag's value wrong alone or with another flag.
     """
-    # The runner first: resolving it imports its module, which declares its own flags (Dask's).
-    runners.resolve_runner(
-        PipelineOptions(argv).view_as(StandardOptions).runner or runners.FNAPI_RUNNER
-    )
-    check_flags(parser, others)
-    config = config_from_options(PipelineOptions(argv))
+    if others:
+        from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+        from lmshards.preprocess import runners
+        from lmshards.preprocess.pipeline_options import config_from_options
+
+        # The runner first: resolving it imports its module, which declares its own flags (Dask's).
+        runners.resolve_runner(
+            PipelineOptions(argv).view_as(StandardOptions).runner or runners.FNAPI_RUNNER
+        )
+        check_flags(parser, others)
+        config = config_from_options(PipelineOptions(argv))
+    else:
+        config = config_from_flags(args)
     check_dependent_flags(config)
     return config
 
 
 def build_parser() -> CommandParser:
-    """Our flags, for --help and their checks; typo hints also draw on every Beam flag."""
+    """Our flags, for --help and their checks; typo hints also draw on every Beam flag (check_flags adds
+    them when a word is not ours)."""
     parser = CommandParser(
         COMMAND,
-        extra_flags=runners.beam_flags(),
         renamed=RENAMED_FLAGS,
         description=DESCRIPTION,
         allow_abbrev=False,
     )
-    LmshardsPreprocessOptions._add_argparse_args(parser)
+    add_preprocess_arguments(parser)
     for action in parser._actions:
         if set(action.option_strings) & set(REQUIRED_FLAGS):
             action.required = True
@@ -148,6 +174,8 @@ def build_parser() -> CommandParser:
 def check_flags(parser: CommandParser, others: Sequence[str]) -> None:
     """Exits 2 on any word that neither our flags nor a Beam option declares (--max_seq_length, --runer),
     with a hint drawn from both; Beam's own options pass through to the runner."""
+    from lmshards.preprocess import runners
+
     parser.extra_flags = tuple(
         runners.beam_flags()
     )  # now with the flags of the runner's own options
@@ -158,6 +186,8 @@ def check_other_beam_command_flags(parser: CommandParser, others: Sequence[str])
     """check_flags for a Beam command other than preprocess (stats, repack): a preprocess flag it does not
     declare itself (--num_shards to stats, --text_field to repack) exits 2 naming the command that takes it,
     where Beam's parser would take it and the command ignore it."""
+    from lmshards.preprocess import runners
+
     own = {opt for action in parser._actions for opt in action.option_strings}
     foreign = preprocess_flags() - own
     for arg in others:

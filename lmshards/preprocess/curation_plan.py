@@ -11,8 +11,9 @@ import dataclasses
 
 from lmshards.preprocess.curation.decontaminate import longest_words
 from lmshards.preprocess.curation.dedup import MinHashSettings
-from lmshards.preprocess.curation.stage import DEDUP_NONE, CurationSettings, EvalSets
+from lmshards.preprocess.curation.stage import CurationSettings, EvalSets
 from lmshards.preprocess.curation.steps import SelectedStep, StepError, prepare_steps
+from lmshards.preprocess.curation.steps.dedup import DEDUP_NONE
 from lmshards.preprocess.options import PreprocessConfig
 from lmshards.preprocess.sources import (
     InputError,

@@ -1,4 +1,7 @@
-"""The default runner's path: the whole preprocess as one Beam step, streaming in this process.
+"""The default runner's path: the whole preprocess in one step, streaming in this process.
+
+The step imports nothing of Beam: lmshards.preprocess.local calls it directly (no Beam flag, a local
+output), lmshards.preprocess.pipeline as a Beam step of one element (a Beam flag given).
 
 On Beam's in-process FnApiRunner every stage ran in one Python process anyway, but through Beam's
 data plane: each batch became an element (pickled, buffered, handed on), and both GroupByKeys held
@@ -35,18 +38,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import apache_beam as beam
 import numpy as np
 
 from lmshards.plumbing import fs
 from lmshards.plumbing.memory import freeze_startup_heap, release_free_memory
 from lmshards.plumbing.progress import PROGRESS_EVERY_S
 from lmshards.plumbing.units import MIB
-from lmshards.preprocess.curation.documents import DocumentCuration
-from lmshards.preprocess.curation.local import LocalCuration
-from lmshards.preprocess.curation.stage import CurationSettings
 from lmshards.preprocess.options import PreprocessConfig
 from lmshards.preprocess.sources import ReadOptions, ReadStats
 from lmshards.preprocess.stages.encode import (
@@ -89,6 +88,9 @@ from lmshards.preprocess.stages.tokens import (
 from lmshards.schemas.constants import SPLITS, TOKENS_DIR_NAME
 from lmshards.schemas.layouts import SPILL_DIR_PREFIX, TEMP_DIR_NAME
 from lmshards.schemas.manifest import CurationInfo, Manifest, ShardInfo, SplitTotals
+
+if TYPE_CHECKING:  # curation's modules load Beam: imported only by a run that curates
+    from lmshards.preprocess.curation.stage import CurationSettings
 
 _LOG = logging.getLogger(__name__)
 
@@ -546,8 +548,12 @@ def run_in_process(job: InProcessJob) -> str:
         curation = None
         documents = None  # only document steps: judged as they are read, in the one pass
         if job.curation is not None and not job.curation.corpus:
+            from lmshards.preprocess.curation.documents import DocumentCuration
+
             documents = DocumentCuration(job.curation.steps, output=config.output, directory=spill)
         elif job.curation is not None:  # pass 1: every removal decided before anything is tokenized
+            from lmshards.preprocess.curation.local import LocalCuration
+
             curation = LocalCuration(
                 job.curation,
                 output=config.output,
@@ -688,21 +694,3 @@ class _Phases:
         wall, cpu = (b - a for a, b in zip(self._last, now))
         _LOG.debug("in-process %s: %.1f s, %.1f CPU s", name, wall, cpu)
         self._last = now
-
-
-# ---------------------------------------------------------------- Beam
-
-
-class PreprocessInProcess(beam.PTransform):
-    """PBegin -> the manifest's path (one element): the whole job in one step (see the module doc)."""
-
-    def __init__(self, job: InProcessJob):
-        super().__init__()
-        self._job = job
-
-    def expand(self, pbegin):
-        return (
-            pbegin
-            | "Once" >> beam.Create([self._job])  # one element, the job: it runs once
-            | "Run" >> beam.Map(run_in_process)  # str: the manifest's path
-        )

@@ -20,17 +20,13 @@ import dataclasses
 import logging
 import time
 from collections.abc import Iterator
-from typing import Protocol
-
-import apache_beam as beam
-from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
+from typing import TYPE_CHECKING, Protocol
 
 from lmshards.plumbing import fs
 from lmshards.plumbing.cli import EXIT_FAILURE, Failure, print_error
 from lmshards.plumbing.errors import LmshardsError
 from lmshards.plumbing.lease import output_lease
 from lmshards.plumbing.outputs import check_writable, clear_owned_output
-from lmshards.preprocess import runners
 from lmshards.preprocess.failures import RunFailure, run_failure
 from lmshards.preprocess.options import PreprocessConfig
 from lmshards.preprocess.stages import metrics
@@ -45,6 +41,10 @@ from lmshards.schemas.layouts import PREPROCESS_OUTPUT
 from lmshards.schemas.manifest import InputFileInfo, Manifest, TokenizerInfo, read_manifest
 from lmshards.schemas.tokenizer_info import TokenizerSource
 from lmshards.schemas.version import __version__
+
+if TYPE_CHECKING:  # Beam's modules load only where a Beam pipeline runs (not the default path)
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
 
 _LOG = logging.getLogger(__name__)
 
@@ -120,6 +120,8 @@ def ready_to_run(
     input_bytes: what the dry run's cost estimate is for; None: no estimate (the cost model was
     measured on preprocess's pipeline only).
     """
+    from lmshards.preprocess import runners
+
     if worker_package:
         runners.prepare_staging(pipeline.options)  # the pipeline stages from its own copy of them
     if runners.is_dry_run(options):
@@ -142,16 +144,20 @@ class WritesOutput(Protocol):
 
 
 def writer_lease(
-    command: str, settings: WritesOutput, options: PipelineOptions
+    command: str, settings: WritesOutput, options: PipelineOptions | None = None
 ) -> contextlib.AbstractContextManager:
     """The one-writer lease on settings.output while the block runs (a dry run writes nothing: none).
 
     A second command into the same --output stops here, naming the first, before its plan reads or
     deletes anything; a stop inside the block removes the partial shard set with the lease. The caller
     has checked, without I/O, that settings.output overlaps no input (the lease file goes into it).
+    options: the Beam options of a Beam run; None for the default path, which never dry-runs.
     """
-    if runners.is_dry_run(options):
-        return contextlib.nullcontext()
+    if options is not None:
+        from lmshards.preprocess import runners
+
+        if runners.is_dry_run(options):
+            return contextlib.nullcontext()
     return output_lease(
         settings.output,
         command=command,
@@ -163,25 +169,39 @@ def writer_lease(
 def launch(
     pipeline: beam.Pipeline, options: PipelineOptions, shard_set: PlannedShardSet
 ) -> Manifest:
-    """Runs a built pipeline under the output rules preprocess and repack share; returns its manifest.
+    """Runs a built Beam pipeline under the output rules preprocess and repack share; returns its manifest."""
+    check_temp_location(options)
+    started = time.monotonic()
+    with output_rules(shard_set):
+        pipeline.run().wait_until_finish()
+    return finished_manifest(shard_set.config.output, started)
+
+
+@contextlib.contextmanager
+def output_rules(shard_set: PlannedShardSet) -> Iterator[None]:
+    """The output rules around the block that runs a shard-set job (a Beam pipeline, or the default
+    path's one step without Beam).
 
     Checks the output is writable, clears an earlier output with --overwrite (refusing before deleting
-    anything that is not ours), writes the files known before the run, runs, and on a failure removes
-    the partial output locally and reports the failure in one line.
+    anything that is not ours) and writes the files known before the run; a failure in the block removes
+    the partial output locally and is reported in one line.
     """
     config = shard_set.config
-    check_writable_locations(config, options)
+    check_writable(config.output)
     if config.overwrite:
         with _reported_failures(config.output, remove_partial=False):
             removed = clear_owned_output(
                 config.output, kind=PREPROCESS_OUTPUT
             )  # refuses before deleting anything
         _LOG.info("--overwrite: removed %s from %s", ", ".join(removed) or "nothing", config.output)
-    started = time.monotonic()
     with _reported_failures(config.output, remove_partial=not fs.is_remote(config.output)):
         write_known_files(shard_set)
-        pipeline.run().wait_until_finish()
-    manifest = read_manifest(config.output)
+        yield
+
+
+def finished_manifest(output: str, started: float) -> Manifest:
+    """The manifest a finished run wrote, its closing line logged (started: time.monotonic() before it)."""
+    manifest = read_manifest(output)
     _LOG.info("%s", metrics.finished_line(manifest, time.monotonic() - started))
     return manifest
 
@@ -199,13 +219,16 @@ def write_known_files(shard_set: PlannedShardSet) -> None:
     write_schema_file(output, shard_set.header)
 
 
-def check_writable_locations(config: PreprocessConfig, options: PipelineOptions) -> None:
-    """Checks, before any work, that the run can write where it will write.
+def check_temp_location(options: PipelineOptions) -> None:
+    """Checks, before any work, that Dataflow can write its gs:// --temp_location.
 
     Raises:
-      OutputError: --output (or Dataflow's gs:// --temp_location) is not writable; the message says why.
+      OutputError: it is not writable; the message says why.
     """
-    check_writable(config.output)
+    from apache_beam.options.pipeline_options import GoogleCloudOptions
+
+    from lmshards.preprocess import runners
+
     temp_location = options.view_as(GoogleCloudOptions).temp_location
     if (
         runners.runner_path(options) == runners.DATAFLOW_RUNNER

@@ -1,4 +1,4 @@
-"""`lmshards preprocess` flags: a PipelineOptions subclass, turned into a frozen PreprocessConfig.
+"""`lmshards preprocess` flags (declared without Beam), turned into a frozen PreprocessConfig.
 
 Our flags live beside Beam's own (--runner, --project, --temp_location, --direct_num_workers, ...),
 which pass through untouched to the runner.
@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from collections.abc import Callable
 from typing import Any
-
-from apache_beam.options.pipeline_options import PipelineOptions
 
 from lmshards.plumbing.cli import add_overwrite_flag, add_verbose_flag
 from lmshards.plumbing.errors import LmshardsError
@@ -36,12 +35,6 @@ from lmshards.preprocess.curation.minhash import (
     hashing_bytes,
     max_permutations,
 )
-from lmshards.preprocess.curation.stage import (
-    DEDUP_CHOICES,
-    DEDUP_NEAR,
-    DEDUP_NONE,
-    DEFAULT_DECONTAMINATE_NGRAM,
-)
 from lmshards.preprocess.curation.steps import (
     DOCUMENT,
     QUALITY_FILTERS,
@@ -55,6 +48,8 @@ from lmshards.preprocess.curation.steps import (
     select_steps,
     step_values,
 )
+from lmshards.preprocess.curation.steps.decontaminate import DEFAULT_DECONTAMINATE_NGRAM
+from lmshards.preprocess.curation.steps.dedup import DEDUP_CHOICES, DEDUP_NEAR, DEDUP_NONE
 from lmshards.preprocess.sources import (
     DEFAULT_TEXT_COLUMN,
     DEFAULT_TEXT_FIELD,
@@ -147,139 +142,146 @@ PREPROCESS_RANGES: dict[str, Number] = {
 _R = PREPROCESS_RANGES
 
 
+# The runners --help and an error message suggest: the ones a user of lmshards picks from.
+SUGGESTED_RUNNERS = (
+    "DirectRunner",
+    "DataflowRunner",
+    "DaskRunner",
+    "FlinkRunner",
+    "SparkRunner",
+    "PrismRunner",
+)
+
+
 class PreprocessError(LmshardsError):
     """A bad preprocess flag value."""
 
 
-class LmshardsPreprocessOptions(PipelineOptions):
-    """The flags of `lmshards preprocess`; every other flag is a Beam pipeline option."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--input",
-            action="append",
-            default=None,
-            help="Input file, directory or glob (local or gs://); repeatable.",
-        )
-        parser.add_argument(
-            "--tokenizer",
-            default=None,
-            help="tokenizer.json, or a directory holding one (local or gs://).",
-        )
-        parser.add_argument("--output", default=None, help="Output directory (local or gs://).")
-        parser.add_argument(
-            "--seq_len",
-            type=_R["seq_len"],
-            default=DEFAULT_SEQ_LEN,
-            help=f"Tokens per record (>= {MIN_SEQ_LEN}, <= the tokenizer's model_max_length).",
-        )
-        parser.add_argument(
-            "--remainder",
-            choices=REMAINDER_CHOICES,
-            default=None,
-            help="Final partial block of each packing group: drop it, or pad it "
-            "with the pad token (attention_mask 0). Default: drop with --packing concat; "
-            "--packing best_fit pads every block it cannot fill, so it takes only pad.",
-        )
-        parser.add_argument(
-            "--packing",
-            choices=PACKING_CHOICES,
-            default=PACKING_CONCAT,
-            help="concat (default): documents one after another, cut every seq_len tokens "
-            "(a block's tokens see neighbouring documents). best_fit: whole documents packed "
-            "into padded blocks by best-fit decreasing; records also carry segment_ids and "
-            "positions, and the trainer keeps each document's attention to itself.",
-        )
-        parser.add_argument(
-            "--validation_fraction",
-            type=_R["validation_fraction"],
-            default=DEFAULT_VALIDATION_FRACTION,
-            help="Share of documents held out for validation.",
-        )
-        parser.add_argument(
-            "--seed", type=_R["seed"], default=0, help="Seed of the record shuffle."
-        )
-        parser.add_argument(
-            "--target_shard_mb",
-            type=size_flag("MiB"),
-            default=DEFAULT_TARGET_SHARD_MB,
-            help="Target shard size in MiB (2^20 bytes), or with a unit (500MB = 500 x 10^6 bytes).",
-        )
-        parser.add_argument(
-            "--num_shards",
-            type=_R["num_shards"],
-            default=None,
-            help="Shards per split, instead of --target_shard_mb.",
-        )
-        parser.add_argument(
-            "--shard_multiple",
-            type=_R["shard_multiple"],
-            default=DEFAULT_SHARD_MULTIPLE,
-            help="Round each split's shard count up to a multiple of this (so every "
-            "TPU host gets whole files).",
-        )
-        # --doc_separator, --doc_marker(_regex), --text_field, --text_column, --encoding
-        add_reading_arguments(parser)
-        parser.add_argument(
-            "--skip_binary",
-            action="store_true",
-            help="Skip input files that are not text (images, archives, PDF, compressed bytes whose "
-            "name does not end in .gz/.bz2/.zst/.xz, ...) and count them (files_skipped_binary) "
-            "instead of refusing the run.",
-        )
-        # The Flex Template launcher's `--overwrite=true` is rewritten `--overwrite` by lmshards.preprocess.cli.
-        add_overwrite_flag(
-            parser,
-            help="Replace an earlier lmshards preprocess output (its manifest is deleted first); "
-            "refused if the directory holds anything lmshards did not write.",
-        )
-        add_verbose_flag(parser)
-        add_lease_flag(parser)
-        parser.add_argument(
-            "--keep_tokens",
-            action="store_true",
-            help="Also keep every document's token ids in OUTPUT/tokens/ (Parquet), so that "
-            "`lmshards repack` can build other shard sets (seq_len, shard count, split, seed) "
-            "without tokenizing again. The shards are the same with or without it.",
-        )
-        parser.add_argument(
-            "--tokenizer_threads",
-            type=_R["tokenizer_threads"],
-            default=DEFAULT_TOKENIZER_THREADS,
-            help="Tokenizer threads per worker process (on the default runner, encode threads "
-            "that each encode their own batches). 0 = auto: every core for the default "
-            "in-process runner (one worker), else 1 (the runner already runs one worker "
-            "process per core).",
-        )
-        parser.add_argument(
-            "--documents_per_tokenizer_call",
-            type=_R["documents_per_tokenizer_call"],
-            default=DEFAULT_DOCUMENTS_PER_TOKENIZER_CALL,
-            help="Documents per tokenizer call (not the training batch); no effect on output.",
-        )
-        parser.add_argument(
-            "--range_mb",
-            type=size_flag("MiB"),
-            default=DEFAULT_RANGE_MB,
-            help="Input per read task in MiB (2^20 bytes), or with a unit (e.g. 100MB); "
-            "no effect on output.",
-        )
-        parser.add_argument(
-            "--packing_group_tokens",
-            type=_R["packing_group_tokens"],
-            default=DEFAULT_GROUP_TOKENS,
-            help="Approximate tokens per packing group; each group drops or pads at most "
-            "one partial block.",
-        )
-        add_curation_arguments(parser)
+def add_preprocess_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `lmshards preprocess`; every other flag is a Beam pipeline option
+    (lmshards.preprocess.pipeline_options declares these to Beam's parser)."""
+    parser.add_argument(
+        "--input",
+        action="append",
+        default=None,
+        help="Input file, directory or glob (local or gs://); repeatable.",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default=None,
+        help="tokenizer.json, or a directory holding one (local or gs://).",
+    )
+    parser.add_argument("--output", default=None, help="Output directory (local or gs://).")
+    parser.add_argument(
+        "--seq_len",
+        type=_R["seq_len"],
+        default=DEFAULT_SEQ_LEN,
+        help=f"Tokens per record (>= {MIN_SEQ_LEN}, <= the tokenizer's model_max_length).",
+    )
+    parser.add_argument(
+        "--remainder",
+        choices=REMAINDER_CHOICES,
+        default=None,
+        help="Final partial block of each packing group: drop it, or pad it "
+        "with the pad token (attention_mask 0). Default: drop with --packing concat; "
+        "--packing best_fit pads every block it cannot fill, so it takes only pad.",
+    )
+    parser.add_argument(
+        "--packing",
+        choices=PACKING_CHOICES,
+        default=PACKING_CONCAT,
+        help="concat (default): documents one after another, cut every seq_len tokens "
+        "(a block's tokens see neighbouring documents). best_fit: whole documents packed "
+        "into padded blocks by best-fit decreasing; records also carry segment_ids and "
+        "positions, and the trainer keeps each document's attention to itself.",
+    )
+    parser.add_argument(
+        "--validation_fraction",
+        type=_R["validation_fraction"],
+        default=DEFAULT_VALIDATION_FRACTION,
+        help="Share of documents held out for validation.",
+    )
+    parser.add_argument("--seed", type=_R["seed"], default=0, help="Seed of the record shuffle.")
+    parser.add_argument(
+        "--target_shard_mb",
+        type=size_flag("MiB"),
+        default=DEFAULT_TARGET_SHARD_MB,
+        help="Target shard size in MiB (2^20 bytes), or with a unit (500MB = 500 x 10^6 bytes).",
+    )
+    parser.add_argument(
+        "--num_shards",
+        type=_R["num_shards"],
+        default=None,
+        help="Shards per split, instead of --target_shard_mb.",
+    )
+    parser.add_argument(
+        "--shard_multiple",
+        type=_R["shard_multiple"],
+        default=DEFAULT_SHARD_MULTIPLE,
+        help="Round each split's shard count up to a multiple of this (so every "
+        "TPU host gets whole files).",
+    )
+    # --doc_separator, --doc_marker(_regex), --text_field, --text_column, --encoding
+    add_reading_arguments(parser)
+    parser.add_argument(
+        "--skip_binary",
+        action="store_true",
+        help="Skip input files that are not text (images, archives, PDF, compressed bytes whose "
+        "name does not end in .gz/.bz2/.zst/.xz, ...) and count them (files_skipped_binary) "
+        "instead of refusing the run.",
+    )
+    # The Flex Template launcher's `--overwrite=true` is rewritten `--overwrite` by lmshards.preprocess.cli.
+    add_overwrite_flag(
+        parser,
+        help="Replace an earlier lmshards preprocess output (its manifest is deleted first); "
+        "refused if the directory holds anything lmshards did not write.",
+    )
+    add_verbose_flag(parser)
+    add_lease_flag(parser)
+    parser.add_argument(
+        "--keep_tokens",
+        action="store_true",
+        help="Also keep every document's token ids in OUTPUT/tokens/ (Parquet), so that "
+        "`lmshards repack` can build other shard sets (seq_len, shard count, split, seed) "
+        "without tokenizing again. The shards are the same with or without it.",
+    )
+    parser.add_argument(
+        "--tokenizer_threads",
+        type=_R["tokenizer_threads"],
+        default=DEFAULT_TOKENIZER_THREADS,
+        help="Tokenizer threads per worker process (on the default runner, encode threads "
+        "that each encode their own batches). 0 = auto: every core for the default "
+        "in-process runner (one worker), else 1 (the runner already runs one worker "
+        "process per core).",
+    )
+    parser.add_argument(
+        "--documents_per_tokenizer_call",
+        type=_R["documents_per_tokenizer_call"],
+        default=DEFAULT_DOCUMENTS_PER_TOKENIZER_CALL,
+        help="Documents per tokenizer call (not the training batch); no effect on output.",
+    )
+    parser.add_argument(
+        "--range_mb",
+        type=size_flag("MiB"),
+        default=DEFAULT_RANGE_MB,
+        help="Input per read task in MiB (2^20 bytes), or with a unit (e.g. 100MB); "
+        "no effect on output.",
+    )
+    parser.add_argument(
+        "--packing_group_tokens",
+        type=_R["packing_group_tokens"],
+        default=DEFAULT_GROUP_TOKENS,
+        help="Approximate tokens per packing group; each group drops or pads at most "
+        "one partial block.",
+    )
+    add_curation_arguments(parser)
 
 
 def preprocess_flags() -> frozenset[str]:
-    """Every flag LmshardsPreprocessOptions declares. Beam's parser declares them for every Beam command
+    """Every flag add_preprocess_arguments declares. Beam's parser declares them for every Beam command
     (stats, repack), which would take them and ignore them; those commands refuse them instead."""
     parser = argparse.ArgumentParser(add_help=False)
-    LmshardsPreprocessOptions._add_argparse_args(parser)
+    add_preprocess_arguments(parser)
     return frozenset(opt for action in parser._actions for opt in action.option_strings)
 
 
@@ -567,9 +569,9 @@ def check_dependent_flags(config: PreprocessConfig) -> None:
         raise PreprocessError(str(e)) from None
 
 
-def config_from_options(options: PipelineOptions) -> PreprocessConfig:
-    """Our flags, as a PreprocessConfig. Raises PreprocessError on a bad value."""
-    flags = options.view_as(LmshardsPreprocessOptions)
+def config_from_flags(flags: argparse.Namespace | Any) -> PreprocessConfig:
+    """Our flags (parsed by add_preprocess_arguments' parser, or Beam's view of them), as a
+    PreprocessConfig. Raises PreprocessError on a bad value."""
     own = {"inputs", "decontaminate", "quality_filters", "step_values"}
     fields = {f.name for f in dataclasses.fields(PreprocessConfig)} - own
     values = {name: getattr(flags, name) for name in fields}
@@ -586,6 +588,17 @@ def config_from_options(options: PipelineOptions) -> PreprocessConfig:
         step_values=tuple(sorted(step_values(flags).items())),
         **values,
     )
+
+
+def resolved_tokenizer_threads(requested: int, *, in_process: bool) -> int:
+    """--tokenizer_threads, with 0 (auto) resolved: all cores for one in-process worker, else 1.
+
+    On multi-process runners (multi_processing, Dask, Dataflow: one SDK process per vCPU) more
+    threads per worker would only oversubscribe the cores.
+    """
+    if requested:
+        return requested
+    return (os.cpu_count() or 1) if in_process else 1
 
 
 def default_remainder(packing: str) -> str:

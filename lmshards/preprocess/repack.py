@@ -29,22 +29,18 @@ from lmshards.preprocess.launch import (
     writer_lease,
 )
 from lmshards.preprocess.options import LAYOUT_OPTIONS, PreprocessConfig, default_remainder
-from lmshards.preprocess.pipeline import (
-    add_shard_stages,
-    check_packing_options,
-    packing_groups,
-    record_bytes_for,
-)
+from lmshards.preprocess.pipeline import add_shard_stages
+from lmshards.preprocess.plan import check_packing_options, packing_groups, record_bytes_for
 from lmshards.preprocess.sources import ReadStats
 from lmshards.preprocess.sources.core.options import READING_FLAGS
 from lmshards.preprocess.stages.tokens import (
-    ReadTokenStore,
     TokenStoreError,
     TokenStoreManifest,
     check_store_files,
     locate_store,
     read_store_manifest,
 )
+from lmshards.preprocess.transforms.tokens import ReadTokenStore
 from lmshards.schemas.constants import TOKENIZER_DIR_NAME
 from lmshards.schemas.layouts import OUTPUT_KINDS, PREPROCESS_OUTPUT
 from lmshards.schemas.manifest import TOKENIZER_RELPATH, Manifest

@@ -1,6 +1,7 @@
 """Which Beam runner runs the pipeline, and what lmshards sets up differently for each.
 
-- No --runner: Beam's FnApiRunner in this process, with the tokenizer's threads on every core.
+- No --runner: Beam's FnApiRunner in this process, with the tokenizer's threads on every core (without any
+  Beam flag and with a local output, lmshards.preprocess.local runs the same one step without Beam).
 - --runner DaskRunner: Beam's DaskRunner with its gaps closed (lmshards.preprocess.dask_runner), on the cluster
   at --dask_client_address or on a local one (one worker process per core, on 127.0.0.1).
 - --runner DataflowRunner: stage the worker-only distribution; with --dry_run=True build the job
@@ -37,8 +38,13 @@ from apache_beam.options.pipeline_options import (
 from apache_beam.version import __version__ as beam_version
 
 from lmshards.plumbing import fs
-from lmshards.preprocess.curation.stage import DEDUP_EXACT, DEDUP_NEAR
-from lmshards.preprocess.options import PreprocessError
+from lmshards.preprocess.curation.steps.dedup import DEDUP_EXACT, DEDUP_NEAR
+from lmshards.preprocess.options import (
+    SUGGESTED_RUNNERS,
+    PreprocessError,
+    resolved_tokenizer_threads,
+)
+from lmshards.preprocess.pipeline_options import LmshardsPreprocessOptions  # noqa: F401 (our flags, known to Beam's parser)
 from lmshards.schemas.constants import PACKING_BEST_FIT
 
 FNAPI_RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
@@ -52,15 +58,6 @@ REPLACED_RUNNERS = {BEAM_DASK_RUNNER: DASK_RUNNER}
 RUNNERS = {
     path.rsplit(".", 1)[1]: path for path in (*StandardOptions.ALL_KNOWN_RUNNERS, DASK_RUNNER)
 }
-# The runners an error message suggests: the ones a user of lmshards picks from.
-SUGGESTED_RUNNERS = (
-    "DirectRunner",
-    "DataflowRunner",
-    "DaskRunner",
-    "FlinkRunner",
-    "SparkRunner",
-    "PrismRunner",
-)
 # Runners that run every worker in this one process (the tokenizer may then use every core).
 IN_PROCESS_RUNNERS = (FNAPI_RUNNER, DIRECT_RUNNER)
 IN_MEMORY = "in_memory"
@@ -217,18 +214,12 @@ def is_default_runner(options: PipelineOptions) -> bool:
 
 
 def tokenizer_threads(requested: int, options: PipelineOptions) -> int:
-    """--tokenizer_threads, with 0 (auto) resolved: all cores for one in-process worker, else 1.
-
-    On multi-process runners (multi_processing, Dask, Dataflow: one SDK process per vCPU) more
-    threads per worker would only oversubscribe the cores.
-    """
-    if requested:
-        return requested
+    """--tokenizer_threads, with 0 (auto) resolved for the runner of `options` (resolved_tokenizer_threads)."""
     in_process = (
         runner_path(options) in IN_PROCESS_RUNNERS
         and options.view_as(DirectOptions).direct_running_mode == IN_MEMORY
     )
-    return (os.cpu_count() or 1) if in_process else 1
+    return resolved_tokenizer_threads(requested, in_process=in_process)
 
 
 # ---------------------------------------------------------------- Dataflow: staging and dry run

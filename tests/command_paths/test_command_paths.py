@@ -70,7 +70,7 @@ def test_preprocess_reaches_the_first_document_read_in_six_calls(monkeypatch, tm
         "preprocess.cli.main",
         "preprocess.pipeline.run_pipeline",
         "preprocess.launch.launch",
-        "preprocess.stages.read.process",
+        "preprocess.transforms.read.process",
         "preprocess.stages.read.read_sized_range",
         "preprocess.stages.read.read_batches",
     ]
@@ -78,16 +78,15 @@ def test_preprocess_reaches_the_first_document_read_in_six_calls(monkeypatch, tm
 
 
 def test_the_default_preprocess_reaches_the_first_document_read_in_six_calls(monkeypatch, tmp_path):
-    # The default runner and a local output: the in-process engine, which reads on the step's own
-    # thread, with curation too (its first read decides what the second keeps).
+    # No Beam flag and a local output: the in-process engine without Beam, which reads on the step's
+    # own thread, with curation too (its first read decides what the second keeps).
     path = first_read_path(monkeypatch, tmp_path)
     curated = tmp_path / "curated"
     curated.mkdir()
     assert first_read_path(monkeypatch, curated, "--dedup", "exact") == path
     assert path == [
         "preprocess.cli.main",
-        "preprocess.pipeline.run_pipeline",
-        "preprocess.launch.launch",
+        "preprocess.local.run_local",
         "preprocess.in_process.run_in_process",
         "preprocess.stages.read.read_sized_range",
         "preprocess.stages.read.read_batches",

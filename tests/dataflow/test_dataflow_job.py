@@ -17,11 +17,8 @@ from lmshards.plumbing.flag_types import Number
 from lmshards.plumbing.units import SizeFlag
 from lmshards.preprocess import runners
 from lmshards.preprocess.curation.steps import document_flags, quality_filters
-from lmshards.preprocess.options import (
-    LmshardsPreprocessOptions,
-    PreprocessConfig,
-    config_from_options,
-)
+from lmshards.preprocess.options import PreprocessConfig
+from lmshards.preprocess.pipeline_options import LmshardsPreprocessOptions, config_from_options
 from tests.conftest import REPO
 
 METADATA = REPO / "dataflow_templates" / "preprocess" / "metadata.json"

@@ -159,7 +159,7 @@ def _parse_preprocess(argv: list[str]) -> None:
 
     from lmshards.plumbing.cli import normalize_switches
     from lmshards.preprocess import cli, runners
-    from lmshards.preprocess.options import config_from_options
+    from lmshards.preprocess.pipeline_options import config_from_options
 
     parser = cli.build_parser()
     argv = normalize_switches(argv, parser.switches(), command=cli.COMMAND)

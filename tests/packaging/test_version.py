@@ -29,7 +29,7 @@ SEMVER = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
 # run config): each must record the code's __version__.
 WRITERS = {
     "lmshards/preprocess/launch.py",
-    "lmshards/preprocess/pipeline.py",
+    "lmshards/preprocess/plan.py",
     "lmshards/corpus_tools/stats/stats.py",
     "lmshards/corpus_tools/stats/token_store.py",
     "lmshards/corpus_tools/tokenizer/save.py",

@@ -13,7 +13,7 @@ import pytest
 from lmshards.command.cli import main as lmshards_main
 from lmshards.plumbing.errors import ManifestError
 from lmshards.preprocess.options import PreprocessConfig, PreprocessError
-from lmshards.preprocess.pipeline import check_packing_options
+from lmshards.preprocess.plan import check_packing_options
 from lmshards.preprocess.repack import RepackConfig, run_repack
 from lmshards.preprocess.stages.encode import encode_documents
 from lmshards.schemas.constants import PACKED_MANIFEST_FORMAT_VERSION

@@ -26,6 +26,7 @@ from lmshards.preprocess.stages import shard as shard_stage
 from lmshards.preprocess.stages.encode import TokenizedChunk
 from lmshards.preprocess.stages.metrics import METRICS_NAMESPACE, finished_line
 from lmshards.preprocess.stages.tokens import iter_store, read_store_manifest
+from lmshards.preprocess.transforms import shard as shard_transforms
 from lmshards.schemas.constants import POSITIONS
 from lmshards.schemas.layouts import SPILL_DIR_PREFIX, TEMP_DIR_NAME
 from lmshards.schemas.manifest import read_manifest
@@ -133,7 +134,7 @@ def test_staged_shards_past_the_window_are_ordered_through_local_files_into_the_
         spilled.append(spill(*args, **kwargs))
         return spilled[-1]
 
-    monkeypatch.setattr(shard_stage, "SHARD_WINDOW_BYTES", 4096)  # a few records a window
+    monkeypatch.setattr(shard_transforms, "SHARD_WINDOW_BYTES", 4096)  # a few records a window
     monkeypatch.setattr(shard_stage, "_spill_windows", recording_spill)
     assert _preprocess(tmp_path / "staged", [*flags, *BEAM_STAGES]) == fast
     assert _shard_hashes(tmp_path / "staged") == _shard_hashes(tmp_path / "fast")

@@ -20,29 +20,24 @@ from lmshards.preprocess.launch import write_known_files
 from lmshards.preprocess.options import PreprocessConfig
 from lmshards.preprocess.pipeline import build_pipeline, plan_preprocess, shard_set
 from lmshards.preprocess.stages.encode import (
-    EncodeDocuments,
-    EncodeSettings,
     TokenizedChunk,
     chunk_dtype,
     doc_hash,
     encode_documents,
     text_sha256,
 )
-from lmshards.preprocess.stages.pack import PackedGroup, PackGroups, pack_blocks
+from lmshards.preprocess.stages.pack import PackedGroup, pack_blocks
 from lmshards.preprocess.stages.shard import (
     ASSIGNED_ROWS_PREFIX,
     PACKED_ROWS_PREFIX,
     ShardPiece,
     SpilledGroup,
-    WriteShards,
 )
-from lmshards.preprocess.stages.split import (
-    ChunkPiece,
-    SplitDocuments,
-    SplitSettings,
-    split_of,
-    validation_threshold,
-)
+from lmshards.preprocess.stages.split import ChunkPiece, split_of, validation_threshold
+from lmshards.preprocess.transforms.encode import EncodeDocuments, EncodeSettings
+from lmshards.preprocess.transforms.pack import PackGroups
+from lmshards.preprocess.transforms.shard import WriteShards
+from lmshards.preprocess.transforms.split import SplitDocuments, SplitSettings
 from lmshards.schemas.manifest import ShardInfo, SplitTotals
 from lmshards.schemas.records import read_records
 from lmshards.schemas.shards import parse_shard_name

@@ -27,8 +27,8 @@ from lmshards.preprocess.curation.judging import (
 )
 from lmshards.preprocess.curation.local import FileNumbering, curation_docs
 from lmshards.preprocess.curation.records import CurationDoc, utf8_bytes
-from lmshards.preprocess.curation.stage import DEDUP_NONE
 from lmshards.preprocess.curation.steps import SelectedStep
+from lmshards.preprocess.curation.steps.dedup import DEDUP_NONE
 from lmshards.preprocess.sources import ReadOptions, ReadStats
 from lmshards.preprocess.stages.read import ReadProgress, SizedRange, read_sized_range
 from lmshards.schemas.manifest import CurationInfo

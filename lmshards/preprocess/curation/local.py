@@ -56,12 +56,8 @@ from lmshards.preprocess.curation.records import (
     Removal,
     utf8_bytes,
 )
-from lmshards.preprocess.curation.stage import (
-    DEDUP_EXACT,
-    DEDUP_NEAR,
-    DEDUP_NONE,
-    CurationSettings,
-)
+from lmshards.preprocess.curation.stage import CurationSettings
+from lmshards.preprocess.curation.steps.dedup import DEDUP_EXACT, DEDUP_NEAR, DEDUP_NONE
 from lmshards.preprocess.curation.text import (
     digest,
     exact_form,

@@ -33,19 +33,11 @@ from lmshards.preprocess.curation.judging import (
 )
 from lmshards.preprocess.curation.records import CurationDoc, DocRef, Removal
 from lmshards.preprocess.curation.steps import DOCUMENT, SelectedStep
+from lmshards.preprocess.curation.steps.dedup import DEDUP_NEAR, DEDUP_NONE
 from lmshards.preprocess.sources import ReadOptions
-from lmshards.preprocess.stages.read import (
-    NumberedBatch,
-    NumberedReadOutputs,
-    ReadDocuments,
-)
+from lmshards.preprocess.stages.read import NumberedBatch
+from lmshards.preprocess.transforms.read import NumberedReadOutputs, ReadDocuments
 from lmshards.schemas.manifest import CurationInfo, InputFileInfo
-
-DEDUP_NONE = "none"
-DEDUP_EXACT = "exact"
-DEDUP_NEAR = "near"
-DEDUP_CHOICES = (DEDUP_NONE, DEDUP_EXACT, DEDUP_NEAR)
-DEFAULT_DECONTAMINATE_NGRAM = 13
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,8 +10,7 @@ PROGRESS_EVERY_S seconds, and once more when a stage's work in that worker ends.
 from __future__ import annotations
 
 import logging
-
-from apache_beam.metrics import Metrics
+import sys
 
 from lmshards.plumbing.progress import PROGRESS_EVERY_S, Pacer
 from lmshards.plumbing.units import format_duration, megabytes
@@ -56,8 +55,26 @@ SHARDS_WRITTEN = "shards_written"
 RECORDS_WRITTEN = "records_written"
 
 
+class _Uncounted:
+    """A counter of a process that never loaded Beam (the default runner's path): no step collects it."""
+
+    def inc(self, n: int = 1) -> None:
+        pass
+
+
+_UNCOUNTED = _Uncounted()
+
+
 def counter(name: str):
-    """The Beam counter `name` in METRICS_NAMESPACE (create it in a DoFn's __init__, increment it in process)."""
+    """The Beam counter `name` in METRICS_NAMESPACE (create it in a DoFn's __init__, increment it in process).
+
+    Where Beam was never imported no Beam step runs, so nothing would read a counter: importing Beam
+    for one would cost the default path a second of start-up and ~200 MB.
+    """
+    if "apache_beam" not in sys.modules:
+        return _UNCOUNTED
+    from apache_beam.metrics import Metrics
+
     return Metrics.counter(METRICS_NAMESPACE, name)
 
 

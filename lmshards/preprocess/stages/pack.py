@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import NamedTuple
 
-import apache_beam as beam
 import numpy as np
 
 from lmshards.preprocess.stages.encode import UINT16_VALUES, TokenizedChunk
 from lmshards.preprocess.stages.metrics import PackCounters
-from lmshards.preprocess.stages.split import ChunkPiece, GroupKey, routed_chunks
+from lmshards.preprocess.stages.split import GroupKey
 from lmshards.schemas.constants import (
     ATTENTION_MASK,
     INPUT_IDS,
@@ -329,9 +327,6 @@ def sum_totals(totals: Iterable[SplitTotals]) -> SplitTotals:
     return SplitTotals(**{name: sum(getattr(t, name) for t in totals) for name in fields})
 
 
-# ---------------------------------------------------------------- Beam
-
-
 class Packer:
     """pack_group with fixed settings, counting every group it packs (PackCounters): the pack step of
     both preprocess paths (the staged pipeline's _PackFn, and lmshards.preprocess.in_process)."""
@@ -365,50 +360,3 @@ class Packer:
             tokens_dropped=blocks.tokens_dropped,
             padding_tokens=blocks.padding_tokens,
         )
-
-
-class _PackFn(beam.DoFn):
-    """(GroupKey, Iterable[TokenizedChunk | ChunkPiece]) -> PackedGroup; logs "packed k groups" as
-    they finish."""
-
-    def __init__(self, *, seq_len: int, remainder: str, pad_id: int | None, packing: str):
-        self._packer = Packer(seq_len=seq_len, remainder=remainder, pad_id=pad_id, packing=packing)
-
-    def process(
-        self, element: tuple[GroupKey, Iterable[TokenizedChunk | ChunkPiece]]
-    ) -> Iterable[PackedGroup]:
-        key, chunks = element
-        packed = self._packer.pack(key, routed_chunks(chunks))
-        # Half the bytes as uint16 until the shard stage spills them (on Dask a task of its own, which holds them).
-        yield dataclasses.replace(packed, blocks=packed.blocks.narrowed())
-
-    def finish_bundle(self) -> None:
-        self._packer.counters.flush()
-
-
-class PackOutputs(NamedTuple):
-    groups: beam.PCollection  # PackedGroup
-    totals: beam.PCollection  # (split, SplitTotals), one per split that has documents
-
-
-class PackGroups(beam.PTransform):
-    """(GroupKey, TokenizedChunk) -> PackOutputs: every packing group packed, and each split's totals."""
-
-    def __init__(
-        self, *, seq_len: int, remainder: str, pad_id: int | None, packing: str = PACKING_CONCAT
-    ):
-        super().__init__()
-        self._fn = _PackFn(seq_len=seq_len, remainder=remainder, pad_id=pad_id, packing=packing)
-
-    def expand(self, chunks) -> PackOutputs:
-        groups = (
-            chunks
-            | "GroupByPackingGroup" >> beam.GroupByKey()  # (GroupKey, Iterable[TokenizedChunk])
-            | "Pack" >> beam.ParDo(self._fn)  # PackedGroup
-        )
-        totals = (
-            groups
-            | "GroupTotals" >> beam.Map(split_totals)  # (split, SplitTotals)
-            | "SumTotals" >> beam.CombinePerKey(sum_totals)  # (split, SplitTotals), one per split
-        )
-        return PackOutputs(groups=groups, totals=totals)

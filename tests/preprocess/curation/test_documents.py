@@ -16,7 +16,8 @@ from lmshards.preprocess.curation.documents import DocumentCuration
 from lmshards.preprocess.curation.stage import CurateDocuments, CurationSettings
 from lmshards.preprocess.curation.steps import select_steps
 from lmshards.preprocess.sources import ReadOptions, ReadStats
-from lmshards.preprocess.stages.read import ReadDocuments, ReadProgress, plan_sized_ranges
+from lmshards.preprocess.stages.read import ReadProgress, plan_sized_ranges
+from lmshards.preprocess.transforms.read import ReadDocuments
 from lmshards.schemas.constants import CURATION_DIR_NAME
 from lmshards.schemas.manifest import funnel_problems
 from tests.helpers.curation_steps import registered

@@ -14,7 +14,8 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from lmshards.preprocess.sources import InputError, ReadOptions, ReadStats, expand_inputs
 from lmshards.preprocess.stages.metrics import METRICS_NAMESPACE
-from lmshards.preprocess.stages.read import COUNTERS, INPUT_BYTES_COUNTER, ReadDocuments
+from lmshards.preprocess.stages.read import COUNTERS, INPUT_BYTES_COUNTER
+from lmshards.preprocess.transforms.read import ReadDocuments
 
 LINES = (
     b"\xef\xbb\xbf" + b"alpha one\r\n\r\nbeta \xff two\r\ngamma\x00 three\n   \ndelta four\n" * 3

@@ -11,14 +11,13 @@ from lmshards.preprocess.stages.split import (
     ROUTED_PREFIX,
     ChunkPiece,
     GroupRouter,
-    SplitSettings,
-    _RouteFn,
     route_documents,
     routed_chunks,
     split_of,
     validation_threshold,
     write_routed,
 )
+from lmshards.preprocess.transforms.split import SplitSettings, _RouteFn
 
 
 def test_split_fraction_is_respected_on_100k_hashes():

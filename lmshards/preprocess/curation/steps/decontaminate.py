@@ -11,6 +11,9 @@ from lmshards.preprocess.curation.steps.base import CORPUS, Step
 
 CONTAMINATED = "contaminated"  # the audit's reason
 
+# --decontaminate_ngram's default: words in a shared n-gram that marks a document contaminated
+DEFAULT_DECONTAMINATE_NGRAM = 13
+
 STEP = Step(
     name="decontaminate",
     kind=CORPUS,

@@ -11,6 +11,11 @@ from lmshards.preprocess.curation.steps.base import CORPUS, Step
 
 EXACT = "exact"  # the audit's reasons: an exact copy, a near copy
 NEAR = "near"
+# --dedup's values
+DEDUP_NONE = "none"
+DEDUP_EXACT = EXACT
+DEDUP_NEAR = NEAR
+DEDUP_CHOICES = (DEDUP_NONE, DEDUP_EXACT, DEDUP_NEAR)
 
 STEP = Step(
     name="dedup",
