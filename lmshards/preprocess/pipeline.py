@@ -54,13 +54,9 @@ from lmshards.preprocess.transforms.read import ReadDocuments
 from lmshards.preprocess.transforms.shard import WriteShards
 from lmshards.preprocess.transforms.split import SplitDocuments, SplitSettings
 from lmshards.preprocess.transforms.tokens import WriteTokenStore
-from lmshards.schemas.constants import (
-    TOKENS_DIR_NAME,
-)
+from lmshards.schemas.constants import TOKENS_DIR_NAME
 from lmshards.schemas.layouts import TEMP_DIR_NAME
-from lmshards.schemas.manifest import (
-    Manifest,
-)
+from lmshards.schemas.manifest import Manifest
 
 # ---------------------------------------------------------------- planning (before any work)
 

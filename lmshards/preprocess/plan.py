@@ -10,13 +10,11 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from lmshards.plumbing.errors import TokenizerError
+from lmshards.plumbing.memory import frozen_imports
 from lmshards.plumbing.outputs import check_no_overlap, check_replaceable
 from lmshards.plumbing.units import MIB
 from lmshards.preprocess.in_process import InProcessJob
-from lmshards.preprocess.launch import (
-    PlannedShardSet,
-    manifest_header,
-)
+from lmshards.preprocess.launch import PlannedShardSet, manifest_header
 from lmshards.preprocess.options import PreprocessConfig, PreprocessError
 from lmshards.preprocess.sources import (
     ReadStats,
@@ -25,9 +23,7 @@ from lmshards.preprocess.sources import (
     read_options_from,
     skip_binary_files,
 )
-from lmshards.preprocess.stages.encode import (
-    text_sha256,
-)
+from lmshards.preprocess.stages.encode import text_sha256
 from lmshards.preprocess.stages.pack import REMAINDER_PAD, num_groups
 from lmshards.preprocess.stages.read import plan_sized_ranges
 from lmshards.preprocess.stages.tokens import TokenStoreManifest, id_dtype_for
@@ -167,7 +163,8 @@ def planned_curation(config: PreprocessConfig) -> CurationSettings | None:
     load Beam, are then never imported)."""
     if not config.curation_steps:
         return None
-    from lmshards.preprocess.curation_plan import plan_curation
+    with frozen_imports():  # Beam's modules with them: the collector off while they load
+        from lmshards.preprocess.curation_plan import plan_curation
 
     return plan_curation(
         config,

@@ -8,9 +8,7 @@ from typing import NamedTuple
 import apache_beam as beam
 
 from lmshards.preprocess.sources import ReadStats
-from lmshards.preprocess.stages.manifest import (
-    finish_shard_set,
-)
+from lmshards.preprocess.stages.manifest import finish_shard_set
 from lmshards.schemas.manifest import (
     CurationInfo,
     Manifest,

@@ -16,9 +16,7 @@ from lmshards.preprocess.stages.pack import (
     sum_totals,
 )
 from lmshards.preprocess.stages.split import ChunkPiece, GroupKey, routed_chunks
-from lmshards.schemas.constants import (
-    PACKING_CONCAT,
-)
+from lmshards.schemas.constants import PACKING_CONCAT
 
 
 class _PackFn(beam.DoFn):
