@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
+    COMMAND_ROLE,
     MB,
     PSS_MIN_INTERVAL_S,
     RUN_TIMEOUT_S,
@@ -84,6 +85,9 @@ TARGET_BYTES_PER_TOKEN = 10.0  # (b)'s peak RSS per written token, at every scal
 TARGET_LARGEST_PEAK_BYTES = 2_000_000_000  # (b)'s peak RSS on the 4x corpus (about 540 MB of text)
 
 TARGET_CPU_VS_CEILING = 1.15  # (b) CPU seconds / (a) CPU seconds
+# A staged run's workers (every process but the command: the launcher or the DirectRunner's runner) against
+# (a), per CPU second: what a Dataflow or Dask worker pays per core.
+TARGET_WORKERS_PER_CPU_S = 0.85
 
 CEILING, LMSHARDS, HF_STYLE, LMSHARDS_DASK = "ceiling", "lmshards", "hf_style", "lmshards_dask"
 CEILING_OFFSETS = "ceiling_offsets"
@@ -150,6 +154,15 @@ class Result:
     @property
     def mb_per_s(self) -> float:
         return self.input_bytes / MB / self.wall_s
+
+    @property
+    def workers_cpu_s(self) -> float | None:
+        """CPU seconds of every process but the command: a staged run's workers (on a local Dask cluster
+        with their fork server); None for a run whose work is the command's alone."""
+        command = [p.cpu_s for p in self.processes if p.role == COMMAND_ROLE]
+        if not command or all(p.role == COMMAND_ROLE for p in self.processes):
+            return None
+        return self.cpu_s - command[0]
 
     @property
     def tokens_per_s(self) -> float:
@@ -354,6 +367,9 @@ def ratios(results: list[Result], label: str) -> dict[str, Any]:
                            "by_cpu_time": statistics.median(1 / c for c in cpu), "pairs": values,
                            "cpu_ratio": cpu_median, "cpu_pairs": cpu, "cpu_target": TARGET_CPU_VS_CEILING,
                            "cpu_met": cpu_median <= TARGET_CPU_VS_CEILING}  # fmt: skip
+        workers = workers_per_cpu_s(pairs)
+        if workers is not None:
+            out["b_workers_over_a"] = workers
     ceilings = [r for r in results if r.system == CEILING and r.input_label == label]
     if (
         pairs and CEILING_OFFSETS in by_system
@@ -378,9 +394,13 @@ def ratios(results: list[Result], label: str) -> dict[str, Any]:
     if LMSHARDS_DASK in by_system:
         dask = by_system[LMSHARDS_DASK]
         if ceilings:  # against the median ceiling: (d) runs once
+            ceiling_cpu = statistics.median(r.cpu_s for r in ceilings)
             out["d_over_a"] = {
                 "wall": statistics.median(r.wall_s for r in ceilings) / dask.wall_s,
-                "cpu_ratio": dask.cpu_s / statistics.median(r.cpu_s for r in ceilings),
+                "cpu_ratio": dask.cpu_s / ceiling_cpu,
+                "workers_per_cpu_s": None
+                if not dask.workers_cpu_s
+                else ceiling_cpu / dask.workers_cpu_s,
             }
         out["d_vs_b"] = {
             "wall": dask.wall_s / ours.wall_s, "cpu": dask.cpu_s / ours.cpu_s,
@@ -388,6 +408,17 @@ def ratios(results: list[Result], label: str) -> dict[str, Any]:
             "same_shards": dask.shards_sha256 == ours.shards_sha256,
         }  # fmt: skip
     return out
+
+
+def workers_per_cpu_s(pairs: list[tuple[Result, Result]]) -> dict[str, Any] | None:
+    """A staged run's workers against the ceiling per CPU second, the median pair's; None where a run
+    had no process besides the command (the default path)."""
+    values = [ceiling.cpu_s / mine.workers_cpu_s for ceiling, mine in pairs if mine.workers_cpu_s]
+    if len(values) < len(pairs):
+        return None
+    median = statistics.median(values)
+    return {"value": median, "pairs": values, "target": TARGET_WORKERS_PER_CPU_S,
+            "met": median >= TARGET_WORKERS_PER_CPU_S}  # fmt: skip
 
 
 def ceiling_pairs(results: list[Result], label: str) -> list[tuple[Result, Result]]:
@@ -470,6 +501,12 @@ def ratio_lines(summary: dict[str, Any]) -> list[str]:
                 lines.append(f"{name} CPU seconds on {summary['input']}: {r['cpu_ratio']:.2f}x (median of "
                              f"{len(r['cpu_pairs'])} pairs: {', '.join(f'{v:.2f}' for v in r['cpu_pairs'])}) "
                              f"(target <= {r['cpu_target']}x: {'met' if r['cpu_met'] else 'NOT met'})")  # fmt: skip
+    if "b_workers_over_a" in summary:
+        r = summary["b_workers_over_a"]
+        lines.append(f"lmshards' workers (every process but the command) / ceiling per CPU second on "
+                     f"{summary['input']}: {r['value']:.2f} (median of {len(r['pairs'])} pairs: "
+                     f"{', '.join(f'{v:.2f}' for v in r['pairs'])}) "
+                     f"(target >= {r['target']}: {'met' if r['met'] else 'NOT met'})")  # fmt: skip
     if "a_offsets" in summary:
         r = summary["a_offsets"]
         lines.append(f"against encode_batch (offsets) on {summary['input']}: encode_batch_fast takes "
@@ -478,8 +515,10 @@ def ratio_lines(summary: dict[str, Any]) -> list[str]:
                      f"{r['b_over_offsets_cpu']:.2f}")  # fmt: skip
     if "d_over_a" in summary:
         r = summary["d_over_a"]
+        workers = r.get("workers_per_cpu_s")
         lines.append(f"lmshards_dask / ceiling on {summary['input']}: throughput {r['wall']:.2f}, "
-                     f"CPU seconds {r['cpu_ratio']:.2f}x")  # fmt: skip
+                     f"CPU seconds {r['cpu_ratio']:.2f}x"
+                     + ("" if workers is None else f"; its workers per CPU second {workers:.2f}"))  # fmt: skip
     if "d_vs_b" in summary:
         r = summary["d_vs_b"]
         lines.append(f"lmshards_dask / lmshards on {summary['input']}: wall {r['wall']:.2f}x, CPU seconds {r['cpu']:.2f}x, "

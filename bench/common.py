@@ -78,6 +78,9 @@ class Measurement:
     processes: tuple[ProcessFigures, ...] = ()
 
 
+COMMAND_ROLE = "command"  # ProcessFigures.role of the measured command itself
+
+
 @dataclasses.dataclass(frozen=True)
 class ProcessFigures:
     """One process of a measured tree, as sampled every SAMPLE_INTERVAL_S: its last CPU seconds seen (up to
@@ -239,7 +242,7 @@ class _Peaks:
                 times, rss = proc.cpu_times(), proc.memory_info().rss
                 if proc.pid not in self.each:  # the wrapper's one child is the measured command
                     command = proc.ppid() == wrapper_pid
-                    role = "command" if command else process_role(proc.cmdline())
+                    role = COMMAND_ROLE if command else process_role(proc.cmdline())
                     self.each[proc.pid] = [role, 0.0, 0]
             except _GONE:
                 continue

@@ -48,7 +48,8 @@ runs each ParDo bundle (one bag partition) with a DoFnInvoker. Changed here:
 - The cluster: without --dask_client_address or --dask_scheduler_file, a local cluster of one
   single-threaded worker process per core, listening on 127.0.0.1 only (Beam's bare `Client()`
   serves its dashboard on every interface), without the workers' statistical profiler (its history
-  grows with the time worked), its workers forked from a server that imported Beam, dask and the
+  grows with the time worked), its servers checking their event loops once a second (dask's 20 ms
+  cost an idle cluster of two an eighth of a core), its workers forked from a server that imported Beam, dask and the
   stages once (each spawned worker imported them again). The workers' `preprocess` log records
   (progress lines) reach this process, and the client (with a local cluster, the cluster too) is
   closed when the job ends.
@@ -110,6 +111,11 @@ SHUFFLE_DIR_PREFIX = "lmshards-dask-shuffle-"
 SET_UP_FNS_PER_PROCESS = 64
 # Dask's setting for the workers' statistical profiler (off on the clusters lmshards starts).
 WORKER_PROFILER = "distributed.worker.profile.enabled"
+# Dask's setting for how often every server of a cluster (scheduler, nannies, workers) checks that its event
+# loop is responsive, and the interval lmshards' local cluster uses: dask's 20 ms cost an idle local cluster
+# of two workers 0.13 CPU s every second, 1 s costs 0.05 (docs/benchmarks.md); a loop blocked past
+# distributed.admin.tick.limit (3 s) is still reported.
+EVENT_LOOP_TICK, LOCAL_TICK_INTERVAL = "distributed.admin.tick.interval", "1s"
 # Dask's setting for how a nanny starts its worker process, and the method lmshards' local cluster uses.
 START_METHOD, FORKSERVER = "distributed.worker.multiprocessing-method", "forkserver"
 # What the local cluster's fork server imports once for every worker: dask's worker, Beam, the stages
@@ -649,12 +655,16 @@ def local_cluster(workers: int) -> ddist.LocalCluster:
 
     The workers' statistical profiler is off: its history (a call tree a second, kept for the last
     1000 seconds) was a worker's largest growing allocation, 15 MB after 28 s of a 64 MB preprocess
-    (docs/engines.md says how to turn it off on a cluster of your own).
+    (docs/engines.md says how to turn it off on a cluster of your own), and every server checks its
+    event loop once a second instead of every 20 ms (LOCAL_TICK_INTERVAL).
 
     Where the platform has it, the workers are forked from a server process that imported Beam, dask
     and the pipeline's stages once (WORKER_PRELOAD): each spawned worker imported them again, about
     1 CPU s a worker."""
-    settings: dict[str, Any] = {WORKER_PROFILER: False}  # the nannies pass it on to their workers
+    settings: dict[str, Any] = {  # the nannies pass them on to their workers
+        WORKER_PROFILER: False,
+        EVENT_LOOP_TICK: LOCAL_TICK_INTERVAL,
+    }
     forked = FORKSERVER in multiprocessing.get_all_start_methods()
     if forked:
         settings[START_METHOD] = FORKSERVER

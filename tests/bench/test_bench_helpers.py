@@ -21,7 +21,14 @@ from bench.bench_preprocess import (
     scaled_input,
     scaled_ratios,
 )
-from bench.common import MB, run_checked, run_measured, take_subset
+from bench.common import (
+    COMMAND_ROLE,
+    MB,
+    ProcessFigures,
+    run_checked,
+    run_measured,
+    take_subset,
+)
 
 CHILD_MB = 200
 # A parent that stays small while its child holds CHILD_MB of touched memory for long enough for PSS samples.
@@ -122,6 +129,28 @@ def test_ratios_compare_throughput_against_the_targets():
         and not slow["memory_b_below_c"]["met"]
     )
     assert Input("all", ()).bytes == 0
+
+
+def test_a_staged_runs_workers_are_every_process_but_the_command():
+    def staged(cpu_s, command_cpu_s):
+        processes = (ProcessFigures("multiprocessing child", cpu_s - command_cpu_s - 1, 0),
+                     ProcessFigures(COMMAND_ROLE, command_cpu_s, 0))  # fmt: skip
+        return dataclasses.replace(_result(LMSHARDS, cpu_s, 400), processes=processes)
+
+    # Whole runs 1.3x, 1.2x and 1.25x the ceiling; the launcher's 10 CPU s left out: 1.05x, 0.95x, 1.0x.
+    results = [_result(CEILING, 40.0, 300), staged(52.0, 10.0), staged(48.0, 10.0),
+               _result(CEILING, 40.0, 300), _result(CEILING, 40.0, 300), staged(50.0, 10.0)]  # fmt: skip
+    summary = ratios(results, "all")
+    assert summary["b_over_a"]["cpu_ratio"] == pytest.approx(1.25)
+    workers = summary["b_workers_over_a"]  # the fork server's 1 s and uncounted helpers stay in
+    assert workers["pairs"] == pytest.approx([40 / 42, 40 / 38, 1.0])
+    assert workers["value"] == pytest.approx(1.0) and workers["met"]
+    # The default path: one busy process, the command's; no workers' figure.
+    alone = dataclasses.replace(
+        _result(LMSHARDS, 44.0, 400), processes=(ProcessFigures(COMMAND_ROLE, 44.0, 0),)
+    )
+    assert alone.workers_cpu_s is None and _result(LMSHARDS, 44.0, 400).workers_cpu_s is None
+    assert "b_workers_over_a" not in ratios([results[0], alone], "all")
 
 
 def test_on_a_larger_input_the_added_share_leaves_out_what_a_run_pays_once():
