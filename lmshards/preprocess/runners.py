@@ -359,8 +359,10 @@ def dry_run(pipeline, options: PipelineOptions, *, input_bytes: int | None) -> N
 # Dry-run cost estimate: the runbook's cost model (dataflow_templates/README.md, "Cost model").
 # The staged pipeline's throughput per core (what a Dataflow worker runs), measured on the English benchmark
 # corpus: 1.32 MB of text per CPU second with one worker process, 1.38 with two (docs/benchmarks.md, "The
-# staged path"); the model rounds down. (Text with more tokens per byte, such as the bundled multilingual
-# sample, ran at 0.92-0.95.)
+# staged path"); the model rounds down. Its workers now run at 0.86-0.90 of the tokenizer alone per CPU
+# second: 0.94-1.05 MB on a slow VM, 3.4-3.7 on a faster one, above 1.3 / DATAFLOW_OVERHEAD on both
+# ("The staged path per core, restated"). (Text with more tokens per byte, such as the bundled
+# multilingual sample, ran at 0.92-0.95.)
 DATAFLOW_MB_PER_VCPU_S = 1.3
 # CPU seconds per MB of each option that changes the work, as a multiple of the plain run's: measured on
 # one machine by bench/bench_plan_costs.py (docs/benchmarks.md, "Plan costs"). --dedup near includes exact.
