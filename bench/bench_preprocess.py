@@ -484,29 +484,32 @@ def scaled_ratios(results: list[Result], base_label: str) -> list[dict[str, Any]
     return out
 
 
+def _median_of(values: Sequence[float]) -> str:
+    return f"(median of {len(values)} pairs: {', '.join(f'{v:.2f}' for v in values)})"
+
+
+def _verdict(target: str, met: bool) -> str:
+    return f"(target {target}: {'met' if met else 'NOT met'})"
+
+
 def ratio_lines(summary: dict[str, Any]) -> list[str]:
     lines = []
     for key, name in (("b_over_a", "lmshards / ceiling"), ("b_over_c", "lmshards / hf_style")):
         if key in summary:
             r = summary[key]
-            each = (
-                f" (median of {len(r['pairs'])} pairs: {', '.join(f'{v:.2f}' for v in r['pairs'])})"
-                if "pairs" in r
-                else ""
-            )
-            lines.append(f"{name} throughput on {summary['input']}: {r['value']:.2f}{each} "
-                         f"(target >= {r['target']}: {'met' if r['met'] else 'NOT met'}); "
+            each = f" {_median_of(r['pairs'])}" if "pairs" in r else ""
+            verdict = _verdict(">= " + str(r["target"]), r["met"])
+            lines.append(f"{name} throughput on {summary['input']}: {r['value']:.2f}{each} {verdict}; "
                          f"by CPU seconds: {r['by_cpu_time']:.2f}")  # fmt: skip
             if "cpu_ratio" in r:
-                lines.append(f"{name} CPU seconds on {summary['input']}: {r['cpu_ratio']:.2f}x (median of "
-                             f"{len(r['cpu_pairs'])} pairs: {', '.join(f'{v:.2f}' for v in r['cpu_pairs'])}) "
-                             f"(target <= {r['cpu_target']}x: {'met' if r['cpu_met'] else 'NOT met'})")  # fmt: skip
+                verdict = _verdict(f"<= {r['cpu_target']}x", r["cpu_met"])
+                lines.append(f"{name} CPU seconds on {summary['input']}: {r['cpu_ratio']:.2f}x "
+                             f"{_median_of(r['cpu_pairs'])} {verdict}")  # fmt: skip
     if "b_workers_over_a" in summary:
         r = summary["b_workers_over_a"]
+        verdict = _verdict(">= " + str(r["target"]), r["met"])
         lines.append(f"lmshards' workers (every process but the command) / ceiling per CPU second on "
-                     f"{summary['input']}: {r['value']:.2f} (median of {len(r['pairs'])} pairs: "
-                     f"{', '.join(f'{v:.2f}' for v in r['pairs'])}) "
-                     f"(target >= {r['target']}: {'met' if r['met'] else 'NOT met'})")  # fmt: skip
+                     f"{summary['input']}: {r['value']:.2f} {_median_of(r['pairs'])} {verdict}")  # fmt: skip
     if "a_offsets" in summary:
         r = summary["a_offsets"]
         lines.append(f"against encode_batch (offsets) on {summary['input']}: encode_batch_fast takes "

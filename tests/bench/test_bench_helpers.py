@@ -17,6 +17,7 @@ from bench.bench_preprocess import (
     comparison_plan,
     memory_growth,
     parse_args,
+    ratio_lines,
     ratios,
     scaled_input,
     scaled_ratios,
@@ -145,6 +146,10 @@ def test_a_staged_runs_workers_are_every_process_but_the_command():
     workers = summary["b_workers_over_a"]  # the fork server's 1 s and uncounted helpers stay in
     assert workers["pairs"] == pytest.approx([40 / 42, 40 / 38, 1.0])
     assert workers["value"] == pytest.approx(1.0) and workers["met"]
+    assert (
+        "per CPU second on all: 1.00 (median of 3 pairs: 0.95, 1.05, 1.00) (target >= 0.85: met)"
+        in ("\n".join(ratio_lines(summary)))
+    )
     # The default path: one busy process, the command's; no workers' figure.
     alone = dataclasses.replace(
         _result(LMSHARDS, 44.0, 400), processes=(ProcessFigures(COMMAND_ROLE, 44.0, 0),)
