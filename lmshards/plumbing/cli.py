@@ -248,6 +248,10 @@ def one_line_errors(command: str) -> Iterator[Failure]:
     A user error: exit 2 (a FailedRunError: 1).
     """
     failed = Failure()
+    # A stop recorded by an earlier command in this process is not this one's: without this a later
+    # command's user error read as "stopped" (exit 130), and `lmshards train`, which keeps its own
+    # handlers rather than stop_signals(), never cleared it.
+    stopping.forget()
     try:
         yield failed
     except BaseException as e:

@@ -50,6 +50,13 @@ def requested() -> int | None:
     return _state["signal"]
 
 
+def forget() -> None:
+    """Forgets a stop an earlier command of this process recorded (a caller of a command's main that goes
+    on after one was stopped, a test run): a signal stops the command it arrived in, not the next one."""
+    _state["signal"] = None
+    _raised[0] = False
+
+
 def signal_name() -> str:
     signum = requested()
     return signal.Signals(signum).name if signum is not None else "SIGINT"
@@ -137,8 +144,7 @@ def stop_signals() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    _state["signal"] = None
-    _raised[0] = False
+    forget()
     hook = threading.excepthook
     unraisable_hook = sys.unraisablehook
     sys.unraisablehook = _swallowed(unraisable_hook)

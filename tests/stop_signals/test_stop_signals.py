@@ -220,6 +220,23 @@ def test_a_stop_inside_a_deferred_block_is_raised_when_it_ends():
     assert done == [True]
 
 
+def test_a_stop_belongs_to_the_command_it_arrived_in(capsys):
+    """A caller that goes on after a stopped command: its next command's user error is that error
+    (exit 2), not a stop (130), also for a command without stop_signals() (train keeps its own)."""
+    from lmshards.plumbing.cli import EXIT_INTERRUPTED, EXIT_USAGE, one_line_errors
+    from lmshards.plumbing.errors import LmshardsError
+
+    with one_line_errors("first") as stopped, stopping.stop_signals():
+        os.kill(os.getpid(), signal.SIGTERM)
+        _spin(5.0)  # the stop lands here
+    with one_line_errors("second") as failed:
+        raise LmshardsError("bad flag --x; use --y")
+    assert (stopped.code, failed.code) == (EXIT_INTERRUPTED, EXIT_USAGE)
+    err = capsys.readouterr().err.splitlines()
+    assert err[-2].startswith("lmshards first: error: stopped by SIGTERM")
+    assert err[-1] == "lmshards second: error: bad flag --x; use --y"
+
+
 ENDED = """
 import os, signal
 from lmshards.plumbing import stopping
