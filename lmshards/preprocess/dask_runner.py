@@ -49,10 +49,10 @@ runs each ParDo bundle (one bag partition) with a DoFnInvoker. Changed here:
   single-threaded worker process per core, listening on 127.0.0.1 only (Beam's bare `Client()`
   serves its dashboard on every interface), without the workers' statistical profiler (its history
   grows with the time worked), its servers checking their event loops once a second (dask's 20 ms
-  cost an idle cluster of two an eighth of a core), its workers forked from a server that imported Beam, dask and the
-  stages once (each spawned worker imported them again). The workers' `preprocess` log records
-  (progress lines) reach this process, and the client (with a local cluster, the cluster too) is
-  closed when the job ends.
+  cost an idle cluster of two an eighth of a core), its workers forked from a server that imported
+  Beam, dask and the stages once (each spawned worker imported them again). The workers' `preprocess`
+  log records (progress lines) reach this process, and the client (with a local cluster, the cluster
+  too) is closed when the job ends.
 
 A ParDo with tagged outputs is refused while the graph is built: Beam's DaskRunner would deliver
 them into the main output.
