@@ -398,9 +398,9 @@ def ratios(results: list[Result], label: str) -> dict[str, Any]:
             out["d_over_a"] = {
                 "wall": statistics.median(r.wall_s for r in ceilings) / dask.wall_s,
                 "cpu_ratio": dask.cpu_s / ceiling_cpu,
-                "workers_per_cpu_s": None
-                if not dask.workers_cpu_s
-                else ceiling_cpu / dask.workers_cpu_s,
+                "workers_per_cpu_s": ceiling_cpu / workers
+                if (workers := dask.workers_cpu_s)
+                else None,
             }
         out["d_vs_b"] = {
             "wall": dask.wall_s / ours.wall_s, "cpu": dask.cpu_s / ours.cpu_s,
@@ -413,7 +413,7 @@ def ratios(results: list[Result], label: str) -> dict[str, Any]:
 def workers_per_cpu_s(pairs: list[tuple[Result, Result]]) -> dict[str, Any] | None:
     """A staged run's workers against the ceiling per CPU second, the median pair's; None where a run
     had no process besides the command (the default path)."""
-    values = [ceiling.cpu_s / mine.workers_cpu_s for ceiling, mine in pairs if mine.workers_cpu_s]
+    values = [ceiling.cpu_s / workers for ceiling, mine in pairs if (workers := mine.workers_cpu_s)]
     if len(values) < len(pairs):
         return None
     median = statistics.median(values)
@@ -488,8 +488,8 @@ def _median_of(values: Sequence[float]) -> str:
     return f"(median of {len(values)} pairs: {', '.join(f'{v:.2f}' for v in values)})"
 
 
-def _verdict(target: str, met: bool) -> str:
-    return f"(target {target}: {'met' if met else 'NOT met'})"
+def _verdict(goal: str, met: bool) -> str:
+    return f"({goal}: {'met' if met else 'NOT met'})"
 
 
 def ratio_lines(summary: dict[str, Any]) -> list[str]:
@@ -498,16 +498,16 @@ def ratio_lines(summary: dict[str, Any]) -> list[str]:
         if key in summary:
             r = summary[key]
             each = f" {_median_of(r['pairs'])}" if "pairs" in r else ""
-            verdict = _verdict(">= " + str(r["target"]), r["met"])
+            verdict = _verdict(f"target >= {r['target']}", r["met"])
             lines.append(f"{name} throughput on {summary['input']}: {r['value']:.2f}{each} {verdict}; "
                          f"by CPU seconds: {r['by_cpu_time']:.2f}")  # fmt: skip
             if "cpu_ratio" in r:
-                verdict = _verdict(f"<= {r['cpu_target']}x", r["cpu_met"])
+                verdict = _verdict(f"target <= {r['cpu_target']}x", r["cpu_met"])
                 lines.append(f"{name} CPU seconds on {summary['input']}: {r['cpu_ratio']:.2f}x "
                              f"{_median_of(r['cpu_pairs'])} {verdict}")  # fmt: skip
     if "b_workers_over_a" in summary:
         r = summary["b_workers_over_a"]
-        verdict = _verdict(">= " + str(r["target"]), r["met"])
+        verdict = _verdict(f"target >= {r['target']}", r["met"])
         lines.append(f"lmshards' workers (every process but the command) / ceiling per CPU second on "
                      f"{summary['input']}: {r['value']:.2f} {_median_of(r['pairs'])} {verdict}")  # fmt: skip
     if "a_offsets" in summary:
@@ -543,12 +543,12 @@ def ratio_lines(summary: dict[str, Any]) -> list[str]:
     if "largest" in growth:
         big = growth["largest"]
         lines.append(f"lmshards peak RSS on {big['input']}: {big['peak_rss_mb']:.0f} MB "
-                     f"(fits in 2 GB: {'met' if big['met_2gb'] else 'NOT met'})")  # fmt: skip
+                     f"{_verdict('fits in 2 GB', big['met_2gb'])}")  # fmt: skip
     if "memory_b_below_c" in summary:
         r = summary["memory_b_below_c"]
         lines.append(f"peak memory lmshards {r['b_pss_mb']:.0f} MB PSS / {r['b_rss_mb']:.0f} MB RSS vs hf_style "
                      f"{r['c_pss_mb']:.0f} MB PSS / {r['c_rss_mb']:.0f} MB RSS "
-                     f"(lmshards below hf_style on both: {'met' if r['met'] else 'NOT met'})")  # fmt: skip
+                     f"{_verdict('lmshards below hf_style on both', r['met'])}")  # fmt: skip
     return lines
 
 
